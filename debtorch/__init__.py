@@ -1,0 +1,16 @@
+"""debtorch: is this Debian machine right for PyTorch training, and how should it train?
+
+Importing this package is cheap: it never imports torch. The runtime API for
+training scripts (``debtorch.load``) imports torch only when it is called.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "load"]
+
+
+def load(path="debtorch.toml", *, warn_on_mismatch=True):
+    """Load a config written by ``debtorch tune --write`` (see docs/runtime.md)."""
+    from debtorch.tune.runtime import load as _load
+
+    return _load(path, warn_on_mismatch=warn_on_mismatch)

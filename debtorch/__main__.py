@@ -1,0 +1,3 @@
+from debtorch.cli import main
+
+main()

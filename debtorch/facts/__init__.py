@@ -1,0 +1,169 @@
+"""What debtorch knows about a machine, as one JSON-ready document.
+
+``collect(host, options)`` runs every section probe against a :class:`Host`
+and returns a plain dict::
+
+    {"schema_version": 1, "debtorch_version": ..., "host": "live",
+     "os": {...}, "apt": {...}, "cpu": {...}, "memory": {...},
+     "storage": {...}, "nvidia": {...}, "cuda": {...}, "python": {...},
+     "env": {...}}
+
+Every section is a dict.  A value that could not be determined is ``None``
+and its reason is under the section's ``unknown`` mapping
+(``{"shm_total": "permission denied"}``).  A probe that crashes leaves its
+section as ``{"unknown": {"*": "probe crashed: ..."}}``; it never stops the
+others.  docs/facts.md describes every field.
+
+Sections run concurrently (the slow ones wait on subprocesses); a section
+that needs another one asks the :class:`Context` for it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as _dt
+import importlib
+import json
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from debtorch import __version__
+from debtorch.host import Host
+
+SCHEMA_VERSION = 1
+
+# Section name -> module under debtorch.facts with a ``collect(host, ctx)``.
+SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env")
+_MODULES = {"os": "osinfo", "python": "pyenv"}
+
+
+@dataclass
+class Options:
+    """What the user asked for: ``--python``, ``--data``, ``--deep``."""
+
+    python: Optional[str] = None
+    data: Optional[str] = None
+    deep: bool = False
+    deep_timeout: float = 120.0
+    sections: tuple = SECTIONS
+
+
+class Section(dict):
+    """A section's facts; ``unknown(field, reason)`` records an honest unknown."""
+
+    def unknown(self, name: str, reason: str) -> None:
+        self[name] = None
+        self.setdefault("unknown", {})[name] = reason
+
+    def set_or_unknown(self, name: str, value: Any, reason: str) -> None:
+        if value is None:
+            self.unknown(name, reason)
+        else:
+            self[name] = value
+
+
+class Context:
+    """Gives one section the results of others (waiting for them if needed)."""
+
+    def __init__(self, host: Host, options: Options):
+        self.host = host
+        self.options = options
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+
+    def section(self, name: str) -> dict:
+        fut = self._futures.get(name)
+        if fut is None:
+            return {}
+        return fut.result()
+
+
+def _run_section(name: str, ctx: Context) -> dict:
+    mod = importlib.import_module(f"debtorch.facts.{_MODULES.get(name, name)}")
+    try:
+        result = mod.collect(ctx.host, ctx)
+    except Exception as exc:  # a probe's bug must not hide the rest of the machine
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"{last.filename.rsplit('/', 1)[-1]}:{last.lineno}"
+        return {"unknown": {"*": f"probe crashed: {type(exc).__name__}: {exc} ({where})"}}
+    return dict(result)
+
+
+def collect(host: Host, options: Optional[Options] = None) -> dict:
+    options = options or Options()
+    ctx = Context(host, options)
+    names = [s for s in SECTIONS if s in options.sections]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
+        for name in names:
+            ctx._futures[name] = pool.submit(_run_section, name, ctx)
+        results = {name: ctx._futures[name].result() for name in names}
+    doc: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "debtorch_version": __version__,
+        "host": host.label,
+        "collected_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+    }
+    doc.update(results)
+    return doc
+
+
+class FactsFileError(Exception):
+    """A saved facts file cannot be used; the message is one line for the user."""
+
+
+def load(path: str, text: Optional[str] = None) -> dict:
+    """Load facts saved by ``debtorch facts --json`` (on any machine)."""
+    try:
+        if text is None:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise FactsFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise FactsFileError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise FactsFileError(f"{path}: expected a JSON object of facts")
+    # `debtorch doctor --json` wraps the facts; accept both documents.
+    if "facts" in doc and isinstance(doc["facts"], dict) and "schema_version" not in doc.get("facts", {}):
+        raise FactsFileError(f"{path}: 'facts' has no schema_version")
+    if "facts" in doc and isinstance(doc["facts"], dict):
+        doc = doc["facts"]
+    version = doc.get("schema_version")
+    if version is None:
+        raise FactsFileError(f"{path}: no schema_version; was it written by 'debtorch facts --json'?")
+    if version != SCHEMA_VERSION:
+        raise FactsFileError(f"{path}: schema_version {version!r}; this debtorch reads {SCHEMA_VERSION}")
+    for name in SECTIONS:
+        sec = doc.get(name)
+        if sec is None:
+            doc[name] = {"unknown": {"*": "not in the saved facts"}}
+        elif not isinstance(sec, dict):
+            raise FactsFileError(f"{path}: section '{name}' is not an object")
+    return doc
+
+
+def get(facts: dict, dotted: str, default: Any = None) -> Any:
+    """``get(facts, "cpu.usable_cpus")``: a value by path, ``default`` when absent."""
+    cur: Any = facts
+    for part in dotted.split("."):
+        if isinstance(cur, dict):
+            cur = cur.get(part)
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return default
+        if cur is None:
+            return default
+    return cur
+
+
+def unknown_reason(facts: dict, dotted: str) -> Optional[str]:
+    """Why ``dotted`` is unknown, if the probe said so."""
+    section, _, name = dotted.partition(".")
+    sec = facts.get(section) or {}
+    unk = sec.get("unknown") or {}
+    return unk.get(name) or unk.get("*")

@@ -1,0 +1,222 @@
+"""APT facts: enabled components (one-line and deb822 sources), backports,
+NVIDIA's CUDA repository, and installed versions of the packages that matter,
+read from the dpkg status database."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional
+
+from debtorch.facts import Section
+from debtorch.host import Host, Unavailable
+
+SOURCES_LIST = "/etc/apt/sources.list"
+SOURCES_DIR = "/etc/apt/sources.list.d"
+DPKG_STATUS = "/var/lib/dpkg/status"
+
+# Packages whose installed versions the doctor reasons about.
+RELEVANT = re.compile(
+    r"^(nvidia-.*|libnvidia-.*|linux-headers-.*|linux-image-.*|cuda-.*|libcudnn.*|cudnn.*"
+    r"|libnccl.*|libcuda1|libcudart.*|firmware-misc-nonfree|python3-torch|python3-pynvml"
+    r"|dkms|mokutil|libc6|python3|python3-venv|python3-pip|xserver-xorg-video-nvidia)$"
+)
+
+DEBIAN_SUITE = re.compile(
+    r"^(buster|bullseye|bookworm|trixie|forky|duke|stable|oldstable|oldoldstable|testing|unstable|sid|experimental)"
+    r"(-updates|-backports|-security|-proposed-updates|-backports-sloppy)?$"
+)
+CUDA_REPO = re.compile(r"developer\.download\.nvidia\.com/compute/cuda/repos", re.I)
+
+
+def parse_one_line_sources(text: str, filename: str = "") -> list[dict]:
+    """Parse sources.list(5) one-line style.  Never raises."""
+    entries = []
+    for line in str(text).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = line.split()
+        if words[0] not in ("deb", "deb-src"):
+            continue
+        kind = words.pop(0)
+        options: dict = {}
+        if words and words[0].startswith("["):
+            opt_words = []
+            while words:
+                w = words.pop(0)
+                opt_words.append(w)
+                if w.endswith("]"):
+                    break
+            for opt in " ".join(opt_words).strip("[] ").split():
+                k, _, v = opt.partition("=")
+                options[k] = v
+        if len(words) < 2:
+            continue
+        uri, suite, components = words[0], words[1], words[2:]
+        entries.append(
+            {
+                "file": filename,
+                "format": "one-line",
+                "types": [kind],
+                "uris": [uri],
+                "suites": [suite],
+                "components": components,
+                "enabled": True,
+                "options": options,
+            }
+        )
+    return entries
+
+
+def parse_deb822_sources(text: str, filename: str = "") -> list[dict]:
+    """Parse deb822-style ``.sources`` files (sources.list(5)).  Never raises."""
+    entries = []
+    for stanza in _stanzas(str(text)):
+        fields = {k.lower(): v for k, v in stanza.items()}
+        types = fields.get("types", "").split()
+        if not types:
+            continue
+        enabled = fields.get("enabled", "yes").strip().lower() not in ("no", "false", "0")
+        entries.append(
+            {
+                "file": filename,
+                "format": "deb822",
+                "types": types,
+                "uris": fields.get("uris", "").split(),
+                "suites": fields.get("suites", "").split(),
+                "components": fields.get("components", "").split(),
+                "enabled": enabled,
+                "options": {
+                    k: v for k, v in fields.items() if k not in ("types", "uris", "suites", "components", "enabled")
+                },
+            }
+        )
+    return entries
+
+
+def _stanzas(text: str) -> Iterable[dict]:
+    """RFC822-like stanzas: 'Key: value', continuation lines start with space."""
+    cur: dict = {}
+    last: Optional[str] = None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if cur:
+                yield cur
+            cur, last = {}, None
+            continue
+        if line[0] in " \t":
+            if last is not None:
+                cont = line.strip()
+                cur[last] = (cur[last] + "\n" + ("" if cont == "." else cont)).strip("\n")
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        last = key.strip()
+        cur[last] = value.strip()
+    if cur:
+        yield cur
+
+
+def parse_dpkg_status(text: str, wanted=RELEVANT) -> dict:
+    """Installed packages matching ``wanted``: {name: {version, arch, status}}.  Never raises."""
+    out = {}
+    for stanza in _stanzas(str(text)):
+        name = stanza.get("Package")
+        if not name or (wanted is not None and not wanted.match(name)):
+            continue
+        status = stanza.get("Status", "")
+        words = status.split()
+        state = words[-1] if words else ""
+        if state not in ("installed", "half-configured", "unpacked", "half-installed", "triggers-pending", "triggers-awaited"):
+            continue
+        arch = stanza.get("Architecture")
+        key = name
+        out[key] = {"version": stanza.get("Version"), "arch": arch, "status": state}
+    return out
+
+
+def trim_dpkg_status(text: str) -> str:
+    """Keep only the stanzas debtorch reads (for recorded hosts)."""
+    kept = []
+    for block in re.split(r"\n\s*\n", text):
+        m = re.search(r"^Package:\s*(\S+)", block, re.M)
+        if m and RELEVANT.match(m.group(1)):
+            kept.append(block.strip("\n"))
+    return "\n\n".join(kept) + "\n"
+
+
+def summarise(entries: list[dict]) -> dict:
+    debian_components: set = set()
+    suites: list = []
+    backports = False
+    cuda_repo = False
+    for e in entries:
+        if not e["enabled"] or "deb" not in e["types"]:
+            continue
+        for uri in e["uris"]:
+            if CUDA_REPO.search(uri):
+                cuda_repo = True
+        for suite in e["suites"]:
+            if suite not in suites:
+                suites.append(suite)
+            if DEBIAN_SUITE.match(suite):
+                debian_components.update(e["components"])
+                if suite.endswith("-backports"):
+                    backports = True
+    order = ["main", "contrib", "non-free", "non-free-firmware"]
+    comps = [c for c in order if c in debian_components] + sorted(debian_components - set(order))
+    return {"components": comps, "suites": suites, "backports": backports, "cuda_repo": cuda_repo}
+
+
+def collect(host: Host, ctx) -> dict:
+    sec = Section()
+    entries: list = []
+    files: list = []
+    try:
+        entries += parse_one_line_sources(host.read_text(SOURCES_LIST), SOURCES_LIST)
+        files.append(SOURCES_LIST)
+    except Unavailable:
+        pass
+    try:
+        names = host.listdir(SOURCES_DIR)
+    except Unavailable:
+        names = []
+    for name in names:
+        path = f"{SOURCES_DIR}/{name}"
+        if name.endswith(".list"):
+            parser = parse_one_line_sources
+        elif name.endswith(".sources"):
+            parser = parse_deb822_sources
+        else:
+            continue  # APT ignores other names (e.g. *.disabled)
+        try:
+            entries += parser(host.read_text(path), path)
+            files.append(path)
+        except Unavailable:
+            continue
+    sec["source_files"] = files
+    sec["sources"] = entries
+    if not files:
+        sec.unknown("components", "no APT sources found")
+    sec.update(summarise(entries))
+
+    try:
+        sec["packages"] = parse_dpkg_status(host.read_text(DPKG_STATUS))
+    except Unavailable as exc:
+        sec.unknown("packages", f"{DPKG_STATUS}: {exc.reason}")
+    kernel = host.try_read("/proc/sys/kernel/osrelease")
+    if kernel:
+        kernel = kernel.strip()
+        pkg = f"linux-headers-{kernel}"
+        sec["running_kernel_headers"] = {
+            "package": pkg,
+            "installed": bool((sec.get("packages") or {}).get(pkg)) if sec.get("packages") is not None else None,
+            # DKMS builds against /lib/modules/<release>/build; a custom kernel may have it without a package.
+            "build_dir": host.exists(f"/lib/modules/{kernel}/build"),
+        }
+    else:
+        sec.unknown("running_kernel_headers", "kernel release unknown")
+    return sec

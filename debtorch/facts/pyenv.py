@@ -1,0 +1,118 @@
+"""PyTorch in a target interpreter, probed in a subprocess of that interpreter.
+
+debtorch never imports torch to describe a machine.  The light probe reads
+torch's ``version.py`` and the dist-info folders (torch, nvidia-* wheels) as
+text; ``--deep`` runs a second probe that imports torch, initialises CUDA,
+runs a tiny matmul and convolution per device and lists the CUDA libraries
+the process really mapped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+from debtorch.facts import Section
+from debtorch.host import Host
+from debtorch.probes import source
+
+LIGHT_TIMEOUT = 15.0
+
+
+def parse_probe_output(stdout: str) -> Optional[dict]:
+    """The JSON object on the last line a probe printed.  Never raises."""
+    for line in reversed(str(stdout).strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                val = json.loads(line)
+            except ValueError:
+                return None
+            return val if isinstance(val, dict) else None
+    return None
+
+
+def torch_variant(version: Optional[str], cuda: Optional[str], hip: Optional[str]) -> Optional[str]:
+    """'cu126', 'rocm6.2', 'cpu' (PyTorch's wheel index names).  Never raises."""
+    if cuda:
+        m = re.match(r"(\d+)\.(\d+)", str(cuda))
+        if m:
+            return f"cu{m.group(1)}{m.group(2)}"
+    if hip:
+        m = re.match(r"(\d+)\.(\d+)", str(hip))
+        if m:
+            return f"rocm{m.group(1)}.{m.group(2)}"
+    if version is not None:
+        m = re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version))
+        if m:
+            return m.group(1)
+        return "cpu" if not cuda and not hip else None
+    return None
+
+
+def wheel_version(dists: dict, prefix: str) -> Optional[str]:
+    """Version of the first distribution whose name starts with ``prefix`` (nvidia-cudnn-cu12 ...)."""
+    for name in sorted(dists):
+        if name.startswith(prefix):
+            return dists[name].get("version")
+    return None
+
+
+def collect(host: Host, ctx) -> dict:
+    sec = Section()
+    python = ctx.options.python or host.default_python
+    sec["executable"] = python
+    sec["requested"] = bool(ctx.options.python)
+    res = host.run([python, "-c", source("light")], timeout=LIGHT_TIMEOUT, key=f"{python} <probe:light>")
+    data = parse_probe_output(res.stdout) if res.error is None else None
+    if data is None:
+        reason = res.reason or "the probe printed no JSON"
+        if res.error is None and res.stderr.strip():
+            reason = f"{reason}: {res.stderr.strip().splitlines()[-1][:200]}"
+        sec.unknown("version", f"could not run {python}: {reason}")
+        sec.unknown("torch", "interpreter did not answer")
+        return sec
+    sec["version"] = data.get("version")
+    sec["venv"] = data.get("venv")
+    sec["prefix"] = data.get("prefix")
+    sec["site_dirs"] = data.get("site_dirs") or []
+    dists = data.get("distributions") or {}
+    sec["distributions"] = {k: v.get("version") for k, v in sorted(dists.items())}
+    sec["libraries"] = data.get("libraries") or []
+
+    t = data.get("torch")
+    torch = Section()
+    if not t:
+        torch["installed"] = False
+    else:
+        torch["installed"] = True
+        torch["location"] = t.get("location")
+        version = t.get("version") or (dists.get("torch") or {}).get("version")
+        torch.set_or_unknown("version", version, t.get("error") or "torch/version.py has no __version__")
+        torch["cuda"] = t.get("cuda")
+        torch["hip"] = t.get("hip") or t.get("rocm")
+        torch["git_version"] = t.get("git_version")
+        torch["variant"] = torch_variant(version, torch["cuda"], torch["hip"])
+        torch["cpu_only"] = not torch["cuda"] and not torch["hip"]
+        torch["cudnn_wheel"] = wheel_version(dists, "nvidia-cudnn-")
+        torch["nccl_wheel"] = wheel_version(dists, "nvidia-nccl-")
+        torch["cuda_runtime_wheel"] = wheel_version(dists, "nvidia-cuda-runtime-")
+    sec["torch"] = dict(torch)
+
+    if ctx.options.deep:
+        deep_res = host.run(
+            [python, "-c", source("deep")],
+            timeout=ctx.options.deep_timeout,
+            key=f"{python} <probe:deep>",
+        )
+        deep = parse_probe_output(deep_res.stdout) if deep_res.error is None else None
+        if deep is None:
+            reason = deep_res.reason or "the probe printed no JSON"
+            tail = deep_res.stderr.strip().splitlines()
+            sec["deep"] = {"ok": False, "errors": {"probe": reason + (f": {tail[-1][:300]}" if tail else "")}}
+        else:
+            sec["deep"] = deep
+    else:
+        sec["deep"] = None
+    return sec

@@ -1,0 +1,677 @@
+"""The one door to the machine.
+
+Every read of /proc, /sys, /etc and /var/lib/dpkg, every subprocess, every NVML
+call and every system call that describes the machine (rlimits, affinity,
+statvfs) goes through a :class:`Host`.  Nothing else in debtorch opens
+``/proc/...`` or calls :mod:`subprocess` directly.
+
+Three hosts exist:
+
+* :class:`LiveHost` is this machine.
+* :class:`ReplayHost` is a machine replayed from a folder of real files (a fake
+  root) plus ``_host.json`` (recorded command outputs, rlimits, environment,
+  NVML).  Like python-distro with ``root_dir``, a replayed host never falls back
+  to the live machine: what was not recorded is unknown, with the reason
+  ``not recorded``.
+* :class:`RecordingHost` is the live machine, copying everything it reads into a
+  folder that :class:`ReplayHost` can load (``debtorch facts --record DIR``).
+
+A probe that cannot read something gets :class:`Unavailable` with a short
+reason ("not present", "permission denied", "timed out", ...); facts turn that
+into ``None`` plus the reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import json
+import os
+import platform
+import posixpath
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+# Reasons, as short phrases a user can read.
+NOT_PRESENT = "not present"
+PERMISSION_DENIED = "permission denied"
+TIMED_OUT = "timed out"
+NOT_RECORDED = "not recorded on the replayed host"
+COMMAND_NOT_FOUND = "command not found"
+
+HOST_FILE = "_host.json"
+COMMANDS_DIR = "_commands"
+NVML_FILE = "_nvml.json"
+MAX_READ = 8 * 1024 * 1024
+
+
+class Unavailable(Exception):
+    """A fact could not be read.  ``reason`` says why, in a few words."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason_for(exc: OSError) -> str:
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return NOT_PRESENT
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return PERMISSION_DENIED
+    return exc.strerror or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did.  ``error`` is None when it ran, whatever its exit status."""
+
+    argv: tuple
+    returncode: Optional[int]
+    stdout: str
+    stderr: str
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+    @property
+    def reason(self) -> str:
+        """Why the command gave nothing usable, for an 'unknown' entry."""
+        if self.error:
+            return self.error
+        if self.returncode != 0:
+            tail = (self.stderr or self.stdout).strip().splitlines()
+            detail = f": {tail[-1][:160]}" if tail else ""
+            return f"exit status {self.returncode}{detail}"
+        return ""
+
+    def to_json(self) -> dict:
+        return {
+            "returncode": self.returncode,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "error": self.error,
+        }
+
+
+def command_key(argv: Sequence[str]) -> str:
+    """The name a command is recorded under: its words joined by spaces."""
+    return " ".join(str(a) for a in argv)
+
+
+class Host:
+    """Base class: the interface every probe uses."""
+
+    root: Path
+    label: str
+    live: bool = False
+
+    # -- files -----------------------------------------------------------
+    def path(self, p: str) -> Path:
+        """The real path on this machine that stands for absolute path ``p``."""
+        raise NotImplementedError
+
+    def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
+        # Read in small chunks: procfs sysctl files refuse one huge read (ENOMEM).
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with open(self.path(p), "rb", buffering=0) as fh:
+                while size < max_bytes:
+                    chunk = fh.read(min(65536, max_bytes - size))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def try_read(self, p: str, max_bytes: int = MAX_READ) -> Optional[str]:
+        try:
+            return self.read_text(p, max_bytes)
+        except Unavailable:
+            return None
+
+    def exists(self, p: str) -> bool:
+        try:
+            return self.path(p).exists()
+        except (OSError, Unavailable):
+            return False
+
+    def is_dir(self, p: str) -> bool:
+        try:
+            return self.path(p).is_dir()
+        except (OSError, Unavailable):
+            return False
+
+    def listdir(self, p: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(p)))
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+
+    def readlink(self, p: str) -> str:
+        try:
+            return os.readlink(self.path(p))
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+
+    def realpath(self, p: str) -> str:
+        """``p`` with symbolic links resolved, as a path on the described machine."""
+        real = os.path.realpath(self.path(p))
+        rel = os.path.relpath(real, self.root)
+        return "/" if rel == "." else "/" + rel
+
+    # -- commands --------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float = 5.0,
+        key: Optional[str] = None,
+        env: Optional[dict] = None,
+    ) -> CommandResult:
+        raise NotImplementedError
+
+    def run_all(self, calls: Iterable[dict]) -> list[CommandResult]:
+        """Run several commands concurrently; each call is ``run``'s keyword arguments."""
+        calls = list(calls)
+        if not calls:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(calls))) as pool:
+            futures = [pool.submit(self.run, **c) for c in calls]
+            return [f.result() for f in futures]
+
+    # -- the rest of the machine ----------------------------------------
+    def nvml(self) -> tuple[Any, Optional[str]]:
+        """An initialised NVML binding (pynvml's API) or ``(None, reason)``."""
+        raise NotImplementedError
+
+    @property
+    def environ(self) -> dict:
+        raise NotImplementedError
+
+    def rlimit(self, name: str) -> tuple[int, int]:
+        """(soft, hard) for ``RLIMIT_<name>``; -1 means unlimited."""
+        raise NotImplementedError
+
+    def affinity(self) -> list[int]:
+        raise NotImplementedError
+
+    def statvfs(self, p: str) -> dict:
+        """total, free (for unprivileged users) and used bytes of the filesystem at ``p``."""
+        raise NotImplementedError
+
+    @property
+    def machine(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def default_python(self) -> str:
+        """The interpreter inspected when none is named: the active venv's, else ours."""
+        venv = self.environ.get("VIRTUAL_ENV")
+        if venv:
+            return posixpath.join(venv, "bin", "python")
+        return self._own_python()
+
+    def _own_python(self) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# The live machine
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
+class LiveHost(Host):
+    """This machine."""
+
+    live = True
+
+    def __init__(self) -> None:
+        self.root = Path("/")
+        self.label = "live"
+        self._nvml_lock = threading.Lock()
+        self._nvml: Optional[tuple[Any, Optional[str]]] = None
+
+    def path(self, p: str) -> Path:
+        return Path(p)
+
+    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
+        argv = tuple(str(a) for a in argv)
+        full_env = dict(os.environ)
+        full_env.update({"LC_ALL": "C", "LANG": "C"})
+        if env:
+            full_env.update(env)
+        start = time.monotonic()
+        try:
+            # A new session, so that a timeout kills grandchildren too: a hung
+            # nvidia-smi must never hang debtorch.
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd="/",
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return CommandResult(argv, None, "", "", COMMAND_NOT_FOUND, 0.0)
+        except PermissionError:
+            return CommandResult(argv, None, "", "", PERMISSION_DENIED, 0.0)
+        except OSError as exc:
+            return CommandResult(argv, None, "", "", _reason_for(exc), 0.0)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            try:
+                out, err = proc.communicate(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                out, err = b"", b""
+            return CommandResult(
+                argv, None, out.decode(errors="replace"), err.decode(errors="replace"),
+                f"{TIMED_OUT} after {timeout:g} s", time.monotonic() - start,
+            )
+        return CommandResult(
+            argv,
+            proc.returncode,
+            out.decode("utf-8", errors="replace"),
+            err.decode("utf-8", errors="replace"),
+            None,
+            time.monotonic() - start,
+        )
+
+    def nvml(self):
+        with self._nvml_lock:
+            if self._nvml is None:
+                self._nvml = _load_live_nvml()
+            return self._nvml
+
+    @property
+    def environ(self) -> dict:
+        return dict(os.environ)
+
+    def rlimit(self, name: str) -> tuple[int, int]:
+        import resource
+
+        const = getattr(resource, f"RLIMIT_{name}", None)
+        if const is None:
+            raise Unavailable(NOT_PRESENT)
+        soft, hard = resource.getrlimit(const)
+        inf = resource.RLIM_INFINITY
+        return (-1 if soft == inf else soft, -1 if hard == inf else hard)
+
+    def affinity(self) -> list[int]:
+        try:
+            return sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError) as exc:
+            raise Unavailable(str(exc)) from None
+
+    def statvfs(self, p: str) -> dict:
+        try:
+            st = os.statvfs(p)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        return {
+            "total": st.f_blocks * st.f_frsize,
+            "free": st.f_bavail * st.f_frsize,
+            "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
+        }
+
+    @property
+    def machine(self) -> str:
+        return platform.machine()
+
+    def _own_python(self) -> str:
+        return sys.executable
+
+    def close(self) -> None:
+        with self._nvml_lock:
+            if self._nvml and self._nvml[0] is not None:
+                try:
+                    self._nvml[0].nvmlShutdown()
+                except Exception:  # noqa: BLE001 - shutting down must not fail a report
+                    pass
+
+
+def _load_live_nvml():
+    try:
+        import pynvml  # nvidia-ml-py; optional
+    except ImportError:
+        return None, "NVML binding not installed (nvidia-ml-py / python3-pynvml)"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # pynvml.NVMLError and friends
+        return None, f"NVML did not initialise: {_nvml_error_text(exc)}"
+    return pynvml, None
+
+
+def _nvml_error_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+# ---------------------------------------------------------------------------
+# A machine replayed from a folder
+
+
+class ReplayHost(Host):
+    """A machine replayed from ``folder``: a fake root plus ``_host.json``.
+
+    ``_host.json`` holds what is not a file: ``machine``, ``python`` (the
+    interpreter that ran debtorch), ``environ``, ``rlimits``, ``affinity``,
+    ``statvfs`` and ``commands`` (keyed by :func:`command_key`; a command's
+    stdout may live in ``_commands/<file>`` and be named by ``stdout_file``).
+    ``nvml`` is either ``{"file": "_nvml.json"}`` (replayed by
+    :mod:`debtorch.nvmlfake`) or ``{"error": "..."}``.
+    """
+
+    live = False
+
+    def __init__(self, folder, label: Optional[str] = None) -> None:
+        self.root = Path(folder).resolve()
+        if not self.root.is_dir():
+            raise Unavailable(f"{folder}: not a folder")
+        self.label = label or f"replay:{self.root.name}"
+        meta_path = self.root / HOST_FILE
+        self.meta: dict = {}
+        if meta_path.exists():
+            try:
+                self.meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError) as exc:
+                raise Unavailable(f"{meta_path}: not valid JSON ({exc})") from None
+            if not isinstance(self.meta, dict):
+                raise Unavailable(f"{meta_path}: not a JSON object")
+        self._nvml: Optional[tuple[Any, Optional[str]]] = None
+
+    # Paths are resolved inside the fake root, symlinks included, so that an
+    # absolute link in a fixture never escapes to the live machine.
+    def path(self, p: str) -> Path:
+        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            if part == ".":
+                continue
+            candidate = self.root.joinpath(*resolved, part)
+            if candidate.is_symlink():
+                hops += 1
+                if hops > 40:
+                    raise Unavailable("too many levels of symbolic links")
+                target = os.readlink(candidate)
+                if target.startswith("/"):
+                    resolved = []
+                parts = [x for x in target.split("/") if x] + parts
+                continue
+            resolved.append(part)
+        return self.root.joinpath(*resolved)
+
+    def readlink(self, p: str) -> str:
+        parent, name = posixpath.split(_norm(p))
+        real = self.path(parent) / name
+        try:
+            return os.readlink(real)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+
+    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
+        argv = tuple(str(a) for a in argv)
+        name = key or command_key(argv)
+        rec = (self.meta.get("commands") or {}).get(name)
+        if rec is None:
+            # Not recorded: the replayed machine did not have it, or the
+            # recording did not run it.  Never run it here.
+            return CommandResult(argv, None, "", "", (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND))
+        stdout = rec.get("stdout", "")
+        if rec.get("stdout_file"):
+            try:
+                stdout = (self.root / COMMANDS_DIR / rec["stdout_file"]).read_text(errors="replace")
+            except OSError as exc:
+                return CommandResult(argv, None, "", "", f"recorded output missing: {exc}")
+        return CommandResult(
+            argv, rec.get("returncode"), stdout, rec.get("stderr", ""), rec.get("error"), 0.0
+        )
+
+    def nvml(self):
+        if self._nvml is None:
+            spec = self.meta.get("nvml")
+            if not spec:
+                self._nvml = (None, "NVML binding not installed (nvidia-ml-py / python3-pynvml)")
+            elif spec.get("error"):
+                self._nvml = (None, spec["error"])
+            else:
+                from debtorch import nvmlfake
+
+                try:
+                    fake = nvmlfake.load(self.root / spec.get("file", NVML_FILE))
+                    fake.nvmlInit()
+                    self._nvml = (fake, None)
+                except Exception as exc:  # a fake raising like the real binding
+                    self._nvml = (None, f"NVML did not initialise: {_nvml_error_text(exc)}")
+        return self._nvml
+
+    @property
+    def environ(self) -> dict:
+        return dict(self.meta.get("environ") or {})
+
+    def rlimit(self, name: str) -> tuple[int, int]:
+        val = (self.meta.get("rlimits") or {}).get(name)
+        if val is None:
+            raise Unavailable(NOT_RECORDED)
+        return int(val[0]), int(val[1])
+
+    def affinity(self) -> list[int]:
+        val = self.meta.get("affinity")
+        if val is None:
+            raise Unavailable(NOT_RECORDED)
+        return [int(x) for x in val]
+
+    def statvfs(self, p: str) -> dict:
+        table = self.meta.get("statvfs") or {}
+        val = table.get(_norm(p))
+        if val is None:
+            raise Unavailable(NOT_RECORDED)
+        return dict(val)
+
+    @property
+    def machine(self) -> str:
+        return self.meta.get("machine", "x86_64")
+
+    def _own_python(self) -> str:
+        return self.meta.get("python", "/usr/bin/python3")
+
+
+# ---------------------------------------------------------------------------
+# Recording the live machine into a folder that ReplayHost loads
+
+
+class RecordingHost(LiveHost):
+    """The live machine, writing what it reads into ``folder``.
+
+    Used by ``debtorch facts --record DIR`` to capture fixture hosts and
+    machines for bug reports.  Only what debtorch reads is copied; the
+    environment is reduced to the allowlist of :mod:`debtorch.facts.env`.
+    """
+
+    def __init__(self, folder, trim: Optional[dict] = None) -> None:
+        super().__init__()
+        self.out = Path(folder)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.label = "live (recording)"
+        self._lock = threading.Lock()
+        self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}
+        self._trim = trim or {}
+
+    def _dest(self, p: str) -> Path:
+        return self.out / posixpath.normpath("/" + str(p)).lstrip("/")
+
+    def _copy_links(self, p: str) -> None:
+        """Recreate the symlinks along ``p`` inside the recording."""
+        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        cur = "/"
+        for part in parts:
+            cur = posixpath.join(cur, part)
+            if os.path.islink(cur):
+                dest = self._dest(cur)
+                if not os.path.lexists(dest):
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.symlink(os.readlink(cur), dest)
+                target = os.readlink(cur)
+                real = posixpath.normpath(posixpath.join(posixpath.dirname(cur), target)) if not target.startswith("/") else target
+                rest = "/".join(parts[parts.index(part) + 1 :])
+                self._copy_links(posixpath.join(real, rest) if rest else real)
+                return
+
+    def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
+        text = super().read_text(p, max_bytes)
+        with self._lock:
+            self._copy_links(p)
+            real = os.path.realpath(p)
+            dest = self._dest(real)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            trim = self._trim.get(_norm(p))
+            dest.write_text(trim(text) if trim else text)
+        return text
+
+    def listdir(self, p: str) -> list[str]:
+        names = super().listdir(p)
+        with self._lock:
+            self._copy_links(p)
+            base = self._dest(os.path.realpath(p))
+            base.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                full = posixpath.join(p, name)
+                if os.path.islink(full):
+                    dest = base / name
+                    if not os.path.lexists(dest):
+                        os.symlink(os.readlink(full), dest)
+                        real = os.path.realpath(full)
+                        if os.path.isdir(real):
+                            self._dest(real).mkdir(parents=True, exist_ok=True)
+                elif os.path.isdir(full):
+                    (base / name).mkdir(exist_ok=True)
+                elif not (base / name).exists():
+                    (base / name).touch()
+        return names
+
+    def readlink(self, p: str) -> str:
+        target = super().readlink(p)
+        with self._lock:
+            self._copy_links(posixpath.dirname(p))
+            dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(dest):
+                os.symlink(target, dest)
+        return target
+
+    def exists(self, p: str) -> bool:
+        found = super().exists(p)
+        if found:
+            with self._lock:
+                self._copy_links(p)
+                dest = self._dest(os.path.realpath(p))
+                if os.path.isdir(p):
+                    dest.mkdir(parents=True, exist_ok=True)
+                elif not dest.exists():
+                    # Existence is all that was asked: an empty stand-in, not a copy.
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.touch()
+        return found
+
+    def is_dir(self, p: str) -> bool:
+        found = super().is_dir(p)
+        if found:
+            self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+        return found
+
+    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
+        res = super().run(argv, timeout=timeout, key=key, env=env)
+        with self._lock:
+            self.meta["commands"][key or command_key(res.argv)] = res.to_json()
+        return res
+
+    def rlimit(self, name: str) -> tuple[int, int]:
+        val = super().rlimit(name)
+        with self._lock:
+            self.meta["rlimits"][name] = list(val)
+        return val
+
+    def affinity(self) -> list[int]:
+        val = super().affinity()
+        self.meta["affinity"] = val
+        return val
+
+    def statvfs(self, p: str) -> dict:
+        val = super().statvfs(p)
+        with self._lock:
+            self.meta["statvfs"][_norm(p)] = val
+        return val
+
+    def save(self) -> Path:
+        """Write ``_host.json`` (and large command outputs) into the folder."""
+        from debtorch.facts.env import allowed_environ
+
+        meta = dict(self.meta)
+        meta["machine"] = self.machine
+        meta["python"] = self._own_python()
+        meta["environ"] = allowed_environ(os.environ, keep_venv=True)
+        commands = {}
+        cmd_dir = self.out / COMMANDS_DIR
+        for i, (name, rec) in enumerate(sorted(meta["commands"].items())):
+            rec = dict(rec)
+            if len(rec.get("stdout") or "") > 512:
+                cmd_dir.mkdir(exist_ok=True)
+                fname = f"{i:02d}-{_slug(name)}.out"
+                (cmd_dir / fname).write_text(rec.pop("stdout"))
+                rec["stdout_file"] = fname
+            commands[name] = rec
+        meta["commands"] = commands
+        nv = self._nvml
+        if nv is not None:
+            if nv[0] is None:
+                meta["nvml"] = {"error": nv[1]}
+            else:
+                from debtorch import nvmlfake
+
+                (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
+                meta["nvml"] = {"file": NVML_FILE}
+        path = self.out / HOST_FILE
+        path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        return path
+
+
+def _norm(p: str) -> str:
+    """An absolute, normalised path ('//x/./y' -> '/x/y')."""
+    return posixpath.normpath("/" + str(p).lstrip("/"))
+
+
+def _slug(text: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "-" for c in text.split(" -c ")[0])
+    return "-".join(x for x in keep.split("-") if x)[:60] or "command"

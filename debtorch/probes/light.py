@@ -1,0 +1,78 @@
+# Runs in the target interpreter.  Must not import torch; Python 3.6+.
+import json
+import os
+import re
+import sys
+
+WANTED = re.compile(
+    r"^(torch|torchvision|torchaudio|triton|pytorch_triton\w*|numpy|nvidia_[a-z0-9_]+|nvidia_ml_py|pynvml"
+    r"|deepspeed|accelerate|lightning|pytorch_lightning)-([^-]+)\.(dist-info|egg-info)$",
+    re.I,
+)
+LIB = re.compile(r"^lib(cudart|cudnn|nccl|cublas|cuda|nvrtc|cusparse|cufft|nvJitLink)[^/]*\.so[.0-9]*$")
+
+out = {
+    "executable": sys.executable,
+    "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
+    "prefix": sys.prefix,
+    "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+    "site_dirs": [],
+    "distributions": {},
+    "torch": None,
+    "libraries": [],
+}
+out["venv"] = out["prefix"] != out["base_prefix"]
+seen = set()
+for d in sys.path:
+    if not d or not os.path.isdir(d) or d in seen:
+        continue
+    seen.add(d)
+    if not (d.endswith("site-packages") or d.endswith("dist-packages")):
+        continue
+    out["site_dirs"].append(d)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        continue
+    for n in names:
+        m = WANTED.match(n)
+        if m:
+            key = m.group(1).lower().replace("_", "-")
+            out["distributions"].setdefault(key, {"version": m.group(2), "location": d})
+    nv = os.path.join(d, "nvidia")
+    if os.path.isdir(nv):
+        for sub in sorted(os.listdir(nv)):
+            libdir = os.path.join(nv, sub, "lib")
+            if os.path.isdir(libdir):
+                for f in sorted(os.listdir(libdir)):
+                    if LIB.match(f):
+                        out["libraries"].append(os.path.join(libdir, f))
+    tlib = os.path.join(d, "torch", "lib")
+    if os.path.isdir(tlib):
+        for f in sorted(os.listdir(tlib)):
+            if LIB.match(f) or f.startswith("libtorch_cuda") or f.startswith("libtorch_hip"):
+                out["libraries"].append(os.path.join(tlib, f))
+
+# torch's own version file, read as text: importing torch takes seconds.
+for d in out["site_dirs"] + [p for p in sys.path if p and p not in out["site_dirs"]]:
+    vf = os.path.join(d, "torch", "version.py")
+    if os.path.isfile(vf):
+        info = {"location": os.path.join(d, "torch")}
+        try:
+            with open(vf) as fh:
+                text = fh.read()
+        except OSError as exc:
+            info["error"] = str(exc)
+            text = ""
+        for key in ("__version__", "cuda", "hip", "rocm", "xpu", "git_version", "debug"):
+            m = re.search(r"^%s\s*(?::[^=]*)?=\s*(.+?)\s*$" % re.escape(key), text, re.M)
+            if m:
+                raw = m.group(1)
+                if raw in ("None", "False", "True"):
+                    val = {"None": None, "False": False, "True": True}[raw]
+                else:
+                    val = raw.strip("'\"")
+                info[key.strip("_")] = val
+        out["torch"] = info
+        break
+print(json.dumps(out))

@@ -1,0 +1,48 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ROOT / "tests" / "hosts"
+SHARED_REAL = ROOT.parent / "shared" / "fixtures" / "real"
+
+
+def run_debtorch(*args, input=None, env=None, timeout=120):
+    """Run ``python -m debtorch`` from this checkout, as a user would."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "debtorch", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def replay():
+    """replay("debian12-vm-2core") -> a ReplayHost of tests/hosts/<name>."""
+    from debtorch.host import ReplayHost
+
+    def _make(name):
+        return ReplayHost(HOSTS / name)
+
+    return _make
+
+
+@pytest.fixture
+def no_live(monkeypatch):
+    """Fail the test if anything starts a process or loads NVML on the live machine."""
+    def boom(*a, **k):
+        raise AssertionError(f"live process started: {a[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", boom)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    return True

@@ -1,0 +1,70 @@
+"""The one door to the machine: replayed hosts never touch the live one."""
+
+import json
+import os
+
+import pytest
+
+from debtorch import facts
+from debtorch.host import COMMAND_NOT_FOUND, LiveHost, RecordingHost, ReplayHost, Unavailable
+
+
+def test_replayed_host_never_runs_a_live_command(replay, no_live):
+    host = replay("debian12-vm-2core")
+    res = host.run(["nvidia-smi", "-q", "-x"])
+    assert res.error == COMMAND_NOT_FOUND
+    # A recorded command replays its output without any process.
+    res = host.run(["getconf", "GNU_LIBC_VERSION"])
+    assert res.ok and "glibc" in res.stdout
+
+
+def test_replayed_facts_need_no_live_machine(replay, no_live):
+    doc = facts.collect(replay("debian12-vm-2core"))
+    assert doc["os"]["release"] == "12"
+    assert doc["cpu"]["usable_cpus"] == 2
+    assert doc["python"]["torch"]["version"] == "2.13.0+cpu"
+
+
+def test_absolute_symlink_in_a_fixture_stays_inside_the_root(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "os-release").symlink_to("/etc/hostname")
+    host = ReplayHost(tmp_path)
+    # /etc/hostname exists on the live machine but not in the fixture.
+    with pytest.raises(Unavailable) as exc:
+        host.read_text("/etc/os-release")
+    assert exc.value.reason == "not present"
+    assert host.path("/../../etc/passwd") == tmp_path.resolve() / "etc" / "passwd"
+
+
+def test_unreadable_is_a_reason_not_a_traceback(tmp_path):
+    host = ReplayHost(tmp_path)
+    with pytest.raises(Unavailable) as exc:
+        host.read_text("/proc/cpuinfo")
+    assert exc.value.reason == "not present"
+    assert host.try_read("/proc/cpuinfo") is None
+    with pytest.raises(Unavailable) as exc:
+        host.rlimit("NOFILE")
+    assert "not recorded" in exc.value.reason
+
+
+def test_hung_command_is_killed_at_its_timeout():
+    res = LiveHost().run(["sh", "-c", "sleep 30 & sleep 30"], timeout=0.5)
+    assert res.error and res.error.startswith("timed out")
+    assert res.seconds < 5
+
+
+def test_missing_command_is_a_fact():
+    res = LiveHost().run(["debtorch-no-such-command-xyz"])
+    assert res.error == COMMAND_NOT_FOUND and not res.ok
+
+
+def test_recording_then_replaying_this_machine_gives_the_same_facts(tmp_path):
+    opts = facts.Options(data=str(tmp_path))
+    rec = RecordingHost(tmp_path / "rec")
+    live = facts.collect(rec, opts)
+    rec.save()
+    again = facts.collect(ReplayHost(tmp_path / "rec"), opts)
+    for doc in (live, again):
+        doc.pop("collected_at")
+        doc.pop("host")
+    assert json.loads(json.dumps(live, default=sorted)) == json.loads(json.dumps(again, default=sorted))
