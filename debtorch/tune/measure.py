@@ -1,0 +1,174 @@
+"""``debtorch tune --measure``: short trials on a real workload, within a budget.
+
+Torch-free: the trials run in a worker process of the target interpreter
+(:class:`debtorch.train.runner.Worker`, the engine shared with
+verify-train); this module calibrates the trial length, hands the search
+(:mod:`debtorch.tune.search`) a trial function, and writes what was
+measured into the recommendation's reasons.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from debtorch.facts import get
+from debtorch.tune import rules
+from debtorch.tune.rules import Reason, Recommendation
+from debtorch.tune.search import Outcome, Result, Search, default_space
+
+# Below this no search can run: a worker start, a calibration and a handful of trials.
+MIN_BUDGET_S = 10.0
+# The search needs room for about this many trials; trials are sized to fit.
+TRIALS_PLANNED = 45
+MIN_TRIAL_S, MAX_TRIAL_S = 0.4, 8.0
+WARMUP_STEPS = 2
+
+# Which settings fields each searched dimension decides.
+FIELDS = {
+    "num_workers": ("num_workers",),
+    "prefetch_factor": ("prefetch_factor",),
+    "pin_memory": ("pin_memory", "non_blocking"),
+    "threads": ("threads",),
+    "precision": ("precision",),
+    "channels_last": ("channels_last",),
+}
+
+
+class MeasureError(Exception):
+    """Measurement failed (exit 1); the message is one line."""
+
+
+class MeasureUsageError(MeasureError):
+    """Bad input for measurement: workload, budget, device (exit 2); one line."""
+
+
+@dataclass
+class MeasureOptions:
+    workload: str = "builtin:cnn"
+    budget_s: float = 120.0
+    python: Optional[str] = None
+    repeats: int = 3
+    seed: int = 0
+
+
+def precisions_for(rec: Recommendation, facts: dict) -> list:
+    """The precisions worth measuring on this device (never one the hardware lacks)."""
+    if rec.device == "cuda":
+        ccs = [rules.parse_compute_capability(g.get("compute_capability")) for g in rules.gpus_of(facts)]
+        cc = min(ccs) if ccs and all(ccs) else None
+        if cc and cc >= (8, 0):
+            return ["fp32", "bf16", "fp16"]
+        if cc and cc >= (7, 0):
+            return ["fp32", "fp16"]
+        return ["fp32"]
+    feats = get(facts, "cpu.features") or {}
+    return ["fp32", "bf16"] if (feats.get("avx512_bf16") or feats.get("amx_bf16")) else ["fp32"]
+
+
+def apply_result(rec: Recommendation, result: Result) -> Recommendation:
+    """Put the measured settings and their reasons into ``rec`` (in place; returned)."""
+    rec.settings = result.best
+    for dim, choice in result.choices.items():
+        for name in FIELDS.get(dim, (dim,)):
+            if choice.rule == "tune.M005" and not choice.text.startswith(f"{dim}: no measurable"):
+                continue  # not measured at all: the rule's reason stands
+            rec.reasons[name] = Reason(choice.rule, choice.text)
+    rules.worker_companions(rec)
+    rules.thread_env(rec)
+    rec.chosen_by = "measured"
+    return rec
+
+
+class EngineTrials:
+    """Trials in a worker process of the target interpreter (the engine's Worker)."""
+
+    def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
+        try:
+            from debtorch.train.runner import Worker, WorkerError
+        except ImportError:  # the engine ships with debtorch; this is a broken install
+            raise MeasureError("the training engine (debtorch.train.runner) is missing from this install") from None
+        self._error = WorkerError
+        self.device = device
+        try:
+            self.worker = Worker(python=python)
+            self.info = self.worker.load(workload, seed=seed)
+        except WorkerError as exc:
+            raise MeasureUsageError(str(exc)) from None
+
+    def trial(self, settings, steps: int, warmup: int) -> dict:
+        return self.worker.trial(settings.to_dict(), steps=steps, warmup=warmup, device=self.device)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
+            on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> Result:
+    """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
+
+    ``trials`` is an object with ``trial(settings, steps, warmup) -> dict``
+    and ``info`` (the workload's description); by default an
+    :class:`EngineTrials` for ``opts.workload``.
+    """
+    if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
+        raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
+                                f"give at least {MIN_BUDGET_S:g} seconds")
+    t0 = clock()
+    own = trials is None
+    if own:
+        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed)
+    try:
+        info = getattr(trials, "info", {}) or {}
+
+        def run(settings, steps):
+            start = clock()
+            try:
+                r = trials.trial(settings, steps=steps, warmup=WARMUP_STEPS)
+            except Exception as exc:  # a failed trial is a finding, not the end of the search
+                return Outcome(None, clock() - start, error=_one_line(exc))
+            cost = clock() - start
+            if not isinstance(r, dict) or r.get("error"):
+                return Outcome(None, cost, error=_one_line(r.get("error") if isinstance(r, dict) else r))
+            sps = r.get("samples_per_s")
+            if not isinstance(sps, (int, float)) or sps <= 0:
+                return Outcome(None, cost, error="no samples/s in the trial's result")
+            return Outcome(float(sps), cost, r.get("data_wait_share"), None)
+
+        # Calibrate: how long is a step, and what does a trial cost beyond its steps?
+        first = run(rec.settings, 2)
+        if first.samples_per_s is None:
+            raise MeasureError(f"the first trial failed: {first.error}")
+        batch = (rec.settings.micro_batch or info.get("batch_size") or 1) * rec.settings.accumulation_steps
+        step_s = batch / first.samples_per_s
+        overhead = max(0.0, first.seconds - (2 + WARMUP_STEPS) * step_s)
+        left = opts.budget_s - (clock() - t0)
+        trial_s = min(MAX_TRIAL_S, max(MIN_TRIAL_S, left / TRIALS_PLANNED - overhead - WARMUP_STEPS * step_s))
+        steps = max(3, round(trial_s / step_s))
+        cost = overhead + (steps + WARMUP_STEPS) * step_s
+        if left < 6 * cost:
+            raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything: one trial "
+                                    f"takes about {cost:.1f} s here; give at least {opts.budget_s - left + 6 * cost:.0f}")
+
+        conv = bool(info.get("convolutional"))
+        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts), conv,
+                             max_workers=rec.max_workers)
+        search = Search(lambda s: run(s, steps), budget_s=left, repeats=opts.repeats, on_trial=on_trial)
+        try:
+            result = search.run(rec.settings, dims)
+        except RuntimeError as exc:
+            raise MeasureError(str(exc)) from None
+        result.budget = opts.budget_s
+        result.spent = clock() - t0
+        result.steps_per_trial = steps
+        apply_result(rec, result)
+        return result
+    finally:
+        if own:
+            trials.close()
+
+
+def _one_line(x: Any) -> str:
+    text = str(x).strip().splitlines()
+    return (text[-1] if text else type(x).__name__)[:200]
