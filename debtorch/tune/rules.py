@@ -485,10 +485,11 @@ def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
     """
     workers = rec.settings.num_workers
     if workers:
-        if rec.settings.prefetch_factor is None or rec.reasons.get("prefetch_factor", Reason("", "")).rule != "tune.M001":
-            rec.set("prefetch_factor", rec.settings.prefetch_factor or prefetch, "tune.R007",
-                    f"{rec.settings.prefetch_factor or prefetch} batches ahead per worker (PyTorch's default is 2); "
-                    "--measure tries more")
+        measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")
+        if rec.settings.prefetch_factor is None or not measured:
+            n = rec.settings.prefetch_factor or prefetch
+            rec.set("prefetch_factor", n, "tune.R007", f"{n} batches ahead per worker" + (
+                " (PyTorch's default, set explicitly); --measure tries 4" if n == 2 else ""))
         rec.set("persistent_workers", True, "tune.R008",
                 f"{workers} worker(s) kept alive between epochs instead of restarted")
         rec.set("start_method", "fork", "tune.R009",

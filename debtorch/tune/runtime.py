@@ -4,7 +4,7 @@
 
     cfg = debtorch.load("debtorch.toml")
     cfg.configure_torch()                      # TF32, cudnn.benchmark, threads
-    loader = DataLoader(ds, shuffle=True, **cfg.loader_kwargs())
+    loader = DataLoader(ds, shuffle=True, **cfg.loader_kwargs(batch_size=32))
     model = cfg.prepare_model(model.to(device))  # channels_last, torch.compile
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **cfg.optimizer_kwargs())
     sched = cfg.scheduler(opt, total_steps)    # OneCycleLR, or constant
@@ -75,17 +75,20 @@ class Config:
         return self.file.total_steps
 
     # -- data ------------------------------------------------------------
-    def loader_kwargs(self, **overrides: Any) -> dict:
+    def loader_kwargs(self, **defaults: Any) -> dict:
         """Keyword arguments for ``torch.utils.data.DataLoader``.
 
-        ``batch_size`` is the micro-batch when the config sets one.  Pinned
-        memory is asked only when CUDA is available (it would only warn
-        otherwise).  ``overrides`` win.
+        ``defaults`` are yours (``batch_size=32, drop_last=True``): the config
+        wins where it sets something.  ``batch_size`` is the config's
+        micro-batch when it sets one.  Pinned memory is asked only when CUDA is
+        available (it would only warn otherwise).
         """
         import torch
 
         s = self.settings
-        kw: dict = {"num_workers": s.num_workers, "pin_memory": bool(s.pin_memory and torch.cuda.is_available())}
+        kw: dict = dict(defaults)
+        kw["num_workers"] = s.num_workers
+        kw["pin_memory"] = bool(s.pin_memory and torch.cuda.is_available())
         if s.micro_batch is not None:
             kw["batch_size"] = s.micro_batch
         if s.num_workers > 0:
@@ -94,7 +97,9 @@ class Config:
             kw["persistent_workers"] = s.persistent_workers
             if s.start_method is not None:
                 kw["multiprocessing_context"] = s.start_method
-        kw.update(overrides)
+        else:  # these need workers; DataLoader refuses them without
+            for name in ("prefetch_factor", "persistent_workers", "multiprocessing_context"):
+                kw.pop(name, None)
         return kw
 
     def to_device(self, tensor: Any, device: Any) -> Any:
@@ -182,6 +187,16 @@ class Config:
                                                    pct_start=s.pct_start)
 
 
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside debtorch, so the warning names the user's line."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("debtorch"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
     """Differences between the config's machine and this one; warn once per process."""
     global _warned
@@ -193,7 +208,7 @@ def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
     if diffs and not _warned:
         _warned = True
         warnings.warn(f"{cfg.path} was tuned on another machine or environment ({'; '.join(diffs)}); "
-                      "re-run `debtorch tune --write` here", FingerprintWarning, stacklevel=3)
+                      "re-run `debtorch tune --write` here", FingerprintWarning, stacklevel=_caller_level())
     return diffs
 
 
