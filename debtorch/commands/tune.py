@@ -75,9 +75,10 @@ def _progress():
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
     progress = Progress(TextColumn("[bold]measuring[/] {task.description}"), BarColumn(),
                         TextColumn("{task.completed:.0f}/{task.total:.0f} s"), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
+                        console=console, transient=True, disable=not console.is_terminal)
     task = progress.add_task("starting", total=1.0)
 
     def on_trial(trial, spent: float, budget: float) -> None:
@@ -137,10 +138,13 @@ def tune(
 
     result = None
     if measure:
-        from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure as run_measure
+        from debtorch.tune.measure import (MIN_BUDGET_S, MeasureError, MeasureOptions, MeasureUsageError,
+                                           measure as run_measure)
 
         if device is not None and device.value == "cuda" and not rules.gpus_of(facts):
             _fail("--device cuda --measure needs a GPU on this machine; the facts list none")
+        if budget < MIN_BUDGET_S:
+            _fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
         progress, on_trial = _progress()
         try:
             with progress:

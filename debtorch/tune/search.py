@@ -17,7 +17,8 @@ Strategy (smarter than a grid, honest about noise):
   matter" here, the rule's value stays, and the dimension is pruned from the
   next pass.
 * Numeric dimensions with wide ranges are raced coarse first (0, 1, 2, 4,
-  8 ...), then refined between the winner's neighbours.
+  8 ...), then bisected towards the winner: the midpoints to its nearest
+  tried neighbours, until they are adjacent.
 * A second pass revisits the dimensions that mattered (threads and workers
   share the same cores), while budget remains.
 * Every trial's cost is counted; no trial starts that the budget cannot pay.
@@ -333,6 +334,9 @@ class Search:
             best = self._refine(best, dims, choices)
         except BudgetSpent:
             stopped = f"budget of {self.budget:.0f} s spent"
+        for dim in dims:
+            if dim.name in choices:
+                choices[dim.name].changed = dim.get(best) != dim.get(start)
         return Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
                       budget=self.budget, stopped=stopped)
 
@@ -355,8 +359,9 @@ class Search:
                 self.race([best, runner])
             finally:
                 self.max_repeats = saved
-            new_best, choice = self._choose(dim, best, best, runner)
-            choices[dim.name] = choice
+            new_best, settled_choice = self._choose(dim, best, best, runner)
+            if key(new_best) != key(best) or settled_choice.rule != "tune.M005":
+                choices[dim.name] = settled_choice
             best = new_best
         return best
 
@@ -373,15 +378,17 @@ class Search:
         try:
             alive = self.race(cands)
             winner = self._leader(alive) or incumbent
-            if dim.numeric:
+            tried = set(first)
+            while dim.numeric:  # bisect towards the winner: the midpoints to its tried neighbours
                 v = dim.get(winner)
-                idx = first.index(v)
-                lo = first[idx - 1] if idx > 0 else v
-                hi = first[idx + 1] if idx + 1 < len(first) else v
-                fine = [x for x in values if lo < x < hi and x not in first]
-                if fine:
-                    alive = self.race([winner] + [dim.set(best, x) for x in fine])
-                    winner = self._leader(alive) or winner
+                lo = max((x for x in tried if x < v), default=v)
+                hi = min((x for x in tried if x > v), default=v)
+                mids = sorted({x for x in ((lo + v) // 2, (v + hi + 1) // 2) if x in values and x not in tried})
+                if not mids:
+                    break
+                tried.update(mids)
+                alive = self.race([winner] + [dim.set(best, x) for x in mids])
+                winner = self._leader(alive) or winner
         except BudgetSpent:
             spent = True
             measured = [c for c in cands if len(self.samples.get(key(c), [])) >= 2]
@@ -416,15 +423,28 @@ class Search:
         others = [c for k, c in self.known.items()
                   if k in self.samples and k != key(incumbent) and key(dim.set(best, dim.get(c))) == k]
         runner = self._leader(others)
-        if runner is not None and self.better(incumbent, runner):
+        if runner is not None and self.ahead(incumbent, runner):
             text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s vs {self.med(runner):.1f} with "
                     f"{label(runner)}, median of {min(n(incumbent), n(runner))}")
+            if not self.better(incumbent, runner):
+                text += f" (within noise {self.sigma():.1%})"
             return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False,
                                      self._beats_all(incumbent, dim, best))
+        slower = [c for c in others if self.better(incumbent, c)]
+        if runner is not None and slower:
+            close = [c for c in others if c not in slower]
+            text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s, median of {n(incumbent)}; "
+                    f"{_values(dim, close)} as fast within noise, {_values(dim, slower)} slower")
+            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False, False)
         tried = [_fmt(v) for v in dim.values if any(dim.get(c) == v for c in others + [incumbent])]
         text = (f"{dim.name}: no measurable difference among {', '.join(tried)} "
                 f"(noise {self.sigma():.1%}); {_fmt(dim.get(incumbent))} kept")
         return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False)
+
+
+def _values(dim: Dimension, configs: list) -> str:
+    vals = {dim.get(c) for c in configs}
+    return ", ".join(_fmt(v) for v in dim.values if v in vals)
 
 
 def _fmt(v: Any) -> str:
