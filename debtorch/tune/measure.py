@@ -9,6 +9,7 @@ measured into the recommendation's reasons.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -82,26 +83,56 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
 
 
 class EngineTrials:
-    """Trials in a worker process of the target interpreter (the engine's Worker)."""
+    """Trials in a worker process of the target interpreter (the engine's Worker).
+
+    A worker that dies in a trial (a DataLoader killed by a bus error, the
+    OOM killer) is restarted for the next one; the trial counts as failed.
+    """
+
+    # Failures that are about the user's input, not about the measurement.
+    USAGE_KINDS = ("no_python", "no_torch", "workload", "device", "bad_request")
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
-        try:
-            from debtorch.train.runner import Worker, WorkerError
-        except ImportError:  # the engine ships with debtorch; this is a broken install
-            raise MeasureError("the training engine (debtorch.train.runner) is missing from this install") from None
+        from debtorch.host import LiveHost
+        from debtorch.train.runner import Worker, WorkerError, worker_python
+
         self._error = WorkerError
-        self.device = device
+        self._worker_cls = Worker
+        self.workload, self.device, self.seed = workload, device, seed
+        self.worker = None
         try:
-            self.worker = Worker(python=python)
-            self.info = self.worker.load(workload, seed=seed)
+            self.python = worker_python(python, LiveHost())
+            self.info = self._start()
         except WorkerError as exc:
-            raise MeasureUsageError(str(exc)) from None
+            if self.worker is not None:
+                self.worker.kill()
+            raise self._as_error(exc) from None
+
+    def _as_error(self, exc) -> MeasureError:
+        cls = MeasureUsageError if exc.kind in self.USAGE_KINDS else MeasureError
+        return cls(str(exc))
+
+    def _start(self) -> dict:
+        self.worker = self._worker_cls(self.python, cwd=os.getcwd())
+        self.worker.start()
+        return self.worker.load(self.workload, device=self.device, seed=self.seed)
 
     def trial(self, settings, steps: int, warmup: int) -> dict:
-        return self.worker.trial(settings.to_dict(), steps=steps, warmup=warmup, device=self.device)
+        try:
+            return self.worker.trial(settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed,
+                                     sample_memory=False)
+        except self._error as exc:
+            if exc.kind in ("died", "timeout"):
+                try:
+                    self.worker.kill()
+                    self._start()
+                except self._error as again:
+                    raise MeasureError(f"the worker cannot be restarted: {again}") from None
+            raise
 
     def close(self) -> None:
-        self.worker.close()
+        if self.worker is not None:
+            self.worker.close()
 
 
 def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
@@ -126,6 +157,8 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
             start = clock()
             try:
                 r = trials.trial(settings, steps=steps, warmup=WARMUP_STEPS)
+            except MeasureError:
+                raise
             except Exception as exc:  # a failed trial is a finding, not the end of the search
                 return Outcome(None, clock() - start, error=_one_line(exc))
             cost = clock() - start
