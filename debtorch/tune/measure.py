@@ -9,7 +9,9 @@ measured into the recommendation's reasons.
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -17,13 +19,16 @@ from typing import Any, Callable, Optional
 from debtorch.facts import get
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
-from debtorch.tune.search import Outcome, Result, Search, default_space
+from debtorch.tune.search import Outcome, Result, Search, default_space, key
 
 # Below this no search can run: a worker start, a calibration and a handful of trials.
 MIN_BUDGET_S = 10.0
 # The search needs room for about this many trials; trials are sized to fit.
 TRIALS_PLANNED = 45
-MIN_TRIAL_S, MAX_TRIAL_S = 0.4, 8.0
+MIN_WINDOW_S, MAX_TRIAL_S = 0.3, 8.0   # bounds on a trial's timed window
+MIN_STEPS = 3                         # timed steps in a trial, at least
+MIN_TRIALS = 6                        # a budget that cannot pay for these measures nothing
+CALIBRATION_STEPS = 5
 WARMUP_STEPS = 2
 
 # Which settings fields each searched dimension decides.
@@ -135,13 +140,84 @@ class EngineTrials:
             self.worker.close()
 
 
+class Trialer:
+    """Runs trials through an engine and sizes them: calibration, then every
+    config timed over about the same window whatever its speed.
+
+    ``engine`` has ``trial(settings, steps, warmup) -> dict`` (the engine's
+    result: ``samples_per_s``, ``data_wait_share``) and ``info`` (the
+    workload's description).  Calling the Trialer runs one trial and returns
+    an :class:`~debtorch.tune.search.Outcome`.
+    """
+
+    def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
+        self.engine, self.clock = engine, clock
+        self.info = getattr(engine, "info", {}) or {}
+        self.steps = CALIBRATION_STEPS
+        self.step_s = 0.0
+        self.overhead = 0.0
+        self.batch = 1
+        self.steps_for: dict = {}
+        self.max_steps = CALIBRATION_STEPS
+
+    def run(self, settings, steps: int) -> Outcome:
+        start = self.clock()
+        try:
+            r = self.engine.trial(settings, steps=steps, warmup=WARMUP_STEPS)
+        except MeasureError:
+            raise
+        except Exception as exc:  # a failed trial is a finding, not the end of the search
+            return Outcome(None, self.clock() - start, error=_one_line(exc))
+        cost = self.clock() - start
+        if not isinstance(r, dict) or r.get("error"):
+            return Outcome(None, cost, error=_one_line(r.get("error") if isinstance(r, dict) else r))
+        sps = r.get("samples_per_s")
+        if not isinstance(sps, (int, float)) or sps <= 0:
+            return Outcome(None, cost, error="no samples/s in the trial's result")
+        return Outcome(float(sps), cost, r.get("data_wait_share"), None)
+
+    def calibrate(self, settings, seconds: float) -> float:
+        """Warm up, measure a step, size trials so that about TRIALS_PLANNED fit ``seconds``.
+
+        The first trial in a fresh worker pays one-time costs (kernel selection,
+        first-call initialisation): it only warms up.  The second measures the
+        step time and what a trial costs beyond its steps.  Returns the
+        expected cost of one trial.
+        """
+        warm = self.run(settings, 2)
+        if warm.samples_per_s is None:
+            raise MeasureError(f"the first trial failed: {warm.error}")
+        calib = self.run(settings, CALIBRATION_STEPS)
+        if calib.samples_per_s is None:
+            raise MeasureError(f"the calibration trial failed: {calib.error}")
+        self.batch = (settings.micro_batch or self.info.get("batch_size") or 1) * settings.accumulation_steps
+        self.step_s = self.batch / calib.samples_per_s
+        self.overhead = max(0.0, calib.seconds - (CALIBRATION_STEPS + WARMUP_STEPS) * self.step_s)
+        seconds -= calib.seconds + warm.seconds
+        window = min(MAX_TRIAL_S, max(MIN_WINDOW_S, seconds / TRIALS_PLANNED - self.overhead
+                                      - WARMUP_STEPS * self.step_s))
+        self.steps = max(MIN_STEPS, round(window / self.step_s))
+        self.max_steps = max(self.steps, round(4 * MAX_TRIAL_S / self.step_s))
+        return self.overhead + (self.steps + WARMUP_STEPS) * self.step_s
+
+    def __call__(self, settings) -> Outcome:
+        # Aim every config at the same timed window: one much faster than the rules'
+        # would otherwise be timed over a few milliseconds.
+        k = key(settings)
+        out = self.run(settings, self.steps_for.get(k, self.steps))
+        if out.samples_per_s is not None and k not in self.steps_for:
+            per_step = self.batch / out.samples_per_s
+            self.steps_for[k] = min(self.max_steps, max(MIN_STEPS, round(self.steps * self.step_s / per_step)))
+        return out
+
+
 def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
             on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> Result:
     """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
 
-    ``trials`` is an object with ``trial(settings, steps, warmup) -> dict``
-    and ``info`` (the workload's description); by default an
-    :class:`EngineTrials` for ``opts.workload``.
+    ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
+    ``info``); by default an :class:`EngineTrials` for ``opts.workload``.
+    The budget covers everything: the worker's start, calibration, the search.
     """
     if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
         raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
@@ -151,50 +227,29 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
     if own:
         trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed)
     try:
-        info = getattr(trials, "info", {}) or {}
-
-        def run(settings, steps):
-            start = clock()
-            try:
-                r = trials.trial(settings, steps=steps, warmup=WARMUP_STEPS)
-            except MeasureError:
-                raise
-            except Exception as exc:  # a failed trial is a finding, not the end of the search
-                return Outcome(None, clock() - start, error=_one_line(exc))
-            cost = clock() - start
-            if not isinstance(r, dict) or r.get("error"):
-                return Outcome(None, cost, error=_one_line(r.get("error") if isinstance(r, dict) else r))
-            sps = r.get("samples_per_s")
-            if not isinstance(sps, (int, float)) or sps <= 0:
-                return Outcome(None, cost, error="no samples/s in the trial's result")
-            return Outcome(float(sps), cost, r.get("data_wait_share"), None)
-
-        # Calibrate: how long is a step, and what does a trial cost beyond its steps?
-        first = run(rec.settings, 2)
-        if first.samples_per_s is None:
-            raise MeasureError(f"the first trial failed: {first.error}")
-        batch = (rec.settings.micro_batch or info.get("batch_size") or 1) * rec.settings.accumulation_steps
-        step_s = batch / first.samples_per_s
-        overhead = max(0.0, first.seconds - (2 + WARMUP_STEPS) * step_s)
+        trialer = Trialer(trials, clock)
+        cost = trialer.calibrate(rec.settings, opts.budget_s - (clock() - t0))
         left = opts.budget_s - (clock() - t0)
-        trial_s = min(MAX_TRIAL_S, max(MIN_TRIAL_S, left / TRIALS_PLANNED - overhead - WARMUP_STEPS * step_s))
-        steps = max(3, round(trial_s / step_s))
-        cost = overhead + (steps + WARMUP_STEPS) * step_s
-        if left < 6 * cost:
-            raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything: one trial "
-                                    f"takes about {cost:.1f} s here; give at least {opts.budget_s - left + 6 * cost:.0f}")
-
-        conv = bool(info.get("convolutional"))
-        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts), conv,
-                             max_workers=rec.max_workers)
-        search = Search(lambda s: run(s, steps), budget_s=left, repeats=opts.repeats, on_trial=on_trial)
+        if left < MIN_TRIALS * cost:
+            need = (opts.budget_s - left) + MIN_TRIALS * cost
+            raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything: a trial takes "
+                                    f"about {cost:.1f} s here; give at least {math.ceil(need)}")
+        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts),
+                             bool(trialer.info.get("convolutional")), max_workers=rec.max_workers)
+        search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial)
         try:
             result = search.run(rec.settings, dims)
         except RuntimeError as exc:
             raise MeasureError(str(exc)) from None
+        if not any(c.rule != "tune.M005" or "no measurable" in c.text for c in result.choices.values()):
+            took = statistics.median(t.seconds for t in result.trials) if result.trials else cost
+            more = max(2 * opts.budget_s, (opts.budget_s - left) + 4 * MIN_TRIALS * took)
+            raise MeasureUsageError(f"--budget {opts.budget_s:g} was spent before any choice could be measured "
+                                    f"(trials took {took:.1f} s, calibrated {cost:.1f} s); give at least "
+                                    f"{math.ceil(more)}")
         result.budget = opts.budget_s
         result.spent = clock() - t0
-        result.steps_per_trial = steps
+        result.steps_per_trial = trialer.steps
         apply_result(rec, result)
         return result
     finally:
