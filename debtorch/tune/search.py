@@ -9,18 +9,23 @@ Strategy (smarter than a grid, honest about noise):
   (precision, memory format, threads, workers, prefetch, pinned memory).
 * Each dimension is a *race* (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
-  in the machine hits every candidate alike; after the first round candidates
-  far behind are dropped, after later rounds those whose median trails the
-  leader's by more than the noise margin.  Medians, never means.
-* A challenger replaces the incumbent only if its median beats the
-  incumbent's by more than the margin: otherwise the dimension "does not
-  matter" here, the rule's value stays, and the dimension is pruned from the
-  next pass.
+  in the machine hits every candidate alike.  After the first round the
+  hopeless (below half the leader) are dropped; after later rounds, those the
+  leader beats beyond noise: two standard errors of a difference of medians,
+  the noise pooled from every repeated measurement.  Medians, never means.
+  A race runs at least ``repeats`` rounds and stops early only when what is
+  left is within ``min_gain`` (3%) of the leader; at most ``max_repeats``.
+* The winner replaces the incumbent when its median leads by at least
+  ``min_gain``.  When nothing differs by that much the dimension does not
+  matter here: the rule's value stays and the dimension is not raced again.
 * Numeric dimensions with wide ranges are raced coarse first (0, 1, 2, 4,
   8 ...), then bisected towards the winner: the midpoints to its nearest
   tried neighbours, until they are adjacent.
-* A second pass revisits the dimensions that mattered (threads and workers
-  share the same cores), while budget remains.
+* A second pass revisits a dimension only when another one changed after it
+  was decided (threads and workers share the same cores), never one that won
+  beyond noise.
+* With budget left, close calls are settled: the chosen value against the
+  runner-up, with up to twice as many rounds.
 * Every trial's cost is counted; no trial starts that the budget cannot pay.
 """
 
