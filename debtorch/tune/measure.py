@@ -251,6 +251,9 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
         result.spent = clock() - t0
         result.steps_per_trial = trialer.steps
         apply_result(rec, result)
+        if rec.settings.nproc > 1:
+            rec.notes.append(f"measured in one process with {rec.per_process_cpus} CPU(s), the share each of the "
+                             f"{rec.settings.nproc} processes gets; verify-train --nproc measures them together")
         return result
     finally:
         if own:
