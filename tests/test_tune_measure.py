@@ -164,3 +164,16 @@ def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
     cfg = load_config(str(out))
     assert cfg.tuned["by"] == "measured" and cfg.tuned["workload"] == "tiny:make"
     assert any(r["rule"].startswith("tune.M") for r in doc["reasons"].values())
+
+
+def test_table_of_trials_marks_the_choice_and_shows_failures():
+    from debtorch.tune.report import trials_lines
+
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 50.0 * (1 + s.num_workers), fail=lambda s, n: s.num_workers >= 2)
+    result = measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    lines = trials_lines(result)
+    assert lines[0].startswith(f"trials: {len(result.trials)} in ")
+    chosen = [line for line in lines if line.endswith("<- chosen")]
+    assert len(chosen) == 1 and chosen[0].split()[0:2] == rec.settings.short().split()[0:2]
+    assert any("failed" in line for line in lines) and any("error: DataLoader worker" in line for line in lines)
