@@ -215,6 +215,11 @@ class Host:
         raise NotImplementedError
 
     @property
+    def user(self) -> Optional[str]:
+        """The user debtorch runs as (only so that --redact can hide it)."""
+        raise NotImplementedError
+
+    @property
     def default_python(self) -> str:
         """The interpreter inspected when none is named: the active venv's, else ours."""
         venv = self.environ.get("VIRTUAL_ENV")
@@ -346,6 +351,15 @@ class LiveHost(Host):
 
     def _own_python(self) -> str:
         return sys.executable
+
+    @property
+    def user(self) -> Optional[str]:
+        try:
+            import pwd
+
+            return pwd.getpwuid(os.getuid()).pw_name
+        except (KeyError, ImportError):
+            return None
 
     def close(self) -> None:
         with self._nvml_lock:
@@ -507,6 +521,10 @@ class ReplayHost(Host):
     def _own_python(self) -> str:
         return self.meta.get("python", "/usr/bin/python3")
 
+    @property
+    def user(self) -> Optional[str]:
+        return self.meta.get("user")
+
 
 # ---------------------------------------------------------------------------
 # Recording the live machine into a folder that ReplayHost loads
@@ -641,6 +659,7 @@ class RecordingHost(LiveHost):
         meta = dict(self.meta)
         meta["machine"] = self.machine
         meta["python"] = self._own_python()
+        meta["user"] = self.user
         meta["environ"] = allowed_environ(os.environ, keep_venv=True)
         commands = {}
         cmd_dir = self.out / COMMANDS_DIR
