@@ -423,7 +423,7 @@ class ReplayHost(Host):
     # Paths are resolved inside the fake root, symlinks included, so that an
     # absolute link in a fixture never escapes to the live machine.
     def path(self, p: str) -> Path:
-        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        parts = [x for x in _norm(p).split("/") if x]
         resolved: list[str] = []
         hops = 0
         while parts:
@@ -548,11 +548,11 @@ class RecordingHost(LiveHost):
         self._trim = trim or {}
 
     def _dest(self, p: str) -> Path:
-        return self.out / posixpath.normpath("/" + str(p)).lstrip("/")
+        return self.out / _norm(p).lstrip("/")
 
     def _copy_links(self, p: str) -> None:
         """Recreate the symlinks along ``p`` inside the recording."""
-        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        parts = [x for x in _norm(p).split("/") if x]
         cur = "/"
         for part in parts:
             cur = posixpath.join(cur, part)

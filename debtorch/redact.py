@@ -9,13 +9,14 @@ Versions that merely look like IPv4 addresses (cuDNN 9.1.0.70) are kept.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b")
 IPV4_RE = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
-IPV6_RE = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}:?[0-9a-fA-F]{0,4}(?![\w:])")
+IPV6_CANDIDATE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 HOME_RE = re.compile(r"(/home/|/Users/|C:\\\\Users\\\\|C:\\Users\\)([^/\\\s'\"]+)")
 
 SECRET_KEYS = {"hostname": "HOST", "user": "USER", "serial": "SERIAL", "uuid": "UUID", "board_id": "BOARD",
@@ -72,12 +73,14 @@ class Redactor:
 
         def ip6(m):
             v = m.group(0)
-            # PCI addresses (0000:01:00.0) and times are not IPv6: require :: or 7 colons.
-            if "::" in v or v.count(":") == 7:
-                return self.token("IP", v)
-            return v
+            # PCI addresses (0000:01:00.0), times and MACs are not valid IPv6 addresses.
+            try:
+                ipaddress.IPv6Address(v)
+            except ValueError:
+                return v
+            return self.token("IP", v)
 
-        s = IPV6_RE.sub(ip6, s)
+        s = IPV6_CANDIDATE.sub(ip6, s)
         return s
 
     def walk(self, obj: Any) -> Any:

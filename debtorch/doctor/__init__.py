@@ -56,8 +56,6 @@ def check(area: str):
 
 
 def registered() -> list[tuple[str, Callable]]:
-    for mod in _CHECK_MODULES:
-        importlib.import_module(mod)
     return list(_REGISTRY)
 
 
@@ -140,3 +138,8 @@ def diagnose(facts: dict, ctx: Optional[Context] = None) -> Report:
     silenced = [f for f in found if ctx.site.silenced(f.id)]
     kept.sort(key=lambda f: (order.get(f.area, 99), -rank(f.level), f.id, f.about))
     return Report(kept, silenced, len(checks))
+
+
+# Register every check now (the modules import `check` from above).
+for _mod in _CHECK_MODULES:
+    importlib.import_module(_mod)
