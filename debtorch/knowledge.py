@@ -313,7 +313,9 @@ def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Dict[str,
     ``minor_compat_driver`` None where there is no minor-version compatibility), or None
     for text that is not a CUDA version or a CUDA major the table does not know.
     A bare "12.6" means the GA release; a wheel built with 12.6.3 needs the 12.6
-    Update 3 driver for the full feature set.
+    Update 3 driver for the full feature set.  ``platform`` is "linux" or
+    "windows" (also "wsl": WSL reports the Windows driver); CUDA 13 rows have no
+    Windows column and fall back to the Linux branch number.
     """
     cuda = _version(cuda_version)
     if cuda is None:
