@@ -200,12 +200,14 @@ def _wheel_copies(py: dict) -> list[dict]:
         fam = lib_family(name)
         if fam is None:
             continue
+        # The part after site-packages: nvidia/<sub>/lib/<name> or torch/lib/<name>.
         parts = path.split("/")
-        source = "torch/lib" if "/torch/lib/" in path else "nvidia wheel"
+        roots = [i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")]
+        inner = parts[roots[-1] + 1:] if roots else parts[-4:]
+        source = "torch/lib" if inner[:2] == ["torch", "lib"] else "nvidia wheel"
         package_version = None
-        if source == "nvidia wheel" and "nvidia" in parts:
-            sub = parts[parts.index("nvidia") + 1] if parts.index("nvidia") + 1 < len(parts) else ""
-            prefix = _WHEEL_DIST.get(sub)
+        if source == "nvidia wheel" and len(inner) >= 3 and inner[0] == "nvidia":
+            prefix = _WHEEL_DIST.get(inner[1])
             if prefix:
                 for dist in sorted(dists):
                     if dist.startswith(prefix):
@@ -288,15 +290,11 @@ def collect(host: Host, ctx) -> dict:
             sec["toolkit_nvcc"] = parsed
 
     env = host.environ
-    target = None
-    try:
-        target = host.readlink("/usr/local/cuda")
-    except Unavailable:
-        pass
     sec["cuda_home"] = {
         "CUDA_HOME": env.get("CUDA_HOME"),
         "CUDA_PATH": env.get("CUDA_PATH"),
-        "usr_local_cuda": target if target is not None else ("/usr/local/cuda" if host.is_dir("/usr/local/cuda") else None),
+        # Where /usr/local/cuda leads (Debian's alternatives add a hop through /etc/alternatives).
+        "usr_local_cuda": resolve_link(host, "/usr/local/cuda") if host.is_dir("/usr/local/cuda") else None,
     }
     sec["local_toolkits"] = _local_toolkits(host)
 

@@ -509,11 +509,21 @@ def parse_topo_matrix(text: str) -> dict:
     lines = [ln for ln in str(text).splitlines() if ln.strip()]
     header = None
     out: dict = {"gpus": 0, "cells": {}, "cpu_affinity": {}, "numa_affinity": {}}
-    for i, ln in enumerate(lines):
-        cols = [c.strip() for c in ln.split("\t")]
+
+    def split(ln: str) -> list:
+        # nvidia-smi separates columns with tabs; copies that went through a
+        # terminal or a web page have runs of spaces ("CPU Affinity" keeps its one).
+        if "\t" in ln:
+            return [c.strip() for c in ln.split("\t")]
+        return [""] * (ln[:1] == " ") + [c for c in re.split(r"\s{2,}", ln.strip()) if c]
+
+    for ln in lines:
+        cols = split(ln)
+        if not cols:
+            continue
         if header is None:
             if any(re.fullmatch(r"GPU\d+", c) for c in cols) and not re.fullmatch(r"GPU\d+", cols[0]):
-                header = cols[1:] if cols and cols[0] == "" else cols
+                header = cols[1:] if cols[0] == "" else cols
             continue
         if not cols or not re.fullmatch(r"GPU\d+", cols[0]):
             if cols and cols[0].lower().startswith("legend"):
@@ -621,8 +631,13 @@ def _blacklists(host: Host) -> list[dict]:
     return found
 
 
-def _secure_boot(host: Host, sec: Section) -> None:
+def _secure_boot(host: Host, sec: Section, container: Optional[str]) -> None:
     uefi = host.is_dir("/sys/firmware/efi")
+    if not uefi and container:
+        # Docker and Podman mask /sys/firmware: the host's boot is not visible here.
+        sec.unknown("uefi", f"/sys/firmware is hidden in this {container} container")
+        sec.unknown("secure_boot", "decided by the host, not visible in a container")
+        return
     sec["uefi"] = uefi
     if not uefi:
         sec.unknown("secure_boot", "booted without UEFI (legacy BIOS): no Secure Boot")
@@ -1016,7 +1031,8 @@ def collect(host: Host, ctx) -> dict:
         sec.unknown("kernel_cmdline", "/proc/cmdline unreadable")
     sec["blacklisted"] = blacklisted
 
-    _secure_boot(host, sec)
+    container = (ctx.section("os") if ctx is not None else {}).get("container")
+    _secure_boot(host, sec, container)
     kernel = (host.try_read("/proc/sys/kernel/osrelease") or "").strip() or None
     files, why = _module_files(host, kernel)
     sec["module_files"] = files
