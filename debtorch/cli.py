@@ -66,8 +66,9 @@ def _host(replay: Optional[str], record: Optional[str] = None):
             fail(f"--host {exc.reason}")
     if record:
         from debtorch.facts.apt import DPKG_STATUS, trim_dpkg_status
+        from debtorch.facts.nvidia import PCI_IDS, trim_pci_ids  # keep only pci.ids' NVIDIA block
 
-        return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status})
+        return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, **{p: trim_pci_ids for p in PCI_IDS}})
     return LiveHost()
 
 

@@ -188,7 +188,7 @@ def _make_error_classes() -> dict:
         def init(self, *args, _value=value):
             Exception.__init__(self, _value)
             self.value = _value
-            self._message = args[0] if args and isinstance(args[0], str) else None
+            self._message = next((a for a in args if isinstance(a, str)), None)
 
         cls = type(cls_name, (NVMLError,), {"__new__": new, "__init__": init})
         NVMLError._valClassMapping[value] = cls

@@ -252,7 +252,7 @@ def cuda_version_string(value) -> Optional[str]:
     """12020 (nvmlSystemGetCudaDriverVersion) -> '12.2'.  Never raises."""
     try:
         n = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if n <= 0:
         return None
@@ -272,7 +272,7 @@ def decode_throttle_reasons(mask) -> list[str]:
     """nvmlDeviceGetCurrentClocksEventReasons bits -> names ('gpu_idle', ...).  Never raises."""
     try:
         mask = int(mask)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return []
     names = []
     for bit, name in THROTTLE_BITS:
@@ -335,7 +335,7 @@ def parse_pci_ids_nvidia(text: str) -> dict:
 
 def trim_pci_ids(text: str) -> str:
     """Keep only the NVIDIA block of pci.ids (for recorded hosts)."""
-    m = re.search(r"^10de\s.*?(?=^[0-9a-f]{4}\s)", text, re.M | re.S)
+    m = re.search(r"^10de\s.*?(?=^[0-9a-f]{4}\s|\Z)", text, re.M | re.S)
     return m.group(0) if m else ""
 
 
