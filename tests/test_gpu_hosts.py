@@ -12,6 +12,7 @@ from debtorch.host import CommandResult, ReplayHost
 
 GPU_HOSTS = ["debian13-workstation-rtx3080", "debian12-server-8xa100-nvlink", "debian12-nouveau-gtx1070ti",
              "debian12-driver-mismatch-rtx3090", "debian12-container-t4-shm64m"]
+NOUVEAU_GPU = "pci0000:00/0000:00:1c.0/0000:03:00.0/0000:04:01.0/0000:05:00.0/0000:06:01.0/0000:07:00.0"
 
 
 def collect(name, **options):
@@ -225,3 +226,18 @@ def test_facts_command_on_the_mismatch_machine_names_both_versions():
     assert "kernel module          525.105.17 (proprietary)" in out.stdout
     assert "user-space driver      525.147.05" in out.stdout
     assert "nvidia-smi             failed: Failed to initialize NVML: Driver/library version mismatch" in out.stdout
+
+
+def test_gpu_held_by_nova_core_is_named_by_its_module(tmp_path, no_live):
+    """nova-core's PCI driver directory is called NovaCore; the fact says nova_core, as /proc/modules does."""
+    from hostkit import make_host
+
+    host = make_host(tmp_path, base="debian12-nouveau-gtx1070ti",
+                     files={"/proc/modules": "nova_core 425984 0 - Live 0x0000000000000000\n"})
+    link = host.root / "sys/devices" / NOUVEAU_GPU / "driver"
+    target = link.readlink().parent / "NovaCore"
+    link.unlink()
+    link.symlink_to(target)
+    n = facts.collect(host, facts.Options(sections=("nvidia",)))["nvidia"]
+    gpu = next(d for d in n["pci_devices"] if d["is_gpu"])
+    assert gpu["driver"] == "nova_core" and set(n["modules"]) == {"nova_core"}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import posixpath
 import re
 import threading
-import xml.etree.ElementTree as ET
 from typing import Any, Optional
 
 from debtorch.facts import Section
@@ -45,6 +44,10 @@ WATCHED_MODULES = (
 )
 # Modules whose blacklisting is reported.
 BLACKLIST_TARGETS = ("nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm")
+
+# sysfs driver directory names that differ from the module's name: nova-core registers its
+# PCI driver as "NovaCore" (torvalds/linux drivers/gpu/nova-core/nova_core.rs, module_pci_driver!).
+PCI_DRIVER_NAMES = {"NovaCore": "nova_core"}
 
 NOT_SUPPORTED = "not supported"
 NO_PERMISSION = "no permission"
@@ -359,6 +362,8 @@ def parse_smi_xml(text: str) -> dict:
     ``gpu_power_readings``, ECC counters grew sram_uncorrectable_parity/secded.
     "N/A" is nvidia-smi's word for NOT_SUPPORTED.
     """
+    import xml.etree.ElementTree as ET  # only when nvidia-smi answered: keeps `debtorch facts` start-up small
+
     try:
         root = ET.fromstring(str(text).strip())
     except (ET.ParseError, ValueError) as exc:
@@ -594,6 +599,7 @@ def pci_devices(host: Host) -> tuple[Optional[list], Optional[str]]:
             driver: Optional[str] = posixpath.basename(host.readlink(f"{base}/driver"))
         except Unavailable:
             driver = None
+        driver = PCI_DRIVER_NAMES.get(driver, driver)
         numa = (host.try_read(f"{base}/numa_node") or "").strip()
         dev = {
             "address": addr,
@@ -993,13 +999,6 @@ def _smi_topology(topo_res, p2p_res, n: int) -> list[dict]:
 
 def collect(host: Host, ctx) -> dict:
     sec = Section()
-    box: dict = {}
-    # NVML runs beside the file reads: nvmlInit can take seconds on a server
-    # whose GPUs are not in persistence mode.
-    nvml_thread = threading.Thread(target=lambda: box.setdefault("nvml", _nvml_with_deadline(host, NVML_DEADLINE)),
-                                   name="debtorch-nvidia", daemon=True)
-    nvml_thread.start()
-
     devices, reason = pci_devices(host)
     if devices is None:
         sec.unknown("pci_devices", reason or "unreadable")
@@ -1007,6 +1006,17 @@ def collect(host: Host, ctx) -> dict:
         sec["pci_devices"] = devices
     gpu_count_pci = sum(1 for d in devices or [] if d["is_gpu"])
     sec["pci_gpu_count"] = gpu_count_pci if devices is not None else None
+
+    # Without any sign of an NVIDIA GPU, neither NVML (importing pynvml alone costs
+    # tens of ms) nor nvidia-smi is asked.  WSL 2 shows no PCI device but has /dev/dxg.
+    ask = devices is None or gpu_count_pci > 0 or host.exists("/dev/nvidiactl") or host.exists("/dev/dxg")
+    box: dict = {}
+    # NVML runs beside the file reads: nvmlInit can take seconds on a server
+    # whose GPUs are not in persistence mode.
+    nvml_thread = threading.Thread(target=lambda: box.setdefault("nvml", _nvml_with_deadline(host, NVML_DEADLINE)),
+                                   name="debtorch-nvidia", daemon=True)
+    if ask:
+        nvml_thread.start()
 
     text = host.try_read(PROC_VERSION)
     if text is None:
@@ -1040,6 +1050,13 @@ def collect(host: Host, ctx) -> dict:
     _mok(host, sec, want=bool(sec.get("secure_boot")) and bool(files))
     _userspace_driver(host, sec)
 
+    if not ask:
+        why = "no NVIDIA GPU on the PCI bus (and no /dev/nvidiactl)"
+        sec["nvml"] = {"available": False, "error": f"not asked: {why}", "error_kind": "no_gpu"}
+        sec.update(source=None, nvidia_smi=None, gpus=[], topology=None)
+        sec.unknown("driver_version", why)
+        sec.unknown("cuda_driver_version", why)
+        return sec
     nvml_thread.join(NVML_DEADLINE + 1)
     facts, nvml_error = box.get("nvml", (None, f"NVML did not answer within {NVML_DEADLINE:g} s"))
     nvml = {"available": facts is not None, "error": nvml_error, "error_kind": classify_failure(nvml_error)}
