@@ -241,3 +241,13 @@ def test_gpu_held_by_nova_core_is_named_by_its_module(tmp_path, no_live):
     n = facts.collect(host, facts.Options(sections=("nvidia",)))["nvidia"]
     gpu = next(d for d in n["pci_devices"] if d["is_gpu"])
     assert gpu["driver"] == "nova_core" and set(n["modules"]) == {"nova_core"}
+
+
+def test_machine_without_gpu_asks_neither_nvml_nor_nvidia_smi(replay, no_live):
+    doc = facts.collect(replay("debian12-vm-2core"), facts.Options(sections=("nvidia", "cuda")))
+    n, cu = doc["nvidia"], doc["cuda"]
+    assert n["pci_devices"] == [] and n["gpus"] == []
+    assert n["nvml"]["error_kind"] == "no_gpu" and n["nvidia_smi"] is None
+    assert cu["toolkit_nvcc"]["release"] == "13.0"          # a toolkit on PATH; PyTorch here is CPU-only
+    assert cu["cuda_home"]["usr_local_cuda"] == "/usr/local/cuda-13.0"
+    assert [c["name"] for c in cu["linker_cache"] if c["library"] == "cudart"] == ["libcudart.so.13", "libcudart.so"]

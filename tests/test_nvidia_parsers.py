@@ -86,6 +86,13 @@ def test_cmdline_blacklists_and_keeps_only_relevant_parameters():
                             "iommu": "pt", "nvidia-drm.modeset": "1"}
 
 
+def test_a_recorded_cmdline_keeps_only_what_is_reported():
+    text = "BOOT_IMAGE=/vmlinuz root=UUID=x ro quiet intel_iommu=on nouveau.modeset=0 -- --secret-init-arg\n"
+    trimmed = nvidia.trim_cmdline(text)
+    assert trimmed == "intel_iommu=on nouveau.modeset=0\n"
+    assert nvidia.parse_cmdline(trimmed) == nvidia.parse_cmdline(text)
+
+
 def test_cmdline_rd_driver_blacklist_for_nova_core():
     cl = nvidia.parse_cmdline("ro rd.driver.blacklist=nova_core,nouveau")
     assert {b["module"] for b in cl["blacklist"]} == {"nova_core", "nouveau"}
@@ -286,7 +293,7 @@ def mangled():
 PARSERS = [
     nvidia.parse_proc_version, nvidia.parse_proc_modules, nvidia.parse_modprobe_conf, nvidia.parse_cmdline,
     nvidia.parse_efivar_bool, nvidia.parse_mokutil_test_key, nvidia.parse_smi_xml, nvidia.parse_topo_matrix,
-    nvidia.parse_compute_cap_csv, nvidia.normalise_bus_id, nvidia.classify_failure, nvidia.parse_pci_ids_nvidia,
+    nvidia.parse_compute_cap_csv, nvidia.normalise_bus_id, nvidia.trim_cmdline, nvidia.classify_failure, nvidia.parse_pci_ids_nvidia,
     nvidia.trim_pci_ids, nvidia.topo_link, nvidia.cuda_version_string, nvidia.decode_throttle_reasons,
     cuda.parse_ldconfig, cuda.lib_family, cuda.lib_version, cuda.parse_nvcc_version,
 ]

@@ -232,6 +232,14 @@ def parse_cmdline(text: str, targets=BLACKLIST_TARGETS) -> dict:
     return {"params": params, "blacklist": blacklist}
 
 
+def trim_cmdline(text: str) -> str:
+    """Keep only the parameters debtorch reports (for recorded hosts)."""
+    words = str(text).split()
+    if "--" in words:
+        words = words[: words.index("--")]
+    return " ".join(w for w in words if w.startswith(CMDLINE_PREFIXES)) + "\n"
+
+
 def parse_efivar_bool(data) -> Optional[bool]:
     """An efivarfs boolean variable: 4 attribute bytes, then 1 value byte.  Never raises."""
     if isinstance(data, str):
