@@ -391,8 +391,8 @@ def area_headline(area: str, facts: dict) -> str:
     if area == "gpu":
         gpus = g("nvidia.gpus") or []
         if not gpus:
-            n = len(g("nvidia.pci_devices") or [])
-            return f"{n} NVIDIA device(s), not reachable through NVML" if n else "none"
+            n = sum(1 for d in g("nvidia.pci_devices") or [] if d.get("is_gpu", True))
+            return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
         names: dict = {}
         for x in gpus:
             names[x.get("name") or "GPU"] = names.get(x.get("name") or "GPU", 0) + 1
