@@ -12,6 +12,7 @@ from debtorch.doctor import check
 from debtorch.doctor.findings import error, info, warning
 from debtorch.doctor.machine import debian_driver, driver_version, gpus, has_nvidia_gpu, pip_line
 from debtorch.facts import get
+from debtorch.host import NOT_RECORDED
 
 
 def _v(text):
@@ -170,7 +171,7 @@ def check_deep_import(facts, ctx):
         return [error("torch.E005", f"import torch fails: {errs['import'][:120]}",
                       fix="Reinstall PyTorch in that venv: pip install --force-reinstall torch ...",
                       facts={"error": errs["import"]})]
-    if not deep.get("ok") and errs.get("probe"):
+    if not deep.get("ok") and errs.get("probe") and NOT_RECORDED not in errs["probe"]:
         return [error("torch.E005", f"the torch probe failed: {errs['probe'][:120]}",
                       fix="Run `python -c 'import torch'` in that venv to see the error.",
                       facts={"error": errs["probe"]})]
@@ -254,9 +255,21 @@ def check_mapped_libraries(facts, ctx):
                if re.match(r"lib(cudart|cudnn|nccl|cublas)", os.path.basename(p)) and not _WHEEL_DIR.search(p)]
     if not foreign or not (t.get("cudnn_wheel") or t.get("cuda_runtime_wheel")):
         return []
+    # Name the LD_LIBRARY_PATH entry that led there (its files may be links to the mapped one).
+    folder = os.path.dirname(foreign[0])
+    entries = get(facts, "cuda.ld_library_path") or []
+    for e in entries:
+        if foreign[0] in (e.get("real_path"), e.get("path")):
+            folder = e.get("dir") or folder
+            break
+    else:
+        name = os.path.basename(foreign[0])
+        same = [e for e in entries if os.path.basename(e.get("real_path") or e.get("path") or "") == name]
+        if same:
+            folder = same[0].get("dir") or folder
     return [error("cuda.E004", f"PyTorch loaded {os.path.basename(foreign[0])} from outside its wheels",
                   about=foreign[0],
-                  fix=f"Remove {os.path.dirname(foreign[0])} from LD_LIBRARY_PATH for training.",
+                  fix=f"Remove {folder} from LD_LIBRARY_PATH where you train.",
                   facts={"mapped": foreign})]
 
 
@@ -278,13 +291,17 @@ def check_nvcc(facts, ctx):
 
 @check("cuda")
 def check_shadowing(facts, ctx):
-    shadows = get(facts, "cuda.shadowing") or []
+    by_dir: dict = {}
+    for s in get(facts, "cuda.shadowing") or []:
+        where = s.get("ld_library_path_copy") or ""
+        by_dir.setdefault(os.path.dirname(where), []).append(s)
     out = []
-    for s in shadows:
-        lib = s.get("library") or s.get("soname") or "library"
-        where = s.get("ld_library_path_copy") or s.get("shadow") or s.get("path")
-        out.append(warning("cuda.W003", f"LD_LIBRARY_PATH shadows the wheel's {lib}", about=where or "",
-                           fix=f"Remove {os.path.dirname(where) if where else 'that directory'} from LD_LIBRARY_PATH "
-                               "(the loader takes it before the wheel's copy).",
-                           facts={k: v for k, v in s.items() if isinstance(v, (str, int, float, bool))}))
+    for folder, items in sorted(by_dir.items()):
+        libs = [s.get("name") or s.get("library") for s in items]
+        out.append(warning("cuda.W003", f"LD_LIBRARY_PATH folder {folder} shadows the wheels' {', '.join(libs)}",
+                           about=folder,
+                           fix=f"Remove {folder} from LD_LIBRARY_PATH where you train (the loader takes it before "
+                               "the wheels' copies).",
+                           facts={"shadowed": [f"{s.get('name')} {s.get('ld_library_path_version')} over "
+                                               f"{s.get('wheel_version')}" for s in items]}))
     return out
