@@ -34,6 +34,8 @@ def _variant_fix(facts, version, why: str = "") -> str:
     note = ""
     if row.get("hypothetical_driver"):
         note = f"  # for Debian's packaged driver {row['for_driver']}"
+    elif row.get("newer_release"):
+        note = f"  # no {version.split('+')[0] if version else 'such'} variant fits; release {row['series']} does"
     elif row.get("nearest"):
         note = f"  # release {row['series']}: the nearest one debtorch knows"
     return f"{row['pip']}{note}" + (f"\n{why}" if why else "")

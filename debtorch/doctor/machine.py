@@ -67,6 +67,11 @@ def pip_line(torch_version: Optional[str], facts) -> Optional[dict]:
     # The variant must suit the oldest GPU (the lowest compute capability).
     cc = min(ccs, key=lambda c: tuple(int(x) for x in c.split(".")))
     row = knowledge.best_variant_for_driver(series, driver, cc)
+    newer = False
+    if row is None and series != knowledge.latest_series():
+        # No variant of this release fits (a GPU newer than the release): the newest release may.
+        row = knowledge.best_variant_for_driver(knowledge.latest_series(), driver, cc)
+        newer = row is not None
     if row is not None:
-        row = dict(row, for_driver=driver, hypothetical_driver=hypothetical)
+        row = dict(row, for_driver=driver, hypothetical_driver=hypothetical, newer_release=newer)
     return row
