@@ -211,30 +211,26 @@ def gpus_of(facts: dict) -> list:
     return [g for g in gpus if str(g.get("compute_mode") or "").lower() != "prohibited"]
 
 
-def p2p_problems(facts: dict) -> list:
-    """Pairs of GPUs whose peer-to-peer status is reported and not OK: [(a, b, status)].
+def p2p_pairs(facts: dict) -> list:
+    """Reported peer-to-peer status per GPU pair: [(a, b, status)], unknown ones left out.
 
-    Reads ``nvidia.topology.p2p`` as a list of ``{"gpus": [a, b], "status": "OK"}``
-    (``a``/``b`` also accepted) or as a nested mapping ``{"0": {"1": "OK"}}``.
+    Reads ``nvidia.topology``: a list of pairs ``{"gpus": [a, b], "p2p_read":
+    "ok" | "chipset not supported" | ...}`` (NVML, or ``nvidia-smi topo -p2p r``).
     """
-    topo = get(facts, "nvidia.topology") or {}
-    p2p = topo.get("p2p") if isinstance(topo, dict) else None
+    topo = get(facts, "nvidia.topology")
     pairs = []
-    if isinstance(p2p, list):
-        for row in p2p:
-            if not isinstance(row, dict):
-                continue
-            ids = row.get("gpus") or [row.get("a"), row.get("b")]
-            status = row.get("status") if "status" in row else row.get("read")
-            if isinstance(ids, (list, tuple)) and len(ids) == 2 and status is not None:
-                pairs.append((ids[0], ids[1], str(status)))
-    elif isinstance(p2p, dict):
-        for a, row in p2p.items():
-            if isinstance(row, dict):
-                for b, status in row.items():
-                    if str(a) != str(b) and status is not None:
-                        pairs.append((a, b, str(status)))
-    return [(a, b, s) for a, b, s in pairs if s.strip().upper() not in ("OK", "SUPPORTED", "TRUE", "X")]
+    for row in topo if isinstance(topo, list) else []:
+        if not isinstance(row, dict):
+            continue
+        ids, status = row.get("gpus"), row.get("p2p_read")
+        if isinstance(ids, list) and len(ids) == 2 and isinstance(status, str) and status.lower() != "unknown":
+            pairs.append((ids[0], ids[1], status))
+    return pairs
+
+
+def p2p_problems(facts: dict) -> list:
+    """The GPU pairs whose peer-to-peer status is reported and not OK."""
+    return [(a, b, s) for a, b, s in p2p_pairs(facts) if s.strip().lower() != "ok"]
 
 
 def _int(value: Any) -> Optional[int]:
@@ -275,6 +271,11 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
             rec.notes.append("--device cuda but the facts list no usable GPU: GPU rules assume what they cannot see")
     else:
         rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
+        on_bus = _int(get(facts, "nvidia.pci_gpu_count")) or 0
+        if not gpus and on_bus:
+            why = unknown_reason(facts, "nvidia.gpus") or "no GPU answers"
+            rec.notes.append(f"{on_bus} NVIDIA GPU(s) on the PCI bus but none usable ({why}): tuning for the CPU; "
+                             "`debtorch doctor` says how to fix the driver")
         if gpus and torch_cpu_only:
             rec.notes.append(f"{len(gpus)} GPU(s) but a CPU-only PyTorch build: tuning for the CPU "
                              "(see `debtorch doctor`)")
@@ -466,10 +467,10 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
             a, b, status = bad[0]
             more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
             rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
-                     f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology.p2p){more}: "
+                     f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology p2p_read){more}: "
                      "NCCL would hang on P2P; copy through host memory")
-        elif not (get(facts, "nvidia.topology") or {}).get("p2p"):
-            rec.notes.append("peer-to-peer status unknown (nvidia.topology.p2p): if DDP hangs at the first "
+        elif not p2p_pairs(facts):
+            rec.notes.append("peer-to-peer status unknown (nvidia.topology): if DDP hangs at the first "
                              "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
 
     _batch(rec, req, nproc)
