@@ -203,14 +203,17 @@ class Search:
         self.phase = "start"
 
     # -- measuring ---------------------------------------------------------
-    def _cost_estimate(self) -> float:
-        costs = [t.seconds for t in self.trials[-8:]]
-        return statistics.median(costs) if costs else 0.0
+    def _cost_estimate(self, s: Settings) -> float:
+        """What the next trial of ``s`` may cost: its own longest so far, else the longest
+        of the last few trials (pessimistic, so that the budget holds)."""
+        own = [t.seconds for t in self.trials if key(t.settings) == key(s)]
+        recent = [t.seconds for t in self.trials[-5:]]
+        return max(own or recent or [0.0])
 
     def measure(self, s: Settings) -> Optional[float]:
         if key(s) in self.errors:
             return None
-        if self.trials and self.spent + self._cost_estimate() > self.budget:
+        if self.trials and self.spent + self._cost_estimate(s) > self.budget:
             raise BudgetSpent()
         out = self.trial_fn(s)
         self.spent += max(0.0, out.seconds)
