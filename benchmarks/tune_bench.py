@@ -256,7 +256,8 @@ def render(rows, targets, machine, before, after, args, n_points, n_trials) -> s
     q = targets["quiet"]
     lines = [
         f"Measured {date} on {machine}; workload `{args.workload}`; load average {before[0]:.2f} before, "
-        f"{after[0]:.2f} after (a shared machine: other processes ran meanwhile).",
+        f"{after[0]:.2f} after (a shared machine: other processes ran meanwhile); the benchmark ran at "
+        f"nice {os.nice(0)} (other processes at 0).",
         "",
         f"Samples per second: median of {args.final_repeats} interleaved runs in a final head-to-head.",
         "",
