@@ -151,6 +151,20 @@ def test_bad_workload_is_one_line_and_exit_2(workload, message, tmp_path):
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+def test_an_interpreter_without_torch_is_bad_input(tmp_path):
+    import shutil
+    import subprocess
+
+    system = shutil.which("python3", path="/usr/bin")
+    if system is None or subprocess.run([system, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("needs a system python3 without torch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for python, message in ((system, "has no torch"), (str(tmp_path / "nope"), "no such Python interpreter")):
+        r = subprocess.run([sys.executable, "-m", "debtorch", "tune", "--measure", "--budget", "30", "--python",
+                            python], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
