@@ -97,14 +97,44 @@ class Quiet:
 
 
 class Gated:
-    """An engine whose trials start only when the machine is quiet."""
+    """An engine whose trials start only when the machine is quiet, and are run again
+    (up to ``retries`` times) when other processes took more than ``threshold`` of the
+    CPUs while they ran: a busy machine only ever slows a trial, so such a trial says
+    more about the neighbours than about the settings."""
 
-    def __init__(self, engine, quiet: Quiet):
-        self.engine, self.quiet, self.info = engine, quiet, engine.info
+    def __init__(self, engine, quiet: Quiet, retries: int = 3):
+        self.engine, self.quiet, self.info, self.retries = engine, quiet, engine.info, retries
+        self.contaminated = 0
+        self.others_seen: list = []
+
+    @staticmethod
+    def _ours(pid) -> float:
+        """CPU seconds of the worker and its reaped children (DataLoader workers)."""
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     def trial(self, settings, steps, warmup):
-        self.quiet.wait()
-        return self.engine.trial(settings, steps=steps, warmup=warmup)
+        pid = self.engine.worker.pid
+        ncpu = os.cpu_count() or 1
+        for attempt in range(self.retries + 1):
+            self.quiet.wait()
+            t_total, t_idle = Quiet._stat()
+            ours, wall = self._ours(pid), time.monotonic()
+            r = self.engine.trial(settings, steps=steps, warmup=warmup)
+            t2_total, t2_idle = Quiet._stat()
+            wall = time.monotonic() - wall
+            busy_s = ((t2_total - t_total) - (t2_idle - t_idle)) / os.sysconf("SC_CLK_TCK") / 1.0
+            others = max(0.0, busy_s / ncpu - (self._ours(pid) - ours) / ncpu) / max(wall, 1e-6)
+            self.others_seen.append(others)
+            if others <= self.quiet.threshold:
+                return r
+            self.contaminated += 1
+            log(f"  {settings.short()}: other processes took {others:.0%} of the CPUs during the trial; again")
+        return r
 
 
 def fixed_rules(facts: dict, rec: rules.Recommendation) -> dict:
@@ -167,10 +197,11 @@ def main() -> int:
     t0 = time.monotonic()
     engine = EngineTrials(args.workload, "cpu", args.python)
     start_s = time.monotonic() - t0
+    gates = [Gated(engine, quiet)]
     try:
         result = measure(measured_rec, facts, MeasureOptions(workload=args.workload, budget_s=args.budget - start_s,
                                                              python=args.python),
-                         trials=Gated(engine, quiet), clock=quiet.clock,
+                         trials=gates[0], clock=quiet.clock,
                          on_trial=lambda t, spent, budget: log(f"measure {spent:.0f}/{budget:.0f} s: {t.phase}: "
                                                                f"{t.settings.short()} -> "
                                                                f"{t.samples_per_s or t.error}"))
@@ -182,7 +213,8 @@ def main() -> int:
     # 2. The grid and the head-to-head in one worker, trials sized as --measure sized its own.
     engine = EngineTrials(args.workload, "cpu", args.python)
     try:
-        trialer = Trialer(Gated(engine, quiet), clock=quiet.clock)
+        gates.append(Gated(engine, quiet))
+        trialer = Trialer(gates[1], clock=quiet.clock)
         trialer.calibrate(rec.settings, args.budget)
         trialer.steps = result.steps_per_trial
         trialer.max_steps = max(trialer.max_steps, trialer.steps)
@@ -226,6 +258,9 @@ def main() -> int:
         "measure_choice_median_in_grid_phase": grid.median(measured_rec.settings),
     }
     targets["quiet"] = {"threshold": args.quiet, "waited_s": quiet.waited, "forced": quiet.forced,
+                        "rerun": sum(g.contaminated for g in gates),
+                        "median_others_during_trial": statistics.median(sum((g.others_seen for g in gates), []))
+                        if any(g.others_seen for g in gates) else None,
                         "trials": len(quiet.busy_seen),
                         "median_busy_before_trial": statistics.median(quiet.busy_seen) if quiet.busy_seen else None}
     table = render(rows, targets, machine, load_before, load_after, args, len(points), len(result.trials))
@@ -280,7 +315,10 @@ def render(rows, targets, machine, before, after, args, n_points, n_trials) -> s
         f"- Shared machine: each trial waited until other processes used at most {q['threshold']:.0%} of the CPUs "
         f"(median {f(q['median_busy_before_trial'], '{:.0%}')} busy at the start of a trial; "
         f"{q['forced']} of {q['trials']} trials started after {args.max_wait:g} s without quiet; "
-        f"{q['waited_s'] / 60:.0f} min waited in all, not counted as measuring time).",
+        f"{q['waited_s'] / 60:.0f} min waited in all, not counted as measuring time). A trial during which "
+        f"other processes took more than {q['threshold']:.0%} of the CPUs was run again ({q['rerun']} times; "
+        f"median share taken by others during a trial: {f(q['median_others_during_trial'], '{:.0%}')}); the "
+        f"reruns count as measuring time.",
     ]
     return "\n".join(lines)
 

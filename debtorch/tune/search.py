@@ -10,7 +10,8 @@ Strategy (smarter than a grid, honest about noise):
 * Each dimension is a *race* (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
   in the machine hits every candidate alike.  After the first round the
-  hopeless (below half the leader) are dropped; after later rounds, those the
+  hopeless are dropped (below half the leader, and below what the noise seen so
+  far could explain); after later rounds, those the
   leader beats beyond noise: two standard errors of a difference of medians,
   the noise pooled from every repeated measurement.  Medians, never means.
   A race runs at least ``repeats`` rounds and stops early only when what is
@@ -286,7 +287,10 @@ class Search:
                 break
             lead = self._leader(alive)
             if rnd == 1:
-                alive = [c for c in alive if self.med(c) >= 0.5 * self.med(lead)]  # only the hopeless
+                # Only the hopeless after one sample: below half the leader, and further below
+                # than the noise seen so far could explain (a busy machine only ever slows a trial).
+                cut = self.med(lead) * min(0.5, math.exp(-4 * self.sigma()))
+                alive = [c for c in alive if self.med(c) >= cut]
             else:
                 alive = [c for c in alive if c is lead or not self.better(lead, c)]
             if len(alive) <= 1:
