@@ -6,7 +6,10 @@ Strategy (smarter than a grid, honest about noise):
 
 * Start from the rules' settings (the incumbent).
 * Coordinate descent over the dimensions, most influential first
-  (precision, memory format, threads, workers, prefetch, pinned memory).
+  (precision, memory format, workers, threads, prefetch, pinned memory).
+  Workers and compute threads share the CPUs, so the workers race moves the
+  threads along the rules' line (CPUs - workers); threads are raced on their
+  own afterwards.
 * Each dimension is a *race* (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
   in the machine hits every candidate alike.  After the first round the
@@ -67,7 +70,11 @@ class Trial:
 TrialFn = Callable[[Settings], Outcome]
 
 
-def _apply_workers(s: Settings, v: int) -> Settings:
+def _apply_workers(s: Settings, v: int, cpus: Optional[int] = None) -> Settings:
+    """Set the worker count and what goes with it.  Workers and compute threads share
+    the CPUs: while the threads are on the rules' line (CPUs - workers), they follow."""
+    if cpus is not None and s.threads == max(1, cpus - s.num_workers):
+        s = s.replace(threads=max(1, cpus - v))
     if v == 0:
         return s.replace(num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None)
     return s.replace(num_workers=v, prefetch_factor=s.prefetch_factor or 2, persistent_workers=True,
@@ -117,8 +124,9 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
     """The dimensions ``--measure`` explores, most influential first.
 
     Workers range over 0 .. 2 x the process's CPUs (the article's rule lies
-    inside), capped by ``max_workers`` (shm and open-file limits); threads
-    over 1 .. the process's CPUs.
+    inside), capped by ``max_workers`` (shm and open-file limits), with the
+    compute threads following them along the rules' line (CPUs - workers);
+    then threads are raced on their own, 1 .. the process's CPUs.
     """
     cpus = max(1, per_proc_cpus)
     top = 2 * cpus if max_workers is None else min(2 * cpus, max_workers)
@@ -127,10 +135,10 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
     if conv:
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
+    dims.append(Dimension("num_workers", list(range(0, max(0, top) + 1)), "tune.M001",
+                          apply=lambda s, v: _apply_workers(s, v, cpus), numeric=True))
     if cpus > 1:
         dims.append(Dimension("threads", list(range(1, cpus + 1)), "tune.M002", numeric=True))
-    dims.append(Dimension("num_workers", list(range(0, max(0, top) + 1)), "tune.M001", apply=_apply_workers,
-                          numeric=True))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
     if device == "cuda":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin))
