@@ -269,8 +269,14 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows, "targets": targets,
                                                "load_before": load_before, "load_after": load_after,
                                                "measure_reasons": {k: str(v) for k, v in measured_rec.reasons.items()},
-                                               "grid_trials": [(t.settings.short(), t.samples_per_s, t.seconds)
-                                                               for t in grid.trials],
+                                               "grid": [{"settings": t.settings.to_dict(), "label": t.settings.short(),
+                                                         "samples_per_s": t.samples_per_s, "seconds": t.seconds}
+                                                        for t in grid.trials],
+                                               "rules_settings": rec.settings.to_dict(),
+                                               "per_process_cpus": rec.per_process_cpus,
+                                               "precisions": precisions_for(rec, facts),
+                                               "convolutional": bool(trialer.info.get("convolutional")),
+                                               "max_workers": rec.max_workers,
                                                "measure_trials": [(t.phase, t.settings.short(), t.samples_per_s,
                                                                    t.seconds) for t in result.trials]}, indent=1))
     if args.doc:
