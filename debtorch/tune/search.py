@@ -20,16 +20,19 @@ Strategy (smarter than a grid, honest about noise):
   A race runs at least ``repeats`` rounds and stops early only when what is
   left is within ``min_gain`` (3%) of the leader; at most ``max_repeats``.
 * The winner replaces the incumbent when its median leads by at least
-  ``min_gain``.  When nothing differs by that much the dimension does not
-  matter here: the rule's value stays and the dimension is not raced again.
+  ``min_gain``.  When nothing differs by that much, the rule's value stays;
+  the dimension is pruned (never raced again) only when it *clearly* does not
+  matter: the noise is small enough that a difference of twice ``min_gain``
+  would have shown.
 * Numeric dimensions with wide ranges are raced coarse first (0, 1, 2, 4,
   8 ...), then bisected towards the winner: the midpoints to its nearest
   tried neighbours, until they are adjacent.
 * A second pass revisits a dimension only when another one changed after it
-  was decided (threads and workers share the same cores), never one that won
+  was decided (threads and workers share the same cores), never one decided
   beyond noise.
-* With budget left, close calls are settled: the chosen value against the
-  runner-up, with up to twice as many rounds.
+* With budget left, close calls are settled where the search ended up: the
+  chosen value against its alternatives (or its neighbours, for numbers) in the
+  final context, with up to twice as many rounds.
 * Every trial's cost is counted; no trial starts that the budget cannot pay.
 """
 
@@ -314,8 +317,7 @@ class Search:
         best = start
         choices: dict = {}
         stopped = "no dimension left to improve"
-        pruned: set = set()      # raced and made no difference: not raced again
-        settled: set = set()     # won clearly (beyond noise): not raced again
+        settled: set = set()     # decided beyond noise (a clear winner, or clearly no difference)
         decided_at: dict = {}    # dimension -> number of changes when it was last decided
         changes: list = []       # names of the dimensions that changed best, in order
         try:
@@ -325,7 +327,7 @@ class Search:
             for p in range(self.passes):
                 raced = False
                 for dim in dims:
-                    if dim.name in pruned or dim.name in settled:
+                    if dim.name in settled:
                         continue
                     if p > 0 and not any(n != dim.name for n in changes[decided_at.get(dim.name, 0):]):
                         continue  # nothing else changed since it was decided
@@ -339,9 +341,7 @@ class Search:
                     new_best, choice, spent = self._dimension(best, dim)
                     if choice is not None:
                         choices[dim.name] = choice
-                        if choice.rule == "tune.M005":
-                            pruned.add(dim.name)
-                        elif choice.settled:
+                        if choice.settled:
                             settled.add(dim.name)
                     if key(new_best) != key(best):
                         best = new_best
@@ -361,26 +361,33 @@ class Search:
                       budget=self.budget, stopped=stopped)
 
     def _refine(self, best: Settings, dims: list, choices: dict) -> Settings:
-        """With budget left, settle the close calls: race the chosen value against the runner-up
-        with more repeats, for every dimension whose choice was not beyond noise."""
+        """With budget left, settle the close calls: for every dimension not decided beyond
+        noise, race the chosen value against its alternatives *where the search ended up*
+        (a choice made early may have been made in another context), with more repeats."""
         for dim in dims:
             choice = choices.get(dim.name)
             if choice is None or choice.settled or not dim.active(best):
                 continue
-            others = [o for k, o in self.known.items()
-                      if k in self.samples and k != key(best) and key(dim.set(best, dim.get(o))) == k]
-            runner = self._leader(others)
-            if runner is None or self.med(runner) < self.med(best) * (1 - 3 * self.sigma()):
-                continue  # not close: nothing to settle
+            current = dim.get(best)
+            if dim.numeric:
+                tried = sorted({dim.get(o) for k, o in self.known.items()
+                                if k in self.samples and key(dim.set(best, dim.get(o))) == k} | {current})
+                i = tried.index(current)
+                alternatives = [v for v in tried[max(0, i - 1):i + 2] if v != current]
+            else:
+                alternatives = [v for v in dim.values if v != current]
+            if not alternatives:
+                continue
             self.phase = dim.name + " (settle)"
             saved = self.max_repeats
             self.max_repeats = 2 * saved
             try:
-                self.race([best, runner])
+                alive = self.race([best] + [dim.set(best, v) for v in alternatives])
             finally:
                 self.max_repeats = saved
-            new_best, settled_choice = self._choose(dim, best, best, runner)
-            if key(new_best) != key(best) or settled_choice.rule != "tune.M005":
+            winner = self._leader(alive) or best
+            new_best, settled_choice = self._choose(dim, best, best, winner)
+            if key(new_best) != key(best) or settled_choice.rule != "tune.M005" or choice.rule == "tune.M005":
                 choices[dim.name] = settled_choice
             best = new_best
         return best
@@ -417,6 +424,22 @@ class Search:
             winner = self._leader(measured) or incumbent
         new_best, choice = self._choose(dim, best, incumbent, winner)
         return new_best, choice, spent
+
+    def _equivalent(self, c: Settings, others: list) -> bool:
+        """Clearly no difference: every other candidate's median is within ``min_gain`` of
+        ``c``'s, and the noise is small enough that a real difference of twice that would
+        have shown."""
+        if not others:
+            return False
+        for o in others:
+            ma, mb = self.med(c), self.med(o)
+            na, nb = len(self.samples.get(key(c), [])), len(self.samples.get(key(o), []))
+            if not (ma and mb and na and nb):
+                return False
+            se = 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)
+            if abs(math.log(ma / mb)) + self.z * se > math.log1p(2 * self.min_gain):
+                return False
+        return True
 
     def _beats_all(self, c: Settings, dim: Dimension, best: Settings) -> bool:
         others = [o for k, o in self.known.items()
@@ -459,7 +482,8 @@ class Search:
         tried = [_fmt(v) for v in dim.values if any(dim.get(c) == v for c in others + [incumbent])]
         text = (f"{dim.name}: no measurable difference among {', '.join(tried)} "
                 f"(noise {self.sigma():.1%}); {_fmt(dim.get(incumbent))} kept")
-        return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False)
+        return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False,
+                                 self._equivalent(incumbent, others))
 
 
 def _values(dim: Dimension, configs: list) -> str:
