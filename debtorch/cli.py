@@ -193,6 +193,13 @@ def _unicode_ok() -> bool:
     return "utf" in enc
 
 
+# --- debtorch tune (issue 4): the command lives in debtorch/commands/tune.py ---
+from debtorch.commands.tune import tune as _tune  # noqa: E402
+
+app.command(name="tune")(_tune)
+# --- end debtorch tune -------------------------------------------------------
+
+
 def _json_default(obj):
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)

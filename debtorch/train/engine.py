@@ -37,6 +37,7 @@ import gc
 import hashlib
 import math
 import os
+import signal
 import statistics
 import threading
 import time
@@ -284,6 +285,27 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
     return torch.utils.data.DataLoader(ds, **kwargs), tracked
 
 
+def _worker_death(iterator) -> Optional[RuntimeError]:
+    """PyTorch's own wording for a DataLoader worker killed by a signal, or None.
+
+    When a worker dies between batches PyTorch may only say it "exited
+    unexpectedly"; the worker's exit code still says which signal killed it
+    (SIGBUS when /dev/shm ran out), and that is what the diagnosis needs.
+    """
+    for proc in getattr(iterator, "_workers", None) or []:
+        code = getattr(proc, "exitcode", None)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            text = {"SIGBUS": "Bus error", "SIGKILL": "Killed", "SIGSEGV": "Segmentation fault"}.get(name, name)
+            hint = (" It is possible that dataloader's workers are out of shared memory."
+                    if name == "SIGBUS" else "")
+            return RuntimeError(f"DataLoader worker (pid {proc.pid}) is killed by signal: {text}.{hint}")
+    return None
+
+
 # ---------------------------------------------------------------------------
 # Moving batches
 
@@ -401,13 +423,16 @@ def run_trial(
             if state["it"] is None:
                 state["it"] = iter(loader)
             try:
-                batch = next(state["it"])
-            except StopIteration:
-                state["epoch"] += 1
-                if distributed:
-                    loader.batch_sampler.inner.sampler.set_epoch(state["epoch"])
-                state["it"] = iter(loader)
-                batch = next(state["it"])
+                try:
+                    batch = next(state["it"])
+                except StopIteration:
+                    state["epoch"] += 1
+                    if distributed:
+                        loader.batch_sampler.inner.sampler.set_epoch(state["epoch"])
+                    state["it"] = iter(loader)
+                    batch = next(state["it"])
+            except RuntimeError as exc:
+                raise _worker_death(state["it"]) or exc
             return batch, tracked.sent.popleft()
 
         source = from_loader

@@ -87,7 +87,7 @@ def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
         err.update(kind="oom", message=msg)
     elif "bus error" in text.lower() or ("dataloader worker" in text.lower() and "shared memory" in text.lower()):
         workers = ctx.get("num_workers")
-        who = f"{workers} DataLoader workers" if workers else "the DataLoader workers"
+        who = (f"{workers} DataLoader worker" + ("s" if workers != 1 else "")) if workers else "the DataLoader workers"
         err.update(kind="shm", finding=SHM_FINDING,
                    message=f"a DataLoader worker died of a bus error: /dev/shm is too small for {who} "
                            f"(debtorch doctor: {SHM_FINDING})")
@@ -225,6 +225,7 @@ def info() -> dict:
         "mkldnn_bf16": _mkldnn_bf16(torch),
         "distributed": torch.distributed.is_available(),
         "protocol": PROTOCOL_VERSION,
+        "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__)),
     }
     if out["cuda_available"]:
         for i in range(torch.cuda.device_count()):

@@ -135,6 +135,8 @@ def coerce(made: Any, spec: str) -> Workload:
     wl = Workload(**data)
     if not isinstance(wl.model, nn.Module):
         raise WorkloadError(f"{spec}: model is {_a(type(wl.model).__name__)}; expected a torch.nn.Module")
+    if not any(p.requires_grad for p in wl.model.parameters()):
+        raise WorkloadError(f"{spec}: model has no trainable parameters")
     if not (hasattr(wl.dataset, "__getitem__") and hasattr(wl.dataset, "__len__")):
         raise WorkloadError(f"{spec}: dataset is {_a(type(wl.dataset).__name__)}; expected a map-style Dataset (__len__ and __getitem__)")
     if not callable(wl.loss_fn):

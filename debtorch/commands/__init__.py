@@ -1,0 +1,1 @@
+"""Command functions registered in debtorch/cli.py, one module per command."""

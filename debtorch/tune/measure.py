@@ -1,0 +1,265 @@
+"""``debtorch tune --measure``: short trials on a real workload, within a budget.
+
+Torch-free: the trials run in a worker process of the target interpreter
+(:class:`debtorch.train.runner.Worker`, the engine shared with
+verify-train); this module calibrates the trial length, hands the search
+(:mod:`debtorch.tune.search`) a trial function, and writes what was
+measured into the recommendation's reasons.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from debtorch.facts import get
+from debtorch.tune import rules
+from debtorch.tune.rules import Reason, Recommendation
+from debtorch.tune.search import Outcome, Result, Search, default_space, key
+
+# Below this no search can run: a worker start, a calibration and a handful of trials.
+MIN_BUDGET_S = 10.0
+# The search needs room for about this many trials; trials are sized to fit.
+TRIALS_PLANNED = 45
+MIN_WINDOW_S, MAX_TRIAL_S = 0.3, 8.0   # bounds on a trial's timed window
+MIN_STEPS = 3                         # timed steps in a trial, at least
+MIN_TRIALS = 6                        # a budget that cannot pay for these measures nothing
+CALIBRATION_STEPS = 5
+WARMUP_STEPS = 2
+
+# Which settings fields each searched dimension decides.
+FIELDS = {
+    "num_workers": ("num_workers",),
+    "prefetch_factor": ("prefetch_factor",),
+    "pin_memory": ("pin_memory", "non_blocking"),
+    "threads": ("threads",),
+    "precision": ("precision",),
+    "channels_last": ("channels_last",),
+}
+
+
+class MeasureError(Exception):
+    """Measurement failed (exit 1); the message is one line."""
+
+
+class MeasureUsageError(MeasureError):
+    """Bad input for measurement: workload, budget, device (exit 2); one line."""
+
+
+@dataclass
+class MeasureOptions:
+    workload: str = "builtin:cnn"
+    budget_s: float = 120.0
+    python: Optional[str] = None
+    repeats: int = 3
+    seed: int = 0
+
+
+def precisions_for(rec: Recommendation, facts: dict) -> list:
+    """The precisions worth measuring on this device (never one the hardware lacks)."""
+    if rec.device == "cuda":
+        ccs = [rules.parse_compute_capability(g.get("compute_capability")) for g in rules.gpus_of(facts)]
+        cc = min(ccs) if ccs and all(ccs) else None
+        if cc and cc >= (8, 0):
+            return ["fp32", "bf16", "fp16"]
+        if cc and cc >= (7, 0):
+            return ["fp32", "fp16"]
+        return ["fp32"]
+    feats = get(facts, "cpu.features") or {}
+    return ["fp32", "bf16"] if (feats.get("avx512_bf16") or feats.get("amx_bf16")) else ["fp32"]
+
+
+def apply_result(rec: Recommendation, result: Result) -> Recommendation:
+    """Put the measured settings and their reasons into ``rec`` (in place; returned)."""
+    rec.settings = result.best
+    for dim, choice in result.choices.items():
+        for name in FIELDS.get(dim, (dim,)):
+            if choice.rule == "tune.M005" and not choice.text.startswith(f"{dim}: no measurable"):
+                continue  # not measured at all: the rule's reason stands
+            rec.reasons[name] = Reason(choice.rule, choice.text)
+    rules.worker_companions(rec)
+    rules.thread_env(rec)
+    rec.chosen_by = "measured"
+    return rec
+
+
+class EngineTrials:
+    """Trials in a worker process of the target interpreter (the engine's Worker).
+
+    A worker that dies in a trial (a DataLoader killed by a bus error, the
+    OOM killer) is restarted for the next one; the trial counts as failed.
+    """
+
+    # Failures that are about the user's input, not about the measurement.
+    USAGE_KINDS = ("no_python", "no_torch", "workload", "device", "bad_request")
+
+    def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
+        from debtorch.host import LiveHost
+        from debtorch.train.runner import Worker, WorkerError, worker_python
+
+        self._error = WorkerError
+        self._worker_cls = Worker
+        self.workload, self.device, self.seed = workload, device, seed
+        self.worker = None
+        try:
+            self.python = worker_python(python, LiveHost())
+            self.info = self._start()
+        except WorkerError as exc:
+            if self.worker is not None:
+                self.worker.kill()
+            raise self._as_error(exc) from None
+
+    def _as_error(self, exc) -> MeasureError:
+        cls = MeasureUsageError if exc.kind in self.USAGE_KINDS else MeasureError
+        return cls(str(exc))
+
+    def _start(self) -> dict:
+        self.worker = self._worker_cls(self.python, cwd=os.getcwd())
+        self.worker.start()
+        return self.worker.load(self.workload, device=self.device, seed=self.seed)
+
+    def trial(self, settings, steps: int, warmup: int) -> dict:
+        try:
+            return self.worker.trial(settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed,
+                                     sample_memory=False)
+        except self._error as exc:
+            if exc.kind in ("died", "timeout"):
+                try:
+                    self.worker.kill()
+                    self._start()
+                except self._error as again:
+                    raise MeasureError(f"the worker cannot be restarted: {again}") from None
+            raise
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
+class Trialer:
+    """Runs trials through an engine and sizes them: calibration, then every
+    config timed over about the same window whatever its speed.
+
+    ``engine`` has ``trial(settings, steps, warmup) -> dict`` (the engine's
+    result: ``samples_per_s``, ``data_wait_share``) and ``info`` (the
+    workload's description).  Calling the Trialer runs one trial and returns
+    an :class:`~debtorch.tune.search.Outcome`.
+    """
+
+    def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
+        self.engine, self.clock = engine, clock
+        self.info = getattr(engine, "info", {}) or {}
+        self.steps = CALIBRATION_STEPS
+        self.step_s = 0.0
+        self.overhead = 0.0
+        self.batch = 1
+        self.steps_for: dict = {}
+        self.max_steps = CALIBRATION_STEPS
+
+    def run(self, settings, steps: int) -> Outcome:
+        start = self.clock()
+        try:
+            r = self.engine.trial(settings, steps=steps, warmup=WARMUP_STEPS)
+        except MeasureError:
+            raise
+        except Exception as exc:  # a failed trial is a finding, not the end of the search
+            return Outcome(None, self.clock() - start, error=_one_line(exc))
+        cost = self.clock() - start
+        if not isinstance(r, dict) or r.get("error"):
+            return Outcome(None, cost, error=_one_line(r.get("error") if isinstance(r, dict) else r))
+        sps = r.get("samples_per_s")
+        if not isinstance(sps, (int, float)) or sps <= 0:
+            return Outcome(None, cost, error="no samples/s in the trial's result")
+        return Outcome(float(sps), cost, r.get("data_wait_share"), None)
+
+    def calibrate(self, settings, seconds: float) -> float:
+        """Warm up, measure a step, size trials so that about TRIALS_PLANNED fit ``seconds``.
+
+        The first trial in a fresh worker pays one-time costs (kernel selection,
+        first-call initialisation): it only warms up.  The second measures the
+        step time and what a trial costs beyond its steps.  Returns the
+        expected cost of one trial.
+        """
+        warm = self.run(settings, 2)
+        if warm.samples_per_s is None:
+            raise MeasureError(f"the first trial failed: {warm.error}")
+        calib = self.run(settings, CALIBRATION_STEPS)
+        if calib.samples_per_s is None:
+            raise MeasureError(f"the calibration trial failed: {calib.error}")
+        self.batch = (settings.micro_batch or self.info.get("batch_size") or 1) * settings.accumulation_steps
+        self.step_s = self.batch / calib.samples_per_s
+        self.overhead = max(0.0, calib.seconds - (CALIBRATION_STEPS + WARMUP_STEPS) * self.step_s)
+        seconds -= calib.seconds + warm.seconds
+        window = min(MAX_TRIAL_S, max(MIN_WINDOW_S, seconds / TRIALS_PLANNED - self.overhead
+                                      - WARMUP_STEPS * self.step_s))
+        self.steps = max(MIN_STEPS, round(window / self.step_s))
+        self.max_steps = max(self.steps, round(4 * MAX_TRIAL_S / self.step_s))
+        return self.overhead + (self.steps + WARMUP_STEPS) * self.step_s
+
+    def __call__(self, settings) -> Outcome:
+        # Aim every config at the same timed window: one much faster than the rules'
+        # would otherwise be timed over a few milliseconds.
+        k = key(settings)
+        out = self.run(settings, self.steps_for.get(k, self.steps))
+        if out.samples_per_s is not None and k not in self.steps_for:
+            per_step = self.batch / out.samples_per_s
+            self.steps_for[k] = min(self.max_steps, max(MIN_STEPS, round(self.steps * self.step_s / per_step)))
+        return out
+
+
+def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
+            on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> Result:
+    """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
+
+    ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
+    ``info``); by default an :class:`EngineTrials` for ``opts.workload``.
+    The budget covers everything: the worker's start, calibration, the search.
+    """
+    if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
+        raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
+                                f"give at least {MIN_BUDGET_S:g} seconds")
+    t0 = clock()
+    own = trials is None
+    if own:
+        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed)
+    try:
+        trialer = Trialer(trials, clock)
+        cost = trialer.calibrate(rec.settings, opts.budget_s - (clock() - t0))
+        left = opts.budget_s - (clock() - t0)
+        if left < MIN_TRIALS * cost:
+            need = (opts.budget_s - left) + MIN_TRIALS * cost
+            raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything: a trial takes "
+                                    f"about {cost:.1f} s here; give at least {math.ceil(need)}")
+        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts),
+                             bool(trialer.info.get("convolutional")), max_workers=rec.max_workers)
+        search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial)
+        try:
+            result = search.run(rec.settings, dims)
+        except RuntimeError as exc:
+            raise MeasureError(str(exc)) from None
+        if not any(c.rule != "tune.M005" or "no measurable" in c.text for c in result.choices.values()):
+            took = statistics.median(t.seconds for t in result.trials) if result.trials else cost
+            more = max(2 * opts.budget_s, (opts.budget_s - left) + 4 * MIN_TRIALS * took)
+            raise MeasureUsageError(f"--budget {opts.budget_s:g} was spent before any choice could be measured "
+                                    f"(trials took {took:.1f} s, calibrated {cost:.1f} s); give at least "
+                                    f"{math.ceil(more)}")
+        result.budget = opts.budget_s
+        result.spent = clock() - t0
+        result.steps_per_trial = trialer.steps
+        apply_result(rec, result)
+        if rec.settings.nproc > 1:
+            rec.notes.append(f"measured in one process with {rec.per_process_cpus} CPU(s), the share each of the "
+                             f"{rec.settings.nproc} processes gets; verify-train --nproc measures them together")
+        return result
+    finally:
+        if own:
+            trials.close()
+
+
+def _one_line(x: Any) -> str:
+    text = str(x).strip().splitlines()
+    return (text[-1] if text else type(x).__name__)[:200]

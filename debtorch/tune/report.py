@@ -1,0 +1,116 @@
+"""Rendering for ``debtorch tune``: pure functions from results to text or JSON."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Optional
+
+from debtorch.tune.config import TABLE_OF, TABLES, UNSET
+
+JSON_SCHEMA_VERSION = 1
+
+
+def _value(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
+def settings_lines(rec, width: int = 100) -> list:
+    """The settings table: key, value, reason (rule id and text)."""
+    values = rec.settings.to_dict()
+    lines = [f"debtorch tune: {rec.device} training, chosen by {rec.chosen_by}"]
+    keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
+    for table, names in TABLES.items():
+        for name in names:
+            label = f"{table}.{name}"
+            v = values[name]
+            shown = _value(v) if v is not None else f"unset ({UNSET.get(name, 'default')})"
+            reason = rec.reasons.get(name)
+            lines.append(f"  {label:<{keyw}}  {shown}")
+            if reason is not None:
+                lines.append(f"  {'':<{keyw}}    {reason}")
+    if rec.total_steps:
+        lines.append(f"  run: {rec.total_steps} optimizer steps")
+    if rec.global_batch:
+        lines.append(f"  global batch: {rec.global_batch} samples per optimizer step")
+    if rec.env:
+        lines.append("environment for job scripts (--emit env):")
+        for name in sorted(rec.env):
+            lines.append(f"  {name}={rec.env[name]}")
+            lines.append(f"    {rec.env_reasons[name]}")
+    for note in rec.notes:
+        lines.append(f"note: {note}")
+    return lines
+
+
+def trials_lines(result) -> list:
+    """The table of trials at the end of a measurement, one row per settings tried."""
+    rows: dict = {}
+    order: list = []
+    for t in result.trials:
+        k = t.settings.short()
+        if k not in rows:
+            rows[k] = {"phase": t.phase, "vals": [], "waits": [], "errors": [], "seconds": 0.0}
+            order.append(k)
+        r = rows[k]
+        r["seconds"] += t.seconds
+        if t.samples_per_s is not None:
+            r["vals"].append(t.samples_per_s)
+        if t.data_wait is not None:
+            r["waits"].append(t.data_wait)
+        if t.error:
+            r["errors"].append(t.error)
+    best = result.best.short()
+    w = max([len(k) for k in order] + [8])
+    lines = [f"trials: {len(result.trials)} in {result.spent:.1f} s of a {result.budget:.0f} s budget "
+             f"({result.stopped})",
+             f"  {'settings':<{w}}  {'runs':>4}  {'samples/s':>9}  {'spread':>7}  {'data wait':>9}  first raced for"]
+    for k in sorted(order, key=lambda k: -(statistics.median(rows[k]["vals"]) if rows[k]["vals"] else -1)):
+        r = rows[k]
+        if r["vals"]:
+            med = statistics.median(r["vals"])
+            spread = (max(r["vals"]) - min(r["vals"])) / med if len(r["vals"]) > 1 and med else 0.0
+            cells = f"{med:>9.1f}  {spread:>7.1%}"
+        else:
+            cells = f"{'failed':>9}  {'':>7}"
+        wait = f"{statistics.median(r['waits']):>9.1%}" if r["waits"] else f"{'-':>9}"
+        mark = " <- chosen" if k == best else ""
+        lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
+        if r["errors"]:
+            lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    return lines
+
+
+def to_json(rec, fingerprint: dict, result=None, extra: Optional[dict] = None) -> dict:
+    """One JSON document: settings, reasons, environment, fingerprint and trials."""
+    doc = {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "device": rec.device,
+        "chosen_by": rec.chosen_by,
+        "settings": rec.settings.to_dict(),
+        "reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.reasons.items()},
+        "env": dict(rec.env),
+        "env_reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.env_reasons.items()},
+        "notes": list(rec.notes),
+        "total_steps": rec.total_steps,
+        "epochs": rec.epochs,
+        "global_batch": rec.global_batch,
+        "torchrun": rec.torchrun_line(),
+        "fingerprint": fingerprint,
+        "measurement": None,
+    }
+    if result is not None:
+        doc["measurement"] = {
+            "spent_s": result.spent,
+            "budget_s": result.budget,
+            "stopped": result.stopped,
+            "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
+                        "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
+                        "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],
+        }
+    if extra:
+        doc.update(extra)
+    return doc

@@ -1,0 +1,563 @@
+"""Training settings from the facts document, instantly, each with its reason.
+
+``recommend(facts, request)`` returns a :class:`Recommendation`: a
+:class:`~debtorch.train.settings.Settings`, one :class:`Reason` per field
+(a stable rule id ``tune.Rnnn`` and a one-line explanation naming the facts it
+used), environment hints for job scripts, and notes.  Measurement
+(:mod:`debtorch.tune.measure`) later replaces some reasons with what it
+measured (``tune.Mnnn``).
+
+Torch-free and machine-free: a pure function of a facts dict, so that a test
+is a small dict and ``debtorch tune --facts FILE`` tunes for another machine.
+Rule ids are documented in docs/tune.md and never renumbered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from debtorch.facts import get, unknown_reason
+from debtorch.train.settings import Settings
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+# Every rule id with its title.  Never renumber; retire an id by leaving it here
+# with "(retired)" in its title.  docs/tune.md documents each one.
+RULES = {
+    "tune.R001": "CPU training on few cores: no DataLoader workers",
+    "tune.R002": "CPU training on more cores: a few workers, the rest compute",
+    "tune.R003": "GPU training: workers from the CPUs each process has",
+    "tune.R004": "workers bounded by /dev/shm",
+    "tune.R005": "workers bounded by RLIMIT_NOFILE",
+    "tune.R006": "pinned memory and non-blocking copies on GPUs only",
+    "tune.R007": "prefetch_factor",
+    "tune.R008": "persistent workers",
+    "tune.R009": "worker start method",
+    "tune.R010": "GPU precision: bf16 autocast on compute capability 8.0 and newer",
+    "tune.R011": "GPU precision: fp16 autocast with a gradient scaler on 7.x",
+    "tune.R012": "GPU precision: fp32 below 7.0 or unknown",
+    "tune.R013": "CPU precision: bf16 autocast with native bf16 (avx512_bf16, AMX)",
+    "tune.R014": "CPU precision: fp32 without native bf16",
+    "tune.R015": "TF32 matmul and cuDNN convolutions",
+    "tune.R016": "cudnn.benchmark",
+    "tune.R017": "channels_last memory format",
+    "tune.R018": "fused optimizer",
+    "tune.R019": "torch.compile only when asked",
+    "tune.R020": "processes and DDP backend",
+    "tune.R021": "NCCL peer-to-peer disabled where P2P is unavailable",
+    "tune.R022": "threads per process",
+    "tune.R023": "micro-batch and gradient accumulation",
+    "tune.R024": "learning-rate schedule for the run's length",
+    "tune.R025": "OMP_NUM_THREADS for launched processes",
+    "tune.R026": "usable CPUs unknown",
+    # Measured choices (debtorch.tune.measure).
+    "tune.M001": "measured: DataLoader workers, prefetch and pinned memory",
+    "tune.M002": "measured: threads per process",
+    "tune.M003": "measured: precision",
+    "tune.M004": "measured: memory format",
+    "tune.M005": "measured: no measurable difference, rule kept",
+}
+
+# Assumed size of one batch in shared memory when the workload is unknown:
+# a 64-image batch of 3x224x224 float32 is 37 MiB.
+ASSUMED_BATCH_BYTES = 32 * MiB
+# File descriptors one worker holds: pipes, plus one per shared tensor storage
+# of every batch in flight (pytorch/pytorch#11201 "Too many open files").
+FDS_PER_WORKER = 64
+FDS_RESERVED = 256
+# More workers than this per GPU seldom pay for the RAM each one costs;
+# --measure tries more.
+MAX_WORKERS_PER_GPU = 8
+MODEL_KINDS = ("conv", "transformer", "other")
+
+
+class RequestError(ValueError):
+    """The request cannot be satisfied; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a setting has its value: a rule id (``tune.R001``) and one line."""
+
+    rule: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.text}"
+
+
+@dataclass
+class Request:
+    """What the user asked for (the CLI's options), beyond the machine's facts."""
+
+    device: Optional[str] = None          # "cpu" or "cuda"; None: cuda when a usable GPU is known
+    global_batch: Optional[int] = None    # samples per optimizer step, all processes together
+    micro_batch: Optional[int] = None     # samples per forward pass per process
+    epochs: Optional[int] = None          # run length, for the schedule
+    steps: Optional[int] = None           # run length in optimizer steps, for the schedule
+    steps_per_epoch: Optional[int] = None  # optimizer steps per epoch, when a workload tells
+    compile: bool = False                 # torch.compile, only when asked
+    model: Optional[str] = None           # "conv", "transformer", "other"; None: unknown
+    nproc: Optional[int] = None           # processes per machine; None: one per usable GPU
+    batch_bytes: Optional[int] = None     # bytes of one batch in shared memory, when known
+
+
+@dataclass
+class Recommendation:
+    """Settings with a reason for every field, environment hints and notes."""
+
+    settings: Settings
+    reasons: dict = field(default_factory=dict)      # field name -> Reason
+    env: dict = field(default_factory=dict)          # NAME -> value (strings)
+    env_reasons: dict = field(default_factory=dict)  # NAME -> Reason
+    notes: list = field(default_factory=list)
+    device: str = "cpu"
+    total_steps: Optional[int] = None                # optimizer steps of the run, for OneCycleLR
+    epochs: Optional[int] = None
+    global_batch: Optional[int] = None               # what the settings really give
+    chosen_by: str = "rules"                         # "rules" or "measured"
+    max_workers: Optional[int] = None                # bound from /dev/shm and RLIMIT_NOFILE, if any
+    per_process_cpus: int = 1                        # usable CPUs / processes
+
+    def set(self, name: str, value: Any, rule: str, text: str) -> None:
+        if rule not in RULES:
+            raise KeyError(rule)
+        self.settings = dataclasses.replace(self.settings, **{name: value})
+        self.reasons[name] = Reason(rule, text)
+
+    def hint(self, name: str, value: str, rule: str, text: str) -> None:
+        if rule not in RULES:
+            raise KeyError(rule)
+        self.env[name] = str(value)
+        self.env_reasons[name] = Reason(rule, text)
+
+    def torchrun_line(self, script: str = "train.py") -> str:
+        return f"torchrun --standalone --nproc_per_node={self.settings.nproc} {shlex.quote(script)}"
+
+    def emit_env(self, script: str = "train.py") -> str:
+        """Shell lines for a job script: exports, then the torchrun line."""
+        lines = ["# written by debtorch tune; each line's reason is in the comment above it"]
+        for name in sorted(self.env):
+            lines.append(f"# {self.env_reasons[name]}")
+            lines.append(f"export {name}={shlex.quote(self.env[name])}")
+        lines.append("# replace train.py with your training script")
+        lines.append(self.torchrun_line(script))
+        return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Reading the facts
+
+
+def parse_compute_capability(value: Any) -> Optional[tuple[int, int]]:
+    """'8.0', 8.6, [7, 5], {'major': 9, 'minor': 0}, 'sm_86' -> (major, minor).  Never raises."""
+    try:
+        if isinstance(value, bool) or value is None:
+            return None
+        if isinstance(value, dict):
+            return int(value["major"]), int(value["minor"])
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            return int(value[0]), int(value[1])
+        if isinstance(value, (int, float)):
+            value = f"{float(value):.1f}"
+        text = str(value).strip()
+        m = re.fullmatch(r"(?:sm_?)?(\d+)\.(\d+)", text) or re.fullmatch(r"sm_?(\d+)(\d)", text)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def parse_visible_devices(value: Optional[str], gpus: list) -> Optional[list]:
+    """The GPUs CUDA_VISIBLE_DEVICES leaves, in its order; None when unset.
+
+    CUDA stops at the first entry it cannot match (an index out of range or an
+    unknown UUID prefix), so do we.
+    """
+    if value is None:
+        return None
+    out = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            break
+        match = None
+        if item.isdigit():
+            idx = int(item)
+            match = next((g for g in gpus if g.get("index") == idx), None)
+            if match is None and idx < len(gpus) and all(g.get("index") is None for g in gpus):
+                match = gpus[idx]
+        else:
+            match = next((g for g in gpus if str(g.get("uuid") or "").startswith(item)), None)
+        if match is None or match in out:
+            break
+        out.append(match)
+    return out
+
+
+def gpus_of(facts: dict) -> list:
+    """The GPUs the facts list (``nvidia.gpus``), visible to CUDA and usable for compute."""
+    gpus = [g for g in (get(facts, "nvidia.gpus") or []) if isinstance(g, dict)]
+    visible = parse_visible_devices(get(facts, "env.variables.CUDA_VISIBLE_DEVICES"), gpus)
+    if visible is not None:
+        gpus = visible
+    return [g for g in gpus if str(g.get("compute_mode") or "").lower() != "prohibited"]
+
+
+def p2p_problems(facts: dict) -> list:
+    """Pairs of GPUs whose peer-to-peer status is reported and not OK: [(a, b, status)].
+
+    Reads ``nvidia.topology.p2p`` as a list of ``{"gpus": [a, b], "status": "OK"}``
+    (``a``/``b`` also accepted) or as a nested mapping ``{"0": {"1": "OK"}}``.
+    """
+    topo = get(facts, "nvidia.topology") or {}
+    p2p = topo.get("p2p") if isinstance(topo, dict) else None
+    pairs = []
+    if isinstance(p2p, list):
+        for row in p2p:
+            if not isinstance(row, dict):
+                continue
+            ids = row.get("gpus") or [row.get("a"), row.get("b")]
+            status = row.get("status") if "status" in row else row.get("read")
+            if isinstance(ids, (list, tuple)) and len(ids) == 2 and status is not None:
+                pairs.append((ids[0], ids[1], str(status)))
+    elif isinstance(p2p, dict):
+        for a, row in p2p.items():
+            if isinstance(row, dict):
+                for b, status in row.items():
+                    if str(a) != str(b) and status is not None:
+                        pairs.append((a, b, str(status)))
+    return [(a, b, s) for a, b, s in pairs if s.strip().upper() not in ("OK", "SUPPORTED", "TRUE", "X")]
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def human(n: int) -> str:
+    if n >= GiB:
+        return f"{n / GiB:.1f} GiB"
+    return f"{n / MiB:.1f} MiB"
+
+
+def _torch_version(facts: dict) -> Optional[tuple[int, int]]:
+    v = get(facts, "python.torch.version")
+    m = re.match(r"(\d+)\.(\d+)", str(v or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# ---------------------------------------------------------------------------
+# The rules
+
+
+def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
+    """Settings for training on the machine ``facts`` describes, with reasons."""
+    req = request or Request()
+    if req.model is not None and req.model not in MODEL_KINDS:
+        raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
+    rec = Recommendation(settings=Settings())
+    gpus = gpus_of(facts)
+    torch_cpu_only = get(facts, "python.torch.cpu_only")
+
+    # Device.
+    if req.device is not None:
+        if req.device not in ("cpu", "cuda"):
+            raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
+        rec.device = req.device
+        if req.device == "cuda" and not gpus:
+            rec.notes.append("--device cuda but the facts list no usable GPU: GPU rules assume what they cannot see")
+    else:
+        rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
+        if gpus and torch_cpu_only:
+            rec.notes.append(f"{len(gpus)} GPU(s) but a CPU-only PyTorch build: tuning for the CPU "
+                             "(see `debtorch doctor`)")
+
+    # CPUs.
+    usable = _int(get(facts, "cpu.usable_cpus"))
+    cpu_note = f"{usable} usable CPUs (cpu.usable_cpus)" if usable else ""
+    if not usable:
+        usable = _int(get(facts, "cpu.logical_cpus")) or 1
+        why = unknown_reason(facts, "cpu.usable_cpus") or "not in the facts"
+        cpu_note = f"{usable} CPUs assumed (cpu.usable_cpus unknown: {why})"
+        rec.notes.append(f"tune.R026: usable CPUs unknown ({why}); assuming {usable}")
+    quota = get(facts, "cpu.cgroup_quota_cpus")
+    affinity = _int(get(facts, "cpu.affinity_cpus"))
+
+    # Processes.
+    if rec.device == "cuda":
+        n_gpu = max(1, len(gpus))
+        nproc = req.nproc or n_gpu
+        if req.nproc:
+            text = f"--nproc {nproc} asked ({len(gpus)} usable GPUs in nvidia.gpus)"
+        else:
+            names = sorted({str(g.get("name") or "GPU") for g in gpus}) or ["GPU"]
+            text = (f"one DDP process per usable GPU: {len(gpus)} x {', '.join(names)} (nvidia.gpus)"
+                    if gpus else "no GPU in the facts: one process")
+        backend = "nccl" if nproc > 1 else None
+        if nproc > 1:
+            text += "; nccl, NVIDIA's collective library for GPUs"
+    else:
+        nproc = req.nproc or 1
+        if req.nproc:
+            text = f"--nproc {nproc} asked"
+        else:
+            text = "CPU training: one process uses every core through intra-op threads; DDP would split them"
+        backend = "gloo" if nproc > 1 else None
+        if nproc > 1:
+            text += "; gloo, PyTorch's CPU collective backend"
+    if nproc < 1:
+        raise RequestError(f"nproc must be >= 1 (got {nproc})")
+    rec.set("nproc", nproc, "tune.R020", text)
+    rec.set("backend", backend, "tune.R020", text if nproc > 1 else "one process: no DDP, no backend")
+    per_proc = max(1, usable // nproc)
+    rec.per_process_cpus = per_proc
+    if usable < nproc:
+        rec.notes.append(f"{nproc} processes on {usable} usable CPUs: processes will share cores")
+
+    # DataLoader workers.
+    if rec.device == "cpu":
+        if per_proc <= 2:
+            workers = 0
+            rec.set("num_workers", 0, "tune.R001",
+                    f"CPU training on {cpu_note}: worker processes would take cores from compute")
+        else:
+            workers = max(1, per_proc // 4)
+            rec.set("num_workers", workers, "tune.R002",
+                    f"CPU training on {cpu_note} / {nproc} process(es): {workers} worker(s) "
+                    f"load data, {per_proc - workers} cores compute")
+    else:
+        workers = min(MAX_WORKERS_PER_GPU, max(1, per_proc - 1))
+        text = (f"{cpu_note} / {nproc} process(es) = {per_proc} per process; one drives the GPU, "
+                f"the rest load data")
+        if per_proc - 1 < 1:
+            text = f"{cpu_note} / {nproc} process(es): one worker overlaps loading with the GPU's work"
+        elif per_proc - 1 > MAX_WORKERS_PER_GPU:
+            text += f", at most {MAX_WORKERS_PER_GPU} per GPU (each costs RAM; --measure tries more)"
+        rec.set("num_workers", workers, "tune.R003", text)
+
+    prefetch = 2
+    batch_bytes = req.batch_bytes or ASSUMED_BATCH_BYTES
+    shm_free = _int(get(facts, "memory.shm_free"))
+    nofile = _int(get(facts, "memory.nofile_soft"))
+    bounds = []
+    if shm_free is not None:
+        bounds.append((shm_free // 2) // nproc // (prefetch * batch_bytes))
+    if nofile is not None and nofile >= 0:
+        bounds.append(max(0, (nofile - FDS_RESERVED) // FDS_PER_WORKER // nproc))
+    rec.max_workers = min(bounds) if bounds else None
+    if workers:
+        if shm_free is not None:
+            allowed = (shm_free // 2) // nproc // (prefetch * batch_bytes)
+            if allowed < workers:
+                size = f"~{human(batch_bytes)}" + ("" if req.batch_bytes else " (assumed)")
+                rec.set("num_workers", allowed, "tune.R004",
+                        f"/dev/shm has {human(shm_free)} free (memory.shm_free): {nproc} process(es) x "
+                        f"{allowed} worker(s) x {prefetch} batches of {size} fit in half of it")
+                rec.notes.append(f"tune.R004: a larger /dev/shm would allow {workers} workers "
+                                 "(docker run --shm-size=8g, or a bigger tmpfs)")
+                workers = allowed
+        if nofile is not None and nofile >= 0 and workers:
+            allowed = max(0, (nofile - FDS_RESERVED) // FDS_PER_WORKER // nproc)
+            if allowed < workers:
+                rec.set("num_workers", allowed, "tune.R005",
+                        f"RLIMIT_NOFILE is {nofile} (memory.nofile_soft): each worker holds about "
+                        f"{FDS_PER_WORKER} descriptors for batches in flight")
+                rec.notes.append(f"tune.R005: `ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
+                workers = allowed
+
+    worker_companions(rec)
+
+    if rec.device == "cuda":
+        text = "GPU training: page-locked batches copy to the GPU asynchronously"
+        memlock = _int(get(facts, "memory.memlock_soft"))
+        rec.set("pin_memory", True, "tune.R006", text)
+        rec.set("non_blocking", True, "tune.R006", text + " (non_blocking=True)")
+        if memlock is not None and 0 <= memlock < 64 * MiB:
+            rec.notes.append(f"RLIMIT_MEMLOCK is {human(memlock)} (memory.memlock_soft): if pinning fails "
+                             "in a container, raise it (--ulimit memlock=-1)")
+    else:
+        text = "CPU training: pinned memory only speeds copies to a GPU"
+        rec.set("pin_memory", False, "tune.R006", text)
+        rec.set("non_blocking", False, "tune.R006", text)
+
+    # Precision and kernels.
+    ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
+    cc = min(ccs) if ccs and all(ccs) else None
+    names = ", ".join(sorted({str(g.get("name") or "GPU") for g in gpus})) or "GPU"
+    if rec.device == "cuda":
+        cc_text = f"{names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
+        if cc and cc >= (8, 0):
+            rec.set("precision", "bf16", "tune.R010", f"{cc_text}: native bf16, fp32's range, no gradient scaler")
+        elif cc and cc >= (7, 0):
+            rec.set("precision", "fp16", "tune.R011", f"{cc_text}: fp16 tensor cores, no bf16; "
+                    "a GradScaler keeps small gradients")
+        elif cc:
+            rec.set("precision", "fp32", "tune.R012", f"{cc_text}: no tensor cores for fp16 or bf16")
+        else:
+            rec.set("precision", "fp32", "tune.R012", "compute capability unknown (nvidia.gpus): fp32 is safe")
+        if cc and cc >= (8, 0):
+            rec.set("tf32", True, "tune.R015", f"{cc_text}: fp32 matmuls and convolutions on TF32 tensor cores "
+                    "(PyTorch leaves matmul TF32 off)")
+        else:
+            rec.set("tf32", False, "tune.R015", "TF32 needs compute capability 8.0 or newer")
+        rec.set("cudnn_benchmark", True, "tune.R016", "GPU training with fixed input shapes: cuDNN picks its fastest "
+                "algorithm once per shape (turn off for varying shapes)")
+    else:
+        feats = get(facts, "cpu.features") or {}
+        have = [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
+        model = get(facts, "cpu.model") or "CPU"
+        if have:
+            rec.set("precision", "bf16", "tune.R013", f"{model} has {' and '.join(have)} (cpu.features): "
+                    "native bf16 matmuls and convolutions")
+        elif get(facts, "cpu.features") is None:
+            rec.set("precision", "fp32", "tune.R014", "CPU features unknown (cpu.features): fp32 is safe")
+        else:
+            rec.set("precision", "fp32", "tune.R014", f"{model} has no avx512_bf16 or amx_bf16 (cpu.features): "
+                    "bf16 would be emulated, slower than fp32")
+        rec.set("tf32", False, "tune.R015", "TF32 is a GPU feature (compute capability 8.0 and newer)")
+        rec.set("cudnn_benchmark", False, "tune.R016", "cuDNN is CUDA's; CPU training does not use it")
+
+    if req.model == "conv" and rec.device == "cuda" and cc and cc >= (7, 0):
+        rec.set("channels_last", True, "tune.R017", f"convolutional model on compute capability {cc[0]}.{cc[1]}: "
+                "tensor cores run NHWC convolutions without transposes")
+    elif req.model == "conv" and rec.device == "cuda":
+        rec.set("channels_last", False, "tune.R017", "NHWC pays on tensor cores (compute capability 7.0 and newer)")
+    elif req.model == "conv":
+        rec.set("channels_last", False, "tune.R017", "on the CPU, NHWC's gain depends on the model: --measure decides")
+    elif req.model is None:
+        rec.set("channels_last", False, "tune.R017", "model kind unknown (--model conv to consider NHWC)")
+    else:
+        rec.set("channels_last", False, "tune.R017", f"{req.model} model: no convolutions to reorder")
+
+    tv = _torch_version(facts)
+    need = (2, 0) if rec.device == "cuda" else (2, 4)
+    if tv is None:
+        rec.set("fused_optimizer", False, "tune.R018", "PyTorch version unknown (python.torch.version)")
+    elif tv >= need:
+        rec.set("fused_optimizer", True, "tune.R018", f"PyTorch {tv[0]}.{tv[1]} (python.torch.version) has fused "
+                f"Adam/AdamW/SGD on {'GPUs' if rec.device == 'cuda' else 'the CPU'}: one kernel per step")
+    else:
+        rec.set("fused_optimizer", False, "tune.R018", f"PyTorch {tv[0]}.{tv[1]} has no fused optimizer on "
+                f"{'GPUs' if rec.device == 'cuda' else 'the CPU'} (needs {need[0]}.{need[1]})")
+    if req.compile:
+        rec.set("compile", True, "tune.R019", "asked (--compile): the first steps compile, later steps run faster")
+    else:
+        rec.set("compile", False, "tune.R019", "only when asked (--compile): compiling costs minutes up front")
+
+    # Threads.
+    threads = max(1, per_proc - workers)
+    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {cpu_note}"
+    if quota is not None and affinity and quota < affinity:
+        text += f"; PyTorch would start {affinity} threads but the cgroup allows {quota:g} CPUs"
+    rec.set("threads", threads, "tune.R022", text)
+    thread_env(rec)
+
+    # NCCL hints from the topology.
+    if rec.device == "cuda" and nproc > 1:
+        bad = p2p_problems(facts)
+        if bad:
+            a, b, status = bad[0]
+            more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
+            rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
+                     f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology.p2p){more}: "
+                     "NCCL would hang on P2P; copy through host memory")
+        elif not (get(facts, "nvidia.topology") or {}).get("p2p"):
+            rec.notes.append("peer-to-peer status unknown (nvidia.topology.p2p): if DDP hangs at the first "
+                             "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
+
+    _batch(rec, req, nproc)
+    _schedule(rec, req)
+    return rec
+
+
+def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
+    """prefetch_factor, persistent_workers and start_method follow num_workers (rules R007-R009).
+
+    Also called after measurement changed num_workers; a measured prefetch
+    factor is kept.
+    """
+    workers = rec.settings.num_workers
+    if workers:
+        measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")
+        if rec.settings.prefetch_factor is None or not measured:
+            n = rec.settings.prefetch_factor or prefetch
+            rec.set("prefetch_factor", n, "tune.R007", f"{n} batches ahead per worker" + (
+                " (PyTorch's default, set explicitly); --measure tries 4" if n == 2 else ""))
+        rec.set("persistent_workers", True, "tune.R008",
+                f"{workers} worker(s) kept alive between epochs instead of restarted")
+        rec.set("start_method", "fork", "tune.R009",
+                "fork: workers start fast and share the dataset copy-on-write "
+                "(Python 3.14 makes forkserver the Linux default)")
+    else:
+        rec.set("prefetch_factor", None, "tune.R007", "no workers: nothing to prefetch")
+        rec.set("persistent_workers", False, "tune.R008", "no workers to keep alive")
+        rec.set("start_method", None, "tune.R009", "no workers: no processes to start")
+
+
+def thread_env(rec: Recommendation) -> None:
+    """OMP_NUM_THREADS for launched processes follows threads (rule R025)."""
+    threads, nproc = rec.settings.threads, rec.settings.nproc
+    rec.env.pop("OMP_NUM_THREADS", None)
+    rec.env_reasons.pop("OMP_NUM_THREADS", None)
+    if threads and (nproc > 1 or rec.device == "cpu"):
+        rec.hint("OMP_NUM_THREADS", str(threads), "tune.R025",
+                 f"{threads} OpenMP thread(s) per process" + (
+                     " (torchrun sets 1 for more than one process unless told)" if nproc > 1 else ""))
+
+
+def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
+    g, m = req.global_batch, req.micro_batch
+    for name, v in (("--global-batch", g), ("--micro-batch", m)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
+    if g is not None and m is not None:
+        per_step = m * nproc
+        if g < per_step:
+            raise RequestError(f"--global-batch {g} is smaller than one step: --micro-batch {m} x {nproc} process(es)")
+        acc = math.ceil(g / per_step)
+        text = f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step"
+        if acc * per_step != g:
+            text += f" (gives {acc * per_step}, the nearest reachable)"
+            rec.notes.append(f"tune.R023: global batch {g} is not a multiple of {per_step}; using {acc * per_step}")
+        rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}")
+        rec.set("accumulation_steps", acc, "tune.R023", text)
+        rec.global_batch = acc * per_step
+    elif g is not None:
+        micro = math.ceil(g / nproc)
+        rec.set("micro_batch", micro, "tune.R023", f"--global-batch {g} / {nproc} process(es); if it does not fit "
+                "in memory, give --micro-batch and accumulate")
+        rec.set("accumulation_steps", 1, "tune.R023", "no --micro-batch: each step is one micro-batch")
+        rec.global_batch = micro * nproc
+    else:
+        rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}" if m else "the workload's own batch size")
+        rec.set("accumulation_steps", 1, "tune.R023", "no --global-batch target: no accumulation")
+        rec.global_batch = m * nproc if m else None
+
+
+def _schedule(rec: Recommendation, req: Request) -> None:
+    for name, v in (("--epochs", req.epochs), ("--steps", req.steps)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
+    if req.steps is not None:
+        total, how = req.steps, f"--steps {req.steps} optimizer steps"
+    elif req.epochs is not None and req.steps_per_epoch:
+        total = req.epochs * req.steps_per_epoch
+        how = f"--epochs {req.epochs} x {req.steps_per_epoch} steps per epoch"
+    elif req.epochs is not None:
+        total, how = None, f"--epochs {req.epochs} (the script gives steps per epoch)"
+    else:
+        rec.set("lr_schedule", "constant", "tune.R024", "no run length (--epochs or --steps): OneCycleLR needs one")
+        rec.set("max_lr", None, "tune.R024", "no OneCycleLR")
+        rec.set("pct_start", 0.3, "tune.R024", "no OneCycleLR (PyTorch's default kept)")
+        return
+    rec.total_steps, rec.epochs = total, req.epochs
+    rec.set("lr_schedule", "onecycle", "tune.R024", f"OneCycleLR over the run: {how}")
+    rec.set("max_lr", None, "tune.R024", "the optimizer's learning rate is the peak; it starts 25x lower")
+    rec.set("pct_start", 0.3, "tune.R024", "30% of the steps warm up (PyTorch's default)")

@@ -1,0 +1,224 @@
+"""The runtime API: training code adopts a tuned config in one line each.
+
+::
+
+    cfg = debtorch.load("debtorch.toml")
+    cfg.configure_torch()                      # TF32, cudnn.benchmark, threads
+    loader = DataLoader(ds, shuffle=True, **cfg.loader_kwargs(batch_size=32))
+    model = cfg.prepare_model(model.to(device))  # channels_last, torch.compile
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **cfg.optimizer_kwargs())
+    sched = cfg.scheduler(opt, total_steps)    # OneCycleLR, or constant
+    scaler = cfg.scaler(device)                # a no-op unless fp16
+    for i, (x, y) in enumerate(loader):
+        x, y = cfg.to_device(x, device), cfg.to_device(y, device)
+        with cfg.autocast(device):
+            loss = loss_fn(model(x), y) / cfg.accumulation_steps
+        scaler.scale(loss).backward()
+        if (i + 1) % cfg.accumulation_steps == 0:
+            scaler.step(opt); scaler.update(); opt.zero_grad(); sched.step()
+
+The only module of debtorch that imports torch, and only when a method needs
+it.  docs/runtime.md documents every method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any, Optional
+
+from debtorch.tune.config import ConfigFile, load_config
+from debtorch.tune import fingerprint as fp_mod
+
+_warned = False  # the fingerprint warning is given once per process
+
+
+class FingerprintWarning(UserWarning):
+    """The config was tuned on a different machine or environment."""
+
+
+def _device_type(device: Any) -> str:
+    if device is None:
+        return "cpu"
+    kind = getattr(device, "type", None)
+    if kind is not None:
+        return str(kind)
+    return str(device).split(":", 1)[0]
+
+
+class Config:
+    """A loaded config: the settings, and helpers that apply them to PyTorch."""
+
+    def __init__(self, file: ConfigFile):
+        self.file = file
+        self.settings = file.settings
+        self.env = dict(file.env)
+        self.fingerprint = dict(file.fingerprint)
+        self.tuned = dict(file.tuned)
+        self.path = file.path
+
+    def __repr__(self) -> str:
+        return f"<debtorch.Config {self.path}: {self.settings.short()}>"
+
+    @property
+    def device(self) -> str:
+        """The device type the settings were tuned for ("cpu" or "cuda")."""
+        return self.file.device
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self.settings.accumulation_steps
+
+    @property
+    def total_steps(self) -> Optional[int]:
+        return self.file.total_steps
+
+    # -- data ------------------------------------------------------------
+    def loader_kwargs(self, **defaults: Any) -> dict:
+        """Keyword arguments for ``torch.utils.data.DataLoader``.
+
+        ``defaults`` are yours (``batch_size=32, drop_last=True``): the config
+        wins where it sets something.  ``batch_size`` is the config's
+        micro-batch when it sets one.  Pinned memory is asked only when CUDA is
+        available (it would only warn otherwise).
+        """
+        import torch
+
+        s = self.settings
+        kw: dict = dict(defaults)
+        kw["num_workers"] = s.num_workers
+        kw["pin_memory"] = bool(s.pin_memory and torch.cuda.is_available())
+        if s.micro_batch is not None:
+            kw["batch_size"] = s.micro_batch
+        if s.num_workers > 0:
+            if s.prefetch_factor is not None:
+                kw["prefetch_factor"] = s.prefetch_factor
+            kw["persistent_workers"] = s.persistent_workers
+            if s.start_method is not None:
+                kw["multiprocessing_context"] = s.start_method
+        else:  # these need workers; DataLoader refuses them without
+            for name in ("prefetch_factor", "persistent_workers", "multiprocessing_context"):
+                kw.pop(name, None)
+        return kw
+
+    def to_device(self, tensor: Any, device: Any) -> Any:
+        """``tensor.to(device)``: non-blocking from pinned memory; 4-D inputs channels_last when set."""
+        import torch
+
+        kw: dict = {"non_blocking": bool(self.settings.non_blocking and _device_type(device) == "cuda")}
+        if self.settings.channels_last and getattr(tensor, "dim", lambda: 0)() == 4:
+            kw["memory_format"] = torch.channels_last
+        return tensor.to(device, **kw)
+
+    # -- precision -------------------------------------------------------
+    def autocast(self, device: Any = None):
+        """A context manager: autocast to bf16 or fp16 as set, nothing for fp32."""
+        import torch
+
+        precision = self.settings.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(device_type=_device_type(device or self.device), dtype=dtype)
+
+    def scaler(self, device: Any = None):
+        """A GradScaler, enabled only for fp16 (otherwise a no-op with the same methods)."""
+        import torch
+
+        kind = _device_type(device or self.device)
+        enabled = self.settings.precision == "fp16"
+        if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+            return torch.amp.GradScaler(kind, enabled=enabled)
+        return torch.cuda.amp.GradScaler(enabled=enabled and kind == "cuda")  # PyTorch < 2.3
+
+    # -- kernels and threads -----------------------------------------------
+    def configure_torch(self) -> dict:
+        """Apply TF32, cudnn.benchmark and the thread count; return what was set."""
+        import torch
+
+        s = self.settings
+        done: dict = {}
+        torch.set_float32_matmul_precision("high" if s.tf32 else "highest")
+        torch.backends.cudnn.allow_tf32 = bool(s.tf32)
+        done["tf32"] = bool(s.tf32)
+        torch.backends.cudnn.benchmark = bool(s.cudnn_benchmark)
+        done["cudnn_benchmark"] = bool(s.cudnn_benchmark)
+        if s.threads is not None:
+            torch.set_num_threads(s.threads)
+            done["threads"] = s.threads
+        return done
+
+    def prepare_model(self, model: Any) -> Any:
+        """The model in channels_last memory format and compiled, as the config says."""
+        import torch
+
+        if self.settings.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        if self.settings.compile:
+            model = torch.compile(model)
+        return model
+
+    def optimizer_kwargs(self) -> dict:
+        """``{"fused": True}`` when the config asks for a fused optimizer (Adam, AdamW, SGD)."""
+        return {"fused": True} if self.settings.fused_optimizer else {}
+
+    # -- schedule ----------------------------------------------------------
+    def scheduler(self, optimizer: Any, total_steps: Optional[int] = None, steps_per_epoch: Optional[int] = None):
+        """OneCycleLR over the run, or a constant schedule; call ``.step()`` after each optimizer step.
+
+        The run length is ``total_steps`` (optimizer steps), else the file's
+        ``schedule.total_steps``, else the file's ``schedule.epochs`` x
+        ``steps_per_epoch``.
+        """
+        import torch
+
+        s = self.settings
+        if s.lr_schedule == "constant":
+            return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _step: 1.0)
+        total = total_steps or self.file.total_steps
+        if total is None and self.file.epochs and steps_per_epoch:
+            total = self.file.epochs * steps_per_epoch
+        if not total:
+            raise ValueError(f"{self.path}: OneCycleLR needs the run's length: pass total_steps "
+                             "(or steps_per_epoch with schedule.epochs in the file)")
+        max_lr = s.max_lr if s.max_lr is not None else [group["lr"] for group in optimizer.param_groups]
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=max_lr, total_steps=int(total),
+                                                   pct_start=s.pct_start)
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside debtorch, so the warning names the user's line."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("debtorch"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
+    """Differences between the config's machine and this one; warn once per process."""
+    global _warned
+    if here is None:
+        import torch
+
+        here = fp_mod.current(torch)
+    diffs = fp_mod.differences(cfg.fingerprint, here)
+    if diffs and not _warned:
+        _warned = True
+        warnings.warn(f"{cfg.path} was tuned on another machine or environment ({'; '.join(diffs)}); "
+                      "re-run `debtorch tune --write` here", FingerprintWarning, stacklevel=_caller_level())
+    return diffs
+
+
+def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True) -> Config:
+    """Load a config written by ``debtorch tune --write``.
+
+    Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
+    key) when the file cannot be used.
+    """
+    cfg = Config(load_config(path))
+    if warn_on_mismatch:
+        check_fingerprint(cfg)
+    return cfg

@@ -1,0 +1,139 @@
+"""`debtorch tune` as a user runs it: output, files, exit codes."""
+
+import json
+import os
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from debtorch.cli import app
+from debtorch.commands import tune as tune_cmd
+from debtorch.tune.config import load_config
+from debtorch.tune.rules import RULES
+
+from test_tune_config import readonly_dir  # noqa: F401  (fixture)
+from tune_facts import all_pairs, make_facts, server_8x_a100
+
+
+def invoke(*args):
+    try:
+        runner = CliRunner(mix_stderr=False)  # click < 8.2 (Debian 12's 8.1.3)
+    except TypeError:
+        runner = CliRunner()  # click >= 8.2 always separates stderr
+    return runner.invoke(app, ["tune", *args])
+
+
+@pytest.fixture
+def server_json(tmp_path):
+    path = tmp_path / "server.json"
+    path.write_text(json.dumps(server_8x_a100(p2p=all_pairs(8, bad={(0, 4)}))))
+    return str(path)
+
+
+@pytest.fixture
+def vm_json(tmp_path):
+    path = tmp_path / "vm.json"
+    path.write_text(json.dumps(make_facts(cpus=2, features={"avx512_bf16": True}, torch="2.13.0+cpu",
+                                          torch_cuda=None)))
+    return str(path)
+
+
+def test_table_shows_every_setting_with_its_reason(server_json):
+    r = invoke("--facts", server_json)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith("debtorch tune: cuda training, chosen by rules")
+    assert "loader.num_workers" in r.stdout and "tune.R003:" in r.stdout
+    assert "NCCL_P2P_DISABLE=1" in r.stdout
+
+
+def test_json_document(server_json):
+    r = invoke("--facts", server_json, "--json", "--global-batch", "2048", "--micro-batch", "64")
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 1 and doc["device"] == "cuda"
+    assert doc["settings"]["nproc"] == 8 and doc["settings"]["accumulation_steps"] == 4
+    assert set(doc["reasons"]) == set(doc["settings"])
+    assert all(v["rule"] in RULES for v in doc["reasons"].values())
+    assert doc["fingerprint"]["gpus"] == ["NVIDIA A100-SXM4-80GB"] * 8
+    assert doc["measurement"] is None
+
+
+def test_emit_env_prints_exports_and_the_torchrun_line(server_json):
+    r = invoke("--facts", server_json, "--emit", "env")
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert "export NCCL_P2P_DISABLE=1" in lines and "export OMP_NUM_THREADS=8" in lines
+    assert lines[-1] == "torchrun --standalone --nproc_per_node=8 train.py"
+    assert all(line.startswith(("#", "export ", "torchrun ")) for line in lines)
+
+
+@pytest.mark.parametrize("value", list(tune_cmd.Emit))
+def test_every_emit_format_is_handled(server_json, value):
+    r = invoke("--facts", server_json, "--emit", value.value)
+    assert r.exit_code == 0 and r.stdout
+
+
+@pytest.mark.parametrize("device", list(tune_cmd.Device))
+@pytest.mark.parametrize("model", list(tune_cmd.ModelKind))
+def test_every_device_and_model_kind_is_handled(server_json, device, model):
+    r = invoke("--facts", server_json, "--json", "--device", device.value, "--model", model.value)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["device"] == device.value
+
+
+def test_write_then_refuse_to_overwrite_then_force(vm_json, tmp_path):
+    path = tmp_path / "debtorch.toml"
+    r = invoke("--facts", vm_json, "--write", str(path), "--steps", "100")
+    assert r.exit_code == 0, r.stderr
+    assert f"wrote {path}" in r.stderr
+    cfg = load_config(str(path))
+    assert cfg.settings.num_workers == 0 and cfg.total_steps == 100 and cfg.tuned["by"] == "rules"
+    before = path.read_text()
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.exit_code == 2
+    assert r.stderr == f"debtorch tune: {path}: exists; use --force to replace it\n"
+    assert path.read_text() == before
+    r = invoke("--facts", vm_json, "--write", str(path), "--force")
+    assert r.exit_code == 0 and load_config(str(path)).total_steps is None
+
+
+def test_read_only_destination_is_one_line_exit_2_and_no_file(vm_json, readonly_dir):  # noqa: F811
+    path = readonly_dir / "debtorch.toml"
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"debtorch tune: {path}: cannot write")
+    assert list(readonly_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--measure"], "--facts tunes for another machine by rules; --measure needs this one"),
+    (["--emit", "env", "--json"], "--emit env and --json print different things; choose one"),
+    (["--force"], "--force only applies to --write"),
+    (["--nproc", "0"], "--nproc must be >= 1 (got 0)"),
+    (["--epochs", "2", "--steps", "10"], "give --epochs or --steps, not both"),
+    (["--global-batch", "64", "--micro-batch", "16"],
+     "--global-batch 64 is smaller than one step: --micro-batch 16 x 8 process(es)"),
+    (["--micro-batch", "0"], "--micro-batch must be an integer >= 1 (got 0)"),
+    (["--steps", "0"], "--steps must be an integer >= 1 (got 0)"),
+])
+def test_bad_usage_is_one_line_and_exit_2(server_json, args, message):
+    r = invoke("--facts", server_json, *args)
+    assert r.exit_code == 2
+    assert r.stderr == f"debtorch tune: {message}\n"
+
+
+def test_unreadable_facts_file(tmp_path):
+    bad = tmp_path / "f.json"
+    bad.write_text("{not json")
+    r = invoke("--facts", str(bad))
+    assert r.exit_code == 2 and r.stderr.startswith(f"debtorch tune: --facts {bad}: not JSON")
+    assert r.stderr.count("\n") == 1
+
+
+def test_budget_too_small_is_refused_before_anything_runs(vm_json, monkeypatch):
+    monkeypatch.setattr(tune_cmd, "_facts", lambda f, p: json.loads(open(vm_json).read()))
+    r = invoke("--measure", "--budget", "3")
+    assert r.exit_code == 2
+    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
+    r = invoke("--measure", "--budget", "-1")
+    assert r.exit_code == 2 and "--budget must be a positive number" in r.stderr

@@ -1,0 +1,166 @@
+"""--measure: the driver around the search, with a fake engine and with the real one."""
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from debtorch.tune import measure as measure_mod
+from debtorch.tune.config import load_config
+from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, apply_result, measure
+from debtorch.tune.rules import Request, recommend
+
+from conftest import ROOT, run_debtorch
+from tune_facts import make_facts
+
+WORKLOADS = ROOT / "tests" / "workloads"
+
+
+class FakeEngine:
+    """The engine's trial API on a formula, with a fake clock that the trials advance."""
+
+    def __init__(self, f, step_overhead=0.2, batch=32, noise=0.02, fail=None):
+        import random
+
+        self.f, self.overhead, self.batch, self.fail = f, step_overhead, batch, fail
+        self.rng = random.Random(0)
+        self.now = 0.0
+        self.calls = []
+        self.info = {"batch_size": batch, "convolutional": True}
+
+    def clock(self):
+        return self.now
+
+    def trial(self, settings, steps, warmup):
+        self.calls.append((settings.short(), steps))
+        if self.fail and self.fail(settings, len(self.calls)):
+            self.now += self.overhead
+            raise RuntimeError("DataLoader worker (pid 123) is killed by signal: Bus error")
+        sps = self.f(settings) * math.exp(self.rng.gauss(0, 0.02))
+        self.now += self.overhead + (steps + warmup) * self.batch / sps
+        return {"samples_per_s": sps, "data_wait_share": 0.05, "wall_s": steps * self.batch / sps, "steps": steps}
+
+
+def like_this_vm(s):
+    v = 60.0 * (1.7 if s.precision == "bf16" else 1.0) * (1.1 if s.channels_last else 1.0)
+    v *= 1.0 if (s.threads or 2) == 2 else 0.6
+    return v * (0.8 ** s.num_workers)
+
+
+def vm_rec():
+    facts = make_facts(cpus=2, features={"avx512_bf16": True}, torch="2.13.0+cpu", torch_cuda=None)
+    return recommend(facts), facts
+
+
+def test_measurement_writes_what_it_measured_into_the_reasons():
+    rec, facts = vm_rec()
+    engine = FakeEngine(like_this_vm)
+    result = measure(rec, facts, MeasureOptions(budget_s=200), trials=engine, clock=engine.clock)
+    assert rec.chosen_by == "measured"
+    assert rec.settings.precision == "bf16" and rec.settings.channels_last and rec.settings.num_workers == 0
+    assert rec.reasons["precision"].rule == "tune.M003"
+    assert rec.reasons["channels_last"].rule == "tune.M004"
+    assert rec.reasons["channels_last"].text.startswith("channels_last=on: ")
+    assert rec.reasons["num_workers"].rule == "tune.M001"
+    assert " samples/s vs " in rec.reasons["num_workers"].text
+    assert rec.settings.validate() == []
+    assert result.spent <= 200
+    assert engine.calls[0][1] == 2  # the warm-up trial, then calibration, then the search
+
+
+def test_dependent_settings_follow_a_measured_worker_count():
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 50.0 * (1.5 if s.num_workers == 2 else 1.0) * (1.3 if s.threads == 1 else 1.0))
+    measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    s = rec.settings
+    assert (s.num_workers, s.threads) == (2, 1)
+    assert (s.prefetch_factor, s.persistent_workers, s.start_method) == (2, True, "fork")
+    assert rec.reasons["persistent_workers"].rule == "tune.R008"
+    assert rec.env["OMP_NUM_THREADS"] == "1"
+
+
+def test_failing_trials_are_recorded_and_avoided():
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 50.0 * (1 + s.num_workers), fail=lambda s, n: s.num_workers >= 2)
+    result = measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    assert rec.settings.num_workers == 1
+    assert any(t.error and "Bus error" in t.error for t in result.trials)
+
+
+def test_budget_below_the_minimum_runs_nothing():
+    rec, facts = vm_rec()
+    engine = FakeEngine(like_this_vm)
+    with pytest.raises(MeasureUsageError, match=r"^--budget 5 is too small to measure anything; give at least 10"):
+        measure(rec, facts, MeasureOptions(budget_s=5), trials=engine, clock=engine.clock)
+    assert engine.calls == []
+
+
+def test_budget_too_small_for_this_workload_says_what_would_do():
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 4.0)  # 8 seconds a step
+    with pytest.raises(MeasureUsageError) as exc:
+        measure(rec, facts, MeasureOptions(budget_s=60), trials=engine, clock=engine.clock)
+    assert "is too small to measure anything: a trial takes about" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_first_trial_that_fails_is_a_failed_measurement():
+    rec, facts = vm_rec()
+    engine = FakeEngine(like_this_vm, fail=lambda s, n: True)
+    with pytest.raises(MeasureError, match="the first trial failed: .*Bus error") as exc:
+        measure(rec, facts, MeasureOptions(budget_s=100), trials=engine, clock=engine.clock)
+    assert not isinstance(exc.value, MeasureUsageError)
+
+
+def test_precisions_measured_are_only_those_the_hardware_has():
+    rec, facts = vm_rec()
+    assert measure_mod.precisions_for(rec, facts) == ["fp32", "bf16"]
+    plain = make_facts(cpus=2)
+    assert measure_mod.precisions_for(recommend(plain), plain) == ["fp32"]
+    v100 = make_facts(cpus=8, gpus=[("V100", "7.0")])
+    assert measure_mod.precisions_for(recommend(v100), v100) == ["fp32", "fp16"]
+
+
+# -- the real engine -------------------------------------------------------------
+
+
+def tune_in_workloads(*args, timeout=180):
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "debtorch", "tune", "--python", sys.executable, *args],
+                          capture_output=True, text=True, cwd=WORKLOADS, env=env, timeout=timeout)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("workload,message", [
+    ("nosuchmodule:make", "cannot import nosuchmodule"),
+    ("tiny:nothere", "tiny has no function nothere"),
+    ("tiny:wrong", "tiny:wrong returned a list"),
+    ("broken:make", "this module is broken on purpose"),
+    ("tiny", "must be module:function"),
+])
+def test_bad_workload_is_one_line_and_exit_2(workload, message, tmp_path):
+    out = tmp_path / "debtorch.toml"
+    r = tune_in_workloads("--measure", "--budget", "30", "--workload", workload, "--write", str(out))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("debtorch tune: ") and message in r.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
+    out = tmp_path / "debtorch.toml"
+    r = tune_in_workloads("--measure", "--budget", "25", "--workload", "tiny:make", "--write", str(out),
+                          "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["chosen_by"] == "measured" and doc["measurement"]["trials"]
+    assert doc["measurement"]["spent_s"] <= 25 + 5
+    cfg = load_config(str(out))
+    assert cfg.tuned["by"] == "measured" and cfg.tuned["workload"] == "tiny:make"
+    assert any(r["rule"].startswith("tune.M") for r in doc["reasons"].values())

@@ -1,0 +1,179 @@
+"""The runtime API: a config applied to real PyTorch objects, and the example script."""
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from debtorch.tune import config, fingerprint, runtime
+from debtorch.tune.rules import Request, recommend
+
+from conftest import ROOT, run_debtorch
+from tune_facts import make_facts
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+EXAMPLE = ROOT / "docs" / "examples" / "train_with_debtorch.py"
+
+
+def write(tmp_path, doc=None, request=None, fp=None, device=None, **changes):
+    doc = doc or make_facts(cpus=2, features={"avx512_bf16": True}, torch_cuda=None, torch="2.13.0+cpu")
+    rec = recommend(doc, request or Request(device=device))
+    if changes:
+        rec.settings = rec.settings.replace(**changes)
+    path = tmp_path / "debtorch.toml"
+    config.write_config(str(path), rec, fp if fp is not None else {}, config.tuned_table("rules", rec.device),
+                        force=True)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def fresh_warning_state(monkeypatch):
+    monkeypatch.setattr(runtime, "_warned", False)
+    saved = torch.get_num_threads()
+    yield
+    torch.set_num_threads(saved)
+
+
+def test_loader_kwargs_build_a_working_dataloader(tmp_path):
+    cfg = runtime.load(write(tmp_path, num_workers=1, prefetch_factor=3, persistent_workers=True,
+                             start_method="fork", micro_batch=8), warn_on_mismatch=False)
+    kw = cfg.loader_kwargs(batch_size=32, drop_last=True)
+    assert kw == {"batch_size": 8, "drop_last": True, "num_workers": 1, "pin_memory": False, "prefetch_factor": 3,
+                  "persistent_workers": True, "multiprocessing_context": "fork"}
+    ds = torch.utils.data.TensorDataset(torch.arange(32.0))
+    batches = list(torch.utils.data.DataLoader(ds, **kw))
+    assert len(batches) == 4 and batches[0][0].shape == (8,)
+
+
+def test_without_workers_the_worker_only_arguments_are_dropped(tmp_path):
+    cfg = runtime.load(write(tmp_path), warn_on_mismatch=False)
+    kw = cfg.loader_kwargs(batch_size=16, prefetch_factor=4, persistent_workers=True)
+    assert kw == {"batch_size": 16, "num_workers": 0, "pin_memory": False}
+    torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(4)), **kw)  # DataLoader accepts it
+
+
+def test_autocast_follows_the_precision(tmp_path):
+    a = torch.randn(4, 4)
+    cfg = runtime.load(write(tmp_path, precision="bf16"), warn_on_mismatch=False)
+    with cfg.autocast("cpu"):
+        assert (a @ a).dtype == torch.bfloat16
+    cfg = runtime.load(write(tmp_path, precision="fp32"), warn_on_mismatch=False)
+    with cfg.autocast(torch.device("cpu")):
+        assert (a @ a).dtype == torch.float32
+
+
+def test_scaler_is_a_no_op_unless_fp16(tmp_path):
+    loss = torch.tensor(2.0, requires_grad=True)
+    cfg = runtime.load(write(tmp_path, precision="bf16"), warn_on_mismatch=False)
+    scaler = cfg.scaler("cpu")
+    assert not scaler.is_enabled() and scaler.scale(loss) is loss
+    cfg = runtime.load(write(tmp_path, precision="fp16"), warn_on_mismatch=False)
+    assert cfg.scaler("cpu").is_enabled()
+
+
+def test_configure_torch_sets_threads_and_kernels(tmp_path):
+    cfg = runtime.load(write(tmp_path, threads=1, tf32=False, cudnn_benchmark=True), warn_on_mismatch=False)
+    done = cfg.configure_torch()
+    assert done == {"tf32": False, "cudnn_benchmark": True, "threads": 1}
+    assert torch.get_num_threads() == 1 and torch.backends.cudnn.benchmark is True
+    assert torch.get_float32_matmul_precision() == "highest"
+    torch.backends.cudnn.benchmark = False
+
+
+def test_onecycle_scheduler_over_the_files_run_length(tmp_path):
+    cfg = runtime.load(write(tmp_path, request=Request(steps=100)), warn_on_mismatch=False)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    sched = cfg.scheduler(opt)
+    assert isinstance(sched, torch.optim.lr_scheduler.OneCycleLR) and sched.total_steps == 100
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1 / 25)  # OneCycleLR starts at max_lr / 25
+    epochs = runtime.load(write(tmp_path, request=Request(epochs=3)), warn_on_mismatch=False)
+    assert epochs.scheduler(opt, steps_per_epoch=10).total_steps == 30
+    with pytest.raises(ValueError, match="OneCycleLR needs the run's length"):
+        epochs.scheduler(opt)
+
+
+def test_constant_schedule_keeps_the_learning_rate(tmp_path):
+    cfg = runtime.load(write(tmp_path), warn_on_mismatch=False)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    sched = cfg.scheduler(opt)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.1
+
+
+def test_model_and_inputs_channels_last_and_fused_optimizer(tmp_path):
+    cfg = runtime.load(write(tmp_path, channels_last=True, fused_optimizer=True), warn_on_mismatch=False)
+    model = cfg.prepare_model(torch.nn.Conv2d(3, 4, 3))
+    assert model.weight.is_contiguous(memory_format=torch.channels_last)
+    x = cfg.to_device(torch.randn(2, 3, 8, 8), "cpu")
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert cfg.to_device(torch.randn(2, 3), "cpu").dim() == 2
+    opt = torch.optim.AdamW(model.parameters(), **cfg.optimizer_kwargs())
+    assert opt.defaults["fused"] is True
+    model(x).sum().backward()
+    opt.step()
+
+
+def test_another_machines_config_warns_once_naming_what_differs(tmp_path):
+    other = {"usable_cpus": 64, "torch": "2.5.1+cu124", "gpus": ["NVIDIA H100 80GB HBM3"] * 8}
+    path = write(tmp_path, fp=other)
+    here = fingerprint.current(torch)
+    with pytest.warns(runtime.FingerprintWarning) as record:
+        runtime.load(path)
+    message = str(record[0].message)
+    assert f"usable_cpus 64 -> {here['usable_cpus']}" in message
+    assert f"torch 2.5.1+cu124 -> {torch.__version__}" in message
+    assert record[0].filename == __file__  # points at the caller's line, not debtorch's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runtime.load(path)  # once per process
+
+
+def test_this_machines_config_does_not_warn(tmp_path):
+    from debtorch import facts
+    from debtorch.host import LiveHost
+
+    doc = facts.collect(LiveHost(), facts.Options(python=sys.executable))
+    path = write(tmp_path, doc=doc, fp=fingerprint.from_facts(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import debtorch
+
+        cfg = debtorch.load(path)
+    assert cfg.fingerprint["torch"] == torch.__version__
+
+
+def test_importing_debtorch_and_tune_does_not_import_torch():
+    code = ("import sys, debtorch, debtorch.cli, debtorch.tune.rules, debtorch.tune.config, "
+            "debtorch.tune.search, debtorch.tune.measure; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def run_example(config_path, *args):
+    return subprocess.run([sys.executable, str(EXAMPLE), "--config", config_path, *args], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+
+def test_example_script_trains_with_a_config_written_by_the_cli(tmp_path):
+    path = tmp_path / "debtorch.toml"
+    res = run_debtorch("tune", "--write", str(path), "--steps", "6", "--python", sys.executable)
+    assert res.returncode == 0, res.stderr
+    out = run_example(str(path), "--steps", "6")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("trained 6 steps")
+    assert "FingerprintWarning" not in out.stderr
+
+
+def test_example_script_with_workers_accumulation_and_onecycle(tmp_path):
+    path = write(tmp_path, request=Request(global_batch=32, micro_batch=16, steps=4), num_workers=1,
+                 prefetch_factor=2, persistent_workers=True, start_method="fork", channels_last=True)
+    out = run_example(path, "--steps", "4")
+    assert out.returncode == 0, out.stderr
+    assert "trained 4 steps (w1 pf2" in out.stdout
