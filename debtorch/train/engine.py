@@ -368,13 +368,19 @@ def run_trial(
     on_step: Optional[Callable[[dict], None]] = None,
     compute_only: bool = False,
     distributed: Optional[dict] = None,
+    target_loss: Optional[float] = None,
+    stop_at_target: bool = False,
 ) -> dict:
     """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``.
 
     ``settings`` is a :class:`Settings` or its dict.  ``on_step`` receives a
     progress dict after every step.  ``distributed`` (``{"rank", "world_size"}``,
     with the process group already initialised) wraps the model in DDP and
-    shards the data.  Returns the result dict documented in docs/engine.md.
+    shards the data.  ``target_loss`` overrides the workload's; with
+    ``stop_at_target`` the timed window ends at the first step whose running
+    mean loss is below it (a convergence run: ``steps`` is then a cap, and
+    the result's ``steps`` is what ran).  Returns the result dict documented
+    in docs/engine.md.
     """
     if isinstance(settings, dict):
         settings = Settings.from_dict(settings)
@@ -385,6 +391,9 @@ def run_trial(
         raise TrialError("steps must be >= 1 and warmup_steps >= 0")
     if compute_only and not instrument:
         raise TrialError("compute_only is an instrumented mode")
+    target = workload.target_loss if target_loss is None else float(target_loss)
+    if stop_at_target and (not instrument or target is None):
+        raise TrialError("stop_at_target needs an instrumented trial and a target loss")
     device = torch.device(device)
     mode = "compute_only" if compute_only else ("instrumented" if instrument else "bare")
     notes: list = []
@@ -553,6 +562,8 @@ def run_trial(
                         if profiler is not None:
                             profiler.step()
                         progress("timed", s + 1, steps, step_losses[-1], step_s[-1])
+                        if stop_at_target and _reached(target, warmup_losses + step_losses):
+                            break
                     sync()
                     window_end = clock()
                 else:
@@ -570,6 +581,7 @@ def run_trial(
             state["it"] = None  # shuts the DataLoader's workers down
 
         wall = window_end - window_start
+        steps_requested, steps = steps, len(step_losses)
         samples = steps * accum * micro_batch
         world = distributed["world_size"] if distributed else 1
         result = {
@@ -579,6 +591,7 @@ def run_trial(
             "settings": settings.to_dict(),
             "seed": seed,
             "steps": steps,
+            "steps_requested": steps_requested,
             "warmup_steps": warmup_steps,
             "micro_batch": micro_batch,
             "accumulation_steps": accum,
@@ -610,7 +623,7 @@ def run_trial(
             "notes": notes,
             "torch": torch.__version__,
         }
-        result.update(time_to_target(workload.target_loss, warmup_losses, step_losses,
+        result.update(time_to_target(target, warmup_losses, step_losses,
                                      step_s if instrument else [wall / steps] * steps))
     del run_model, model, optimizer, loader, cached
     gc.collect()
@@ -628,6 +641,11 @@ def _first_nonfinite(losses: list) -> Optional[int]:
         if not math.isfinite(x):
             return i
     return None
+
+
+def _reached(target: float, losses: list) -> bool:
+    """Whether the running mean of the last ``SMOOTH`` losses is below ``target``."""
+    return len(losses) >= SMOOTH and sum(losses[-SMOOTH:]) / SMOOTH < target
 
 
 def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:

@@ -180,6 +180,7 @@ class Session:
             seed=int(req.get("seed", 0)), instrument=(mode != "bare"),
             sample_memory=bool(req.get("sample_memory", True)), profile_dir=req.get("profile_dir"),
             on_step=on_step, compute_only=(mode == "compute_only"),
+            target_loss=req.get("target_loss"), stop_at_target=bool(req.get("stop_at_target", False)),
         )
 
 
