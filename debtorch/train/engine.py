@@ -391,8 +391,8 @@ def run_trial(
         raise TrialError("steps must be >= 1 and warmup_steps >= 0")
     if compute_only and not instrument:
         raise TrialError("compute_only is an instrumented mode")
-    target = workload.target_loss if target_loss is None else float(target_loss)
-    if stop_at_target and (not instrument or target is None):
+    goal = workload.target_loss if target_loss is None else float(target_loss)
+    if stop_at_target and (not instrument or goal is None):
         raise TrialError("stop_at_target needs an instrumented trial and a target loss")
     device = torch.device(device)
     mode = "compute_only" if compute_only else ("instrumented" if instrument else "bare")
@@ -562,7 +562,7 @@ def run_trial(
                         if profiler is not None:
                             profiler.step()
                         progress("timed", s + 1, steps, step_losses[-1], step_s[-1])
-                        if stop_at_target and _reached(target, warmup_losses + step_losses):
+                        if stop_at_target and _reached(goal, warmup_losses + step_losses):
                             break
                     sync()
                     window_end = clock()
@@ -623,7 +623,7 @@ def run_trial(
             "notes": notes,
             "torch": torch.__version__,
         }
-        result.update(time_to_target(target, warmup_losses, step_losses,
+        result.update(time_to_target(goal, warmup_losses, step_losses,
                                      step_s if instrument else [wall / steps] * steps))
     del run_model, model, optimizer, loader, cached
     gc.collect()
