@@ -199,6 +199,12 @@ from debtorch.commands.tune import tune as _tune  # noqa: E402
 app.command(name="tune")(_tune)
 # --- end debtorch tune -------------------------------------------------------
 
+# --- debtorch verify-train (issue 5): the command lives in debtorch/commands/verify_train.py ---
+from debtorch.commands.verify_train import verify_train as _verify_train  # noqa: E402
+
+app.command(name="verify-train")(_verify_train)
+# --- end debtorch verify-train ---------------------------------------------------------------
+
 
 def _json_default(obj):
     if isinstance(obj, (set, frozenset)):
