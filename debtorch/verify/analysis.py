@@ -223,6 +223,10 @@ def verdict(summary: dict) -> str:
     if sp.get("ratio"):
         rng = f" ({sp['low']:.2f}-{sp['high']:.2f})" if sp.get("low") is not None else ""
         parts.append(f"tuned is {sp['ratio']:.2f}x baseline{rng}")
+    elif base.get("samples_per_s") or tuned.get("samples_per_s"):
+        parts.append("no speed-up measured (baseline "
+                     + (f"{base['samples_per_s']:.1f}" if base.get("samples_per_s") else "-") + " samples/s, tuned "
+                     + (f"{tuned['samples_per_s']:.1f}" if tuned.get("samples_per_s") else "-") + ")")
     else:
         parts.append("no speed-up measured")
     if base.get("data_wait_share") is not None and tuned.get("data_wait_share") is not None:

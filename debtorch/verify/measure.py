@@ -39,10 +39,10 @@ from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
 
 # --quick: the real path, in seconds (CI).  Built-in workloads also shrink.
-QUICK = {"steps": 4, "warmup": 1, "converge_steps": 16, "profile_steps": 2}
+QUICK = {"steps": 3, "warmup": 1, "converge_steps": 12, "profile_steps": 2}
 QUICK_OPTIONS = {
-    "builtin:cnn": {"samples": 256, "size": 32, "width": 8, "batch_size": 16},
-    "builtin:transformer": {"samples": 256, "length": 16, "dim": 32, "layers": 1, "batch_size": 16},
+    "builtin:cnn": {"samples": 128, "size": 16, "raw": 32, "width": 8, "batch_size": 8},
+    "builtin:transformer": {"samples": 128, "length": 16, "dim": 32, "layers": 1, "batch_size": 8},
 }
 MIN_REPEATS = 3
 

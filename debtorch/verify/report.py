@@ -227,8 +227,8 @@ def render(m, summary: dict, verdict: str, warnings: list = (), console=None) ->
         table.add_row(label, a, b)
     console.print(table)
     for line in lines(m, summary, warnings):
-        console.print(line, markup=False)
-    console.print(("verdict: " + verdict) if verdict else "verdict: nothing measured", markup=False)
+        console.print(line, markup=False, soft_wrap=True)
+    console.print(("verdict: " + verdict) if verdict else "verdict: nothing measured", markup=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------
