@@ -175,3 +175,49 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130():
     assert proc.returncode == 130, "".join(seen) + err
     assert "interrupted" in err and "Traceback" not in err
     assert re.search(r"(?m)^verdict: interrupted, so far: tuned is \d+\.\d\dx baseline", out)
+
+
+# ---------------------------------------------------------------- the engine's additions and GPU paths, faked
+
+
+def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
+    from debtorch.train.engine import run_trial
+    from debtorch.train.workloads import load_workload
+
+    sys.path.insert(0, str(WORKLOADS))
+    try:
+        wl = load_workload("vw:oom_above", {"limit": 64})
+    finally:
+        sys.path.remove(str(WORKLOADS))
+    full = run_trial(wl, {}, steps=40, warmup_steps=1, target_loss=0.0)
+    assert full["steps"] == 40 and full["target_step"] is None  # a loss never falls below 0
+    stop = run_trial(wl, {}, steps=200, warmup_steps=1, target_loss=full["losses"][10], stop_at_target=True)
+    assert stop["target_step"] is not None and stop["steps"] == stop["target_step"] - 1 < 200
+    assert stop["steps_requested"] == 200 and len(stop["losses"]) == stop["steps"]
+
+
+def test_nvml_utilisation_is_sampled_only_in_the_timed_window_and_reported():
+    from types import SimpleNamespace
+
+    from debtorch.train import engine
+    from debtorch.verify import report
+    from debtorch.verify.measure import Measured
+
+    class FakeNvml:
+        def nvmlDeviceGetUtilizationRates(self, handle):
+            assert handle == "gpu0"
+            return SimpleNamespace(gpu=87, memory=40)
+
+    sampler = engine._Sampler("gpu0", FakeNvml())
+    sampler.sample()
+    sampler.timing = True
+    sampler.sample()
+    sampler.sample()
+    sampler.timing = False
+    sampler.sample()
+    assert sampler.util == [87.0, 87.0] and sampler.peak_host > 0
+    m = Measured()
+    m.baseline = m.tuned = {}
+    m.trials["tuned"] = [{"samples_per_s": 10.0, "gpu_util_mean": sum(sampler.util) / len(sampler.util)}]
+    rows = dict((r[0], r[2]) for r in report.rows(m, report.build(m)))
+    assert rows["GPU utilisation (NVML)"] == "87%"
