@@ -126,11 +126,12 @@ def rows(m, summary: dict) -> list:
     b, t = summary["baseline"], summary["tuned"]
     sp = summary["speedup"]
     out = []
-    try:
-        out.append(("settings", Settings.from_dict(m.baseline).short() + " (defaults)",
-                    Settings.from_dict(m.tuned).short()))
-    except (KeyError, TypeError):
-        pass
+    if m.baseline and m.tuned:
+        try:
+            out.append(("settings", Settings.from_dict(m.baseline).short() + " (defaults)",
+                        Settings.from_dict(m.tuned).short()))
+        except (KeyError, TypeError):
+            pass
     out.append(("samples/s (min-max)", _rate(b), _rate(t)))
     ratio = "-"
     if sp.get("ratio"):
@@ -217,8 +218,8 @@ def render(m, summary: dict, verdict: str, warnings: list = (), console=None) ->
         console = Console(highlight=False)
         if not console.is_terminal:  # a log or a pipe: no terminal width to respect
             console = Console(highlight=False, width=110)
-    device = m.device or "?"
-    wl = (m.workload or {}).get("name") or (m.plan or {}).get("workload")
+    device = m.device or "-"
+    wl = (m.workload or {}).get("name") or (m.plan or {}).get("workload") or "-"
     table = Table(title=f"verify-train: {wl} on {device}", title_justify="left")
     table.add_column("")
     table.add_column("baseline", justify="right")
