@@ -195,3 +195,24 @@ def test_other_errors_keep_type_and_first_line():
 
 def test_process_tree_memory_counts_this_process():
     assert engine.process_tree_memory() > 10 * 2**20
+
+
+def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
+    class FakeNvml:  # stands in for pynvml on machines without a GPU
+        @staticmethod
+        def nvmlDeviceGetUtilizationRates(handle):
+            assert handle == "gpu0"
+            return type("Util", (), {"gpu": 87})()
+
+    sampler = engine._Sampler("gpu0", FakeNvml())
+    sampler.sample()
+    assert sampler.util == [] and sampler.peak_host > 0
+    sampler.timing = True
+    sampler.sample()
+    assert sampler.util == [87.0]
+
+
+def test_cuda_only_settings_are_noted_on_cpu():
+    res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
+                    sample_memory=False)
+    assert any("tf32" in n for n in res["notes"]) and any("cudnn_benchmark" in n for n in res["notes"])
