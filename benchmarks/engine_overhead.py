@@ -27,8 +27,14 @@ from debtorch.train.settings import Settings  # noqa: E402
 
 CASES = {
     "defaults (fp32, w0)": Settings(),
+    "fp32, w0, t1": Settings(threads=1),
     "bf16, w1, t1": Settings(precision="bf16", num_workers=1, threads=1),
 }
+
+
+def loadavg(host) -> str:
+    """The 1-minute load average: other work on the machine makes every number noisier."""
+    return (host.try_read("/proc/loadavg") or "?").split(" ")[0]
 
 
 def cpu_model(host) -> str:
@@ -54,6 +60,7 @@ def main() -> int:
     out = {"machine": {"cpu": cpu_model(host), "cpus": len(host.affinity()), "kernel": platform.release()},
            "workload": args.workload, "device": args.device, "steps": args.steps, "warmup": args.warmup,
            "repeats": args.repeats, "cases": {}}
+    out["loadavg_start"] = loadavg(host)
     with Worker(python, timeout=900) as w:
         info = w.info()
         out["machine"].update(torch=info["torch"], python=info["python_version"])
@@ -80,7 +87,9 @@ def main() -> int:
                 "overhead_median_of_pairs": 1 - statistics.median(ratios),
                 "pair_ratio_spread": [min(ratios), max(ratios)],
             }
-    print(f"machine: {out['machine']['cpu']}, {out['machine']['cpus']} CPUs, torch {out['machine']['torch']}")
+    out["loadavg_end"] = loadavg(host)
+    print(f"machine: {out['machine']['cpu']}, {out['machine']['cpus']} CPUs, torch {out['machine']['torch']}; "
+          f"load average {out['loadavg_start']} at the start, {out['loadavg_end']} at the end")
     print(f"{'case':24} {'instrumented':>13} {'bare':>9} {'overhead':>9} {'pairs':>9}  pair ratio range")
     for label, c in out["cases"].items():
         print(f"{label:24} {c['instrumented_median']:13.1f} {c['bare_median']:9.1f} "

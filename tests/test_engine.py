@@ -204,12 +204,31 @@ def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
             assert handle == "gpu0"
             return type("Util", (), {"gpu": 87})()
 
-    sampler = engine._Sampler("gpu0", FakeNvml())
-    sampler.sample()
-    assert sampler.util == [] and sampler.peak_host > 0
-    sampler.timing = True
-    sampler.sample()
-    assert sampler.util == [87.0]
+    gauges = engine._Gauges(FakeNvml(), "gpu0")
+    gauges.between_steps(force=True)
+    assert gauges.util == [] and gauges.peak_host() > 0
+    gauges.timing = True
+    gauges.between_steps(force=True)
+    assert gauges.util == [87.0]
+
+
+class _Transient(torch.nn.Linear):
+    """Allocates (and frees) 256 MiB inside every forward pass."""
+
+    def __init__(self):
+        super().__init__(8, 3)
+
+    def forward(self, x):
+        big = torch.ones(64 * 2**20)
+        return super().forward(x) + big[0] - 1
+
+
+def test_peak_host_memory_sees_inside_the_step_and_is_per_trial():
+    spiky = coerce(dict(tiny.make(), model=_Transient()), "spiky")
+    calm = coerce(tiny.make(), "calm")
+    high = run_trial(spiky, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
+    low = run_trial(calm, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
+    assert high - low > 200 * 2**20
 
 
 def test_cuda_only_settings_are_noted_on_cpu():
