@@ -56,7 +56,7 @@ def test_quick_run_prints_the_table_and_the_verdict():
                 "peak host memory", "time to loss"):
         assert row in out
     assert re.search(r"(?m)^verdict: tuned is \d+\.\d\dx baseline \(\d+\.\d\d-\d+\.\d\d\), data wait ", out)
-    assert "instrumentation: the per-step clocks and samplers cost" in out
+    assert "instrumentation: the per-step clocks and gauges cost" in out
     assert "Traceback" not in res.stderr
     # Progress goes to stderr, never into the report.
     assert "round 3/3: tuned" in res.stderr and "round 1/3" not in out
@@ -177,7 +177,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130():
     assert re.search(r"(?m)^verdict: interrupted, so far: tuned is \d+\.\d\dx baseline", out)
 
 
-# ---------------------------------------------------------------- the engine's additions and GPU paths, faked
+# ---------------------------------------------------------------- the engine's addition for convergence runs
 
 
 def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
@@ -195,29 +195,3 @@ def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
     assert stop["target_step"] is not None and stop["steps"] == stop["target_step"] - 1 < 200
     assert stop["steps_requested"] == 200 and len(stop["losses"]) == stop["steps"]
 
-
-def test_nvml_utilisation_is_sampled_only_in_the_timed_window_and_reported():
-    from types import SimpleNamespace
-
-    from debtorch.train import engine
-    from debtorch.verify import report
-    from debtorch.verify.measure import Measured
-
-    class FakeNvml:
-        def nvmlDeviceGetUtilizationRates(self, handle):
-            assert handle == "gpu0"
-            return SimpleNamespace(gpu=87, memory=40)
-
-    sampler = engine._Sampler("gpu0", FakeNvml())
-    sampler.sample()
-    sampler.timing = True
-    sampler.sample()
-    sampler.sample()
-    sampler.timing = False
-    sampler.sample()
-    assert sampler.util == [87.0, 87.0] and sampler.peak_host > 0
-    m = Measured()
-    m.baseline = m.tuned = {}
-    m.trials["tuned"] = [{"samples_per_s": 10.0, "gpu_util_mean": sum(sampler.util) / len(sampler.util)}]
-    rows = dict((r[0], r[2]) for r in report.rows(m, report.build(m)))
-    assert rows["GPU utilisation (NVML)"] == "87%"

@@ -97,7 +97,7 @@ def speedup(tuned: list, baseline: list) -> dict:
 
 
 def instrumentation_cost(instrumented: list, bare: list) -> dict:
-    """Throughput the per-step clocks and samplers cost: 1 - instrumented / bare, same round.
+    """Throughput the per-step clocks and gauges cost: 1 - instrumented / bare, same round.
 
     Negative values are noise (the instrumented trial happened to run faster).
     """

@@ -165,7 +165,7 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
     out = []
     ic = summary["instrumentation"]
     if ic.get("cost") is not None:
-        out.append(f"instrumentation: the per-step clocks and samplers cost {percent(ic['cost'])} of tuned's "
+        out.append(f"instrumentation: the per-step clocks and gauges cost {percent(ic['cost'])} of tuned's "
                    f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)")
     conv = summary.get("convergence") or {}
     amp = conv.get("amp")
