@@ -112,9 +112,10 @@ NVML_MISMATCH_RE = re.compile(r"Failed to initialize NVML: Driver/library versio
 
 # --- nvidia-smi's table --------------------------------------------------------------------
 
-SMI_HEADER_RE = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*(\S+)\s+CUDA Version:\s*([\d.]+|N/A)")
+# Drivers before 410.72 print no "CUDA Version" in the header.
+SMI_HEADER_RE = re.compile(r"NVIDIA-SMI\s+(\S+)\s+Driver Version:\s*([\d.]+)(?:\s+CUDA Version:\s*([\d.]+|N/A))?")
 SMI_ROW1_RE = re.compile(
-    r"^\|\s*(\d+)\s+(.+?)\s+(On|Off|TCC|WDDM)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(On|Off)\s*\|\s*(.*?)\s*\|")
+    r"^\|\s*(\d+)\s+(.+?)\s+(On|Off|TCC|WDDM)\s*\|\s*([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s+(On|Off|N/A)\s*\|\s*(.*?)\s*\|")
 SMI_ROW2_RE = re.compile(
     r"^\|\s*(\S+)\s+(\S+)\s+(P\d+|ERR!|N/A)\s+(.*?)\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+%|N/A)\s+(\S+)")
 SMI_PROC_RE = re.compile(
@@ -612,8 +613,11 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
     return sec.finish()
 
 
-def _warnings(text: str) -> dict:
-    """Facts in the warnings torch prints while collect_env imports it."""
+def parse_torch_warnings(text: str) -> dict:
+    """Facts in the warnings torch prints while collect_env imports it: GPUs with their
+    compute capability, the wheel's arch list, the driver's CUDA from "driver too old",
+    CUDA init and cuDNN errors.  Never raises."""
+    text = str(text)
     out = {"devices": [], "arch_list": None, "errors": {}, "driver_cuda": None, "cudnn_compiled": None,
            "messages": []}
     for m in INCOMPATIBLE_RE.finditer(text):
@@ -643,8 +647,15 @@ def _warnings(text: str) -> dict:
     return out
 
 
+def parse_nvidia_smi(text: str) -> dict:
+    """nvidia-smi's default table (any layout since R410): ``present``, ``driver``,
+    ``cuda`` (the highest CUDA the driver supports), ``gpus`` (index, name as printed,
+    possibly cut short with '...', persistence mode, bus id, memory in bytes ...) and
+    ``processes``.  Never raises."""
+    return _parse_smi([ln.strip() for ln in str(text).splitlines()])
+
+
 def _parse_smi(lines: list[str]) -> dict:
-    """nvidia-smi's default table: header, one or two rows per GPU, processes."""
     out: dict = {"present": False, "driver": None, "cuda": None, "gpus": [], "processes": []}
     in_procs = False
     pending: Optional[dict] = None
@@ -653,7 +664,7 @@ def _parse_smi(lines: list[str]) -> dict:
         if h:
             out["present"] = True
             out["driver"] = h.group(2)
-            out["cuda"] = None if h.group(3) == "N/A" else h.group(3)
+            out["cuda"] = None if h.group(3) in (None, "N/A") else h.group(3)
             continue
         if "Processes:" in line:
             in_procs = True
@@ -670,7 +681,8 @@ def _parse_smi(lines: list[str]) -> dict:
         if r1:
             out["present"] = True
             pending = {"index": int(r1.group(1)), "name": r1.group(2).strip(), "persistence_mode": None,
-                       "driver_model": None, "bus_id": r1.group(4), "display_active": r1.group(5) == "On",
+                       "driver_model": None, "bus_id": r1.group(4),
+                       "display_active": None if r1.group(5) == "N/A" else r1.group(5) == "On",
                        "ecc_uncorrected": r1.group(6) or None}
             if r1.group(3) in ("On", "Off"):
                 pending["persistence_mode"] = r1.group(3) == "On"
@@ -816,7 +828,8 @@ def _env_section(rd: _Reader) -> dict:
         variables.setdefault("PYTORCH_CUDA_ALLOC_CONF", alloc)
     sec["variables"] = dict(sorted(variables.items()))
     mod = rd.values.get("cuda_module_loading")
-    sec["cuda_module_loading"] = None if _missing(mod) else mod
+    sec.put("cuda_module_loading", None if _missing(mod) else mod,
+            NOT_IN_TEXT if mod is None else "collect_env printed nothing for it")
     sec.unknown("ld_library_path", "collect_env does not print LD_LIBRARY_PATH")
     return sec.finish()
 
@@ -937,7 +950,7 @@ def parse(text: str, name: str = "<text>") -> dict:
                               f"need {MIN_CORE}); paste the output of 'python -m torch.utils.collect_env'")
     notes: list[str] = []
     platform = _platform_of(rd.values.get("os"), rd.values.get("python_platform"), rd.values.get("libc"))
-    warn = _warnings(text)
+    warn = parse_torch_warnings(text)
     smi = _parse_smi(rd.smi_lines)
     python = _python_section(rd, warn, notes)
     hip = (python.get("torch") or {}).get("hip")
