@@ -198,3 +198,163 @@ def print_lines(lines: Iterable[str]) -> None:
     from rich.console import Console
 
     Console(highlight=False, soft_wrap=True).print("\n".join(lines), markup=False)
+
+
+# ---------------------------------------------------------------- doctor
+
+MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
+MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
+
+
+def area_headline(area: str, facts: dict) -> str:
+    """One line saying what was looked at in ``area``."""
+    from debtorch.facts import get
+
+    def g(path, default=None):
+        return get(facts, path, default)
+
+    if area == "os":
+        bits = [g("os.pretty_name") or g("os.id") or "unknown OS"]
+        if g("os.kernel"):
+            bits.append(f"kernel {g('os.kernel')}")
+        if g("os.container"):
+            bits.append(f"in a {g('os.container')} container")
+        if g("os.wsl"):
+            bits.append(f"WSL {g('os.wsl')}")
+        return ", ".join(bits)
+    if area == "apt":
+        comps = g("apt.components")
+        return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
+    if area == "driver":
+        if not g("nvidia.pci_devices"):
+            return "no NVIDIA GPU" if g("nvidia.pci_devices") == [] else "NVIDIA devices unknown"
+        ver = g("nvidia.nvml.driver_version") or g("nvidia.kernel_module.version")
+        cuda = g("nvidia.nvml.cuda_driver_version")
+        if ver:
+            return f"driver {ver}" + (f", supports CUDA up to {cuda}" if cuda else "")
+        return "no working NVIDIA driver"
+    if area == "gpu":
+        gpus = g("nvidia.gpus") or []
+        if not gpus:
+            n = len(g("nvidia.pci_devices") or [])
+            return f"{n} NVIDIA device(s), not reachable through NVML" if n else "none"
+        names: dict = {}
+        for x in gpus:
+            names[x.get("name") or "GPU"] = names.get(x.get("name") or "GPU", 0) + 1
+        return ", ".join(f"{c} x {n}" for n, c in names.items())
+    if area == "cuda":
+        parts = []
+        if g("python.torch.cuda"):
+            parts.append(f"PyTorch built with CUDA {g('python.torch.cuda')}")
+        nv = g("cuda.nvcc")
+        if nv and nv.get("version"):
+            parts.append(f"nvcc {nv['version']} (toolkit)")
+        return "; ".join(parts) or "no CUDA in use"
+    if area == "torch":
+        t = g("python.torch") or {}
+        if not t:
+            return "unknown"
+        if not t.get("installed"):
+            return f"not installed in {g('python.executable')}"
+        build = f"CUDA {t['cuda']}" if t.get("cuda") else (f"ROCm {t['hip']}" if t.get("hip") else "CPU only")
+        return f"{t.get('version')} ({build})"
+    if area == "python":
+        exe = g("python.executable") or "?"
+        ver = g("python.version")
+        return f"{exe}" + (f" (Python {ver}{', venv' if g('python.venv') else ''})" if ver else "")
+    if area == "cpu":
+        feats = [k for k, v in (g("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
+        return f"{g('cpu.model') or 'unknown CPU'}, {g('cpu.usable_cpus') or '?'} usable CPUs" + (
+            f", {' '.join(feats)}" if feats else "")
+    if area == "memory":
+        return f"{human_bytes(g('memory.total'))} RAM, /dev/shm {human_bytes(g('memory.shm_total'))}"
+    if area == "storage":
+        d = g("storage.data")
+        if d and d.get("exists"):
+            kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else "non-rotational")
+            return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
+        n = len(g("storage.nvme") or [])
+        return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
+    return ""
+
+
+def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = True, lacking=None,
+                 site_files=()) -> list[str]:
+    """The flutter-doctor-style view: a section per area, fixes under each, one summary line."""
+    from debtorch.doctor import AREAS
+
+    marks = MARKS_UNICODE if unicode else MARKS_ASCII
+    by_area: dict = {}
+    for f in report.findings:
+        by_area.setdefault(f.area, []).append(f)
+    lines = ["Doctor summary (debtorch doctor -v shows details):"]
+    problem_areas = 0
+    for area, title in AREAS:
+        found = by_area.get(area, [])
+        if any(f.crashed for f in found):
+            mark = marks["crash"]
+        elif any(f.level == "error" for f in found):
+            mark = marks["error"]
+        elif any(f.level == "warning" for f in found):
+            mark = marks["warning"]
+        else:
+            mark = marks["ok"]
+        if mark != marks["ok"]:
+            problem_areas += 1
+        if area == "site":
+            head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
+        else:
+            head = area_headline(area, facts)
+        lines.append(f"[{mark}] {title}" + (f": {head}" if head else ""))
+        for f in found:
+            if f.level == "info" and not verbose:
+                continue
+            m = marks["crash"] if f.crashed else marks[f.level]
+            about = f" [{f.about}]" if f.about and not f.crashed else ""
+            lines.append(f"    {m} {f.message}{about} ({f.id})")
+            if f.fix:
+                fix_lines = f.fix.splitlines()
+                lines.append(f"      fix: {fix_lines[0]}")
+                lines.extend(f"           {x}" for x in fix_lines[1:])
+            if verbose and f.facts:
+                lines.append("      facts: " + ", ".join(f"{k}={_fmt(v)}" for k, v in f.facts))
+    if lacking:
+        lines.append("")
+        lines.append("The input did not tell (checks that need these were skipped):")
+        lines.extend(f"    - {x}" for x in lacking)
+    lines.append("")
+    errors, warnings_ = report.count("error"), report.count("warning")
+    crashed = len(report.crashed)
+    infos = report.count("info")
+    if errors or warnings_:
+        parts = []
+        if errors:
+            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+        if warnings_:
+            parts.append(f"{warnings_} warning{'s' if warnings_ != 1 else ''}")
+        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {problem_areas} area{'s' if problem_areas != 1 else ''}"
+        if crashed:
+            summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
+        lines.append(summary + ".")
+    else:
+        lines.append(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else ""))
+    if report.silenced:
+        lines.append(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})")
+    return lines
+
+
+def print_doctor(lines: list[str]) -> None:
+    """Print the doctor's lines, coloured by their mark when stdout is a terminal."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    styles = {"[✓]": "green", "[+]": "green", "[!]": "yellow", "[✗]": "red", "[x]": "red", "[☠]": "magenta", "[#]": "magenta"}
+    for line in lines:
+        style = styles.get(line[:3], "")
+        stripped = line.lstrip()
+        if not style and stripped[:1] in ("✗", "x") and line.startswith("    "):
+            style = "red"
+        elif not style and stripped[:1] == "!" and line.startswith("    "):
+            style = "yellow"
+        console.print(Text(line, style=style))

@@ -1,0 +1,1 @@
+"""Checks: nvidia (filled once the NVIDIA facts and the knowledge tables land)."""
