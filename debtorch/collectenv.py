@@ -368,6 +368,9 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             os_id = platform
     sec.put("id", os_id)
     sec["derivative_of"] = derivative
+    # What os-release's ID_LIKE says on these systems (Ubuntu: "debian"; Mint: "ubuntu debian").
+    sec.put("id_like", ("ubuntu debian" if os_id in ("linuxmint", "pop") else "debian") if derivative else None,
+            NOT_IN_TEXT if not pretty or platform == "linux" else f"a {platform} host")
     release = codename = point = None
     if is_debian and pretty:
         m = re.search(r"GNU/Linux\s+(\d+)(?:\.(\d+))?", pretty)

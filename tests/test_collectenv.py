@@ -96,6 +96,33 @@ def test_every_text_has_its_source_its_expectation_and_a_verdict():
             assert verdict["problem"].strip(), path.name
 
 
+ROOT = Path(__file__).resolve().parent.parent
+DOCTOR_SOURCE = "\n".join(p.read_text() for p in sorted((ROOT / "debtorch" / "doctor").glob("*.py")))
+
+
+def test_expected_ids_are_in_the_catalogue():
+    catalogue = (ROOT / "docs" / "checks.md").read_text()
+    for path in TEXTS:
+        for fid in expected(path)["verdict"]["ids"]:
+            assert f"### {fid}:" in catalogue, f"{path.name}: {fid}"
+
+
+@pytest.mark.parametrize("path", TEXTS, ids=[p.stem for p in TEXTS])
+def test_doctor_finds_what_the_report_calls_for(path):
+    """The doctor on the parsed report: no check crashes, no finding the report does not
+    call for, and every expected finding whose check exists already."""
+    from debtorch.doctor import Context, diagnose
+
+    doc = parse_file(str(path))
+    report = diagnose(doc, Context(deep=bool(doc["python"].get("deep")), source="collect_env"))
+    got = {f.id for f in report.findings}
+    want = set(expected(path)["verdict"]["ids"])
+    assert not report.crashed, [f.message for f in report.crashed]
+    assert got <= want, f"unexpected: {sorted(got - want)}"
+    implemented = {fid for fid in want if f'"{fid}"' in DOCTOR_SOURCE}
+    assert implemented <= got, f"missing: {sorted(implemented - got)}"
+
+
 def test_the_corpus_covers_working_broken_old_new_smi_and_foreign_hosts():
     docs = {p.stem: parse_file(str(p)) for p in TEXTS}
     verdicts = [expected(p)["verdict"]["working"] for p in TEXTS]
