@@ -91,7 +91,7 @@ def check_shm(facts, ctx):
     minimum = ctx.site.minimums.get("shm") if ctx.site else None
     container = get(facts, "os.container")
     facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
-    if container and total <= 64 * MiB:
+    if container and total <= int(limit("docker_default_shm_bytes")):
         fix = ("docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with "
                "medium: Memory at /dev/shm")
         return [error("memory.E002", f"container runs with the default {human_bytes(total)} /dev/shm",
