@@ -97,9 +97,13 @@ MISSING = {"", "could not collect", "n/a", "none", "no cuda", "not available", "
 # --- torch's own warnings, printed before the report ----------------------------------------
 
 SM_RE = re.compile(r"(?:sm|compute)_(\d+)[a-z]?")
-INCOMPATIBLE_RE = re.compile(r"([^\n]+?) with CUDA capability (sm_\d+[a-z]?) is not compatible with the current PyTorch")
-SUPPORTS_RE = re.compile(r"current PyTorch install supports CUDA capabilities ((?:(?:sm|compute)_\d+[a-z]?\s*)+)")
-TOO_OLD_GPU_RE = re.compile(r"Found GPU(\d+) (.+?) which is of cuda capability (\d+)\.(\d+)")
+# Bounded repeats everywhere: a pasted text may hold megabyte lines, and an unbounded
+# lazy group before a literal is quadratic on them.
+# The GPU name is the text before this phrase on its line; the pattern starts with a literal
+# so that the search stays linear.
+INCOMPATIBLE_RE = re.compile(r" with CUDA capability (sm_\d{1,4}[a-z]?) is not compatible with the current PyTorch")
+SUPPORTS_RE = re.compile(r"current PyTorch install supports CUDA capabilities ((?:(?:sm|compute)_\d{1,4}[a-z]?[ \t]*){1,40})")
+TOO_OLD_GPU_RE = re.compile(r"Found GPU(\d{1,3}) ([^\n]{1,200}?) which is of cuda capability (\d{1,2})\.(\d{1,2})")
 DRIVER_TOO_OLD_RE = re.compile(r"The NVIDIA driver on your system is too old \(found version (\d+)\)")
 NO_DRIVER_RE = re.compile(r"Found no NVIDIA driver on your system")
 CUDA_UNKNOWN_RE = re.compile(r"CUDA unknown error - this may be due to an incorrectly set up environment")
@@ -121,6 +125,8 @@ SMI_ROW2_RE = re.compile(
 SMI_PROC_RE = re.compile(
     r"^\|\s*(\d+)\s+(?:(\S+)\s+(\S+)\s+)?(\d+)\s+(C|G|C\+G|M|M\+C)\s+(.+?)\s+(\d+MiB|N/A)\s*\|")
 MIB = 1024 * 1024
+SMI_LINE_MAX = 400        # nvidia-smi's lines are under 100 characters
+LINE_MAX = 8192           # longer lines are prose or garbage, never a collect_env line
 
 # Localised lscpu keys seen in real reports (es, de, fr, zh_CN) -> the English key.
 LSCPU_KEYS = {
@@ -234,6 +240,7 @@ class _Reader:
         self.env_lines: list[str] = []
         self.smi_lines: list[str] = []
         self.sectioned = False
+        self.repeats = 0
         self.order: list[str] = []
         self._read(_clean_lines(text))
 
@@ -252,6 +259,8 @@ class _Reader:
     def _read(self, lines: list[str]) -> None:
         state: Optional[str] = None
         for line in lines:
+            if len(line) > LINE_MAX:
+                continue
             if SECTION_RULE_RE.match(line):
                 self.sectioned = True
                 continue
@@ -262,10 +271,14 @@ class _Reader:
             found = self._label(line)
             if found and not (state == "cpu" and found[0] == "cpu"):
                 key, value = found
-                if key not in self.values:
-                    self.values[key] = value
-                    self.raw[key] = value
-                    self.order.append(key)
+                if key in self.values:
+                    # A second report in the same paste (before/after): the first one counts.
+                    self.repeats += 1
+                    state = "repeat"
+                    continue
+                self.values[key] = value
+                self.raw[key] = value
+                self.order.append(key)
                 state = {"gpus": "gpus", "cudnn": "cudnn", "cpu": "cpu", "libs": "libs",
                          "env_vars": "env", "topology": "skip"}.get(key, None)
                 if key == "gpus" and value:
@@ -299,7 +312,7 @@ class _Reader:
             elif state == "env":
                 if ENV_VAR_RE.match(line):
                     self.env_lines.append(line)
-            if PIP_RE.match(line) and state != "libs":
+            if PIP_RE.match(line) and state not in ("libs", "repeat"):
                 # "[pip3] ..." lines pasted without their heading.
                 self.lib_lines.append(line)
 
@@ -624,9 +637,12 @@ def parse_torch_warnings(text: str) -> dict:
     out = {"devices": [], "arch_list": None, "errors": {}, "driver_cuda": None, "cudnn_compiled": None,
            "messages": []}
     for m in INCOMPATIBLE_RE.finditer(text):
-        name = re.sub(r"^.*?UserWarning:\s*", "", m.group(1)).strip()
-        out["devices"].append({"index": None, "name": name, "capability": _sm_to_cc(m.group(2))})
-        out["messages"].append(m.group(0).strip())
+        start = text.rfind("\n", max(0, m.start() - 200), m.start()) + 1
+        name = re.sub(r"^.*?UserWarning:\s*", "", text[start:m.start()]).strip()
+        if not name or (start == 0 and m.start() > 200):
+            continue
+        out["devices"].append({"index": None, "name": name, "capability": _sm_to_cc(m.group(1))})
+        out["messages"].append((name + m.group(0)).strip())
     for m in TOO_OLD_GPU_RE.finditer(text):
         out["devices"].append({"index": int(m.group(1)), "name": m.group(2).strip(),
                                "capability": f"{m.group(3)}.{m.group(4)}"})
@@ -663,6 +679,8 @@ def _parse_smi(lines: list[str]) -> dict:
     in_procs = False
     pending: Optional[dict] = None
     for line in lines:
+        if len(line) > SMI_LINE_MAX:
+            continue
         h = SMI_HEADER_RE.search(line)
         if h:
             out["present"] = True
@@ -976,6 +994,8 @@ def parse(text: str, name: str = "<text>") -> dict:
         notes.append(f"a {'Windows' if platform == 'windows' else 'macOS'} host: debtorch's checks are for Linux (Debian)")
     elif platform == "linux" and doc["os"].get("is_debian") is False:
         notes.append(f"not Debian ({doc['os'].get('pretty_name')}): the Debian-specific fixes may not apply")
+    if rd.repeats >= MIN_CORE:
+        notes.append("the text holds more than one report; the first one was read")
     if (doc["os"].get("wsl") or 0) >= 1:
         notes.append("WSL: the NVIDIA driver is the Windows host's; install drivers on Windows, not in the distribution")
     fmt, evidence = _format(rd)

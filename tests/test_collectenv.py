@@ -313,6 +313,20 @@ def test_damaged_corpus_texts_never_raise_anything_else(path, edits):
     _check("\n".join(lines))
 
 
+LINE_HEADS = sorted(collectenv.LABELS) + [
+    "GPU 0", "[pip3] torch=", "[conda] pytorch", "| NVIDIA-SMI 1 Driver Version: 1 CUDA Version: 1",
+    "|   0  X  On | 0000:00:00.0 Off | 0 |", "| 0 1C P0 1W / 1W | 1MiB / 2MiB | 1% Default |", "Processes:",
+    "CPU(s)", "Flags", "=====", "Probably one of the following", "/usr/lib/libcudnn.so.",
+    "with CUDA capability sm_", "found version "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(LINE_HEADS), st.sampled_from([":", "：", " ", "=", ""]),
+                          st.text(max_size=30)), max_size=40))
+def test_soup_of_report_lines_never_raises_anything_else(parts):
+    _check("\n".join(f"{head}{sep}{value}" for head, sep, value in parts))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(TEXTS), st.integers(0, 100_000))
 def test_truncated_corpus_texts_never_raise_anything_else(path, n):
@@ -336,3 +350,22 @@ def test_arbitrary_bytes_in_a_file_never_raise_anything_else(tmp_path, data):
 def test_smi_and_warning_readers_never_raise(text):
     parse_nvidia_smi(text)
     parse_torch_warnings(text)
+
+
+def test_two_reports_in_one_paste_read_the_first():
+    # Reporters paste "before" and "after" (Lightning-AI/pytorch-lightning#18968 does).
+    first = (CORPUS / "pytorch-pytorch-28321.txt").read_text()
+    second = (CORPUS / "pytorch-pytorch-37320.txt").read_text()
+    doc = parse(first + "\n\nand after the upgrade:\n\n" + second)
+    assert doc["python"]["torch"]["version"] == "1.3.0"
+    assert [g["name"] for g in doc["nvidia"]["gpus"]] == ["Tesla T4"]
+    assert "the text holds more than one report; the first one was read" in doc["collect_env"]["notes"]
+
+
+def test_megabyte_lines_are_read_in_one_pass():
+    # A regression guard: an unbounded lazy group before a literal made such a paste
+    # take minutes.  No clock here; a quadratic reader simply would not finish.
+    text = (CORPUS / "pytorch-pytorch-150733.txt").read_text()
+    junk = "x" * 1_000_000
+    doc = parse(text + "\n" + junk + "\n|   0  " + " " * 200_000 + "x\n" + junk + " with CUDA capability sm_90 is not")
+    assert doc["nvidia"]["gpus"][0]["compute_capability"] == "12.0"
