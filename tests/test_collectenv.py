@@ -369,3 +369,29 @@ def test_megabyte_lines_are_read_in_one_pass():
     junk = "x" * 1_000_000
     doc = parse(text + "\n" + junk + "\n|   0  " + " " * 200_000 + "x\n" + junk + " with CUDA capability sm_90 is not")
     assert doc["nvidia"]["gpus"][0]["compute_capability"] == "12.0"
+
+
+# --- through the command line ------------------------------------------------------------
+
+def test_cli_reads_a_report_from_stdin_and_says_what_it_lacked():
+    from conftest import run_debtorch
+
+    text = (CORPUS / "pytorch-pytorch-28321.txt").read_text()
+    res = run_debtorch("doctor", "--from-collect-env", "-", input=text)
+    assert res.returncode in (0, 1), res.stderr
+    assert "Debian GNU/Linux 9.11 (stretch)" in res.stdout
+    assert "/dev/shm size" in res.stdout
+    res = run_debtorch("doctor", "--from-collect-env", "-", "--json", input=text)
+    out = json.loads(res.stdout)
+    assert out["facts"]["collect_env"]["format"] == "1.0-1.6"
+    assert "whether Secure Boot is on" in out["lacking"]
+
+
+def test_cli_exits_2_with_one_line_for_a_file_that_is_no_report(tmp_path):
+    from conftest import run_debtorch
+
+    f = _file(tmp_path, "notes.txt", b"my GPU does not work, please help\n")
+    res = run_debtorch("doctor", "--from-collect-env", str(f))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert str(f) in res.stderr and "not a collect_env report" in res.stderr
