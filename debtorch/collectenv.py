@@ -14,7 +14,7 @@ collect_env's own traps (docs/collect-env.md):
 
 * "CUDA runtime version" is ``nvcc --version`` of the system toolkit, not the
   CUDA runtime PyTorch uses (pytorch/pytorch#21399), so it goes to
-  ``cuda.nvcc`` and never to ``python.torch.cuda``.
+  ``cuda.toolkit_nvcc`` and never to ``python.torch.cuda``.
 * "cuDNN version" lists the libcudnn files ``ldconfig`` knows, not the cuDNN
   torch loaded (pytorch/pytorch#78489), so it goes to ``cuda.cudnn_system``.
 * The layout reflects the collect_env.py that ran (people often download the
@@ -615,14 +615,20 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         devices.append({"index": 0, "name": re.sub(r"\s*\(gfx.*$", "", gv).strip(), "capability": None,
                         "gcn_arch": arch.group(1) if arch else None})
     if printed or warn["errors"] or devices or avail is not None:
-        deep = {"source": "collect_env", "ok": printed is not None or avail is not None, "cuda_available": avail,
+        # collect_env imported torch and asked is_available(), but ran no computation: the
+        # deep probe's "ok" (it completed) stays unknown.
+        deep = {"source": "collect_env", "ok": None, "imported": printed is not None or avail is not None,
+                "version": version, "cuda": cuda, "hip": hip, "cuda_available": avail,
                 "arch_list": warn["arch_list"], "cudnn_version": warn["cudnn_compiled"],
                 "devices": devices, "errors": warn["errors"],
-                "unknown": {"cudnn_version": "collect_env prints the system's libcudnn files, not torch's cuDNN",
+                "unknown": {"ok": "collect_env imports torch but runs no computation on it",
+                            "exercise": "collect_env runs no computation",
+                            "cudnn_version": "collect_env prints the system's libcudnn files, not torch's cuDNN",
                             "mapped_libraries": "collect_env does not list the libraries torch loaded"}}
         if warn["arch_list"] is None:
             deep["unknown"]["arch_list"] = "torch printed no arch list (it does so only for an unsupported GPU)"
         deep["mapped_libraries"] = None
+        deep["exercise"] = None
         sec["deep"] = deep
     else:
         sec.unknown("deep")
@@ -696,15 +702,16 @@ def _parse_smi(lines: list[str]) -> dict:
                 mem = p.group(7)
                 out["processes"].append({"gpu": int(p.group(1)), "pid": int(p.group(4)), "type": p.group(5),
                                          "name": p.group(6).strip(),
-                                         "memory_used": int(mem[:-3]) * MIB if mem.endswith("MiB") else None})
+                                         "used_memory": int(mem[:-3]) * MIB if mem.endswith("MiB") else None})
             continue
         r1 = SMI_ROW1_RE.match(line)
         if r1:
             out["present"] = True
+            ecc = r1.group(6)
             pending = {"index": int(r1.group(1)), "name": r1.group(2).strip(), "persistence_mode": None,
-                       "driver_model": None, "bus_id": r1.group(4),
+                       "driver_model": None, "pci_bus_id": r1.group(4),
                        "display_active": None if r1.group(5) == "N/A" else r1.group(5) == "On",
-                       "ecc_uncorrected": r1.group(6) or None}
+                       "ecc_uncorrected_volatile": int(ecc) if ecc.isdigit() else None, "processes": []}
             if r1.group(3) in ("On", "Off"):
                 pending["persistence_mode"] = r1.group(3) == "On"
             else:
@@ -715,10 +722,12 @@ def _parse_smi(lines: list[str]) -> dict:
         if r2 and pending is not None:
             temp = re.match(r"(\d+)C", r2.group(2))
             util = re.match(r"(\d+)%", r2.group(7))
+            used, total = int(r2.group(5)) * MIB, int(r2.group(6)) * MIB
             pending.update({"temperature": int(temp.group(1)) if temp else None, "performance_state": r2.group(3),
-                            "power": r2.group(4).strip() or None, "memory_used": int(r2.group(5)) * MIB,
-                            "memory_total": int(r2.group(6)) * MIB,
-                            "utilization": int(util.group(1)) if util else None, "compute_mode": r2.group(8)})
+                            "power": r2.group(4).strip() or None, "memory_used": used, "memory_total": total,
+                            "memory_free": max(total - used, 0),
+                            "utilization_gpu": int(util.group(1)) if util else None,
+                            "compute_mode": r2.group(8).lower()})
             pending = None
     return out
 
@@ -756,6 +765,9 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         notes.append(f"the driver's CUDA ({warn['driver_cuda']}) comes from torch's 'driver too old' warning")
     else:
         nvml["unknown"]["cuda_driver_version"] = "collect_env does not print the driver's CUDA version; nvidia-smi does"
+    for key in ("driver_version", "cuda_driver_version"):
+        # The facts' own top-level fields (what the doctor reads first).
+        sec.put(key, nvml[key], nvml.get("unknown", {}).get(key, NOT_IN_TEXT))
     if not nvml["unknown"]:
         del nvml["unknown"]
     sec["nvml"] = nvml
@@ -778,10 +790,14 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         if match is None:
             match = {"index": row["index"], "name": row["name"], "uuid": None, "compute_capability": None}
             gpus.append(match)
-        for k in ("memory_total", "memory_used", "persistence_mode", "bus_id", "temperature", "utilization",
-                  "performance_state", "compute_mode", "driver_model", "ecc_uncorrected"):
+        for k in ("memory_total", "memory_used", "memory_free", "persistence_mode", "pci_bus_id", "temperature",
+                  "utilization_gpu", "performance_state", "compute_mode", "driver_model", "ecc_uncorrected_volatile"):
             if row.get(k) is not None:
                 match[k] = row[k]
+        if row.get("pci_bus_id"):
+            # Only a table gives processes, and only per GPU: C (compute) clients, as the facts keep them.
+            match["processes"] = [{"pid": p["pid"], "used_memory": p["used_memory"]} for p in smi["processes"]
+                                  if p["gpu"] == row["index"] and "C" in p["type"]]
     for dev in warn["devices"]:
         for g in gpus:
             if g["name"] == dev["name"] or (dev["index"] is not None and g["index"] == dev["index"]):
@@ -790,7 +806,8 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         g.setdefault("unknown", {})
         if g.get("compute_capability") is None:
             g["unknown"]["compute_capability"] = "collect_env prints only the GPU's name"
-        for k in ("memory_total", "pcie", "persistence_mode", "ecc_mode", "clocks_throttle_reasons"):
+        for k in ("memory_total", "memory_used", "persistence_mode", "pcie_current_gen", "pcie_max_gen",
+                  "pcie_current_width", "pcie_max_width", "ecc_mode_current", "clocks_throttle_reasons", "processes"):
             if g.get(k) is None:
                 g[k] = None
                 g["unknown"][k] = "not in the collect_env text (nvidia-smi -q gives it)"
@@ -804,9 +821,6 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         sec.unknown("gpus", "collect_env printed 'No CUDA': nvidia-smi listed no GPU and torch saw none")
     else:
         sec.unknown("gpus", NOT_IN_TEXT if gv is None else f"collect_env printed {gv.strip()!r}")
-    sec["processes"] = smi["processes"] if smi["processes"] else None
-    if not smi["processes"]:
-        sec.setdefault("unknown", {})["processes"] = NOT_IN_TEXT
     return sec.finish()
 
 
@@ -814,9 +828,10 @@ def _cuda_section(rd: _Reader) -> dict:
     sec = _Sec()
     nv = rd.values.get("nvcc")
     if nv is not None and _version(nv):
-        sec["nvcc"] = {"version": _version(nv), "path": None, "release": ".".join(_version(nv).split(".")[:2])}
+        sec["toolkit_nvcc"] = {"version": _version(nv), "release": ".".join(_version(nv).split(".")[:2]),
+                               "path": None, "found_via": "collect_env ('CUDA runtime version')"}
     else:
-        sec.unknown("nvcc", NOT_IN_TEXT if nv is None else
+        sec.unknown("toolkit_nvcc", NOT_IN_TEXT if nv is None else
                     "collect_env found no nvcc (a system CUDA toolkit; PyTorch wheels do not need one)")
     cudnn = rd.values.get("cudnn")
     if rd.cudnn_paths:
@@ -830,8 +845,12 @@ def _cuda_section(rd: _Reader) -> dict:
         sec["cudnn_system_main"] = sorted(set(main), key=lambda v: [int(x) for x in v.split(".")])
     else:
         sec.unknown("cudnn_system", NOT_IN_TEXT if cudnn is None else f"collect_env printed {cudnn.strip()!r}")
-    sec.unknown("cuda_home")
-    sec.unknown("ld_library_path_shadowing", "collect_env does not print LD_LIBRARY_PATH")
+    sec.unknown("linker_cache", "collect_env shows only the libcudnn files of the linker cache (cuda.cudnn_system)")
+    sec.unknown("wheel_libraries", "collect_env does not list the nvidia-* wheels' library files")
+    for name in ("cuda_home", "local_toolkits"):
+        sec.unknown(name)
+    for name in ("ld_library_path", "ld_library_path_dirs", "shadowing"):
+        sec.unknown(name, "collect_env does not print LD_LIBRARY_PATH")
     return sec.finish()
 
 
@@ -909,8 +928,8 @@ def _lacking(doc: dict, rd: _Reader, smi: dict) -> tuple[list[str], list[str]]:
         lack("python.deep.cuda_available", "whether torch.cuda.is_available()")
     if deep and deep.get("arch_list") is None:
         lack("python.deep.arch_list", "the GPU architectures the installed wheel was built for")
-    if doc["cuda"].get("nvcc") is None:
-        lack("cuda.nvcc", "the system CUDA toolkit (nvcc), which matters only for building extensions")
+    if doc["cuda"].get("toolkit_nvcc") is None:
+        lack("cuda.toolkit_nvcc", "the system CUDA toolkit (nvcc), which matters only for building extensions")
     if doc["os"].get("pretty_name") is None:
         lack("os.pretty_name", "the operating system")
     if not rd.lib_lines:

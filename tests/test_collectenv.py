@@ -116,10 +116,15 @@ def test_doctor_finds_what_the_report_calls_for(path):
     doc = parse_file(str(path))
     report = diagnose(doc, Context(deep=bool(doc["python"].get("deep")), source="collect_env"))
     got = {f.id for f in report.findings}
-    want = set(expected(path)["verdict"]["ids"])
+    verdict = expected(path)["verdict"]
+    want, pending = set(verdict["ids"]), set(verdict.get("pending", []))
+    assert pending <= want
     assert not report.crashed, [f.message for f in report.crashed]
     assert got <= want, f"unexpected: {sorted(got - want)}"
-    implemented = {fid for fid in want if f'"{fid}"' in DOCTOR_SOURCE}
+    # 'pending': the report calls for it, the doctor does not derive it from these facts yet.
+    # When it does, this fails: take the id out of 'pending'.
+    assert not (pending & got), f"now found, no longer pending: {sorted(pending & got)}"
+    implemented = {fid for fid in want - pending if f'"{fid}"' in DOCTOR_SOURCE}
     assert implemented <= got, f"missing: {sorted(implemented - got)}"
 
 
@@ -137,7 +142,7 @@ def test_the_corpus_covers_working_broken_old_new_smi_and_foreign_hosts():
 def test_cuda_runtime_line_is_the_system_nvcc_never_torchs_cuda():
     # pytorch/pytorch#21399: "CUDA runtime version" is `nvcc --version`.
     doc = parse_file(str(CORPUS / "pytorch-pytorch-110153.txt"))
-    assert doc["cuda"]["nvcc"]["version"] == "12.2.140"
+    assert doc["cuda"]["toolkit_nvcc"]["version"] == "12.2.140"
     assert doc["python"]["torch"]["cuda"] == "11.7"
 
 
@@ -236,9 +241,9 @@ def test_nvidia_smi_tables_of_every_driver_era():
     assert k520["gpus"][0]["persistence_mode"] is True
     assert k520["gpus"][0]["memory_total"] == 4037 * 1024 * 1024
     assert k520["processes"] == [{"gpu": 0, "pid": 8351, "type": "C", "name": "/usr/bin/python3.6",
-                                  "memory_used": 35 * 1024 * 1024}]
+                                  "used_memory": 35 * 1024 * 1024}]
     gtx780 = got["pytorch-pytorch-31007"]
-    assert gtx780["gpus"][0]["utilization"] is None and gtx780["processes"] == []
+    assert gtx780["gpus"][0]["utilization_gpu"] is None and gtx780["processes"] == []
     p4 = got["slackr31337-wyoming-piper-gpu-20"]
     assert (p4["driver"], p4["cuda"], p4["gpus"][0]["name"]) == ("550.135", "12.4", "Tesla P4")
     assert p4["gpus"][0]["memory_used"] == 7719 * 1024 * 1024
