@@ -462,7 +462,10 @@ class ReplayHost(Host):
         if rec is None:
             # Not recorded: the replayed machine did not have it, or the
             # recording did not run it.  Never run it here.
-            return CommandResult(argv, None, "", "", (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND))
+            # A named probe (key=...) that was not recorded is unknown; a plain command
+            # missing from the recording was not on the recorded machine.
+            reason = NOT_RECORDED if key else (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND)
+            return CommandResult(argv, None, "", "", reason)
         stdout = rec.get("stdout", "")
         if rec.get("stdout_file"):
             try:

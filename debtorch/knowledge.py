@@ -35,7 +35,7 @@ CONFIDENCE = ("confirmed", "unconfirmed", "derived")
 __all__ = [
     "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
     "wheel", "variants", "best_variant_for_driver", "parse_arch_list", "arch_support", "older_than_all",
-    "capability_for_name", "debian_release", "threshold",
+    "capability_for_name", "debian_release", "threshold", "latest_series",
 ]
 
 
@@ -577,6 +577,14 @@ def _nearest_series(kb: Knowledge, series: str, platform: str) -> Optional[str]:
         return series
     older = [s for s in known if Version(s) <= Version(series)]
     return older[-1] if older else known[0]
+
+
+def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
+    """The newest PyTorch release series the table knows ("2.14"), or None."""
+    plat = _norm_platform(platform)
+    known = sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
+                   key=Version)
+    return known[-1] if known else None
 
 
 def best_variant_for_driver(torch_version: str, driver_version: str, compute_capability: Any,

@@ -59,3 +59,79 @@ def diagnose(host_or_facts, **ctx) -> list:
 
 def ids(findings) -> list:
     return [f.id for f in findings]
+
+
+def probe_key(host, kind="light") -> str:
+    data = json.loads((host.root / "_host.json").read_text())
+    return next(k for k in data["commands"] if k.endswith(f"<probe:{kind}>"))
+
+
+def probe(host, kind="light"):
+    """(key, the JSON the probe printed) of a fixture host."""
+    key = probe_key(host, kind)
+    return key, json.loads(host.run(["x"], key=key).stdout)
+
+
+def set_probe(host, kind, data) -> ReplayHost:
+    """Record new output for a probe of ``host`` (a make_host copy) and replay it afresh."""
+    hj = host.root / "_host.json"
+    meta = json.loads(hj.read_text())
+    key = next((k for k in meta["commands"] if k.endswith(f"<probe:{kind}>")), None) or \
+        probe_key(host, "light").replace("<probe:light>", f"<probe:{kind}>")
+    meta["commands"][key] = {"returncode": 0, "stdout": json.dumps(data), "stderr": "", "error": None}
+    hj.write_text(json.dumps(meta))
+    return ReplayHost(host.root)
+
+
+def with_torch(tmp_path, base, version, cuda=None, dists=None, deep=None, name="torch-variant", **make):
+    """A copy of ``base`` whose target interpreter holds torch ``version`` built for ``cuda``.
+    ``dists`` replaces the nvidia-* wheel list ({name: version}); ``deep`` (dict) updates the deep probe."""
+    host = make_host(tmp_path, base=base, name=name, **make)
+    _, light = probe(host)
+    if version is None:
+        light["torch"] = None
+        light["distributions"].pop("torch", None)
+    else:
+        t = dict(light.get("torch") or {"location": "/x/site-packages/torch"})
+        t.update(version=version, cuda=cuda, hip=None)
+        light["torch"] = t
+        light["distributions"]["torch"] = {"version": version, "location": "/x/site-packages"}
+    if dists is not None:
+        light["distributions"] = {k: v for k, v in light["distributions"].items() if not k.startswith("nvidia-")}
+        light["distributions"].update({k: {"version": v, "location": "/x/site-packages"} for k, v in dists.items()})
+        light["libraries"] = [p for p in light.get("libraries", []) if "/nvidia/" not in p]
+    host = set_probe(host, "light", light)
+    if deep is not None:
+        try:
+            _, d = probe(host, "deep")
+        except StopIteration:
+            d = {"ok": True, "warnings": [], "errors": {}}
+        d.update(deep)
+        host = set_probe(host, "deep", d)
+    return host
+
+
+def relink(host, path: str, target: str) -> None:
+    link = host.root / path.lstrip("/")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(target)
+
+
+def change_nvml(host, change) -> ReplayHost:
+    path = host.root / "_nvml.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    return ReplayHost(host.root)
+
+
+def add_packages(host, *names_versions) -> ReplayHost:
+    """Add installed packages to the dpkg status of a make_host copy."""
+    path = host.root / "var/lib/dpkg/status"
+    text = path.read_text() if path.exists() else ""
+    for name, version in names_versions:
+        text = text.rstrip("\n") + f"\n\nPackage: {name}\nStatus: install ok installed\nArchitecture: amd64\nVersion: {version}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return ReplayHost(host.root)

@@ -55,7 +55,9 @@ def test_system_python_externally_managed_advises_a_venv(tmp_path, replay):
 
 
 def test_interpreter_that_does_not_answer(tmp_path):
-    host = make_host(tmp_path, meta={"python": "/opt/broken/bin/python"})
+    host = make_host(tmp_path, meta={"python": "/opt/broken/bin/python"}, commands={
+        "/opt/broken/bin/python <probe:light>": {"returncode": None, "stdout": "", "stderr": "",
+                                                 "error": "command not found"}})
     doc = facts_of(host)
     assert doc["python"]["version"] is None and "command not found" in doc["python"]["unknown"]["version"]
     assert "python.E001" in ids(diagnose(doc))

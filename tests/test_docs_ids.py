@@ -23,3 +23,10 @@ def doc_ids():
 def test_every_emitted_id_is_documented():
     missing = code_ids() - doc_ids()
     assert not missing, f"ids without an entry in docs/checks.md: {sorted(missing)}"
+
+
+def test_every_documented_id_exists_in_the_code():
+    text = (ROOT / "docs" / "checks.md").read_text()
+    retired = set(re.findall(r"^### ([a-z]+\.[EWI]\d{3}).*retired", text, re.M))
+    stale = doc_ids() - code_ids() - retired
+    assert not stale, f"documented ids that no code emits: {sorted(stale)}"

@@ -44,7 +44,9 @@ def enable_components_fix(facts: dict, needed: list[str]) -> str:
         if key in seen:
             continue
         seen.add(key)
-        want = " ".join(have + missing)
+        order = ["main", "contrib", "non-free", "non-free-firmware"]
+        merged = [c for c in order if c in have or c in missing] + [c for c in have if c not in order]
+        want = " ".join(merged)
         if e.get("format") == "deb822":
             lines.append(f"In {e.get('file')}, set every Debian stanza's line to `Components: {want}`")
         else:
