@@ -295,3 +295,29 @@ def test_plot_without_matplotlib_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     res = runner.invoke(app, ["verify-train", "--plot", "x.png"])
     assert res.exit_code == 2 and "--plot needs matplotlib: pip install 'debtorch[plot]'" in res.output
+
+
+def test_the_recorded_t4_container_with_64m_shm_gives_memory_E002(replay):
+    """A real recorded host (tests/hosts): the doctor's own check decides the id."""
+    from debtorch import facts as facts_mod
+
+    host = replay("debian12-container-t4-shm64m")
+    facts = facts_mod.collect(host, facts_mod.Options(sections=("os", "cpu", "memory")))
+    fid, fix = shm_finding(facts)
+    assert fid == "memory.E002" and "--shm-size" in fix
+    vm = facts_mod.collect(replay("debian12-vm-2core"), facts_mod.Options(sections=("os", "cpu", "memory")))
+    assert shm_finding(vm)[0] == "memory.E001"
+
+
+def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
+    from debtorch import facts as facts_mod
+    from debtorch.tune import fingerprint
+    from debtorch.verify.failures import stale_config
+
+    def fp(name):
+        return fingerprint.from_facts(facts_mod.collect(replay(name), facts_mod.Options(
+            sections=("os", "cpu", "nvidia"))))
+
+    diff = stale_config(fp("debian12-server-8xa100-nvlink"), fp("debian12-vm-2core"))
+    assert any(d.startswith("gpus [NVIDIA A100") and d.endswith("-> none") for d in diff), diff
+    assert stale_config(fp("debian12-vm-2core"), fp("debian12-vm-2core")) == []

@@ -195,3 +195,43 @@ def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
     assert stop["target_step"] is not None and stop["steps"] == stop["target_step"] - 1 < 200
     assert stop["steps_requested"] == 200 and len(stop["losses"]) == stop["steps"]
 
+
+
+# ---------------------------------------------------------------- GPU utilisation through NVML, faked
+
+
+def test_gpu_utilisation_read_through_nvml_reaches_the_report():
+    """The engine's gauges with the NVML fake replaying recorded GPUs (debtorch/nvmlfake.py)."""
+    from debtorch import nvmlfake
+    from debtorch.train import engine
+    from debtorch.verify import report
+    from debtorch.verify.measure import Measured
+
+    hosts = Path(__file__).parent / "hosts"
+
+    def sampled(host):
+        nv = nvmlfake.load(hosts / host / "_nvml.json")
+        nv.nvmlInit()
+        gauges = engine._Gauges(nv, nv.nvmlDeviceGetHandleByIndex(0))
+        gauges.timing = True
+        gauges.between_steps(force=True)
+        gauges.between_steps(force=True)
+        return gauges.util
+
+    def report_of(util):
+        m = Measured()
+        m.device = "cuda:0"
+        m.trials["tuned"] = [{"samples_per_s": 900.0, "gpu_util_mean": (sum(util) / len(util)) if util else None}]
+        summary = report.build(m)
+        return dict((r[0], r[2]) for r in report.rows(m, summary)), report.lines(m, summary)
+
+    util = sampled("debian13-workstation-rtx3080")  # recorded at 65% busy
+    assert util == [65.0, 65.0]
+    rows, lines = report_of(util)
+    assert rows["GPU utilisation (NVML)"] == "65%"
+    assert not any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)
+    # The recorded A100 server answers NOT_SUPPORTED for utilisation: no samples, and the report says so.
+    assert sampled("debian12-server-8xa100-nvlink") == []
+    rows, lines = report_of([])
+    assert "GPU utilisation (NVML)" not in rows
+    assert any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)

@@ -194,6 +194,10 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         if sc.get("gpu_util") is not None:
             line += f"; GPU utilisation {_pct100(sc.get('one_process_gpu_util'))} -> {_pct100(sc['gpu_util'])}"
         out.append(line)
+    t = summary["tuned"]
+    if (m.device or "").startswith("cuda") and t.get("runs") and t.get("gpu_util") is None:
+        out.append("GPU utilisation: NVML gave no samples (nvidia-ml-py missing in the target environment, "
+                   "or NVML does not report utilisation for this GPU)")
     if m.profile and m.profile.get("trace"):
         out.append(f"profile: {m.profile['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
     notes = sorted(set(summary["tuned"].get("notes", []) + summary["baseline"].get("notes", []) + list(m.notes)))
