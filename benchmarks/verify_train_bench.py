@@ -183,8 +183,27 @@ def report(doc: dict, load_before, load_after, seconds: float) -> str:
         amp = conv.get("amp")
         if amp:
             lines.append(f"| AMP vs fp32 loss curve | | {'diverged: ' + amp['reason'] if amp.get('diverged') else 'within tolerance'} | | |")
-    lines += ["", f"Verdict: {doc['verdict']}"]
+    lines += ["", "The command's own report of this run:", "", "```", table_text(doc).rstrip(), "```"]
     return "\n".join(lines)
+
+
+def table_text(doc: dict) -> str:
+    """The table, lines and verdict verify-train printed for this run (rebuilt from its JSON)."""
+    import io
+
+    from rich.console import Console
+
+    from debtorch.verify import report
+    from debtorch.verify.measure import Measured
+
+    s = doc["settings"]
+    m = Measured(plan=doc["plan"], workload=doc["workload"], worker=doc["worker"], device=doc["device"],
+                 baseline=s["baseline"], tuned=s["tuned"], reference=s["reference"], trials=doc["trials"],
+                 converge=doc["converge"], ddp=doc["ddp"], ddp_settings=s["ddp"], profile=doc["profile"],
+                 interrupted=doc["interrupted"], notes=doc["notes"])
+    out = io.StringIO()
+    report.render(m, doc["summary"], doc["verdict"], console=Console(file=out, width=110, highlight=False))
+    return out.getvalue()
 
 
 def _busy(doc: dict, how=None) -> float:
