@@ -321,3 +321,12 @@ def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
     diff = stale_config(fp("debian12-server-8xa100-nvlink"), fp("debian12-vm-2core"))
     assert any(d.startswith("gpus [NVIDIA A100") and d.endswith("-> none") for d in diff), diff
     assert stale_config(fp("debian12-vm-2core"), fp("debian12-vm-2core")) == []
+
+
+def test_rounds_slowed_by_another_process_are_named():
+    m = _measured([100, 20, 110, 105], [160, 150, 40, 170])
+    summary = report.build(m)
+    assert summary["disturbed_rounds"] == [2, 3]
+    assert any(line.startswith("noise: in rounds 2, 3 a trial ran at under half its median speed")
+               for line in report.lines(m, summary))
+    assert report.build(_measured([100, 90, 110], [160, 150, 170]))["disturbed_rounds"] == []

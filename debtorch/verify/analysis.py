@@ -64,6 +64,8 @@ def summarise(results: list) -> dict:
         "peak_host_bytes": _max([r.get("peak_host_bytes") for r in results]),
         "peak_device_bytes": _max([r.get("peak_device_bytes") for r in results]),
         "gpu_util": _median([r.get("gpu_util_mean") for r in results]),
+        "between_steps_share": _median([r["overhead_s"] / r["wall_s"] for r in results
+                                        if _finite(r.get("overhead_s")) and _finite(r.get("wall_s")) and r["wall_s"] > 0]),
         "notes": sorted({n for r in results for n in (r.get("notes") or [])}),
     }
     return out
@@ -108,6 +110,28 @@ def instrumentation_cost(instrumented: list, bare: list) -> dict:
         "high": max(costs) if costs else None,
         "pairs": costs,
     }
+
+
+DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while something else held the machine
+
+
+def disturbed_rounds(trials: dict, arms: tuple = ("baseline", "tuned", "tuned_bare")) -> list:
+    """1-based rounds in which a trial of ``arms`` ran at under ``DISTURBED`` times its arm's median.
+
+    On a shared machine another process can take a core for part of a run
+    and slow a trial several-fold; medians resist that, ranges do not.
+    """
+    out = set()
+    for arm in arms:
+        results = trials.get(arm) or []
+        med = summarise(results)["samples_per_s"]
+        if not med:
+            continue
+        for i, r in enumerate(results):
+            x = r.get("samples_per_s")
+            if _finite(x) and x < DISTURBED * med:
+                out.add(i + 1)
+    return sorted(out)
 
 
 def bound_fraction(arm: dict, bound: dict) -> Optional[float]:

@@ -62,6 +62,7 @@ def build(m) -> dict:
             "gpu_util": statistics.fmean(utils) if utils else None,
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
         }
+    out["disturbed_rounds"] = analysis.disturbed_rounds(m.trials)
     out["interrupted"] = m.interrupted
     out["failed"] = m.failure.line() if m.failure else None
     return out
@@ -165,8 +166,14 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
     out = []
     ic = summary["instrumentation"]
     if ic.get("cost") is not None:
+        between = summary["tuned"].get("between_steps_share")
         out.append(f"instrumentation: the per-step clocks and gauges cost {percent(ic['cost'])} of tuned's "
-                   f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)")
+                   f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)"
+                   + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    bad = summary.get("disturbed_rounds") or []
+    if bad:
+        out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
+                   "its median speed (another process busy?); medians resist this, the ranges include it")
     conv = summary.get("convergence") or {}
     amp = conv.get("amp")
     if amp:
