@@ -8,6 +8,8 @@ run goes through :func:`debtorch.train.runner.launch_distributed`
 
 The plan (docs/verify-train.md):
 
+0. One short trial of baseline and of tuned, not counted: a fresh worker's
+   first trial pays one-time costs its warm-up steps do not absorb.
 1. ``repeats`` interleaved rounds.  Each round runs baseline, tuned and
    tuned with the bare loop (their order swapped every other round), then
    the compute-only bound of each (batches already in memory).  Every trial
@@ -202,7 +204,10 @@ class Verifier:
         """The single-process trials, in the order they run (see the module doc)."""
         p = self.plan
         base, tune = _one_process(baseline), _one_process(tuned)
-        out = []
+        # A fresh worker's first trial of each settings pays one-time costs (lazy imports, kernel
+        # creation) that its warm-up steps do not absorb: one short trial each, not counted.
+        out = [_Job("warming up: baseline", "prime", base, "instrumented", 1, max(1, p.warmup)),
+               _Job("warming up: tuned", "prime", tune, "instrumented", 1, max(1, p.warmup))]
         for r in range(p.repeats):
             pair = [_Job(f"round {r + 1}/{p.repeats}: tuned", "tuned", tune, "instrumented", p.steps, p.warmup),
                     _Job(f"round {r + 1}/{p.repeats}: tuned, bare loop", "tuned_bare", tune, "bare", p.steps, p.warmup)]
@@ -309,6 +314,8 @@ class Verifier:
 
     def _keep(self, job: _Job, result: dict) -> None:
         m = self.measured
+        if job.arm == "prime":
+            return
         if job.arm == "profile":
             m.profile = {"trace": result.get("profile_trace"), "steps": job.steps,
                          "samples_per_s": result.get("samples_per_s")}
