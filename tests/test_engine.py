@@ -193,8 +193,11 @@ def test_other_errors_keep_type_and_first_line():
     assert "Traceback" in err["traceback"]
 
 
-def test_process_tree_memory_counts_this_process():
-    assert engine.process_tree_memory() > 10 * 2**20
+def test_dataloader_workers_memory_is_counted():
+    wl = coerce(tiny.make(), "tiny:make")
+    alone = run_trial(wl, Settings(), steps=2, warmup_steps=1)["peak_host_bytes"]
+    with_workers = run_trial(wl, Settings(num_workers=2), steps=2, warmup_steps=1)["peak_host_bytes"]
+    assert with_workers > alone
 
 
 def test_gpu_utilisation_is_sampled_only_in_the_timed_window():

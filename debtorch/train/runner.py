@@ -440,11 +440,10 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
             raise
         tail.join(timeout=5)
         _pump_events(events, seen, on_event)
-        ranks = []
-        for rank in range(nproc * _nodes(args)):
-            path = os.path.join(work, f"rank{rank}.json")
-            if os.path.exists(path):
-                with open(path) as fh:
+        ranks = []  # this machine's ranks (with multi-node options, other nodes keep theirs)
+        for name in sorted(os.listdir(work), key=lambda n: (len(n), n)):
+            if name.startswith("rank") and name.endswith(".json"):
+                with open(os.path.join(work, name)) as fh:
                     ranks.append(json.load(fh))
         failed = [r for r in ranks if not r.get("ok")]
         if failed:
@@ -458,10 +457,6 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     finally:
         shim.remove()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _nodes(args: list) -> int:
-    return 1  # rank files of other nodes live on those nodes; this machine sees its own
 
 
 def _stop_launcher(proc: subprocess.Popen) -> None:
