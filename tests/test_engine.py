@@ -238,3 +238,9 @@ def test_cuda_only_settings_are_noted_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
                     sample_memory=False)
     assert any("tf32" in n for n in res["notes"]) and any("cudnn_benchmark" in n for n in res["notes"])
+
+
+@pytest.mark.slow
+def test_torch_compile_trains():
+    res = run_trial(coerce(tiny.make(), "t"), Settings(compile=True), steps=3, warmup_steps=1, sample_memory=False)
+    assert all(math.isfinite(x) for x in res["losses"]) and res["losses"][-1] < res["warmup_losses"][0]
