@@ -233,3 +233,11 @@ def test_spawned_dataloader_workers_import_the_workload_and_debtorch(worker):
     res = worker.trial(Settings(num_workers=1, start_method="spawn", persistent_workers=True),
                        steps=5, warmup=0)
     assert res["epochs"] == 1 and len(res["losses"]) == 5
+
+
+def test_the_runner_side_never_imports_torch():
+    code = ("import sys, debtorch.train.runner, debtorch.train.settings, debtorch.train.worker; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr

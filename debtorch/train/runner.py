@@ -136,6 +136,12 @@ class _StderrTail(threading.Thread):
         self.sink = sink
 
     def run(self) -> None:
+        try:
+            self._read()
+        except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
+            pass
+
+    def _read(self) -> None:
         for raw in iter(self.stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.lines.append(line)
@@ -260,7 +266,12 @@ class Worker:
         """Kill the worker and everything it started (its process group)."""
         if self.proc is not None:
             _kill_group(self.proc)
-            for stream in (self.proc.stdin, self.proc.stderr):
+            if self._stderr is not None:
+                self._stderr.join(timeout=2)  # EOF arrives once the group is gone
+            streams = [self.proc.stdin]
+            if self._stderr is None or not self._stderr.is_alive():
+                streams.append(self.proc.stderr)
+            for stream in streams:
                 try:
                     if stream:
                         stream.close()
