@@ -50,8 +50,8 @@ def main() -> int:
     ap.add_argument("--python", default=None)
     ap.add_argument("--workload", default="builtin:cnn")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--repeats", type=int, default=6, help="ABBA pairs per case")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=10, help="pairs per case (ABBA order)")
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -65,36 +65,46 @@ def main() -> int:
         info = w.info()
         out["machine"].update(torch=info["torch"], python=info["python_version"])
         w.load(args.workload, device=args.device)
-        for label, settings in CASES.items():
-            runs = {"instrumented": [], "bare": []}
-            for r in range(args.repeats):
+        runs = {label: {"instrumented": [], "bare": [], "between_steps": []} for label in CASES}
+        # Round-robin over the cases, ABBA within each pair, so that drift in
+        # the machine's load falls on every case and both modes alike.
+        for r in range(args.repeats):
+            for label, settings in CASES.items():
                 order = ["instrumented", "bare"] if r % 2 == 0 else ["bare", "instrumented"]
                 for mode in order:
                     res = w.trial(settings, steps=args.steps, warmup=args.warmup, mode=mode, seed=r)
-                    runs[mode].append(res["samples_per_s"])
-                print(f"{label}: pair {r + 1}/{args.repeats}: "
-                      f"instrumented {runs['instrumented'][-1]:.1f}, bare {runs['bare'][-1]:.1f} samples/s",
-                      file=sys.stderr)
-            ratios = [i / b for i, b in zip(runs["instrumented"], runs["bare"])]
-            inst, bare = statistics.median(runs["instrumented"]), statistics.median(runs["bare"])
+                    runs[label][mode].append(res["samples_per_s"])
+                    if mode == "instrumented":
+                        runs[label]["between_steps"].append(res["overhead_s"] / res["wall_s"])
+                print(f"{label}: pair {r + 1}/{args.repeats}: instrumented {runs[label]['instrumented'][-1]:.1f}, "
+                      f"bare {runs[label]['bare'][-1]:.1f} samples/s, load {loadavg(host)}", file=sys.stderr)
+        for label, settings in CASES.items():
+            got = runs[label]
+            ratios = [i / b for i, b in zip(got["instrumented"], got["bare"])]
+            inst, bare = statistics.median(got["instrumented"]), statistics.median(got["bare"])
             out["cases"][label] = {
                 "settings": settings.to_dict(),
-                "instrumented_samples_per_s": runs["instrumented"],
-                "bare_samples_per_s": runs["bare"],
+                "instrumented_samples_per_s": got["instrumented"],
+                "bare_samples_per_s": got["bare"],
                 "instrumented_median": inst,
                 "bare_median": bare,
                 "overhead_of_medians": 1 - inst / bare,
                 "overhead_median_of_pairs": 1 - statistics.median(ratios),
                 "pair_ratio_spread": [min(ratios), max(ratios)],
+                # Measured directly, immune to the machine's noise: the share of the timed
+                # window spent between steps (progress event, loss read, gauges).
+                "between_steps_share_median": statistics.median(got["between_steps"]),
             }
     out["loadavg_end"] = loadavg(host)
     print(f"machine: {out['machine']['cpu']}, {out['machine']['cpus']} CPUs, torch {out['machine']['torch']}; "
           f"load average {out['loadavg_start']} at the start, {out['loadavg_end']} at the end")
-    print(f"{'case':24} {'instrumented':>13} {'bare':>9} {'overhead':>9} {'pairs':>9}  pair ratio range")
+    print(f"{'case':22} {'instrumented':>12} {'bare':>8} {'overhead':>9} {'by pairs':>9} {'pair ratios':>12} {'between':>8}")
     for label, c in out["cases"].items():
-        print(f"{label:24} {c['instrumented_median']:13.1f} {c['bare_median']:9.1f} "
-              f"{c['overhead_of_medians']:9.1%} {c['overhead_median_of_pairs']:9.1%}  "
-              f"{c['pair_ratio_spread'][0]:.3f}-{c['pair_ratio_spread'][1]:.3f}")
+        print(f"{label:22} {c['instrumented_median']:12.1f} {c['bare_median']:8.1f} "
+              f"{c['overhead_of_medians']:9.1%} {c['overhead_median_of_pairs']:9.1%} "
+              f"{c['pair_ratio_spread'][0]:5.2f}-{c['pair_ratio_spread'][1]:<6.2f} {c['between_steps_share_median']:8.2%}")
+    print("samples/s are medians; overhead = 1 - instrumented/bare (of medians, and median of ABBA pairs); "
+          "between = share of the timed window spent between steps on instrumentation")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

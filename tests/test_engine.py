@@ -193,8 +193,11 @@ def test_other_errors_keep_type_and_first_line():
     assert "Traceback" in err["traceback"]
 
 
-def test_process_tree_memory_counts_this_process():
-    assert engine.process_tree_memory() > 10 * 2**20
+def test_dataloader_workers_memory_is_counted():
+    wl = coerce(tiny.make(), "tiny:make")
+    alone = run_trial(wl, Settings(), steps=2, warmup_steps=1)["peak_host_bytes"]
+    with_workers = run_trial(wl, Settings(num_workers=2), steps=2, warmup_steps=1)["peak_host_bytes"]
+    assert with_workers > alone
 
 
 def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
@@ -235,3 +238,9 @@ def test_cuda_only_settings_are_noted_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
                     sample_memory=False)
     assert any("tf32" in n for n in res["notes"]) and any("cudnn_benchmark" in n for n in res["notes"])
+
+
+@pytest.mark.slow
+def test_torch_compile_trains():
+    res = run_trial(coerce(tiny.make(), "t"), Settings(compile=True), steps=3, warmup_steps=1, sample_memory=False)
+    assert all(math.isfinite(x) for x in res["losses"]) and res["losses"][-1] < res["warmup_losses"][0]

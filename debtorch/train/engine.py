@@ -51,7 +51,7 @@ from debtorch.train.workloads import Workload
 MODES = ("instrumented", "bare", "compute_only")
 SMOOTH = 5              # steps in the running mean that decides "loss below target"
 COMPUTE_ONLY_BATCHES = 16  # distinct micro-batches kept in device memory for compute_only
-SAMPLE_INTERVAL = 0.5   # seconds between gauge readings (reading Pss costs 2-3 ms of CPU)
+SAMPLE_INTERVAL = 0.25  # seconds between gauge readings (between steps)
 
 _DEFAULT_THREADS = torch.get_num_threads()  # PyTorch's own choice, restored when threads is None
 
@@ -68,16 +68,18 @@ def _worker_init(worker_id: int) -> None:  # DataLoader worker_init_fn
     die_with_parent()
 
 
-def _proc_value(path: str, key: str) -> Optional[int]:
-    """A ``key: N kB`` line of a /proc file, in bytes (None when unreadable)."""
+def _proc_values(path: str, *keys: str) -> Optional[dict]:
+    """``key: N kB`` lines of a /proc file, in bytes (None when unreadable)."""
+    out = {}
     try:
         with open(path) as fh:
             for line in fh:
-                if line.startswith(key):
-                    return int(line.split()[1]) * 1024
+                name = line.split(":", 1)[0]
+                if name in keys:
+                    out[name] = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    return out
 
 
 def _descendants(pid: int) -> list:
@@ -95,21 +97,20 @@ def _descendants(pid: int) -> list:
     return out
 
 
-def process_tree_memory(pid: Optional[int] = None) -> Optional[int]:
-    """Bytes used now by a process and its descendants (its DataLoader workers).
+def children_memory(pid: Optional[int] = None) -> int:
+    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own.
 
-    Sums proportional set size (``Pss`` from ``/proc/PID/smaps_rollup``), so
-    that pages forked workers share with their parent are counted once;
-    falls back to resident size (``VmRSS``).  None when the process itself
-    cannot be read (not Linux).
+    Anonymous and shared-memory resident pages (``RssAnon + RssShmem``): each
+    worker's heap and the batches it puts in /dev/shm.  File-backed pages
+    (torch's libraries, shared with the trainer) are left out; anonymous
+    pages still shared copy-on-write with the trainer count twice, so this
+    errs high.  Read from ``status``, which costs microseconds, where the
+    exact ``Pss`` of ``smaps_rollup`` costs milliseconds.
     """
-    pid = os.getpid() if pid is None else pid
-    total = None
-    for i, p in enumerate([pid] + _descendants(pid)):
-        value = _proc_value(f"/proc/{p}/smaps_rollup", "Pss:") or _proc_value(f"/proc/{p}/status", "VmRSS:")
-        if value is None and i == 0:
-            return None
-        total = (total or 0) + (value or 0)
+    total = 0
+    for p in _descendants(os.getpid() if pid is None else pid):
+        vals = _proc_values(f"/proc/{p}/status", "RssAnon", "RssShmem") or {}
+        total += vals.get("RssAnon", 0) + vals.get("RssShmem", 0)
     return total
 
 
@@ -121,11 +122,10 @@ class _Gauges:
     training process's peak comes from the kernel's own high-water mark
     (``VmHWM``, reset at the start of the trial through
     ``/proc/self/clear_refs``), so the peak inside a backward pass is not
-    missed.  DataLoader workers add their proportional set size (Pss, so
-    pages they share with the trainer count once), read at most every
-    ``SAMPLE_INTERVAL`` seconds between steps, like NVML's utilisation.
-    This is the one place the engine reads /proc: accounting for its own
-    process tree.
+    missed.  DataLoader workers add the peak of :func:`children_memory`,
+    read at most every ``SAMPLE_INTERVAL`` seconds between steps, like
+    NVML's utilisation.  This is the one place the engine reads /proc:
+    accounting for its own process tree.
     """
 
     def __init__(self, nvml: Any = None, handle: Any = None, notes: Optional[list] = None):
@@ -146,10 +146,7 @@ class _Gauges:
         if not force and now - self._last < SAMPLE_INTERVAL:
             return
         self._last = now
-        kids = 0
-        for p in _descendants(os.getpid()):
-            kids += _proc_value(f"/proc/{p}/smaps_rollup", "Pss:") or _proc_value(f"/proc/{p}/status", "VmRSS:") or 0
-        self.children_peak = max(self.children_peak, kids)
+        self.children_peak = max(self.children_peak, children_memory())
         if self.timing and self._handle is not None:
             try:
                 self.util.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
@@ -157,7 +154,7 @@ class _Gauges:
                 pass
 
     def peak_host(self) -> Optional[int]:
-        own = _proc_value("/proc/self/status", "VmHWM:")
+        own = (_proc_values("/proc/self/status", "VmHWM") or {}).get("VmHWM")
         return None if own is None else own + self.children_peak
 
 
