@@ -17,14 +17,14 @@ from debtorch.tune.config import ConfigError, load_config, parse_config, write_a
 from debtorch.tune.fingerprint import from_facts
 from debtorch.tune.rules import Request, recommend
 
-from tune_facts import make_facts, server_8x_a100
+from tune_facts import all_pairs, make_facts, server_8x_a100
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "tune-8xa100.toml"
 NOW = datetime.datetime(2026, 11, 1, 12, 0, tzinfo=datetime.timezone.utc)
 
 
 def sample(doc=None, request=None):
-    doc = doc or server_8x_a100(p2p=[{"gpus": [0, 1], "status": "NS"}])
+    doc = doc or server_8x_a100(p2p=all_pairs(8, bad={(0, 1)}))
     rec = recommend(doc, request or Request(global_batch=1024, micro_batch=32, steps=5000, model="conv"))
     return rec, from_facts(doc), config.tuned_table("rules", rec.device, now=NOW)
 

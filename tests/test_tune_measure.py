@@ -151,6 +151,20 @@ def test_bad_workload_is_one_line_and_exit_2(workload, message, tmp_path):
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+def test_an_interpreter_without_torch_is_bad_input(tmp_path):
+    import shutil
+    import subprocess
+
+    system = shutil.which("python3", path="/usr/bin")
+    if system is None or subprocess.run([system, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("needs a system python3 without torch")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for python, message in ((system, "has no torch"), (str(tmp_path / "nope"), "no such Python interpreter")):
+        r = subprocess.run([sys.executable, "-m", "debtorch", "tune", "--measure", "--budget", "30", "--python",
+                            python], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
@@ -164,3 +178,16 @@ def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
     cfg = load_config(str(out))
     assert cfg.tuned["by"] == "measured" and cfg.tuned["workload"] == "tiny:make"
     assert any(r["rule"].startswith("tune.M") for r in doc["reasons"].values())
+
+
+def test_table_of_trials_marks_the_choice_and_shows_failures():
+    from debtorch.tune.report import trials_lines
+
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 50.0 * (1 + s.num_workers), fail=lambda s, n: s.num_workers >= 2)
+    result = measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    lines = trials_lines(result)
+    assert lines[0].startswith(f"trials: {len(result.trials)} in ")
+    chosen = [line for line in lines if line.endswith("<- chosen")]
+    assert len(chosen) == 1 and chosen[0].split()[0:2] == rec.settings.short().split()[0:2]
+    assert any("failed" in line for line in lines) and any("error: DataLoader worker" in line for line in lines)

@@ -91,14 +91,11 @@ def test_p2p_unavailable_disables_nccl_p2p_and_says_which_pair():
     rec = recommend(server_8x_a100(p2p=all_pairs(8, bad={(2, 5)})))
     assert rec.env["NCCL_P2P_DISABLE"] == "1"
     reason = rec.env_reasons["NCCL_P2P_DISABLE"]
-    assert reason.rule == "tune.R021" and "GPU 2<->5" in reason.text and "NS" in reason.text
+    assert reason.rule == "tune.R021" and "GPU 2<->5 peer-to-peer is chipset not supported" in reason.text
     assert "export NCCL_P2P_DISABLE=1" in rec.emit_env()
-    # The nested-mapping shape of the topology is read too.
-    nested = {"0": {"1": "OK"}, "1": {"0": "OK"}}
-    two = make_facts(cpus=8, gpus=[("RTX 3090", "8.6")] * 2, p2p=nested)
-    assert "NCCL_P2P_DISABLE" not in recommend(two).env
-    nested["0"]["1"] = nested["1"]["0"] = "CNS"
-    assert recommend(two).env["NCCL_P2P_DISABLE"] == "1"
+    # "unknown" is not a problem, and not knowledge either.
+    unknown = recommend(server_8x_a100(p2p=all_pairs(8, bad={(0, 1)}, status="unknown")))
+    assert "NCCL_P2P_DISABLE" not in unknown.env
 
 
 def test_unknown_p2p_gives_a_note_not_a_guess():
@@ -234,3 +231,29 @@ def test_a_saved_facts_file_with_missing_sections_still_tunes():
     doc = {"schema_version": 1, "cpu": {"unknown": {"*": "not in the saved facts"}}}
     rec = recommend(doc)
     assert rec.device == "cpu" and rec.settings.validate() == []
+
+
+def test_recorded_8xa100_nvlink_server(replay):
+    doc = facts_mod.collect(replay("debian12-server-8xa100-nvlink"))
+    rec = recommend(doc)
+    s = rec.settings
+    assert (rec.device, s.nproc, s.backend, s.precision, s.tf32) == ("cuda", 8, "nccl", "bf16", True)
+    assert s.nproc * (s.threads + s.num_workers) <= doc["cpu"]["usable_cpus"]
+    assert "NCCL_P2P_DISABLE" not in rec.env  # NVLink through NVSwitch, P2P ok for every pair
+    assert not any("peer-to-peer status unknown" in n for n in rec.notes)
+
+
+def test_recorded_t4_container_with_64m_shm(replay):
+    doc = facts_mod.collect(replay("debian12-container-t4-shm64m"))
+    rec = recommend(doc)
+    assert (rec.device, rec.settings.precision) == ("cuda", "fp16")  # Tesla T4 is compute capability 7.5
+    assert rec.reasons["precision"].rule == "tune.R011"
+    assert rec.settings.num_workers == 0 and rule(rec, "num_workers") == "tune.R004"
+    assert "/dev/shm has 64.0 MiB free" in rec.reasons["num_workers"].text
+
+
+def test_recorded_gpu_with_a_broken_driver_tunes_for_the_cpu_and_says_so(replay):
+    doc = facts_mod.collect(replay("debian12-driver-mismatch-rtx3090"))
+    rec = recommend(doc)
+    assert rec.device == "cpu"
+    assert any("on the PCI bus but none usable" in n and "mismatch" in n for n in rec.notes)

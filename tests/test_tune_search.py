@@ -45,6 +45,20 @@ def gpu_box(s):
     return v * (1.03 if s.prefetch_factor == 4 else 1.0)
 
 
+def shared_cores(s):
+    """Like the built-in CNN on this VM: loading is a third of a step, so workers pay, but only
+    with one compute thread left to them; workers beside two compute threads fight for the cores."""
+    t, w = s.threads or 2, s.num_workers
+    one_thread = 0.75  # compute speed with one thread, relative to two
+    if w == 0:
+        v = 1 / (1 / (1.0 if t == 2 else one_thread) + 0.5)   # loading inline: a third of the step
+    elif t == 1:
+        v = one_thread * 0.97 ** (w - 1)
+    else:
+        v = 0.6 * 0.98 ** (w - 1)
+    return 300.0 * v * (1.8 if s.precision == "bf16" else 1.0)
+
+
 START_CPU = Settings(num_workers=0, precision="bf16", threads=2)
 CPU_DIMS = default_space(START_CPU, "cpu", 2, ["fp32", "bf16"], conv=True)
 START_GPU = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True, start_method="fork",
@@ -164,3 +178,22 @@ def test_space_respects_worker_bounds_and_device():
     assert "pin_memory" in dims and dims["precision"].values == ["fp32", "bf16", "fp16"]
     cpu = {d.name for d in default_space(START_CPU, "cpu", 1, ["fp32"], conv=False)}
     assert cpu == {"num_workers", "prefetch_factor"}  # one CPU: no threads to choose, nothing else
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_workers_and_threads_that_only_pay_together_are_found(seed):
+    # w1 t1 beats w0 t2, but no single change from w0 t2 to w1 t2 (or w0 t1) does:
+    # coordinate descent finds it because threads follow the workers along the CPUs.
+    points = grid_points(START_CPU, CPU_DIMS)
+    best = max(shared_cores(p) for p in points)
+    surface = Surface(shared_cores, seed=seed)
+    result = Search(surface, budget_s=0.25 * grid_cost(points, surface)).run(START_CPU, CPU_DIMS)
+    assert shared_cores(result.best) >= 0.95 * best
+    assert result.best.num_workers >= 1 and result.best.threads == 1
+
+
+def test_threads_follow_workers_only_on_the_rules_line():
+    workers = next(d for d in CPU_DIMS if d.name == "num_workers")
+    assert workers.set(START_CPU, 1).threads == 1 and workers.set(START_CPU, 3).threads == 1
+    off_line = START_CPU.replace(threads=1)  # threads chosen by measurement: left alone
+    assert workers.set(off_line, 0).threads == 1

@@ -28,7 +28,7 @@ def make_facts(cpus=2, features=None, gpus=(), shm_free=16 * GiB, nofile=65536, 
     if gpus:
         doc["nvidia"]["driver_version"] = "580.65.06"
     if p2p is not None:
-        doc["nvidia"]["topology"] = {"p2p": p2p}
+        doc["nvidia"]["topology"] = p2p
     return doc
 
 
@@ -36,10 +36,10 @@ def server_8x_a100(cpus=128, **kw):
     return make_facts(cpus=cpus, gpus=[("NVIDIA A100-SXM4-80GB", "8.0")] * 8, **kw)
 
 
-def all_pairs(n, status="OK", bad=()):
-    """A p2p list for n GPUs; pairs in ``bad`` get ``status``'s opposite."""
+def all_pairs(n, bad=(), status="chipset not supported"):
+    """``nvidia.topology`` for n GPUs as the nvidia facts give it; pairs in ``bad`` get ``status``."""
     rows = []
     for a in range(n):
         for b in range(a + 1, n):
-            rows.append({"gpus": [a, b], "status": status if (a, b) not in bad else "NS"})
+            rows.append({"gpus": [a, b], "link": "pcie", "p2p_read": status if (a, b) in bad else "ok"})
     return rows

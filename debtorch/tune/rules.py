@@ -211,30 +211,26 @@ def gpus_of(facts: dict) -> list:
     return [g for g in gpus if str(g.get("compute_mode") or "").lower() != "prohibited"]
 
 
-def p2p_problems(facts: dict) -> list:
-    """Pairs of GPUs whose peer-to-peer status is reported and not OK: [(a, b, status)].
+def p2p_pairs(facts: dict) -> list:
+    """Reported peer-to-peer status per GPU pair: [(a, b, status)], unknown ones left out.
 
-    Reads ``nvidia.topology.p2p`` as a list of ``{"gpus": [a, b], "status": "OK"}``
-    (``a``/``b`` also accepted) or as a nested mapping ``{"0": {"1": "OK"}}``.
+    Reads ``nvidia.topology``: a list of pairs ``{"gpus": [a, b], "p2p_read":
+    "ok" | "chipset not supported" | ...}`` (NVML, or ``nvidia-smi topo -p2p r``).
     """
-    topo = get(facts, "nvidia.topology") or {}
-    p2p = topo.get("p2p") if isinstance(topo, dict) else None
+    topo = get(facts, "nvidia.topology")
     pairs = []
-    if isinstance(p2p, list):
-        for row in p2p:
-            if not isinstance(row, dict):
-                continue
-            ids = row.get("gpus") or [row.get("a"), row.get("b")]
-            status = row.get("status") if "status" in row else row.get("read")
-            if isinstance(ids, (list, tuple)) and len(ids) == 2 and status is not None:
-                pairs.append((ids[0], ids[1], str(status)))
-    elif isinstance(p2p, dict):
-        for a, row in p2p.items():
-            if isinstance(row, dict):
-                for b, status in row.items():
-                    if str(a) != str(b) and status is not None:
-                        pairs.append((a, b, str(status)))
-    return [(a, b, s) for a, b, s in pairs if s.strip().upper() not in ("OK", "SUPPORTED", "TRUE", "X")]
+    for row in topo if isinstance(topo, list) else []:
+        if not isinstance(row, dict):
+            continue
+        ids, status = row.get("gpus"), row.get("p2p_read")
+        if isinstance(ids, list) and len(ids) == 2 and isinstance(status, str) and status.lower() != "unknown":
+            pairs.append((ids[0], ids[1], status))
+    return pairs
+
+
+def p2p_problems(facts: dict) -> list:
+    """The GPU pairs whose peer-to-peer status is reported and not OK."""
+    return [(a, b, s) for a, b, s in p2p_pairs(facts) if s.strip().lower() != "ok"]
 
 
 def _int(value: Any) -> Optional[int]:
@@ -262,76 +258,117 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
     req = request or Request()
     if req.model is not None and req.model not in MODEL_KINDS:
         raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
+    if req.device is not None and req.device not in ("cpu", "cuda"):
+        raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
+    m = _Machine.read(facts)
     rec = Recommendation(settings=Settings())
-    gpus = gpus_of(facts)
-    torch_cpu_only = get(facts, "python.torch.cpu_only")
+    _device(rec, m, req)
+    _processes(rec, m, req)
+    _workers(rec, m, req)
+    _pinned(rec, m)
+    _precision(rec, m)
+    _kernels(rec, m, req)
+    _threads(rec, m)
+    _nccl(rec, m)
+    _batch(rec, req, rec.settings.nproc)
+    _schedule(rec, req)
+    return rec
 
-    # Device.
+
+@dataclass
+class _Machine:
+    """What the rules read from the facts, read once."""
+
+    facts: dict
+    gpus: list
+    cc: Optional[tuple]        # the oldest compute capability among the GPUs, if all are known
+    gpu_names: str
+    usable: int
+    cpu_note: str              # how the CPU count is named in reasons
+    cpu_unknown: Optional[str]  # why the usable CPUs are unknown, if they are
+
+    @classmethod
+    def read(cls, facts: dict) -> "_Machine":
+        gpus = gpus_of(facts)
+        ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
+        usable = _int(get(facts, "cpu.usable_cpus"))
+        why = None
+        if usable:
+            note = f"{usable} usable CPUs (cpu.usable_cpus)"
+        else:
+            usable = _int(get(facts, "cpu.logical_cpus")) or 1
+            why = unknown_reason(facts, "cpu.usable_cpus") or "not in the facts"
+            note = f"{usable} CPUs assumed (cpu.usable_cpus unknown: {why})"
+        return cls(facts, gpus, min(ccs) if ccs and all(ccs) else None,
+                   ", ".join(sorted({str(g.get("name") or "GPU") for g in gpus})) or "GPU", usable, note, why)
+
+    def get(self, dotted: str):
+        return get(self.facts, dotted)
+
+
+def _device(rec: Recommendation, m: _Machine, req: Request) -> None:
+    gpus = m.gpus
     if req.device is not None:
-        if req.device not in ("cpu", "cuda"):
-            raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
         rec.device = req.device
         if req.device == "cuda" and not gpus:
             rec.notes.append("--device cuda but the facts list no usable GPU: GPU rules assume what they cannot see")
-    else:
-        rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
-        if gpus and torch_cpu_only:
-            rec.notes.append(f"{len(gpus)} GPU(s) but a CPU-only PyTorch build: tuning for the CPU "
-                             "(see `debtorch doctor`)")
+        return
+    torch_cpu_only = m.get("python.torch.cpu_only")
+    rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
+    on_bus = _int(m.get("nvidia.pci_gpu_count")) or 0
+    if not gpus and on_bus:
+        why = unknown_reason(m.facts, "nvidia.gpus") or "no GPU answers"
+        rec.notes.append(f"{on_bus} NVIDIA GPU(s) on the PCI bus but none usable ({why}): tuning for the CPU; "
+                         "`debtorch doctor` says how to fix the driver")
+    if gpus and torch_cpu_only:
+        rec.notes.append(f"{len(gpus)} GPU(s) but a CPU-only PyTorch build: tuning for the CPU "
+                         "(see `debtorch doctor`)")
 
-    # CPUs.
-    usable = _int(get(facts, "cpu.usable_cpus"))
-    cpu_note = f"{usable} usable CPUs (cpu.usable_cpus)" if usable else ""
-    if not usable:
-        usable = _int(get(facts, "cpu.logical_cpus")) or 1
-        why = unknown_reason(facts, "cpu.usable_cpus") or "not in the facts"
-        cpu_note = f"{usable} CPUs assumed (cpu.usable_cpus unknown: {why})"
-        rec.notes.append(f"tune.R026: usable CPUs unknown ({why}); assuming {usable}")
-    quota = get(facts, "cpu.cgroup_quota_cpus")
-    affinity = _int(get(facts, "cpu.affinity_cpus"))
 
-    # Processes.
+def _processes(rec: Recommendation, m: _Machine, req: Request) -> None:
+    """tune.R020 (and R026's note)."""
+    if m.cpu_unknown:
+        rec.notes.append(f"tune.R026: usable CPUs unknown ({m.cpu_unknown}); assuming {m.usable}")
     if rec.device == "cuda":
-        n_gpu = max(1, len(gpus))
-        nproc = req.nproc or n_gpu
+        nproc = req.nproc or max(1, len(m.gpus))
         if req.nproc:
-            text = f"--nproc {nproc} asked ({len(gpus)} usable GPUs in nvidia.gpus)"
+            text = f"--nproc {nproc} asked ({len(m.gpus)} usable GPUs in nvidia.gpus)"
+        elif m.gpus:
+            text = f"one DDP process per usable GPU: {len(m.gpus)} x {m.gpu_names} (nvidia.gpus)"
         else:
-            names = sorted({str(g.get("name") or "GPU") for g in gpus}) or ["GPU"]
-            text = (f"one DDP process per usable GPU: {len(gpus)} x {', '.join(names)} (nvidia.gpus)"
-                    if gpus else "no GPU in the facts: one process")
-        backend = "nccl" if nproc > 1 else None
-        if nproc > 1:
-            text += "; nccl, NVIDIA's collective library for GPUs"
+            text = "no GPU in the facts: one process"
+        backend, why = "nccl", "nccl, NVIDIA's collective library for GPUs"
     else:
         nproc = req.nproc or 1
         if req.nproc:
             text = f"--nproc {nproc} asked"
         else:
             text = "CPU training: one process uses every core through intra-op threads; DDP would split them"
-        backend = "gloo" if nproc > 1 else None
-        if nproc > 1:
-            text += "; gloo, PyTorch's CPU collective backend"
+        backend, why = "gloo", "gloo, PyTorch's CPU collective backend"
     if nproc < 1:
         raise RequestError(f"nproc must be >= 1 (got {nproc})")
+    if nproc > 1:
+        text += f"; {why}"
     rec.set("nproc", nproc, "tune.R020", text)
-    rec.set("backend", backend, "tune.R020", text if nproc > 1 else "one process: no DDP, no backend")
-    per_proc = max(1, usable // nproc)
-    rec.per_process_cpus = per_proc
-    if usable < nproc:
-        rec.notes.append(f"{nproc} processes on {usable} usable CPUs: processes will share cores")
+    rec.set("backend", backend if nproc > 1 else None, "tune.R020",
+            text if nproc > 1 else "one process: no DDP, no backend")
+    rec.per_process_cpus = max(1, m.usable // nproc)
+    if m.usable < nproc:
+        rec.notes.append(f"{nproc} processes on {m.usable} usable CPUs: processes will share cores")
 
-    # DataLoader workers.
-    if rec.device == "cpu":
-        if per_proc <= 2:
-            workers = 0
-            rec.set("num_workers", 0, "tune.R001",
-                    f"CPU training on {cpu_note}: worker processes would take cores from compute")
-        else:
-            workers = max(1, per_proc // 4)
-            rec.set("num_workers", workers, "tune.R002",
-                    f"CPU training on {cpu_note} / {nproc} process(es): {workers} worker(s) "
-                    f"load data, {per_proc - workers} cores compute")
+
+def _workers(rec: Recommendation, m: _Machine, req: Request) -> None:
+    """tune.R001-R005 and, through worker_companions, R007-R009."""
+    nproc, per_proc, cpu_note = rec.settings.nproc, rec.per_process_cpus, m.cpu_note
+    if rec.device == "cpu" and per_proc <= 2:
+        workers = 0
+        rec.set("num_workers", 0, "tune.R001",
+                f"CPU training on {cpu_note}: worker processes would take cores from compute")
+    elif rec.device == "cpu":
+        workers = max(1, per_proc // 4)
+        rec.set("num_workers", workers, "tune.R002",
+                f"CPU training on {cpu_note} / {nproc} process(es): {workers} worker(s) "
+                f"load data, {per_proc - workers} cores compute")
     else:
         workers = min(MAX_WORKERS_PER_GPU, max(1, per_proc - 1))
         text = (f"{cpu_note} / {nproc} process(es) = {per_proc} per process; one drives the GPU, "
@@ -344,41 +381,36 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
 
     prefetch = 2
     batch_bytes = req.batch_bytes or ASSUMED_BATCH_BYTES
-    shm_free = _int(get(facts, "memory.shm_free"))
-    nofile = _int(get(facts, "memory.nofile_soft"))
-    bounds = []
-    if shm_free is not None:
-        bounds.append((shm_free // 2) // nproc // (prefetch * batch_bytes))
-    if nofile is not None and nofile >= 0:
-        bounds.append(max(0, (nofile - FDS_RESERVED) // FDS_PER_WORKER // nproc))
+    shm_free = _int(m.get("memory.shm_free"))
+    nofile = _int(m.get("memory.nofile_soft"))
+    by_shm = (shm_free // 2) // nproc // (prefetch * batch_bytes) if shm_free is not None else None
+    by_nofile = (max(0, (nofile - FDS_RESERVED) // FDS_PER_WORKER // nproc)
+                 if nofile is not None and nofile >= 0 else None)
+    bounds = [b for b in (by_shm, by_nofile) if b is not None]
     rec.max_workers = min(bounds) if bounds else None
-    if workers:
-        if shm_free is not None:
-            allowed = (shm_free // 2) // nproc // (prefetch * batch_bytes)
-            if allowed < workers:
-                size = f"~{human(batch_bytes)}" + ("" if req.batch_bytes else " (assumed)")
-                rec.set("num_workers", allowed, "tune.R004",
-                        f"/dev/shm has {human(shm_free)} free (memory.shm_free): {nproc} process(es) x "
-                        f"{allowed} worker(s) x {prefetch} batches of {size} fit in half of it")
-                rec.notes.append(f"tune.R004: a larger /dev/shm would allow {workers} workers "
-                                 "(docker run --shm-size=8g, or a bigger tmpfs)")
-                workers = allowed
-        if nofile is not None and nofile >= 0 and workers:
-            allowed = max(0, (nofile - FDS_RESERVED) // FDS_PER_WORKER // nproc)
-            if allowed < workers:
-                rec.set("num_workers", allowed, "tune.R005",
-                        f"RLIMIT_NOFILE is {nofile} (memory.nofile_soft): each worker holds about "
-                        f"{FDS_PER_WORKER} descriptors for batches in flight")
-                rec.notes.append(f"tune.R005: `ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
-                workers = allowed
-
+    if workers and by_shm is not None and by_shm < workers:
+        size = f"~{human(batch_bytes)}" + ("" if req.batch_bytes else " (assumed)")
+        rec.set("num_workers", by_shm, "tune.R004",
+                f"/dev/shm has {human(shm_free)} free (memory.shm_free): {nproc} process(es) x "
+                f"{by_shm} worker(s) x {prefetch} batches of {size} fit in half of it")
+        rec.notes.append(f"tune.R004: a larger /dev/shm would allow {workers} workers "
+                         "(docker run --shm-size=8g, or a bigger tmpfs)")
+        workers = by_shm
+    if workers and by_nofile is not None and by_nofile < workers:
+        rec.set("num_workers", by_nofile, "tune.R005",
+                f"RLIMIT_NOFILE is {nofile} (memory.nofile_soft): each worker holds about "
+                f"{FDS_PER_WORKER} descriptors for batches in flight")
+        rec.notes.append(f"tune.R005: `ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
     worker_companions(rec)
 
+
+def _pinned(rec: Recommendation, m: _Machine) -> None:
+    """tune.R006."""
     if rec.device == "cuda":
         text = "GPU training: page-locked batches copy to the GPU asynchronously"
-        memlock = _int(get(facts, "memory.memlock_soft"))
         rec.set("pin_memory", True, "tune.R006", text)
         rec.set("non_blocking", True, "tune.R006", text + " (non_blocking=True)")
+        memlock = _int(m.get("memory.memlock_soft"))
         if memlock is not None and 0 <= memlock < 64 * MiB:
             rec.notes.append(f"RLIMIT_MEMLOCK is {human(memlock)} (memory.memlock_soft): if pinning fails "
                              "in a container, raise it (--ulimit memlock=-1)")
@@ -387,43 +419,46 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
         rec.set("pin_memory", False, "tune.R006", text)
         rec.set("non_blocking", False, "tune.R006", text)
 
-    # Precision and kernels.
-    ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
-    cc = min(ccs) if ccs and all(ccs) else None
-    names = ", ".join(sorted({str(g.get("name") or "GPU") for g in gpus})) or "GPU"
+
+def _precision(rec: Recommendation, m: _Machine) -> None:
+    """tune.R010-R016."""
+    cc = m.cc
     if rec.device == "cuda":
-        cc_text = f"{names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
+        cc_text = f"{m.gpu_names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
         if cc and cc >= (8, 0):
             rec.set("precision", "bf16", "tune.R010", f"{cc_text}: native bf16, fp32's range, no gradient scaler")
-        elif cc and cc >= (7, 0):
-            rec.set("precision", "fp16", "tune.R011", f"{cc_text}: fp16 tensor cores, no bf16; "
-                    "a GradScaler keeps small gradients")
-        elif cc:
-            rec.set("precision", "fp32", "tune.R012", f"{cc_text}: no tensor cores for fp16 or bf16")
-        else:
-            rec.set("precision", "fp32", "tune.R012", "compute capability unknown (nvidia.gpus): fp32 is safe")
-        if cc and cc >= (8, 0):
             rec.set("tf32", True, "tune.R015", f"{cc_text}: fp32 matmuls and convolutions on TF32 tensor cores "
                     "(PyTorch leaves matmul TF32 off)")
         else:
+            if cc and cc >= (7, 0):
+                rec.set("precision", "fp16", "tune.R011", f"{cc_text}: fp16 tensor cores, no bf16; "
+                        "a GradScaler keeps small gradients")
+            elif cc:
+                rec.set("precision", "fp32", "tune.R012", f"{cc_text}: no tensor cores for fp16 or bf16")
+            else:
+                rec.set("precision", "fp32", "tune.R012", "compute capability unknown (nvidia.gpus): fp32 is safe")
             rec.set("tf32", False, "tune.R015", "TF32 needs compute capability 8.0 or newer")
         rec.set("cudnn_benchmark", True, "tune.R016", "GPU training with fixed input shapes: cuDNN picks its fastest "
                 "algorithm once per shape (turn off for varying shapes)")
+        return
+    feats = m.get("cpu.features")
+    have = [f for f in ("amx_bf16", "avx512_bf16") if (feats or {}).get(f)]
+    model = m.get("cpu.model") or "CPU"
+    if have:
+        rec.set("precision", "bf16", "tune.R013", f"{model} has {' and '.join(have)} (cpu.features): "
+                "native bf16 matmuls and convolutions")
+    elif feats is None:
+        rec.set("precision", "fp32", "tune.R014", "CPU features unknown (cpu.features): fp32 is safe")
     else:
-        feats = get(facts, "cpu.features") or {}
-        have = [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
-        model = get(facts, "cpu.model") or "CPU"
-        if have:
-            rec.set("precision", "bf16", "tune.R013", f"{model} has {' and '.join(have)} (cpu.features): "
-                    "native bf16 matmuls and convolutions")
-        elif get(facts, "cpu.features") is None:
-            rec.set("precision", "fp32", "tune.R014", "CPU features unknown (cpu.features): fp32 is safe")
-        else:
-            rec.set("precision", "fp32", "tune.R014", f"{model} has no avx512_bf16 or amx_bf16 (cpu.features): "
-                    "bf16 would be emulated, slower than fp32")
-        rec.set("tf32", False, "tune.R015", "TF32 is a GPU feature (compute capability 8.0 and newer)")
-        rec.set("cudnn_benchmark", False, "tune.R016", "cuDNN is CUDA's; CPU training does not use it")
+        rec.set("precision", "fp32", "tune.R014", f"{model} has no avx512_bf16 or amx_bf16 (cpu.features): "
+                "bf16 would be emulated, slower than fp32")
+    rec.set("tf32", False, "tune.R015", "TF32 is a GPU feature (compute capability 8.0 and newer)")
+    rec.set("cudnn_benchmark", False, "tune.R016", "cuDNN is CUDA's; CPU training does not use it")
 
+
+def _kernels(rec: Recommendation, m: _Machine, req: Request) -> None:
+    """tune.R017-R019."""
+    cc = m.cc
     if req.model == "conv" and rec.device == "cuda" and cc and cc >= (7, 0):
         rec.set("channels_last", True, "tune.R017", f"convolutional model on compute capability {cc[0]}.{cc[1]}: "
                 "tensor cores run NHWC convolutions without transposes")
@@ -436,45 +471,49 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
     else:
         rec.set("channels_last", False, "tune.R017", f"{req.model} model: no convolutions to reorder")
 
-    tv = _torch_version(facts)
+    tv = _torch_version(m.facts)
     need = (2, 0) if rec.device == "cuda" else (2, 4)
+    where = "GPUs" if rec.device == "cuda" else "the CPU"
     if tv is None:
         rec.set("fused_optimizer", False, "tune.R018", "PyTorch version unknown (python.torch.version)")
     elif tv >= need:
         rec.set("fused_optimizer", True, "tune.R018", f"PyTorch {tv[0]}.{tv[1]} (python.torch.version) has fused "
-                f"Adam/AdamW/SGD on {'GPUs' if rec.device == 'cuda' else 'the CPU'}: one kernel per step")
+                f"Adam/AdamW/SGD on {where}: one kernel per step")
     else:
         rec.set("fused_optimizer", False, "tune.R018", f"PyTorch {tv[0]}.{tv[1]} has no fused optimizer on "
-                f"{'GPUs' if rec.device == 'cuda' else 'the CPU'} (needs {need[0]}.{need[1]})")
+                f"{where} (needs {need[0]}.{need[1]})")
     if req.compile:
         rec.set("compile", True, "tune.R019", "asked (--compile): the first steps compile, later steps run faster")
     else:
         rec.set("compile", False, "tune.R019", "only when asked (--compile): compiling costs minutes up front")
 
-    # Threads.
-    threads = max(1, per_proc - workers)
-    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {cpu_note}"
+
+def _threads(rec: Recommendation, m: _Machine) -> None:
+    """tune.R022 and R025."""
+    nproc, workers = rec.settings.nproc, rec.settings.num_workers
+    threads = max(1, rec.per_process_cpus - workers)
+    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {m.cpu_note}"
+    quota, affinity = m.get("cpu.cgroup_quota_cpus"), _int(m.get("cpu.affinity_cpus"))
     if quota is not None and affinity and quota < affinity:
         text += f"; PyTorch would start {affinity} threads but the cgroup allows {quota:g} CPUs"
     rec.set("threads", threads, "tune.R022", text)
     thread_env(rec)
 
-    # NCCL hints from the topology.
-    if rec.device == "cuda" and nproc > 1:
-        bad = p2p_problems(facts)
-        if bad:
-            a, b, status = bad[0]
-            more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
-            rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
-                     f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology.p2p){more}: "
-                     "NCCL would hang on P2P; copy through host memory")
-        elif not (get(facts, "nvidia.topology") or {}).get("p2p"):
-            rec.notes.append("peer-to-peer status unknown (nvidia.topology.p2p): if DDP hangs at the first "
-                             "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
 
-    _batch(rec, req, nproc)
-    _schedule(rec, req)
-    return rec
+def _nccl(rec: Recommendation, m: _Machine) -> None:
+    """tune.R021: NCCL hints from the topology."""
+    if rec.device != "cuda" or rec.settings.nproc < 2:
+        return
+    bad = p2p_problems(m.facts)
+    if bad:
+        a, b, status = bad[0]
+        more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
+        rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
+                 f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology p2p_read){more}: "
+                 "NCCL would hang on P2P; copy through host memory")
+    elif not p2p_pairs(m.facts):
+        rec.notes.append("peer-to-peer status unknown (nvidia.topology): if DDP hangs at the first "
+                         "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
 
 
 def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:

@@ -6,11 +6,15 @@ Strategy (smarter than a grid, honest about noise):
 
 * Start from the rules' settings (the incumbent).
 * Coordinate descent over the dimensions, most influential first
-  (precision, memory format, threads, workers, prefetch, pinned memory).
+  (precision, memory format, workers, threads, prefetch, pinned memory).
+  Workers and compute threads share the CPUs, so the workers race moves the
+  threads along the rules' line (CPUs - workers); threads are raced on their
+  own afterwards.
 * Each dimension is a *race* (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
   in the machine hits every candidate alike.  After the first round the
-  hopeless (below half the leader) are dropped; after later rounds, those the
+  hopeless are dropped (below half the leader, and below what the noise seen so
+  far could explain); after later rounds, those the
   leader beats beyond noise: two standard errors of a difference of medians,
   the noise pooled from every repeated measurement.  Medians, never means.
   A race runs at least ``repeats`` rounds and stops early only when what is
@@ -66,7 +70,11 @@ class Trial:
 TrialFn = Callable[[Settings], Outcome]
 
 
-def _apply_workers(s: Settings, v: int) -> Settings:
+def _apply_workers(s: Settings, v: int, cpus: Optional[int] = None) -> Settings:
+    """Set the worker count and what goes with it.  Workers and compute threads share
+    the CPUs: while the threads are on the rules' line (CPUs - workers), they follow."""
+    if cpus is not None and s.threads == max(1, cpus - s.num_workers):
+        s = s.replace(threads=max(1, cpus - v))
     if v == 0:
         return s.replace(num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None)
     return s.replace(num_workers=v, prefetch_factor=s.prefetch_factor or 2, persistent_workers=True,
@@ -116,8 +124,9 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
     """The dimensions ``--measure`` explores, most influential first.
 
     Workers range over 0 .. 2 x the process's CPUs (the article's rule lies
-    inside), capped by ``max_workers`` (shm and open-file limits); threads
-    over 1 .. the process's CPUs.
+    inside), capped by ``max_workers`` (shm and open-file limits), with the
+    compute threads following them along the rules' line (CPUs - workers);
+    then threads are raced on their own, 1 .. the process's CPUs.
     """
     cpus = max(1, per_proc_cpus)
     top = 2 * cpus if max_workers is None else min(2 * cpus, max_workers)
@@ -126,10 +135,10 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
     if conv:
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
+    dims.append(Dimension("num_workers", list(range(0, max(0, top) + 1)), "tune.M001",
+                          apply=lambda s, v: _apply_workers(s, v, cpus), numeric=True))
     if cpus > 1:
         dims.append(Dimension("threads", list(range(1, cpus + 1)), "tune.M002", numeric=True))
-    dims.append(Dimension("num_workers", list(range(0, max(0, top) + 1)), "tune.M001", apply=_apply_workers,
-                          numeric=True))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
     if device == "cuda":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin))
@@ -203,14 +212,17 @@ class Search:
         self.phase = "start"
 
     # -- measuring ---------------------------------------------------------
-    def _cost_estimate(self) -> float:
-        costs = [t.seconds for t in self.trials[-8:]]
-        return statistics.median(costs) if costs else 0.0
+    def _cost_estimate(self, s: Settings) -> float:
+        """What the next trial of ``s`` may cost: its own longest so far, else the longest
+        of the last few trials (pessimistic, so that the budget holds)."""
+        own = [t.seconds for t in self.trials if key(t.settings) == key(s)]
+        recent = [t.seconds for t in self.trials[-5:]]
+        return max(own or recent or [0.0])
 
     def measure(self, s: Settings) -> Optional[float]:
         if key(s) in self.errors:
             return None
-        if self.trials and self.spent + self._cost_estimate() > self.budget:
+        if self.trials and self.spent + self._cost_estimate(s) > self.budget:
             raise BudgetSpent()
         out = self.trial_fn(s)
         self.spent += max(0.0, out.seconds)
@@ -283,7 +295,10 @@ class Search:
                 break
             lead = self._leader(alive)
             if rnd == 1:
-                alive = [c for c in alive if self.med(c) >= 0.5 * self.med(lead)]  # only the hopeless
+                # Only the hopeless after one sample: below half the leader, and further below
+                # than the noise seen so far could explain (a busy machine only ever slows a trial).
+                cut = self.med(lead) * min(0.5, math.exp(-4 * self.sigma()))
+                alive = [c for c in alive if self.med(c) >= cut]
             else:
                 alive = [c for c in alive if c is lead or not self.better(lead, c)]
             if len(alive) <= 1:
