@@ -18,6 +18,7 @@
 # The .deb, .buildinfo, .changes, build log and lintian report land in
 # out/deb/ (DEB_OUT). Timings are printed at the end.
 set -euo pipefail
+# shellcheck source=packaging/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 T0=$(now)

@@ -18,10 +18,14 @@
 # 4. apt-get purge debtorch, lists the files again (after) and fails if
 #    anything was added or removed (apt/dpkg state, logs and caches
 #    excluded): nothing of debtorch is left behind.
+# 5. Installs it again with python3-pytest and runs debian/tests/unit (the
+#    test suite against the installed package) on SUITE's own Python and
+#    libraries (UNIT=0 skips this).
 # Runs in its own mount namespace: /proc and /sys mounted for the chroot
 # vanish with the script whatever happens; the system is built on a tmpfs
 # (TMPFS=0: on disk under /var/tmp, and KEEP=1 keeps it).
 set -euo pipefail
+# shellcheck source=packaging/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 SUITE=${1:-bookworm}
@@ -47,7 +51,7 @@ R=$WORK/root
 # The system lives in memory (about 400 MB): dpkg's many fsyncs and the
 # final removal cost nothing there. TMPFS=0 puts it on disk instead.
 if [ "${TMPFS:-1}" != 0 ]; then
-    mount -t tmpfs -o size=${TMPFS_SIZE:-2g},mode=0755 debtorch-cleanroom "$WORK"
+    mount -t tmpfs -o size="${TMPFS_SIZE:-2g}",mode=0755 debtorch-cleanroom "$WORK"
 fi
 
 mounts_under() { awk -v r="$WORK" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/self/mounts | sort -r; }
@@ -167,7 +171,6 @@ T_RUN=$(took "$t")
 say "apt-get purge debtorch"
 t=$(now)
 apt_in_root purge -y -qq debtorch >"$WORK/purge.log" 2>&1 || { cat "$WORK/purge.log" >&2; die "purge failed"; }
-rm -f "$R/tmp/$(basename "$DEB")"
 T_PURGE=$(took "$t")
 snapshot >"$WORK/after"
 if ! diff -u "$WORK/before" "$WORK/after" >"$WORK/leftover.diff"; then
@@ -175,4 +178,21 @@ if ! diff -u "$WORK/before" "$WORK/after" >"$WORK/leftover.diff"; then
     die "the system differs after purging debtorch (above: - gone, + left behind)"
 fi
 say "nothing left behind: $(wc -l <"$WORK/before") paths, same before install and after purge"
-say "OK on $SUITE; timings (s): debootstrap $T_BOOT, apt update + man-db $T_PREP, dependencies $T_DEPS, install $T_INSTALL, run $T_RUN, purge $T_PURGE, total $(took "$T0")"
+
+# 5. The autopkgtest unit test (debian/tests/unit: the test suite against
+#    the installed package) on this release's Python and libraries.
+T_UNIT=skipped
+if [ "${UNIT:-1}" != 0 ]; then
+    say "debian/tests/unit on $SUITE"
+    t=$(now)
+    apt_in_root install -y -qq --no-install-recommends "/tmp/$(basename "$DEB")" python3-pytest python3-hypothesis \
+        bash-completion groff-base >"$WORK/unit-install.log" 2>&1 || { cat "$WORK/unit-install.log" >&2; die "installing the test dependencies failed"; }
+    mkdir -p "$R/tmp/unit/src/debian/tests" "$R/tmp/unit/tmp"
+    cp -r "$ROOT/tests" "$R/tmp/unit/src/"
+    cp "$ROOT/debian/tests/unit" "$R/tmp/unit/src/debian/tests/"
+    chroot "$R" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 AUTOPKGTEST_TMP=/tmp/unit/tmp \
+        sh -c 'cd /tmp/unit/src && debian/tests/unit' >"$WORK/unit.log" 2>&1 || { cat "$WORK/unit.log" >&2; die "debian/tests/unit fails on $SUITE"; }
+    grep -E '[0-9]+ passed' "$WORK/unit.log" | tail -n 1 | sed "s/^/$SUITE unit: /" >&2
+    T_UNIT=$(took "$t")
+fi
+say "OK on $SUITE; timings (s): debootstrap $T_BOOT, apt update + man-db $T_PREP, dependencies $T_DEPS, install $T_INSTALL, run $T_RUN, purge $T_PURGE, unit $T_UNIT, total $(took "$T0")"

@@ -54,3 +54,20 @@ find_deb() {
     [ -f "$deb" ] || die "$deb not found: run packaging/build-deb.sh first"
     printf '%s\n' "$deb"
 }
+
+# restore_on_exit DIR, for scripts that install the .deb on this machine:
+# on exit, purge debtorch unless it was installed before, and remove DIR.
+debtorch_installed() { dpkg-query -W -f='${db:Status-Status}' debtorch 2>/dev/null | grep -qx installed; }
+restore_on_exit() {
+    RESTORE_DIR=$1
+    DEBTORCH_WAS_INSTALLED=$(debtorch_installed && echo 1 || true)
+    trap _restore EXIT
+}
+_restore() {
+    local rc=$?
+    if [ -z "$DEBTORCH_WAS_INSTALLED" ] && debtorch_installed; then
+        clean_env DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq debtorch >/dev/null 2>&1 || say "could not purge debtorch"
+    fi
+    rm -rf "$RESTORE_DIR"
+    exit $rc
+}
