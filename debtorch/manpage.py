@@ -61,14 +61,6 @@ class Command:
     def options(self) -> list:
         return [p for p in self.params if not p.argument]
 
-    @property
-    def arguments(self) -> list:
-        return [p for p in self.params if p.argument]
-
-    @property
-    def title(self) -> str:
-        return " ".join((PROG,) + self.path)
-
 
 # --------------------------------------------------------------------------
 # Reading the tree
