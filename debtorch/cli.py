@@ -66,8 +66,10 @@ def _host(replay: Optional[str], record: Optional[str] = None):
             fail(f"--host {exc.reason}")
     if record:
         from debtorch.facts.apt import DPKG_STATUS, trim_dpkg_status
+        from debtorch.facts.nvidia import PCI_IDS, trim_cmdline, trim_pci_ids  # only what the facts read
 
-        return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status})
+        return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
+                                           **{p: trim_pci_ids for p in PCI_IDS}})
     return LiveHost()
 
 
@@ -96,6 +98,101 @@ def facts(
         typer.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default))
     else:
         render.print_facts(doc)
+
+
+class FailOn(str, Enum):
+    error = "error"
+    warning = "warning"
+
+
+def _check_python(python: Optional[str]) -> None:
+    import os
+
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        fail(f"--python {python}: not an executable file")
+
+
+@app.command()
+def doctor(
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: schema_version, facts, findings."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info findings and the facts each finding rests on."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter whose PyTorch to check (default: $VIRTUAL_ENV's, else this one)."),
+    data: Optional[str] = typer.Option(None, "--data", metavar="PATH", help="Where the training data lives: check its disk and filesystem."),
+    deep: bool = typer.Option(False, "--deep", help="Also import torch in the target interpreter and run it on each device."),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding reaches this level."),
+    redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Site rules and silenced ids (see docs/site-config.md), besides /etc/debtorch/doctor.toml."),
+    facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Check facts saved with 'debtorch facts --json' elsewhere; the live machine is not touched."),
+    collect_env: Optional[str] = typer.Option(None, "--from-collect-env", metavar="FILE", help="Check the text of 'python -m torch.utils.collect_env' (- reads stdin)."),
+    replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Check a machine recorded with 'debtorch facts --record DIR'."),
+) -> None:
+    """Is this machine set up right for PyTorch training? Findings with the Debian fix for each.
+
+    Exit status: 0 no finding at --fail-on level, 1 findings at that level, 2 bad usage or unreadable input.
+    """
+    from debtorch import facts as facts_mod
+    from debtorch import render
+    from debtorch.doctor import Context, diagnose
+    from debtorch.doctor import siteconfig
+
+    sources = [x for x in (facts_file, collect_env, replay) if x]
+    if len(sources) > 1:
+        fail("use only one of --facts, --from-collect-env and --host")
+    if (facts_file or collect_env) and (python or data or deep):
+        fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
+    _check_python(python)
+    lacking = None
+    host = None
+    if facts_file:
+        try:
+            doc = facts_mod.load(facts_file)
+        except facts_mod.FactsFileError as exc:
+            fail(str(exc))
+        source = "facts"
+    elif collect_env:
+        from debtorch import collectenv
+
+        try:
+            doc = collectenv.parse_file(collect_env)
+        except collectenv.CollectEnvError as exc:
+            fail(str(exc))
+        lacking = (doc.get("collect_env") or {}).get("lacking") or []
+        source = "collect_env"
+    else:
+        host = _host(replay)
+        try:
+            doc = facts_mod.collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        finally:
+            host.close()
+        source = "live" if host.live else "facts"
+    try:
+        from debtorch.host import LiveHost
+
+        site = siteconfig.load(host if host is not None else LiveHost(), config)
+    except siteconfig.SiteConfigError as exc:
+        fail(str(exc))
+    report = diagnose(doc, Context(site=site, deep=bool((doc.get("python") or {}).get("deep")), source=source,
+                                   data_given=bool(data)))
+    if redact:
+        from debtorch.redact import redact_report
+
+        doc, report = redact_report(doc, report)
+    code = report.exit_code(fail_on.value)
+    if json_out:
+        out = {"schema_version": 1, "debtorch_version": __version__, "exit_code": code,
+               "fail_on": fail_on.value, "site_config": site.files, **report.to_json(), "facts": doc}
+        if lacking is not None:
+            out["lacking"] = lacking
+        typer.echo(json.dumps(out, indent=2, default=_json_default))
+    else:
+        render.print_doctor(render.doctor_lines(doc, report, verbose=verbose, unicode=_unicode_ok(),
+                                                lacking=lacking, site_files=site.files))
+    raise typer.Exit(code)
+
+
+def _unicode_ok() -> bool:
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return "utf" in enc
 
 
 def _json_default(obj):

@@ -215,6 +215,11 @@ class Host:
         raise NotImplementedError
 
     @property
+    def user(self) -> Optional[str]:
+        """The user debtorch runs as (only so that --redact can hide it)."""
+        raise NotImplementedError
+
+    @property
     def default_python(self) -> str:
         """The interpreter inspected when none is named: the active venv's, else ours."""
         venv = self.environ.get("VIRTUAL_ENV")
@@ -347,6 +352,15 @@ class LiveHost(Host):
     def _own_python(self) -> str:
         return sys.executable
 
+    @property
+    def user(self) -> Optional[str]:
+        try:
+            import pwd
+
+            return pwd.getpwuid(os.getuid()).pw_name
+        except (KeyError, ImportError):
+            return None
+
     def close(self) -> None:
         with self._nvml_lock:
             if self._nvml and self._nvml[0] is not None:
@@ -409,7 +423,7 @@ class ReplayHost(Host):
     # Paths are resolved inside the fake root, symlinks included, so that an
     # absolute link in a fixture never escapes to the live machine.
     def path(self, p: str) -> Path:
-        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        parts = [x for x in _norm(p).split("/") if x]
         resolved: list[str] = []
         hops = 0
         while parts:
@@ -448,7 +462,10 @@ class ReplayHost(Host):
         if rec is None:
             # Not recorded: the replayed machine did not have it, or the
             # recording did not run it.  Never run it here.
-            return CommandResult(argv, None, "", "", (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND))
+            # A named probe (key=...) that was not recorded is unknown; a plain command
+            # missing from the recording was not on the recorded machine.
+            reason = NOT_RECORDED if key else (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND)
+            return CommandResult(argv, None, "", "", reason)
         stdout = rec.get("stdout", "")
         if rec.get("stdout_file"):
             try:
@@ -507,6 +524,10 @@ class ReplayHost(Host):
     def _own_python(self) -> str:
         return self.meta.get("python", "/usr/bin/python3")
 
+    @property
+    def user(self) -> Optional[str]:
+        return self.meta.get("user")
+
 
 # ---------------------------------------------------------------------------
 # Recording the live machine into a folder that ReplayHost loads
@@ -530,11 +551,11 @@ class RecordingHost(LiveHost):
         self._trim = trim or {}
 
     def _dest(self, p: str) -> Path:
-        return self.out / posixpath.normpath("/" + str(p)).lstrip("/")
+        return self.out / _norm(p).lstrip("/")
 
     def _copy_links(self, p: str) -> None:
         """Recreate the symlinks along ``p`` inside the recording."""
-        parts = [x for x in posixpath.normpath("/" + str(p)).split("/") if x]
+        parts = [x for x in _norm(p).split("/") if x]
         cur = "/"
         for part in parts:
             cur = posixpath.join(cur, part)
@@ -641,6 +662,7 @@ class RecordingHost(LiveHost):
         meta = dict(self.meta)
         meta["machine"] = self.machine
         meta["python"] = self._own_python()
+        meta["user"] = self.user
         meta["environ"] = allowed_environ(os.environ, keep_venv=True)
         commands = {}
         cmd_dir = self.out / COMMANDS_DIR

@@ -171,21 +171,176 @@ def facts_lines(doc: dict) -> list[str]:
     return lines
 
 
+def _kv(label: str, value: str) -> str:
+    return f"{label:<22} {value}"
+
+
+def _link(d: dict, prefix: str = "") -> str:
+    """'PCIe gen4 x16 (max gen4 x16)' from *current_gen/width and *max_gen/width fields."""
+    def part(which):
+        gen = d.get(f"{prefix}{which}_gen")
+        width = d.get(f"{prefix}{which}_width")
+        return f"gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+    return f"PCIe {part('current')} (max {part('max')})"
+
+
+def _gpu_value(g: dict, name: str, fmt=_fmt) -> str:
+    v = g.get(name)
+    if v is None:
+        reason = (g.get("unknown") or {}).get(name)
+        return "n/a" if reason == "not supported" else ("?" if not reason else f"? ({reason})")
+    return fmt(v)
+
+
 def nvidia_lines(n: dict) -> list[str]:
+    """The NVIDIA part of ``debtorch facts``: PCI devices, driver, GPUs, topology."""
+    out: list[str] = []
     devs = n.get("pci_devices")
     if devs is None:
-        return [f"PCI devices: {_unknown(n, 'pci_devices')}"]
-    if not devs:
-        return ["no NVIDIA PCI device"]
-    out = []
-    for d in devs:
-        out.append(f"{d.get('address')}: {d.get('name') or d.get('device_id')} (driver: {d.get('driver') or 'none'})")
+        out.append(_kv("PCI devices", _unknown(n, "pci_devices")))
+    elif not devs:
+        out.append(_kv("PCI devices", "no NVIDIA PCI device"))
+    for d in devs or []:
+        ident = f"[10de:{(d.get('device_id') or '????').replace('0x', '')}]"
+        name = f"{d['name']} {ident}" if d.get("name") else ident
+        if d.get("is_gpu"):
+            numa = f", NUMA node {d['numa_node']}" if d.get("numa_node") is not None else ""
+            out.append(_kv(f"PCI {d.get('address')}", f"{name}, driver {d.get('driver') or 'none'}, "
+                                                       f"{_link(d)}{numa}"))
+        else:
+            out.append(_kv(f"PCI {d.get('address')}", f"{name} (class {d.get('class')}), "
+                                                       f"driver {d.get('driver') or 'none'}"))
+    if not devs and n.get("kernel_module") is None and not n.get("gpus"):
+        return out
+    km = n.get("kernel_module")
+    out.append(_kv("kernel module", f"{km['version']} ({km['flavor']})" if km else _unknown(n, "kernel_module")))
+    mods = n.get("modules")
+    out.append(_kv("loaded modules", ", ".join(sorted(mods)) or "none of interest" if mods is not None
+                   else _unknown(n, "modules")))
+    bl = n.get("blacklisted") or []
+    if bl:
+        out.append(_kv("blacklisted", "; ".join(f"{b['module']} ({b['how']}, {b['file']})" for b in bl)))
+    if "secure_boot" in n or "uefi" in n:
+        sb = n.get("secure_boot")
+        boot = _unknown(n, "secure_boot") if sb is None else ("on" if sb else "off")
+        out.append(_kv("Secure Boot", boot))
+    if n.get("module_files"):
+        key = n.get("dkms_mok_key") or {}
+        enrolled = key.get("enrolled")
+        keytxt = ("no DKMS signing key" if not key.get("exists") else
+                  f"DKMS key {key.get('path')} " + {True: "enrolled", False: "NOT enrolled", None: "(enrolment unknown)"}[enrolled])
+        out.append(_kv("module files", f"{len(n['module_files'])} ({'DKMS' if n.get('dkms_module') else 'not DKMS'}); {keytxt}"))
+    usv = n.get("userspace_driver_version")
+    out.append(_kv("user-space driver", usv if usv else _unknown(n, "userspace_driver_version")))
+    nvml = n.get("nvml") or {}
+    if nvml.get("available"):
+        out.append(_kv("NVML", f"{nvml.get('nvml_version') or 'available'}"))
+    else:
+        out.append(_kv("NVML", f"not available: {nvml.get('error')}"))
+    smi = n.get("nvidia_smi")
+    if smi and smi.get("error"):
+        out.append(_kv("nvidia-smi", f"failed: {smi['error']}"))
+    if n.get("driver_version"):
+        cuda = n.get("cuda_driver_version")
+        out.append(_kv("driver", f"{n['driver_version']} (via {n.get('source')})"
+                                 + (f", supports CUDA up to {cuda}" if cuda else "")))
+    gpus = n.get("gpus")
+    if gpus is None:
+        out.append(_kv("GPUs", _unknown(n, "gpus")))
+        return out
+    for g in gpus:
+        mem_total = g.get("memory_total")
+        mem = (f"{human_bytes(mem_total)} ({human_bytes(g.get('memory_used'))} used)" if mem_total is not None
+               else "memory ?")
+        cc = g.get("compute_capability")
+        out.append(_kv(f"GPU {g.get('index')}", f"{g.get('name') or '?'}, {('sm ' + cc) if cc else 'sm ?'}, {mem}, "
+                                                 f"{_link(g, 'pcie_')}"))
+        ecc = _gpu_value(g, "ecc_mode_current", lambda v: "on" if v else "off")
+        errs = g.get("ecc_uncorrected_volatile")
+        if errs:
+            ecc += f", {errs} uncorrected"
+        mig = _gpu_value(g, "mig_mode_current", lambda v: "on" if v else "off")
+        power = (f"{g['power_draw_w']:g}/{g['power_limit_w']:g} W" if g.get("power_draw_w") is not None
+                 and g.get("power_limit_w") is not None else "power ?")
+        temp = f"{g['temperature_c']} C" if g.get("temperature_c") is not None else "? C"
+        out.append(_kv("", f"persistence {_gpu_value(g, 'persistence_mode', lambda v: 'on' if v else 'off')}, "
+                           f"ECC {ecc}, MIG {mig}, compute {_gpu_value(g, 'compute_mode')}, {temp}, {power}, "
+                           f"util {_gpu_value(g, 'utilization_gpu', lambda v: f'{v}%')}"))
+        extra = []
+        tr = g.get("throttle_reasons")
+        if tr:
+            extra.append("clocks held back by " + ", ".join(tr))
+        procs = g.get("processes")
+        if procs:
+            extra.append("processes " + ", ".join(f"{p['pid']} ({human_bytes(p.get('used_memory'))})" for p in procs))
+        for flag, text in (("retired_pages_pending", "page retirement pending"),
+                           ("remapped_rows_pending", "row remapping pending"),
+                           ("remapped_rows_failure", "row remapping FAILED")):
+            if g.get(flag):
+                extra.append(text)
+        if extra:
+            out.append(_kv("", "; ".join(extra)))
+    topo = n.get("topology") or []
+    if topo:
+        kinds: dict = {}
+        for p in topo:
+            if p.get("link") == "nvlink":
+                k = f"NVLink x{p.get('nvlink_count')}" + (f" via {p['nvlink_via']}" if p.get("nvlink_via") else "")
+            else:
+                k = f"PCIe {p.get('pcie_level') or '?'}"
+            kinds[k] = kinds.get(k, 0) + 1
+        out.append(_kv("GPU pairs", ", ".join(f"{c} x {k}" for k, c in kinds.items())))
+        p2p: dict = {}
+        for p in topo:
+            p2p[p.get("p2p_read") or "unknown"] = p2p.get(p.get("p2p_read") or "unknown", 0) + 1
+        out.append(_kv("P2P read", ", ".join(f"{c} pair(s) {k}" for k, c in p2p.items())))
     return out
 
 
 def cuda_lines(cu: dict) -> list[str]:
-    nvcc = cu.get("nvcc")
-    return [f"nvcc (toolkit): {nvcc.get('version') if nvcc else 'not found'}"]
+    """The CUDA-libraries part of ``debtorch facts``."""
+    out: list[str] = []
+    nvcc = cu.get("toolkit_nvcc")
+    out.append(_kv("nvcc (a toolkit)", f"{nvcc['version']} at {nvcc['path']} (not what PyTorch runs)" if nvcc
+                   else _unknown(cu, "toolkit_nvcc")))
+    home = cu.get("cuda_home") or {}
+    bits = [f"{k}={v}" for k, v in home.items() if v and k != "usr_local_cuda"]
+    if home.get("usr_local_cuda"):
+        bits.append(f"/usr/local/cuda -> {home['usr_local_cuda']}")
+    out.append(_kv("CUDA_HOME", "; ".join(bits) or "not set"))
+
+    def copies(items):
+        # A versioned file that another listed name links to is the same copy: show the name.
+        targets = {c.get("real_path") for c in items or [] if c.get("real_path") != c.get("path")}
+        seen = []
+        for c in items or []:
+            if c.get("path") in targets:
+                continue
+            v = c.get("package_version") or c.get("version") or "?"
+            text = f"{c['name']} {v}"
+            if text not in seen:
+                seen.append(text)
+        return ", ".join(seen) or "none"
+
+    cache = cu.get("linker_cache")
+    out.append(_kv("linker cache", copies([c for c in cache if "." in (c.get("name") or "").split(".so")[-1]])
+                   if cache is not None else _unknown(cu, "linker_cache")))
+    wheels = cu.get("wheel_libraries")
+    if wheels is None:
+        out.append(_kv("wheels", _unknown(cu, "wheel_libraries")))
+    else:
+        fams: dict = {}
+        for w in wheels:
+            if w.get("source") == "nvidia wheel":
+                fams.setdefault(w["library"], w.get("package_version") or w.get("version") or "?")
+        out.append(_kv("nvidia wheels", ", ".join(f"{k} {v}" for k, v in sorted(fams.items())) or "none"))
+    for d in cu.get("ld_library_path_dirs") or []:
+        here = [c for c in cu.get("ld_library_path") or [] if c.get("dir") == d["dir"]]
+        out.append(_kv("LD_LIBRARY_PATH", f"{d['dir']}: " + (copies(here) if d.get("readable") else d.get("reason", "?"))))
+    for s in cu.get("shadowing") or []:
+        out.append(_kv("shadowing", f"{s['name']}: {s['ld_library_path_copy']} ({s.get('ld_library_path_version')}) "
+                                    f"is loaded before the wheel's ({s.get('wheel_version')})"))
+    return out
 
 
 def print_facts(doc: dict) -> None:
@@ -198,3 +353,178 @@ def print_lines(lines: Iterable[str]) -> None:
     from rich.console import Console
 
     Console(highlight=False, soft_wrap=True).print("\n".join(lines), markup=False)
+
+
+# ---------------------------------------------------------------- doctor
+
+MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
+MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
+
+
+AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
+                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
+
+
+def area_headline(area: str, facts: dict) -> str:
+    """One line saying what was looked at in ``area``."""
+    from debtorch.facts import get
+
+    sec = facts.get(AREA_SECTION.get(area, "")) or {}
+    whole = (sec.get("unknown") or {}).get("*")
+    if whole and area not in ("cuda", "torch") and all(k == "unknown" or v in (None, [], {}) for k, v in sec.items()):
+        return f"unknown ({whole})"
+
+    def g(path, default=None):
+        return get(facts, path, default)
+
+    if area == "os":
+        bits = [g("os.pretty_name") or g("os.id") or "unknown OS"]
+        if g("os.kernel"):
+            bits.append(f"kernel {g('os.kernel')}")
+        if g("os.container"):
+            bits.append(f"in a {g('os.container')} container")
+        if g("os.wsl"):
+            bits.append(f"WSL {g('os.wsl')}")
+        return ", ".join(bits)
+    if area == "apt":
+        comps = g("apt.components")
+        return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
+    if area == "driver":
+        if not g("nvidia.pci_devices"):
+            if g("nvidia.pci_devices") == []:
+                return "no NVIDIA GPU"
+            ver = g("nvidia.driver_version") or g("nvidia.nvml.driver_version")
+            cuda = g("nvidia.cuda_driver_version") or g("nvidia.nvml.cuda_driver_version")
+            return (f"driver {ver}" if ver else "driver version unknown") + (f", supports CUDA up to {cuda}" if cuda else "")
+        ver = g("nvidia.driver_version") or g("nvidia.kernel_module.version")
+        cuda = g("nvidia.cuda_driver_version")
+        if ver:
+            return f"driver {ver}" + (f", supports CUDA up to {cuda}" if cuda else "")
+        return "no working NVIDIA driver"
+    if area == "gpu":
+        gpus = g("nvidia.gpus") or []
+        if not gpus and g("nvidia.pci_devices") is None:
+            return "unknown"
+        if not gpus:
+            n = sum(1 for d in g("nvidia.pci_devices") or [] if d.get("is_gpu", True))
+            return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
+        names: dict = {}
+        for x in gpus:
+            names[x.get("name") or "GPU"] = names.get(x.get("name") or "GPU", 0) + 1
+        return ", ".join(f"{c} x {n}" for n, c in names.items())
+    if area == "cuda":
+        parts = []
+        if g("python.torch.cuda"):
+            parts.append(f"PyTorch built with CUDA {g('python.torch.cuda')}")
+        nv = g("cuda.toolkit_nvcc")
+        if nv and nv.get("version"):
+            parts.append(f"nvcc {nv['version']} (toolkit)")
+        return "; ".join(parts) or "no CUDA in use"
+    if area == "torch":
+        t = g("python.torch") or {}
+        if not t:
+            return "unknown"
+        if not t.get("installed"):
+            return f"not installed in {g('python.executable')}"
+        build = f"CUDA {t['cuda']}" if t.get("cuda") else (f"ROCm {t['hip']}" if t.get("hip") else "CPU only")
+        return f"{t.get('version')} ({build})"
+    if area == "python":
+        exe = g("python.executable") or "interpreter unknown"
+        ver = g("python.version")
+        return f"{exe}" + (f" (Python {ver}{', venv' if g('python.venv') else ''})" if ver else "")
+    if area == "cpu":
+        feats = [k for k, v in (g("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
+        return f"{g('cpu.model') or 'unknown CPU'}, {g('cpu.usable_cpus') or '?'} usable CPUs" + (
+            f", {' '.join(feats)}" if feats else "")
+    if area == "memory":
+        return f"{human_bytes(g('memory.total'))} RAM, /dev/shm {human_bytes(g('memory.shm_total'))}"
+    if area == "storage":
+        d = g("storage.data")
+        if d and d.get("exists"):
+            kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else "non-rotational")
+            return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
+        n = len(g("storage.nvme") or [])
+        return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
+    return ""
+
+
+def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = True, lacking=None,
+                 site_files=()) -> list[str]:
+    """The flutter-doctor-style view: a section per area, fixes under each, one summary line."""
+    from debtorch.doctor import AREAS
+
+    marks = MARKS_UNICODE if unicode else MARKS_ASCII
+    by_area: dict = {}
+    for f in report.findings:
+        by_area.setdefault(f.area, []).append(f)
+    lines = ["Doctor summary (debtorch doctor -v shows details):"]
+    problem_areas = 0
+    for area, title in AREAS:
+        found = by_area.get(area, [])
+        if any(f.crashed for f in found):
+            mark = marks["crash"]
+        elif any(f.level == "error" for f in found):
+            mark = marks["error"]
+        elif any(f.level == "warning" for f in found):
+            mark = marks["warning"]
+        else:
+            mark = marks["ok"]
+        if mark != marks["ok"]:
+            problem_areas += 1
+        if area == "site":
+            head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
+        else:
+            head = area_headline(area, facts)
+        lines.append(f"[{mark}] {title}" + (f": {head}" if head else ""))
+        for f in found:
+            if f.level == "info" and not verbose:
+                continue
+            m = marks["crash"] if f.crashed else marks[f.level]
+            about = f" [{f.about}]" if f.about and not f.crashed else ""
+            lines.append(f"    {m} {f.message}{about} ({f.id})")
+            if f.fix:
+                fix_lines = f.fix.splitlines()
+                lines.append(f"      fix: {fix_lines[0]}")
+                lines.extend(f"           {x}" for x in fix_lines[1:])
+            if verbose and f.facts:
+                lines.append("      facts: " + ", ".join(f"{k}={_fmt(v)}" for k, v in f.facts))
+    if lacking:
+        lines.append("")
+        lines.append("The input did not tell (checks that need these were skipped):")
+        lines.extend(f"    - {x}" for x in lacking)
+    lines.append("")
+    errors, warnings_ = report.count("error"), report.count("warning")
+    crashed = len(report.crashed)
+    infos = report.count("info")
+    if errors or warnings_:
+        parts = []
+        if errors:
+            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+        if warnings_:
+            parts.append(f"{warnings_} warning{'s' if warnings_ != 1 else ''}")
+        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {problem_areas} area{'s' if problem_areas != 1 else ''}"
+        if crashed:
+            summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
+        lines.append(summary + ".")
+    else:
+        lines.append(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else ""))
+    if report.silenced:
+        lines.append(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})")
+    return lines
+
+
+def print_doctor(lines: list[str]) -> None:
+    """Print the doctor's lines, coloured by their mark when stdout is a terminal."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    styles = {"[✓]": "green", "[+]": "green", "[!]": "yellow", "[✗]": "red", "[x]": "red", "[☠]": "magenta", "[#]": "magenta"}
+    for line in lines:
+        style = styles.get(line[:3], "")
+        stripped = line.lstrip()
+        if not style and stripped[:1] in ("✗", "x") and line.startswith("    "):
+            style = "red"
+        elif not style and stripped[:1] == "!" and line.startswith("    "):
+            style = "yellow"
+        console.print(Text(line, style=style))

@@ -7,7 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS = ROOT / "tests" / "hosts"
-SHARED_REAL = ROOT.parent / "shared" / "fixtures" / "real"
+REAL_FILES = ROOT / "tests" / "real"   # copies of /work/shared/fixtures/real, see SOURCES.md there
 
 
 def run_debtorch(*args, input=None, env=None, timeout=120):

@@ -72,8 +72,12 @@ class Context:
         self.options = options
         self._futures: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
+        # Set once every section is submitted: a section asking for one submitted
+        # after it (cuda -> python, os -> apt) must wait for it, not get {}.
+        self._submitted = threading.Event()
 
     def section(self, name: str) -> dict:
+        self._submitted.wait()
         fut = self._futures.get(name)
         if fut is None:
             return {}
@@ -98,6 +102,7 @@ def collect(host: Host, options: Optional[Options] = None) -> dict:
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
         for name in names:
             ctx._futures[name] = pool.submit(_run_section, name, ctx)
+        ctx._submitted.set()
         results = {name: ctx._futures[name].result() for name in names}
     doc: dict = {
         "schema_version": SCHEMA_VERSION,

@@ -155,6 +155,9 @@ def collect(host: Host, ctx) -> dict:
         sec["kernel"] = host.read_text("/proc/sys/kernel/osrelease").strip()
     except Unavailable as exc:
         sec.unknown("kernel", exc.reason)
+    hostname = host.try_read("/proc/sys/kernel/hostname")
+    sec.set_or_unknown("hostname", hostname.strip() if hostname else None, "no /proc/sys/kernel/hostname")
+    sec["user"] = host.user
     proc_version = host.try_read("/proc/version") or ""
     sec["arch"] = host.machine
     sec["wsl"] = detect_wsl(sec.get("kernel") or "", proc_version)

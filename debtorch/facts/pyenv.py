@@ -64,7 +64,13 @@ def collect(host: Host, ctx) -> dict:
     python = ctx.options.python or host.default_python
     sec["executable"] = python
     sec["requested"] = bool(ctx.options.python)
-    res = host.run([python, "-c", source("light")], timeout=LIGHT_TIMEOUT, key=f"{python} <probe:light>")
+    calls = [dict(argv=[python, "-c", source("light")], timeout=LIGHT_TIMEOUT, key=f"{python} <probe:light>")]
+    if ctx.options.deep:
+        # The deep probe imports torch (seconds): start it at once, beside the light one.
+        calls.append(dict(argv=[python, "-c", source("deep")], timeout=ctx.options.deep_timeout,
+                          key=f"{python} <probe:deep>"))
+    results = host.run_all(calls)
+    res = results[0]
     data = parse_probe_output(res.stdout) if res.error is None else None
     if data is None:
         reason = res.reason or "the probe printed no JSON"
@@ -101,11 +107,7 @@ def collect(host: Host, ctx) -> dict:
     sec["torch"] = dict(torch)
 
     if ctx.options.deep:
-        deep_res = host.run(
-            [python, "-c", source("deep")],
-            timeout=ctx.options.deep_timeout,
-            key=f"{python} <probe:deep>",
-        )
+        deep_res = results[1]
         deep = parse_probe_output(deep_res.stdout) if deep_res.error is None else None
         if deep is None:
             reason = deep_res.reason or "the probe printed no JSON"

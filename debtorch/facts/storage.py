@@ -47,7 +47,7 @@ def parse_mountinfo(text: str) -> list[dict]:
 
 def mount_for(mounts: list[dict], path: str) -> Optional[dict]:
     """The mount that holds ``path``: the longest mount point prefix, the last one mounted."""
-    path = posixpath.normpath("/" + path)
+    path = posixpath.normpath("/" + path.lstrip("/"))
     best = None
     for m in mounts:
         mp = m["mount_point"]

@@ -1,0 +1,267 @@
+"""Checks: the NVIDIA kernel driver, and the state of each GPU."""
+
+from __future__ import annotations
+
+import re
+
+from debtorch.doctor import check
+from debtorch.doctor.debian import driver_components, driver_install_fix, enable_components_fix, headers_package
+from debtorch.doctor.findings import error, info, warning
+from debtorch.facts import get
+from debtorch.render import human_bytes
+
+DRIVER_PACKAGES = re.compile(
+    r"^(nvidia-driver|nvidia-tesla-\d+-driver|cuda-drivers(-\d+)?|nvidia-open(-\d+)?|nvidia-kernel-dkms"
+    r"|nvidia-open-kernel-dkms|nvidia-kernel-open-dkms|nvidia-driver-\d+|nvidia-tesla-\d+-kernel-dkms)$")
+DATA_CENTER = re.compile(r"\b(A100|A800|H100|H200|H800|H20|GH200|B100|B200|GB200|V100|T4|L4|L40S?|A10G?|A16|A2|A30|A40|"
+                         r"P100|P40|P4|K80|M60|M40|Tesla)\b")
+HARD_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake")
+GiB = 1024 ** 3
+
+
+def _pci_gpus(facts):
+    return [d for d in get(facts, "nvidia.pci_devices") or [] if d.get("is_gpu")]
+
+
+def _driver_packages(facts):
+    return sorted(p for p in (get(facts, "apt.packages") or {}) if DRIVER_PACKAGES.match(p))
+
+
+def _blacklisted(facts, module):
+    return [b for b in get(facts, "nvidia.blacklisted") or [] if b.get("module") == module]
+
+
+def _label(d):
+    return f"{d.get('address')} ({d.get('name') or 'NVIDIA ' + str(d.get('device_id'))})"
+
+
+# ---------------------------------------------------------------- driver
+@check("driver")
+def check_bound_driver(facts, ctx):
+    out = []
+    installed = _driver_packages(facts)
+    for d in _pci_gpus(facts):
+        drv = d.get("driver")
+        base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
+        if drv == "nouveau":
+            if installed:
+                if _blacklisted(facts, "nouveau"):
+                    fix = ("nouveau is blacklisted but was loaded at boot: rebuild the initramfs\n"
+                           "sudo update-initramfs -u\nsudo reboot")
+                else:
+                    fix = ("echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf\n"
+                           "sudo update-initramfs -u\nsudo reboot")
+            else:
+                fix = "Install NVIDIA's driver (it blacklists nouveau), then reboot:\n" + driver_install_fix(facts)
+            out.append(error("driver.E001", "the GPU is bound to nouveau, not NVIDIA's driver", about=_label(d),
+                             fix=fix, facts=base))
+        elif drv == "nova_core":
+            out.append(error("driver.E002", "the GPU is bound to nova_core, not NVIDIA's driver", about=_label(d),
+                             fix="echo 'blacklist nova_core' | sudo tee /etc/modprobe.d/blacklist-nova.conf\n"
+                                 "sudo update-initramfs -u\nsudo reboot"
+                                 + ("" if installed else "\n" + driver_install_fix(facts)),
+                             facts=base))
+        elif drv in ("vfio-pci", "vfio_pci"):
+            out.append(warning("driver.W001", "the GPU is bound to vfio-pci (reserved for a virtual machine)",
+                               about=_label(d),
+                               fix="If it should train here: remove its id from `vfio-pci.ids=` on the kernel command "
+                                   "line or from /etc/modprobe.d, then sudo update-initramfs -u and reboot.",
+                               facts=base))
+    return out
+
+
+@check("driver")
+def check_driver_missing(facts, ctx):
+    gpus = _pci_gpus(facts)
+    if not gpus or get(facts, "os.wsl"):
+        return []
+    # GPUs that NVIDIA's driver does not hold: unbound, or held by nouveau/nova_core.
+    without = [d for d in gpus if d.get("driver") in (None, "nouveau", "nova_core")]
+    if get(facts, "nvidia.kernel_module") or not without:
+        return []
+    installed = _driver_packages(facts)
+    label = _label(without[0])
+    if not installed:
+        if get(facts, "os.container"):
+            return []   # containers get the driver from the host (NVIDIA Container Toolkit)
+        rel = get(facts, "os.release")
+        need = driver_components(rel)
+        have = get(facts, "apt.components") or []
+        missing = [c for c in need if c not in have]
+        f = {"apt.components": have, "apt.driver_packages": []}
+        if missing and get(facts, "apt.components") is not None:
+            return [error("driver.E007", f"no NVIDIA driver installed, and APT lacks {' '.join(missing)}",
+                          about=label, fix=enable_components_fix(facts, need) + "\n" + driver_install_fix(facts),
+                          facts=f)]
+        return [error("driver.E008", "no NVIDIA driver is installed", about=label, fix=driver_install_fix(facts),
+                      facts=f)]
+    if not any(d.get("driver") is None for d in without):
+        return []   # bound to nouveau/nova_core with a driver installed: driver.E001/E002 say what to do
+    out = []
+    headers = get(facts, "apt.running_kernel_headers") or {}
+    files = get(facts, "nvidia.module_files")
+    kernel = get(facts, "os.kernel") or "$(uname -r)"
+    dkms_pkg = next((p for p in installed if "dkms" in p), "nvidia-kernel-dkms")
+    if headers and headers.get("installed") is False and not headers.get("build_dir") and not files:
+        out.append(error("driver.E005", f"no headers for the running kernel {kernel}: DKMS could not build the module",
+                         about=label,
+                         fix=f"sudo apt install {headers_package(facts)} linux-headers-{kernel}\n"
+                             f"sudo dpkg-reconfigure {dkms_pkg}\nsudo reboot",
+                         facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
+    key = get(facts, "nvidia.dkms_mok_key") or {}
+    if get(facts, "nvidia.secure_boot") and not get(facts, "nvidia.shim_validation_disabled") and (
+            key.get("exists") is False or key.get("enrolled") is False):
+        fix = ("sudo mokutil --import /var/lib/dkms/mok.pub   # choose a one-time password\n"
+               "sudo reboot   # then enroll the key in the blue MOK manager screen")
+        if key.get("exists") is False:
+            fix = f"sudo dpkg-reconfigure {dkms_pkg}   # creates and uses /var/lib/dkms/mok.key\n" + fix
+        out.append(error("driver.E004", "Secure Boot is on and the DKMS-built NVIDIA module is not signed by an enrolled key",
+                         about=label, fix=fix,
+                         facts={"nvidia.secure_boot": True, "nvidia.dkms_mok_key": key}))
+    if not out:
+        out.append(error("driver.E003", "an NVIDIA driver is installed but its kernel module is not loaded",
+                         about=label,
+                         fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\ndkms status",
+                         facts={"apt.driver_packages": installed, "nvidia.modules": get(facts, "nvidia.modules")}))
+    return out
+
+
+@check("driver")
+def check_mismatch(facts, ctx):
+    kmod = get(facts, "nvidia.kernel_module.version")
+    user = get(facts, "nvidia.userspace_driver_version")
+    kinds = {get(facts, "nvidia.nvml.error_kind"), get(facts, "nvidia.nvidia_smi.error_kind")}
+    if (kmod and user and kmod != user) or "driver_library_mismatch" in kinds:
+        return [error("driver.E006", f"kernel module {kmod or '?'} and driver libraries {user or '?'} differ "
+                      "(upgraded without a reboot?)",
+                      fix="sudo reboot\n(or, with nothing using the GPU: sudo rmmod nvidia_uvm nvidia_drm "
+                          "nvidia_modeset nvidia && sudo modprobe nvidia)",
+                      facts={"nvidia.kernel_module.version": kmod, "nvidia.userspace_driver_version": user})]
+    return []
+
+
+@check("driver")
+def check_binding(facts, ctx):
+    if get(facts, "nvidia.source") == "nvidia-smi" and get(facts, "nvidia.nvml.error_kind") == "binding_not_installed":
+        return [info("driver.I001", "GPU facts came from nvidia-smi: the NVML binding is not installed",
+                     fix="sudo apt install python3-pynvml   # contrib; or pip install nvidia-ml-py",
+                     facts={"nvidia.source": "nvidia-smi"})]
+    return []
+
+
+# ---------------------------------------------------------------- gpu
+def _gpu_label(g):
+    return f"GPU {g.get('index')} ({g.get('name')})"
+
+
+@check("gpu")
+def check_gpu_health(facts, ctx):
+    out = []
+    gpus = get(facts, "nvidia.gpus") or []
+    for g in gpus:
+        lab = _gpu_label(g)
+        idx = g.get("index")
+        if (g.get("ecc_uncorrected_volatile") or 0) > 0:
+            out.append(error("gpu.E001", f"{g['ecc_uncorrected_volatile']} uncorrected ECC errors since boot", about=lab,
+                             fix=f"Drain the GPU, then sudo nvidia-smi -r -i {idx}; if aggregate counts keep growing, "
+                                 "contact the vendor.",
+                             facts={"ecc_uncorrected_volatile": g.get("ecc_uncorrected_volatile"),
+                                    "ecc_uncorrected_aggregate": g.get("ecc_uncorrected_aggregate")}))
+        if g.get("remapped_rows_failure"):
+            out.append(error("gpu.E002", "row remapping failed: the GPU cannot hide bad memory any more", about=lab,
+                             fix="Replace the GPU (RMA); stop scheduling jobs on it.",
+                             facts={"remapped_rows_failure": True}))
+        if g.get("remapped_rows_pending") or g.get("retired_pages_pending"):
+            out.append(warning("gpu.W002", "a memory row or page is waiting to be remapped", about=lab,
+                               fix=f"sudo nvidia-smi -r -i {idx}   # or reboot, when no job runs",
+                               facts={"remapped_rows_pending": g.get("remapped_rows_pending"),
+                                      "retired_pages_pending": g.get("retired_pages_pending")}))
+        if g.get("compute_mode") == "prohibited":
+            out.append(error("gpu.E003", "compute mode is Prohibited: no CUDA context can be created", about=lab,
+                             fix=f"sudo nvidia-smi -c DEFAULT -i {idx}", facts={"compute_mode": "prohibited"}))
+        reasons = g.get("throttle_reasons") or []
+        hard = [r for r in reasons if r in HARD_THROTTLE]
+        if "sw_power_cap" in reasons and (g.get("utilization_gpu") or 0) >= 50:
+            hard.append("sw_power_cap")
+        if hard:
+            out.append(warning("gpu.W003", f"clocks throttled: {', '.join(hard)}", about=lab,
+                               fix="Check cooling, fans and power cables; nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER",
+                               facts={"throttle_reasons": reasons, "temperature_c": g.get("temperature_c"),
+                                      "power_draw_w": g.get("power_draw_w")}))
+        if g.get("mig_mode_current"):
+            out.append(info("gpu.I001", "MIG is enabled: the GPU is split into smaller devices", about=lab,
+                            fix=f"Use CUDA_VISIBLE_DEVICES=MIG-<uuid>, or disable it: sudo nvidia-smi -mig 0 -i {idx}",
+                            facts={"mig_mode_current": True}))
+    return out
+
+
+@check("gpu")
+def check_persistence(facts, ctx):
+    gpus = get(facts, "nvidia.gpus") or []
+    off = [g for g in gpus if g.get("persistence_mode") is False
+           and (len(gpus) > 1 or DATA_CENTER.search(g.get("name") or ""))]
+    if not off:
+        return []
+    names = ", ".join(str(g.get("index")) for g in off)
+    return [warning("gpu.W001", f"persistence mode is off on {len(off)} GPU(s) ({names})",
+                    fix="sudo apt install nvidia-persistenced\nsudo systemctl enable --now nvidia-persistenced",
+                    facts={"gpus": [g.get("index") for g in off]})]
+
+
+@check("gpu")
+def check_memory_in_use(facts, ctx):
+    out = []
+    for g in get(facts, "nvidia.gpus") or []:
+        used, total = g.get("memory_used"), g.get("memory_total")
+        procs = g.get("processes") or []
+        if used is None or not total:
+            continue
+        if used > max(GiB, total // 10) or (procs and sum(p.get("used_memory") or 0 for p in procs) > GiB // 2):
+            who = f" by {len(procs)} process(es): PIDs {', '.join(str(p.get('pid')) for p in procs[:5])}" if procs else ""
+            out.append(warning("gpu.W004", f"{human_bytes(used)} of {human_bytes(total)} GPU memory is in use{who}",
+                               about=_gpu_label(g),
+                               fix="nvidia-smi shows what uses it; stop it, or train on another GPU with "
+                                   "CUDA_VISIBLE_DEVICES.",
+                               facts={"memory_used": used, "memory_total": total, "processes": len(procs)}))
+    return out
+
+
+@check("gpu")
+def check_pcie(facts, ctx):
+    out = []
+    for g in get(facts, "nvidia.gpus") or []:
+        cg, mg = g.get("pcie_current_gen"), g.get("pcie_max_gen")
+        cw, mw = g.get("pcie_current_width"), g.get("pcie_max_width")
+        lab = _gpu_label(g)
+        f = {"current": f"gen{cg} x{cw}", "max": f"gen{mg} x{mw}"}
+        if cw and mw and cw < mw:
+            out.append(warning("gpu.W006", f"PCIe link runs x{cw} of x{mw} lanes", about=lab,
+                               fix="Width does not drop at idle: reseat the card, use a full x16 slot, check the "
+                                   "BIOS lane settings (sudo lspci -vv: LnkSta vs LnkCap).", facts=f))
+        if cg and mg and cg < mg:
+            busy = (g.get("utilization_gpu") or 0) >= 50 and "gpu_idle" not in (g.get("throttle_reasons") or [])
+            if busy:
+                out.append(warning("gpu.W005", f"PCIe link at gen{cg} of gen{mg} while the GPU is busy", about=lab,
+                                   fix="Check the slot and the BIOS PCIe generation setting; risers often force gen3.",
+                                   facts=f))
+            else:
+                out.append(info("gpu.I002", f"PCIe link at gen{cg} of gen{mg} while idle (GPUs downshift on purpose)",
+                                about=lab,
+                                fix="Check it under load: nvidia-smi -q -d PCIE while training; gen must reach "
+                                    f"{mg} then.", facts=f))
+    return out
+
+
+@check("gpu")
+def check_p2p(facts, ctx):
+    pairs = get(facts, "nvidia.topology") or []
+    bad = [p for p in pairs if p.get("p2p_read") not in (None, "ok")]
+    if not bad:
+        return []
+    reasons = sorted({p.get("p2p_read") for p in bad})
+    shown = ", ".join(f"{p['gpus'][0]}-{p['gpus'][1]}" for p in bad[:6]) + (" ..." if len(bad) > 6 else "")
+    return [warning("gpu.W007", f"no peer-to-peer between {len(bad)} GPU pair(s) ({shown}): {', '.join(reasons)}",
+                    fix="Check the IOMMU/ACS settings (iommu=pt on the kernel command line; ACS off in the BIOS). "
+                        "Workaround for NCCL hangs: export NCCL_P2P_DISABLE=1 (debtorch tune sets it).",
+                    facts={"pairs": len(bad), "p2p_read": reasons,
+                           "iommu": (get(facts, "nvidia.kernel_cmdline") or {}).get("iommu")})]

@@ -1,0 +1,201 @@
+"""Checks: CPU, memory and limits, storage."""
+
+from __future__ import annotations
+
+from debtorch.doctor import check
+from debtorch.doctor.findings import error, info, warning
+from debtorch.doctor.limits import limit
+from debtorch.facts import get
+from debtorch.render import human_bytes
+
+MiB = 1024 * 1024
+
+
+def _gpu_count(facts) -> int:
+    gpus = get(facts, "nvidia.gpus")
+    if gpus:
+        return len(gpus)
+    return sum(1 for d in (get(facts, "nvidia.pci_devices") or []) if d.get("is_gpu", True))
+
+
+def planned_workers(facts) -> int:
+    """DataLoader workers a tuned run would start on this machine (all processes together)."""
+    usable = get(facts, "cpu.usable_cpus") or 1
+    return max(1, min(usable - 1, int(limit("shm_planned_workers_max"))))
+
+
+# ---------------------------------------------------------------- CPU
+@check("cpu")
+def check_governor(facts, ctx):
+    gov = get(facts, "cpu.governor")
+    if gov is None or gov == "performance":
+        return []
+    return [warning("cpu.W001", f"CPU frequency governor is {gov}, not performance",
+                    fix="sudo apt install linux-cpupower\nsudo cpupower frequency-set -g performance",
+                    facts={"cpu.governor": gov, "cpu.governors": get(facts, "cpu.governors")})]
+
+
+@check("cpu")
+def check_threads(facts, ctx):
+    env = get(facts, "env.variables") or {}
+    usable = get(facts, "cpu.usable_cpus")
+    omp = env.get("OMP_NUM_THREADS")
+    if not usable or not omp:
+        return []
+    try:
+        threads = int(omp)
+    except ValueError:
+        return [warning("cpu.W003", f"OMP_NUM_THREADS={omp!r} is not a number", fix="export OMP_NUM_THREADS=<integer>",
+                        facts={"env.OMP_NUM_THREADS": omp})]
+    procs = 1
+    for var in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+        if (env.get(var) or "").isdigit():
+            procs = int(env[var])
+            break
+    else:
+        procs = max(1, _gpu_count(facts))
+    if threads * procs > usable:
+        per = max(1, usable // procs)
+        return [warning("cpu.W002", f"OMP_NUM_THREADS={threads} x {procs} process(es) exceeds {usable} usable CPUs",
+                        fix=f"export OMP_NUM_THREADS={per}   # usable CPUs // processes",
+                        facts={"env.OMP_NUM_THREADS": threads, "processes": procs, "cpu.usable_cpus": usable})]
+    return []
+
+
+@check("cpu")
+def check_usable(facts, ctx):
+    usable = get(facts, "cpu.usable_cpus")
+    logical = get(facts, "cpu.logical_cpus")
+    if usable and logical and usable < logical:
+        how = []
+        if get(facts, "cpu.cgroup_quota_cpus") is not None:
+            how.append(f"cgroup quota {get(facts, 'cpu.cgroup_quota_cpus')} CPUs")
+        if (get(facts, "cpu.affinity_cpus") or logical) < logical:
+            how.append(f"affinity {get(facts, 'cpu.affinity_cpus')} CPUs")
+        return [info("cpu.I001", f"only {usable} of {logical} CPUs are usable here ({', '.join(how) or 'limits'})",
+                     fix="Size DataLoader workers and threads by the usable CPUs (debtorch tune does).",
+                     facts={"cpu.usable_cpus": usable, "cpu.logical_cpus": logical})]
+    return []
+
+
+# ---------------------------------------------------------------- memory
+@check("memory")
+def check_shm(facts, ctx):
+    total = get(facts, "memory.shm_total")
+    free = get(facts, "memory.shm_free")
+    if total is None:
+        return []
+    per_worker = int(limit("shm_per_worker_bytes"))
+    workers = planned_workers(facts)
+    needed = per_worker * workers
+    minimum = ctx.site.minimums.get("shm") if ctx.site else None
+    container = get(facts, "os.container")
+    facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
+    if container and total <= int(limit("docker_default_shm_bytes")):
+        fix = ("docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with "
+               "medium: Memory at /dev/shm")
+        return [error("memory.E002", f"container runs with the default {human_bytes(total)} /dev/shm",
+                      fix=fix, facts=facts_used)]
+    if total < per_worker:
+        return [error("memory.E001", f"/dev/shm ({human_bytes(total)}) cannot hold one DataLoader worker's batches",
+                      fix=f"sudo mount -o remount,size={max(1, needed // (1024 ** 3) + 1)}G /dev/shm\n"
+                          "(persist it with a tmpfs line for /dev/shm in /etc/fstab)",
+                      facts=facts_used)]
+    if free is not None and free < needed:
+        return [warning("memory.W001", f"/dev/shm has {human_bytes(free)} free; {workers} workers may need {human_bytes(needed)}",
+                        fix="Free /dev/shm (stale files of crashed runs) or enlarge it: "
+                            f"sudo mount -o remount,size={needed // (1024 ** 3) + 1}G /dev/shm",
+                        facts=facts_used)]
+    if minimum and total < minimum:
+        return [warning("site.W001", f"/dev/shm is {human_bytes(total)}, below the site minimum {human_bytes(minimum)}",
+                        fix=f"sudo mount -o remount,size={minimum // (1024 ** 3) or 1}G /dev/shm",
+                        facts=facts_used)]
+    return []
+
+
+@check("memory")
+def check_nofile(facts, ctx):
+    soft = get(facts, "memory.nofile_soft")
+    hard = get(facts, "memory.nofile_hard")
+    floor = int(limit("nofile_min"))
+    if soft is None or soft < 0 or soft >= floor:
+        return []
+    if hard is not None and (hard < 0 or hard >= floor):
+        fix = f"ulimit -n {floor if hard >= 0 and hard < floor * 16 else floor * 16}   # in the shell that starts training (hard limit {hard if hard >= 0 else 'unlimited'})"
+    else:
+        fix = (f"Raise the hard limit: a line `*  hard  nofile  {floor * 16}` in /etc/security/limits.d/90-nofile.conf "
+               "(or LimitNOFILE= in the systemd unit), log in again, then ulimit -n")
+    return [warning("memory.W002", f"open-file limit {soft} is low for DataLoader workers",
+                    fix=fix, facts={"memory.nofile_soft": soft, "memory.nofile_hard": hard})]
+
+
+@check("memory")
+def check_memlock(facts, ctx):
+    soft = get(facts, "memory.memlock_soft")
+    if soft is None or soft < 0 or not _gpu_count(facts):
+        return []
+    floor = int(limit("memlock_min_bytes"))
+    if soft >= floor:
+        return []
+    where = get(facts, "os.container") or ("WSL" if get(facts, "os.wsl") else None)
+    fix = ("docker run --ulimit memlock=-1 ..." if get(facts, "os.container")
+           else "a line `*  -  memlock  unlimited` in /etc/security/limits.d/90-memlock.conf, then log in again")
+    make = warning if where else info
+    fid = "memory.W003" if where else "memory.I001"
+    return [make(fid, f"RLIMIT_MEMLOCK is {human_bytes(soft)}: pinned memory may be limited"
+                 + (f" in this {where}" if where else ""),
+                 fix=fix, facts={"memory.memlock_soft": soft, "os.container": get(facts, "os.container")})]
+
+
+@check("memory")
+def check_swap(facts, ctx):
+    used = get(facts, "memory.swap_used")
+    total = get(facts, "memory.total")
+    if not used or used < int(limit("swap_used_warn_bytes")):
+        return []
+    return [warning("memory.W004", f"{human_bytes(used)} of swap in use: training memory may be paged out",
+                    fix="Close what uses the memory, or lower batch size / DataLoader workers; "
+                        "check with: free -h; sudo swapoff -a && sudo swapon -a empties swap once RAM is free",
+                    facts={"memory.swap_used": used, "memory.total": total})]
+
+
+# ---------------------------------------------------------------- storage
+@check("storage")
+def check_data(facts, ctx):
+    d = get(facts, "storage.data")
+    if not d:
+        return []
+    path = d.get("path")
+    if not d.get("exists"):
+        return [error("storage.E001", f"training data path {path} does not exist", about=path,
+                      fix="Check the path given with --data.", facts={"storage.data.path": path})]
+    out = []
+    if d.get("network"):
+        out.append(warning("storage.W002", f"training data is on a network filesystem ({d.get('fstype')})",
+                           about=path,
+                           fix="Copy the data set to a local NVMe disk before training, or cache it "
+                               "(more DataLoader workers hide some latency).",
+                           facts={"storage.data.fstype": d.get("fstype"), "storage.data.mount_point": d.get("mount_point")}))
+    elif d.get("rotational"):
+        out.append(warning("storage.W001", f"training data is on a rotational disk ({d.get('device')})",
+                           about=path,
+                           fix="Move the data to an SSD/NVMe disk, or load it into RAM (/dev/shm) if it fits. "
+                               "(Virtual disks often report rotational=1: check `lsblk -d -o NAME,ROTA`.)",
+                           facts={"storage.data.device": d.get("device"), "storage.data.rotational": True}))
+    return out
+
+
+@check("storage")
+def check_nvme_link(facts, ctx):
+    out = []
+    for c in get(facts, "storage.nvme") or []:
+        cur, mx = c.get("current_gen"), c.get("max_gen")
+        cw, mw = c.get("current_width"), c.get("max_width")
+        if (cur and mx and cur < mx) or (cw and mw and cw < mw):
+            out.append(warning("storage.W003",
+                               f"NVMe {c.get('name')} link is gen{cur} x{cw}, below its maximum gen{mx} x{mw}",
+                               about=f"{c.get('name')} ({c.get('model')})",
+                               fix="Check the slot (lanes shared with other devices, a gen3 slot) and the BIOS "
+                                   "PCIe settings: sudo lspci -vv | grep -A2 -i 'non-volatile' (LnkSta vs LnkCap).",
+                               facts={"current": f"gen{cur} x{cw}", "max": f"gen{mx} x{mw}"}))
+    return out

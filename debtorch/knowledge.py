@@ -1,0 +1,692 @@
+"""What the doctor knows, read from the data files in ``checks/``.
+
+The tables (minimum NVIDIA driver per CUDA release, the official PyTorch
+wheels, compute capability by GPU name, Debian releases, thresholds) live in
+TOML files, every row with a ``source`` (docs/knowledge.md).  This module finds
+them, validates them once (lazily, cached) and answers questions about them as
+pure functions.  A lookup never raises on odd input: it answers ``None`` or an
+"unknown" verdict; only a malformed data file raises :class:`KnowledgeError`,
+whose message is one line naming the file and the row.
+
+Where the files are, first match wins:
+
+1. ``$DEBTORCH_CHECKS_DIR`` (an error if it names no folder);
+2. ``checks/`` next to the package, in a source checkout;
+3. ``debtorch/_data/checks`` in an installed wheel (pyproject force-includes it);
+4. ``/usr/share/debtorch/checks`` for the Debian package.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+ENV_DIR = "DEBTORCH_CHECKS_DIR"
+SYSTEM_DIR = Path("/usr/share/debtorch/checks")
+PIP_INDEX = "https://download.pytorch.org/whl/"
+CONFIDENCE = ("confirmed", "unconfirmed", "derived")
+
+__all__ = [
+    "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
+    "wheel", "variants", "best_variant_for_driver", "parse_arch_list", "arch_support", "older_than_all",
+    "capability_for_name", "debian_release", "threshold", "latest_series",
+]
+
+
+class KnowledgeError(ValueError):
+    """A data file in checks/ is missing or malformed (one line: file, row, problem)."""
+
+
+# --------------------------------------------------------------------------
+# Where the data is
+
+
+def candidate_dirs() -> List[Path]:
+    """The folders searched for the data files, in order (the env variable aside)."""
+    here = Path(__file__).resolve().parent
+    return [here.parent / "checks", here / "_data" / "checks", SYSTEM_DIR]
+
+
+def checks_dir() -> Path:
+    """The folder the data is read from (see the module docstring)."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        path = Path(env)
+        if not path.is_dir():
+            raise KnowledgeError(f"{ENV_DIR}={env}: not a folder")
+        return path
+    for path in candidate_dirs():
+        if (path / "cuda_driver.toml").is_file():
+            return path
+    raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+
+
+# --------------------------------------------------------------------------
+# Schema: per file, per table, column -> (kind, required)
+
+_COMMON = {"source": ("str", True), "confidence": ("confidence", False), "note": ("str", False)}
+
+SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
+    "cuda_driver.toml": {
+        "toolkit": {"cuda": ("version", True), "release": ("str", True), "driver_linux": ("version", True),
+                    "driver_windows": ("version", False)},
+        "minor_compat": {"major": ("int", True), "supported": ("bool", True), "min_driver_linux": ("version", False),
+                         "min_driver_windows": ("version", False), "max_driver_exclusive": ("version", False)},
+        "caveat": {"id": ("str", True), "applies_to": ("str", True), "text": ("str", True)},
+    },
+    "torch_wheels.toml": {
+        "wheel": {"torch": ("serieslist", True), "variant": ("str", True), "platform": ("str", False),
+                  "cuda": ("version", False), "arch_list": ("archlist", True), "cudnn": ("version", False),
+                  "nccl": ("version", False), "status": ("str", True)},
+    },
+    "gpus.toml": {
+        "gpu": {"name": ("str", True), "cc": ("cc", True), "arch": ("str", True), "segment": ("str", True),
+                "match": ("strlist", True), "examples": ("strlist", False)},
+    },
+    "debian.toml": {
+        "release": {"version": ("str", True), "codename": ("str", True), "aliases": ("strlist", False),
+                    "point_release": ("str", False), "checked": ("str", False), "python": ("version", True),
+                    "nvidia_driver": ("version", True), "nvidia_driver_debian": ("str", False),
+                    "nvidia_driver_component": ("str", True), "nvidia_driver_security": ("version", False),
+                    "nvidia_driver_backports": ("version", False), "tesla_drivers": ("strlist", False),
+                    "open_kernel_package": ("str", False), "open_kernel_component": ("str", False),
+                    "firmware_packages": ("strlist", False), "firmware_component": ("str", False),
+                    "nvidia_cuda_toolkit": ("version", False), "nvidia_cudnn": ("version", False),
+                    "python3_torch": ("version", False), "python3_torch_cuda": ("version", False),
+                    "max_cuda_full": ("version", False), "max_cuda_minor_compat": ("str", False)},
+    },
+    "thresholds.toml": {
+        "threshold": {"name": ("str", True), "value": ("scalar", True), "unit": ("str", True)},
+    },
+}
+
+_ROW_ID = {"toolkit": "cuda", "minor_compat": "major", "caveat": "id", "wheel": "variant", "gpu": "name",
+           "release": "codename", "threshold": "name"}
+
+
+def _check_value(kind: str, value: Any) -> Optional[str]:
+    """None if ``value`` is of ``kind``, else what is wrong with it."""
+    if kind in ("str", "confidence"):
+        if not isinstance(value, str) or not value.strip():
+            return "must be a non-empty string"
+        if kind == "confidence" and value not in CONFIDENCE:
+            return "must be one of " + ", ".join(CONFIDENCE)
+        return None
+    if kind == "int":
+        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
+    if kind == "bool":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "scalar":
+        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "must be a string or number"
+    if kind == "version":
+        return None if isinstance(value, str) and _version(value) is not None else "must be a version like 12.4 or 535.261.03"
+    if kind == "cc":
+        return None if isinstance(value, str) and _parse_cc(value) is not None else "must be a compute capability like 8.6"
+    if kind == "strlist":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+            return "must be a non-empty list of strings"
+        return None
+    if kind == "serieslist":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and _series(v) for v in value):
+            return "must be a non-empty list of release series like \"2.6\""
+        return None
+    if kind == "archlist":
+        if not isinstance(value, str):
+            return "must be a string like \"7.5;8.0;9.0+PTX\" (empty for CPU builds)"
+        try:
+            parse_arch_list(value, strict=True)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    raise AssertionError(kind)
+
+
+def _validate_file(path: Path, data: Dict[str, Any]) -> None:
+    name = path.name
+    schema = SCHEMA[name]
+    for table, rows in data.items():
+        if table not in schema:
+            raise KnowledgeError(f"{path}: unknown table [[{table}]] (expected: {', '.join(schema)})")
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise KnowledgeError(f"{path}: {table} must be an array of tables ([[{table}]])")
+        columns = {**schema[table], **_COMMON}
+        for i, row in enumerate(rows, 1):
+            ident = row.get(_ROW_ID[table])
+            where = f"{path}: [[{table}]] row {i}" + (f" ({_ROW_ID[table]} = {ident!r})" if ident is not None else "")
+            for col, (kind, required) in columns.items():
+                if col not in row:
+                    if required:
+                        raise KnowledgeError(f"{where}: missing '{col}'")
+                    continue
+                problem = _check_value(kind, row[col])
+                if problem:
+                    raise KnowledgeError(f"{where}: '{col}' {problem}")
+            unknown = sorted(set(row) - set(columns))
+            if unknown:
+                raise KnowledgeError(f"{where}: unknown column '{unknown[0]}'")
+            if row.get("confidence") == "unconfirmed" and "note" not in row:
+                raise KnowledgeError(f"{where}: an unconfirmed row needs a 'note' saying what is unconfirmed")
+    for table in schema:
+        if table not in data:
+            raise KnowledgeError(f"{path}: no [[{table}]] rows")
+
+
+class Knowledge:
+    """The validated tables of one checks/ folder, with lookup indexes."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.tables: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+        for name in SCHEMA:
+            path = folder / name
+            try:
+                with open(path, "rb") as fh:
+                    data = tomllib.load(fh)
+            except FileNotFoundError:
+                raise KnowledgeError(f"{path}: missing") from None
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                raise KnowledgeError(f"{path}: {exc}") from None
+            _validate_file(path, data)
+            self.tables[name] = data
+        self._index()
+
+    def _index(self) -> None:
+        cd = self.tables["cuda_driver.toml"]
+        self.toolkits = sorted(cd["toolkit"], key=lambda r: _version(r["cuda"]))
+        self.by_minor: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+        for row in self.toolkits:
+            rel = _version(row["cuda"]).release
+            self.by_minor.setdefault((rel[0], rel[1] if len(rel) > 1 else 0), []).append(row)
+        self.minor_compat = {r["major"]: r for r in cd["minor_compat"]}
+        self.caveats = cd["caveat"]
+        self.wheels = self.tables["torch_wheels.toml"]["wheel"]
+        self.gpu_keys: List[Tuple[Tuple[str, ...], str, str]] = []
+        for row in self.tables["gpus.toml"]["gpu"]:
+            for key in row["match"]:
+                tokens = tuple(_gpu_tokens(key))
+                if not tokens:
+                    raise KnowledgeError(f"{self.folder / 'gpus.toml'}: [[gpu]] {row['name']!r}: match key {key!r} is empty")
+                self.gpu_keys.append((tokens, _fmt_cc(_parse_cc(row["cc"])), row["name"]))
+        self.debian = self.tables["debian.toml"]["release"]
+        self.thresholds = {r["name"]: r for r in self.tables["thresholds.toml"]["threshold"]}
+
+
+@functools.lru_cache(maxsize=8)
+def _load_folder(folder: str) -> Knowledge:
+    return Knowledge(Path(folder))
+
+
+def load() -> Knowledge:
+    """The validated data of :func:`checks_dir` (read once per folder)."""
+    return _load_folder(str(checks_dir()))
+
+
+# --------------------------------------------------------------------------
+# Small parsers (never raise)
+
+_NUMERIC = re.compile(r"^\s*v?(\d+(?:\.\d+){0,3})\s*$")
+
+
+def _version(text: Any) -> Optional[Version]:
+    """A purely numeric version ("535.261.03", "12.4"), or None."""
+    if not isinstance(text, str):
+        return None
+    m = _NUMERIC.match(text)
+    if not m:
+        return None
+    try:
+        return Version(m.group(1))
+    except InvalidVersion:  # pragma: no cover - the regex admits only valid ones
+        return None
+
+
+def _series(text: str) -> Optional[str]:
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", text)
+    return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
+
+
+def _parse_cc(value: Any) -> Optional[Tuple[int, int]]:
+    """Compute capability from "8.6", "sm_86", "86", "compute_90", (8, 6); None if not one."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        major, minor = value
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        m = re.fullmatch(r"(\d{1,2})\.(\d)", text)
+        if m:
+            major, minor = int(m.group(1)), int(m.group(2))
+        else:
+            m = re.fullmatch(r"(?:sm_|compute_)?(\d{2,3})", text)
+            if not m:
+                return None
+            digits = m.group(1)
+            major, minor = int(digits[:-1]), int(digits[-1])
+    else:
+        return None
+    if not (1 <= major <= 99 and 0 <= minor <= 9):
+        return None
+    return (major, minor)
+
+
+def _fmt_cc(cc: Tuple[int, int]) -> str:
+    return f"{cc[0]}.{cc[1]}"
+
+
+def _platform_key(platform: str) -> str:
+    return "windows" if str(platform).lower().startswith(("win", "wsl")) else "linux"
+
+
+# --------------------------------------------------------------------------
+# CUDA and the driver
+
+
+def _toolkit_row(kb: Knowledge, cuda: Version) -> Optional[Dict[str, Any]]:
+    rel = cuda.release
+    rows = kb.by_minor.get((rel[0], rel[1] if len(rel) > 1 else 0))
+    if not rows:
+        return None
+    if len(rel) < 3:
+        return rows[0]
+    fitting = [r for r in rows if _version(r["cuda"]).release[2:3] <= rel[2:3]]
+    return fitting[-1] if fitting else rows[0]
+
+
+def _driver_for(row: Dict[str, Any], kind: str, platform: str) -> Optional[str]:
+    """The driver column of a toolkit (kind="driver") or minor_compat (kind="min_driver") row."""
+    plat = _platform_key(platform)
+    value = row.get(f"{kind}_{plat}")
+    if value is None and plat == "windows":
+        value = row.get(f"{kind}_linux") if row.get("cuda", "").startswith("13") or row.get("major") == 13 else None
+    return value
+
+
+def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Dict[str, Any]]:
+    """The drivers a CUDA release needs.
+
+    Returns ``{"cuda", "release", "toolkit_driver", "minor_compat", "minor_compat_driver",
+    "caveats", "sources"}`` (``toolkit_driver`` None for a release newer than the table;
+    ``minor_compat_driver`` None where there is no minor-version compatibility), or None
+    for text that is not a CUDA version or a CUDA major the table does not know.
+    A bare "12.6" means the GA release; a wheel built with 12.6.3 needs the 12.6
+    Update 3 driver for the full feature set.  ``platform`` is "linux" or
+    "windows" (also "wsl": WSL reports the Windows driver); CUDA 13 rows have no
+    Windows column and fall back to the Linux branch number.
+    """
+    cuda = _version(cuda_version)
+    if cuda is None:
+        return None
+    kb = load()
+    row = _toolkit_row(kb, cuda)
+    mc = kb.minor_compat.get(cuda.release[0])
+    if row is None and mc is None:
+        return None
+    mc_driver = _driver_for(mc, "min_driver", platform) if mc and mc["supported"] else None
+    return {
+        "cuda": str(cuda),
+        "release": row["release"] if row else None,
+        "toolkit_driver": _driver_for(row, "driver", platform) if row else None,
+        "minor_compat": bool(mc_driver),
+        "minor_compat_driver": mc_driver,
+        "caveats": [c["text"] for c in kb.caveats if c["applies_to"] == "minor-compat"] if mc_driver else [],
+        "sources": [r["source"] for r in (row, mc) if r],
+    }
+
+
+def _family(kb: Knowledge, driver: Version, platform: str) -> Optional[int]:
+    """The newest CUDA major the driver runs through minor-version compatibility."""
+    majors = [m for m, r in kb.minor_compat.items()
+              if r["supported"] and _driver_for(r, "min_driver", platform)
+              and driver >= _version(_driver_for(r, "min_driver", platform))]
+    return max(majors) if majors else None
+
+
+def driver_supports(driver_version: str, cuda_version: str, platform: str = "linux") -> Tuple[str, str]:
+    """Whether a driver runs code built with a CUDA release.
+
+    Returns ``(verdict, detail)``: verdict "full" (driver >= the toolkit driver),
+    "minor-compat" (same major family, limited features: see detail), "too-old", or
+    "unknown" when either version is not understood; detail is one sentence.
+    """
+    driver = _version(driver_version)
+    if driver is None:
+        return "unknown", f"not a driver version: {driver_version!r}"
+    need = min_driver(cuda_version, platform)
+    if need is None:
+        return "unknown", f"CUDA {cuda_version!r} is not in checks/cuda_driver.toml"
+    kb = load()
+    cuda = need["cuda"]
+    toolkit = need["toolkit_driver"]
+    if toolkit and driver >= _version(toolkit):
+        return "full", f"driver {driver_version} >= {toolkit}, the {need['release']} toolkit driver"
+    mc = need["minor_compat_driver"]
+    if mc and driver >= _version(mc):
+        older = f"older than the {need['release']} toolkit driver {toolkit}" if toolkit else f"CUDA {cuda} is newer than the table"
+        return "minor-compat", (f"driver {driver_version} is {older}; it runs CUDA {cuda} through minor-version "
+                                f"compatibility (>= {mc}) with limited features; PTX JIT (+PTX archs, run-time "
+                                "compiled kernels) needs the toolkit driver")
+    wants = f">= {toolkit}" if toolkit else "a newer driver"
+    if mc:
+        wants += f" (or >= {mc} with minor-version compatibility)"
+    detail = f"driver {driver_version} is too old for CUDA {cuda}: needs {wants}"
+    family = _family(kb, driver, platform)
+    cuda_major = _version(cuda).release[0]
+    if family is not None and family < cuda_major:
+        detail += (f"; a CUDA {family}.x driver runs CUDA {cuda_major} only with the cuda-compat forward-compatibility "
+                   "package on data-center GPUs")
+    return "too-old", detail
+
+
+def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Dict[str, Any]]:
+    """The newest CUDA a driver runs.
+
+    Returns ``{"full", "full_toolkit", "full_release", "minor_compat_major", "detail"}``:
+    ``full`` is the newest CUDA ("12.2") whose toolkit driver is <= the driver
+    (what nvidia-smi prints as "CUDA Version"); ``minor_compat_major`` the CUDA major
+    whose every release runs with minor-version compatibility (12), or None.
+    None for text that is not a driver version.
+    """
+    driver = _version(driver_version)
+    if driver is None:
+        return None
+    kb = load()
+    best = None
+    for row in kb.toolkits:
+        need = _driver_for(row, "driver", platform)
+        if need and driver >= _version(need):
+            best = row
+    family = _family(kb, driver, platform)
+    full = None
+    if best:
+        rel = _version(best["cuda"]).release
+        full = f"{rel[0]}.{rel[1]}"
+    parts = [f"runs CUDA up to {full} with every feature" if full else "older than every toolkit driver in the table"]
+    if family is not None:
+        parts.append(f"every CUDA {family}.x release through minor-version compatibility")
+    return {"full": full, "full_toolkit": best["cuda"] if best else None, "full_release": best["release"] if best else None,
+            "minor_compat_major": family, "detail": f"driver {driver_version} " + "; ".join(parts)}
+
+
+# --------------------------------------------------------------------------
+# Architectures
+
+
+def parse_arch_list(arch_list: Any, strict: bool = False) -> Tuple[frozenset, frozenset]:
+    """SASS and PTX targets of an arch list.
+
+    Accepts TORCH_CUDA_ARCH_LIST text ("7.5;8.0;12.0+PTX", space or comma separated)
+    or torch.cuda.get_arch_list() output (["sm_75", "compute_120"] or its text).
+    Returns ``(sass, ptx)``, sets of ``(major, minor, suffix)`` where suffix is "",
+    "a" (arch-specific) or "f" (family-specific).  Unreadable entries are skipped,
+    or raise ValueError when ``strict``.
+    """
+    if isinstance(arch_list, (list, tuple, set, frozenset)):
+        items = [str(x) for x in arch_list]
+    elif isinstance(arch_list, str):
+        items = re.split(r"[;,\s\[\]'\"]+", arch_list)
+    else:
+        if strict:
+            raise ValueError("must be a string or a list")
+        return frozenset(), frozenset()
+    sass, ptx = set(), set()
+    for item in items:
+        text = item.strip().lower()
+        if not text:
+            continue
+        m = re.fullmatch(r"(\d{1,2})\.(\d)([af]?)(\+ptx)?", text) or re.fullmatch(r"(sm|compute)_(\d{1,2})(\d)([af]?)", text)
+        if not m:
+            if strict:
+                raise ValueError(f"cannot read architecture {item!r}")
+            continue
+        if m.group(1) in ("sm", "compute"):
+            target = (int(m.group(2)), int(m.group(3)), m.group(4))
+            (sass if m.group(1) == "sm" else ptx).add(target)
+        else:
+            target = (int(m.group(1)), int(m.group(2)), m.group(3))
+            sass.add(target)
+            if m.group(4):
+                ptx.add(target)
+    return frozenset(sass), frozenset(ptx)
+
+
+def _arch_name(t: Tuple[int, int, str], kind: str) -> str:
+    return f"{kind}_{t[0]}{t[1]}{t[2]}"
+
+
+def older_than_all(compute_capability: Any, arch_list: Any) -> bool:
+    """True when the GPU is older than every architecture in the list."""
+    cc = _parse_cc(compute_capability)
+    sass, ptx = parse_arch_list(arch_list)
+    targets = sass | ptx
+    return bool(cc and targets and all((t[0], t[1]) > cc for t in targets))
+
+
+def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
+    """Whether a wheel built for ``arch_list`` has code for a GPU.
+
+    Returns ``(verdict, detail)``: "sass" when it has machine code the GPU runs
+    (sm_XY runs on X.Z for Z >= Y, never across majors; sm_XYa only on X.Y),
+    "ptx" when only PTX (compute_XY, "+PTX") the driver can JIT-compile forward to
+    the GPU, "none" otherwise (the detail says when the GPU is older than every
+    architecture in the list), "unknown" for a capability that cannot be read.
+    """
+    cc = _parse_cc(compute_capability)
+    if cc is None:
+        return "unknown", f"not a compute capability: {compute_capability!r}"
+    sass, ptx = parse_arch_list(arch_list)
+    name = f"sm_{cc[0]}{cc[1]}"
+    runs = sorted(t for t in sass if t[0] == cc[0] and (t[1] == cc[1] if t[2] == "a" else t[1] <= cc[1]))
+    if runs:
+        best = runs[-1]
+        how = "exact match" if best[:2] == cc else f"SASS for {best[0]}.{best[1]} runs on {cc[0]}.{cc[1]} (same major)"
+        return "sass", f"{_arch_name(best, 'sm')} covers {name}: {how}"
+    jit = sorted(t for t in ptx if (t[:2] == cc if t[2] == "a" else t[:2] <= cc))
+    if jit:
+        best = jit[-1]
+        return "ptx", (f"no SASS for {name}; the driver JIT-compiles {_arch_name(best, 'compute')} PTX at first use "
+                       "(slow start; needs a driver at least as new as the wheel's CUDA toolkit driver)")
+    if not (sass or ptx):
+        return "none", "the arch list is empty (a CPU build?)"
+    targets = sorted(sass | ptx)
+    if older_than_all(cc, arch_list):
+        return "none", f"the GPU ({name}) is older than every architecture in the wheel (oldest {_arch_name(targets[0], 'sm')})"
+    return "none", (f"no SASS for compute capability {cc[0]}.x at or below {cc[0]}.{cc[1]} and no PTX at or below "
+                    f"{cc[0]}.{cc[1]} (wheel has " + " ".join(_arch_name(t, "sm") for t in sorted(sass)) + ")")
+
+
+# --------------------------------------------------------------------------
+# PyTorch wheels
+
+_TORCH = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$")
+
+
+def _torch(text: Any) -> Optional[Dict[str, Any]]:
+    if not isinstance(text, str):
+        return None
+    m = _TORCH.match(text)
+    if not m:
+        return None
+    major, minor, patch, _pre, local = m.groups()
+    series = f"{int(major)}.{int(minor)}"
+    return {"series": series, "version": f"{series}.{int(patch)}" if patch is not None else None,
+            "local": local.split(".")[0].lower() if local else None}
+
+
+def _norm_platform(platform: str) -> str:
+    p = str(platform).lower().replace("_", "-")
+    return "linux-aarch64" if ("aarch64" in p or "arm64" in p or "sbsa" in p) else "linux-x86_64"
+
+
+def _wheel_rows(kb: Knowledge, series: str, platform: str) -> List[Dict[str, Any]]:
+    plat = _norm_platform(platform)
+    return [r for r in kb.wheels if series in r["torch"] and r.get("platform", "linux-x86_64") == plat]
+
+
+def _pip(version: Optional[str], series: str, variant: str) -> str:
+    pin = f"torch=={version}" if version else f"torch=={series}.*"
+    return f"pip install {pin} --index-url {PIP_INDEX}{variant}"
+
+
+def _wheel_answer(row: Dict[str, Any], series: str, version: Optional[str]) -> Dict[str, Any]:
+    answer = dict(row)
+    answer.setdefault("platform", "linux-x86_64")
+    answer.setdefault("confidence", "confirmed")
+    answer["series"] = series
+    answer["pip"] = _pip(version, series, row["variant"])
+    return answer
+
+
+def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "linux-x86_64") -> Optional[Dict[str, Any]]:
+    """The official wheel row for a release and variant.
+
+    ``torch_version`` as torch reports it ("2.5.1+cu124") or plain ("2.13.0", "2.13");
+    ``variant`` ("cu126", "cpu") defaults to the version's local part.  Returns the
+    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, source,
+    confidence, note) plus ``series`` and ``pip``, or None.
+    """
+    parsed = _torch(torch_version)
+    if parsed is None:
+        return None
+    want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
+    if not want:
+        return None
+    for row in _wheel_rows(load(), parsed["series"], platform):
+        if row["variant"] == want:
+            return _wheel_answer(row, parsed["series"], parsed["version"])
+    return None
+
+
+def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
+    """The official variants of a release ("cpu", "cu118", ...), sorted; [] if unknown."""
+    parsed = _torch(torch_version)
+    if parsed is None:
+        return []
+    return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform)})
+
+
+def _nearest_series(kb: Knowledge, series: str, platform: str) -> Optional[str]:
+    plat = _norm_platform(platform)
+    known = sorted({s for r in kb.wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]}, key=Version)
+    if not known:
+        return None
+    if series in known:
+        return series
+    older = [s for s in known if Version(s) <= Version(series)]
+    return older[-1] if older else known[0]
+
+
+def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
+    """The newest PyTorch release series the table knows ("2.14"), or None."""
+    plat = _norm_platform(platform)
+    known = sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
+                   key=Version)
+    return known[-1] if known else None
+
+
+def best_variant_for_driver(torch_version: str, driver_version: str, compute_capability: Any,
+                            platform: str = "linux-x86_64") -> Optional[Dict[str, Any]]:
+    """The official CUDA variant of a release that runs on this driver and GPU.
+
+    Candidates are the release's CUDA variants (or the nearest release the table
+    knows: the newest one not newer than asked) whose CUDA the driver runs (not
+    "too-old") and whose arch list has code for the GPU.  Preference: SASS over PTX,
+    then full driver support over minor-version compatibility, then the newer CUDA.
+    Returns the wheel row (see :func:`wheel`) plus ``driver_verdict``, ``arch_verdict``,
+    ``detail`` and ``nearest`` (True when another release was used), or None when
+    no variant fits or an input is not understood.
+    """
+    parsed = _torch(torch_version)
+    if parsed is None or _version(driver_version) is None or _parse_cc(compute_capability) is None:
+        return None
+    kb = load()
+    series = _nearest_series(kb, parsed["series"], platform)
+    if series is None:
+        return None
+    rank = {"full": 2, "minor-compat": 1, "sass": 2, "ptx": 1}
+    best, best_key = None, None
+    for row in _wheel_rows(kb, series, platform):
+        if not row.get("cuda") or not row["variant"].startswith("cu"):
+            continue
+        dv, ddetail = driver_supports(driver_version, row["cuda"], "linux")
+        av, adetail = arch_support(compute_capability, row["arch_list"])
+        if dv not in ("full", "minor-compat") or av not in ("sass", "ptx"):
+            continue
+        key = (rank[av], rank[dv], _version(row["cuda"]))
+        if best_key is None or key > best_key:
+            best_key = key
+            version = parsed["version"] if series == parsed["series"] else None
+            best = _wheel_answer(row, series, version)
+            best.update(driver_verdict=dv, arch_verdict=av, detail=f"{ddetail}; {adetail}",
+                        nearest=series != parsed["series"])
+    return best
+
+
+# --------------------------------------------------------------------------
+# GPU names
+
+_GPU_DROP = {"nvidia", "geforce", "tesla", "corporation"}
+
+
+def _gpu_tokens(name: str) -> List[str]:
+    text = str(name).lower()
+    text = re.sub(r"\(\s*uuid[^)]*\)?", " ", text)          # nvidia-smi -L: (UUID: GPU-...)
+    text = re.sub(r"\bgpu-[0-9a-f-]{8,}", " ", text)        # a bare UUID
+    text = re.sub(r"^\s*gpu\s*\d+\s*:", " ", text)          # "GPU 0: ..."
+    text = re.sub(r"[^a-z0-9]+", " ", text)
+    text = re.sub(r"(?<=[a-z])(?=[0-9])|(?<=[0-9])(?=[a-z])", " ", text)
+    return [t for t in text.split() if t not in _GPU_DROP]
+
+
+def capability_for_name(gpu_name: Any) -> Optional[str]:
+    """Compute capability ("8.6") for a GPU name as nvidia-smi, NVML or collect_env
+    print it ("NVIDIA GeForce RTX 3090", "Tesla T4", "NVIDIA A100-SXM4-80GB",
+    "NVIDIA GeForce RTX 4070 Laptop GPU"), or None when unknown or ambiguous."""
+    if not isinstance(gpu_name, str):
+        return None
+    tokens = _gpu_tokens(gpu_name)
+    if not tokens:
+        return None
+    hits: Dict[int, set] = {}
+    for key, cc, _name in load().gpu_keys:
+        n = len(key)
+        if any(tuple(tokens[i:i + n]) == key for i in range(len(tokens) - n + 1)):
+            hits.setdefault(n, set()).add(cc)
+    if not hits:
+        return None
+    found = hits[max(hits)]
+    return next(iter(found)) if len(found) == 1 else None
+
+
+# --------------------------------------------------------------------------
+# Debian and thresholds
+
+
+def debian_release(release_or_codename: Any) -> Optional[Dict[str, Any]]:
+    """The debian.toml row for "12", "12.7", "bookworm", "Debian 12", "testing",
+    "trixie/sid" (a testing system's debian_version), "sid"; None if unknown."""
+    if not isinstance(release_or_codename, (str, int)) or isinstance(release_or_codename, bool):
+        return None
+    text = str(release_or_codename).strip().lower()
+    text = re.sub(r"^debian\s*(gnu/linux\s*)?", "", text).strip()
+    if "/" in text:
+        text = text.split("/")[0].strip()
+    m = re.fullmatch(r"(\d+)(?:\.\d+)*", text)
+    if m:
+        text = m.group(1)
+    for row in load().debian:
+        names = {row["version"].lower(), row["codename"].lower(), *(a.lower() for a in row.get("aliases", []))}
+        if text in names:
+            answer = dict(row)
+            answer.setdefault("confidence", "confirmed")
+            return answer
+    return None
+
+
+def threshold(name: str) -> Any:
+    """The value of a threshold in thresholds.toml, or None."""
+    row = load().thresholds.get(name) if isinstance(name, str) else None
+    return row["value"] if row else None

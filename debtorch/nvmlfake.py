@@ -1,0 +1,706 @@
+"""An NVML fake with the real binding's face, replayed from JSON.
+
+``load(path)`` returns an object that answers the calls debtorch makes the way
+``pynvml`` (the nvidia-ml-py package) does: the same function names and
+parameter names, the same return shapes (strings as ``str``, structs as objects
+with pynvml's attribute names, tuples where pynvml returns tuples, lists where
+it returns lists), and the same error classes (``NVMLError`` subclasses such as
+``NVMLError_NotSupported`` whose ``value`` is ``NVML_ERROR_NOT_SUPPORTED``).
+
+The JSON (format ``debtorch-nvml-fake/1``)::
+
+    {"format": "debtorch-nvml-fake/1", "source": "where it came from",
+     "init_error": null,                       # or an NVML_ERROR_* value nvmlInit raises
+     "system": {"nvmlSystemGetDriverVersion": "595.58.03", ...},
+     "devices": [{"nvmlDeviceGetName": "NVIDIA GeForce RTX 3080",
+                  "nvmlDeviceGetMemoryInfo": {"total": ..., "free": ..., "used": ...},
+                  "nvmlDeviceGetEccMode": {"nvml_error": 3},
+                  "nvmlDeviceGetTemperature": {"0": 27},          # keyed by the extra arguments
+                  "nvmlDeviceGetNvLinkState": {"0": 1, "*": {"nvml_error": 2}}, ...}],
+     "pairs": {"0,1": {"nvmlDeviceGetTopologyCommonAncestor": 20,
+                       "nvmlDeviceGetP2PStatus": {"0": 0, "2": 0}}}}
+
+A call that the JSON does not answer raises ``NVMLError_NoData`` whose text
+says "not recorded in the NVML fake" (so a replay never pretends).
+
+``dump(pynvml_module)`` records a live binding into that JSON
+(``debtorch facts --record``); ``from_smi_xml(xml_text)`` derives it from an
+``nvidia-smi -q -x`` document, so real GPU states become fakes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import string
+from pathlib import Path
+from typing import Any, Optional
+
+FORMAT = "debtorch-nvml-fake/1"
+
+# NVML_ERROR_* as in nvml.h / pynvml.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_UNKNOWN = 999
+
+# Other constants debtorch (and code written against pynvml) uses.
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_COMPUTEMODE_DEFAULT = 0
+NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1
+NVML_COMPUTEMODE_PROHIBITED = 2
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_TOPOLOGY_INTERNAL = 0
+NVML_TOPOLOGY_SINGLE = 10
+NVML_TOPOLOGY_MULTIPLE = 20
+NVML_TOPOLOGY_HOSTBRIDGE = 30
+NVML_TOPOLOGY_NODE = 40
+NVML_TOPOLOGY_SYSTEM = 50
+NVML_P2P_CAPS_INDEX_WRITE = 1
+NVML_P2P_CAPS_INDEX_NVLINK = 2
+NVML_P2P_STATUS_OK = 0
+NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1
+NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2
+NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3
+NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4
+NVML_P2P_STATUS_NOT_SUPPORTED = 5
+NVML_P2P_STATUS_UNKNOWN = 6
+NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
+NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
+NVML_DEVICE_MIG_DISABLE = 0
+NVML_DEVICE_MIG_ENABLE = 1
+nvmlClocksThrottleReasonGpuIdle = 0x001
+nvmlClocksThrottleReasonApplicationsClocksSetting = 0x002
+nvmlClocksThrottleReasonSwPowerCap = 0x004
+nvmlClocksThrottleReasonHwSlowdown = 0x008
+nvmlClocksThrottleReasonSyncBoost = 0x010
+nvmlClocksThrottleReasonSwThermalSlowdown = 0x020
+nvmlClocksThrottleReasonHwThermalSlowdown = 0x040
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x080
+nvmlClocksThrottleReasonDisplayClockSetting = 0x100
+nvmlClocksEventReasonGpuIdle = 0x001
+nvmlClocksEventReasonApplicationsClocksSetting = 0x002
+nvmlClocksEventReasonSwPowerCap = 0x004
+nvmlClocksEventReasonHwSlowdown = 0x008
+nvmlClocksEventReasonSyncBoost = 0x010
+nvmlClocksEventReasonSwThermalSlowdown = 0x020
+nvmlClocksEventReasonHwThermalSlowdown = 0x040
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x080
+nvmlClocksEventReasonDisplayClockSetting = 0x100
+
+CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith(("NVML_", "nvmlClocks"))}
+
+# The text pynvml gives each error (NVMLError._errcode_to_string); others fall back to this.
+_ERROR_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
+    NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+    NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+    NVML_ERROR_MEMORY: "Insufficient Memory",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+NOT_RECORDED = "not recorded in the NVML fake"
+
+
+class NVMLError(Exception):
+    """pynvml's NVMLError: ``NVMLError(value)`` builds the subclass for that value."""
+
+    _valClassMapping: dict = {}
+
+    def __new__(cls, value, *args):
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value, message: Optional[str] = None):
+        super().__init__(value)
+        self.value = value
+        self._message = message
+
+    def __str__(self):
+        if self._message:
+            return self._message
+        return _ERROR_TEXT.get(self.value, "NVML Error with code %d" % self.value)
+
+    def __eq__(self, other):
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+def _make_error_classes() -> dict:
+    classes = {}
+    for name, value in CONSTANTS.items():
+        if not name.startswith("NVML_ERROR_"):
+            continue
+        # Same naming rule as pynvml: NVML_ERROR_ALREADY_INITIALIZED -> NVMLError_AlreadyInitialized.
+        cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+
+        def new(cls, *args, _value=value):
+            obj = Exception.__new__(cls)
+            obj.value = _value
+            return obj
+
+        def init(self, *args, _value=value):
+            Exception.__init__(self, _value)
+            self.value = _value
+            self._message = next((a for a in args if isinstance(a, str)), None)
+
+        cls = type(cls_name, (NVMLError,), {"__new__": new, "__init__": init})
+        NVMLError._valClassMapping[value] = cls
+        classes[cls_name] = cls
+    return classes
+
+
+ERROR_CLASSES = _make_error_classes()
+globals().update(ERROR_CLASSES)
+
+
+def nvmlExceptionClass(nvmlErrorCode):
+    if nvmlErrorCode not in NVMLError._valClassMapping:
+        raise ValueError("nvmlErrorCode %s is not valid" % nvmlErrorCode)
+    return NVMLError._valClassMapping[nvmlErrorCode]
+
+
+class FakeStruct:
+    """Stands for a pynvml struct (attribute access by pynvml's field names)."""
+
+    _struct_name = "struct"
+
+    def __init__(self, fields: dict):
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}: {v}" for k, v in self.__dict__.items())
+        return f"{self._struct_name}({inner})"
+
+    __str__ = __repr__
+
+
+_struct_classes: dict = {}
+
+
+def _struct(name: str, fields: dict) -> FakeStruct:
+    cls = _struct_classes.get(name)
+    if cls is None:
+        cls = type(name, (FakeStruct,), {"_struct_name": name})
+        _struct_classes[name] = cls
+    return cls(dict(fields))
+
+
+# Struct field names, as in pynvml (tests check them against the installed binding).
+STRUCT_FIELDS = {
+    "nvmlPciInfo_t": ("busIdLegacy", "domain", "bus", "device", "pciDeviceId", "pciSubSystemId", "busId"),
+    "c_nvmlMemory_t": ("total", "free", "used"),
+    "c_nvmlUtilization_t": ("gpu", "memory"),
+    "c_nvmlProcessInfo_t": ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId"),
+}
+
+# name -> (kind, parameters as in pynvml, return shape)
+# kind: system (no handle), device (first parameter a handle), pair (two handles).
+# shape: value | tuple | list | struct:<name> | structs:<name>
+SPEC: dict = {
+    "nvmlSystemGetDriverVersion": ("system", (), "value"),
+    "nvmlSystemGetCudaDriverVersion": ("system", (), "value"),
+    "nvmlSystemGetCudaDriverVersion_v2": ("system", (), "value"),
+    "nvmlSystemGetNVMLVersion": ("system", (), "value"),
+    "nvmlDeviceGetCount": ("system", (), "value"),
+    "nvmlDeviceGetName": ("device", ("handle",), "value"),
+    "nvmlDeviceGetUUID": ("device", ("handle",), "value"),
+    "nvmlDeviceGetSerial": ("device", ("handle",), "value"),
+    "nvmlDeviceGetMinorNumber": ("device", ("handle",), "value"),
+    "nvmlDeviceGetIndex": ("device", ("handle",), "value"),
+    "nvmlDeviceGetPciInfo": ("device", ("handle",), "struct:nvmlPciInfo_t"),
+    "nvmlDeviceGetPciInfo_v3": ("device", ("handle",), "struct:nvmlPciInfo_t"),
+    "nvmlDeviceGetCudaComputeCapability": ("device", ("handle",), "tuple"),
+    "nvmlDeviceGetMemoryInfo": ("device", ("handle", "version"), "struct:c_nvmlMemory_t"),
+    "nvmlDeviceGetCurrPcieLinkGeneration": ("device", ("handle",), "value"),
+    "nvmlDeviceGetMaxPcieLinkGeneration": ("device", ("handle",), "value"),
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration": ("device", ("handle",), "value"),
+    "nvmlDeviceGetCurrPcieLinkWidth": ("device", ("handle",), "value"),
+    "nvmlDeviceGetMaxPcieLinkWidth": ("device", ("handle",), "value"),
+    "nvmlDeviceGetPersistenceMode": ("device", ("handle",), "value"),
+    "nvmlDeviceGetEccMode": ("device", ("handle",), "list"),
+    "nvmlDeviceGetTotalEccErrors": ("device", ("handle", "errorType", "counterType"), "value"),
+    "nvmlDeviceGetRetiredPages": ("device", ("device", "sourceFilter"), "list"),
+    "nvmlDeviceGetRetiredPagesPendingStatus": ("device", ("device",), "value"),
+    "nvmlDeviceGetRemappedRows": ("device", ("device",), "tuple"),
+    "nvmlDeviceGetCurrentClocksThrottleReasons": ("device", ("handle",), "value"),
+    "nvmlDeviceGetCurrentClocksEventReasons": ("device", ("handle",), "value"),
+    "nvmlDeviceGetTemperature": ("device", ("handle", "sensor"), "value"),
+    "nvmlDeviceGetPowerUsage": ("device", ("handle",), "value"),
+    "nvmlDeviceGetEnforcedPowerLimit": ("device", ("handle",), "value"),
+    "nvmlDeviceGetPowerManagementLimit": ("device", ("handle",), "value"),
+    "nvmlDeviceGetMigMode": ("device", ("device",), "list"),
+    "nvmlDeviceGetComputeMode": ("device", ("handle",), "value"),
+    "nvmlDeviceGetComputeRunningProcesses": ("device", ("handle",), "structs:c_nvmlProcessInfo_t"),
+    "nvmlDeviceGetUtilizationRates": ("device", ("handle",), "struct:c_nvmlUtilization_t"),
+    "nvmlDeviceGetNvLinkState": ("device", ("device", "link"), "value"),
+    "nvmlDeviceGetNvLinkRemotePciInfo": ("device", ("device", "link"), "struct:nvmlPciInfo_t"),
+    "nvmlDeviceGetNvLinkRemoteDeviceType": ("device", ("handle", "link"), "value"),
+    "nvmlDeviceGetTopologyCommonAncestor": ("pair", ("device1", "device2"), "value"),
+    "nvmlDeviceGetP2PStatus": ("pair", ("device1", "device2", "p2pIndex"), "value"),
+}
+# Parameters that take a default in pynvml, and that the fake ignores.
+_DEFAULTS = {("nvmlDeviceGetMemoryInfo", "version"): None}
+# Extra parameters that select an answer (the rest of a device call's parameters).
+_IGNORED = {"nvmlDeviceGetMemoryInfo": ("version",)}
+
+
+class FakeHandle:
+    """What nvmlDeviceGetHandleBy* returns."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self):
+        return f"<nvmlDevice {self.index} (fake)>"
+
+
+def _signature(params) -> inspect.Signature:
+    return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+
+
+class FakeNVML:
+    """The object ``load`` returns: use it where ``pynvml`` would be used."""
+
+    NVMLError = NVMLError
+    FakeHandle = FakeHandle
+
+    def __init__(self, data: dict):
+        if not isinstance(data, dict):
+            raise ValueError("an NVML fake is a JSON object")
+        fmt = data.get("format")
+        if fmt not in (None, FORMAT):
+            raise ValueError(f"unknown NVML fake format {fmt!r}")
+        self.data = data
+        self._initialised = 0
+        for k, v in CONSTANTS.items():
+            setattr(self, k, v)
+        for k, v in ERROR_CLASSES.items():
+            setattr(self, k, v)
+        self.nvmlExceptionClass = nvmlExceptionClass
+        for name, (kind, params, shape) in SPEC.items():
+            setattr(self, name, self._make(name, kind, params, shape))
+
+    # -- library life ------------------------------------------------------
+    def nvmlInit(self):
+        self.nvmlInitWithFlags(0)
+
+    def nvmlInitWithFlags(self, flags):
+        err = self.data.get("init_error")
+        if err:
+            raise NVMLError(int(err))
+        self._initialised += 1
+
+    def nvmlShutdown(self):
+        self._check()
+        self._initialised -= 1
+
+    def nvmlErrorString(self, result):
+        return _ERROR_TEXT.get(result, "Unknown Error")
+
+    def _check(self):
+        if self._initialised <= 0:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+
+    # -- handles -----------------------------------------------------------
+    def _devices(self) -> list:
+        return list(self.data.get("devices") or [])
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self._check()
+        if not isinstance(index, int) or not 0 <= index < len(self._devices()):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return FakeHandle(index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self._check()
+        for i, d in enumerate(self._devices()):
+            if d.get("nvmlDeviceGetUUID") == uuid:
+                return FakeHandle(i)
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    def nvmlDeviceGetHandleByPciBusId(self, pciBusId):
+        self._check()
+        for i, d in enumerate(self._devices()):
+            info = d.get("nvmlDeviceGetPciInfo")
+            if isinstance(info, dict) and str(info.get("busId", "")).lower() == str(pciBusId).lower():
+                return FakeHandle(i)
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    # -- generated calls ---------------------------------------------------
+    def _make(self, name, kind, params, shape):
+        sig = _signature(params)
+        defaults = {p: _DEFAULTS[(name, p)] for p in params if (name, p) in _DEFAULTS}
+
+        def call(*args, **kwargs):
+            bound = sig.bind_partial(*args, **kwargs)
+            for p, d in defaults.items():
+                bound.arguments.setdefault(p, d)
+            missing = [p for p in params if p not in bound.arguments]
+            if missing:
+                raise TypeError(f"{name}() missing argument(s): {', '.join(missing)}")
+            values = [bound.arguments[p] for p in params]
+            self._check()
+            if kind == "system":
+                table, extra = self.data.get("system") or {}, []
+            elif kind == "device":
+                table, extra = self._device_table(values[0]), values[1:]
+            else:
+                table, extra = self._pair_table(values[0], values[1]), values[2:]
+            extra = [v for p, v in zip(params[len(params) - len(extra):], extra) if p not in _IGNORED.get(name, ())]
+            if name not in table:
+                raise NVMLError(NVML_ERROR_NO_DATA, f"{NOT_RECORDED}: {name}")
+            value = table[name]
+            if extra:
+                if not isinstance(value, dict):
+                    raise NVMLError(NVML_ERROR_NO_DATA, f"{NOT_RECORDED}: {name} by argument")
+                key = ",".join(str(int(a)) if isinstance(a, (int, bool)) else str(a) for a in extra)
+                if key in value:
+                    value = value[key]
+                elif "*" in value:
+                    value = value["*"]
+                else:
+                    raise NVMLError(NVML_ERROR_NO_DATA, f"{NOT_RECORDED}: {name}({key})")
+            if isinstance(value, dict) and "nvml_error" in value:
+                raise NVMLError(int(value["nvml_error"]))
+            return _shape(value, shape)
+
+        call.__name__ = name
+        call.__qualname__ = f"FakeNVML.{name}"
+        call.__signature__ = sig
+        return call
+
+    def _device_table(self, handle) -> dict:
+        if not isinstance(handle, FakeHandle):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        devs = self._devices()
+        if not 0 <= handle.index < len(devs):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return devs[handle.index]
+
+    def _pair_table(self, h1, h2) -> dict:
+        if not isinstance(h1, FakeHandle) or not isinstance(h2, FakeHandle):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        pairs = self.data.get("pairs") or {}
+        a, b = sorted((h1.index, h2.index))
+        return pairs.get(f"{a},{b}") or {}
+
+
+def _shape(value: Any, shape: str) -> Any:
+    if shape == "tuple":
+        return tuple(value)
+    if shape == "list":
+        return list(value)
+    if shape.startswith("struct:"):
+        return _struct(shape.split(":", 1)[1], value)
+    if shape.startswith("structs:"):
+        name = shape.split(":", 1)[1]
+        return [_struct(name, v) for v in value]
+    return value
+
+
+def load(path) -> FakeNVML:
+    """The fake recorded in ``path`` (a JSON file)."""
+    with open(Path(path), encoding="utf-8") as fh:
+        return FakeNVML(json.load(fh))
+
+
+def loads(data: dict) -> FakeNVML:
+    return FakeNVML(data)
+
+
+# ---------------------------------------------------------------------------
+# Recording a live binding
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if hasattr(value, "_fields_"):  # a ctypes struct
+        return {f[0]: _to_json(getattr(value, f[0])) for f in value._fields_}
+    if hasattr(value, "__dict__"):
+        return {k: _to_json(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return str(value)
+
+
+def _record(fn, *args) -> Optional[Any]:
+    try:
+        return _to_json(fn(*args))
+    except Exception as exc:  # noqa: BLE001
+        value = getattr(exc, "value", None)
+        if isinstance(value, int):
+            return {"nvml_error": value}
+        return None  # not in this binding: leave it unrecorded
+
+
+# Argument values to record for calls that take more than a handle.
+_ARGS = {
+    "nvmlDeviceGetTotalEccErrors": [(1, 0), (1, 1), (0, 0), (0, 1)],
+    "nvmlDeviceGetRetiredPages": [(0,), (1,)],
+    "nvmlDeviceGetTemperature": [(0,)],
+    "nvmlDeviceGetP2PStatus": [(0,), (1,), (2,)],
+}
+_NVLINK_CALLS = ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType")
+
+
+def dump(nv, source: str = "recorded from a live NVML") -> dict:
+    """Record an initialised pynvml-like binding ``nv`` into the fake's JSON."""
+    data: dict = {"format": FORMAT, "source": source, "init_error": None, "system": {}, "devices": [], "pairs": {}}
+    for name, (kind, _params, _shape) in SPEC.items():
+        if kind == "system" and hasattr(nv, name):
+            val = _record(getattr(nv, name))
+            if val is not None:
+                data["system"][name] = val
+    count = data["system"].get("nvmlDeviceGetCount")
+    handles = []
+    for i in range(count if isinstance(count, int) else 0):
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+        except Exception:  # noqa: BLE001
+            h = None
+        handles.append(h)
+        dev: dict = {}
+        data["devices"].append(dev)
+        if h is None:
+            continue
+        for name, (kind, params, _shape) in SPEC.items():
+            if kind != "device" or not hasattr(nv, name) or name in _NVLINK_CALLS:
+                continue
+            fn = getattr(nv, name)
+            if len(params) == 1 or name in _IGNORED:
+                val = _record(fn, h)
+                if val is not None:
+                    dev[name] = val
+            else:
+                table = {}
+                for args in _ARGS.get(name, []):
+                    val = _record(fn, h, *args)
+                    if val is not None:
+                        table[",".join(str(a) for a in args)] = val
+                if table:
+                    dev[name] = table
+        _dump_nvlinks(nv, h, dev)
+    for i in range(len(handles)):
+        for j in range(i + 1, len(handles)):
+            if handles[i] is None or handles[j] is None:
+                continue
+            pair: dict = {}
+            if hasattr(nv, "nvmlDeviceGetTopologyCommonAncestor"):
+                val = _record(nv.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
+                if val is not None:
+                    pair["nvmlDeviceGetTopologyCommonAncestor"] = val
+            if hasattr(nv, "nvmlDeviceGetP2PStatus"):
+                table = {}
+                for (idx,) in _ARGS["nvmlDeviceGetP2PStatus"]:
+                    val = _record(nv.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx)
+                    if val is not None:
+                        table[str(idx)] = val
+                pair["nvmlDeviceGetP2PStatus"] = table
+            data["pairs"][f"{i},{j}"] = pair
+    return data
+
+
+def _dump_nvlinks(nv, h, dev: dict) -> None:
+    if not hasattr(nv, "nvmlDeviceGetNvLinkState"):
+        return
+    states: dict = {}
+    remote: dict = {}
+    rtype: dict = {}
+    for link in range(18):
+        st = _record(nv.nvmlDeviceGetNvLinkState, h, link)
+        if st is None:
+            continue
+        states[str(link)] = st
+        if isinstance(st, dict):
+            if link == 0:
+                break
+            continue
+        if st == 1:
+            if hasattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo"):
+                val = _record(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+                if val is not None:
+                    remote[str(link)] = val
+            if hasattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType"):
+                val = _record(nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
+                if val is not None:
+                    rtype[str(link)] = val
+    if states:
+        # Links beyond those recorded answer like an absent link.
+        states.setdefault("*", {"nvml_error": NVML_ERROR_INVALID_ARGUMENT})
+        dev["nvmlDeviceGetNvLinkState"] = states
+    if remote:
+        dev["nvmlDeviceGetNvLinkRemotePciInfo"] = remote
+    if rtype:
+        dev["nvmlDeviceGetNvLinkRemoteDeviceType"] = rtype
+
+
+# ---------------------------------------------------------------------------
+# From nvidia-smi -q -x
+
+
+def _err(code: int) -> dict:
+    return {"nvml_error": code}
+
+
+def from_smi_xml(xml_text: str, compute_capability: Optional[dict] = None, source: str = "nvidia-smi -q -x") -> dict:
+    """An NVML fake derived from an ``nvidia-smi -q -x`` document.
+
+    What nvidia-smi shows as N/A becomes NOT_SUPPORTED; what it does not show
+    stays unrecorded.  The XML has no compute capability: pass
+    ``compute_capability`` ({uuid or pci bus id: "8.6"}) to add it.
+    """
+    from debtorch.facts.nvidia import NOT_SUPPORTED, THROTTLE_BITS, parse_smi_xml
+
+    parsed = parse_smi_xml(xml_text)
+    if parsed.get("error"):
+        raise ValueError(parsed["error"])
+    compute_capability = compute_capability or {}
+    system: dict = {"nvmlDeviceGetCount": len(parsed["gpus"])}
+    if parsed.get("driver_version"):
+        system["nvmlSystemGetDriverVersion"] = parsed["driver_version"]
+    cuda = parsed.get("cuda_driver_version")
+    if cuda and "." in cuda:
+        maj, mnr = cuda.split(".", 1)
+        if maj.isdigit() and mnr.isdigit():
+            system["nvmlSystemGetCudaDriverVersion"] = int(maj) * 1000 + int(mnr) * 10
+            system["nvmlSystemGetCudaDriverVersion_v2"] = system["nvmlSystemGetCudaDriverVersion"]
+            if parsed.get("driver_version"):
+                # NVML names its version "<CUDA major>.<driver version>" (e.g. 12.535.54.03).
+                system["nvmlSystemGetNVMLVersion"] = f"{maj}.{parsed['driver_version']}"
+    bits = {name: bit for bit, name in THROTTLE_BITS}
+    devices = []
+    for g in parsed["gpus"]:
+        unknown = g.get("unknown") or {}
+        dev: dict = {}
+
+        def put(call, fields, build):
+            fields = fields if isinstance(fields, tuple) else (fields,)
+            if all(g.get(f) is not None for f in fields):
+                dev[call] = build(*(g[f] for f in fields))
+            elif any(unknown.get(f) == NOT_SUPPORTED for f in fields):
+                dev[call] = _err(NVML_ERROR_NOT_SUPPORTED)
+
+        put("nvmlDeviceGetName", "name", lambda v: v)
+        put("nvmlDeviceGetUUID", "uuid", lambda v: v)
+        dev["nvmlDeviceGetIndex"] = g["index"]
+        if g.get("pci_bus_id"):
+            bus = g["pci_bus_id"]
+            parts = bus.split(":")
+            dev["nvmlDeviceGetPciInfo"] = {
+                "busIdLegacy": bus[-12:] if len(bus) >= 12 else bus,
+                "domain": int(parts[0], 16) if len(parts) == 3 else 0,
+                "bus": int(parts[-2], 16) if len(parts) >= 2 else 0,
+                "device": int(parts[-1].split(".")[0], 16) if parts else 0,
+                "pciDeviceId": 0,
+                "pciSubSystemId": 0,
+                "busId": bus,
+            }
+        cc = compute_capability.get(g.get("uuid")) or compute_capability.get(g.get("pci_bus_id")) \
+            or compute_capability.get(g.get("name"))
+        if cc:
+            a, b = str(cc).split(".")
+            dev["nvmlDeviceGetCudaComputeCapability"] = [int(a), int(b)]
+        put("nvmlDeviceGetMemoryInfo", ("memory_total", "memory_free", "memory_used"),
+            lambda t, f, u: {"total": t, "free": f, "used": u})
+        put("nvmlDeviceGetCurrPcieLinkGeneration", "pcie_current_gen", int)
+        put("nvmlDeviceGetMaxPcieLinkGeneration", "pcie_max_gen", int)
+        put("nvmlDeviceGetCurrPcieLinkWidth", "pcie_current_width", int)
+        put("nvmlDeviceGetMaxPcieLinkWidth", "pcie_max_width", int)
+        put("nvmlDeviceGetPersistenceMode", "persistence_mode", lambda v: int(bool(v)))
+        put("nvmlDeviceGetEccMode", ("ecc_mode_current", "ecc_mode_pending"), lambda c, p: [int(c), int(p)])
+        ecc: dict = {}
+        for key, field in (("1,0", "ecc_uncorrected_volatile"), ("1,1", "ecc_uncorrected_aggregate")):
+            if g.get(field) is not None:
+                ecc[key] = g[field]
+            elif unknown.get(field) == NOT_SUPPORTED:
+                ecc[key] = _err(NVML_ERROR_NOT_SUPPORTED)
+        if ecc:
+            dev["nvmlDeviceGetTotalEccErrors"] = ecc
+        put("nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending", lambda v: int(bool(v)))
+        pages: dict = {}
+        for key, field in (("0", "retired_pages_single_bit"), ("1", "retired_pages_double_bit")):
+            if g.get(field) is not None:
+                # Page addresses are not in the XML: stand-ins keep the count.
+                pages[key] = [0x1000 * (n + 1) for n in range(int(g[field]))]
+            elif unknown.get(field) == NOT_SUPPORTED:
+                pages[key] = _err(NVML_ERROR_NOT_SUPPORTED)
+        if pages:
+            dev["nvmlDeviceGetRetiredPages"] = pages
+        put("nvmlDeviceGetRemappedRows",
+            ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure"),
+            lambda c, u, p, f: [int(c), int(u), int(bool(p)), int(bool(f))])
+        if g.get("throttle_reasons") is not None:
+            mask = 0
+            for name in g["throttle_reasons"]:
+                mask |= bits.get(name, 0)
+            dev["nvmlDeviceGetCurrentClocksThrottleReasons"] = mask
+            dev["nvmlDeviceGetCurrentClocksEventReasons"] = mask
+        if g.get("temperature_c") is not None:
+            dev["nvmlDeviceGetTemperature"] = {"0": g["temperature_c"]}
+        put("nvmlDeviceGetPowerUsage", "power_draw_w", lambda w: int(round(w * 1000)))
+        put("nvmlDeviceGetEnforcedPowerLimit", "power_limit_w", lambda w: int(round(w * 1000)))
+        put("nvmlDeviceGetPowerManagementLimit", "power_limit_w", lambda w: int(round(w * 1000)))
+        put("nvmlDeviceGetMigMode", ("mig_mode_current", "mig_mode_pending"), lambda c, p: [int(c), int(p)])
+        modes = {"default": 0, "exclusive_thread": 1, "prohibited": 2, "exclusive_process": 3}
+        put("nvmlDeviceGetComputeMode", "compute_mode", lambda m: modes.get(m, 0))
+        put("nvmlDeviceGetComputeRunningProcesses", "processes",
+            lambda ps: [{"pid": p["pid"], "usedGpuMemory": p["used_memory"], "gpuInstanceId": 0xFFFFFFFF,
+                         "computeInstanceId": 0xFFFFFFFF} for p in ps])
+        put("nvmlDeviceGetUtilizationRates", ("utilization_gpu", "utilization_memory"),
+            lambda u, m: {"gpu": u, "memory": m})
+        # A single GPU from nvidia-smi: no NVLink recorded, which NVML says as NOT_SUPPORTED.
+        dev["nvmlDeviceGetNvLinkState"] = {"*": _err(NVML_ERROR_NOT_SUPPORTED)}
+        devices.append(dev)
+    return {"format": FORMAT, "source": source, "init_error": None, "system": system, "devices": devices,
+            "pairs": {}}

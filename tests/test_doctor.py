@@ -1,0 +1,142 @@
+"""The doctor's framework: findings, crashes, silencing, exit codes, the two views, --redact."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from debtorch import doctor
+from debtorch.cli import app
+from debtorch.doctor import Context, diagnose
+from debtorch.doctor.findings import CRASH_ID, Finding, error, warning
+from debtorch.doctor.siteconfig import SiteConfigError, parse
+from debtorch import render
+from hostkit import HOSTS, facts_of, ids, make_host
+
+runner = CliRunner()
+VM = str(HOSTS / "debian12-vm-2core")
+
+
+def test_findings_compare_field_by_field():
+    a = warning("cpu.W001", "governor is powersave", fix="x", facts={"cpu.governor": "powersave"})
+    assert a == Finding("cpu.W001", "warning", "governor is powersave", "x", "", (("cpu.governor", "powersave"),))
+    assert a != warning("cpu.W001", "governor is powersave", fix="y")
+    with pytest.raises(ValueError):
+        Finding("x.E001", "fatal", "bad level")
+
+
+def test_a_crashing_check_is_a_finding_not_a_traceback(monkeypatch, replay):
+    def broken(facts, ctx):
+        return facts["no such section"]["x"]
+
+    monkeypatch.setattr(doctor, "_REGISTRY", doctor._REGISTRY + [("gpu", broken)])
+    report = diagnose(facts_of(replay("debian12-vm-2core")))
+    [crash] = report.crashed
+    assert crash.id == CRASH_ID and crash.area == "gpu" and "KeyError" in crash.message
+    assert report.exit_code() == 1
+    lines = render.doctor_lines({}, report)
+    assert any(l.startswith("[☠] GPUs") for l in lines)
+    assert any(l.startswith("[#] GPUs") for l in render.doctor_lines({}, report, unicode=False))
+
+
+def test_exit_codes_and_fail_on(tmp_path):
+    host = make_host(tmp_path, files={"/sys/devices/system/cpu/cpufreq/policy0/scaling_governor": "powersave\n"})
+    res = runner.invoke(app, ["doctor", "--host", str(host.root)])
+    assert res.exit_code == 0, res.output         # a warning does not fail by default
+    assert "cpu.W001" in res.output
+    res = runner.invoke(app, ["doctor", "--host", str(host.root), "--fail-on", "warning"])
+    assert res.exit_code == 1
+    res = runner.invoke(app, ["doctor", "--host", str(tmp_path / "nope")])
+    assert res.exit_code == 2
+    res = runner.invoke(app, ["doctor", "--fail-on", "sometimes"])
+    assert res.exit_code == 2
+
+
+def test_errors_exit_1(tmp_path):
+    host = make_host(tmp_path, meta={"statvfs": {"/dev/shm": {"total": 64 << 20, "free": 64 << 20, "used": 0}}})
+    res = runner.invoke(app, ["doctor", "--host", str(host.root)])
+    assert res.exit_code == 1 and "memory.E002" in res.output and "[✗] Memory and limits" in res.output
+
+
+def test_json_view_is_one_object_with_schema_version():
+    res = runner.invoke(app, ["doctor", "--host", VM, "--json"])
+    doc = json.loads(res.output)
+    assert doc["schema_version"] == 1 and doc["facts"]["schema_version"] == 1
+    assert set(doc["summary"]) >= {"errors", "warnings", "infos", "crashed_checks"}
+    assert doc["exit_code"] == res.exit_code
+
+
+def test_verbose_shows_info_findings(tmp_path):
+    host = make_host(tmp_path, files={"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n"})
+    quiet = runner.invoke(app, ["doctor", "--host", str(host.root)])
+    loud = runner.invoke(app, ["doctor", "--host", str(host.root), "-v"])
+    assert "cpu.I001" not in quiet.output and "cpu.I001" in loud.output
+    assert "facts: cpu.usable_cpus=1" in loud.output
+
+
+def test_saved_facts_replay_without_the_live_machine(tmp_path, no_live):
+    res = runner.invoke(app, ["facts", "--host", VM, "--json"])
+    path = tmp_path / "f.json"
+    path.write_text(res.output)
+    out = runner.invoke(app, ["doctor", "--facts", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "Debian GNU/Linux 12" in out.output
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"os": {}}', "no schema_version"),
+    ('{"schema_version": 99}', "schema_version 99"),
+])
+def test_malformed_facts_file_is_one_line_exit_2(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    res = runner.invoke(app, ["doctor", "--facts", str(path)])
+    assert res.exit_code == 2
+    assert needle in res.output and str(path) in res.output and "Traceback" not in res.output
+
+
+def test_missing_facts_file(tmp_path):
+    res = runner.invoke(app, ["doctor", "--facts", str(tmp_path / "none.json")])
+    assert res.exit_code == 2 and "cannot read" in res.output
+
+
+def test_site_config_silences_and_adds_minimums(tmp_path):
+    host = make_host(tmp_path, files={
+        "/sys/devices/system/cpu/cpufreq/policy0/scaling_governor": "powersave\n",
+        "/etc/debtorch/doctor.toml": 'silence = ["cpu.W001"]\n[minimums]\ntorch = "2.14"\n',
+    })
+    res = runner.invoke(app, ["doctor", "--host", str(host.root), "--json"])
+    doc = json.loads(res.output)
+    assert "cpu.W001" in doc["silenced"] and "cpu.W001" not in [f["id"] for f in doc["findings"]]
+    assert "site.E002" in [f["id"] for f in doc["findings"]] and res.exit_code == 1
+    assert doc["site_config"] == ["/etc/debtorch/doctor.toml"]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('silence = ["cpu.W001"]\ncolour = "red"\n', "x.toml:2: colour: unknown key"),
+    ('silence = ["not an id"]\n', "x.toml:1: silence: 'not an id' is not an id"),
+    ('[minimums]\ndriver = "five-three-five"\n', "x.toml:2: minimums.driver: 'five-three-five' is not a version"),
+    ('[minimums]\nram = "1"\n', "x.toml:2: minimums.ram: unknown key"),
+    ('silence = [', "x.toml: not valid TOML"),
+])
+def test_site_config_errors_name_file_line_and_key(text, needle):
+    with pytest.raises(SiteConfigError) as exc:
+        parse(text, "x.toml")
+    assert str(exc.value).startswith(needle)
+
+
+def test_bad_site_config_on_the_cli_exits_2(tmp_path):
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_text("[minimums]\nshm = 'lots'\n")
+    res = runner.invoke(app, ["doctor", "--host", VM, "--config", str(cfg)])
+    assert res.exit_code == 2 and f"{cfg}:2: minimums.shm" in res.output
+
+
+def test_every_output_format_and_fail_level_is_handled():
+    from debtorch.cli import FailOn, Format
+    for level in FailOn:
+        res = runner.invoke(app, ["doctor", "--host", VM, "--fail-on", level.value])
+        assert res.exit_code in (0, 1)
+    assert {f.value for f in Format} == {"text", "json"}

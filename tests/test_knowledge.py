@@ -1,0 +1,348 @@
+"""checks/ data and debtorch.knowledge: the doctor's version tables and lookups."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from debtorch import knowledge as k
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = ROOT / "checks"
+
+
+@pytest.fixture(autouse=True)
+def _repo_data(monkeypatch):
+    """Every test reads the checkout's checks/ unless it points elsewhere itself."""
+    monkeypatch.delenv(k.ENV_DIR, raising=False)
+
+
+def _copy_checks(tmp_path):
+    dest = tmp_path / "checks"
+    shutil.copytree(CHECKS, dest)
+    return dest
+
+
+# --- the data files -----------------------------------------------------------
+
+
+def test_every_file_parses_validates_and_has_rows():
+    kb = k.Knowledge(CHECKS)
+    counts = {name: sum(len(rows) for rows in tables.values()) for name, tables in kb.tables.items()}
+    assert set(counts) == set(k.SCHEMA)
+    assert all(n > 0 for n in counts.values()), counts
+    for name, tables in kb.tables.items():
+        for table, rows in tables.items():
+            for row in rows:
+                assert row["source"].strip(), (name, table, row)
+
+
+def test_checkout_finds_its_own_checks_folder():
+    assert k.checks_dir() == CHECKS
+
+
+def test_a_row_without_source_fails_with_one_line_naming_file_and_row(tmp_path, monkeypatch):
+    folder = _copy_checks(tmp_path)
+    path = folder / "gpus.toml"
+    text = path.read_text()
+    first = text.index('source = "', text.index("[[gpu]]"))
+    path.write_text(text[:first] + text[text.index("\n", first) + 1:])
+    monkeypatch.setenv(k.ENV_DIR, str(folder))
+    with pytest.raises(k.KnowledgeError) as err:
+        k.load()
+    message = str(err.value)
+    assert "\n" not in message
+    assert "gpus.toml" in message and "[[gpu]] row 1" in message and "missing 'source'" in message
+
+
+def test_unconfirmed_row_needs_a_note(tmp_path, monkeypatch):
+    folder = _copy_checks(tmp_path)
+    path = folder / "thresholds.toml"
+    path.write_text(path.read_text().replace('unit = "bytes"\n', 'unit = "bytes"\nconfidence = "unconfirmed"\n', 1))
+    # that row already has a note; take it away
+    text = path.read_text()
+    start = text.index("[[threshold]]\nname = \"docker_default_shm_bytes\"")
+    note = text.index("note = ", start)
+    path.write_text(text[:note] + text[text.index("\n", note) + 1:])
+    monkeypatch.setenv(k.ENV_DIR, str(folder))
+    with pytest.raises(k.KnowledgeError, match=r"thresholds.toml: \[\[threshold\]\] row \d+ .*needs a 'note'"):
+        k.load()
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda t: t.replace('driver_linux = "570.26"', 'driver_linux = "five-seventy"'), r"cuda_driver.toml: \[\[toolkit\]\] row \d+ \(cuda = '12.8.0'\): 'driver_linux' must be a version"),
+    (lambda t: t.replace('release = "CUDA 12.8 GA"', 'release = "CUDA 12.8 GA"\nreleas = "typo"'), r"cuda_driver.toml: .*unknown column 'releas'"),
+    (lambda t: t + "\n[[toolkit]\n", r"cuda_driver.toml: "),
+])
+def test_malformed_driver_file_names_the_file(tmp_path, monkeypatch, edit, expected):
+    folder = _copy_checks(tmp_path)
+    path = folder / "cuda_driver.toml"
+    path.write_text(edit(path.read_text()))
+    monkeypatch.setenv(k.ENV_DIR, str(folder))
+    with pytest.raises(k.KnowledgeError, match=expected) as err:
+        k.load()
+    assert "\n" not in str(err.value)
+
+
+def test_bad_arch_list_in_wheel_data_is_caught(tmp_path, monkeypatch):
+    folder = _copy_checks(tmp_path)
+    path = folder / "torch_wheels.toml"
+    path.write_text(path.read_text().replace('arch_list = "7.0;7.5;8.0;8.6;9.0;10.0;12.0"', 'arch_list = "7.0;7.5;Ampere"', 1))
+    monkeypatch.setenv(k.ENV_DIR, str(folder))
+    with pytest.raises(k.KnowledgeError, match=r"torch_wheels.toml: \[\[wheel\]\] row \d+ .*'arch_list' cannot read architecture 'Ampere'"):
+        k.load()
+
+
+def test_env_var_naming_no_folder_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(k.ENV_DIR, str(tmp_path / "nowhere"))
+    with pytest.raises(k.KnowledgeError, match="DEBTORCH_CHECKS_DIR"):
+        k.checks_dir()
+
+
+def test_every_cuda_wheel_has_a_known_driver_requirement():
+    for row in k.load().wheels:
+        if row.get("cuda"):
+            need = k.min_driver(row["cuda"])
+            assert need and need["toolkit_driver"], row["variant"] + " " + row["cuda"]
+
+
+def test_gpu_examples_resolve_to_their_own_row():
+    for row in k.load().tables["gpus.toml"]["gpu"]:
+        for example in row.get("examples", []) + [row["name"]]:
+            if "/" in example:   # "Jetson T5000 / T4000 (Thor)" names two products
+                continue
+            assert k.capability_for_name(example) == row["cc"], example
+
+
+def test_debian_derived_max_cuda_matches_the_driver_table():
+    for row in k.load().debian:
+        got = k.max_cuda_for_driver(row["nvidia_driver"])
+        assert got["full"] == row["max_cuda_full"], row["codename"]
+        if "max_cuda_minor_compat" in row:
+            assert str(got["minor_compat_major"]) == row["max_cuda_minor_compat"], row["codename"]
+
+
+# --- real cases ---------------------------------------------------------------
+
+
+def test_rtx_5090_has_no_code_in_2_6_cu124():
+    row = k.wheel("2.6.0+cu124")
+    verdict, detail = k.arch_support("12.0", row["arch_list"])
+    assert verdict == "none"
+    assert not k.older_than_all("12.0", row["arch_list"])
+    assert k.capability_for_name("NVIDIA GeForce RTX 5090") == "12.0"
+
+
+def test_rtx_4090_runs_sm_86_code():
+    assert k.arch_support("8.9", "7.5;8.0;8.6")[0] == "sass"
+    assert k.arch_support((8, 9), ["sm_75", "sm_80", "sm_86"])[0] == "sass"
+
+
+def test_h100_runs_only_through_ptx_on_a_list_ending_8_6_ptx():
+    verdict, detail = k.arch_support("9.0", "7.5;8.0;8.6+PTX")
+    assert verdict == "ptx" and "compute_86" in detail
+
+
+def test_sass_never_crosses_majors():
+    assert k.arch_support("9.0", "8.0;8.6;8.9")[0] == "none"
+    assert k.arch_support("8.6", "8.0;9.0")[0] == "sass"       # 8.0 runs on 8.6
+    assert k.arch_support("8.0", "8.6;9.0")[0] == "none"       # not backwards within a major
+    assert k.arch_support("12.1", "12.0")[0] == "sass"         # GB10 runs sm_120
+    assert k.arch_support("9.0", "sm_90a")[0] == "sass"
+    assert k.arch_support("9.1", "sm_90a")[0] == "none"        # arch-specific: 9.0 only
+
+
+def test_k80_is_older_than_every_arch_in_2_6_cu126_but_runs_cu118():
+    cu126 = k.wheel("2.6.0", "cu126")["arch_list"]
+    verdict, detail = k.arch_support("3.7", cu126)
+    assert verdict == "none" and "older than every architecture" in detail
+    assert k.older_than_all("3.7", cu126)
+    assert k.arch_support("3.7", k.wheel("2.6.0", "cu118")["arch_list"])[0] == "sass"
+    assert k.capability_for_name("Tesla K80") == "3.7"
+
+
+def test_debian_12_driver_with_cuda_12_8_is_minor_compat():
+    verdict, detail = k.driver_supports("535.261.03", "12.8")
+    assert verdict == "minor-compat"
+    assert "PTX" in detail
+
+
+def test_535_cannot_run_cuda_13_and_says_why():
+    verdict, detail = k.driver_supports("535.261.03", "13.0")
+    assert verdict == "too-old"
+    assert "580" in detail and "forward-compatibility" in detail
+
+
+def test_470_cannot_run_cuda_12_1():
+    assert k.driver_supports("470.256.02", "12.1")[0] == "too-old"
+
+
+def test_full_support_and_backward_compatibility():
+    assert k.driver_supports("570.124.06", "12.8.1")[0] == "full"
+    assert k.driver_supports("570.26", "12.8.1")[0] == "minor-compat"    # 12.8 Update 1 wants 570.124.06
+    assert k.driver_supports("595.58.03", "11.8")[0] == "full"            # newer drivers run older CUDA
+    assert k.driver_supports("418.226.00", "10.2")[0] == "too-old"        # no minor compat before CUDA 11
+    assert k.driver_supports("440.33", "10.2")[0] == "full"
+
+
+def test_cu130_needs_580():
+    need = k.min_driver("13.0")
+    assert need["toolkit_driver"] == "580.65.06" and need["minor_compat_driver"] == "580"
+    cu130 = k.wheel("2.13.0", "cu130")
+    assert k.driver_supports("580.95.05", cu130["cuda"])[0] == "full"
+    for codename in ("bookworm", "trixie"):
+        driver = k.debian_release(codename)["nvidia_driver"]
+        assert k.driver_supports(driver, cu130["cuda"])[0] == "too-old", codename
+
+
+def test_best_variant_for_debian_12_on_torch_2_13_is_cu126():
+    driver = k.debian_release("12")["nvidia_driver"]
+    best = k.best_variant_for_driver("2.13.0", driver, "8.6")
+    assert best["variant"] == "cu126"
+    assert best["pip"] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+    assert best["driver_verdict"] == "minor-compat" and not best["nearest"]
+
+
+def test_best_variant_prefers_machine_code_and_says_when_nothing_fits():
+    # an RTX 5090 with a 570 driver on 2.7: only cu128 has sm_120
+    assert k.best_variant_for_driver("2.7.1", "570.124.06", "12.0")["variant"] == "cu128"
+    # ... and Debian 12's driver cannot run any 2.13 wheel that has sm_120
+    assert k.best_variant_for_driver("2.13.0", "535.261.03", "12.0") is None
+    # a release newer than the table falls back to the nearest known one
+    best = k.best_variant_for_driver("2.99.0", "595.58.03", "9.0")
+    assert best["nearest"] and best["series"] == "2.14" and best["pip"].startswith("pip install torch==2.14.*")
+
+
+def test_max_cuda_for_driver():
+    got = k.max_cuda_for_driver("535.261.03")
+    assert got["full"] == "12.2" and got["minor_compat_major"] == 12
+    assert k.max_cuda_for_driver("595.58.03")["full"] == "13.2"
+    assert k.max_cuda_for_driver("300.1")["full"] is None
+
+
+def test_wheel_lookup_forms():
+    assert k.wheel("2.5.1+cu124")["cudnn"] == "9.1.0.70"
+    assert k.wheel("2.13.0", "cu126")["series"] == "2.13"
+    assert k.wheel("2.13", "CU126")["pip"].endswith("torch==2.13.* --index-url https://download.pytorch.org/whl/cu126")
+    assert k.wheel("2.13.0") is None                      # no variant given
+    assert k.wheel("2.13.0", "cu118") is None             # no such wheel
+    assert k.wheel("2.14.0", "cu130", platform="linux-aarch64")["arch_list"].startswith("8.0;9.0")
+    assert k.variants("2.8.0+cu128") == ["cpu", "cu126", "cu128", "cu129", "rocm6.4"]
+    assert k.variants("0.1") == []
+
+
+def test_gpu_names_from_reports():
+    cases = {
+        "NVIDIA GeForce RTX 4090": "8.9", "Tesla T4": "7.5", "NVIDIA A100-SXM4-80GB": "8.0",
+        "NVIDIA H100 80GB HBM3": "9.0", "NVIDIA GeForce GTX 1070 Ti": "6.1", "NVIDIA RTX A6000": "8.6",
+        "NVIDIA GB10": "12.1", "NVIDIA B200": "10.0", "NVIDIA GeForce RTX 5090": "12.0",
+        "NVIDIA GeForce RTX 3060 Laptop GPU": "8.6", "GPU 0: NVIDIA GeForce RTX 3090 (UUID: GPU-5a100e00-aaaa)": "8.6",
+        "Quadro RTX 6000": "7.5", "NVIDIA RTX 6000 Ada Generation": "8.9", "NVIDIA A10G": "8.6",
+        "GeForce GTX TITAN X": "5.2", "NVIDIA TITAN X (Pascal)": "6.1", "nvidia geforce rtx4090": "8.9",
+    }
+    for name, cc in cases.items():
+        assert k.capability_for_name(name) == cc, name
+    for unknown in ("Graphics Device", "NVIDIA RTX 6000", "", "AMD Radeon RX 7900 XTX"):
+        assert k.capability_for_name(unknown) is None, unknown
+
+
+def test_debian_release_lookup():
+    assert k.debian_release("bookworm")["version"] == "12"
+    assert k.debian_release("Debian 12.7")["codename"] == "bookworm"
+    assert k.debian_release(13)["nvidia_driver"] == "550.163.01"
+    assert k.debian_release("trixie/sid")["codename"] == "trixie"
+    assert k.debian_release("testing")["codename"] == "forky"
+    assert k.debian_release("bookworm")["firmware_component"] == "non-free-firmware"
+    assert k.debian_release("ubuntu") is None
+
+
+def test_thresholds():
+    assert k.threshold("docker_default_shm_bytes") == 64 * 1024 * 1024
+    assert k.threshold("cudnn_min_version") == "8.2"
+    assert k.threshold("nope") is None
+
+
+# --- properties ---------------------------------------------------------------
+
+LOOKUPS = [
+    lambda s: k.capability_for_name(s), lambda s: k.debian_release(s), lambda s: k.wheel(s), lambda s: k.wheel("2.6", s),
+    lambda s: k.variants(s), lambda s: k.min_driver(s), lambda s: k.driver_supports(s, "12.4"),
+    lambda s: k.driver_supports("550.54.15", s), lambda s: k.max_cuda_for_driver(s), lambda s: k.arch_support(s, "8.0"),
+    lambda s: k.arch_support("8.6", s), lambda s: k.best_variant_for_driver(s, "550.54.15", "8.6"),
+    lambda s: k.best_variant_for_driver("2.6.0", s, s), lambda s: k.threshold(s), lambda s: k.parse_arch_list(s),
+    lambda s: k.older_than_all(s, s),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text())
+def test_arbitrary_strings_never_raise(text):
+    for lookup in LOOKUPS:
+        lookup(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.from_regex(r"\A[0-9]{1,3}(\.[0-9]{1,3}){0,3}\Z"), st.sampled_from(["10.2", "11.8", "12.1", "12.6.3", "12.8.1", "13.0.2", "13.2.1"]))
+def test_version_like_strings_never_raise(version, cuda):
+    k.driver_supports(version, cuda)
+    k.driver_supports("550.54.15", version)
+    k.max_cuda_for_driver(version)
+    k.min_driver(version)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(3, 12), st.integers(0, 9), st.integers(0, 9))
+def test_sass_runs_forward_within_a_major_only(major, built_minor, gpu_minor):
+    verdict = k.arch_support(f"{major}.{gpu_minor}", f"{major}.{built_minor}")[0]
+    assert verdict == ("sass" if gpu_minor >= built_minor else "none")
+    assert k.arch_support(f"{major + 1}.{gpu_minor}", f"{major}.{built_minor}")[0] == "none"
+    assert k.arch_support(f"{major + 1}.{gpu_minor}", f"{major}.{built_minor}+PTX")[0] == "ptx"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(400, 700), st.integers(0, 200), st.sampled_from(["11.4", "11.8", "12.0", "12.4.1", "12.8.1", "13.0", "13.2.1"]))
+def test_a_newer_driver_never_supports_less(major, minor, cuda):
+    order = {"too-old": 0, "minor-compat": 1, "full": 2}
+    lower = k.driver_supports(f"{major}.{minor}", cuda)[0]
+    higher = k.driver_supports(f"{major}.{minor + 1}", cuda)[0]
+    assert order[higher] >= order[lower]
+
+
+# --- the installed wheel carries the data ----------------------------------------
+
+
+def test_built_wheel_contains_checks_and_the_loader_finds_them(tmp_path):
+    out = tmp_path / "dist"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+                              capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.skip("building the wheel timed out (no package index reachable?)")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["pip wheel failed"])[-1]
+        pytest.skip(f"cannot build a wheel here (offline, no hatchling?): {last}")
+    wheels = list(out.glob("debtorch-*.whl"))
+    assert len(wheels) == 1
+    with zipfile.ZipFile(wheels[0]) as zf:
+        names = set(zf.namelist())
+        for name in k.SCHEMA:
+            assert f"debtorch/_data/checks/{name}" in names
+        zf.extractall(tmp_path / "site")
+    env = {key: value for key, value in os.environ.items() if key not in (k.ENV_DIR, "PYTHONPATH")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    probe = ("from debtorch import knowledge as k; print(k.checks_dir()); "
+             "print(k.capability_for_name('Tesla T4'))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert run.returncode == 0, run.stderr
+    where, cc = run.stdout.split()
+    assert Path(where) == tmp_path / "site" / "debtorch" / "_data" / "checks"
+    assert cc == "7.5"
+    for name in k.SCHEMA:   # the wheel ships the checkout's files unchanged
+        assert tomllib.loads((Path(where) / name).read_text()) == tomllib.loads((CHECKS / name).read_text())
