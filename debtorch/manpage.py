@@ -246,8 +246,43 @@ def build_date(environ=None) -> str:
     return (stamp or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d")
 
 
+def _first_line(doc: Optional[str]) -> str:
+    return (doc or "").strip().split("\n\n")[0].replace("\n", " ").replace("``", "").strip()
+
+
+def known_files() -> list:
+    """[(path, what)] of the files debtorch reads, from the modules that read them."""
+    out = []
+    try:
+        from debtorch import knowledge
+
+        out.append((str(knowledge.SYSTEM_DIR), _first_line(knowledge.__doc__)))
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from debtorch.doctor import siteconfig
+
+        out.append((str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional."))
+    except (ImportError, AttributeError):
+        pass
+    return out
+
+
+def known_environment() -> list:
+    """[(variable, what)] that change where debtorch looks."""
+    out = [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected.")]
+    try:
+        from debtorch import knowledge
+
+        out.append((knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."))
+    except (ImportError, AttributeError):
+        pass
+    return out
+
+
 def render_man(commands: Optional[list] = None, *, version: Optional[str] = None, summary: Optional[str] = None,
-               exits: Optional[list] = None, date: Optional[str] = None) -> str:
+               exits: Optional[list] = None, date: Optional[str] = None, files: Optional[list] = None,
+               environment: Optional[list] = None) -> str:
     """debtorch(1) as roff."""
     if commands is None:
         commands = walk()
@@ -306,11 +341,17 @@ def render_man(commands: Optional[list] = None, *, version: Optional[str] = None
         out.append(".SH EXIT STATUS")
         for code, meaning in exits:
             out += [".TP", f"\\fB{code}\\fR", _roff_text(meaning)]
+    files = known_files() if files is None else files
+    if files:
+        out.append(".SH FILES")
+        for path, what in files:
+            out += [".TP", ".I " + _roff_text(path), _roff_text(what)]
+    envs = known_environment() if environment is None else environment
+    if envs:
+        out.append(".SH ENVIRONMENT")
+        for name, what in envs:
+            out += [".TP", ".B " + _roff_text(name), _roff_text(what)]
     out += [
-        ".SH FILES",
-        ".TP",
-        ".I /usr/share/debtorch/checks",
-        "The doctor's knowledge as TOML data files, every row with its source.",
         ".SH SEE ALSO",
         "The documents under",
         ".IR /usr/share/doc/debtorch/ .",

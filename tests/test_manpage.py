@@ -122,6 +122,16 @@ def test_every_registered_command_and_option_is_in_its_section_of_the_man_page()
     assert f'"debtorch {__version__}"' in roff.splitlines()[1]
 
 
+def test_the_man_page_names_the_files_and_variables_the_code_reads():
+    from debtorch import knowledge
+    from debtorch.doctor import siteconfig
+
+    parts = sections(manpage.render_man(date="2025-01-01"))
+    assert str(knowledge.SYSTEM_DIR) in parts["FILES"]
+    assert siteconfig.SYSTEM_PATH in parts["FILES"]
+    assert knowledge.ENV_DIR in parts["ENVIRONMENT"]
+
+
 def test_a_new_group_choices_and_arguments_appear_and_hidden_options_do_not():
     roff = manpage.render_man(manpage.walk(demo_app()), version="9", summary="s", exits=[], date="2025-01-01")
     parts = sections(roff)

@@ -16,11 +16,6 @@ from packaging.utils import canonicalize_name
 from debtorch import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
-# The developers' shared fixtures: next to the main checkout, or one level up from a worktree.
-SHARED_REAL = next(
-    (p / "shared" / "fixtures" / "real" for p in (ROOT.parent, ROOT.parent.parent) if (p / "shared" / "fixtures" / "real").is_dir()),
-    ROOT.parent / "shared" / "fixtures" / "real",
-)
 DEBIAN = ROOT / "debian"
 needs_debian = pytest.mark.skipif(not (DEBIAN / "control").exists(), reason="no debian/ folder next to tests/")
 
@@ -68,53 +63,68 @@ def dep5_stanzas(text):
 
 
 def dep5_license(stanzas, path):
-    """The license of ``path``: the last stanza with a matching pattern wins."""
-    found = None
+    """(license, pattern) for ``path``: the last stanza with a matching pattern wins."""
+    found = ("", "")
     for patterns, lic in stanzas:
         for pat in patterns:
             rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pat)
             if re.fullmatch(rx, path):
-                found = lic
+                found = (lic, pat)
     return found
 
 
-# SOURCES.md licence -> a word the DEP-5 License field must contain.
+REAL = ROOT / "tests" / "real"
+
+# Licence in tests/real/SOURCES.md -> a word the DEP-5 License field must hold.
+# Any other licence needs a stanza of its own (not the catch-all "*").
 LICENSE_WORD = {"MIT": "Expat", "Apache-2.0": "Apache-2.0", "GPL-3.0": "GPL-3"}
+OWN = {"—", "-", ""}  # recorded by us: covered by "Files: *"
 
 
-def shared_fixture_licenses():
-    """{sha256: (name in SOURCES.md, repo, license)} of the developers' shared real fixtures."""
-    table = (SHARED_REAL / "SOURCES.md").read_text()
+def copied_files():
+    """{path under tests/real: (origin, licence)} from the tables of tests/real/SOURCES.md."""
     out = {}
-    for row in table.splitlines():
+    for row in (REAL / "SOURCES.md").read_text().splitlines():
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         if len(cells) < 5 or not cells[0].startswith("`"):
             continue
-        name, repo, lic = cells[0].strip("`"), cells[1], cells[4].split()[0]
-        path = SHARED_REAL / name
-        if path.is_file():
-            out[hashlib.sha256(path.read_bytes()).hexdigest()] = (name, repo, lic)
+        names = re.findall(r"`([^`]+)`", cells[0])
+        folder = names[0].rsplit("/", 1)[0] if "/" in names[0] else ""
+        lic = cells[4]
+        for name in names:
+            if "/" not in name and folder:
+                name = f"{folder}/{name}"
+            for path in sorted(REAL.glob(name)) or [REAL / name]:
+                out[path.relative_to(REAL).as_posix()] = (cells[1], lic)
     return out
 
 
 @needs_debian
-@pytest.mark.skipif(not (SHARED_REAL / "SOURCES.md").exists(), reason="the shared real fixtures are not here")
-def test_fixture_files_copied_from_other_projects_are_in_debian_copyright():
-    known = shared_fixture_licenses()
+@pytest.mark.skipif(not (REAL / "SOURCES.md").exists(), reason="no tests/real/SOURCES.md")
+def test_files_copied_from_other_projects_have_their_licence_in_debian_copyright():
+    listed = copied_files()
+    assert listed, "tests/real/SOURCES.md lists no files"
+    by_hash = {}
+    for name, origin in listed.items():
+        path = REAL / name
+        assert path.is_file(), f"tests/real/SOURCES.md lists {name}, which is not there"
+        by_hash[hashlib.sha256(path.read_bytes()).hexdigest()] = (name, *origin)
     stanzas = dep5_stanzas((DEBIAN / "copyright").read_text())
     problems = []
-    for path in sorted((ROOT / "tests" / "hosts").rglob("*")):
+    for path in sorted((ROOT / "tests").rglob("*")):
         if not path.is_file() or path.is_symlink():
             continue
-        hit = known.get(hashlib.sha256(path.read_bytes()).hexdigest())
+        hit = by_hash.get(hashlib.sha256(path.read_bytes()).hexdigest())
         if hit is None:
             continue
-        name, repo, lic = hit
+        name, origin, lic = hit
+        if lic in OWN:
+            continue
         rel = path.relative_to(ROOT).as_posix()
-        have = dep5_license(stanzas, rel) or ""
-        want = LICENSE_WORD.get(lic, lic)
-        if want not in have:
-            problems.append(f"{rel} is {name} from {repo} ({lic}); debian/copyright says {have!r}")
+        have, pattern = dep5_license(stanzas, rel)
+        want = next((w for k, w in LICENSE_WORD.items() if lic.startswith(k)), None)
+        if (want and want not in have) or (not want and pattern == "*"):
+            problems.append(f"{rel}: a copy of {name} from {origin} ({lic}); debian/copyright gives {have!r}")
     assert not problems, "debian/copyright: add Files stanzas for:\n" + "\n".join(problems)
 
 
@@ -122,6 +132,6 @@ def test_dep5_matching_takes_the_last_stanza():
     stanzas = dep5_stanzas(
         "Format: x\n\nFiles: *\nLicense: Expat\n\nFiles: tests/hosts/*/cpuinfo-?\nLicense: GPL-3+\n Text.\n"
     )
-    assert dep5_license(stanzas, "debtorch/cli.py") == "Expat"
-    assert dep5_license(stanzas, "tests/hosts/a/b/cpuinfo-1") == "GPL-3+"
-    assert dep5_license(stanzas, "tests/hosts/a/cpuinfo-12") == "Expat"
+    assert dep5_license(stanzas, "debtorch/cli.py") == ("Expat", "*")
+    assert dep5_license(stanzas, "tests/hosts/a/b/cpuinfo-1") == ("GPL-3+", "tests/hosts/*/cpuinfo-?")
+    assert dep5_license(stanzas, "tests/hosts/a/cpuinfo-12") == ("Expat", "*")
