@@ -25,9 +25,9 @@ restore_on_exit "$WORK"
 copy_tree "$WORK/src"
 set +e
 clean_env autopkgtest --output-dir "$WORK/out" "$DEB" "$WORK/src/" -- null >"$WORK/log" 2>&1
-cp "$WORK/log" "$DEB_OUT/autopkgtest.log" 2>/dev/null || true
 rc=$?
 set -e
+cp "$WORK/log" "$DEB_OUT/autopkgtest.log" 2>/dev/null || true
 # autopkgtest exits 0 (all pass), 2 (some skipped), 8 (no tests); all else fails.
 grep -E '^[a-z][a-z0-9_-]* +(PASS|FAIL|SKIP|FLAKY|BROKEN)' "$WORK/log" | sed 's/^/  /' >&2 || true
 if [ $rc -ne 0 ]; then

@@ -187,9 +187,8 @@ if [ "${UNIT:-1}" != 0 ]; then
     t=$(now)
     apt_in_root install -y -qq --no-install-recommends "/tmp/$(basename "$DEB")" python3-pytest python3-hypothesis \
         bash-completion groff-base >"$WORK/unit-install.log" 2>&1 || { cat "$WORK/unit-install.log" >&2; die "installing the test dependencies failed"; }
-    mkdir -p "$R/tmp/unit/src/debian/tests" "$R/tmp/unit/tmp"
-    cp -r "$ROOT/tests" "$R/tmp/unit/src/"
-    cp "$ROOT/debian/tests/unit" "$R/tmp/unit/src/debian/tests/"
+    copy_tree "$R/tmp/unit/src"
+    mkdir -p "$R/tmp/unit/tmp"
     chroot "$R" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 AUTOPKGTEST_TMP=/tmp/unit/tmp \
         sh -c 'cd /tmp/unit/src && debian/tests/unit' >"$WORK/unit.log" 2>&1 || { cat "$WORK/unit.log" >&2; die "debian/tests/unit fails on $SUITE"; }
     grep -E '[0-9]+ passed' "$WORK/unit.log" | tail -n 1 | sed "s/^/$SUITE unit: /" >&2

@@ -233,7 +233,7 @@ def test_bash_completion_completes_choices_and_paths(tmp_path):
 
 
 @pytest.mark.skipif(
-    not (INSTALLED_PAGE.exists() and manpage.__file__.startswith("/usr/lib/python3/dist-packages/")),
+    not (INSTALLED_PAGE.exists() and str(Path(manpage.__file__).resolve()).startswith("/usr/lib/python3/dist-packages/")),
     reason="debtorch is not installed from the .deb",
 )
 def test_the_installed_man_page_covers_every_installed_command():
