@@ -1,0 +1,89 @@
+"""One rank of a multi-process trial, started by ``torch.distributed.run``.
+
+:func:`debtorch.train.runner.launch_distributed` runs
+``python -m torch.distributed.run --nproc_per_node N <this module's boot script> REQUEST``;
+each rank reads the request (workload, settings, steps), joins the process
+group (gloo on CPU, nccl on GPUs unless the settings name a backend), runs
+:func:`debtorch.train.engine.run_trial` with DDP and a DistributedSampler,
+and writes ``rank<R>.json`` beside the request.  Rank 0 also appends its
+progress events to ``events.jsonl`` there.  Failures are written as
+structured errors, like the worker's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from debtorch.train._proc import die_with_parent
+
+
+def _write(path: str, obj: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, default=str)
+    os.replace(tmp, path)
+
+
+def main() -> int:
+    die_with_parent()
+    with open(sys.argv[1]) as fh:
+        req = json.load(fh)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    out = req["out"]
+    context = None
+    try:
+        import torch
+        import torch.distributed as dist
+
+        from debtorch.train.engine import run_trial
+        from debtorch.train.settings import Settings
+        from debtorch.train.worker import check_device
+        from debtorch.train.workloads import load_workload
+
+        settings = Settings.from_dict(req.get("settings") or {})
+        device = req.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        check_device(device)
+        if device.startswith("cuda"):
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(local_rank)
+        backend = settings.backend or ("nccl" if device.startswith("cuda") else "gloo")
+        if settings.threads is None:
+            try:
+                usable = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                usable = os.cpu_count() or 1
+            settings = settings.replace(threads=max(1, usable // max(local_world, 1)))
+        dist.init_process_group(backend=backend)
+        context = {"micro_batch": settings.micro_batch, "accumulation_steps": settings.accumulation_steps,
+                   "num_workers": settings.num_workers, "device": device}
+        workload = load_workload(req["workload"], req.get("options") or {}, seed=int(req.get("seed", 0)))
+        context["micro_batch"] = settings.micro_batch or workload.batch_size
+        events = os.path.join(out, "events.jsonl")
+
+        def on_step(ev: dict) -> None:
+            if rank == 0:
+                with open(events, "a") as fh:
+                    fh.write(json.dumps(dict(ev, event="progress", rank=0)) + "\n")
+
+        result = run_trial(workload, settings, device=device, steps=int(req.get("steps", 20)),
+                           warmup_steps=int(req.get("warmup", 3)), seed=int(req.get("seed", 0)),
+                           on_step=on_step, distributed={"rank": rank, "world_size": world})
+        result["backend"] = backend
+        _write(os.path.join(out, f"rank{rank}.json"), {"ok": True, "rank": rank, "result": result})
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - a rank's failure is a result for the launcher
+        from debtorch.train.worker import classify
+
+        _write(os.path.join(out, f"rank{rank}.json"), {"ok": False, "rank": rank, "error": classify(exc, context)})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,739 @@
+"""The training-step engine: one loop, shared by tune and verify-train.
+
+Runs inside the target interpreter (it imports torch); imports only torch and
+the standard library.  :func:`run_trial` trains a fresh copy of a workload's
+model for ``warmup_steps + steps`` optimizer steps under one
+:class:`~debtorch.train.settings.Settings` and measures the timed window.
+
+How it measures (docs/engine.md):
+
+* Warm-up steps (DataLoader start-up, first-call kernels, torch.compile) are
+  excluded from the timed window.
+* The device is synchronised before every clock read, so a clock never stops
+  while queued GPU work is still running.
+* Each optimizer step is split into chained segments: waiting for the next
+  micro-batch from the DataLoader (``data_wait``) and everything else
+  (``compute``: the host-to-device copy, forward, backward, optimizer step).
+  They add up to the step time exactly, because one segment's closing clock
+  read is the next one's opening read.
+* ``mode="bare"`` runs the same work with two clock reads around the whole
+  window and nothing per step, so that the instrumentation's own cost can be
+  measured against it.  ``mode="compute_only"`` feeds micro-batches already in
+  device memory: the compute-bound ceiling for the same model and settings.
+
+Every optimizer step consumes ``accumulation_steps`` micro-batches of
+``micro_batch`` samples (the workload's batch size unless the settings name
+one).  Trials are deterministic by seed: model weights are a fresh copy of
+the workload's pristine model, the sampler's generator is seeded, and the
+batches consumed in the timed window are summarised in ``sample_digest``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import gc
+import hashlib
+import math
+import os
+import signal
+import statistics
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from debtorch.train._proc import die_with_parent
+from debtorch.train.settings import Settings
+from debtorch.train.workloads import Workload
+
+MODES = ("instrumented", "bare", "compute_only")
+SMOOTH = 5              # steps in the running mean that decides "loss below target"
+COMPUTE_ONLY_BATCHES = 16  # distinct micro-batches kept in device memory for compute_only
+SAMPLE_INTERVAL = 0.25  # seconds between gauge readings (between steps)
+
+_DEFAULT_THREADS = torch.get_num_threads()  # PyTorch's own choice, restored when threads is None
+
+
+class TrialError(Exception):
+    """A trial that cannot run with these settings; the message is one line."""
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+
+def _worker_init(worker_id: int) -> None:  # DataLoader worker_init_fn
+    die_with_parent()
+
+
+def _proc_values(path: str, *keys: str) -> Optional[dict]:
+    """``key: N kB`` lines of a /proc file, in bytes (None when unreadable)."""
+    out = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name = line.split(":", 1)[0]
+                if name in keys:
+                    out[name] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def _descendants(pid: int) -> list:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+                out.extend(kids)
+                todo.extend(kids)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def children_memory(pid: Optional[int] = None) -> int:
+    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own.
+
+    Anonymous and shared-memory resident pages (``RssAnon + RssShmem``): each
+    worker's heap and the batches it puts in /dev/shm.  File-backed pages
+    (torch's libraries, shared with the trainer) are left out; anonymous
+    pages still shared copy-on-write with the trainer count twice, so this
+    errs high.  Read from ``status``, which costs microseconds, where the
+    exact ``Pss`` of ``smaps_rollup`` costs milliseconds.
+    """
+    total = 0
+    for p in _descendants(os.getpid() if pid is None else pid):
+        vals = _proc_values(f"/proc/{p}/status", "RssAnon", "RssShmem") or {}
+        total += vals.get("RssAnon", 0) + vals.get("RssShmem", 0)
+    return total
+
+
+class _Gauges:
+    """Peak host memory and GPU utilisation, read in the training thread between steps.
+
+    No sampling thread: on a machine with two cores, a third runnable thread
+    (and its hold on the GIL) would slow the very steps being measured.  The
+    training process's peak comes from the kernel's own high-water mark
+    (``VmHWM``, reset at the start of the trial through
+    ``/proc/self/clear_refs``), so the peak inside a backward pass is not
+    missed.  DataLoader workers add the peak of :func:`children_memory`,
+    read at most every ``SAMPLE_INTERVAL`` seconds between steps, like
+    NVML's utilisation.  This is the one place the engine reads /proc:
+    accounting for its own process tree.
+    """
+
+    def __init__(self, nvml: Any = None, handle: Any = None, notes: Optional[list] = None):
+        self._nvml, self._handle = nvml, handle
+        self.util: list = []
+        self.timing = False
+        self.children_peak = 0
+        self._last = -SAMPLE_INTERVAL
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # reset VmHWM to the current resident size
+        except OSError:
+            if notes is not None:
+                notes.append("could not reset the peak-memory mark; peak host memory covers the worker's life")
+
+    def between_steps(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self._last < SAMPLE_INTERVAL:
+            return
+        self._last = now
+        self.children_peak = max(self.children_peak, children_memory())
+        if self.timing and self._handle is not None:
+            try:
+                self.util.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+            except Exception:  # noqa: BLE001 - an NVML hiccup loses one sample, not the trial
+                pass
+
+    def peak_host(self) -> Optional[int]:
+        own = (_proc_values("/proc/self/status", "VmHWM") or {}).get("VmHWM")
+        return None if own is None else own + self.children_peak
+
+
+def _nvml_for(device: torch.device):
+    """(pynvml module, handle) for a CUDA device, or (None, reason)."""
+    try:
+        import pynvml  # nvidia-ml-py, optional in the target venv
+    except ImportError:
+        return None, "nvidia-ml-py is not installed in this environment"
+    try:
+        pynvml.nvmlInit()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        if uuid is not None:
+            text = str(uuid)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith("GPU-") else f"GPU-{text}")
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return pynvml, handle
+    except Exception as exc:  # noqa: BLE001 - NVML is optional
+        return None, f"NVML unavailable: {str(exc).strip() or type(exc).__name__}"
+
+
+# ---------------------------------------------------------------------------
+# Applying settings
+
+
+@contextlib.contextmanager
+def _torch_state(settings: Settings, device: torch.device, notes: list):
+    """Threads, TF32 and cuDNN flags for one trial, restored afterwards."""
+    saved = (torch.get_num_threads(),)
+    cuda = device.type == "cuda"
+    if cuda:
+        saved += (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                  torch.backends.cudnn.benchmark)
+    torch.set_num_threads(settings.threads or _DEFAULT_THREADS)
+    if cuda:
+        # tf32=False leaves cuDNN at PyTorch's default (allowed) and matmul off.
+        torch.backends.cuda.matmul.allow_tf32 = settings.tf32
+        torch.backends.cudnn.allow_tf32 = True if settings.tf32 else saved[2]
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    else:
+        if settings.tf32:
+            notes.append("tf32 applies to CUDA only; ignored")
+        if settings.cudnn_benchmark:
+            notes.append("cudnn_benchmark applies to CUDA only; ignored")
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved[0])
+        if cuda:
+            (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.benchmark) = saved[1:]
+
+
+def _autocast(settings: Settings, device: torch.device):
+    if settings.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if settings.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _scaler(settings: Settings, device: torch.device, notes: list):
+    if settings.precision != "fp16":
+        return None
+    try:
+        return torch.amp.GradScaler(device.type)
+    except (AttributeError, RuntimeError, TypeError):
+        if device.type == "cuda":
+            return torch.cuda.amp.GradScaler()
+        notes.append(f"no GradScaler for {device.type} in this torch; fp16 runs unscaled")
+        return None
+
+
+def _optimizer(model: torch.nn.Module, lr: float, settings: Settings, notes: list):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if settings.fused_optimizer:
+        try:
+            return torch.optim.AdamW(params, lr=lr, fused=True)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            notes.append(f"fused AdamW unavailable ({str(exc).strip().splitlines()[0][:80]}); used the default")
+    return torch.optim.AdamW(params, lr=lr)
+
+
+def _schedule(optimizer, settings: Settings, lr: float, total_steps: int):
+    if settings.lr_schedule != "onecycle":
+        return None
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=settings.max_lr or lr, total_steps=max(total_steps, 2), pct_start=settings.pct_start)
+
+
+class _TrackedBatches:
+    """A batch sampler that remembers the index batches it handed out, in order.
+
+    The DataLoader returns batches in the order the sampler produced them
+    (prefetching workers included), so the oldest remembered batch is the one
+    the training loop has just received.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.sent: collections.deque = collections.deque()
+
+    def __iter__(self):
+        for batch in self.inner:
+            self.sent.append(batch)
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed: int,
+                 device: torch.device, notes: list, distributed: Optional[dict] = None):
+    """The DataLoader the settings describe, and its tracked batch sampler."""
+    ds = workload.dataset
+    if distributed:
+        sampler = torch.utils.data.distributed.DistributedSampler(
+            ds, num_replicas=distributed["world_size"], rank=distributed["rank"], shuffle=True,
+            seed=seed, drop_last=True)
+    else:
+        gen = torch.Generator()
+        gen.manual_seed(seed)
+        sampler = torch.utils.data.RandomSampler(ds, generator=gen)
+    tracked = _TrackedBatches(torch.utils.data.BatchSampler(sampler, micro_batch, drop_last=True))
+    if len(tracked) == 0:
+        raise TrialError(f"dataset has {len(ds)} samples, fewer than one micro-batch of {micro_batch}"
+                         + (f" per process ({distributed['world_size']} processes)" if distributed else ""))
+    kwargs: dict = {"batch_sampler": tracked, "num_workers": settings.num_workers}
+    if workload.collate_fn is not None:
+        kwargs["collate_fn"] = workload.collate_fn
+    if settings.pin_memory:
+        if device.type == "cuda":
+            kwargs["pin_memory"] = True
+        else:
+            notes.append("pin_memory only helps copies to a GPU; ignored on CPU")
+    if settings.num_workers > 0:
+        kwargs["worker_init_fn"] = _worker_init
+        kwargs["persistent_workers"] = settings.persistent_workers
+        if settings.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = settings.prefetch_factor
+        if settings.start_method is not None:
+            kwargs["multiprocessing_context"] = settings.start_method
+    return torch.utils.data.DataLoader(ds, **kwargs), tracked
+
+
+def _worker_death(iterator) -> Optional[RuntimeError]:
+    """PyTorch's own wording for a DataLoader worker killed by a signal, or None.
+
+    When a worker dies between batches PyTorch may only say it "exited
+    unexpectedly"; the worker's exit code still says which signal killed it
+    (SIGBUS when /dev/shm ran out), and that is what the diagnosis needs.
+    """
+    for proc in getattr(iterator, "_workers", None) or []:
+        code = getattr(proc, "exitcode", None)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            text = {"SIGBUS": "Bus error", "SIGKILL": "Killed", "SIGSEGV": "Segmentation fault"}.get(name, name)
+            hint = (" It is possible that dataloader's workers are out of shared memory."
+                    if name == "SIGBUS" else "")
+            return RuntimeError(f"DataLoader worker (pid {proc.pid}) is killed by signal: {text}.{hint}")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Moving batches
+
+
+def _split(batch):
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch[0], batch[1]
+    if isinstance(batch, dict) and set(batch) >= {"inputs", "target"} and len(batch) == 2:
+        return batch["inputs"], batch["target"]
+    raise TrialError(f"a batch must be (inputs, target); the DataLoader gave {_describe(batch)}")
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, (tuple, list)):
+        return f"a {type(obj).__name__} of {len(obj)}"
+    return f"a {type(obj).__name__}"
+
+
+def _to(obj, device: torch.device, non_blocking: bool, channels_last: bool):
+    if isinstance(obj, torch.Tensor):
+        obj = obj.to(device, non_blocking=non_blocking)
+        if channels_last and obj.dim() == 4:
+            obj = obj.contiguous(memory_format=torch.channels_last)
+        return obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to(x, device, non_blocking, channels_last) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _to(v, device, non_blocking, channels_last) for k, v in obj.items()}
+    return obj
+
+
+def _call(model, inputs):
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _sync(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+# ---------------------------------------------------------------------------
+# The trial
+
+
+class _Trial:
+    """One trial's model, optimizer and batch source, and the step they take.
+
+    ``fetch`` hands out the next micro-batch (from the DataLoader, or from
+    device memory in compute-only mode) and adds its sample indices to the
+    digest while the window is being timed; ``step`` is one optimizer step
+    over ``accumulation_steps`` micro-batches.
+    """
+
+    def __init__(self, workload: Workload, settings: Settings, device: torch.device, steps: int,
+                 warmup_steps: int, seed: int, compute_only: bool, distributed: Optional[dict], notes: list):
+        self.workload, self.settings, self.device = workload, settings, device
+        self.distributed = distributed
+        self.micro_batch = settings.micro_batch or workload.batch_size
+        self.accum = settings.accumulation_steps
+        self.channels_last = settings.channels_last and workload.convolutional
+        lr = float(workload.lr or 1e-3)
+        torch.manual_seed(seed)
+        model = copy.deepcopy(workload.model).to(device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.model = model
+        self.run_model = torch.compile(model) if settings.compile else model
+        self.optimizer = _optimizer(model, lr, settings, notes)
+        self.scheduler = _schedule(self.optimizer, settings, lr, warmup_steps + steps)
+        self.scaler = _scaler(settings, device, notes)
+        self.autocast = _autocast(settings, device)
+        self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
+                                                 distributed)
+        self.iterator = None
+        self.epochs = 0
+        self.digest = hashlib.blake2b(digest_size=8)
+        self.counting = False
+        self.cached: list = []
+        self.position = 0
+        if compute_only:
+            want = min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)
+            for _ in range(want):
+                batch, indices = self._from_loader()
+                inputs, target = _split(batch)
+                self.cached.append(((self._to_device(inputs, False, self.channels_last),
+                                     self._to_device(target, False, False)), indices))
+            self.iterator = None  # shut the DataLoader's workers down before timing
+
+    # -- batches ---------------------------------------------------------
+    def _from_loader(self):
+        if self.iterator is None:
+            self.iterator = iter(self.loader)
+        try:
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self.epochs += 1
+                if self.distributed:
+                    self.loader.batch_sampler.inner.sampler.set_epoch(self.epochs)
+                self.iterator = iter(self.loader)
+                batch = next(self.iterator)
+        except RuntimeError as exc:
+            raise _worker_death(self.iterator) or exc
+        return batch, self.tracked.sent.popleft()
+
+    def fetch(self):
+        if self.cached:
+            batch, indices = self.cached[self.position % len(self.cached)]
+            self.position += 1
+        else:
+            batch, indices = self._from_loader()
+        if self.counting:
+            self.digest.update(repr(indices).encode())
+        return batch
+
+    def _to_device(self, obj, non_blocking: bool, channels_last: bool):
+        return _to(obj, self.device, non_blocking, channels_last)
+
+    # -- training --------------------------------------------------------
+    def micro(self, batch, last: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; its loss, detached."""
+        inputs, target = _split(batch)
+        if not self.cached:
+            inputs = self._to_device(inputs, self.settings.non_blocking, self.channels_last)
+            target = self._to_device(target, self.settings.non_blocking, False)
+        # DDP all-reduces gradients on the last micro-batch of a step only.
+        no_sync = self.distributed is not None and not last
+        with (self.model.no_sync() if no_sync else contextlib.nullcontext()):
+            with self.autocast:
+                loss = self.workload.loss_fn(_call(self.run_model, inputs), target)
+            scaled = loss / self.accum if self.accum > 1 else loss
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def step(self) -> list:
+        """One optimizer step, untimed; the micro-batches' losses."""
+        losses = [self.micro(self.fetch(), m == self.accum - 1) for m in range(self.accum)]
+        self.optimizer_step()
+        return losses
+
+    def close(self) -> None:
+        self.iterator = None  # shuts the DataLoader's workers down, also after an error
+        self.cached.clear()
+
+
+def run_trial(
+    workload: Workload,
+    settings: Any,
+    device: Any = "cpu",
+    steps: int = 20,
+    warmup_steps: int = 3,
+    seed: int = 0,
+    instrument: bool = True,
+    sample_memory: bool = True,
+    profile_dir: Optional[str] = None,
+    on_step: Optional[Callable[[dict], None]] = None,
+    compute_only: bool = False,
+    distributed: Optional[dict] = None,
+) -> dict:
+    """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``.
+
+    ``settings`` is a :class:`Settings` or its dict.  ``on_step`` receives a
+    progress dict after every step.  ``distributed`` (``{"rank", "world_size"}``,
+    with the process group already initialised) wraps the model in DDP and
+    shards the data.  Returns the result dict documented in docs/engine.md.
+    """
+    if isinstance(settings, dict):
+        settings = Settings.from_dict(settings)
+    problems = settings.validate()
+    if problems:
+        raise TrialError("; ".join(problems))
+    if steps < 1 or warmup_steps < 0:
+        raise TrialError("steps must be >= 1 and warmup_steps >= 0")
+    if compute_only and not instrument:
+        raise TrialError("compute_only is an instrumented mode")
+    device = torch.device(device)
+    notes: list = []
+    if settings.channels_last and not workload.convolutional:
+        notes.append("channels_last applies to convolutional workloads; ignored")
+    if settings.nproc > 1 and not distributed:
+        notes.append("nproc > 1 runs through the distributed launcher; this trial used one process")
+
+    def progress(phase: str, step: int, total: int, loss=None, step_s=None):
+        if on_step is not None:
+            on_step({"phase": phase, "step": step, "steps": total, "loss": loss, "step_s": step_s})
+
+    with _torch_state(settings, device, notes):
+        trial = _Trial(workload, settings, device, steps, warmup_steps, seed, compute_only, distributed, notes)
+        gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        try:
+            warmup_losses = []
+            for s in range(warmup_steps):
+                warmup_losses.append(_mean_loss(trial.step()))
+                progress("warmup", s + 1, warmup_steps, warmup_losses[-1])
+                if gauges is not None:
+                    gauges.between_steps()
+            trial.counting = True
+            if gauges is not None:
+                gauges.timing = True
+            profiler = _profiler(profile_dir, device, steps) if profile_dir else None
+            with (profiler or contextlib.nullcontext()):
+                if instrument:
+                    timed = _timed_window(trial, steps, _sync(device), profiler, progress, gauges)
+                else:
+                    timed = _bare_window(trial, steps, _sync(device), progress)
+            if gauges is not None:
+                gauges.timing = False
+                gauges.between_steps(force=True)
+        finally:
+            trial.close()
+        result = _result(trial, timed, warmup_losses, steps, warmup_steps, seed, notes)
+        result.update({
+            "mode": "compute_only" if compute_only else ("instrumented" if instrument else "bare"),
+            "peak_host_bytes": gauges.peak_host() if gauges is not None else None,
+            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+            "gpu_util_mean": statistics.fmean(gauges.util) if (gauges is not None and gauges.util) else None,
+            "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
+            "threads": torch.get_num_threads(),
+            "profile_trace": _trace_path(profile_dir) if profile_dir else None,
+        })
+    del trial
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges) -> dict:
+    """The instrumented loop: every step cut into chained data-wait and compute segments.
+
+    The device is synchronised before every clock read.  One segment's
+    closing read opens the next, so data wait + compute = step time exactly.
+    """
+    clock = time.perf_counter
+    step_s, data_s, compute_s, step_losses = [], [], [], []
+    last = trial.accum - 1
+    sync()
+    window_start = clock()
+    for s in range(steps):
+        losses, waited, worked = [], 0.0, 0.0
+        sync()
+        t_open = start = clock()
+        for m in range(trial.accum):
+            with _range("data_wait", profiler):
+                batch = trial.fetch()
+            sync()
+            t_data = clock()
+            waited += t_data - t_open
+            with _range("compute", profiler):
+                losses.append(trial.micro(batch, m == last))
+                if m == last:
+                    trial.optimizer_step()
+            sync()
+            t_open = clock()
+            worked += t_open - t_data
+        step_s.append(t_open - start)
+        data_s.append(waited)
+        compute_s.append(worked)
+        step_losses.append(_mean_loss(losses))
+        if profiler is not None:
+            profiler.step()
+        progress("timed", s + 1, steps, step_losses[-1], step_s[-1])
+        if gauges is not None:
+            gauges.between_steps()
+    sync()
+    wall = clock() - window_start
+    return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
+
+
+def _bare_window(trial: _Trial, steps: int, sync, progress) -> dict:
+    """The same steps with one clock read at each end; losses read afterwards."""
+    clock = time.perf_counter
+    pending = []
+    sync()
+    window_start = clock()
+    for s in range(steps):
+        pending.append(trial.step())
+        progress("timed", s + 1, steps)
+    sync()
+    wall = clock() - window_start
+    return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
+            "losses": [_mean_loss(x) for x in pending]}
+
+
+def _start_gauges(device: torch.device, notes: list) -> _Gauges:
+    nvml, handle = None, None
+    if device.type == "cuda":
+        nvml, handle = _nvml_for(device)
+        if nvml is None:
+            notes.append(handle)
+            handle = None
+    return _Gauges(nvml, handle, notes)
+
+
+def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_steps: int, seed: int,
+            notes: list) -> dict:
+    wall, step_s, data_s, losses = timed["wall"], timed["step_s"], timed["data_s"], timed["losses"]
+    samples = steps * trial.accum * trial.micro_batch
+    dist = trial.distributed
+    out = {
+        "workload": trial.workload.name,
+        "device": str(trial.device),
+        "settings": trial.settings.to_dict(),
+        "seed": seed,
+        "steps": steps,
+        "warmup_steps": warmup_steps,
+        "micro_batch": trial.micro_batch,
+        "accumulation_steps": trial.accum,
+        "samples_per_step": trial.accum * trial.micro_batch,
+        "samples": samples,
+        "wall_s": wall,
+        "samples_per_s": samples / wall if wall > 0 else None,
+        "step_s": step_s,
+        "data_wait_s": data_s,
+        "compute_s": timed["compute_s"],
+        "step_median_s": statistics.median(step_s) if step_s else wall / steps,
+        "data_wait_share": (sum(data_s) / wall) if (data_s is not None and wall > 0) else None,
+        "overhead_s": (wall - sum(step_s)) if step_s is not None else None,
+        "warmup_losses": warmup_losses,
+        "losses": losses,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "nonfinite_loss_step": _first_nonfinite(warmup_losses + losses),
+        "sample_digest": trial.digest.hexdigest(),
+        "epochs": trial.epochs,
+        "world_size": dist["world_size"] if dist else 1,
+        "rank": dist["rank"] if dist else 0,
+        "notes": notes,
+        "torch": torch.__version__,
+    }
+    out.update(time_to_target(trial.workload.target_loss, warmup_losses, losses,
+                              step_s if step_s is not None else [wall / steps] * steps))
+    return out
+
+
+def _mean_loss(losses: list) -> float:
+    return float(torch.stack([x.float() for x in losses]).mean()) if losses else float("nan")
+
+
+def _first_nonfinite(losses: list) -> Optional[int]:
+    for i, x in enumerate(losses):
+        if not math.isfinite(x):
+            return i
+    return None
+
+
+def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:
+    """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``.
+
+    ``target_step`` counts every optimizer step, warm-up included (1-based).
+    ``time_to_target_s`` adds up the step times to that step; warm-up steps
+    (whose times include start-up costs) are counted at the median timed step.
+    """
+    out = {"target_loss": target, "target_step": None, "time_to_target_s": None}
+    if target is None:
+        return out
+    every = list(warmup_losses) + list(losses)
+    typical = statistics.median(step_times) if step_times else 0.0
+    times = [typical] * len(warmup_losses) + list(step_times)
+    for i in range(SMOOTH - 1, len(every)):
+        window = every[i - SMOOTH + 1: i + 1]
+        if sum(window) / SMOOTH < target:
+            out["target_step"] = i + 1
+            out["time_to_target_s"] = sum(times[: i + 1])
+            break
+    return out
+
+
+def _range(name: str, profiler):
+    if profiler is None:
+        return contextlib.nullcontext()
+    return torch.profiler.record_function(name)
+
+
+def _trace_path(profile_dir: str) -> str:
+    return os.path.join(profile_dir, "trace.json")
+
+
+def _profiler(profile_dir: str, device: torch.device, steps: int):
+    os.makedirs(profile_dir, exist_ok=True)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    active = max(1, min(5, steps - 1))
+    path = _trace_path(profile_dir)
+    return torch.profiler.profile(
+        activities=activities,
+        schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=active, repeat=1),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(path),
+    )

@@ -1,0 +1,356 @@
+"""Workloads: what the engine trains (runs inside the target interpreter).
+
+The contract (docs/workloads.md): ``--workload module:function`` names a
+function that returns a :class:`Workload`, or a dict with the same keys:
+
+* ``model``: a ``torch.nn.Module``;
+* ``dataset``: a map-style dataset (``__len__`` and ``__getitem__``) whose
+  items collate to ``(inputs, target)``;
+* ``loss_fn(output, target) -> loss`` (a scalar tensor);
+* ``batch_size``: samples per step per process;
+* optional ``name``, ``target_loss`` (for time-to-target), ``lr``,
+  ``convolutional`` (allows channels_last) and ``collate_fn``.
+
+``inputs`` may be a tensor (``model(inputs)``), a tuple or list
+(``model(*inputs)``) or a dict (``model(**inputs)``).
+
+Two built-in workloads, both deterministic by seed and sized so that a trial
+on a 2-core CPU takes seconds:
+
+* ``builtin:cnn``: a small ResNet-style network on synthetic 64x64 images.
+  Each item is "decoded" from a latent vector and augmented (random resized
+  crop, flip, colour jitter, normalise) in ``__getitem__``, about a
+  millisecond of CPU per sample, like JPEG decoding plus torchvision
+  transforms.  Labels come from a fixed random teacher network applied to
+  the latent vector, so the loss really falls.
+* ``builtin:transformer``: a small Transformer encoder classifying synthetic
+  token sequences; each sequence is drawn from a latent "topic" and labelled
+  by a fixed random teacher on that topic.
+
+Imports only torch and the standard library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REQUIRED = ("model", "dataset", "loss_fn", "batch_size")
+EXPECTED = "expected a Workload or dict with model, dataset, loss_fn, batch_size"
+
+
+@dataclass
+class Workload:
+    model: nn.Module                       # what is trained
+    dataset: Any                           # map-style: __len__ and __getitem__ -> (inputs, target)
+    loss_fn: Callable                      # loss_fn(output, target) -> scalar loss tensor
+    batch_size: int                        # samples per step per process
+    name: Optional[str] = None             # a label for reports (default: the spec)
+    target_loss: Optional[float] = None    # time-to-target threshold (smoothed training loss)
+    lr: Optional[float] = None             # AdamW learning rate (default 1e-3)
+    convolutional: bool = False            # 4-D image inputs: channels_last applies
+    collate_fn: Optional[Callable] = None  # DataLoader collate_fn (default: PyTorch's)
+
+    def describe(self) -> dict:
+        """JSON-ready summary for the worker's ``load`` response."""
+        params = sum(p.numel() for p in self.model.parameters())
+        return {
+            "name": self.name,
+            "batch_size": self.batch_size,
+            "dataset_len": len(self.dataset),
+            "parameters": params,
+            "target_loss": self.target_loss,
+            "lr": self.lr,
+            "convolutional": self.convolutional,
+            "model_class": type(self.model).__name__,
+        }
+
+
+class WorkloadError(Exception):
+    """A workload that cannot be loaded; the message is one line for the user."""
+
+
+# ---------------------------------------------------------------------------
+# Loading a workload by its spec
+
+
+def load_workload(spec: str, options: Optional[dict] = None, seed: int = 0) -> Workload:
+    """Import ``module:function``, call it with ``options`` and validate the result.
+
+    ``torch.manual_seed(seed)`` is set first so that model initialisation is
+    deterministic.  Every failure is a :class:`WorkloadError` with one line.
+    """
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise WorkloadError(f"workload {spec!r} must be module:function (e.g. mymod:make or builtin:cnn)")
+    modname, funcname = spec.split(":")
+    if modname == "builtin":
+        func = BUILTINS.get(funcname)
+        if func is None:
+            raise WorkloadError(f"no built-in workload {funcname!r}; built-ins: {', '.join(sorted(BUILTINS))}")
+    else:
+        try:
+            module = importlib.import_module(modname)
+        except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see, in one line
+            raise WorkloadError(f"cannot import {modname} (from {spec}): {_one_line(exc)}") from None
+        func = getattr(module, funcname, None)
+        if func is None:
+            raise WorkloadError(f"{modname} has no function {funcname} (from {spec})")
+        if not callable(func):
+            raise WorkloadError(f"{spec} is a {type(func).__name__}, not a function")
+    torch.manual_seed(seed)
+    try:
+        made = func(**(options or {}))
+    except TypeError as exc:
+        raise WorkloadError(f"{spec} could not be called with options {sorted(options or {})}: {_one_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(f"{spec} raised {_one_line(exc)}") from None
+    workload = coerce(made, spec)
+    if workload.name is None:
+        workload.name = spec
+    return workload
+
+
+def coerce(made: Any, spec: str) -> Workload:
+    """A validated :class:`Workload` from what a workload function returned."""
+    if isinstance(made, Workload):
+        data = {f.name: getattr(made, f.name) for f in fields(Workload)}
+    elif isinstance(made, dict):
+        known = {f.name for f in fields(Workload)}
+        unknown = sorted(k for k in made if k not in known)
+        if unknown:
+            raise WorkloadError(f"{spec} returned unknown key {unknown[0]!r}; {EXPECTED}")
+        missing = [k for k in REQUIRED if k not in made]
+        if missing:
+            raise WorkloadError(f"{spec} returned a dict without {', '.join(missing)}; {EXPECTED}")
+        data = dict(made)
+    else:
+        raise WorkloadError(f"{spec} returned {_a(type(made).__name__)}; {EXPECTED}")
+    wl = Workload(**data)
+    if not isinstance(wl.model, nn.Module):
+        raise WorkloadError(f"{spec}: model is {_a(type(wl.model).__name__)}; expected a torch.nn.Module")
+    if not any(p.requires_grad for p in wl.model.parameters()):
+        raise WorkloadError(f"{spec}: model has no trainable parameters")
+    if not (hasattr(wl.dataset, "__getitem__") and hasattr(wl.dataset, "__len__")):
+        raise WorkloadError(f"{spec}: dataset is {_a(type(wl.dataset).__name__)}; expected a map-style Dataset (__len__ and __getitem__)")
+    if not callable(wl.loss_fn):
+        raise WorkloadError(f"{spec}: loss_fn is {_a(type(wl.loss_fn).__name__)}; expected a function (output, target) -> loss")
+    if isinstance(wl.batch_size, bool) or not isinstance(wl.batch_size, int) or wl.batch_size < 1:
+        raise WorkloadError(f"{spec}: batch_size is {wl.batch_size!r}; expected an integer >= 1")
+    try:
+        n = len(wl.dataset)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(f"{spec}: len(dataset) raised {_one_line(exc)}") from None
+    if n < wl.batch_size:
+        raise WorkloadError(f"{spec}: dataset has {n} samples, fewer than one batch of {wl.batch_size}")
+    for key in ("target_loss", "lr"):
+        val = getattr(wl, key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))):
+            raise WorkloadError(f"{spec}: {key} is {val!r}; expected a number")
+    if wl.lr is not None and wl.lr <= 0:
+        raise WorkloadError(f"{spec}: lr is {wl.lr!r}; expected a number > 0")
+    if wl.collate_fn is not None and not callable(wl.collate_fn):
+        raise WorkloadError(f"{spec}: collate_fn is {_a(type(wl.collate_fn).__name__)}; expected a function")
+    wl.convolutional = bool(wl.convolutional)
+    return wl
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------
+# builtin:cnn
+
+
+class _Teacher(nn.Module):
+    """A fixed random network from a latent vector to class logits."""
+
+    def __init__(self, latent: int, classes: int, generator: torch.Generator):
+        super().__init__()
+        self.w1 = torch.randn(latent, 64, generator=generator) / math.sqrt(latent)
+        self.w2 = torch.randn(64, classes, generator=generator) / 8.0
+
+    def labels(self, z: torch.Tensor) -> torch.Tensor:
+        return (torch.tanh(z @ self.w1) @ self.w2).argmax(dim=1)
+
+
+class SyntheticImages(torch.utils.data.Dataset):
+    """Images decoded from latent vectors and augmented per item, labelled by a teacher.
+
+    "Decoding" mixes a flip-symmetric low-resolution basis by the latent
+    vector, upsamples it bicubically to ``raw`` pixels and adds texture noise,
+    giving a uint8 image as a JPEG decoder would.  Augmentation then takes a
+    random resized crop to ``size`` pixels, flips, jitters brightness,
+    contrast and saturation and normalises.  All randomness is seeded by
+    (seed, index), so an item is the same whichever process builds it.
+    """
+
+    def __init__(self, samples: int = 4096, size: int = 64, raw: int = 128, latent: int = 8,
+                 classes: int = 10, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        basis = torch.randn(latent, 3, 6, 6, generator=g)
+        self.basis = (basis + basis.flip(-1)) / 2  # flips keep the label
+        self.latents = torch.randn(samples, latent, generator=g)
+        self.targets = _Teacher(latent, classes, g).labels(self.latents)
+        self.size, self.raw, self.seed = size, raw, seed
+
+    def __len__(self) -> int:
+        return len(self.latents)
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
+        raw = self.raw
+        low = torch.einsum("l,lchw->chw", self.latents[index], self.basis)[None]
+        img = F.interpolate(low, size=(raw, raw), mode="bicubic", align_corners=False)[0]
+        img = img + 0.3 * torch.randn(3, raw, raw, generator=g)
+        img = (img * 40 + 128).clamp(0, 255).to(torch.uint8)
+        # Random resized crop (scale 0.6-1), square.
+        scale = 0.6 + 0.4 * float(torch.rand((), generator=g))
+        side = int(raw * math.sqrt(scale))
+        y0 = int(torch.randint(0, raw - side + 1, (), generator=g))
+        x0 = int(torch.randint(0, raw - side + 1, (), generator=g))
+        crop = img[:, y0:y0 + side, x0:x0 + side].float()[None]
+        out = F.interpolate(crop, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=True)[0]
+        if float(torch.rand((), generator=g)) < 0.5:
+            out = out.flip(-1)
+        bright, contrast, sat = (0.8 + 0.4 * torch.rand(3, generator=g)).tolist()
+        out = out * bright
+        mean = out.mean()
+        out = (out - mean) * contrast + mean
+        gray = out.mean(0, keepdim=True)
+        out = (out - gray) * sat + gray
+        out = (out / 255.0 - 0.5) / 0.25
+        return out, self.targets[index]
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class SmallResNet(nn.Module):
+    """A stem and three residual blocks (widths w, 2w, 4w), pooled, then linear."""
+
+    def __init__(self, width: int = 32, classes: int = 10):
+        super().__init__()
+        w = width
+        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, 2, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU())
+        self.blocks = nn.Sequential(_Block(w, w, 1), _Block(w, 2 * w, 2), _Block(2 * w, 4 * w, 2))
+        self.head = nn.Linear(4 * w, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def cnn(samples: int = 4096, size: int = 64, width: int = 32, batch_size: int = 32, seed: int = 0,
+        raw: Optional[int] = None) -> Workload:
+    """The built-in CNN workload (see the module docstring)."""
+    if raw is None:
+        raw = size * 2
+    return Workload(
+        model=SmallResNet(width=width),
+        dataset=SyntheticImages(samples=samples, size=size, raw=raw, seed=seed),
+        loss_fn=F.cross_entropy,
+        batch_size=batch_size,
+        name="builtin:cnn",
+        target_loss=1.0,
+        lr=2e-3,
+        convolutional=True,
+    )
+
+
+# ---------------------------------------------------------------------------
+# builtin:transformer
+
+
+class SyntheticSequences(torch.utils.data.Dataset):
+    """Token sequences drawn from a latent topic, labelled by a teacher on the topic."""
+
+    def __init__(self, samples: int = 4096, length: int = 64, vocab: int = 256, latent: int = 8,
+                 classes: int = 10, seed: int = 0):
+        g = torch.Generator().manual_seed(seed + 7919)
+        self.topics = torch.randn(latent, vocab, generator=g)
+        self.latents = torch.randn(samples, latent, generator=g)
+        self.targets = _Teacher(latent, classes, g).labels(self.latents)
+        self.length, self.seed = length, seed
+
+    def __len__(self) -> int:
+        return len(self.latents)
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
+        probs = torch.softmax(self.latents[index] @ self.topics, dim=0)
+        tokens = torch.multinomial(probs, self.length, replacement=True, generator=g)
+        return tokens, self.targets[index]
+
+
+class SmallTransformer(nn.Module):
+    """Token and position embeddings, a pre-norm Transformer encoder, mean-pooled, linear."""
+
+    def __init__(self, vocab: int = 256, length: int = 64, dim: int = 128, heads: int = 4,
+                 layers: int = 2, classes: int = 10):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(length, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=4 * dim, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        x = self.norm(self.encoder(x))
+        return self.head(x.mean(dim=1))
+
+
+def transformer(samples: int = 4096, length: int = 64, dim: int = 128, layers: int = 2,
+                batch_size: int = 32, seed: int = 0) -> Workload:
+    """The built-in Transformer workload (see the module docstring)."""
+    return Workload(
+        model=SmallTransformer(length=length, dim=dim, layers=layers),
+        dataset=SyntheticSequences(samples=samples, length=length, seed=seed),
+        loss_fn=F.cross_entropy,
+        batch_size=batch_size,
+        name="builtin:transformer",
+        target_loss=1.0,
+        lr=1e-3,
+        convolutional=False,
+    )
+
+
+BUILTINS: dict = {"cnn": cnn, "transformer": transformer}
+
+
+def builtin_names() -> list:
+    return sorted(f"builtin:{n}" for n in BUILTINS)
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look: python -m debtorch.train.workloads
+    wl = load_workload(sys.argv[1] if len(sys.argv) > 1 else "builtin:cnn")
+    print(wl.describe())

@@ -1,0 +1,243 @@
+"""The worker subprocess, its protocol and the distributed launcher, end to end.
+
+debtorch's side (runner) is torch-free; the worker runs in the venv's
+interpreter, which has torch.  Skipped where that interpreter has no torch.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from debtorch.train import runner
+from debtorch.train.runner import Worker, WorkerError, WorkerTimeout, launch_distributed, worker_python
+from debtorch.train.settings import Settings
+
+pytestmark = pytest.mark.torch
+
+PYTHON = sys.executable
+WORKLOADS = str(Path(__file__).parent / "workloads")
+_has_torch = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode == 0
+needs_torch = pytest.mark.skipif(not _has_torch, reason=f"{PYTHON} has no torch")
+
+
+@pytest.fixture(scope="module")
+def worker():
+    if not _has_torch:
+        pytest.skip(f"{PYTHON} has no torch")
+    with Worker(PYTHON, cwd=WORKLOADS, timeout=120) as w:
+        yield w
+
+
+def _group(pgid):
+    """Live (non-zombie) processes in a process group: read from /proc by the test itself."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+def _gone(pids, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if Path(f"/proc/{p}").exists()
+                 and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@needs_torch
+def test_worker_uses_this_checkout_of_debtorch(worker):
+    info = worker.info()
+    assert os.path.realpath(info["debtorch"]) == str(runner.PACKAGE_DIR)
+    assert info["torch"] and info["python"] == PYTHON
+
+
+@needs_torch
+def test_a_trial_streams_progress_and_returns_the_result(worker):
+    worker.load("tiny:make", device="cpu")
+    events = []
+    res = worker.trial(Settings(), steps=4, warmup=2, on_progress=events.append)
+    assert [(e["phase"], e["step"]) for e in events] == [("warmup", 1), ("warmup", 2)] + [("timed", i) for i in range(1, 5)]
+    assert res["steps"] == 4 and res["samples_per_s"] > 0 and len(res["losses"]) == 4
+    bare = worker.trial(Settings(), steps=4, warmup=2, mode="bare")
+    assert bare["sample_digest"] == res["sample_digest"]
+
+
+@needs_torch
+def test_the_protocol_survives_a_workload_that_prints(worker):
+    desc = worker.load("printing:make")
+    assert desc["dataset_len"] == 128
+    res = worker.trial(Settings(), steps=2, warmup=1)
+    assert len(res["losses"]) == 2
+    tail = "\n".join(worker.stderr_tail)
+    assert "printing.py imported" in tail and "raw write to fd 1" in tail and "item " in tail
+
+
+@needs_torch
+def test_a_broken_workload_module_is_one_line(worker):
+    with pytest.raises(WorkerError) as info:
+        worker.load("broken:make")
+    err = info.value
+    assert err.kind == "workload"
+    assert str(err) == "cannot import broken (from broken:make): RuntimeError: this module is broken on purpose"
+
+
+@needs_torch
+@pytest.mark.parametrize("spec,message", [
+    ("tiny:wrong", "tiny:wrong returned a list; expected a Workload or dict with model, dataset, loss_fn, batch_size"),
+    ("tiny:missing", "tiny:missing returned a dict without dataset, loss_fn"),
+    ("tiny:nothing", "tiny has no function nothing (from tiny:nothing)"),
+])
+def test_a_workload_returning_the_wrong_thing_is_named(worker, spec, message):
+    with pytest.raises(WorkerError) as info:
+        worker.load(spec)
+    assert info.value.kind == "workload" and message in str(info.value)
+
+
+@needs_torch
+def test_bad_requests_and_devices_are_errors_not_crashes(worker):
+    worker.load("tiny:make")
+    with pytest.raises(WorkerError, match="unknown setting 'bogus'"):
+        worker.trial({"bogus": 1})
+    with pytest.raises(WorkerError) as info:
+        worker.load("tiny:make", device="cuda")
+    assert info.value.kind == "device"
+    assert worker.request("info")["protocol"] == 1  # still serving
+
+
+@needs_torch
+def test_out_of_memory_is_reported_with_the_batch_that_failed(worker):
+    worker.load("tiny:oom")
+    with pytest.raises(WorkerError) as info:
+        worker.trial(Settings(), steps=1, warmup=0)
+    assert info.value.kind == "oom"
+    assert "at micro-batch 32; try micro_batch 16 with accumulation_steps 2" in str(info.value)
+
+
+@needs_torch
+def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(worker):
+    worker.load("tiny:bus_error")
+    with pytest.raises(WorkerError) as info:
+        worker.trial(Settings(num_workers=1), steps=1, warmup=0)
+    assert info.value.kind == "shm" and info.value.finding == "memory.E001"
+
+
+def test_a_missing_interpreter_is_one_line(tmp_path):
+    missing = str(tmp_path / "nope" / "python")
+    with pytest.raises(WorkerError) as info:
+        Worker(missing).start()
+    assert info.value.kind == "no_python" and str(info.value).startswith(missing)
+
+
+def test_an_interpreter_without_torch_is_named(tmp_path):
+    bare = Path("/usr/bin/python3")
+    if not bare.exists() or subprocess.run([str(bare), "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("no interpreter without torch here")
+    with pytest.raises(WorkerError) as info:
+        Worker(str(bare)).start()
+    assert info.value.kind == "no_torch"
+    assert str(info.value) == f"{bare} has no torch: pip install torch in that venv"
+
+
+def test_worker_python_prefers_the_option_then_the_venv(replay):
+    host = replay("debian12-vm-2core")
+    with pytest.raises(WorkerError, match="no such Python interpreter"):
+        worker_python("/no/such/python", host)
+
+
+@needs_torch
+def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
+    w = Worker(PYTHON, cwd=WORKLOADS, timeout=60)
+    w.start()
+    seen, done = set(), threading.Event()
+
+    def watch(pgid):
+        while not done.is_set():
+            seen.update(_group(pgid))
+            time.sleep(0.05)
+
+    try:
+        w.load("tiny:stuck")
+        watcher = threading.Thread(target=watch, args=(w.pid,), daemon=True)
+        watcher.start()
+        # The stuck dataset never yields a batch: the trial can only end by the deadline.
+        with pytest.raises(WorkerTimeout):
+            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=4)
+    finally:
+        done.set()
+        w.kill()
+    assert len(seen) >= 3  # the worker and its two DataLoader workers were there
+    assert w.proc.returncode is not None
+    assert _gone(seen)
+
+
+@needs_torch
+def test_ctrl_c_in_the_caller_kills_the_worker_group():
+    w = Worker(PYTHON, cwd=WORKLOADS, timeout=120)
+    w.start()
+    w.load("tiny:make", options={"delay": 0.001})
+    pgid = w.pid
+    members = {}
+
+    def interrupt(ev):
+        members["pids"] = _group(pgid)
+        if ev["phase"] == "timed":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        w.trial(Settings(num_workers=2), steps=50, warmup=1, on_progress=interrupt)
+    assert len(members["pids"]) >= 3  # the worker and its two DataLoader workers were there
+    assert _gone(members["pids"])
+
+
+@needs_torch
+def test_two_processes_train_with_gloo():
+    res = launch_distributed(PYTHON, "tiny:make", Settings(), nproc=2, steps=3, warmup=1, cwd=WORKLOADS,
+                             timeout=300)
+    assert res["nproc"] == 2 and res["backend"] == "gloo"
+    ranks = res["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
+    assert ranks[0]["sample_digest"] != ranks[1]["sample_digest"]  # each rank trains on its own shard
+    assert res["samples_per_s"] == pytest.approx(sum(r["samples"] for r in ranks) / max(r["wall_s"] for r in ranks))
+    eff = runner.scaling_efficiency(res, {"samples_per_s": res["per_rank_samples_per_s"][0]})
+    assert eff is not None and eff > 0
+
+
+@needs_torch
+def test_a_failing_rank_is_reported_as_a_finding():
+    with pytest.raises(WorkerError) as info:
+        launch_distributed(PYTHON, "tiny:wrong", Settings(), nproc=2, steps=1, warmup=0, cwd=WORKLOADS, timeout=300)
+    assert info.value.kind == "workload" and "returned a list" in str(info.value)
+
+
+@needs_torch
+def test_spawned_dataloader_workers_import_the_workload_and_debtorch(worker):
+    # spawn starts fresh interpreters: they must find the workload module and
+    # debtorch's shim exactly as the worker did, across an epoch boundary.
+    worker.load("tiny:make", options={"n": 64})
+    res = worker.trial(Settings(num_workers=1, start_method="spawn", persistent_workers=True),
+                       steps=5, warmup=0)
+    assert res["epochs"] == 1 and len(res["losses"]) == 5
+
+
+def test_the_runner_side_never_imports_torch():
+    code = ("import sys, debtorch.train.runner, debtorch.train.settings, debtorch.train.worker; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
