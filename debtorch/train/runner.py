@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import debtorch
-from debtorch.host import _kill_group as host_kill_group
+from debtorch.host import kill_group as host_kill_group
 from debtorch.train.worker import PROTOCOL_FD_ENV
 
 PACKAGE_DIR = Path(debtorch.__file__).resolve().parent
