@@ -119,7 +119,7 @@ def doctor(
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter whose PyTorch to check (default: $VIRTUAL_ENV's, else this one)."),
     data: Optional[str] = typer.Option(None, "--data", metavar="PATH", help="Where the training data lives: check its disk and filesystem."),
     deep: bool = typer.Option(False, "--deep", help="Also import torch in the target interpreter and run it on each device."),
-    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when a finding reaches this level."),
+    fail_on: FailOn = typer.Option("error", "--fail-on", help="Exit 1 when a finding reaches this level."),
     redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses."),
     config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Site rules and silenced ids (see docs/site-config.md), besides /etc/debtorch/doctor.toml."),
     facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Check facts saved with 'debtorch facts --json' elsewhere; the live machine is not touched."),
@@ -200,6 +200,12 @@ from debtorch.commands.tune import tune as _tune  # noqa: E402
 
 app.command(name="tune")(_tune)
 # --- end debtorch tune -------------------------------------------------------
+
+# --- debtorch verify-train (issue 5): the command lives in debtorch/commands/verify_train.py ---
+from debtorch.commands.verify_train import verify_train as _verify_train  # noqa: E402
+
+app.command(name="verify-train")(_verify_train)
+# --- end debtorch verify-train ---------------------------------------------------------------
 
 
 def _json_default(obj):

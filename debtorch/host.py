@@ -238,7 +238,8 @@ class Host:
 # The live machine
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a process started with start_new_session=True, and everything it started."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -290,7 +291,7 @@ class LiveHost(Host):
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_group(proc)
             try:
                 out, err = proc.communicate(timeout=1.0)
             except subprocess.TimeoutExpired:

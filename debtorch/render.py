@@ -361,9 +361,18 @@ MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "i
 MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
 
 
+AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
+                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
+
+
 def area_headline(area: str, facts: dict) -> str:
     """One line saying what was looked at in ``area``."""
     from debtorch.facts import get
+
+    sec = facts.get(AREA_SECTION.get(area, "")) or {}
+    whole = (sec.get("unknown") or {}).get("*")
+    if whole and area not in ("cuda", "torch") and all(k == "unknown" or v in (None, [], {}) for k, v in sec.items()):
+        return f"unknown ({whole})"
 
     def g(path, default=None):
         return get(facts, path, default)
@@ -382,7 +391,11 @@ def area_headline(area: str, facts: dict) -> str:
         return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
     if area == "driver":
         if not g("nvidia.pci_devices"):
-            return "no NVIDIA GPU" if g("nvidia.pci_devices") == [] else "NVIDIA devices unknown"
+            if g("nvidia.pci_devices") == []:
+                return "no NVIDIA GPU"
+            ver = g("nvidia.driver_version") or g("nvidia.nvml.driver_version")
+            cuda = g("nvidia.cuda_driver_version") or g("nvidia.nvml.cuda_driver_version")
+            return (f"driver {ver}" if ver else "driver version unknown") + (f", supports CUDA up to {cuda}" if cuda else "")
         ver = g("nvidia.driver_version") or g("nvidia.kernel_module.version")
         cuda = g("nvidia.cuda_driver_version")
         if ver:
@@ -390,6 +403,8 @@ def area_headline(area: str, facts: dict) -> str:
         return "no working NVIDIA driver"
     if area == "gpu":
         gpus = g("nvidia.gpus") or []
+        if not gpus and g("nvidia.pci_devices") is None:
+            return "unknown"
         if not gpus:
             n = sum(1 for d in g("nvidia.pci_devices") or [] if d.get("is_gpu", True))
             return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
@@ -414,7 +429,7 @@ def area_headline(area: str, facts: dict) -> str:
         build = f"CUDA {t['cuda']}" if t.get("cuda") else (f"ROCm {t['hip']}" if t.get("hip") else "CPU only")
         return f"{t.get('version')} ({build})"
     if area == "python":
-        exe = g("python.executable") or "?"
+        exe = g("python.executable") or "interpreter unknown"
         ver = g("python.version")
         return f"{exe}" + (f" (Python {ver}{', venv' if g('python.venv') else ''})" if ver else "")
     if area == "cpu":

@@ -303,3 +303,23 @@ def test_import_fails_and_kernels_fail(tmp_path):
                                 "conv": "ok"}}})
     e6 = one(found(host, deep=True), "torch.E006")
     assert "cuda:0" in e6.message and "no kernel image" in e6.message
+
+
+def test_cuda_build_without_an_nvidia_gpu(tmp_path, replay):
+    host = with_torch(tmp_path, "debian12-vm-2core", "2.13.0", cuda="13.0")
+    assert "whl/cpu" in one(found(host), "torch.W004").fix
+    assert "torch.W004" not in ids(found(replay("debian12-vm-2core")))   # its CPU build is right
+
+
+def test_forward_compatibility_is_a_warning_not_an_error(tmp_path):
+    host = with_torch(tmp_path, T4, "2.5.1+cu124", cuda="12.4", deep={"cuda_available": True})
+    fs = found(host, deep=True)
+    assert "cuda-compat" in one(fs, "cuda.W004").fix and "cuda.E001" not in ids(fs)
+
+
+def test_only_the_drivers_cuda_is_known():
+    from debtorch.doctor.checks_cuda import _by_driver_cuda
+    assert _by_driver_cuda("11.4", "12.1") == "too-old"
+    assert _by_driver_cuda("12.2", "12.4") == "minor-compat"
+    assert _by_driver_cuda("10.1", "10.2") == "too-old"      # no minor-version compatibility before 11.1
+    assert _by_driver_cuda("13.2", "12.6") == "full"

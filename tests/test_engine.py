@@ -193,5 +193,54 @@ def test_other_errors_keep_type_and_first_line():
     assert "Traceback" in err["traceback"]
 
 
-def test_process_tree_memory_counts_this_process():
-    assert engine.process_tree_memory() > 10 * 2**20
+def test_dataloader_workers_memory_is_counted():
+    wl = coerce(tiny.make(), "tiny:make")
+    alone = run_trial(wl, Settings(), steps=2, warmup_steps=1)["peak_host_bytes"]
+    with_workers = run_trial(wl, Settings(num_workers=2), steps=2, warmup_steps=1)["peak_host_bytes"]
+    assert with_workers > alone
+
+
+def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
+    class FakeNvml:  # stands in for pynvml on machines without a GPU
+        @staticmethod
+        def nvmlDeviceGetUtilizationRates(handle):
+            assert handle == "gpu0"
+            return type("Util", (), {"gpu": 87})()
+
+    gauges = engine._Gauges(FakeNvml(), "gpu0")
+    gauges.between_steps(force=True)
+    assert gauges.util == [] and gauges.peak_host() > 0
+    gauges.timing = True
+    gauges.between_steps(force=True)
+    assert gauges.util == [87.0]
+
+
+class _Transient(torch.nn.Linear):
+    """Allocates (and frees) 256 MiB inside every forward pass."""
+
+    def __init__(self):
+        super().__init__(8, 3)
+
+    def forward(self, x):
+        big = torch.ones(64 * 2**20)
+        return super().forward(x) + big[0] - 1
+
+
+def test_peak_host_memory_sees_inside_the_step_and_is_per_trial():
+    spiky = coerce(dict(tiny.make(), model=_Transient()), "spiky")
+    calm = coerce(tiny.make(), "calm")
+    high = run_trial(spiky, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
+    low = run_trial(calm, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
+    assert high - low > 200 * 2**20
+
+
+def test_cuda_only_settings_are_noted_on_cpu():
+    res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
+                    sample_memory=False)
+    assert any("tf32" in n for n in res["notes"]) and any("cudnn_benchmark" in n for n in res["notes"])
+
+
+@pytest.mark.slow
+def test_torch_compile_trains():
+    res = run_trial(coerce(tiny.make(), "t"), Settings(compile=True), steps=3, warmup_steps=1, sample_memory=False)
+    assert all(math.isfinite(x) for x in res["losses"]) and res["losses"][-1] < res["warmup_losses"][0]

@@ -44,6 +44,8 @@ def test_every_file_parses_validates_and_has_rows():
                 assert row["source"].strip(), (name, table, row)
 
 
+@pytest.mark.skipif(not Path(k.__file__).resolve().is_relative_to(ROOT),
+                    reason="debtorch is installed (autopkgtest), not imported from this checkout")
 def test_checkout_finds_its_own_checks_folder():
     assert k.checks_dir() == CHECKS
 

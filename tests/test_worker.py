@@ -223,3 +223,21 @@ def test_a_failing_rank_is_reported_as_a_finding():
     with pytest.raises(WorkerError) as info:
         launch_distributed(PYTHON, "tiny:wrong", Settings(), nproc=2, steps=1, warmup=0, cwd=WORKLOADS, timeout=300)
     assert info.value.kind == "workload" and "returned a list" in str(info.value)
+
+
+@needs_torch
+def test_spawned_dataloader_workers_import_the_workload_and_debtorch(worker):
+    # spawn starts fresh interpreters: they must find the workload module and
+    # debtorch's shim exactly as the worker did, across an epoch boundary.
+    worker.load("tiny:make", options={"n": 64})
+    res = worker.trial(Settings(num_workers=1, start_method="spawn", persistent_workers=True),
+                       steps=5, warmup=0)
+    assert res["epochs"] == 1 and len(res["losses"]) == 5
+
+
+def test_the_runner_side_never_imports_torch():
+    code = ("import sys, debtorch.train.runner, debtorch.train.settings, debtorch.train.worker; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr

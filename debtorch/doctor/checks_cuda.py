@@ -22,6 +22,20 @@ def _v(text):
         return None
 
 
+def _by_driver_cuda(driver_cuda, torch_cuda):
+    """too-old / minor-compat / full from the driver's highest CUDA alone (no driver version)."""
+    d, t = _v(driver_cuda), _v(torch_cuda)
+    if d is None or t is None:
+        return None
+    (dm, dn), (tm, tn) = (d.release + (0,))[:2], (t.release + (0,))[:2]
+    if tm > dm:
+        return "too-old"
+    if tm == dm and tn > dn:
+        # Minor-version compatibility exists from CUDA 11.1 on (NVIDIA's compatibility guide).
+        return "minor-compat" if tm >= 11 else "too-old"
+    return "full"
+
+
 def _torch(facts) -> dict:
     return get(facts, "python.torch") or {}
 
@@ -68,6 +82,21 @@ def check_cpu_only_on_gpu(facts, ctx):
 
 
 @check("torch")
+def check_cuda_build_without_gpu(facts, ctx):
+    t = _torch(facts)
+    devices = get(facts, "nvidia.pci_devices")
+    if not t.get("installed") or not t.get("cuda") or devices is None or has_nvidia_gpu(facts):
+        return []
+    if not isinstance(devices, list) or get(facts, "os.wsl"):
+        return []
+    return [warning("torch.W004", f"PyTorch {t.get('version')} is a CUDA build but this machine has no NVIDIA GPU",
+                    fix="Training runs on the CPU. The CPU build is several GB smaller:\n"
+                        + (knowledge.wheel(t.get("version") or "", "cpu") or {}).get(
+                            "pip", "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
+                    facts={"python.torch.cuda": t.get("cuda"), "nvidia.pci_devices": []})]
+
+
+@check("torch")
 def check_torch_age(facts, ctx):
     t = _torch(facts)
     v = _v(t.get("version")) if t.get("installed") else None
@@ -92,6 +121,8 @@ def _cudnn(facts):
     t = _torch(facts)
     if t.get("cudnn_wheel"):
         return t["cudnn_wheel"], "the nvidia-cudnn wheel"
+    if t.get("cudnn_conda"):
+        return t["cudnn_conda"], "conda's build string"
     for lib in get(facts, "python.libraries") or []:
         m = re.search(r"libcudnn\.so\.(\d+(?:\.\d+)*)", os.path.basename(lib))
         if m:
@@ -198,9 +229,25 @@ def check_driver_for_torch(facts, ctx):
         return []
     out = []
     driver = driver_version(facts)
+    dcuda = get(facts, "nvidia.cuda_driver_version") or get(facts, "nvidia.nvml.cuda_driver_version")
+    verdict = None
     if driver:
         verdict, detail = knowledge.driver_supports(driver, tcuda)
         f = {"driver": driver, "python.torch.cuda": tcuda}
+    elif dcuda:
+        # Only the driver's highest CUDA is known (a report; torch's "found version 11040").
+        verdict = _by_driver_cuda(dcuda, tcuda)
+        driver = f"supporting CUDA {dcuda}"
+        f = {"nvidia.cuda_driver_version": dcuda, "python.torch.cuda": tcuda}
+    if verdict == "too-old" and get(facts, "python.deep.cuda_available") is True:
+        # CUDA initialises although the driver is too old: NVIDIA's forward-compatibility
+        # package (cuda-compat), which works on data-center GPUs only.
+        out.append(warning("cuda.W004", f"driver {driver} is older than CUDA {tcuda} needs, yet CUDA works",
+                           fix="This is forward compatibility (the cuda-compat package), supported on data-center "
+                               "GPUs only; keep cuda-compat matched to the driver, or upgrade the driver.",
+                           facts=f))
+        verdict = None
+    if verdict:
         if verdict == "too-old":
             out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}",
                              fix="Upgrade the NVIDIA driver, or install the variant this driver runs:\n"

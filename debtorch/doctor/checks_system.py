@@ -21,6 +21,11 @@ def check_release(facts, ctx):
                          "check your distribution's equivalents.",
                      facts={"os.id": o.get("id"), "os.id_like": o.get("id_like")})]
     if not o.get("is_debian"):
+        platform = o.get("platform")
+        if platform and platform != "linux":
+            return [info("os.I002", f"{o.get('pretty_name') or platform} is not Linux",
+                         fix="The driver, limit and storage checks are Linux's; the version checks still apply.",
+                         facts={"os.platform": platform})]
         return [info("os.I002", f"{o.get('pretty_name') or o.get('id')} is not Debian",
                      fix="debtorch's fixes name Debian packages; most checks still apply.",
                      facts={"os.id": o.get("id")})]

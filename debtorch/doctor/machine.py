@@ -50,28 +50,53 @@ def debian_driver(facts) -> Optional[dict]:
 
 
 def pip_line(torch_version: Optional[str], facts) -> Optional[dict]:
-    """The official wheel that suits this machine's driver and GPUs (a knowledge row with 'pip')."""
+    """The official wheel that suits this machine's driver and GPUs (a knowledge row with 'pip'), or None."""
     series = (torch_version or "").split("+")[0] or knowledge.latest_series()
     gs = gpus(facts)
+    devices = get(facts, "nvidia.pci_devices")
+    if not gs and isinstance(devices, list) and not has_nvidia_gpu(facts):
+        return knowledge.wheel(series, "cpu")        # known: no NVIDIA GPU here
     ccs = [g["cc"] for g in gs if g["cc"]]
-    if not gs:
-        return knowledge.wheel(series, "cpu")
     driver = driver_version(facts)
     hypothetical = False
     if not driver:
-        dd = debian_driver(facts)
+        dd = debian_driver(facts) if not get(facts, "nvidia.cuda_driver_version") else None
         driver = dd["version"] if dd else None
-        hypothetical = True
-    if not driver or not ccs:
-        return None
-    # The variant must suit the oldest GPU (the lowest compute capability).
-    cc = min(ccs, key=lambda c: tuple(int(x) for x in c.split(".")))
-    row = knowledge.best_variant_for_driver(series, driver, cc)
+        hypothetical = bool(driver)
     newer = False
-    if row is None and series != knowledge.latest_series():
-        # No variant of this release fits (a GPU newer than the release): the newest release may.
-        row = knowledge.best_variant_for_driver(knowledge.latest_series(), driver, cc)
-        newer = row is not None
+    if driver and ccs:
+        # The variant must suit the oldest GPU (the lowest compute capability).
+        cc = min(ccs, key=lambda c: tuple(int(x) for x in c.split(".")))
+        row = knowledge.best_variant_for_driver(series, driver, cc)
+        if row is None and series != knowledge.latest_series():
+            # No variant of this release fits (a GPU newer than the release): the newest release may.
+            row = knowledge.best_variant_for_driver(knowledge.latest_series(), driver, cc)
+            newer = row is not None
+    else:
+        row = _by_driver_only(series, driver, get(facts, "nvidia.cuda_driver_version")
+                              or get(facts, "nvidia.nvml.cuda_driver_version"))
     if row is not None:
         row = dict(row, for_driver=driver, hypothetical_driver=hypothetical, newer_release=newer)
     return row
+
+
+def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str]) -> Optional[dict]:
+    """The newest CUDA variant of ``series`` that the driver runs, when the GPU is not known."""
+    from debtorch.doctor.checks_cuda import _by_driver_cuda
+
+    best = None
+    for variant in knowledge.variants(series):
+        row = knowledge.wheel(series, variant)
+        if not row or not row.get("cuda") or not variant.startswith("cu"):
+            continue
+        if driver:
+            verdict = knowledge.driver_supports(driver, row["cuda"])[0]
+        elif driver_cuda:
+            verdict = _by_driver_cuda(driver_cuda, row["cuda"])
+        else:
+            return None
+        if verdict in ("full", "minor-compat"):
+            key = (verdict == "full", tuple(int(x) for x in row["cuda"].split(".")[:2]))
+            if best is None or key > best[0]:
+                best = (key, row)
+    return best[1] if best else None

@@ -92,10 +92,10 @@ with warnings.catch_warnings(record=True) as caught:
         except BaseException as exc:  # noqa: BLE001
             res["matmul"] = "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
         try:
-            conv = torch.nn.Conv2d(3, 8, 3).to(device)
-            x = torch.randn(2, 3, 16, 16, device=device)
-            y = conv(x).sum()
-            y.backward()
+            with torch.no_grad():
+                conv = torch.nn.Conv2d(3, 8, 3).to(device)
+                x = torch.randn(2, 3, 16, 16, device=device)
+                y = conv(x).sum()
             if device != "cpu":
                 torch.cuda.synchronize(device)
             res["conv"] = "ok"

@@ -39,7 +39,6 @@ import math
 import os
 import signal
 import statistics
-import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -52,7 +51,7 @@ from debtorch.train.workloads import Workload
 MODES = ("instrumented", "bare", "compute_only")
 SMOOTH = 5              # steps in the running mean that decides "loss below target"
 COMPUTE_ONLY_BATCHES = 16  # distinct micro-batches kept in device memory for compute_only
-SAMPLE_INTERVAL = 0.1   # seconds between memory / GPU-utilisation samples
+SAMPLE_INTERVAL = 0.25  # seconds between gauge readings (between steps)
 
 _DEFAULT_THREADS = torch.get_num_threads()  # PyTorch's own choice, restored when threads is None
 
@@ -69,77 +68,94 @@ def _worker_init(worker_id: int) -> None:  # DataLoader worker_init_fn
     die_with_parent()
 
 
-def process_tree_memory(pid: Optional[int] = None) -> Optional[int]:
-    """Bytes of memory used by a process and its descendants (its DataLoader workers).
+def _proc_values(path: str, *keys: str) -> Optional[dict]:
+    """``key: N kB`` lines of a /proc file, in bytes (None when unreadable)."""
+    out = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name = line.split(":", 1)[0]
+                if name in keys:
+                    out[name] = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
 
-    Sums proportional set size (``Pss`` from ``/proc/PID/smaps_rollup``), so
-    that pages forked workers share with their parent are counted once;
-    falls back to resident size (``VmRSS``) where smaps_rollup is missing.
-    None when nothing can be read (not Linux).  This is the one place the
-    engine reads /proc: it is accounting for its own process tree.
-    """
-    pid = os.getpid() if pid is None else pid
-    total, seen, todo = 0, set(), [pid]
+
+def _descendants(pid: int) -> list:
+    out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        value = None
-        for fname, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
-            try:
-                with open(f"/proc/{p}/{fname}") as fh:
-                    for line in fh:
-                        if line.startswith(key):
-                            value = int(line.split()[1]) * 1024
-                            break
-            except (OSError, ValueError):
-                continue
-            if value is not None:
-                break
-        if value is None:
-            if p == pid:
-                return None
-            continue
-        total += value
         try:
             for tid in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{tid}/children") as fh:
-                    todo.extend(int(x) for x in fh.read().split())
+                    kids = [int(x) for x in fh.read().split()]
+                out.extend(kids)
+                todo.extend(kids)
         except (OSError, ValueError):
-            pass
+            continue
+    return out
+
+
+def children_memory(pid: Optional[int] = None) -> int:
+    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own.
+
+    Anonymous and shared-memory resident pages (``RssAnon + RssShmem``): each
+    worker's heap and the batches it puts in /dev/shm.  File-backed pages
+    (torch's libraries, shared with the trainer) are left out; anonymous
+    pages still shared copy-on-write with the trainer count twice, so this
+    errs high.  Read from ``status``, which costs microseconds, where the
+    exact ``Pss`` of ``smaps_rollup`` costs milliseconds.
+    """
+    total = 0
+    for p in _descendants(os.getpid() if pid is None else pid):
+        vals = _proc_values(f"/proc/{p}/status", "RssAnon", "RssShmem") or {}
+        total += vals.get("RssAnon", 0) + vals.get("RssShmem", 0)
     return total
 
 
-class _Sampler(threading.Thread):
-    """Samples peak host memory (whole trial) and GPU utilisation (timed window)."""
+class _Gauges:
+    """Peak host memory and GPU utilisation, read in the training thread between steps.
 
-    def __init__(self, nvml_handle: Any = None, nvml: Any = None):
-        super().__init__(name="debtorch-sampler", daemon=True)
-        self.stop_event = threading.Event()
-        self.timing = False
-        self.peak_host: Optional[int] = None
+    No sampling thread: on a machine with two cores, a third runnable thread
+    (and its hold on the GIL) would slow the very steps being measured.  The
+    training process's peak comes from the kernel's own high-water mark
+    (``VmHWM``, reset at the start of the trial through
+    ``/proc/self/clear_refs``), so the peak inside a backward pass is not
+    missed.  DataLoader workers add the peak of :func:`children_memory`,
+    read at most every ``SAMPLE_INTERVAL`` seconds between steps, like
+    NVML's utilisation.  This is the one place the engine reads /proc:
+    accounting for its own process tree.
+    """
+
+    def __init__(self, nvml: Any = None, handle: Any = None, notes: Optional[list] = None):
+        self._nvml, self._handle = nvml, handle
         self.util: list = []
-        self._nvml, self._handle = nvml, nvml_handle
+        self.timing = False
+        self.children_peak = 0
+        self._last = -SAMPLE_INTERVAL
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # reset VmHWM to the current resident size
+        except OSError:
+            if notes is not None:
+                notes.append("could not reset the peak-memory mark; peak host memory covers the worker's life")
 
-    def sample(self) -> None:
-        mem = process_tree_memory()
-        if mem is not None:
-            self.peak_host = mem if self.peak_host is None else max(self.peak_host, mem)
+    def between_steps(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self._last < SAMPLE_INTERVAL:
+            return
+        self._last = now
+        self.children_peak = max(self.children_peak, children_memory())
         if self.timing and self._handle is not None:
             try:
                 self.util.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
             except Exception:  # noqa: BLE001 - an NVML hiccup loses one sample, not the trial
                 pass
 
-    def run(self) -> None:
-        while not self.stop_event.wait(SAMPLE_INTERVAL):
-            self.sample()
-
-    def finish(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=2.0)
-        self.sample()
+    def peak_host(self) -> Optional[int]:
+        own = (_proc_values("/proc/self/status", "VmHWM") or {}).get("VmHWM")
+        return None if own is None else own + self.children_peak
 
 
 def _nvml_for(device: torch.device):
@@ -355,6 +371,125 @@ def _sync(device: torch.device) -> Callable[[], None]:
 # The trial
 
 
+class _Trial:
+    """One trial's model, optimizer and batch source, and the step they take.
+
+    ``fetch`` hands out the next micro-batch (from the DataLoader, or from
+    device memory in compute-only mode) and adds its sample indices to the
+    digest while the window is being timed; ``step`` is one optimizer step
+    over ``accumulation_steps`` micro-batches.
+    """
+
+    def __init__(self, workload: Workload, settings: Settings, device: torch.device, steps: int,
+                 warmup_steps: int, seed: int, compute_only: bool, distributed: Optional[dict], notes: list):
+        self.workload, self.settings, self.device = workload, settings, device
+        self.distributed = distributed
+        self.micro_batch = settings.micro_batch or workload.batch_size
+        self.accum = settings.accumulation_steps
+        self.channels_last = settings.channels_last and workload.convolutional
+        lr = float(workload.lr or 1e-3)
+        torch.manual_seed(seed)
+        model = copy.deepcopy(workload.model).to(device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.model = model
+        self.run_model = torch.compile(model) if settings.compile else model
+        self.optimizer = _optimizer(model, lr, settings, notes)
+        self.scheduler = _schedule(self.optimizer, settings, lr, warmup_steps + steps)
+        self.scaler = _scaler(settings, device, notes)
+        self.autocast = _autocast(settings, device)
+        self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
+                                                 distributed)
+        self.iterator = None
+        self.epochs = 0
+        self.digest = hashlib.blake2b(digest_size=8)
+        self.counting = False
+        self.cached: list = []
+        self.position = 0
+        if compute_only:
+            want = min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)
+            for _ in range(want):
+                batch, indices = self._from_loader()
+                inputs, target = _split(batch)
+                self.cached.append(((self._to_device(inputs, False, self.channels_last),
+                                     self._to_device(target, False, False)), indices))
+            self.iterator = None  # shut the DataLoader's workers down before timing
+
+    # -- batches ---------------------------------------------------------
+    def _from_loader(self):
+        if self.iterator is None:
+            self.iterator = iter(self.loader)
+        try:
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self.epochs += 1
+                if self.distributed:
+                    self.loader.batch_sampler.inner.sampler.set_epoch(self.epochs)
+                self.iterator = iter(self.loader)
+                batch = next(self.iterator)
+        except RuntimeError as exc:
+            raise _worker_death(self.iterator) or exc
+        return batch, self.tracked.sent.popleft()
+
+    def fetch(self):
+        if self.cached:
+            batch, indices = self.cached[self.position % len(self.cached)]
+            self.position += 1
+        else:
+            batch, indices = self._from_loader()
+        if self.counting:
+            self.digest.update(repr(indices).encode())
+        return batch
+
+    def _to_device(self, obj, non_blocking: bool, channels_last: bool):
+        return _to(obj, self.device, non_blocking, channels_last)
+
+    # -- training --------------------------------------------------------
+    def micro(self, batch, last: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch; its loss, detached."""
+        inputs, target = _split(batch)
+        if not self.cached:
+            inputs = self._to_device(inputs, self.settings.non_blocking, self.channels_last)
+            target = self._to_device(target, self.settings.non_blocking, False)
+        # DDP all-reduces gradients on the last micro-batch of a step only.
+        no_sync = self.distributed is not None and not last
+        with (self.model.no_sync() if no_sync else contextlib.nullcontext()):
+            with self.autocast:
+                loss = self.workload.loss_fn(_call(self.run_model, inputs), target)
+            scaled = loss / self.accum if self.accum > 1 else loss
+            if self.scaler is not None:
+                self.scaler.scale(scaled).backward()
+            else:
+                scaled.backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def step(self) -> list:
+        """One optimizer step, untimed; the micro-batches' losses."""
+        losses = [self.micro(self.fetch(), m == self.accum - 1) for m in range(self.accum)]
+        self.optimizer_step()
+        return losses
+
+    def close(self) -> None:
+        self.iterator = None  # shuts the DataLoader's workers down, also after an error
+        self.cached.clear()
+
+
 def run_trial(
     workload: Workload,
     settings: Any,
@@ -368,13 +503,19 @@ def run_trial(
     on_step: Optional[Callable[[dict], None]] = None,
     compute_only: bool = False,
     distributed: Optional[dict] = None,
+    target_loss: Optional[float] = None,
+    stop_at_target: bool = False,
 ) -> dict:
     """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``.
 
     ``settings`` is a :class:`Settings` or its dict.  ``on_step`` receives a
     progress dict after every step.  ``distributed`` (``{"rank", "world_size"}``,
     with the process group already initialised) wraps the model in DDP and
-    shards the data.  Returns the result dict documented in docs/engine.md.
+    shards the data.  ``target_loss`` overrides the workload's; with
+    ``stop_at_target`` the timed window ends at the first step whose running
+    mean loss is below it (a convergence run: ``steps`` is then a cap, the
+    result's ``steps`` is what ran and ``steps_requested`` the cap).  Returns
+    the result dict documented in docs/engine.md.
     """
     if isinstance(settings, dict):
         settings = Settings.from_dict(settings)
@@ -385,238 +526,176 @@ def run_trial(
         raise TrialError("steps must be >= 1 and warmup_steps >= 0")
     if compute_only and not instrument:
         raise TrialError("compute_only is an instrumented mode")
+    goal = workload.target_loss if target_loss is None else float(target_loss)
+    if stop_at_target and (not instrument or goal is None):
+        raise TrialError("stop_at_target needs an instrumented trial and a target loss")
     device = torch.device(device)
-    mode = "compute_only" if compute_only else ("instrumented" if instrument else "bare")
     notes: list = []
-    micro_batch = settings.micro_batch or workload.batch_size
-    accum = settings.accumulation_steps
-    lr = float(workload.lr or 1e-3)
-    sync = _sync(device)
-    clock = time.perf_counter
-    channels_last = settings.channels_last and workload.convolutional
     if settings.channels_last and not workload.convolutional:
         notes.append("channels_last applies to convolutional workloads; ignored")
     if settings.nproc > 1 and not distributed:
         notes.append("nproc > 1 runs through the distributed launcher; this trial used one process")
 
+    def progress(phase: str, step: int, total: int, loss=None, step_s=None):
+        if on_step is not None:
+            on_step({"phase": phase, "step": step, "steps": total, "loss": loss, "step_s": step_s})
+
     with _torch_state(settings, device, notes):
-        torch.manual_seed(seed)
-        model = copy.deepcopy(workload.model).to(device)
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        model.train()
-        if distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
-            model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = _optimizer(model, lr, settings, notes)
-        scheduler = _schedule(optimizer, settings, lr, warmup_steps + steps)
-        scaler = _scaler(settings, device, notes)
-        run_model = torch.compile(model) if settings.compile else model
-        loader, tracked = build_loader(workload, settings, micro_batch, seed, device, notes, distributed)
-
-        state = {"epoch": 0, "it": None}
-        digest = hashlib.blake2b(digest_size=8)
-        counting = [False]
-
-        def from_loader():
-            if state["it"] is None:
-                state["it"] = iter(loader)
-            try:
-                try:
-                    batch = next(state["it"])
-                except StopIteration:
-                    state["epoch"] += 1
-                    if distributed:
-                        loader.batch_sampler.inner.sampler.set_epoch(state["epoch"])
-                    state["it"] = iter(loader)
-                    batch = next(state["it"])
-            except RuntimeError as exc:
-                raise _worker_death(state["it"]) or exc
-            return batch, tracked.sent.popleft()
-
-        source = from_loader
-        cached: list = []
-        if compute_only:
-            want = min(accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)
-            for _ in range(want):
-                batch, indices = from_loader()
-                inputs, target = _split(batch)
-                cached.append(((_to(inputs, device, False, channels_last), _to(target, device, False, False)), indices))
-            state["it"] = None  # shut the DataLoader's workers down before timing
-            sync()
-            position = [0]
-
-            def from_cache():
-                item = cached[position[0] % len(cached)]
-                position[0] += 1
-                return item
-
-            source = from_cache
-
-        def fetch():
-            batch, indices = source()
-            if counting[0]:
-                digest.update(repr(indices).encode())
-            return batch
-
-        autocast = _autocast(settings, device)
-        is_ddp = distributed is not None
-
-        def micro(batch, last: bool):
-            inputs, target = _split(batch)
-            if not compute_only:
-                inputs = _to(inputs, device, settings.non_blocking, channels_last)
-                target = _to(target, device, settings.non_blocking, False)
-            ctx = model.no_sync() if (is_ddp and not last) else contextlib.nullcontext()
-            with ctx:
-                with autocast:
-                    loss = workload.loss_fn(_call(run_model, inputs), target)
-                scaled = loss / accum if accum > 1 else loss
-                if scaler is not None:
-                    scaler.scale(scaled).backward()
-                else:
-                    scaled.backward()
-            return loss.detach()
-
-        def optimizer_step():
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if scheduler is not None:
-                scheduler.step()
-
-        def plain_step():
-            losses = [micro(fetch(), m == accum - 1) for m in range(accum)]
-            optimizer_step()
-            return losses
-
-        def progress(phase: str, step: int, total: int, loss=None, step_s=None):
-            if on_step is not None:
-                on_step({"phase": phase, "step": step, "steps": total, "loss": loss, "step_s": step_s})
-
-        sampler = None
-        if sample_memory and instrument:
-            handle, nvml = None, None
-            if device.type == "cuda":
-                nvml, handle = _nvml_for(device)
-                if nvml is None:
-                    notes.append(handle)
-                    handle = None
-            sampler = _Sampler(handle, nvml)
-            sampler.start()
+        trial = _Trial(workload, settings, device, steps, warmup_steps, seed, compute_only, distributed, notes)
+        gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-
-        # -- warm-up: not timed ------------------------------------------------
-        warmup_losses = []
-        for s in range(warmup_steps):
-            losses = plain_step()
-            warmup_losses.append(_mean_loss(losses))
-            progress("warmup", s + 1, warmup_steps, warmup_losses[-1])
-
-        # -- the timed window --------------------------------------------------
-        counting[0] = True
-        step_s, data_s, compute_s, step_losses = [], [], [], []
-        profiler = _profiler(profile_dir, device, steps) if profile_dir else None
-        if sampler is not None:
-            sampler.timing = True
         try:
+            warmup_losses = []
+            for s in range(warmup_steps):
+                warmup_losses.append(_mean_loss(trial.step()))
+                progress("warmup", s + 1, warmup_steps, warmup_losses[-1])
+                if gauges is not None:
+                    gauges.between_steps()
+            trial.counting = True
+            if gauges is not None:
+                gauges.timing = True
+            profiler = _profiler(profile_dir, device, steps) if profile_dir else None
             with (profiler or contextlib.nullcontext()):
-                sync()
-                window_start = clock()
                 if instrument:
-                    for s in range(steps):
-                        losses, waited, worked = [], 0.0, 0.0
-                        sync()
-                        t_open = start = clock()
-                        for m in range(accum):
-                            with _range("data_wait", profiler):
-                                batch = fetch()
-                            sync()
-                            t_data = clock()
-                            waited += t_data - t_open
-                            with _range("compute", profiler):
-                                losses.append(micro(batch, m == accum - 1))
-                                if m == accum - 1:
-                                    optimizer_step()
-                            sync()
-                            t_open = clock()
-                            worked += t_open - t_data
-                        step_s.append(t_open - start)
-                        data_s.append(waited)
-                        compute_s.append(worked)
-                        step_losses.append(_mean_loss(losses))
-                        if profiler is not None:
-                            profiler.step()
-                        progress("timed", s + 1, steps, step_losses[-1], step_s[-1])
-                    sync()
-                    window_end = clock()
+                    stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
+                    timed = _timed_window(trial, steps, _sync(device), profiler, progress, gauges, stop)
                 else:
-                    pending = []
-                    for s in range(steps):
-                        pending.append(plain_step())
-                        progress("timed", s + 1, steps)
-                    sync()
-                    window_end = clock()
-                    step_losses = [_mean_loss(x) for x in pending]
+                    timed = _bare_window(trial, steps, _sync(device), progress)
+            if gauges is not None:
+                gauges.timing = False
+                gauges.between_steps(force=True)
         finally:
-            if sampler is not None:
-                sampler.timing = False
-                sampler.finish()
-            state["it"] = None  # shuts the DataLoader's workers down
-
-        wall = window_end - window_start
-        samples = steps * accum * micro_batch
-        world = distributed["world_size"] if distributed else 1
-        result = {
-            "mode": mode,
-            "workload": workload.name,
-            "device": str(device),
-            "settings": settings.to_dict(),
-            "seed": seed,
-            "steps": steps,
-            "warmup_steps": warmup_steps,
-            "micro_batch": micro_batch,
-            "accumulation_steps": accum,
-            "samples_per_step": accum * micro_batch,
-            "samples": samples,
-            "wall_s": wall,
-            "samples_per_s": samples / wall if wall > 0 else None,
-            "step_s": step_s if instrument else None,
-            "data_wait_s": data_s if instrument else None,
-            "compute_s": compute_s if instrument else None,
-            "step_median_s": statistics.median(step_s) if step_s else wall / steps,
-            "data_wait_share": (sum(data_s) / wall) if (instrument and wall > 0) else None,
-            "overhead_s": (wall - sum(step_s)) if instrument else None,
-            "warmup_losses": warmup_losses,
-            "losses": step_losses,
-            "loss_first": step_losses[0] if step_losses else None,
-            "loss_last": step_losses[-1] if step_losses else None,
-            "nonfinite_loss_step": _first_nonfinite(warmup_losses + step_losses),
-            "sample_digest": digest.hexdigest(),
-            "epochs": state["epoch"],
-            "peak_host_bytes": sampler.peak_host if sampler is not None else None,
+            trial.close()
+        result = _result(trial, timed, warmup_losses, steps, warmup_steps, seed, notes, goal)
+        result.update({
+            "mode": "compute_only" if compute_only else ("instrumented" if instrument else "bare"),
+            "peak_host_bytes": gauges.peak_host() if gauges is not None else None,
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-            "gpu_util_mean": (statistics.fmean(sampler.util) if sampler is not None and sampler.util else None),
-            "gpu_util_samples": len(sampler.util) if sampler is not None else 0,
+            "gpu_util_mean": statistics.fmean(gauges.util) if (gauges is not None and gauges.util) else None,
+            "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
             "threads": torch.get_num_threads(),
-            "world_size": world,
-            "rank": distributed["rank"] if distributed else 0,
             "profile_trace": _trace_path(profile_dir) if profile_dir else None,
-            "notes": notes,
-            "torch": torch.__version__,
-        }
-        result.update(time_to_target(workload.target_loss, warmup_losses, step_losses,
-                                     step_s if instrument else [wall / steps] * steps))
-    del run_model, model, optimizer, loader, cached
+        })
+    del trial
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
+                  stop: Optional[Callable[[list], bool]] = None) -> dict:
+    """The instrumented loop: every step cut into chained data-wait and compute segments.
+
+    The device is synchronised before every clock read.  One segment's
+    closing read opens the next, so data wait + compute = step time exactly.
+    ``stop(losses)``, when given, ends the window early (a convergence run).
+    """
+    clock = time.perf_counter
+    step_s, data_s, compute_s, step_losses = [], [], [], []
+    last = trial.accum - 1
+    sync()
+    window_start = clock()
+    for s in range(steps):
+        losses, waited, worked = [], 0.0, 0.0
+        sync()
+        t_open = start = clock()
+        for m in range(trial.accum):
+            with _range("data_wait", profiler):
+                batch = trial.fetch()
+            sync()
+            t_data = clock()
+            waited += t_data - t_open
+            with _range("compute", profiler):
+                losses.append(trial.micro(batch, m == last))
+                if m == last:
+                    trial.optimizer_step()
+            sync()
+            t_open = clock()
+            worked += t_open - t_data
+        step_s.append(t_open - start)
+        data_s.append(waited)
+        compute_s.append(worked)
+        step_losses.append(_mean_loss(losses))
+        if profiler is not None:
+            profiler.step()
+        progress("timed", s + 1, steps, step_losses[-1], step_s[-1])
+        if gauges is not None:
+            gauges.between_steps()
+        if stop is not None and stop(step_losses):
+            break
+    sync()
+    wall = clock() - window_start
+    return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
+
+
+def _bare_window(trial: _Trial, steps: int, sync, progress) -> dict:
+    """The same steps with one clock read at each end; losses read afterwards."""
+    clock = time.perf_counter
+    pending = []
+    sync()
+    window_start = clock()
+    for s in range(steps):
+        pending.append(trial.step())
+        progress("timed", s + 1, steps)
+    sync()
+    wall = clock() - window_start
+    return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
+            "losses": [_mean_loss(x) for x in pending]}
+
+
+def _start_gauges(device: torch.device, notes: list) -> _Gauges:
+    nvml, handle = None, None
+    if device.type == "cuda":
+        nvml, handle = _nvml_for(device)
+        if nvml is None:
+            notes.append(handle)
+            handle = None
+    return _Gauges(nvml, handle, notes)
+
+
+def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_steps: int, seed: int,
+            notes: list, target: Optional[float] = None) -> dict:
+    wall, step_s, data_s, losses = timed["wall"], timed["step_s"], timed["data_s"], timed["losses"]
+    steps_requested, steps = steps, len(losses)  # fewer when a convergence run reached its target
+    samples = steps * trial.accum * trial.micro_batch
+    dist = trial.distributed
+    out = {
+        "workload": trial.workload.name,
+        "device": str(trial.device),
+        "settings": trial.settings.to_dict(),
+        "seed": seed,
+        "steps": steps,
+        "steps_requested": steps_requested,
+        "warmup_steps": warmup_steps,
+        "micro_batch": trial.micro_batch,
+        "accumulation_steps": trial.accum,
+        "samples_per_step": trial.accum * trial.micro_batch,
+        "samples": samples,
+        "wall_s": wall,
+        "samples_per_s": samples / wall if wall > 0 else None,
+        "step_s": step_s,
+        "data_wait_s": data_s,
+        "compute_s": timed["compute_s"],
+        "step_median_s": statistics.median(step_s) if step_s else wall / steps,
+        "data_wait_share": (sum(data_s) / wall) if (data_s is not None and wall > 0) else None,
+        "overhead_s": (wall - sum(step_s)) if step_s is not None else None,
+        "warmup_losses": warmup_losses,
+        "losses": losses,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "nonfinite_loss_step": _first_nonfinite(warmup_losses + losses),
+        "sample_digest": trial.digest.hexdigest(),
+        "epochs": trial.epochs,
+        "world_size": dist["world_size"] if dist else 1,
+        "rank": dist["rank"] if dist else 0,
+        "notes": notes,
+        "torch": torch.__version__,
+    }
+    out.update(time_to_target(target, warmup_losses, losses,
+                              step_s if step_s is not None else [wall / steps] * steps))
+    return out
 
 
 def _mean_loss(losses: list) -> float:
@@ -628,6 +707,11 @@ def _first_nonfinite(losses: list) -> Optional[int]:
         if not math.isfinite(x):
             return i
     return None
+
+
+def _reached(target: float, losses: list) -> bool:
+    """Whether the running mean of the last ``SMOOTH`` losses is below ``target``."""
+    return len(losses) >= SMOOTH and sum(losses[-SMOOTH:]) / SMOOTH < target
 
 
 def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:

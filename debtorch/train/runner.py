@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import debtorch
-from debtorch.host import _kill_group as host_kill_group
+from debtorch.host import kill_group as host_kill_group
 from debtorch.train.worker import PROTOCOL_FD_ENV
 
 PACKAGE_DIR = Path(debtorch.__file__).resolve().parent
@@ -136,6 +136,12 @@ class _StderrTail(threading.Thread):
         self.sink = sink
 
     def run(self) -> None:
+        try:
+            self._read()
+        except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
+            pass
+
+    def _read(self) -> None:
         for raw in iter(self.stream.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
             self.lines.append(line)
@@ -260,7 +266,12 @@ class Worker:
         """Kill the worker and everything it started (its process group)."""
         if self.proc is not None:
             _kill_group(self.proc)
-            for stream in (self.proc.stdin, self.proc.stderr):
+            if self._stderr is not None:
+                self._stderr.join(timeout=2)  # EOF arrives once the group is gone
+            streams = [self.proc.stdin]
+            if self._stderr is None or not self._stderr.is_alive():
+                streams.append(self.proc.stderr)
+            for stream in streams:
                 try:
                     if stream:
                         stream.close()
@@ -440,11 +451,10 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
             raise
         tail.join(timeout=5)
         _pump_events(events, seen, on_event)
-        ranks = []
-        for rank in range(nproc * _nodes(args)):
-            path = os.path.join(work, f"rank{rank}.json")
-            if os.path.exists(path):
-                with open(path) as fh:
+        ranks = []  # this machine's ranks (with multi-node options, other nodes keep theirs)
+        for name in sorted(os.listdir(work), key=lambda n: (len(n), n)):
+            if name.startswith("rank") and name.endswith(".json"):
+                with open(os.path.join(work, name)) as fh:
                     ranks.append(json.load(fh))
         failed = [r for r in ranks if not r.get("ok")]
         if failed:
@@ -458,10 +468,6 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     finally:
         shim.remove()
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _nodes(args: list) -> int:
-    return 1  # rank files of other nodes live on those nodes; this machine sees its own
 
 
 def _stop_launcher(proc: subprocess.Popen) -> None:

@@ -180,6 +180,7 @@ class Session:
             seed=int(req.get("seed", 0)), instrument=(mode != "bare"),
             sample_memory=bool(req.get("sample_memory", True)), profile_dir=req.get("profile_dir"),
             on_step=on_step, compute_only=(mode == "compute_only"),
+            target_loss=req.get("target_loss"), stop_at_target=bool(req.get("stop_at_target", False)),
         )
 
 
@@ -265,11 +266,28 @@ def serve(proto: Protocol, stdin) -> int:
             proto.send({"id": rid, "ok": True, "result": session.handle(req)})
         except BadRequest as exc:
             proto.send({"id": rid, "ok": False, "error": {"kind": "bad_request", "message": str(exc)}})
+            continue
         except DeviceError as exc:
             proto.send({"id": rid, "ok": False, "error": {"kind": "device", "message": str(exc)}})
+            continue
         except Exception as exc:  # noqa: BLE001 - every failure is a result, never a traceback
-            proto.send({"id": rid, "ok": False, "error": classify(exc, session.context)})
+            error = classify(exc, session.context)
+        else:
+            continue
+        # Out of the except block, the failed trial's frames (model, batches) can be
+        # freed before the next request: after an OOM the next trial needs that memory.
+        _release()
+        proto.send({"id": rid, "ok": False, "error": error})
     return 0
+
+
+def _release() -> None:
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def main() -> int:

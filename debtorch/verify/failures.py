@@ -1,0 +1,109 @@
+"""Failures are findings, not tracebacks (docs/verify-train.md, "When a run fails").
+
+The worker already classifies what went wrong (:func:`debtorch.train.worker.classify`:
+``kind``, a one-line ``message``, sometimes ``finding`` and ``suggestion``).
+Here that becomes what the user reads: the doctor's id for a bus error in a
+DataLoader worker (``memory.E002`` in a container with Docker's default
+/dev/shm, ``memory.E001`` otherwise, decided by the doctor's own check on
+this machine's facts), the micro-batch and accumulation steps that fit after
+an out-of-memory, and the exit code.  Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
+from typing import Optional
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+# Worker error kinds (docs/engine.md) that are about the user's input, not the run.
+USAGE_KINDS = ("no_python", "no_torch", "broken_torch", "workload", "device", "bad_request", "settings")
+
+SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
+
+
+@dataclass
+class Failure:
+    """What stopped a verify-train run, for the report and the exit code."""
+
+    kind: str                           # the worker's kind (oom, shm, workload, died, ...)
+    message: str                        # one line
+    phase: str = ""                     # which trial failed ("round 2: tuned")
+    finding: Optional[str] = None       # the doctor's id, when one applies
+    fix: str = ""                       # what to do, when known
+    suggestion: Optional[dict] = None   # settings that fit (after an out-of-memory)
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_USAGE if self.kind in USAGE_KINDS else EXIT_FAILED
+
+    def line(self) -> str:
+        where = f" ({self.phase})" if self.phase else ""
+        return f"{self.message}{where}"
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["exit_code"] = self.exit_code
+        out["detail"] = {k: v for k, v in self.detail.items() if k != "traceback"}
+        return out
+
+
+def shm_finding(facts: Optional[dict]) -> tuple:
+    """(doctor id, fix) for a DataLoader worker killed by a bus error on this machine.
+
+    Asks the doctor's /dev/shm check (the same thresholds, checks/thresholds.toml):
+    a container with Docker's default 64 MB /dev/shm is ``memory.E002``; any
+    other /dev/shm that ran out is ``memory.E001``.
+    """
+    if facts:
+        try:
+            from debtorch.doctor.checks_resources import check_shm
+
+            for f in check_shm(facts, SimpleNamespace(site=None)):
+                if f.id in ("memory.E001", "memory.E002"):
+                    return f.id, f.fix.replace("\n", " ")
+        except Exception:  # noqa: BLE001 - the diagnosis stands without the doctor's detail
+            pass
+    return "memory.E001", SHM_FIX
+
+
+def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Failure:
+    """A :class:`Failure` from a :class:`debtorch.train.runner.WorkerError`."""
+    kind = getattr(exc, "kind", "exception")
+    detail = dict(getattr(exc, "detail", {}) or {})
+    message = getattr(exc, "message", None) or str(exc)
+    fail = Failure(kind=kind, message=message, phase=phase, detail=detail)
+    if kind == "shm":
+        fid, fix = shm_finding(facts)
+        said = detail.get("finding") or "memory.E001"
+        fail.finding, fail.fix = fid, fix
+        fail.message = message.replace(said, fid) if said in message else f"{message} (debtorch doctor: {fid})"
+    elif kind == "oom":
+        fail.suggestion = detail.get("suggestion")
+    elif kind == "no_torch":
+        fail.fix = "pip install torch in that interpreter's venv, or name another with --python"
+    return fail
+
+
+def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict]) -> str:
+    """One line for an out-of-memory, with what fits when a smaller micro-batch was found."""
+    where = "the GPU" if device.startswith("cuda") else device
+    glob = micro_batch * accumulation_steps
+    msg = f"{where} ran out of memory at micro-batch {micro_batch}"
+    if fit:
+        now = fit["micro_batch"] * fit["accumulation_steps"]
+        same = "as before" if now == glob else f"was {glob}"
+        msg += (f"; micro-batch {fit['micro_batch']} with accumulation_steps {fit['accumulation_steps']} "
+                f"fits ({now} samples per optimizer step, {same})")
+    elif micro_batch > 1:
+        msg += "; even micro-batch 1 does not fit"
+    return msg
+
+
+def stale_config(config_fingerprint: dict, here: dict) -> list:
+    """What differs between the machine a config was tuned on and this one (tune's fingerprint)."""
+    from debtorch.tune import fingerprint
+
+    return fingerprint.differences(config_fingerprint or {}, here or {})

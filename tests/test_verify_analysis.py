@@ -1,0 +1,332 @@
+"""verify-train without torch: the numbers, the words, failures as findings, the plan, bad usage."""
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from debtorch.cli import app
+from debtorch.train.runner import WorkerError
+from debtorch.train.settings import Settings
+from debtorch.verify import analysis, report
+from debtorch.verify.failures import Failure, from_worker_error, oom_message, shm_finding
+from debtorch.verify.measure import Measured, Plan, Verifier
+
+runner = CliRunner()
+MiB = 1024 * 1024
+
+
+def trial(sps, wait=0.1, losses=(), **kw):
+    return dict({"samples_per_s": sps, "data_wait_share": wait, "step_median_s": 1.0 / sps if sps else None,
+                 "losses": list(losses), "warmup_losses": []}, **kw)
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def test_speedup_is_a_ratio_of_medians_with_the_range_of_same_round_ratios():
+    base = [trial(100), trial(80), trial(120)]
+    tuned = [trial(150), trial(160), trial(180)]
+    sp = analysis.speedup(tuned, base)
+    assert sp["ratio"] == pytest.approx(160 / 100)
+    # Rounds pair up: 150/100, 160/80, 180/120.
+    assert sp["low"] == pytest.approx(1.5) and sp["high"] == pytest.approx(2.0)
+
+
+def test_failed_trials_do_not_enter_the_median():
+    s = analysis.summarise([trial(100), trial(None), trial(300), trial(200)])
+    assert s["runs"] == 3 and s["samples_per_s"] == 200
+    assert s["samples_per_s_min"] == 100 and s["samples_per_s_max"] == 300
+
+
+def test_instrumentation_cost_pairs_instrumented_and_bare_trials_of_a_round():
+    cost = analysis.instrumentation_cost([trial(98), trial(99), trial(101)], [trial(100), trial(100), trial(100)])
+    assert cost["cost"] == pytest.approx(0.01)
+    assert cost["low"] == pytest.approx(-0.01) and cost["high"] == pytest.approx(0.02)
+
+
+def _curve(n, start=2.0, end=1.0):
+    return [start + (end - start) * i / (n - 1) for i in range(n)]
+
+
+def test_amp_following_fp32_is_not_a_divergence():
+    ref = {"losses": _curve(40)}
+    amp = {"losses": [x * 1.03 for x in _curve(40)]}
+    out = analysis.compare_curves(amp, ref, "bf16")
+    assert out["diverged"] is False and out["compared_steps"] == 40
+    assert out["max_gap_rel"] == pytest.approx(0.03)
+
+
+def test_amp_drifting_above_fp32_in_the_second_half_is_a_divergence():
+    base = _curve(40)
+    amp = base[:20] + [x * 1.25 for x in base[20:]]
+    out = analysis.compare_curves({"losses": amp}, {"losses": base}, "fp16")
+    assert out["diverged"] is True and "fp16 loss" in out["reason"] and out["step"] > 20
+
+
+def test_an_early_wobble_is_not_a_divergence():
+    base = _curve(40)
+    amp = [x * 1.3 if i < 10 else x for i, x in enumerate(base)]
+    assert analysis.compare_curves({"losses": amp}, {"losses": base})["diverged"] is False
+
+
+def test_a_non_finite_amp_loss_is_a_divergence():
+    base = _curve(30)
+    amp = base[:12] + [math.inf] + base[13:]
+    out = analysis.compare_curves({"losses": amp}, {"losses": base}, "fp16")
+    assert out["diverged"] is True and out["step"] == 13 and "non-finite" in out["reason"]
+
+
+def test_amp_needing_many_more_steps_to_the_target_is_a_divergence():
+    base = _curve(60)
+    out = analysis.compare_curves({"losses": base, "target_step": 60}, {"losses": base[:30], "target_step": 30})
+    assert out["diverged"] is True and "60 steps" in out["reason"]
+
+
+def test_too_short_a_curve_is_not_judged():
+    assert analysis.compare_curves({"losses": [1, 1, 1]}, {"losses": [1, 1, 1]})["diverged"] is None
+
+
+def test_same_numerics_looks_at_batch_and_schedule_only():
+    a = Settings(precision="fp32").to_dict()
+    assert analysis.same_numerics(a, Settings(num_workers=4, threads=1, channels_last=True).to_dict(), 32)
+    assert analysis.same_numerics(a, Settings(micro_batch=32).to_dict(), 32)
+    assert not analysis.same_numerics(a, Settings(micro_batch=16, accumulation_steps=2).to_dict(), 32)
+    assert not analysis.same_numerics(a, Settings(lr_schedule="onecycle").to_dict(), 32)
+
+
+def _measured(base_sps, tuned_sps, converge=None, tuned_settings=None):
+    m = Measured()
+    m.baseline = Settings().to_dict()
+    m.tuned = (tuned_settings or Settings(precision="bf16")).to_dict()
+    m.trials["baseline"] = [trial(x, wait=0.3) for x in base_sps]
+    m.trials["tuned"] = [trial(x, wait=0.02) for x in tuned_sps]
+    m.trials["tuned_bare"] = [trial(x * 1.005) for x in tuned_sps]
+    if converge:
+        m.converge = converge
+    return m
+
+
+def test_the_verdict_names_speedup_data_wait_and_time_to_target():
+    conv = {"baseline": {"target_loss": 0.5, "target_step": 200, "time_to_target_s": 66.0, "losses": _curve(200)},
+            "tuned": {"target_loss": 0.5, "target_step": 180, "time_to_target_s": 41.0, "losses": _curve(180)}}
+    m = _measured([100, 90, 110], [162, 150, 170], conv)
+    m.reference = Settings().to_dict()
+    line = analysis.verdict(report.build(m))
+    assert line.startswith("tuned is 1.62x baseline (")
+    assert "data wait 30% -> 2.0%" in line
+    assert "reached loss 0.5 in 41 s vs 66 s" in line
+
+
+def test_the_verdict_says_when_tuned_misses_the_target_or_amp_diverges():
+    base_curve = _curve(100, 2.0, 0.4)
+    conv = {"baseline": {"target_loss": 0.5, "target_step": 90, "time_to_target_s": 30.0, "losses": base_curve},
+            "tuned": {"target_loss": 0.5, "target_step": None, "steps": 97, "warmup_steps": 3, "wall_s": 20.0,
+                      "losses": [x * 1.5 for x in base_curve]}}
+    m = _measured([100, 100, 100], [150, 150, 150], conv)
+    m.reference = Settings().to_dict()
+    line = analysis.verdict(report.build(m))
+    assert "tuned did NOT reach loss 0.5 (not within 100 steps" in line
+    assert "AMP DIVERGED" in line
+
+
+def test_an_interrupted_run_says_so_in_the_verdict():
+    m = _measured([100], [])
+    m.interrupted = True
+    summary = report.build(m)
+    assert analysis.verdict(summary).startswith("interrupted, so far: no speed-up measured")
+
+
+def test_the_table_has_a_row_for_everything_measured():
+    conv = {"baseline": {"target_loss": 1.0, "target_step": 50, "time_to_target_s": 9.5, "losses": _curve(50)},
+            "tuned": {"target_loss": 1.0, "target_step": 40, "time_to_target_s": 4.0, "losses": _curve(40)}}
+    m = _measured([100, 90, 110], [162, 150, 170], conv)
+    m.trials["baseline"][0]["peak_device_bytes"] = 2 * 1024 ** 3
+    m.trials["tuned"][0]["gpu_util_mean"] = 87.0
+    labels = [r[0] for r in report.rows(m, report.build(m))]
+    for want in ("samples/s (min-max)", "speed-up", "  waiting for data", "compute-only bound",
+                 "peak host memory", "peak device memory", "GPU utilisation (NVML)", "time to loss 1"):
+        assert want in labels
+
+
+# ---------------------------------------------------------------- failures
+
+
+def _facts(shm_total, container=None):
+    return {"memory": {"shm_total": shm_total, "shm_free": shm_total}, "os": {"container": container},
+            "cpu": {"usable_cpus": 8}}
+
+
+def test_a_bus_error_in_a_container_with_dockers_shm_is_memory_E002():
+    assert shm_finding(_facts(64 * MiB, "docker"))[0] == "memory.E002"
+    err = WorkerError("shm", "a DataLoader worker died of a bus error: /dev/shm is too small for 4 DataLoader "
+                             "workers (debtorch doctor: memory.E001)", {"finding": "memory.E001"})
+    f = from_worker_error(err, "round 1/3: tuned", _facts(64 * MiB, "docker"))
+    assert f.finding == "memory.E002" and "memory.E002" in f.message and "memory.E001" not in f.message
+    assert "--shm-size" in f.fix and f.exit_code == 1
+
+
+def test_a_bus_error_elsewhere_is_memory_E001_with_the_remount_fix():
+    fid, fix = shm_finding(_facts(32 * 1024 ** 3))
+    assert fid == "memory.E001" and "remount" in fix
+    assert shm_finding(None)[0] == "memory.E001"
+
+
+@pytest.mark.parametrize("kind,code", [("workload", 2), ("no_torch", 2), ("device", 2), ("settings", 2),
+                                       ("oom", 1), ("shm", 1), ("died", 1), ("timeout", 1), ("exception", 1)])
+def test_exit_codes_by_failure_kind(kind, code):
+    assert Failure(kind=kind, message="x").exit_code == code
+
+
+def test_the_oom_line_names_what_fits_and_the_global_batch():
+    assert oom_message("cuda:0", 64, 1, {"micro_batch": 16, "accumulation_steps": 4}) == (
+        "the GPU ran out of memory at micro-batch 64; micro-batch 16 with accumulation_steps 4 fits "
+        "(64 samples per optimizer step, as before)")
+    assert "even micro-batch 1 does not fit" in oom_message("cuda", 8, 1, None)
+
+
+# ---------------------------------------------------------------- the plan, with a fake worker
+
+
+class FakeWorker:
+    """Answers trial requests like the engine's worker; out of memory above ``limit`` samples."""
+
+    def __init__(self, limit=None, batch_size=32):
+        self.limit, self.batch_size = limit, batch_size
+        self.requests = []
+        self.proc = object()
+
+    def request(self, op, on_event=None, timeout=None, **req):
+        self.requests.append(req)
+        s = Settings.from_dict(req["settings"])
+        mb = s.micro_batch or self.batch_size
+        if self.limit is not None and mb > self.limit:
+            raise WorkerError("oom", f"cuda ran out of memory at micro-batch {mb}",
+                              {"suggestion": {"micro_batch": mb // 2, "accumulation_steps": 2}})
+        for i in range(req["warmup"] + req["steps"]):
+            if on_event:
+                on_event({"event": "progress", "step": i + 1})
+        return {"samples_per_s": 100.0, "losses": [1.0] * req["steps"], "warmup_losses": [],
+                "mode": req["mode"], "target_loss": req.get("target_loss")}
+
+    def close(self):
+        pass
+
+    def kill(self):
+        pass
+
+
+def _verifier(worker, **plan):
+    v = Verifier(Plan(**plan))
+    v.worker = worker
+    v.measured.workload = {"batch_size": worker.batch_size, "target_loss": 0.5}
+    v.measured.device = "cuda:0"
+    return v
+
+
+def test_rounds_interleave_baseline_and_tuned_and_swap_the_bare_loop():
+    v = _verifier(FakeWorker(), repeats=3, converge_steps=0)
+    arms = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16"))]
+    round1 = ["baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"]
+    round2 = ["baseline", "tuned_bare", "tuned", "baseline_bound", "tuned_bound"]
+    assert arms == ["prime", "prime"] + round1 + round2 + round1
+
+
+def test_amp_gets_an_fp32_reference_unless_the_baseline_trains_the_same_curve():
+    v = _verifier(FakeWorker(), repeats=3)
+    same = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16", threads=2))]
+    assert "converge:reference" not in same and v.measured.reference["precision"] == "fp32"
+    other = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))]
+    assert other[-1] == "converge:reference"
+    v.measured.reference = None
+    fp32 = [j.arm for j in v.jobs(Settings(), Settings(num_workers=2))]
+    assert "converge:reference" not in fp32 and v.measured.reference is None
+
+
+def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_batch():
+    worker = FakeWorker(limit=8, batch_size=32)
+    v = _verifier(worker, repeats=3, converge_steps=0)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "oom" and m.failure.exit_code == 1
+    assert m.failure.suggestion == {"micro_batch": 8, "accumulation_steps": 4}
+    assert m.failure.message.startswith("the GPU ran out of memory at micro-batch 32; micro-batch 8 with "
+                                        "accumulation_steps 4 fits (32 samples per optimizer step, as before)")
+    tried = [Settings.from_dict(r["settings"]).micro_batch for r in worker.requests]
+    assert tried == [None, 16, 8]  # the first (warming-up) trial ran out of memory at 32
+
+
+def test_a_finished_plan_keeps_every_trial_under_its_arm():
+    v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
+    m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
+    assert m.failure is None
+    assert {k: len(v) for k, v in m.trials.items()} == {arm: 3 for arm in analysis.ARMS}
+    assert set(m.converge) == {"baseline", "tuned", "reference"}
+    assert m.converge["tuned"]["target_loss"] == 0.5
+
+
+# ---------------------------------------------------------------- bad usage (nothing runs)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--repeats", "2"], "--repeats must be at least 3"),
+    (["--plot", "out.txt"], "must end in .png or .svg"),
+    (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
+    (["--nnodes", "2"], "need --nproc N"),
+    (["--steps", "1"], "--steps must be at least 2"),
+    (["--python", "/nonexistent/python3"], "no such Python interpreter"),
+])
+def test_bad_options_are_one_line_and_exit_2(args, message):
+    res = runner.invoke(app, ["verify-train", *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("schema_version = 1\n[loader]\nnum_workers = \"four\"\n")
+    res = runner.invoke(app, ["verify-train", "--config", str(bad)])
+    assert res.exit_code == 2
+    assert f"{bad}:3: loader.num_workers: must be an integer >= 0" in res.output
+
+
+def test_plot_without_matplotlib_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    res = runner.invoke(app, ["verify-train", "--plot", "x.png"])
+    assert res.exit_code == 2 and "--plot needs matplotlib: pip install 'debtorch[plot]'" in res.output
+
+
+def test_the_recorded_t4_container_with_64m_shm_gives_memory_E002(replay):
+    """A real recorded host (tests/hosts): the doctor's own check decides the id."""
+    from debtorch import facts as facts_mod
+
+    host = replay("debian12-container-t4-shm64m")
+    facts = facts_mod.collect(host, facts_mod.Options(sections=("os", "cpu", "memory")))
+    fid, fix = shm_finding(facts)
+    assert fid == "memory.E002" and "--shm-size" in fix
+    vm = facts_mod.collect(replay("debian12-vm-2core"), facts_mod.Options(sections=("os", "cpu", "memory")))
+    assert shm_finding(vm)[0] == "memory.E001"
+
+
+def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
+    from debtorch import facts as facts_mod
+    from debtorch.tune import fingerprint
+    from debtorch.verify.failures import stale_config
+
+    def fp(name):
+        return fingerprint.from_facts(facts_mod.collect(replay(name), facts_mod.Options(
+            sections=("os", "cpu", "nvidia"))))
+
+    diff = stale_config(fp("debian12-server-8xa100-nvlink"), fp("debian12-vm-2core"))
+    assert any(d.startswith("gpus [NVIDIA A100") and d.endswith("-> none") for d in diff), diff
+    assert stale_config(fp("debian12-vm-2core"), fp("debian12-vm-2core")) == []
+
+
+def test_rounds_slowed_by_another_process_are_named():
+    m = _measured([100, 20, 110, 105], [160, 150, 40, 170])
+    summary = report.build(m)
+    assert summary["disturbed_rounds"] == [2, 3]
+    assert any(line.startswith("noise: in rounds 2, 3 a trial ran at under half its median speed")
+               for line in report.lines(m, summary))
+    assert report.build(_measured([100, 90, 110], [160, 150, 170]))["disturbed_rounds"] == []

@@ -1,0 +1,237 @@
+"""debtorch verify-train end to end: the real worker, the real engine, --quick sizes.
+
+Each test runs ``python -m debtorch verify-train`` as a user would, with the
+venv's interpreter (which has torch) training.  Skipped where it has no torch.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_debtorch
+
+pytestmark = pytest.mark.torch
+_has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+if not _has_torch:
+    pytest.skip(f"{sys.executable} has no torch", allow_module_level=True)
+
+WORKLOADS = Path(__file__).parent / "verify_workloads"
+TIMEOUT = 600
+
+
+def verify(*args, cwd=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "debtorch", "verify-train", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd or WORKLOADS, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def quick_json(tmp_path_factory):
+    """One --quick run with a tune-written config (edited to look tuned elsewhere), --json, --plot, --profile."""
+    tmp = tmp_path_factory.mktemp("verify")
+    cfg = tmp / "debtorch.toml"
+    res = run_debtorch("tune", "--write", str(cfg))
+    assert res.returncode == 0, res.stderr
+    text = cfg.read_text()
+    assert re.search(r'(?m)^cpu_model = ".*"$', text)
+    cfg.write_text(re.sub(r'(?m)^cpu_model = ".*"$', 'cpu_model = "AMD EPYC 9654 96-Core Processor"', text))
+    plot, prof = tmp / "verify.png", tmp / "prof"
+    res = verify("--quick", "--json", "--config", str(cfg), "--plot", str(plot), "--profile", str(prof))
+    return res, cfg, plot, prof
+
+
+def test_quick_run_prints_the_table_and_the_verdict():
+    res = verify("--quick")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for row in ("samples/s (min-max)", "speed-up", "waiting for data", "computing", "compute-only bound",
+                "peak host memory", "time to loss"):
+        assert row in out
+    assert re.search(r"(?m)^verdict: tuned is \d+\.\d\dx baseline \(\d+\.\d\d-\d+\.\d\d\), data wait ", out)
+    assert "instrumentation: the per-step clocks and gauges cost" in out
+    assert "Traceback" not in res.stderr
+    # Progress goes to stderr, never into the report.
+    assert "round 3/3: tuned" in res.stderr and "round 1/3" not in out
+
+
+def test_json_has_everything_and_uses_the_config(quick_json):
+    res, cfg, _, _ = quick_json
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    for key in ("schema_version", "verdict", "summary", "plan", "settings", "config", "trials", "converge",
+                "facts", "worker", "workload", "exit_code"):
+        assert key in doc
+    assert doc["exit_code"] == 0 and doc["plan"]["quick"] is True
+    s = doc["summary"]
+    for arm in ("baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"):
+        assert s[arm]["runs"] == 3, arm
+    assert s["speedup"]["ratio"] > 0 and s["instrumentation"]["cost"] is not None
+    assert 0 < s["bound_fraction"]["tuned"]
+    assert s["convergence"]["target_loss"] == doc["workload"]["target_loss"]
+    # The tuned settings are the config's, loaded with tune's loader.
+    from debtorch.tune.config import load_config
+
+    assert doc["settings"]["tuned"] == load_config(str(cfg)).settings.to_dict()
+    assert doc["config"]["source"] == "config"
+    assert doc["facts"]["cpu"]["usable_cpus"] >= 1
+    # Baseline is PyTorch's defaults.
+    assert doc["settings"]["baseline"]["num_workers"] == 0 and doc["settings"]["baseline"]["precision"] == "fp32"
+
+
+def test_a_config_tuned_on_another_machine_is_named(quick_json):
+    res, cfg, _, _ = quick_json
+    assert f"warning: {cfg} was tuned on another machine or environment: cpu_model AMD EPYC 9654" in res.stderr
+    assert json.loads(res.stdout)["config"]["stale"]
+
+
+def test_plot_writes_a_png(quick_json):
+    pytest.importorskip("matplotlib")
+    _, _, plot, _ = quick_json
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_writes_a_chrome_trace_with_the_step_breakdown(quick_json):
+    res, _, _, prof = quick_json
+    trace = json.loads((prof / "trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"data_wait", "compute"} <= names
+    assert json.loads(res.stdout)["profile"]["trace"] == str(prof / "trace.json")
+
+
+def test_two_processes_on_cpu_report_scaling(tmp_path):
+    res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    sc = doc["summary"]["scaling"]
+    assert sc["nproc"] == 2 and sc["backend"] == "gloo" and sc["efficiency"] > 0
+    assert len(doc["ddp"][0]["ranks"]) == 2
+    assert "2 processes at" in doc["verdict"]
+
+
+def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(tmp_path):
+    cfg = tmp_path / "workers.toml"
+    cfg.write_text("schema_version = 1\n[loader]\nnum_workers = 1\n[tuned]\nby = \"rules\"\ndevice = \"cpu\"\n")
+    res = verify("--quick", "--workload", "vw:shm_full", "--config", str(cfg))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert re.search(r"FAILED: a DataLoader worker died of a bus error: /dev/shm is too small for 1 DataLoader "
+                     r"worker \(debtorch doctor: memory\.E00[12]\) \(warming up: tuned\)", res.stdout)
+    assert "fix: " in res.stdout and "Traceback" not in res.stdout + res.stderr
+    # The report is still printed, with the failure under it.
+    assert "verdict: " in res.stdout
+
+
+def test_out_of_memory_suggests_the_micro_batch_that_fits():
+    res = verify("--quick", "--workload", "vw:oom_above")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert ("ran out of memory at micro-batch 16; micro-batch 4 with accumulation_steps 4 fits "
+            "(16 samples per optimizer step, as before)") in res.stdout
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_a_workload_module_that_fails_to_import_is_one_line():
+    res = verify("--quick", "--workload", "vw_broken:make")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        "debtorch verify-train: cannot import vw_broken (from vw_broken:make): "
+        "ModuleNotFoundError: No module named 'debtorch_no_such_dependency'")
+    assert res.stdout == ""
+
+
+def test_cuda_on_a_machine_without_one_is_bad_input():
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    if probe.stdout.strip() != "False":
+        pytest.skip("this machine has a GPU")
+    res = verify("--quick", "--device", "cuda")
+    assert res.returncode == 2 and "sees no GPU" in res.stderr
+
+
+def test_ctrl_c_prints_what_was_measured_and_exits_130():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", "verify-train", "--quick"], cwd=WORKLOADS,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        # Wait until round 2 starts: round 1's baseline and tuned are measured by then.
+        for line in proc.stderr:
+            seen.append(line)
+            if "round 2/3: baseline" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+            assert time.monotonic() < deadline
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "interrupted" in err and "Traceback" not in err
+    assert re.search(r"(?m)^verdict: interrupted, so far: tuned is \d+\.\d\dx baseline", out)
+
+
+# ---------------------------------------------------------------- the engine's addition for convergence runs
+
+
+def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
+    from debtorch.train.engine import run_trial
+    from debtorch.train.workloads import load_workload
+
+    sys.path.insert(0, str(WORKLOADS))
+    try:
+        wl = load_workload("vw:oom_above", {"limit": 64})
+    finally:
+        sys.path.remove(str(WORKLOADS))
+    full = run_trial(wl, {}, steps=40, warmup_steps=1, target_loss=0.0)
+    assert full["steps"] == 40 and full["target_step"] is None  # a loss never falls below 0
+    stop = run_trial(wl, {}, steps=200, warmup_steps=1, target_loss=full["losses"][10], stop_at_target=True)
+    assert stop["target_step"] is not None and stop["steps"] == stop["target_step"] - 1 < 200
+    assert stop["steps_requested"] == 200 and len(stop["losses"]) == stop["steps"]
+
+
+
+# ---------------------------------------------------------------- GPU utilisation through NVML, faked
+
+
+def test_gpu_utilisation_read_through_nvml_reaches_the_report():
+    """The engine's gauges with the NVML fake replaying recorded GPUs (debtorch/nvmlfake.py)."""
+    from debtorch import nvmlfake
+    from debtorch.train import engine
+    from debtorch.verify import report
+    from debtorch.verify.measure import Measured
+
+    hosts = Path(__file__).parent / "hosts"
+
+    def sampled(host):
+        nv = nvmlfake.load(hosts / host / "_nvml.json")
+        nv.nvmlInit()
+        gauges = engine._Gauges(nv, nv.nvmlDeviceGetHandleByIndex(0))
+        gauges.timing = True
+        gauges.between_steps(force=True)
+        gauges.between_steps(force=True)
+        return gauges.util
+
+    def report_of(util):
+        m = Measured()
+        m.device = "cuda:0"
+        m.trials["tuned"] = [{"samples_per_s": 900.0, "gpu_util_mean": (sum(util) / len(util)) if util else None}]
+        summary = report.build(m)
+        return dict((r[0], r[2]) for r in report.rows(m, summary)), report.lines(m, summary)
+
+    util = sampled("debian13-workstation-rtx3080")  # recorded at 65% busy
+    assert util == [65.0, 65.0]
+    rows, lines = report_of(util)
+    assert rows["GPU utilisation (NVML)"] == "65%"
+    assert not any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)
+    # The recorded A100 server answers NOT_SUPPORTED for utilisation: no samples, and the report says so.
+    assert sampled("debian12-server-8xa100-nvlink") == []
+    rows, lines = report_of([])
+    assert "GPU utilisation (NVML)" not in rows
+    assert any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)
