@@ -46,3 +46,20 @@ def no_live(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", boom)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     return True
+
+
+def _this_python_has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.torch``: the test runs PyTorch in this interpreter; skip it where there is none
+    (Debian's python3 during the package build, a base install)."""
+    if _this_python_has_torch():
+        return
+    skip = pytest.mark.skip(reason=f"{sys.executable} has no torch")
+    for item in items:
+        if item.get_closest_marker("torch") is not None:
+            item.add_marker(skip)

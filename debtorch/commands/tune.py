@@ -8,6 +8,7 @@ cannot be written, an unreadable facts file).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -76,9 +77,12 @@ def _progress():
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
+    if not console.is_terminal:
+        # Not even a disabled Progress: rich 13.3 (Debian 12) still writes a newline when it stops.
+        return contextlib.nullcontext(), lambda trial, spent, budget: None
     progress = Progress(TextColumn("[bold]measuring[/] {task.description}"), BarColumn(),
                         TextColumn("{task.completed:.0f}/{task.total:.0f} s"), TimeElapsedColumn(),
-                        console=console, transient=True, disable=not console.is_terminal)
+                        console=console, transient=True)
     task = progress.add_task("starting", total=1.0)
 
     def on_trial(trial, spent: float, budget: float) -> None:
