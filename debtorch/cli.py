@@ -25,9 +25,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
+from debtorch.commands import EXIT_FAILED as EXIT_FINDINGS  # noqa: E402
+from debtorch.commands import EXIT_OK, EXIT_USAGE  # noqa: E402,F401
+from debtorch.commands import fail as _fail_as  # noqa: E402
 
 
 class Format(str, Enum):
@@ -37,8 +37,7 @@ class Format(str, Enum):
 
 def fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
     """Print one line to stderr and leave with ``code``."""
-    typer.echo(f"debtorch: {message}", err=True)
-    raise typer.Exit(code)
+    _fail_as("debtorch", message, code)
 
 
 def _version(value: bool) -> None:

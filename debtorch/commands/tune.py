@@ -17,12 +17,7 @@ from typing import Optional
 
 import typer
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
+from debtorch.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Device, fail
 
 
 class Emit(str, Enum):
@@ -36,8 +31,7 @@ class ModelKind(str, Enum):
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
-    typer.echo(f"debtorch tune: {message}", err=True)
-    raise typer.Exit(code)
+    fail("debtorch tune", message, code)
 
 
 def _check_destination(path: str, force: bool) -> None:

@@ -16,26 +16,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import Enum
 from typing import Optional
 
 import typer
 
-from debtorch.verify.failures import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-
-
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
+from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail, warn
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
-    typer.echo(f"debtorch verify-train: {message}", err=True)
-    raise typer.Exit(code)
+    fail("debtorch verify-train", message, code)
 
 
 def _warn(message: str) -> None:
-    typer.echo(f"debtorch verify-train: warning: {message}", err=True)
+    warn("debtorch verify-train", message)
 
 
 def _launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
