@@ -545,7 +545,16 @@ class RecordingHost(LiveHost):
     def __init__(self, folder, trim: Optional[dict] = None) -> None:
         super().__init__()
         self.out = Path(folder)
-        self.out.mkdir(parents=True, exist_ok=True)
+        # A new or empty folder only: a recording must not overwrite a user's files,
+        # nor mix with an older recording that replay would then believe.
+        if self.out.exists() and not self.out.is_dir():
+            raise Unavailable(f"{folder}: not a folder")
+        if self.out.is_dir() and any(self.out.iterdir()):
+            raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
         self._lock = threading.Lock()
         self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}

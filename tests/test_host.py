@@ -68,3 +68,18 @@ def test_recording_then_replaying_this_machine_gives_the_same_facts(tmp_path):
         doc.pop("collected_at")
         doc.pop("host")
     assert json.loads(json.dumps(live, default=sorted)) == json.loads(json.dumps(again, default=sorted))
+
+
+def test_record_refuses_a_file_or_a_folder_in_use(tmp_path):
+    from conftest import run_debtorch
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "_host.json").write_text("mine\n")
+    for target, why in ((afile, "not a folder"), (used, "not empty")):
+        res = run_debtorch("facts", "--record", str(target))
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.count("\n") == 1 and why in res.stderr and "Traceback" not in res.stderr
+    assert afile.read_text() == "mine\n" and (used / "_host.json").read_text() == "mine\n"
