@@ -83,3 +83,12 @@ def test_record_refuses_a_file_or_a_folder_in_use(tmp_path):
         assert res.returncode == 2, res.stderr
         assert res.stderr.count("\n") == 1 and why in res.stderr and "Traceback" not in res.stderr
     assert afile.read_text() == "mine\n" and (used / "_host.json").read_text() == "mine\n"
+
+
+def test_no_apt_sources_leaves_components_unknown_not_empty(tmp_path):
+    from hostkit import make_host
+
+    host = make_host(tmp_path, remove=["/etc/apt/sources.list", "/etc/apt/sources.list.d"])
+    apt = facts.collect(host, facts.Options(sections=("apt",)))["apt"]
+    # [] would tell the doctor "APT has no main"; unreadable sources are unknown.
+    assert apt["components"] is None and apt["unknown"]["components"] == "no APT sources found"
