@@ -639,7 +639,9 @@ class RecordingHost(LiveHost):
     def is_dir(self, p: str) -> bool:
         found = super().is_dir(p)
         if found:
-            self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+            with self._lock:
+                self._copy_links(p)
+                self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
         return found
 
     def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:

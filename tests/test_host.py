@@ -92,3 +92,13 @@ def test_no_apt_sources_leaves_components_unknown_not_empty(tmp_path):
     apt = facts.collect(host, facts.Options(sections=("apt",)))["apt"]
     # [] would tell the doctor "APT has no main"; unreadable sources are unknown.
     assert apt["components"] is None and apt["unknown"]["components"] == "no APT sources found"
+
+
+def test_a_recorded_folder_behind_a_symlink_replays_as_a_folder(tmp_path):
+    # Old Debian systems have /dev/shm -> /run/shm; the replay must see the folder too.
+    (tmp_path / "run" / "shm").mkdir(parents=True)
+    (tmp_path / "shm").symlink_to(tmp_path / "run" / "shm")
+    rec = RecordingHost(tmp_path / "rec")
+    assert rec.is_dir(str(tmp_path / "shm"))
+    rec.save()
+    assert ReplayHost(tmp_path / "rec").is_dir(str(tmp_path / "shm"))
