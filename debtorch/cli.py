@@ -67,8 +67,11 @@ def _host(replay: Optional[str], record: Optional[str] = None):
         from debtorch.facts.apt import DPKG_STATUS, trim_dpkg_status
         from debtorch.facts.nvidia import PCI_IDS, trim_cmdline, trim_pci_ids  # only what the facts read
 
-        return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
-                                           **{p: trim_pci_ids for p in PCI_IDS}})
+        try:
+            return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
+                                               **{p: trim_pci_ids for p in PCI_IDS}})
+        except Unavailable as exc:
+            fail(f"--record {exc.reason}")
     return LiveHost()
 
 

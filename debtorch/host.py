@@ -545,7 +545,16 @@ class RecordingHost(LiveHost):
     def __init__(self, folder, trim: Optional[dict] = None) -> None:
         super().__init__()
         self.out = Path(folder)
-        self.out.mkdir(parents=True, exist_ok=True)
+        # A new or empty folder only: a recording must not overwrite a user's files,
+        # nor mix with an older recording that replay would then believe.
+        if self.out.exists() and not self.out.is_dir():
+            raise Unavailable(f"{folder}: not a folder")
+        if self.out.is_dir() and any(self.out.iterdir()):
+            raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
         self._lock = threading.Lock()
         self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}
@@ -630,7 +639,9 @@ class RecordingHost(LiveHost):
     def is_dir(self, p: str) -> bool:
         found = super().is_dir(p)
         if found:
-            self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+            with self._lock:
+                self._copy_links(p)
+                self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
         return found
 
     def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:

@@ -192,7 +192,7 @@ def test_hung_nvml_is_abandoned_at_the_deadline():
 
     host = StuckHost(HOSTS / "debian13-workstation-rtx3080")
     try:
-        result, reason = nvidia._nvml_with_deadline(host, 0.2)
+        result, reason = nvidia._nvml_result(nvidia._start_nvml(host), 0.2)
     finally:
         release.set()
     assert result is None and "did not answer" in reason

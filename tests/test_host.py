@@ -68,3 +68,37 @@ def test_recording_then_replaying_this_machine_gives_the_same_facts(tmp_path):
         doc.pop("collected_at")
         doc.pop("host")
     assert json.loads(json.dumps(live, default=sorted)) == json.loads(json.dumps(again, default=sorted))
+
+
+def test_record_refuses_a_file_or_a_folder_in_use(tmp_path):
+    from conftest import run_debtorch
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "_host.json").write_text("mine\n")
+    for target, why in ((afile, "not a folder"), (used, "not empty")):
+        res = run_debtorch("facts", "--record", str(target))
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.count("\n") == 1 and why in res.stderr and "Traceback" not in res.stderr
+    assert afile.read_text() == "mine\n" and (used / "_host.json").read_text() == "mine\n"
+
+
+def test_no_apt_sources_leaves_components_unknown_not_empty(tmp_path):
+    from hostkit import make_host
+
+    host = make_host(tmp_path, remove=["/etc/apt/sources.list", "/etc/apt/sources.list.d"])
+    apt = facts.collect(host, facts.Options(sections=("apt",)))["apt"]
+    # [] would tell the doctor "APT has no main"; unreadable sources are unknown.
+    assert apt["components"] is None and apt["unknown"]["components"] == "no APT sources found"
+
+
+def test_a_recorded_folder_behind_a_symlink_replays_as_a_folder(tmp_path):
+    # Old Debian systems have /dev/shm -> /run/shm; the replay must see the folder too.
+    (tmp_path / "run" / "shm").mkdir(parents=True)
+    (tmp_path / "shm").symlink_to(tmp_path / "run" / "shm")
+    rec = RecordingHost(tmp_path / "rec")
+    assert rec.is_dir(str(tmp_path / "shm"))
+    rec.save()
+    assert ReplayHost(tmp_path / "rec").is_dir(str(tmp_path / "shm"))

@@ -199,9 +199,9 @@ def collect(host: Host, ctx) -> dict:
             continue
     sec["source_files"] = files
     sec["sources"] = entries
+    sec.update(summarise(entries))
     if not files:
         sec.unknown("components", "no APT sources found")
-    sec.update(summarise(entries))
 
     try:
         sec["packages"] = parse_dpkg_status(host.read_text(DPKG_STATUS))

@@ -906,9 +906,9 @@ def nvml_facts(nv) -> dict:
     return dict(out)
 
 
-def _nvml_with_deadline(host: Host, deadline: float) -> tuple[Optional[dict], Optional[str]]:
-    """NVML facts, or (None, reason).  A GPU that fell off the bus can hang an
-    NVML call; the calls run in a daemon thread that debtorch stops waiting for."""
+def _start_nvml(host: Host) -> tuple[threading.Thread, dict]:
+    """Start asking NVML, in a daemon thread: a GPU that fell off the bus can hang
+    an NVML call, and debtorch must be able to stop waiting for it."""
     box: dict = {}
 
     def work():
@@ -923,6 +923,12 @@ def _nvml_with_deadline(host: Host, deadline: float) -> tuple[Optional[dict], Op
 
     t = threading.Thread(target=work, name="debtorch-nvml", daemon=True)
     t.start()
+    return t, box
+
+
+def _nvml_result(started: tuple[threading.Thread, dict], deadline: float) -> tuple[Optional[dict], Optional[str]]:
+    """NVML facts, or (None, reason), waiting at most ``deadline`` seconds more."""
+    t, box = started
     t.join(deadline)
     if t.is_alive():
         return None, f"NVML did not answer within {deadline:g} s"
@@ -1018,13 +1024,9 @@ def collect(host: Host, ctx) -> dict:
     # Without any sign of an NVIDIA GPU, neither NVML (importing pynvml alone costs
     # tens of ms) nor nvidia-smi is asked.  WSL 2 shows no PCI device but has /dev/dxg.
     ask = devices is None or gpu_count_pci > 0 or host.exists("/dev/nvidiactl") or host.exists("/dev/dxg")
-    box: dict = {}
     # NVML runs beside the file reads: nvmlInit can take seconds on a server
     # whose GPUs are not in persistence mode.
-    nvml_thread = threading.Thread(target=lambda: box.setdefault("nvml", _nvml_with_deadline(host, NVML_DEADLINE)),
-                                   name="debtorch-nvidia", daemon=True)
-    if ask:
-        nvml_thread.start()
+    nvml_started = _start_nvml(host) if ask else None
 
     text = host.try_read(PROC_VERSION)
     if text is None:
@@ -1065,8 +1067,7 @@ def collect(host: Host, ctx) -> dict:
         sec.unknown("driver_version", why)
         sec.unknown("cuda_driver_version", why)
         return sec
-    nvml_thread.join(NVML_DEADLINE + 1)
-    facts, nvml_error = box.get("nvml", (None, f"NVML did not answer within {NVML_DEADLINE:g} s"))
+    facts, nvml_error = _nvml_result(nvml_started, NVML_DEADLINE)
     nvml = {"available": facts is not None, "error": nvml_error, "error_kind": classify_failure(nvml_error)}
     if facts is not None:
         for k in ("driver_version", "cuda_driver_version", "cuda_driver_version_int", "nvml_version"):

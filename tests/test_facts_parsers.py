@@ -1,0 +1,96 @@
+"""The OS, APT, CPU, memory, storage and probe parsers: real captured text, and arbitrary text never raises."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from debtorch.facts import apt, cpu, memory, osinfo, pyenv, storage
+
+REAL = Path(__file__).resolve().parent / "real"
+
+
+def os_of(name: str) -> dict:
+    etc = REAL / "os-release" / name / "etc"
+    return osinfo.debian_release(osinfo.parse_os_release((etc / "os-release").read_text()),
+                                 (etc / "debian_version").read_text())
+
+
+def test_debian_releases_from_real_os_release_files():
+    assert (os_of("debian13")["release"], os_of("debian13")["point_release"]) == ("13", "13.1")
+    assert os_of("debian10")["codename"] == "buster"
+    # Testing has no VERSION_ID; debian_version says "bookworm/sid".
+    assert (os_of("debiantesting")["release"], os_of("debiantesting")["codename"]) == ("testing", "bookworm")
+
+
+def test_ubuntu_is_a_derivative_not_debian():
+    u = os_of("ubuntu24")
+    assert (u["is_debian"], u["derivative_of"], u["release"], u["debian_base"]) == (False, "debian", None, "13")
+
+
+@pytest.mark.parametrize("name, model, sockets, cores, logical, flags", [
+    ("intel-xeon-e5-2650v3-2socket-40t-cpuinfo", "Intel(R) Xeon(R) CPU E5-2650 v3 @ 2.30GHz", 2, 20, 40, {"avx2"}),
+    ("intel-core-i7-8650u-8t-laptop-cpuinfo", "Intel(R) Core(TM) i7-8650U CPU @ 1.90GHz", 1, 4, 8, {"avx2"}),
+    # Arm: no "model name", no core ids; the board's name and one core per processor.
+    ("raspberrypi4-aarch64-cpuinfo", "Raspberry Pi 4 Model B Rev 1.1", 1, 4, 4, {"asimd"}),
+])
+def test_real_cpuinfo(name, model, sockets, cores, logical, flags):
+    info = cpu.parse_cpuinfo((REAL / "cpuinfo" / name).read_text())
+    assert (info["model"], info["sockets"], info["physical_cores"], info["logical"]) == (model, sockets, cores, logical)
+    assert flags <= info["flags"] and "avx512f" not in info["flags"]
+
+
+def test_deb822_and_one_line_sources_give_the_same_components():
+    one = apt.parse_one_line_sources("deb http://deb.debian.org/debian bookworm main contrib # x\n"
+                                     "deb-src http://deb.debian.org/debian bookworm main\n")
+    deb822 = apt.parse_deb822_sources("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-backports\n"
+                                      "Components: main contrib\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+                                      "Types: deb\nURIs: http://x\nSuites: sid\nComponents: non-free\nEnabled: no\n")
+    assert apt.summarise(one)["components"] == apt.summarise(deb822)["components"] == ["main", "contrib"]
+    assert apt.summarise(deb822)["backports"] and not apt.summarise(one)["backports"]
+
+
+def test_cgroup_quota_and_cpu_lists():
+    assert cpu.parse_cgroup_v2_cpu_max("250000 100000\n") == 2.5
+    assert cpu.parse_cgroup_v2_cpu_max("max 100000\n") is None
+    assert cpu.parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+
+
+def test_mountinfo_longest_mount_point_holds_the_path():
+    text = ("22 1 259:2 / / rw,relatime - ext4 /dev/nvme0n1p2 rw\n"
+            "40 22 0:40 / /data\\040set rw - nfs4 srv:/export rw\n")
+    m = storage.mount_for(storage.parse_mountinfo(text), "/data set/train")
+    assert (m["mount_point"], m["fstype"]) == ("/data set", "nfs4")
+    assert storage.mount_for(storage.parse_mountinfo(text), "/home")["fstype"] == "ext4"
+
+
+TEXT_PARSERS = [
+    osinfo.parse_os_release, osinfo.parse_glibc, apt.parse_one_line_sources, apt.parse_deb822_sources,
+    apt.parse_dpkg_status, apt.trim_dpkg_status, cpu.parse_cpuinfo, cpu.parse_cpu_list, cpu.parse_cgroup_v2_cpu_max,
+    memory.parse_meminfo, memory.parse_bracketed_choice, storage.parse_mountinfo, storage.parse_link_speed,
+    pyenv.parse_probe_output,
+]
+REALISH = st.sampled_from([(REAL / "cpuinfo" / "raspberrypi4-aarch64-cpuinfo").read_text(),
+                           (REAL / "os-release" / "ubuntu24" / "etc" / "os-release").read_text()])
+MANGLED = st.builds(lambda t, cut, noise: t[:cut] + noise + t[cut:], REALISH, st.integers(0, 1000), st.text(max_size=40))
+
+
+@pytest.mark.parametrize("parser", TEXT_PARSERS, ids=lambda p: p.__name__)
+@settings(max_examples=60, deadline=None)
+@given(text=st.one_of(st.text(max_size=400), MANGLED))
+def test_parsers_never_raise(parser, text):
+    parser(text)
+
+
+MAYBE = st.one_of(st.none(), st.text(max_size=20))
+
+
+@settings(max_examples=60, deadline=None)
+@given(osr=st.dictionaries(st.sampled_from(["ID", "ID_LIKE", "VERSION_ID", "VERSION_CODENAME"]), st.text(max_size=20)),
+       dv=MAYBE, version=MAYBE, cuda=MAYBE, hip=MAYBE, kernel=st.text(max_size=40))
+def test_decisions_on_parsed_values_never_raise(osr, dv, version, cuda, hip, kernel):
+    osinfo.debian_release(osr, dv)
+    osinfo.detect_wsl(kernel, kernel)
+    pyenv.torch_variant(version, cuda, hip)
+    storage.mount_for(storage.parse_mountinfo(kernel), kernel)
