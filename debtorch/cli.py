@@ -175,17 +175,19 @@ def doctor(
     if redact:
         from debtorch.redact import redact_report
 
-        doc, report = redact_report(doc, report)
+        doc, report, site_files = redact_report(doc, report, site.files)
+    else:
+        site_files = site.files
     code = report.exit_code(fail_on.value)
     if json_out:
         out = {"schema_version": 1, "debtorch_version": __version__, "exit_code": code,
-               "fail_on": fail_on.value, "site_config": site.files, **report.to_json(), "facts": doc}
+               "fail_on": fail_on.value, "site_config": site_files, **report.to_json(), "facts": doc}
         if lacking is not None:
             out["lacking"] = lacking
         typer.echo(json.dumps(out, indent=2, default=_json_default))
     else:
         render.print_doctor(render.doctor_lines(doc, report, verbose=verbose, unicode=_unicode_ok(),
-                                                lacking=lacking, site_files=site.files))
+                                                lacking=lacking, site_files=site_files))
     raise typer.Exit(code)
 
 
