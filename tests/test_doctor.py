@@ -134,6 +134,13 @@ def test_bad_site_config_on_the_cli_exits_2(tmp_path):
     assert res.exit_code == 2 and f"{cfg}:2: minimums.shm" in res.output
 
 
+def test_site_config_that_is_not_utf8_exits_2_with_one_line(tmp_path):
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_bytes(b'silence = ["cpu.W001"]\n# caf\xe9 (latin-1)\n')
+    res = runner.invoke(app, ["doctor", "--host", VM, "--config", str(cfg)])
+    assert res.exit_code == 2 and f"{cfg}: not UTF-8 text" in res.output and "Traceback" not in res.output
+
+
 def test_every_output_format_and_fail_level_is_handled():
     from debtorch.cli import FailOn, Format
     for level in FailOn:
