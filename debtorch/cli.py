@@ -140,6 +140,12 @@ def doctor(
     if (facts_file or collect_env) and (python or data or deep):
         fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
     _check_python(python)
+    from debtorch import knowledge
+
+    try:
+        knowledge.load()   # a broken checks/ folder is bad input, not a crash of every check
+    except knowledge.KnowledgeError as exc:
+        fail(str(exc))
     lacking = None
     host = None
     if facts_file:

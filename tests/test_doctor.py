@@ -147,3 +147,21 @@ def test_every_output_format_and_fail_level_is_handled():
         res = runner.invoke(app, ["doctor", "--host", VM, "--fail-on", level.value])
         assert res.exit_code in (0, 1)
     assert {f.value for f in Format} == {"text", "json"}
+
+
+@pytest.mark.parametrize("damage", ["no folder", "row without source"])
+def test_broken_checks_data_exits_2_with_one_line(tmp_path, monkeypatch, damage):
+    import shutil
+    from debtorch import knowledge
+    folder = tmp_path / "checks"
+    if damage == "row without source":
+        shutil.copytree(knowledge.checks_dir(), folder)
+        text = (folder / "thresholds.toml").read_text()
+        start = text.index('source = "')
+        (folder / "thresholds.toml").write_text(text[:start] + text[text.index("\n", start) + 1:])
+    monkeypatch.setenv(knowledge.ENV_DIR, str(folder))
+    res = runner.invoke(app, ["doctor", "--host", VM])
+    assert res.exit_code == 2 and CRASH_ID not in res.output
+    assert res.output.count("\n") == 1 and str(folder) in res.output
+    if damage == "row without source":
+        assert "thresholds.toml" in res.output and "missing 'source'" in res.output
