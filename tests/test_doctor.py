@@ -165,3 +165,14 @@ def test_broken_checks_data_exits_2_with_one_line(tmp_path, monkeypatch, damage)
     assert res.output.count("\n") == 1 and str(folder) in res.output
     if damage == "row without source":
         assert "thresholds.toml" in res.output and "missing 'source'" in res.output
+
+
+def test_site_driver_minimum_applies_when_only_nvidia_smi_gives_the_driver(tmp_path):
+    # No NVML binding (nvidia-smi answered) and no /proc/driver/nvidia/version in this container.
+    from debtorch.doctor.siteconfig import SiteConfig
+    host = make_host(tmp_path, base="debian12-container-t4-shm64m", remove=["/proc/driver/nvidia/version"])
+    doc = facts_of(host)
+    assert doc["nvidia"]["driver_version"] == "515.105.01" and doc["nvidia"]["kernel_module"] is None
+    found = diagnose(doc, Context(site=SiteConfig(minimums={"driver": "550.54.14"}))).findings
+    assert [f.message for f in found if f.id == "site.E001"] == [
+        "NVIDIA driver 515.105.01 is below this site's minimum 550.54.14"]
