@@ -176,8 +176,7 @@ def doctor(
         site = siteconfig.load(host if host is not None else LiveHost(), config)
     except siteconfig.SiteConfigError as exc:
         fail(str(exc))
-    report = diagnose(doc, Context(site=site, deep=bool((doc.get("python") or {}).get("deep")), source=source,
-                                   data_given=bool(data)))
+    report = diagnose(doc, Context(site=site, source=source))
     if redact:
         from debtorch.redact import redact_report
 
