@@ -291,6 +291,15 @@ def test_old_torch_and_old_cudnn(tmp_path, replay):
 def test_cudnn_missing_from_a_cuda_build(tmp_path):
     host = with_torch(tmp_path, WS, "2.13.0+cu130", cuda="13.0", dists={}, deep={"cudnn_version": None})
     assert "torch.E004" in ids(found(host, deep=True))
+    assert one(found(host, deep=True), "torch.E004").fix.startswith("pip install --force-reinstall torch==2.13.0 ")
+
+
+def test_cudnn_missing_fix_reads_sensibly_without_a_pip_line():
+    from debtorch.doctor import Context, diagnose as run
+    doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python",
+                      "torch": {"installed": True, "version": "2.13.0+cu126", "cuda": "12.6"}}}
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E004"]
+    assert f.fix.startswith("Reinstall PyTorch with pip install --force-reinstall torch. Install the PyTorch variant")
 
 
 def test_import_fails_and_kernels_fail(tmp_path):

@@ -127,8 +127,10 @@ def check_cudnn(facts, ctx):
     deep = get(facts, "python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
-            return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)",
-                          fix="pip install --force-reinstall " + _variant_fix(facts, t.get("version")).split("pip install ")[-1],
+            fix = _variant_fix(facts, t.get("version"))
+            fix = ("pip install --force-reinstall " + fix[len("pip install "):] if fix.startswith("pip install ")
+                   else "Reinstall PyTorch with pip install --force-reinstall torch. " + fix)
+            return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)", fix=fix,
                           facts={"python.torch.cudnn_wheel": None})]
         return []
     floor = limit("cudnn_min_version")
