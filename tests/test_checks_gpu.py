@@ -332,3 +332,14 @@ def test_only_the_drivers_cuda_is_known():
     assert _by_driver_cuda("12.2", "12.4") == "minor-compat"
     assert _by_driver_cuda("10.1", "10.2") == "too-old"      # no minor-version compatibility before 11.1
     assert _by_driver_cuda("13.2", "12.6") == "full"
+
+
+def test_torch_missing_fix_runs_pip_only_when_there_is_a_pip_line():
+    from debtorch.doctor import Context, diagnose as run
+    doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python", "torch": {"installed": False}},
+           "nvidia": {"gpus": [{"index": 0, "name": "Mystery GPU"}]}}
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
+    assert f.fix.startswith("Install the PyTorch variant")          # was "/v/bin/python -m Install ..."
+    doc["nvidia"] = {"pci_devices": []}                              # no NVIDIA GPU: the CPU wheel
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
+    assert f.fix.startswith("/v/bin/python -m pip install torch==")

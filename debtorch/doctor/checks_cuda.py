@@ -50,8 +50,9 @@ def check_torch_installed(facts, ctx):
     if not t or t.get("installed") is not False:
         return []
     exe = get(facts, "python.executable")
+    fix = _variant_fix(facts, None)
     return [error("torch.E001", "PyTorch is not installed in the target interpreter", about=exe or "",
-                  fix=(f"{exe} -m " if exe else "") + _variant_fix(facts, None),
+                  fix=(f"{exe} -m " if exe and fix.startswith("pip ") else "") + fix,
                   facts={"python.executable": exe})]
 
 
