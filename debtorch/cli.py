@@ -143,6 +143,12 @@ def doctor(
     if (facts_file or collect_env) and (python or data or deep):
         fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
     _check_python(python)
+    from debtorch import knowledge
+
+    try:
+        knowledge.load()   # a broken checks/ folder is bad input, not a crash of every check
+    except knowledge.KnowledgeError as exc:
+        fail(str(exc))
     lacking = None
     host = None
     if facts_file:
@@ -173,22 +179,23 @@ def doctor(
         site = siteconfig.load(host if host is not None else LiveHost(), config)
     except siteconfig.SiteConfigError as exc:
         fail(str(exc))
-    report = diagnose(doc, Context(site=site, deep=bool((doc.get("python") or {}).get("deep")), source=source,
-                                   data_given=bool(data)))
+    report = diagnose(doc, Context(site=site, source=source))
     if redact:
         from debtorch.redact import redact_report
 
-        doc, report = redact_report(doc, report)
+        doc, report, site_files = redact_report(doc, report, site.files)
+    else:
+        site_files = site.files
     code = report.exit_code(fail_on.value)
     if json_out:
         out = {"schema_version": 1, "debtorch_version": __version__, "exit_code": code,
-               "fail_on": fail_on.value, "site_config": site.files, **report.to_json(), "facts": doc}
+               "fail_on": fail_on.value, "site_config": site_files, **report.to_json(), "facts": doc}
         if lacking is not None:
             out["lacking"] = lacking
         typer.echo(json.dumps(out, indent=2, default=_json_default))
     else:
         render.print_doctor(render.doctor_lines(doc, report, verbose=verbose, unicode=_unicode_ok(),
-                                                lacking=lacking, site_files=site.files))
+                                                lacking=lacking, site_files=site_files))
     raise typer.Exit(code)
 
 

@@ -95,8 +95,9 @@ class Redactor:
         return obj
 
 
-def redact_report(facts: dict, report):
-    """(redacted facts, redacted report): both views are rendered from these."""
+def redact_report(facts: dict, report, site_files=()):
+    """(redacted facts, redacted report, redacted site config paths): both views are
+    rendered from these (the paths may name a home folder)."""
     import dataclasses
 
     from debtorch.doctor import Report
@@ -110,4 +111,4 @@ def redact_report(facts: dict, report):
         for f in report.findings
     ]
     silenced = [dataclasses.replace(f, message=r.text(f.message)) for f in report.silenced]
-    return new_facts, Report(findings, silenced, report.checks_run)
+    return new_facts, Report(findings, silenced, report.checks_run), [r.text(p) for p in site_files]

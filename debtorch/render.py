@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 
 def human_bytes(n: Any) -> str:
@@ -347,12 +347,6 @@ def print_facts(doc: dict) -> None:
     from rich.console import Console
 
     Console(highlight=False, soft_wrap=True).print("\n".join(facts_lines(doc)), markup=False)
-
-
-def print_lines(lines: Iterable[str]) -> None:
-    from rich.console import Console
-
-    Console(highlight=False, soft_wrap=True).print("\n".join(lines), markup=False)
 
 
 # ---------------------------------------------------------------- doctor

@@ -291,6 +291,15 @@ def test_old_torch_and_old_cudnn(tmp_path, replay):
 def test_cudnn_missing_from_a_cuda_build(tmp_path):
     host = with_torch(tmp_path, WS, "2.13.0+cu130", cuda="13.0", dists={}, deep={"cudnn_version": None})
     assert "torch.E004" in ids(found(host, deep=True))
+    assert one(found(host, deep=True), "torch.E004").fix.startswith("pip install --force-reinstall torch==2.13.0 ")
+
+
+def test_cudnn_missing_fix_reads_sensibly_without_a_pip_line():
+    from debtorch.doctor import Context, diagnose as run
+    doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python",
+                      "torch": {"installed": True, "version": "2.13.0+cu126", "cuda": "12.6"}}}
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E004"]
+    assert f.fix.startswith("Reinstall PyTorch with pip install --force-reinstall torch. Install the PyTorch variant")
 
 
 def test_import_fails_and_kernels_fail(tmp_path):
@@ -318,8 +327,19 @@ def test_forward_compatibility_is_a_warning_not_an_error(tmp_path):
 
 
 def test_only_the_drivers_cuda_is_known():
-    from debtorch.doctor.checks_cuda import _by_driver_cuda
+    from debtorch.doctor.machine import driver_cuda_verdict as _by_driver_cuda
     assert _by_driver_cuda("11.4", "12.1") == "too-old"
     assert _by_driver_cuda("12.2", "12.4") == "minor-compat"
     assert _by_driver_cuda("10.1", "10.2") == "too-old"      # no minor-version compatibility before 11.1
     assert _by_driver_cuda("13.2", "12.6") == "full"
+
+
+def test_torch_missing_fix_runs_pip_only_when_there_is_a_pip_line():
+    from debtorch.doctor import Context, diagnose as run
+    doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python", "torch": {"installed": False}},
+           "nvidia": {"gpus": [{"index": 0, "name": "Mystery GPU"}]}}
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
+    assert f.fix.startswith("Install the PyTorch variant")          # was "/v/bin/python -m Install ..."
+    doc["nvidia"] = {"pci_devices": []}                              # no NVIDIA GPU: the CPU wheel
+    [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
+    assert f.fix.startswith("/v/bin/python -m pip install torch==")

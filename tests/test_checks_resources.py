@@ -37,6 +37,20 @@ def test_nearly_full_shm_warns(tmp_path):
     assert "memory.W001" in ids(diagnose(host))
 
 
+def test_full_shm_fix_grows_it_past_what_is_in_use(tmp_path):
+    # 8 GiB held by stale files: remounting at 1 GiB (what one worker needs) would fail or shrink it.
+    host = make_host(tmp_path, meta={"statvfs": {"/dev/shm": {"total": 8 * GiB, "free": 10 * MiB, "used": 8 * GiB}}})
+    [f] = by_id(diagnose(host), "memory.W001")
+    assert "remount,size=9G" in f.fix
+
+
+def test_site_shm_minimum_fix_is_not_below_the_minimum(tmp_path):
+    from debtorch.doctor.siteconfig import SiteConfig
+    host = make_host(tmp_path, meta={"statvfs": {"/dev/shm": {"total": 1 * GiB, "free": 1 * GiB, "used": 0}}})
+    [f] = by_id(diagnose(host, site=SiteConfig(minimums={"shm": 1536 * MiB})), "site.W001")
+    assert "remount,size=2G" in f.fix     # 1.5 GiB asked: 1G would still be below it
+
+
 @pytest.mark.parametrize("soft,hard,expect", [(1024, 524288, True), (1024, 1024, True), (20000, 20000, False), (-1, -1, False)])
 def test_open_file_limit(tmp_path, soft, hard, expect):
     host = make_host(tmp_path, meta={"rlimits": {"NOFILE": [soft, hard]}})

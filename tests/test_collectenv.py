@@ -114,7 +114,7 @@ def test_doctor_finds_what_the_report_calls_for(path):
     from debtorch.doctor import Context, diagnose
 
     doc = parse_file(str(path))
-    report = diagnose(doc, Context(deep=bool(doc["python"].get("deep")), source="collect_env"))
+    report = diagnose(doc, Context(source="collect_env"))
     got = {f.id for f in report.findings}
     verdict = expected(path)["verdict"]
     want, pending = set(verdict["ids"]), set(verdict.get("pending", []))

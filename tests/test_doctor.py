@@ -134,9 +134,45 @@ def test_bad_site_config_on_the_cli_exits_2(tmp_path):
     assert res.exit_code == 2 and f"{cfg}:2: minimums.shm" in res.output
 
 
+def test_site_config_that_is_not_utf8_exits_2_with_one_line(tmp_path):
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_bytes(b'silence = ["cpu.W001"]\n# caf\xe9 (latin-1)\n')
+    res = runner.invoke(app, ["doctor", "--host", VM, "--config", str(cfg)])
+    assert res.exit_code == 2 and f"{cfg}: not UTF-8 text" in res.output and "Traceback" not in res.output
+
+
 def test_every_output_format_and_fail_level_is_handled():
     from debtorch.cli import FailOn, Format
     for level in FailOn:
         res = runner.invoke(app, ["doctor", "--host", VM, "--fail-on", level.value])
         assert res.exit_code in (0, 1)
     assert {f.value for f in Format} == {"text", "json"}
+
+
+@pytest.mark.parametrize("damage", ["no folder", "row without source"])
+def test_broken_checks_data_exits_2_with_one_line(tmp_path, monkeypatch, damage):
+    import shutil
+    from debtorch import knowledge
+    folder = tmp_path / "checks"
+    if damage == "row without source":
+        shutil.copytree(knowledge.checks_dir(), folder)
+        text = (folder / "thresholds.toml").read_text()
+        start = text.index('source = "')
+        (folder / "thresholds.toml").write_text(text[:start] + text[text.index("\n", start) + 1:])
+    monkeypatch.setenv(knowledge.ENV_DIR, str(folder))
+    res = runner.invoke(app, ["doctor", "--host", VM])
+    assert res.exit_code == 2 and CRASH_ID not in res.output
+    assert res.output.count("\n") == 1 and str(folder) in res.output
+    if damage == "row without source":
+        assert "thresholds.toml" in res.output and "missing 'source'" in res.output
+
+
+def test_site_driver_minimum_applies_when_only_nvidia_smi_gives_the_driver(tmp_path):
+    # No NVML binding (nvidia-smi answered) and no /proc/driver/nvidia/version in this container.
+    from debtorch.doctor.siteconfig import SiteConfig
+    host = make_host(tmp_path, base="debian12-container-t4-shm64m", remove=["/proc/driver/nvidia/version"])
+    doc = facts_of(host)
+    assert doc["nvidia"]["driver_version"] == "515.105.01" and doc["nvidia"]["kernel_module"] is None
+    found = diagnose(doc, Context(site=SiteConfig(minimums={"driver": "550.54.14"}))).findings
+    assert [f.message for f in found if f.id == "site.E001"] == [
+        "NVIDIA driver 515.105.01 is below this site's minimum 550.54.14"]

@@ -70,3 +70,13 @@ def test_redactor_never_raises(s):
     r = Redactor()
     r.learn({"hostname": s, "user": s[:5], "v": [s]})
     r.walk({"a": [s, {"b": s}]})
+
+
+def test_site_config_in_a_home_folder_does_not_name_the_user(tmp_path):
+    host = make_host(tmp_path, files={"/home/alice/.config/debtorch/doctor.toml": 'silence = ["cpu.W001"]\n'},
+                     meta={"user": "alice", "environ": {"HOME": "/home/alice"}})
+    for args in (["--json"], []):
+        plain = runner.invoke(app, ["doctor", "--host", str(host.root), *args])
+        assert "/home/alice/.config/debtorch/doctor.toml" in plain.output   # the file was read and named
+        red = runner.invoke(app, ["doctor", "--host", str(host.root), "--redact", *args])
+        assert "alice" not in red.output and "/home/USER1/.config/debtorch/doctor.toml" in red.output, args

@@ -64,9 +64,7 @@ class Context:
     """What a check may know besides the facts."""
 
     site: "object" = None          # debtorch.doctor.siteconfig.SiteConfig
-    deep: bool = False             # the facts include the --deep probe
     source: str = "live"           # live, facts (a saved file), collect_env
-    data_given: bool = False       # --data was given
 
 
 @dataclass
@@ -81,10 +79,6 @@ class Report:
     @property
     def crashed(self) -> list[Finding]:
         return [f for f in self.findings if f.crashed]
-
-    def worst(self) -> Optional[str]:
-        levels = [f.level for f in self.findings]
-        return max(levels, key=rank) if levels else None
 
     def exit_code(self, fail_on: str = ERROR) -> int:
         """0 when nothing reaches ``fail_on`` (error or warning), else 1."""

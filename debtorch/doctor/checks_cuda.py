@@ -9,8 +9,10 @@ from packaging.version import InvalidVersion, Version
 
 from debtorch import knowledge
 from debtorch.doctor import check
-from debtorch.doctor.findings import error, info, warning
-from debtorch.doctor.machine import debian_driver, driver_version, gpus, has_nvidia_gpu, pip_line
+from debtorch.doctor.findings import error, warning
+from debtorch.doctor.limits import limit
+from debtorch.doctor.machine import (debian_driver, driver_cuda_verdict, driver_version, gpus, has_nvidia_gpu,
+                                     pip_line)
 from debtorch.facts import get
 from debtorch.host import NOT_RECORDED
 
@@ -20,20 +22,6 @@ def _v(text):
         return Version(str(text).split("+")[0])
     except (InvalidVersion, TypeError):
         return None
-
-
-def _by_driver_cuda(driver_cuda, torch_cuda):
-    """too-old / minor-compat / full from the driver's highest CUDA alone (no driver version)."""
-    d, t = _v(driver_cuda), _v(torch_cuda)
-    if d is None or t is None:
-        return None
-    (dm, dn), (tm, tn) = (d.release + (0,))[:2], (t.release + (0,))[:2]
-    if tm > dm:
-        return "too-old"
-    if tm == dm and tn > dn:
-        # Minor-version compatibility exists from CUDA 11.1 on (NVIDIA's compatibility guide).
-        return "minor-compat" if tm >= 11 else "too-old"
-    return "full"
 
 
 def _torch(facts) -> dict:
@@ -62,8 +50,9 @@ def check_torch_installed(facts, ctx):
     if not t or t.get("installed") is not False:
         return []
     exe = get(facts, "python.executable")
+    fix = _variant_fix(facts, None)
     return [error("torch.E001", "PyTorch is not installed in the target interpreter", about=exe or "",
-                  fix=(f"{exe} -m " if exe else "") + _variant_fix(facts, None),
+                  fix=(f"{exe} -m " if exe and fix.startswith("pip ") else "") + fix,
                   facts={"python.executable": exe})]
 
 
@@ -100,7 +89,7 @@ def check_cuda_build_without_gpu(facts, ctx):
 def check_torch_age(facts, ctx):
     t = _torch(facts)
     v = _v(t.get("version")) if t.get("installed") else None
-    floor = knowledge.threshold("torch_min_version") or "2.0"
+    floor = limit("torch_min_version")
     if v is None or v >= Version(str(floor)):
         return []
     return [warning("torch.W001", f"PyTorch {t.get('version')} is older than {floor}",
@@ -116,7 +105,7 @@ def _cudnn(facts):
         n = deep["cudnn_version"]
         # 8500 -> 8.5.0 ; 90100 -> 9.1.0
         major, rest = (n // 10000, n % 10000) if n >= 10000 else (n // 1000, n % 1000)
-        minor, patch = (rest // 100, rest % 100) if n >= 10000 else (rest // 100, rest % 100)
+        minor, patch = rest // 100, rest % 100
         return f"{major}.{minor}.{patch}", "torch.backends.cudnn.version()"
     t = _torch(facts)
     if t.get("cudnn_wheel"):
@@ -139,11 +128,13 @@ def check_cudnn(facts, ctx):
     deep = get(facts, "python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
-            return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)",
-                          fix="pip install --force-reinstall " + _variant_fix(facts, t.get("version")).split("pip install ")[-1],
+            fix = _variant_fix(facts, t.get("version"))
+            fix = ("pip install --force-reinstall " + fix[len("pip install "):] if fix.startswith("pip install ")
+                   else "Reinstall PyTorch with pip install --force-reinstall torch. " + fix)
+            return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)", fix=fix,
                           facts={"python.torch.cudnn_wheel": None})]
         return []
-    floor = knowledge.threshold("cudnn_min_version") or "8.2"
+    floor = limit("cudnn_min_version")
     if _v(version) is not None and _v(version) < Version(str(floor)):
         return [warning("torch.W002", f"cuDNN {version} is older than {floor}",
                         fix="Upgrade PyTorch; its wheels bring a current cuDNN:\n" + _variant_fix(facts, None),
@@ -236,7 +227,7 @@ def check_driver_for_torch(facts, ctx):
         f = {"driver": driver, "python.torch.cuda": tcuda}
     elif dcuda:
         # Only the driver's highest CUDA is known (a report; torch's "found version 11040").
-        verdict = _by_driver_cuda(dcuda, tcuda)
+        verdict = driver_cuda_verdict(dcuda, tcuda)
         driver = f"supporting CUDA {dcuda}"
         f = {"nvidia.cuda_driver_version": dcuda, "python.torch.cuda": tcuda}
     if verdict == "too-old" and get(facts, "python.deep.cuda_available") is True:

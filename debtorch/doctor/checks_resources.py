@@ -9,6 +9,12 @@ from debtorch.facts import get
 from debtorch.render import human_bytes
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+def _gib_up(n: int) -> int:
+    """Whole GiB for ``mount -o size=``, rounded up (never below what is asked)."""
+    return max(1, -(-int(n) // GiB))
 
 
 def _gpu_count(facts) -> int:
@@ -104,11 +110,11 @@ def check_shm(facts, ctx):
     if free is not None and free < needed:
         return [warning("memory.W001", f"/dev/shm has {human_bytes(free)} free; {workers} workers may need {human_bytes(needed)}",
                         fix="Free /dev/shm (stale files of crashed runs) or enlarge it: "
-                            f"sudo mount -o remount,size={needed // (1024 ** 3) + 1}G /dev/shm",
+                            f"sudo mount -o remount,size={_gib_up(total - free + needed)}G /dev/shm",
                         facts=facts_used)]
     if minimum and total < minimum:
         return [warning("site.W001", f"/dev/shm is {human_bytes(total)}, below the site minimum {human_bytes(minimum)}",
-                        fix=f"sudo mount -o remount,size={minimum // (1024 ** 3) or 1}G /dev/shm",
+                        fix=f"sudo mount -o remount,size={_gib_up(minimum)}G /dev/shm",
                         facts=facts_used)]
     return []
 

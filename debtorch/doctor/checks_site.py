@@ -6,6 +6,7 @@ from packaging.version import InvalidVersion, Version
 
 from debtorch.doctor import check
 from debtorch.doctor.findings import error
+from debtorch.doctor.machine import driver_version
 from debtorch.facts import get
 
 
@@ -21,7 +22,7 @@ def check_site_minimums(facts, ctx):
     mins = ctx.site.minimums if ctx.site else {}
     out = []
     src = ", ".join(ctx.site.files) if ctx.site and ctx.site.files else "site config"
-    driver = get(facts, "nvidia.nvml.driver_version") or get(facts, "nvidia.kernel_module.version")
+    driver = driver_version(facts)
     if mins.get("driver") and driver and _below(driver, mins["driver"]):
         out.append(error("site.E001", f"NVIDIA driver {driver} is below this site's minimum {mins['driver']}",
                          fix=f"Upgrade the driver (site rule from {src}).",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from packaging.version import InvalidVersion, Version
+
 from debtorch import knowledge
 from debtorch.facts import get
 
@@ -37,6 +39,25 @@ def gpus(facts) -> list[dict]:
 def has_nvidia_gpu(facts) -> bool:
     return bool(get(facts, "nvidia.pci_gpu_count") or get(facts, "nvidia.gpus")
                 or any(d.get("is_gpu", True) for d in get(facts, "nvidia.pci_devices") or []))
+
+
+def driver_cuda_verdict(driver_cuda, torch_cuda) -> Optional[str]:
+    """too-old / minor-compat / full from the driver's highest CUDA alone (no driver version:
+    a report that gives only nvidia-smi's "CUDA Version" or torch's "found version 11040")."""
+    try:
+        d, t = Version(str(driver_cuda)), Version(str(torch_cuda).split("+")[0])
+    except InvalidVersion:
+        return None
+    (dm, dn), (tm, tn) = (d.release + (0,))[:2], (t.release + (0,))[:2]
+    if tm > dm:
+        return "too-old"
+    if tm == dm and tn > dn:
+        # Within a major, minor-version compatibility where checks/cuda_driver.toml says the family has it.
+        need = knowledge.min_driver(f"{tm}.{tn}")
+        if need is None:
+            return None    # a CUDA major the table does not know
+        return "minor-compat" if need["minor_compat"] else "too-old"
+    return "full"
 
 
 def debian_driver(facts) -> Optional[dict]:
@@ -82,8 +103,6 @@ def pip_line(torch_version: Optional[str], facts) -> Optional[dict]:
 
 def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str]) -> Optional[dict]:
     """The newest CUDA variant of ``series`` that the driver runs, when the GPU is not known."""
-    from debtorch.doctor.checks_cuda import _by_driver_cuda
-
     best = None
     for variant in knowledge.variants(series):
         row = knowledge.wheel(series, variant)
@@ -92,7 +111,7 @@ def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[st
         if driver:
             verdict = knowledge.driver_supports(driver, row["cuda"])[0]
         elif driver_cuda:
-            verdict = _by_driver_cuda(driver_cuda, row["cuda"])
+            verdict = driver_cuda_verdict(driver_cuda, row["cuda"])
         else:
             return None
         if verdict in ("full", "minor-compat"):

@@ -133,5 +133,7 @@ def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
                 text = fh.read()
         except OSError as exc:
             raise SiteConfigError(f"{explicit}: cannot read ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise SiteConfigError(f"{explicit}: not UTF-8 text (byte {exc.start}); a TOML file must be UTF-8") from None
         parse(text, explicit, cfg)
     return cfg
