@@ -13,7 +13,7 @@ import platform
 from typing import Any, Optional
 
 from debtorch.facts import get
-from debtorch.tune.rules import gpus_of
+from debtorch.tune.rules import cpu_bf16, gpus_of
 
 # key -> what it is, for docs/tune.md and messages.
 KEYS = {
@@ -50,9 +50,9 @@ def from_facts(facts: dict) -> dict:
     usable = get(facts, "cpu.usable_cpus")
     if isinstance(usable, int) and not isinstance(usable, bool):
         fp["usable_cpus"] = usable
-    feats = get(facts, "cpu.features")
-    if isinstance(feats, dict):
-        fp["cpu_bf16"] = [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
+    bf16 = cpu_bf16(facts)
+    if bf16 is not None:
+        fp["cpu_bf16"] = bf16
     gpus = get(facts, "nvidia.gpus")
     if isinstance(gpus, list):
         fp["gpus"] = [str(g.get("name") or "unknown GPU") for g in gpus_of(facts)]
@@ -64,8 +64,8 @@ def from_facts(facts: dict) -> dict:
     py = get(facts, "python.version")
     if py:
         fp["python"] = str(py)
-    torch = get(facts, "python.torch") or {}
-    if torch.get("installed") and torch.get("version"):
+    torch = get(facts, "python.torch")
+    if isinstance(torch, dict) and torch.get("installed") and torch.get("version"):
         fp["torch"] = str(torch["version"])
         fp["torch_cuda"] = str(torch.get("cuda") or "")
     return fp

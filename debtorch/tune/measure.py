@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.facts import get
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -62,15 +61,13 @@ class MeasureOptions:
 def precisions_for(rec: Recommendation, facts: dict) -> list:
     """The precisions worth measuring on this device (never one the hardware lacks)."""
     if rec.device == "cuda":
-        ccs = [rules.parse_compute_capability(g.get("compute_capability")) for g in rules.gpus_of(facts)]
-        cc = min(ccs) if ccs and all(ccs) else None
+        cc = rules.oldest_compute_capability(rules.gpus_of(facts))
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
         if cc and cc >= (7, 0):
             return ["fp32", "fp16"]
         return ["fp32"]
-    feats = get(facts, "cpu.features") or {}
-    return ["fp32", "bf16"] if (feats.get("avx512_bf16") or feats.get("amx_bf16")) else ["fp32"]
+    return ["fp32", "bf16"] if rules.cpu_bf16(facts) else ["fp32"]
 
 
 def apply_result(rec: Recommendation, result: Result) -> Recommendation:
