@@ -36,13 +36,12 @@ def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
 
 def _check_destination(path: str, force: bool) -> None:
     """Refuse early (before minutes of measuring) what the final write would refuse."""
-    if os.path.isdir(path):
-        _fail(f"{path}: is a directory")
-    if os.path.lexists(path) and not force:
-        _fail(f"{path}: exists; use --force to replace it")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        _fail(f"{path}: cannot write: directory {directory} does not exist")
+    from debtorch.tune.config import ConfigError, check_destination
+
+    try:
+        directory = check_destination(path, force)
+    except ConfigError as exc:
+        _fail(str(exc))
     if not os.access(directory, os.W_OK | os.X_OK):
         _fail(f"{path}: cannot write: directory {directory} is read-only for this user")
 
