@@ -137,3 +137,13 @@ def test_budget_too_small_is_refused_before_anything_runs(vm_json, monkeypatch):
     assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
     r = invoke("--measure", "--budget", "-1")
     assert r.exit_code == 2 and "--budget must be a positive number" in r.stderr
+
+
+def test_budget_too_small_is_refused_before_the_facts_are_collected(monkeypatch):
+    def collect(facts_file, python):
+        raise AssertionError("facts collected (probing the interpreter takes seconds)")
+
+    monkeypatch.setattr(tune_cmd, "_facts", collect)
+    r = invoke("--measure", "--budget", "3")
+    assert r.exit_code == 2
+    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"

@@ -116,6 +116,11 @@ def tune(
         _fail("--force only applies to --write")
     if measure and budget <= 0:
         _fail(f"--budget must be a positive number of seconds (got {budget:g})")
+    if measure:
+        from debtorch.tune.measure import MIN_BUDGET_S
+
+        if budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
+            _fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
     if nproc is not None and nproc < 1:
         _fail(f"--nproc must be >= 1 (got {nproc})")
     if epochs is not None and steps is not None:
@@ -135,13 +140,10 @@ def tune(
 
     result = None
     if measure:
-        from debtorch.tune.measure import (MIN_BUDGET_S, MeasureError, MeasureOptions, MeasureUsageError,
-                                           measure as run_measure)
+        from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure as run_measure
 
         if device is not None and device.value == "cuda" and not rules.gpus_of(facts):
             _fail("--device cuda --measure needs a GPU on this machine; the facts list none")
-        if budget < MIN_BUDGET_S:
-            _fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
         progress, on_trial = _progress()
         try:
             with progress:
