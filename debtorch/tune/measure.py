@@ -75,8 +75,8 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
     rec.settings = result.best
     for dim, choice in result.choices.items():
         for name in FIELDS.get(dim, (dim,)):
-            if choice.rule == "tune.M005" and not choice.text.startswith(f"{dim}: no measurable"):
-                continue  # not measured at all: the rule's reason stands
+            if not choice.measured:
+                continue  # the rule's reason stands
             rec.reasons[name] = Reason(choice.rule, choice.text)
     rules.worker_companions(rec)
     rules.thread_env(rec)
@@ -238,7 +238,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
             result = search.run(rec.settings, dims)
         except RuntimeError as exc:
             raise MeasureError(str(exc)) from None
-        if not any(c.rule != "tune.M005" or "no measurable" in c.text for c in result.choices.values()):
+        if not any(c.measured for c in result.choices.values()):
             took = statistics.median(t.seconds for t in result.trials) if result.trials else cost
             more = max(2 * opts.budget_s, (opts.budget_s - left) + 4 * MIN_TRIALS * took)
             raise MeasureUsageError(f"--budget {opts.budget_s:g} was spent before any choice could be measured "

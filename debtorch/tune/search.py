@@ -158,6 +158,7 @@ class Choice:
     text: str
     changed: bool
     settled: bool = False    # beyond noise against every other value tried
+    measured: bool = True    # False: never raced (no effect in this context, or no trial succeeded)
 
 
 @dataclass
@@ -334,7 +335,8 @@ class Search:
                     decided_at[dim.name] = len(changes)
                     if not dim.active(best):
                         choices[dim.name] = Choice(dim.name, dim.get(best), "tune.M005",
-                                                   f"{dim.name} not measured: no effect with {best.short()}", False)
+                                                   f"{dim.name} not measured: no effect with {best.short()}", False,
+                                                   measured=False)
                         continue
                     self.phase = dim.name
                     raced = True
@@ -456,7 +458,8 @@ class Search:
         n = lambda c: len(self.samples.get(key(c), []))  # noqa: E731
         label = lambda c: f"{dim.name}={_fmt(dim.get(c))}"  # noqa: E731
         if self.med(incumbent) is None:
-            return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False)
+            return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False,
+                                measured=False)
         if key(winner) != key(incumbent) and self.ahead(winner, incumbent):
             text = (f"{label(winner)}: {self.med(winner):.1f} samples/s vs {self.med(incumbent):.1f} with "
                     f"{label(incumbent)}, median of {min(n(winner), n(incumbent))}")
