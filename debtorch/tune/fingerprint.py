@@ -30,8 +30,7 @@ KEYS = {
 
 
 def _driver(facts: dict) -> Optional[str]:
-    for path in ("nvidia.driver_version", "nvidia.driver.version", "nvidia.kernel_module.version",
-                 "nvidia.module_version"):
+    for path in ("nvidia.driver_version", "nvidia.kernel_module.version"):  # NVML/nvidia-smi, else /proc
         v = get(facts, path)
         if isinstance(v, str) and v:
             return v
@@ -74,8 +73,9 @@ def from_facts(facts: dict) -> dict:
 def current(torch_module: Any = None) -> dict:
     """The fingerprint of the machine this process runs on.
 
-    Reads the CPU and NVIDIA facts through a live Host (cheap: files and
-    NVML, no subprocess) and PyTorch from the imported module when given.
+    Reads the CPU and NVIDIA facts through a live Host (files and NVML;
+    nvidia-smi only where NVML fails on a machine with an NVIDIA GPU) and
+    PyTorch from the imported module when given.
     """
     from debtorch import facts as facts_mod
     from debtorch.host import LiveHost
