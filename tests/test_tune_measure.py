@@ -201,3 +201,13 @@ def test_table_of_trials_marks_the_choice_and_shows_failures():
     chosen = [line for line in lines if line.endswith("<- chosen")]
     assert len(chosen) == 1 and chosen[0].split()[0:2] == rec.settings.short().split()[0:2]
     assert any("failed" in line for line in lines) and any("error: DataLoader worker" in line for line in lines)
+
+
+def test_table_of_trials_names_one_budget_when_it_runs_out():
+    from debtorch.tune.report import trials_lines
+
+    rec, facts = vm_rec()
+    engine = FakeEngine(like_this_vm)
+    result = measure(rec, facts, MeasureOptions(budget_s=30), trials=engine, clock=engine.clock)
+    head = trials_lines(result)[0]
+    assert head.endswith("of a 30 s budget (budget spent)"), head

@@ -355,7 +355,7 @@ class Search:
                     break
             best = self._refine(best, dims, choices)
         except BudgetSpent:
-            stopped = f"budget of {self.budget:.0f} s spent"
+            stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
         for dim in dims:
             if dim.name in choices:
                 choices[dim.name].changed = dim.get(best) != dim.get(start)
