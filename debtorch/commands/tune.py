@@ -3,7 +3,7 @@
 Thin: parse options, call :mod:`debtorch.tune`, render, choose the exit code.
 Exit codes: 0 fine; 1 the measurement failed; 2 bad usage or input (a
 workload that cannot be loaded, a budget too small, a destination that
-cannot be written, an unreadable facts file).
+cannot be written, an unreadable facts file); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from debtorch.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Device, fail
+from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail
 
 
 class Emit(str, Enum):
@@ -153,6 +153,9 @@ def tune(
             _fail(str(exc), EXIT_USAGE)
         except MeasureError as exc:
             _fail(f"measurement failed: {exc}", EXIT_FAILED)
+        except KeyboardInterrupt:
+            # Here, not left to typer: click 8.1 (Debian 12) would say "Aborted!" and exit 1, "failed".
+            _fail("interrupted; nothing written" if write else "interrupted", EXIT_INTERRUPTED)
 
     if emit is not None:
         typer.echo(rec.emit_env(), nl=False)
