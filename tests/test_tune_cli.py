@@ -137,3 +137,28 @@ def test_budget_too_small_is_refused_before_anything_runs(vm_json, monkeypatch):
     assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
     r = invoke("--measure", "--budget", "-1")
     assert r.exit_code == 2 and "--budget must be a positive number" in r.stderr
+
+
+def test_budget_too_small_is_refused_before_the_facts_are_collected(monkeypatch):
+    def collect(facts_file, python):
+        raise AssertionError("facts collected (probing the interpreter takes seconds)")
+
+    monkeypatch.setattr(tune_cmd, "_facts", collect)
+    r = invoke("--measure", "--budget", "3")
+    assert r.exit_code == 2
+    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
+
+
+def test_ctrl_c_while_measuring_is_one_line_exit_130_and_no_file(vm_json, tmp_path, monkeypatch):
+    from debtorch.tune import measure as measure_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tune_cmd, "_facts", lambda f, p: json.loads(open(vm_json).read()))
+    monkeypatch.setattr(measure_mod, "measure", interrupted)
+    path = tmp_path / "debtorch.toml"
+    r = invoke("--measure", "--write", str(path))
+    assert r.exit_code == 130
+    assert r.stderr == "debtorch tune: interrupted; nothing written\n"
+    assert not path.exists()

@@ -71,6 +71,16 @@ def test_measurement_writes_what_it_measured_into_the_reasons():
     assert engine.calls[0][1] == 2  # the warm-up trial, then calibration, then the search
 
 
+def test_a_dimension_never_raced_keeps_the_rules_reason_and_one_raced_without_effect_says_so():
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 60.0 * (0.8 ** s.num_workers))  # only the workers matter
+    result = measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    assert rec.settings.num_workers == 0 and not result.choices["prefetch_factor"].measured
+    assert rec.reasons["prefetch_factor"].rule == "tune.R007"  # no workers: prefetch was never raced
+    assert rec.reasons["channels_last"].rule == "tune.M005"
+    assert rec.reasons["channels_last"].text.startswith("channels_last: no measurable difference among off, on")
+
+
 def test_dependent_settings_follow_a_measured_worker_count():
     rec, facts = vm_rec()
     engine = FakeEngine(lambda s: 50.0 * (1.5 if s.num_workers == 2 else 1.0) * (1.3 if s.threads == 1 else 1.0))
@@ -191,3 +201,13 @@ def test_table_of_trials_marks_the_choice_and_shows_failures():
     chosen = [line for line in lines if line.endswith("<- chosen")]
     assert len(chosen) == 1 and chosen[0].split()[0:2] == rec.settings.short().split()[0:2]
     assert any("failed" in line for line in lines) and any("error: DataLoader worker" in line for line in lines)
+
+
+def test_table_of_trials_names_one_budget_when_it_runs_out():
+    from debtorch.tune.report import trials_lines
+
+    rec, facts = vm_rec()
+    engine = FakeEngine(like_this_vm)
+    result = measure(rec, facts, MeasureOptions(budget_s=30), trials=engine, clock=engine.clock)
+    head = trials_lines(result)[0]
+    assert head.endswith("of a 30 s budget (budget spent)"), head

@@ -233,6 +233,23 @@ def test_a_saved_facts_file_with_missing_sections_still_tunes():
     assert rec.device == "cpu" and rec.settings.validate() == []
 
 
+@pytest.mark.parametrize("section,key,value", [
+    ("cpu", "features", "avx2 avx512_bf16"),
+    ("cpu", "cgroup_quota_cpus", "1.5"),
+    ("nvidia", "gpus", 3),
+    ("python", "torch", "2.13.0"),
+])
+def test_a_hand_edited_facts_value_of_the_wrong_type_tunes_instead_of_raising(section, key, value):
+    from debtorch.tune.fingerprint import from_facts
+    from debtorch.tune.measure import precisions_for
+
+    doc = make_facts(cpus=8, quota=2.0)
+    doc[section][key] = value
+    rec = recommend(doc)
+    assert rec.settings.validate() == []
+    assert precisions_for(rec, doc) and isinstance(from_facts(doc), dict)
+
+
 def test_recorded_8xa100_nvlink_server(replay):
     doc = facts_mod.collect(replay("debian12-server-8xa100-nvlink"))
     rec = recommend(doc)

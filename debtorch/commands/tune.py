@@ -3,7 +3,7 @@
 Thin: parse options, call :mod:`debtorch.tune`, render, choose the exit code.
 Exit codes: 0 fine; 1 the measurement failed; 2 bad usage or input (a
 workload that cannot be loaded, a budget too small, a destination that
-cannot be written, an unreadable facts file).
+cannot be written, an unreadable facts file); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from debtorch.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Device, fail
+from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail
 
 
 class Emit(str, Enum):
@@ -36,13 +36,12 @@ def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
 
 def _check_destination(path: str, force: bool) -> None:
     """Refuse early (before minutes of measuring) what the final write would refuse."""
-    if os.path.isdir(path):
-        _fail(f"{path}: is a directory")
-    if os.path.lexists(path) and not force:
-        _fail(f"{path}: exists; use --force to replace it")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        _fail(f"{path}: cannot write: directory {directory} does not exist")
+    from debtorch.tune.config import ConfigError, check_destination
+
+    try:
+        directory = check_destination(path, force)
+    except ConfigError as exc:
+        _fail(str(exc))
     if not os.access(directory, os.W_OK | os.X_OK):
         _fail(f"{path}: cannot write: directory {directory} is read-only for this user")
 
@@ -117,6 +116,11 @@ def tune(
         _fail("--force only applies to --write")
     if measure and budget <= 0:
         _fail(f"--budget must be a positive number of seconds (got {budget:g})")
+    if measure:
+        from debtorch.tune.measure import MIN_BUDGET_S
+
+        if budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
+            _fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
     if nproc is not None and nproc < 1:
         _fail(f"--nproc must be >= 1 (got {nproc})")
     if epochs is not None and steps is not None:
@@ -136,13 +140,10 @@ def tune(
 
     result = None
     if measure:
-        from debtorch.tune.measure import (MIN_BUDGET_S, MeasureError, MeasureOptions, MeasureUsageError,
-                                           measure as run_measure)
+        from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure as run_measure
 
         if device is not None and device.value == "cuda" and not rules.gpus_of(facts):
             _fail("--device cuda --measure needs a GPU on this machine; the facts list none")
-        if budget < MIN_BUDGET_S:
-            _fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
         progress, on_trial = _progress()
         try:
             with progress:
@@ -152,6 +153,9 @@ def tune(
             _fail(str(exc), EXIT_USAGE)
         except MeasureError as exc:
             _fail(f"measurement failed: {exc}", EXIT_FAILED)
+        except KeyboardInterrupt:
+            # Here, not left to typer: click 8.1 (Debian 12) would say "Aborted!" and exit 1, "failed".
+            _fail("interrupted; nothing written" if write else "interrupted", EXIT_INTERRUPTED)
 
     if emit is not None:
         typer.echo(rec.emit_env(), nl=False)

@@ -434,10 +434,11 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
     return tomlkit.dumps(doc)
 
 
-def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all; never replace a file without ``force``.
+def check_destination(path: str, force: bool = False) -> str:
+    """Refuse a destination :func:`write_atomic` would refuse; return its directory.
 
-    Raises :class:`ConfigError` (one line) and leaves no temporary file behind.
+    Raises :class:`ConfigError` (one line).  ``debtorch tune`` calls it before
+    measuring, so that minutes of trials are not lost to a bad ``--write``.
     """
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -446,6 +447,15 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
         raise ConfigError(f"{path}: exists; use --force to replace it")
     if not os.path.isdir(directory):
         raise ConfigError(f"{path}: cannot write: directory {directory} does not exist")
+    return directory
+
+
+def write_atomic(path: str, text: str, force: bool = False) -> None:
+    """Write ``text`` to ``path`` whole or not at all; never replace a file without ``force``.
+
+    Raises :class:`ConfigError` (one line) and leaves no temporary file behind.
+    """
+    directory = check_destination(path, force)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".debtorch-", suffix=".toml.tmp", dir=directory)
     except OSError as exc:

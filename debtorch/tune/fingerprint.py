@@ -13,7 +13,7 @@ import platform
 from typing import Any, Optional
 
 from debtorch.facts import get
-from debtorch.tune.rules import gpus_of
+from debtorch.tune.rules import cpu_bf16, gpus_of
 
 # key -> what it is, for docs/tune.md and messages.
 KEYS = {
@@ -30,8 +30,7 @@ KEYS = {
 
 
 def _driver(facts: dict) -> Optional[str]:
-    for path in ("nvidia.driver_version", "nvidia.driver.version", "nvidia.kernel_module.version",
-                 "nvidia.module_version"):
+    for path in ("nvidia.driver_version", "nvidia.kernel_module.version"):  # NVML/nvidia-smi, else /proc
         v = get(facts, path)
         if isinstance(v, str) and v:
             return v
@@ -50,9 +49,9 @@ def from_facts(facts: dict) -> dict:
     usable = get(facts, "cpu.usable_cpus")
     if isinstance(usable, int) and not isinstance(usable, bool):
         fp["usable_cpus"] = usable
-    feats = get(facts, "cpu.features")
-    if isinstance(feats, dict):
-        fp["cpu_bf16"] = [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
+    bf16 = cpu_bf16(facts)
+    if bf16 is not None:
+        fp["cpu_bf16"] = bf16
     gpus = get(facts, "nvidia.gpus")
     if isinstance(gpus, list):
         fp["gpus"] = [str(g.get("name") or "unknown GPU") for g in gpus_of(facts)]
@@ -64,8 +63,8 @@ def from_facts(facts: dict) -> dict:
     py = get(facts, "python.version")
     if py:
         fp["python"] = str(py)
-    torch = get(facts, "python.torch") or {}
-    if torch.get("installed") and torch.get("version"):
+    torch = get(facts, "python.torch")
+    if isinstance(torch, dict) and torch.get("installed") and torch.get("version"):
         fp["torch"] = str(torch["version"])
         fp["torch_cuda"] = str(torch.get("cuda") or "")
     return fp
@@ -74,8 +73,9 @@ def from_facts(facts: dict) -> dict:
 def current(torch_module: Any = None) -> dict:
     """The fingerprint of the machine this process runs on.
 
-    Reads the CPU and NVIDIA facts through a live Host (cheap: files and
-    NVML, no subprocess) and PyTorch from the imported module when given.
+    Reads the CPU and NVIDIA facts through a live Host (files and NVML;
+    nvidia-smi only where NVML fails on a machine with an NVIDIA GPU) and
+    PyTorch from the imported module when given.
     """
     from debtorch import facts as facts_mod
     from debtorch.host import LiveHost

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.facts import get
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -62,15 +61,13 @@ class MeasureOptions:
 def precisions_for(rec: Recommendation, facts: dict) -> list:
     """The precisions worth measuring on this device (never one the hardware lacks)."""
     if rec.device == "cuda":
-        ccs = [rules.parse_compute_capability(g.get("compute_capability")) for g in rules.gpus_of(facts)]
-        cc = min(ccs) if ccs and all(ccs) else None
+        cc = rules.oldest_compute_capability(rules.gpus_of(facts))
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
         if cc and cc >= (7, 0):
             return ["fp32", "fp16"]
         return ["fp32"]
-    feats = get(facts, "cpu.features") or {}
-    return ["fp32", "bf16"] if (feats.get("avx512_bf16") or feats.get("amx_bf16")) else ["fp32"]
+    return ["fp32", "bf16"] if rules.cpu_bf16(facts) else ["fp32"]
 
 
 def apply_result(rec: Recommendation, result: Result) -> Recommendation:
@@ -78,8 +75,8 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
     rec.settings = result.best
     for dim, choice in result.choices.items():
         for name in FIELDS.get(dim, (dim,)):
-            if choice.rule == "tune.M005" and not choice.text.startswith(f"{dim}: no measurable"):
-                continue  # not measured at all: the rule's reason stands
+            if not choice.measured:
+                continue  # the rule's reason stands
             rec.reasons[name] = Reason(choice.rule, choice.text)
     rules.worker_companions(rec)
     rules.thread_env(rec)
@@ -241,7 +238,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
             result = search.run(rec.settings, dims)
         except RuntimeError as exc:
             raise MeasureError(str(exc)) from None
-        if not any(c.rule != "tune.M005" or "no measurable" in c.text for c in result.choices.values()):
+        if not any(c.measured for c in result.choices.values()):
             took = statistics.median(t.seconds for t in result.trials) if result.trials else cost
             more = max(2 * opts.budget_s, (opts.budget_s - left) + 4 * MIN_TRIALS * took)
             raise MeasureUsageError(f"--budget {opts.budget_s:g} was spent before any choice could be measured "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Optional
+from typing import Any
 
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 
@@ -84,7 +84,7 @@ def trials_lines(result) -> list:
     return lines
 
 
-def to_json(rec, fingerprint: dict, result=None, extra: Optional[dict] = None) -> dict:
+def to_json(rec, fingerprint: dict, result=None) -> dict:
     """One JSON document: settings, reasons, environment, fingerprint and trials."""
     doc = {
         "schema_version": JSON_SCHEMA_VERSION,
@@ -111,6 +111,4 @@ def to_json(rec, fingerprint: dict, result=None, extra: Optional[dict] = None) -
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],
         }
-    if extra:
-        doc.update(extra)
     return doc

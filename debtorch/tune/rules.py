@@ -204,11 +204,26 @@ def parse_visible_devices(value: Optional[str], gpus: list) -> Optional[list]:
 
 def gpus_of(facts: dict) -> list:
     """The GPUs the facts list (``nvidia.gpus``), visible to CUDA and usable for compute."""
-    gpus = [g for g in (get(facts, "nvidia.gpus") or []) if isinstance(g, dict)]
+    listed = get(facts, "nvidia.gpus")
+    gpus = [g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []
     visible = parse_visible_devices(get(facts, "env.variables.CUDA_VISIBLE_DEVICES"), gpus)
     if visible is not None:
         gpus = visible
     return [g for g in gpus if str(g.get("compute_mode") or "").lower() != "prohibited"]
+
+
+def oldest_compute_capability(gpus: list) -> Optional[tuple[int, int]]:
+    """The oldest compute capability among ``gpus``; None when any is unknown (or there are none)."""
+    ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
+    return min(ccs) if ccs and all(ccs) else None
+
+
+def cpu_bf16(facts: dict) -> Optional[list]:
+    """The CPU's native bf16 features (amx_bf16, avx512_bf16) it has; None when ``cpu.features`` is unknown."""
+    feats = get(facts, "cpu.features")
+    if not isinstance(feats, dict):
+        return None
+    return [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
 
 
 def p2p_pairs(facts: dict) -> list:
@@ -290,7 +305,6 @@ class _Machine:
     @classmethod
     def read(cls, facts: dict) -> "_Machine":
         gpus = gpus_of(facts)
-        ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
         usable = _int(get(facts, "cpu.usable_cpus"))
         why = None
         if usable:
@@ -299,7 +313,7 @@ class _Machine:
             usable = _int(get(facts, "cpu.logical_cpus")) or 1
             why = unknown_reason(facts, "cpu.usable_cpus") or "not in the facts"
             note = f"{usable} CPUs assumed (cpu.usable_cpus unknown: {why})"
-        return cls(facts, gpus, min(ccs) if ccs and all(ccs) else None,
+        return cls(facts, gpus, oldest_compute_capability(gpus),
                    ", ".join(sorted({str(g.get("name") or "GPU") for g in gpus})) or "GPU", usable, note, why)
 
     def get(self, dotted: str):
@@ -441,13 +455,12 @@ def _precision(rec: Recommendation, m: _Machine) -> None:
         rec.set("cudnn_benchmark", True, "tune.R016", "GPU training with fixed input shapes: cuDNN picks its fastest "
                 "algorithm once per shape (turn off for varying shapes)")
         return
-    feats = m.get("cpu.features")
-    have = [f for f in ("amx_bf16", "avx512_bf16") if (feats or {}).get(f)]
+    have = cpu_bf16(m.facts)
     model = m.get("cpu.model") or "CPU"
     if have:
         rec.set("precision", "bf16", "tune.R013", f"{model} has {' and '.join(have)} (cpu.features): "
                 "native bf16 matmuls and convolutions")
-    elif feats is None:
+    elif have is None:
         rec.set("precision", "fp32", "tune.R014", "CPU features unknown (cpu.features): fp32 is safe")
     else:
         rec.set("precision", "fp32", "tune.R014", f"{model} has no avx512_bf16 or amx_bf16 (cpu.features): "
@@ -494,7 +507,7 @@ def _threads(rec: Recommendation, m: _Machine) -> None:
     threads = max(1, rec.per_process_cpus - workers)
     text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {m.cpu_note}"
     quota, affinity = m.get("cpu.cgroup_quota_cpus"), _int(m.get("cpu.affinity_cpus"))
-    if quota is not None and affinity and quota < affinity:
+    if isinstance(quota, (int, float)) and not isinstance(quota, bool) and affinity and quota < affinity:
         text += f"; PyTorch would start {affinity} threads but the cgroup allows {quota:g} CPUs"
     rec.set("threads", threads, "tune.R022", text)
     thread_env(rec)

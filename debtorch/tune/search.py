@@ -158,6 +158,7 @@ class Choice:
     text: str
     changed: bool
     settled: bool = False    # beyond noise against every other value tried
+    measured: bool = True    # False: never raced (no effect in this context, or no trial succeeded)
 
 
 @dataclass
@@ -334,7 +335,8 @@ class Search:
                     decided_at[dim.name] = len(changes)
                     if not dim.active(best):
                         choices[dim.name] = Choice(dim.name, dim.get(best), "tune.M005",
-                                                   f"{dim.name} not measured: no effect with {best.short()}", False)
+                                                   f"{dim.name} not measured: no effect with {best.short()}", False,
+                                                   measured=False)
                         continue
                     self.phase = dim.name
                     raced = True
@@ -353,7 +355,7 @@ class Search:
                     break
             best = self._refine(best, dims, choices)
         except BudgetSpent:
-            stopped = f"budget of {self.budget:.0f} s spent"
+            stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
         for dim in dims:
             if dim.name in choices:
                 choices[dim.name].changed = dim.get(best) != dim.get(start)
@@ -456,7 +458,8 @@ class Search:
         n = lambda c: len(self.samples.get(key(c), []))  # noqa: E731
         label = lambda c: f"{dim.name}={_fmt(dim.get(c))}"  # noqa: E731
         if self.med(incumbent) is None:
-            return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False)
+            return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False,
+                                measured=False)
         if key(winner) != key(incumbent) and self.ahead(winner, incumbent):
             text = (f"{label(winner)}: {self.med(winner):.1f} samples/s vs {self.med(incumbent):.1f} with "
                     f"{label(incumbent)}, median of {min(n(winner), n(incumbent))}")
