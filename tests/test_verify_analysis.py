@@ -255,6 +255,21 @@ def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_b
     assert tried == [None, 16, 8]  # the first (warming-up) trial ran out of memory at 32
 
 
+def test_an_oom_search_cut_short_by_another_failure_does_not_claim_micro_batch_1_fails():
+    class DiesOnRetry(FakeWorker):
+        def request(self, op, on_event=None, timeout=None, **req):
+            if len(self.requests) >= 1:
+                self.requests.append(req)
+                raise WorkerError("died", "the worker was killed by SIGKILL while trial")
+            return super().request(op, on_event, timeout, **req)
+
+    v = _verifier(DiesOnRetry(limit=8, batch_size=32), repeats=3, converge_steps=0)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "oom" and m.failure.suggestion is None
+    assert m.failure.message == ("the GPU ran out of memory at micro-batch 32; the search for a micro-batch that "
+                                 "fits stopped at micro-batch 16: the worker was killed by SIGKILL while trial")
+
+
 def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
