@@ -296,6 +296,21 @@ def test_bad_options_are_one_line_and_exit_2(args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+def test_an_existing_plot_or_trace_is_kept_without_force(tmp_path):
+    plot = tmp_path / "old.png"
+    plot.write_bytes(b"mine")
+    res = runner.invoke(app, ["verify-train", "--plot", str(plot)])
+    assert res.exit_code == 2 and f"--plot {plot}: exists; use --force to replace it" in res.output
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "trace.json").write_text("{}")
+    res = runner.invoke(app, ["verify-train", "--profile", str(tmp_path / "prof")])
+    assert res.exit_code == 2 and "trace.json exists; use --force to replace it" in res.output
+    assert plot.read_bytes() == b"mine" and (tmp_path / "prof" / "trace.json").read_text() == "{}"
+    report.check_plot_path(str(plot), force=True)  # --force lets it through
+    res = runner.invoke(app, ["verify-train", "--force"])
+    assert res.exit_code == 2 and "--force only applies to --plot and --profile" in res.output
+
+
 def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("schema_version = 1\n[loader]\nnum_workers = \"four\"\n")

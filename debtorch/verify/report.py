@@ -251,11 +251,15 @@ class PlotError(Exception):
     """--plot cannot be written; one line."""
 
 
-def check_plot_path(path: str) -> None:
-    """Refuse a bad --plot early (before minutes of measuring)."""
+def check_plot_path(path: str, force: bool = False) -> None:
+    """Refuse a bad --plot early (before minutes of measuring); an existing file only with ``force``."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in PLOT_FORMATS:
         raise PlotError(f"--plot {path}: the file name must end in .png or .svg")
+    if os.path.isdir(path):
+        raise PlotError(f"--plot {path}: is a directory")
+    if os.path.lexists(path) and not force:
+        raise PlotError(f"--plot {path}: exists; use --force to replace it")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise PlotError(f"--plot {path}: directory {directory} does not exist")
