@@ -311,6 +311,42 @@ def test_an_existing_plot_or_trace_is_kept_without_force(tmp_path):
     assert res.exit_code == 2 and "--force only applies to --plot and --profile" in res.output
 
 
+def test_a_one_line_exit_after_the_worker_started_does_not_leave_it_running(monkeypatch):
+    from debtorch.train import runner as train_runner
+    from debtorch.tune import rules
+
+    workers = []
+
+    class Started:
+        def __init__(self, python, **kw):
+            self.state = "running"
+            workers.append(self)
+
+        def start(self):
+            return {}
+
+        def info(self):
+            return {}
+
+        def load(self, workload, **kw):
+            return {"device": "cpu", "batch_size": 8, "convolutional": True}
+
+        def close(self):
+            self.state = "closed"
+
+        def kill(self):
+            self.state = "killed"
+
+    def refuse(facts, request):
+        raise rules.RequestError("no rule fits")
+
+    monkeypatch.setattr(train_runner, "Worker", Started)
+    monkeypatch.setattr(rules, "recommend", refuse)
+    res = runner.invoke(app, ["verify-train"])
+    assert res.exit_code == 2 and "cannot tune for this machine: no rule fits" in res.output
+    assert [w.state for w in workers] == ["killed"]
+
+
 def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("schema_version = 1\n[loader]\nnum_workers = \"four\"\n")

@@ -210,12 +210,13 @@ def verify_train(
     measured = verifier.measured
     exit_code = EXIT_OK
     try:
-        with _BarProgress(quiet=False) as bar:
+        # The Verifier closes its worker on the way out, and kills it on any exception
+        # (Ctrl-C, or a one-line exit below), so no worker outlives the command.
+        with _BarProgress(quiet=False) as bar, verifier:
             verifier.progress = bar
             try:
                 info = verifier.start()
             except WorkerError as exc:
-                verifier.close(kill=True)
                 failure = from_worker_error(exc, "starting", facts)
                 _fail(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.exit_code)
             dev = info.get("device") or "cpu"
@@ -232,9 +233,7 @@ def verify_train(
             from debtorch.train.settings import Settings
 
             verifier.run(Settings(), tuned)
-            verifier.close()
     except KeyboardInterrupt:
-        verifier.close(kill=True)
         measured.interrupted = True
         exit_code = EXIT_INTERRUPTED
     if measured.failure is not None and exit_code == EXIT_OK:
