@@ -12,6 +12,7 @@ import statistics
 from typing import Optional
 
 from debtorch import __version__
+from debtorch.train.runner import scaling_efficiency
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent, seconds
 
@@ -58,7 +59,7 @@ def build(m) -> dict:
             "samples_per_s": many,
             "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
             "one_process_samples_per_s": one,
-            "efficiency": (many / (n * one)) if many and one else None,
+            "efficiency": scaling_efficiency({"samples_per_s": many, "nproc": n}, {"samples_per_s": one}),
             "gpu_util": statistics.fmean(utils) if utils else None,
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
         }
