@@ -1,9 +1,9 @@
 """What the engine's instrumentation costs: instrumented against bare samples/s.
 
 The instrumented loop synchronises the device and reads the clock around
-every data fetch and every compute segment, samples memory in a thread and
-keeps per-step losses; the bare loop does the same training with two clock
-reads around the whole window.  Both run in one worker (the real path),
+every data fetch and every compute segment, reads the memory gauges
+between steps (no sampling thread) and keeps per-step losses; the bare loop
+does the same training with two clock reads around the whole window.  Both run in one worker (the real path),
 interleaved in ABBA order to cancel drift, repeated, and compared by
 medians.  Target (issue 5): instrumentation costs at most 2%.
 
