@@ -1,11 +1,11 @@
 """What the engine's instrumentation costs: instrumented against bare samples/s.
 
 The instrumented loop synchronises the device and reads the clock around
-every data fetch and every compute segment, samples memory in a thread and
-keeps per-step losses; the bare loop does the same training with two clock
-reads around the whole window.  Both run in one worker (the real path),
-interleaved in ABBA order to cancel drift, repeated, and compared by
-medians.  Target (issue 5): instrumentation costs at most 2%.
+every data fetch and every compute segment, reads the memory gauges
+between steps (no sampling thread) and keeps per-step losses; the bare loop
+does the same training with two clock reads around the whole window.  Both
+run in one worker (the real path), interleaved in ABBA order to cancel
+drift, repeated, and compared by medians.  Target (issue 5): instrumentation costs at most 2%.
 
     python benchmarks/engine_overhead.py [--python PATH] [--repeats 6] [--steps 30] [--json OUT]
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from debtorch.facts.cpu import parse_cpuinfo  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
 from debtorch.train.runner import Worker, worker_python  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
@@ -38,11 +39,7 @@ def loadavg(host) -> str:
 
 
 def cpu_model(host) -> str:
-    text = host.try_read("/proc/cpuinfo") or ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+    return parse_cpuinfo(host.try_read("/proc/cpuinfo") or "").get("model") or platform.processor() or "unknown"
 
 
 def main() -> int:

@@ -74,7 +74,7 @@ cp "$OUT/doctor-deep.out" "$OUT/doctor-deep.json" 2>/dev/null
 
 # Rules-tuned (bf16 on >= 8.0, pinned memory, non-blocking copies, workers) against PyTorch's defaults.
 step verify-bf16 120 "$PY" -m debtorch verify-train --device cuda --json --repeats 3 --steps 20 --max-steps 250 \
-  --plot "$OUT/verify-bf16.png" --profile "$OUT/profile-bf16"
+  --plot "$OUT/verify-bf16.png" --profile "$OUT/profile-bf16" --force
 cp "$OUT/verify-bf16.out" "$OUT/verify-bf16.json" 2>/dev/null
 verdict "$OUT/verify-bf16.json"
 

@@ -255,6 +255,21 @@ def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_b
     assert tried == [None, 16, 8]  # the first (warming-up) trial ran out of memory at 32
 
 
+def test_an_oom_search_cut_short_by_another_failure_does_not_claim_micro_batch_1_fails():
+    class DiesOnRetry(FakeWorker):
+        def request(self, op, on_event=None, timeout=None, **req):
+            if len(self.requests) >= 1:
+                self.requests.append(req)
+                raise WorkerError("died", "the worker was killed by SIGKILL while trial")
+            return super().request(op, on_event, timeout, **req)
+
+    v = _verifier(DiesOnRetry(limit=8, batch_size=32), repeats=3, converge_steps=0)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "oom" and m.failure.suggestion is None
+    assert m.failure.message == ("the GPU ran out of memory at micro-batch 32; the search for a micro-batch that "
+                                 "fits stopped at micro-batch 16: the worker was killed by SIGKILL while trial")
+
+
 def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
@@ -279,6 +294,57 @@ def test_bad_options_are_one_line_and_exit_2(args, message):
     res = runner.invoke(app, ["verify-train", *args])
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_an_existing_plot_or_trace_is_kept_without_force(tmp_path):
+    plot = tmp_path / "old.png"
+    plot.write_bytes(b"mine")
+    res = runner.invoke(app, ["verify-train", "--plot", str(plot)])
+    assert res.exit_code == 2 and f"--plot {plot}: exists; use --force to replace it" in res.output
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "trace.json").write_text("{}")
+    res = runner.invoke(app, ["verify-train", "--profile", str(tmp_path / "prof")])
+    assert res.exit_code == 2 and "trace.json exists; use --force to replace it" in res.output
+    assert plot.read_bytes() == b"mine" and (tmp_path / "prof" / "trace.json").read_text() == "{}"
+    report.check_plot_path(str(plot), force=True)  # --force lets it through
+    res = runner.invoke(app, ["verify-train", "--force"])
+    assert res.exit_code == 2 and "--force only applies to --plot and --profile" in res.output
+
+
+def test_a_one_line_exit_after_the_worker_started_does_not_leave_it_running(monkeypatch):
+    from debtorch.train import runner as train_runner
+    from debtorch.tune import rules
+
+    workers = []
+
+    class Started:
+        def __init__(self, python, **kw):
+            self.state = "running"
+            workers.append(self)
+
+        def start(self):
+            return {}
+
+        def info(self):
+            return {}
+
+        def load(self, workload, **kw):
+            return {"device": "cpu", "batch_size": 8, "convolutional": True}
+
+        def close(self):
+            self.state = "closed"
+
+        def kill(self):
+            self.state = "killed"
+
+    def refuse(facts, request):
+        raise rules.RequestError("no rule fits")
+
+    monkeypatch.setattr(train_runner, "Worker", Started)
+    monkeypatch.setattr(rules, "recommend", refuse)
+    res = runner.invoke(app, ["verify-train"])
+    assert res.exit_code == 2 and "cannot tune for this machine: no rule fits" in res.output
+    assert [w.state for w in workers] == ["killed"]
 
 
 def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):

@@ -120,6 +120,7 @@ def verify_train(
     master_addr: Optional[str] = typer.Option(None, "--master-addr", metavar="HOST", help="Passed to torch.distributed.run."),
     master_port: Optional[int] = typer.Option(None, "--master-port", metavar="PORT", help="Passed to torch.distributed.run."),
     timeout: float = typer.Option(900.0, "--timeout", metavar="SECONDS", help="Longest one trial may take before its worker is killed."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --plot file or --profile DIR/trace.json."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="On failure, also print the worker's traceback."),
 ) -> None:
     """Baseline (PyTorch's defaults) against tuned settings on a real training loop: speed, where time goes, time to target loss.
@@ -148,12 +149,17 @@ def verify_train(
         problems.append("--nproc must be >= 1")
     if problems:
         _fail(problems[0])
+    if force and not (plot_file or profile):
+        _fail("--force only applies to --plot and --profile")
     if plot_file:
         try:
-            report.check_plot_path(plot_file)
+            report.check_plot_path(plot_file, force)
         except report.PlotError as exc:
             _fail(str(exc))
     if profile:
+        trace = os.path.join(profile, "trace.json")
+        if os.path.lexists(trace) and not force:
+            _fail(f"--profile {profile}: {trace} exists; use --force to replace it")
         try:
             os.makedirs(profile, exist_ok=True)
         except OSError as exc:
@@ -204,12 +210,13 @@ def verify_train(
     measured = verifier.measured
     exit_code = EXIT_OK
     try:
-        with _BarProgress(quiet=False) as bar:
+        # The Verifier closes its worker on the way out, and kills it on any exception
+        # (Ctrl-C, or a one-line exit below), so no worker outlives the command.
+        with _BarProgress(quiet=False) as bar, verifier:
             verifier.progress = bar
             try:
                 info = verifier.start()
             except WorkerError as exc:
-                verifier.close(kill=True)
                 failure = from_worker_error(exc, "starting", facts)
                 _fail(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.exit_code)
             dev = info.get("device") or "cpu"
@@ -226,9 +233,7 @@ def verify_train(
             from debtorch.train.settings import Settings
 
             verifier.run(Settings(), tuned)
-            verifier.close()
     except KeyboardInterrupt:
-        verifier.close(kill=True)
         measured.interrupted = True
         exit_code = EXIT_INTERRUPTED
     if measured.failure is not None and exit_code == EXIT_OK:

@@ -756,5 +756,12 @@ def _profiler(profile_dir: str, device: torch.device, steps: int):
     return torch.profiler.profile(
         activities=activities,
         schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=active, repeat=1),
-        on_trace_ready=lambda prof: prof.export_chrome_trace(path),
+        on_trace_ready=lambda prof: _export_trace(prof, path),
     )
+
+
+def _export_trace(prof, path: str) -> None:
+    """Write the Chrome trace whole or not at all (temp file, then rename)."""
+    tmp = path + ".tmp"
+    prof.export_chrome_trace(tmp)
+    os.replace(tmp, path)

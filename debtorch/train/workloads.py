@@ -347,10 +347,6 @@ def transformer(samples: int = 4096, length: int = 64, dim: int = 128, layers: i
 BUILTINS: dict = {"cnn": cnn, "transformer": transformer}
 
 
-def builtin_names() -> list:
-    return sorted(f"builtin:{n}" for n in BUILTINS)
-
-
 if __name__ == "__main__":  # pragma: no cover - a quick look: python -m debtorch.train.workloads
     wl = load_workload(sys.argv[1] if len(sys.argv) > 1 else "builtin:cnn")
     print(wl.describe())

@@ -87,8 +87,12 @@ def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Fai
     return fail
 
 
-def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict]) -> str:
-    """One line for an out-of-memory, with what fits when a smaller micro-batch was found."""
+def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict],
+                stopped: Optional[str] = None) -> str:
+    """One line for an out-of-memory, with what fits when a smaller micro-batch was found.
+
+    ``stopped`` says why the search for one ended early (another failure), when it did.
+    """
     where = "the GPU" if device.startswith("cuda") else device
     glob = micro_batch * accumulation_steps
     msg = f"{where} ran out of memory at micro-batch {micro_batch}"
@@ -97,6 +101,8 @@ def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Opt
         same = "as before" if now == glob else f"was {glob}"
         msg += (f"; micro-batch {fit['micro_batch']} with accumulation_steps {fit['accumulation_steps']} "
                 f"fits ({now} samples per optimizer step, {same})")
+    elif stopped:
+        msg += f"; the search for a micro-batch that fits stopped at {stopped}"
     elif micro_batch > 1:
         msg += "; even micro-batch 1 does not fit"
     return msg

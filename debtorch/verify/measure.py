@@ -336,6 +336,7 @@ class Verifier:
         acc0 = job.settings.accumulation_steps
         glob = mb0 * acc0
         fit = None
+        stopped = None  # the search ended on another failure (the worker died, a timeout)
         mb = mb0
         while mb > 1 and fit is None:
             mb = mb // 2
@@ -349,12 +350,13 @@ class Verifier:
                 fit = {"micro_batch": mb, "accumulation_steps": acc}
             except self._error as again:
                 if again.kind != "oom":
+                    stopped = f"micro-batch {mb}: {again.message}"
                     break
             finally:
                 self.progress.end()
         device = self.measured.device or "the device"
         fail = from_worker_error(exc, job.label, self.facts)
-        fail.message = oom_message(device, mb0, acc0, fit)
+        fail.message = oom_message(device, mb0, acc0, fit, stopped)
         fail.suggestion = fit
         if fit:
             fail.fix = (f"set micro_batch = {fit['micro_batch']} and accumulation_steps = "

@@ -12,6 +12,7 @@ import statistics
 from typing import Optional
 
 from debtorch import __version__
+from debtorch.train.runner import scaling_efficiency
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent, seconds
 
@@ -58,7 +59,7 @@ def build(m) -> dict:
             "samples_per_s": many,
             "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
             "one_process_samples_per_s": one,
-            "efficiency": (many / (n * one)) if many and one else None,
+            "efficiency": scaling_efficiency({"samples_per_s": many, "nproc": n}, {"samples_per_s": one}),
             "gpu_util": statistics.fmean(utils) if utils else None,
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
         }
@@ -251,11 +252,15 @@ class PlotError(Exception):
     """--plot cannot be written; one line."""
 
 
-def check_plot_path(path: str) -> None:
-    """Refuse a bad --plot early (before minutes of measuring)."""
+def check_plot_path(path: str, force: bool = False) -> None:
+    """Refuse a bad --plot early (before minutes of measuring); an existing file only with ``force``."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in PLOT_FORMATS:
         raise PlotError(f"--plot {path}: the file name must end in .png or .svg")
+    if os.path.isdir(path):
+        raise PlotError(f"--plot {path}: is a directory")
+    if os.path.lexists(path) and not force:
+        raise PlotError(f"--plot {path}: exists; use --force to replace it")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise PlotError(f"--plot {path}: directory {directory} does not exist")
