@@ -306,7 +306,10 @@ def test_an_existing_plot_or_trace_is_kept_without_force(tmp_path):
     res = runner.invoke(app, ["verify-train", "--profile", str(tmp_path / "prof")])
     assert res.exit_code == 2 and "trace.json exists; use --force to replace it" in res.output
     assert plot.read_bytes() == b"mine" and (tmp_path / "prof" / "trace.json").read_text() == "{}"
-    report.check_plot_path(str(plot), force=True)  # --force lets it through
+    try:  # --force lets it through (where matplotlib is missing, only that may be refused)
+        report.check_plot_path(str(plot), force=True)
+    except report.PlotError as exc:
+        assert "needs matplotlib" in str(exc), exc
     res = runner.invoke(app, ["verify-train", "--force"])
     assert res.exit_code == 2 and "--force only applies to --plot and --profile" in res.output
 
