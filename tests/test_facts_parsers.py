@@ -94,3 +94,32 @@ def test_decisions_on_parsed_values_never_raise(osr, dv, version, cuda, hip, ker
     osinfo.detect_wsl(kernel, kernel)
     pyenv.torch_variant(version, cuda, hip)
     storage.mount_for(storage.parse_mountinfo(kernel), kernel)
+
+
+def test_light_probe_survives_an_unreadable_folder(tmp_path):
+    """One folder it cannot list (a wheel's lib dir with odd permissions) costs that listing, not the probe."""
+    import json
+    import subprocess
+    import sys
+
+    from debtorch.probes import source
+
+    site = tmp_path / "site-packages"
+    (site / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9").write_text("")
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "lib" / "libtorch_cuda.so").write_text("")
+    (site / "torch" / "version.py").write_text("__version__ = '2.13.0+cu128'\ncuda = '12.8'\n")
+    # Root reads every folder, so the refusal is simulated: listing anything under nvidia/ fails.
+    wrapper = ("import os, sys; real = os.listdir\n"
+               "def listdir(p='.'):\n"
+               "    if os.sep + 'nvidia' in str(p): raise PermissionError(13, 'Permission denied', str(p))\n"
+               "    return real(p)\n"
+               "os.listdir = listdir\n"
+               f"sys.path.insert(0, {str(site)!r})\n")
+    r = subprocess.run([sys.executable, "-c", wrapper + source("light")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["torch"]["version"] == "2.13.0+cu128"
+    assert any(p.endswith("libtorch_cuda.so") for p in doc["libraries"])
+    assert not any("nvidia" in p for p in doc["libraries"])

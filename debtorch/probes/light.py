@@ -22,6 +22,16 @@ out = {
     "libraries": [],
 }
 out["venv"] = out["prefix"] != out["base_prefix"]
+
+
+def listing(path):
+    """The sorted names in a folder; none when it is missing or unreadable."""
+    try:
+        return sorted(os.listdir(path)) if os.path.isdir(path) else []
+    except OSError:
+        return []
+
+
 seen = set()
 for d in sys.path:
     if not d or not os.path.isdir(d) or d in seen:
@@ -39,19 +49,17 @@ for d in sys.path:
         if m:
             key = m.group(1).lower().replace("_", "-")
             out["distributions"].setdefault(key, {"version": m.group(2), "location": d})
+    # An unreadable folder costs its own listing, never the whole probe.
     nv = os.path.join(d, "nvidia")
-    if os.path.isdir(nv):
-        for sub in sorted(os.listdir(nv)):
-            libdir = os.path.join(nv, sub, "lib")
-            if os.path.isdir(libdir):
-                for f in sorted(os.listdir(libdir)):
-                    if LIB.match(f):
-                        out["libraries"].append(os.path.join(libdir, f))
+    for sub in listing(nv):
+        libdir = os.path.join(nv, sub, "lib")
+        for f in listing(libdir):
+            if LIB.match(f):
+                out["libraries"].append(os.path.join(libdir, f))
     tlib = os.path.join(d, "torch", "lib")
-    if os.path.isdir(tlib):
-        for f in sorted(os.listdir(tlib)):
-            if LIB.match(f) or f.startswith("libtorch_cuda") or f.startswith("libtorch_hip"):
-                out["libraries"].append(os.path.join(tlib, f))
+    for f in listing(tlib):
+        if LIB.match(f) or f.startswith("libtorch_cuda") or f.startswith("libtorch_hip"):
+            out["libraries"].append(os.path.join(tlib, f))
 
 # torch's own version file, read as text: importing torch takes seconds.
 for d in out["site_dirs"] + [p for p in sys.path if p and p not in out["site_dirs"]]:
