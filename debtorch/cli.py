@@ -88,6 +88,7 @@ def facts(
     from debtorch import facts as facts_mod
     from debtorch import render
 
+    _check_python(python, replay)
     host = _host(replay, record)
     try:
         doc = facts_mod.collect(host, facts_mod.Options(python=python, data=data, deep=deep))
@@ -107,10 +108,20 @@ class FailOn(str, Enum):
     warning = "warning"
 
 
-def _check_python(python: Optional[str]) -> None:
-    import os
+def _check_python(python: Optional[str], replay: Optional[str] = None) -> None:
+    """A --python that names no interpreter is bad usage (exit 2), not an unknown section.
 
-    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    A bare name is looked up on PATH, as running it would.  With --host the path
+    belongs to the recorded machine, so there is nothing here to check."""
+    import os
+    import shutil
+
+    if not python or replay:
+        return
+    if os.sep not in python:
+        if shutil.which(python) is None:
+            fail(f"--python {python}: not found on PATH")
+    elif not (os.path.isfile(python) and os.access(python, os.X_OK)):
         fail(f"--python {python}: not an executable file")
 
 
@@ -142,7 +153,7 @@ def doctor(
         fail("use only one of --facts, --from-collect-env and --host")
     if (facts_file or collect_env) and (python or data or deep):
         fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
-    _check_python(python)
+    _check_python(python, replay)
     from debtorch import knowledge
 
     try:

@@ -176,3 +176,20 @@ def test_site_driver_minimum_applies_when_only_nvidia_smi_gives_the_driver(tmp_p
     found = diagnose(doc, Context(site=SiteConfig(minimums={"driver": "550.54.14"}))).findings
     assert [f.message for f in found if f.id == "site.E001"] == [
         "NVIDIA driver 515.105.01 is below this site's minimum 550.54.14"]
+
+
+@pytest.mark.parametrize("command", ["facts", "doctor"])
+def test_a_python_that_is_no_interpreter_is_bad_usage(command, tmp_path):
+    runner = CliRunner()
+    data = tmp_path / "notes.txt"
+    data.write_text("not a program\n")
+    for python, message in ((str(tmp_path / "nope" / "python"), "not an executable file"),
+                            (str(data), "not an executable file"),
+                            ("no-such-python-3.99", "not found on PATH")):
+        res = runner.invoke(app, [command, "--json", "--python", python])
+        assert res.exit_code == 2, res.output
+        assert f"--python {python}: {message}" in res.output and "Traceback" not in res.output
+    # With --host the path belongs to the recorded machine: not checked here.
+    res = runner.invoke(app, [command, "--json", "--host", str(HOSTS / "debian12-vm-2core"),
+                              "--python", str(tmp_path / "nope" / "python")])
+    assert res.exit_code in (0, 1), res.output
