@@ -234,8 +234,18 @@ def _json_default(obj):
     return str(obj)
 
 
+def _terminated(signum, frame) -> None:
+    # SIGTERM (kill, a batch scheduler's timeout) unwinds like an exit, so the
+    # training worker is stopped and its temporary folder removed.
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         app()
     except KeyboardInterrupt:

@@ -211,3 +211,29 @@ def test_table_of_trials_names_one_budget_when_it_runs_out():
     result = measure(rec, facts, MeasureOptions(budget_s=30), trials=engine, clock=engine.clock)
     head = trials_lines(result)[0]
     assert head.endswith("of a 30 s budget (budget spent)"), head
+
+
+@pytest.mark.torch
+def test_sigterm_stops_the_worker_and_leaves_no_temporary_folder(tmp_path):
+    """A batch scheduler's kill (SIGTERM) mid-measurement: exit 143, nothing written, nothing left in TMPDIR."""
+    import signal
+    import subprocess
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "debtorch.toml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", "tune", "--python", sys.executable, "--measure",
+                             "--budget", "60", "--workload", "tiny:make", "--write", str(out)],
+                            cwd=WORKLOADS, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith("debtorch-worker-") for p in tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert any(p.name.startswith("debtorch-worker-") for p in tmp.iterdir()), "the worker never started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    assert not out.exists() and list(tmp.iterdir()) == []
