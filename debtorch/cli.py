@@ -3,7 +3,8 @@ choose the exit code.  Written in the ``param: T = typer.Option(...)`` style
 so that Debian 12's typer 0.7 runs it (no Annotated, no ``X | None``).
 
 Exit codes (docs/cli.md): 0 fine; 1 findings at or above ``--fail-on``, or a
-run that failed; 2 bad usage or unreadable input.
+run that failed; 2 bad usage or unreadable input; 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
