@@ -249,10 +249,21 @@ def _rate(arm: dict) -> str:
     return f"{arm['samples_per_s']:.1f} ({arm['samples_per_s_min']:.1f}-{arm['samples_per_s_max']:.1f})"
 
 
-def write_doc(path: str, text: str) -> None:
-    doc = Path(path).read_text()
+def check_doc(path: str) -> str:
+    """The Markdown file's text; one line and exit 2 when it cannot take the measured block."""
+    try:
+        doc = Path(path).read_text()
+    except OSError as exc:
+        sys.stderr.write(f"--doc {path}: {exc.strerror}\n")
+        sys.exit(2)
     if START not in doc or END not in doc:
-        sys.exit(f"{path}: no {START} ... {END} block to replace")
+        sys.stderr.write(f"--doc {path}: no {START} ... {END} block to replace\n")
+        sys.exit(2)
+    return doc
+
+
+def write_doc(path: str, text: str) -> None:
+    doc = check_doc(path)
     head, rest = doc.split(START, 1)
     _, tail = rest.split(END, 1)
     tmp = Path(path).with_suffix(".tmp")
@@ -275,6 +286,8 @@ def main() -> int:
     ap.add_argument("--from-json", help="report a run saved earlier with --json instead of measuring")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    if args.doc:
+        check_doc(args.doc)  # before minutes of measuring, not after
     if args.from_json:
         doc = json.loads(Path(args.from_json).read_text())
         b = doc["bench"]
