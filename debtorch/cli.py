@@ -26,8 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-from debtorch.commands import EXIT_FAILED as EXIT_FINDINGS  # noqa: E402
-from debtorch.commands import EXIT_OK, EXIT_USAGE  # noqa: E402,F401
+from debtorch.commands import EXIT_USAGE  # noqa: E402
 from debtorch.commands import fail as _fail_as  # noqa: E402
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 from typing import Optional
 
-from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE  # noqa: F401 (re-exported)
+from debtorch.commands import EXIT_FAILED, EXIT_USAGE
 
 # Worker error kinds (docs/engine.md) that are about the user's input, not the run.
 USAGE_KINDS = ("no_python", "no_torch", "broken_torch", "workload", "device", "bad_request", "settings")
