@@ -169,7 +169,7 @@ def doctor(
             fail(str(exc))
         source = "facts"
     elif collect_env:
-        from debtorch import collectenv
+        from debtorch.facts import collectenv
 
         try:
             doc = collectenv.parse_file(collect_env)

@@ -25,7 +25,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
+
+from debtorch import versions
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
 SYSTEM_DIR = Path("/usr/share/debtorch/checks")
@@ -91,6 +93,7 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
     },
     "debian.toml": {
         "release": {"version": ("str", True), "codename": ("str", True), "aliases": ("strlist", False),
+                    "supported": ("bool", False),
                     "point_release": ("str", False), "checked": ("str", False), "python": ("version", True),
                     "nvidia_driver": ("version", True), "nvidia_driver_debian": ("str", False),
                     "nvidia_driver_component": ("str", True), "nvidia_driver_security": ("version", False),
@@ -125,15 +128,15 @@ def _check_value(kind: str, value: Any) -> Optional[str]:
     if kind == "scalar":
         return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "must be a string or number"
     if kind == "version":
-        return None if isinstance(value, str) and _version(value) is not None else "must be a version like 12.4 or 535.261.03"
+        return None if isinstance(value, str) and versions.numeric(value) is not None else "must be a version like 12.4 or 535.261.03"
     if kind == "cc":
-        return None if isinstance(value, str) and _parse_cc(value) is not None else "must be a compute capability like 8.6"
+        return None if isinstance(value, str) and versions.parse_cc(value) is not None else "must be a compute capability like 8.6"
     if kind == "strlist":
         if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
             return "must be a non-empty list of strings"
         return None
     if kind == "serieslist":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and _series(v) for v in value):
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and versions.series(v) for v in value):
             return "must be a non-empty list of release series like \"2.6\""
         return None
     if kind == "archlist":
@@ -198,10 +201,10 @@ class Knowledge:
 
     def _index(self) -> None:
         cd = self.tables["cuda_driver.toml"]
-        self.toolkits = sorted(cd["toolkit"], key=lambda r: _version(r["cuda"]))
+        self.toolkits = sorted(cd["toolkit"], key=lambda r: versions.numeric(r["cuda"]))
         self.by_minor: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
         for row in self.toolkits:
-            rel = _version(row["cuda"]).release
+            rel = versions.numeric(row["cuda"]).release
             self.by_minor.setdefault((rel[0], rel[1] if len(rel) > 1 else 0), []).append(row)
         self.minor_compat = {r["major"]: r for r in cd["minor_compat"]}
         self.caveats = cd["caveat"]
@@ -212,7 +215,7 @@ class Knowledge:
                 tokens = tuple(_gpu_tokens(key))
                 if not tokens:
                     raise KnowledgeError(f"{self.folder / 'gpus.toml'}: [[gpu]] {row['name']!r}: match key {key!r} is empty")
-                self.gpu_keys.append((tokens, _fmt_cc(_parse_cc(row["cc"])), row["name"]))
+                self.gpu_keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
         self.debian = self.tables["debian.toml"]["release"]
         self.thresholds = {r["name"]: r for r in self.tables["thresholds.toml"]["threshold"]}
 
@@ -225,56 +228,6 @@ def _load_folder(folder: str) -> Knowledge:
 def load() -> Knowledge:
     """The validated data of :func:`checks_dir` (read once per folder)."""
     return _load_folder(str(checks_dir()))
-
-
-# --------------------------------------------------------------------------
-# Small parsers (never raise)
-
-_NUMERIC = re.compile(r"^\s*v?(\d+(?:\.\d+){0,3})\s*$")
-
-
-def _version(text: Any) -> Optional[Version]:
-    """A purely numeric version ("535.261.03", "12.4"), or None."""
-    if not isinstance(text, str):
-        return None
-    m = _NUMERIC.match(text)
-    if not m:
-        return None
-    try:
-        return Version(m.group(1))
-    except InvalidVersion:  # pragma: no cover - the regex admits only valid ones
-        return None
-
-
-def _series(text: str) -> Optional[str]:
-    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", text)
-    return f"{int(m.group(1))}.{int(m.group(2))}" if m else None
-
-
-def _parse_cc(value: Any) -> Optional[Tuple[int, int]]:
-    """Compute capability from "8.6", "sm_86", "86", "compute_90", (8, 6); None if not one."""
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        major, minor = value
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        m = re.fullmatch(r"(\d{1,2})\.(\d)", text)
-        if m:
-            major, minor = int(m.group(1)), int(m.group(2))
-        else:
-            m = re.fullmatch(r"(?:sm_|compute_)?(\d{2,3})", text)
-            if not m:
-                return None
-            digits = m.group(1)
-            major, minor = int(digits[:-1]), int(digits[-1])
-    else:
-        return None
-    if not (1 <= major <= 99 and 0 <= minor <= 9):
-        return None
-    return (major, minor)
-
-
-def _fmt_cc(cc: Tuple[int, int]) -> str:
-    return f"{cc[0]}.{cc[1]}"
 
 
 def _platform_key(platform: str) -> str:
@@ -292,7 +245,7 @@ def _toolkit_row(kb: Knowledge, cuda: Version) -> Optional[Dict[str, Any]]:
         return None
     if len(rel) < 3:
         return rows[0]
-    fitting = [r for r in rows if _version(r["cuda"]).release[2:3] <= rel[2:3]]
+    fitting = [r for r in rows if versions.numeric(r["cuda"]).release[2:3] <= rel[2:3]]
     return fitting[-1] if fitting else rows[0]
 
 
@@ -317,7 +270,7 @@ def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Dict[str,
     "windows" (also "wsl": WSL reports the Windows driver); CUDA 13 rows have no
     Windows column and fall back to the Linux branch number.
     """
-    cuda = _version(cuda_version)
+    cuda = versions.numeric(cuda_version)
     if cuda is None:
         return None
     kb = load()
@@ -341,7 +294,7 @@ def _family(kb: Knowledge, driver: Version, platform: str) -> Optional[int]:
     """The newest CUDA major the driver runs through minor-version compatibility."""
     majors = [m for m, r in kb.minor_compat.items()
               if r["supported"] and _driver_for(r, "min_driver", platform)
-              and driver >= _version(_driver_for(r, "min_driver", platform))]
+              and driver >= versions.numeric(_driver_for(r, "min_driver", platform))]
     return max(majors) if majors else None
 
 
@@ -352,7 +305,7 @@ def driver_supports(driver_version: str, cuda_version: str, platform: str = "lin
     "minor-compat" (same major family, limited features: see detail), "too-old", or
     "unknown" when either version is not understood; detail is one sentence.
     """
-    driver = _version(driver_version)
+    driver = versions.numeric(driver_version)
     if driver is None:
         return "unknown", f"not a driver version: {driver_version!r}"
     need = min_driver(cuda_version, platform)
@@ -361,10 +314,10 @@ def driver_supports(driver_version: str, cuda_version: str, platform: str = "lin
     kb = load()
     cuda = need["cuda"]
     toolkit = need["toolkit_driver"]
-    if toolkit and driver >= _version(toolkit):
+    if toolkit and driver >= versions.numeric(toolkit):
         return "full", f"driver {driver_version} >= {toolkit}, the {need['release']} toolkit driver"
     mc = need["minor_compat_driver"]
-    if mc and driver >= _version(mc):
+    if mc and driver >= versions.numeric(mc):
         older = f"older than the {need['release']} toolkit driver {toolkit}" if toolkit else f"CUDA {cuda} is newer than the table"
         return "minor-compat", (f"driver {driver_version} is {older}; it runs CUDA {cuda} through minor-version "
                                 f"compatibility (>= {mc}) with limited features; PTX JIT (+PTX archs, run-time "
@@ -374,11 +327,29 @@ def driver_supports(driver_version: str, cuda_version: str, platform: str = "lin
         wants += f" (or >= {mc} with minor-version compatibility)"
     detail = f"driver {driver_version} is too old for CUDA {cuda}: needs {wants}"
     family = _family(kb, driver, platform)
-    cuda_major = _version(cuda).release[0]
+    cuda_major = versions.numeric(cuda).release[0]
     if family is not None and family < cuda_major:
         detail += (f"; a CUDA {family}.x driver runs CUDA {cuda_major} only with the cuda-compat forward-compatibility "
                    "package on data-center GPUs")
     return "too-old", detail
+
+
+def driver_cuda_supports(driver_cuda: Any, cuda_version: Any) -> Optional[str]:
+    """"too-old", "minor-compat" or "full" from the newest CUDA a driver runs alone (no driver
+    version: a report that gives only nvidia-smi's "CUDA Version", or torch's "found version
+    11040"); None when either is not understood or the CUDA major is not in the table."""
+    d, t = versions.major_minor(driver_cuda), versions.major_minor(cuda_version)
+    if d is None or t is None:
+        return None
+    if t[0] > d[0]:
+        return "too-old"
+    if t[0] == d[0] and t[1] > d[1]:
+        # Within a major, minor-version compatibility where checks/cuda_driver.toml says the family has it.
+        need = min_driver(f"{t[0]}.{t[1]}")
+        if need is None:
+            return None
+        return "minor-compat" if need["minor_compat"] else "too-old"
+    return "full"
 
 
 def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Dict[str, Any]]:
@@ -390,19 +361,19 @@ def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optiona
     whose every release runs with minor-version compatibility (12), or None.
     None for text that is not a driver version.
     """
-    driver = _version(driver_version)
+    driver = versions.numeric(driver_version)
     if driver is None:
         return None
     kb = load()
     best = None
     for row in kb.toolkits:
         need = _driver_for(row, "driver", platform)
-        if need and driver >= _version(need):
+        if need and driver >= versions.numeric(need):
             best = row
     family = _family(kb, driver, platform)
     full = None
     if best:
-        rel = _version(best["cuda"]).release
+        rel = versions.numeric(best["cuda"]).release
         full = f"{rel[0]}.{rel[1]}"
     parts = [f"runs CUDA up to {full} with every feature" if full else "older than every toolkit driver in the table"]
     if family is not None:
@@ -459,7 +430,7 @@ def _arch_name(t: Tuple[int, int, str], kind: str) -> str:
 
 def older_than_all(compute_capability: Any, arch_list: Any) -> bool:
     """True when the GPU is older than every architecture in the list."""
-    cc = _parse_cc(compute_capability)
+    cc = versions.parse_cc(compute_capability)
     sass, ptx = parse_arch_list(arch_list)
     targets = sass | ptx
     return bool(cc and targets and all((t[0], t[1]) > cc for t in targets))
@@ -474,7 +445,7 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
     the GPU, "none" otherwise (the detail says when the GPU is older than every
     architecture in the list), "unknown" for a capability that cannot be read.
     """
-    cc = _parse_cc(compute_capability)
+    cc = versions.parse_cc(compute_capability)
     if cc is None:
         return "unknown", f"not a compute capability: {compute_capability!r}"
     sass, ptx = parse_arch_list(arch_list)
@@ -500,21 +471,6 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
 
 # --------------------------------------------------------------------------
 # PyTorch wheels
-
-_TORCH = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$")
-
-
-def _torch(text: Any) -> Optional[Dict[str, Any]]:
-    if not isinstance(text, str):
-        return None
-    m = _TORCH.match(text)
-    if not m:
-        return None
-    major, minor, patch, _pre, local = m.groups()
-    series = f"{int(major)}.{int(minor)}"
-    return {"series": series, "version": f"{series}.{int(patch)}" if patch is not None else None,
-            "local": local.split(".")[0].lower() if local else None}
-
 
 def _norm_platform(platform: str) -> str:
     p = str(platform).lower().replace("_", "-")
@@ -548,7 +504,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
     row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, source,
     confidence, note) plus ``series`` and ``pip``, or None.
     """
-    parsed = _torch(torch_version)
+    parsed = versions.torch_version(torch_version)
     if parsed is None:
         return None
     want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
@@ -562,7 +518,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
 
 def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
     """The official variants of a release ("cpu", "cu118", ...), sorted; [] if unknown."""
-    parsed = _torch(torch_version)
+    parsed = versions.torch_version(torch_version)
     if parsed is None:
         return []
     return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform)})
@@ -599,8 +555,8 @@ def best_variant_for_driver(torch_version: str, driver_version: str, compute_cap
     ``detail`` and ``nearest`` (True when another release was used), or None when
     no variant fits or an input is not understood.
     """
-    parsed = _torch(torch_version)
-    if parsed is None or _version(driver_version) is None or _parse_cc(compute_capability) is None:
+    parsed = versions.torch_version(torch_version)
+    if parsed is None or versions.numeric(driver_version) is None or versions.parse_cc(compute_capability) is None:
         return None
     kb = load()
     series = _nearest_series(kb, parsed["series"], platform)
@@ -615,7 +571,7 @@ def best_variant_for_driver(torch_version: str, driver_version: str, compute_cap
         av, adetail = arch_support(compute_capability, row["arch_list"])
         if dv not in ("full", "minor-compat") or av not in ("sass", "ptx"):
             continue
-        key = (rank[av], rank[dv], _version(row["cuda"]))
+        key = (rank[av], rank[dv], versions.numeric(row["cuda"]))
         if best_key is None or key > best_key:
             best_key = key
             version = parsed["version"] if series == parsed["series"] else None
@@ -690,3 +646,38 @@ def threshold(name: str) -> Any:
     """The value of a threshold in thresholds.toml, or None."""
     row = load().thresholds.get(name) if isinstance(name, str) else None
     return row["value"] if row else None
+
+
+def debian_support(release: Any) -> str:
+    """How a Debian release ("12", "testing", "15") stands against checks/debian.toml:
+    "supported", "older" (a row not supported, or a number below every row),
+    "newer" (a number above every row: released after the table was written), or "unknown"."""
+    row = debian_release(release)
+    if row is not None:
+        return "supported" if row.get("supported") else "older"
+    number = versions.numeric(str(release)) if isinstance(release, (str, int)) and not isinstance(release, bool) else None
+    known = [versions.numeric(r["version"]) for r in load().debian if versions.numeric(r["version"]) is not None]
+    if number is None or not known:
+        return "unknown"
+    major = Version(str(number.release[0]))
+    if major > max(known):
+        return "newer"
+    if major < min(known):
+        return "older"
+    return "unknown"
+
+
+# Suite names that are not releases (debian-policy, sources.list(5)).
+SUITE_ALIASES = ("stable", "oldstable", "oldoldstable", "testing", "unstable", "experimental")
+SUITE_PARTS = ("updates", "backports", "security", "proposed-updates", "backports-sloppy")
+
+
+def is_debian_suite(suite: Any) -> bool:
+    """True for a Debian archive suite: a codename in checks/debian.toml or an alias
+    ("stable", "sid"), alone or with -updates, -backports, -security, ..."""
+    if not isinstance(suite, str):
+        return False
+    name, _, part = suite.strip().lower().partition("-")
+    if part and part not in SUITE_PARTS:
+        return False
+    return name in SUITE_ALIASES or debian_release(name) is not None and not name.isdigit()

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-
-def human_bytes(n: Any) -> str:
-    if n is None:
-        return "unknown"
-    if not isinstance(n, (int, float)):
-        return str(n)
-    if n < 0:
-        return "unlimited"
-    step = 1024.0
-    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    val = float(n)
-    for unit in units:
-        if val < step or unit == units[-1]:
-            return f"{val:.0f} {unit}" if unit == "B" else f"{val:.1f} {unit}"
-        val /= step
-    return f"{n} B"  # pragma: no cover
+from debtorch.machine import Machine
+from debtorch.units import human_bytes
 
 
 def _fmt(value: Any) -> str:
@@ -58,13 +44,16 @@ def facts_lines(doc: dict) -> list[str]:
     def row(label: str, value: str) -> None:
         lines.append(f"  {label:<22} {value}")
 
+    m = Machine.from_facts(doc)
     o = doc.get("os") or {}
     head("OS")
-    rel = o.get("release")
-    name = o.get("pretty_name") or o.get("id") or _unknown(o, "id")
-    if o.get("derivative_of"):
-        name += f" (derivative of Debian{(' ' + str(o['debian_base'])) if o.get('debian_base') else ''})"
-    row("distribution", name + (f" [Debian {rel}]" if rel and o.get("is_debian") else ""))
+    deb = m.os.debian
+    name = m.os.name or _unknown(o, "id")
+    if m.os.derivative:
+        name += f" (derivative of Debian{(' ' + deb.release) if deb else ''})"
+    elif deb and m.os.is_debian:
+        name += f" [Debian {deb.release}]"
+    row("distribution", name)
     row("kernel", f"{_val(o, 'kernel')} {o.get('arch') or ''}".rstrip())
     row("glibc", _val(o, "glibc"))
     row("container", o.get("container") or "none detected")
@@ -74,8 +63,8 @@ def facts_lines(doc: dict) -> list[str]:
 
     a = doc.get("apt") or {}
     head("APT")
-    row("components", _val(a, "components"))
-    row("backports", _val(a, "backports"))
+    row("Debian components", _fmt(m.apt.components) if m.apt.components is not None else f"unknown ({m.apt.unknown})")
+    row("backports", _fmt(m.apt.backports))
     row("NVIDIA CUDA repo", _val(a, "cuda_repo"))
     pk = a.get("packages")
     if pk is None:
@@ -359,85 +348,77 @@ AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "
                 "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
 
 
-def area_headline(area: str, facts: dict) -> str:
+def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
     """One line saying what was looked at in ``area``."""
-    from debtorch.facts import get
-
+    m = m or Machine.from_facts(facts)
     sec = facts.get(AREA_SECTION.get(area, "")) or {}
     whole = (sec.get("unknown") or {}).get("*")
     if whole and area not in ("cuda", "torch") and all(k == "unknown" or v in (None, [], {}) for k, v in sec.items()):
         return f"unknown ({whole})"
-
-    def g(path, default=None):
-        return get(facts, path, default)
-
     if area == "os":
-        bits = [g("os.pretty_name") or g("os.id") or "unknown OS"]
-        if g("os.kernel"):
-            bits.append(f"kernel {g('os.kernel')}")
-        if g("os.container"):
-            bits.append(f"in a {g('os.container')} container")
-        if g("os.wsl"):
-            bits.append(f"WSL {g('os.wsl')}")
+        o = m.os
+        bits = [o.name or "unknown OS"]
+        if o.kernel:
+            bits.append(f"kernel {o.kernel}")
+        if o.container:
+            bits.append(f"in a {o.container} container")
+        if o.wsl:
+            bits.append(f"WSL {o.wsl}")
         return ", ".join(bits)
     if area == "apt":
-        comps = g("apt.components")
+        comps = m.apt.components
         return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
     if area == "driver":
-        if not g("nvidia.pci_devices"):
-            if g("nvidia.pci_devices") == []:
-                return "no NVIDIA GPU"
-            ver = g("nvidia.driver_version") or g("nvidia.nvml.driver_version")
-            cuda = g("nvidia.cuda_driver_version") or g("nvidia.nvml.cuda_driver_version")
-            return (f"driver {ver}" if ver else "driver version unknown") + (f", supports CUDA up to {cuda}" if cuda else "")
-        ver = g("nvidia.driver_version") or g("nvidia.kernel_module.version")
-        cuda = g("nvidia.cuda_driver_version")
-        if ver:
-            return f"driver {ver}" + (f", supports CUDA up to {cuda}" if cuda else "")
-        return "no working NVIDIA driver"
+        d = m.driver
+        if m.has_nvidia_gpu is False and not d.version:
+            return "no NVIDIA GPU"
+        if not d.version:
+            return "no working NVIDIA driver" if m.pci_gpus else "driver version unknown"
+        text = f"driver {d.version}" + (f", supports CUDA up to {d.cuda}" if d.cuda else "")
+        if d.mismatch:
+            text += f" (libraries; kernel module {d.kernel_module} still loaded)"
+        return text
     if area == "gpu":
-        gpus = g("nvidia.gpus") or []
-        if not gpus and g("nvidia.pci_devices") is None:
+        if m.listed_gpus:
+            names: dict = {}
+            for g in m.listed_gpus:
+                names[g.name or "GPU"] = names.get(g.name or "GPU", 0) + 1
+            return ", ".join(f"{c} x {n}" for n, c in names.items())
+        if m.has_nvidia_gpu is None:
             return "unknown"
-        if not gpus:
-            n = sum(1 for d in g("nvidia.pci_devices") or [] if d.get("is_gpu", True))
-            return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
-        names: dict = {}
-        for x in gpus:
-            names[x.get("name") or "GPU"] = names.get(x.get("name") or "GPU", 0) + 1
-        return ", ".join(f"{c} x {n}" for n, c in names.items())
+        n = len(m.pci_gpus)
+        return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
     if area == "cuda":
         parts = []
-        if g("python.torch.cuda"):
-            parts.append(f"PyTorch built with CUDA {g('python.torch.cuda')}")
-        nv = g("cuda.toolkit_nvcc")
-        if nv and nv.get("version"):
+        if m.torch.cuda:
+            parts.append(f"PyTorch built with CUDA {m.torch.cuda}")
+        nv = m.get("cuda.toolkit_nvcc")
+        if isinstance(nv, dict) and nv.get("version"):
             parts.append(f"nvcc {nv['version']} (toolkit)")
         return "; ".join(parts) or "no CUDA in use"
     if area == "torch":
-        t = g("python.torch") or {}
-        if not t:
+        t = m.torch
+        if not t.known:
             return "unknown"
-        if not t.get("installed"):
-            return f"not installed in {g('python.executable')}"
-        build = f"CUDA {t['cuda']}" if t.get("cuda") else (f"ROCm {t['hip']}" if t.get("hip") else "CPU only")
-        return f"{t.get('version')} ({build})"
+        if not t.installed:
+            return f"not installed in {t.executable}" if t.executable else "not installed"
+        return f"{t.version} ({t.build})"
     if area == "python":
-        exe = g("python.executable") or "interpreter unknown"
-        ver = g("python.version")
-        return f"{exe}" + (f" (Python {ver}{', venv' if g('python.venv') else ''})" if ver else "")
+        exe = m.get("python.executable") or "interpreter unknown"
+        ver = m.get("python.version")
+        return f"{exe}" + (f" (Python {ver}{', venv' if m.get('python.venv') else ''})" if ver else "")
     if area == "cpu":
-        feats = [k for k, v in (g("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
-        return f"{g('cpu.model') or 'unknown CPU'}, {g('cpu.usable_cpus') or '?'} usable CPUs" + (
-            f", {' '.join(feats)}" if feats else "")
+        feats = [k for k, v in (m.get("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
+        usable = m.cpus.usable if m.cpus.known else "?"
+        return f"{m.cpus.model or 'unknown CPU'}, {usable} usable CPUs" + (f", {' '.join(feats)}" if feats else "")
     if area == "memory":
-        return f"{human_bytes(g('memory.total'))} RAM, /dev/shm {human_bytes(g('memory.shm_total'))}"
+        return f"{human_bytes(m.get('memory.total'))} RAM, /dev/shm {human_bytes(m.get('memory.shm_total'))}"
     if area == "storage":
-        d = g("storage.data")
+        d = m.get("storage.data")
         if d and d.get("exists"):
             kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else "non-rotational")
             return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
-        n = len(g("storage.nvme") or [])
+        n = len(m.get("storage.nvme") or [])
         return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
     return ""
 

@@ -327,7 +327,7 @@ def test_forward_compatibility_is_a_warning_not_an_error(tmp_path):
 
 
 def test_only_the_drivers_cuda_is_known():
-    from debtorch.doctor.machine import driver_cuda_verdict as _by_driver_cuda
+    from debtorch.knowledge import driver_cuda_supports as _by_driver_cuda
     assert _by_driver_cuda("11.4", "12.1") == "too-old"
     assert _by_driver_cuda("12.2", "12.4") == "minor-compat"
     assert _by_driver_cuda("10.1", "10.2") == "too-old"      # no minor-version compatibility before 11.1

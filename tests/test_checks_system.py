@@ -7,6 +7,7 @@ import pytest
 
 from hostkit import diagnose, facts_of, ids, make_host
 from conftest import REAL_FILES
+from debtorch.machine import Machine
 
 REAL = REAL_FILES / "os-release"
 
@@ -28,16 +29,17 @@ needs_real = pytest.mark.skipif(not REAL.exists(), reason="shared real fixtures 
 ])
 def test_release_checks_on_real_os_release_files(tmp_path, name, release, finding):
     doc = facts_of(make_host(tmp_path, files=os_files(name)))
-    assert doc["os"]["release"] == release
+    debian = Machine.from_facts(doc).os.debian
+    assert (debian.release if debian and Machine.from_facts(doc).os.is_debian else None) == release
     found = [i for i in ids(diagnose(doc)) if i.startswith("os.")]
     assert found == ([finding] if finding else [])
 
 
 @needs_real
 def test_ubuntu_is_recognised_as_a_derivative(tmp_path):
-    doc = facts_of(make_host(tmp_path, files=os_files("ubuntu24")))
-    assert doc["os"]["derivative_of"] == "debian" and doc["os"]["is_debian"] is False
-    assert doc["os"]["debian_base"] == "13"   # debian_version says trixie/sid
+    o = Machine.from_facts(facts_of(make_host(tmp_path, files=os_files("ubuntu24")))).os
+    assert o.derivative and o.is_debian is False
+    assert o.debian.release == "13"   # the Debian it is based on: debian_version says trixie/sid
 
 
 def test_system_python_externally_managed_advises_a_venv(tmp_path, replay):

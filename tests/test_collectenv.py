@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debtorch import collectenv
+from debtorch.facts import collectenv
 from debtorch import facts as facts_mod
-from debtorch.collectenv import CollectEnvError, parse, parse_file, parse_nvidia_smi, parse_torch_warnings
+from debtorch.machine import Machine
+from debtorch.facts.collectenv import CollectEnvError, parse, parse_file, parse_nvidia_smi, parse_torch_warnings
 
 CORPUS = Path(__file__).parent / "collect_env"
 TEXTS = sorted(CORPUS.glob("*.txt"))
@@ -21,7 +22,13 @@ SMI = sorted((CORPUS / "nvidia-smi").glob("*.txt"))
 
 
 def resolve(doc, path):
-    """Value at a dotted path; 'a.b[].c' maps over the list at a.b."""
+    """Value at a dotted path; 'a.b[].c' maps over the list at a.b; 'machine.x.y' is
+    the machine view's answer (debtorch/machine.py)."""
+    if path.startswith("machine."):
+        cur = Machine.from_facts(doc)
+        for part in path.split(".")[1:]:
+            cur = getattr(cur, part, None)
+        return cur
     cur = [doc]
     mapped = False
     for part in path.split("."):

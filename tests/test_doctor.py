@@ -25,12 +25,13 @@ def test_findings_compare_field_by_field():
         Finding("x.E001", "fatal", "bad level")
 
 
-def test_a_crashing_check_is_a_finding_not_a_traceback(monkeypatch, replay):
-    def broken(facts, ctx):
-        return facts["no such section"]["x"]
+def test_a_crashing_check_is_a_finding_not_a_traceback(replay):
+    def broken(m, ctx):
+        return m.facts["no such section"]["x"]
 
-    monkeypatch.setattr(doctor, "_REGISTRY", doctor._REGISTRY + [("gpu", broken)])
-    report = diagnose(facts_of(replay("debian12-vm-2core")))
+    checks = doctor.registry.copy()
+    checks.add("gpu", broken)
+    report = diagnose(facts_of(replay("debian12-vm-2core")), checks=checks)
     [crash] = report.crashed
     assert crash.id == CRASH_ID and crash.area == "gpu" and "KeyError" in crash.message
     assert report.exit_code() == 1

@@ -6,27 +6,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from debtorch import versions
 from debtorch.facts import apt, cpu, memory, osinfo, pyenv, storage
+from debtorch.machine import Machine
 
 REAL = Path(__file__).resolve().parent / "real"
 
 
-def os_of(name: str) -> dict:
+def os_of(name: str):
+    """The machine view's reading of a real /etc tree."""
     etc = REAL / "os-release" / name / "etc"
-    return osinfo.debian_release(osinfo.parse_os_release((etc / "os-release").read_text()),
-                                 (etc / "debian_version").read_text())
+    sec = osinfo.identify(osinfo.parse_os_release((etc / "os-release").read_text()))
+    sec["debian_version"] = (etc / "debian_version").read_text().strip()
+    return Machine.from_facts({"os": sec}).os
 
 
 def test_debian_releases_from_real_os_release_files():
-    assert (os_of("debian13")["release"], os_of("debian13")["point_release"]) == ("13", "13.1")
-    assert os_of("debian10")["codename"] == "buster"
+    d13 = os_of("debian13").debian
+    assert (d13.release, d13.point_release, d13.relation) == ("13", "13.1", "supported")
+    assert (os_of("debian10").debian.codename, os_of("debian10").debian.relation) == ("buster", "older")
     # Testing has no VERSION_ID; debian_version says "bookworm/sid".
-    assert (os_of("debiantesting")["release"], os_of("debiantesting")["codename"]) == ("testing", "bookworm")
+    testing = os_of("debiantesting").debian
+    assert (testing.release, testing.codename) == ("testing", "bookworm")
 
 
 def test_ubuntu_is_a_derivative_not_debian():
     u = os_of("ubuntu24")
-    assert (u["is_debian"], u["derivative_of"], u["release"], u["debian_base"]) == (False, "debian", None, "13")
+    assert (u.is_debian, u.derivative, u.debian.release) == (False, True, "13")
 
 
 @pytest.mark.parametrize("name, model, sockets, cores, logical, flags", [
@@ -47,8 +53,10 @@ def test_deb822_and_one_line_sources_give_the_same_components():
     deb822 = apt.parse_deb822_sources("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-backports\n"
                                       "Components: main contrib\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
                                       "Types: deb\nURIs: http://x\nSuites: sid\nComponents: non-free\nEnabled: no\n")
-    assert apt.summarise(one)["components"] == apt.summarise(deb822)["components"] == ["main", "contrib"]
-    assert apt.summarise(deb822)["backports"] and not apt.summarise(one)["backports"]
+    view = {name: Machine.from_facts({"apt": {"sources": entries, **apt.summarise(entries)}}).apt
+            for name, entries in (("one", one), ("deb822", deb822))}
+    assert view["one"].components == view["deb822"].components == ["main", "contrib"]
+    assert view["deb822"].backports and not view["one"].backports
 
 
 def test_cgroup_quota_and_cpu_lists():
@@ -90,9 +98,9 @@ MAYBE = st.one_of(st.none(), st.text(max_size=20))
 @given(osr=st.dictionaries(st.sampled_from(["ID", "ID_LIKE", "VERSION_ID", "VERSION_CODENAME"]), st.text(max_size=20)),
        dv=MAYBE, version=MAYBE, cuda=MAYBE, hip=MAYBE, kernel=st.text(max_size=40))
 def test_decisions_on_parsed_values_never_raise(osr, dv, version, cuda, hip, kernel):
-    osinfo.debian_release(osr, dv)
+    Machine.from_facts({"os": {**osinfo.identify(osr, {"codename": dv or ""}), "debian_version": dv}}).os
     osinfo.detect_wsl(kernel, kernel)
-    pyenv.torch_variant(version, cuda, hip)
+    versions.variant_of(version, cuda, hip)
     storage.mount_for(storage.parse_mountinfo(kernel), kernel)
 
 

@@ -9,6 +9,7 @@ from conftest import HOSTS, run_debtorch
 from debtorch import facts
 from debtorch.facts import nvidia
 from debtorch.host import CommandResult, ReplayHost
+from debtorch.machine import Machine
 
 GPU_HOSTS = ["debian13-workstation-rtx3080", "debian12-server-8xa100-nvlink", "debian12-nouveau-gtx1070ti",
              "debian12-driver-mismatch-rtx3090", "debian12-container-t4-shm64m"]
@@ -111,7 +112,7 @@ def test_nouveau_holds_the_gpu_and_nothing_nvidia_works(no_live):
     assert n["blacklisted"] == [] and n["module_files"] == []
     assert n["secure_boot"] is True
     # What the doctor needs next to it: non-free not enabled, no headers.
-    assert doc["apt"]["components"] == ["main", "non-free-firmware"]
+    assert Machine.from_facts(doc).apt.components == ["main", "non-free-firmware"]
     assert doc["apt"]["running_kernel_headers"]["installed"] is False
 
 

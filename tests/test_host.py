@@ -6,6 +6,7 @@ import os
 import pytest
 
 from debtorch import facts
+from debtorch.machine import Machine
 from debtorch.host import COMMAND_NOT_FOUND, LiveHost, RecordingHost, ReplayHost, Unavailable
 
 
@@ -20,7 +21,7 @@ def test_replayed_host_never_runs_a_live_command(replay, no_live):
 
 def test_replayed_facts_need_no_live_machine(replay, no_live):
     doc = facts.collect(replay("debian12-vm-2core"))
-    assert doc["os"]["release"] == "12"
+    assert Machine.from_facts(doc).os.debian.release == "12"
     assert doc["cpu"]["usable_cpus"] == 2
     assert doc["python"]["torch"]["version"] == "2.13.0+cpu"
 
@@ -91,7 +92,8 @@ def test_no_apt_sources_leaves_components_unknown_not_empty(tmp_path):
     host = make_host(tmp_path, remove=["/etc/apt/sources.list", "/etc/apt/sources.list.d"])
     apt = facts.collect(host, facts.Options(sections=("apt",)))["apt"]
     # [] would tell the doctor "APT has no main"; unreadable sources are unknown.
-    assert apt["components"] is None and apt["unknown"]["components"] == "no APT sources found"
+    assert apt["sources"] is None and apt["unknown"]["sources"] == "no APT sources found"
+    assert Machine.from_facts({"apt": apt}).apt.components is None
 
 
 def test_a_recorded_folder_behind_a_symlink_replays_as_a_folder(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from debtorch import versions
 from debtorch.facts import cuda, nvidia
 
 REAL = Path(__file__).resolve().parent / "real"
@@ -206,9 +207,9 @@ def test_throttle_reason_bits():
 
 
 def test_cuda_version_integer():
-    assert nvidia.cuda_version_string(12020) == "12.2"
-    assert nvidia.cuda_version_string(13020) == "13.2"
-    assert nvidia.cuda_version_string(11040) == "11.4"   # "found version 11040" (pytorch#112553)
+    assert versions.cuda_from_int(12020) == "12.2"
+    assert versions.cuda_from_int(13020) == "13.2"
+    assert versions.cuda_from_int(11040) == "11.4"   # "found version 11040" (pytorch#112553)
 
 
 def test_bus_ids_compare_across_nvml_and_sysfs():
@@ -265,7 +266,7 @@ def test_ldconfig_hwcap_flags_are_kept():
 ])
 def test_library_family_and_version(name, family, version):
     assert cuda.lib_family(name) == family
-    assert cuda.lib_version(name) == version
+    assert versions.library_version(name) == version
 
 
 def test_nvcc_version():
@@ -294,8 +295,8 @@ PARSERS = [
     nvidia.parse_proc_version, nvidia.parse_proc_modules, nvidia.parse_modprobe_conf, nvidia.parse_cmdline,
     nvidia.parse_efivar_bool, nvidia.parse_mokutil_test_key, nvidia.parse_smi_xml, nvidia.parse_topo_matrix,
     nvidia.parse_compute_cap_csv, nvidia.normalise_bus_id, nvidia.trim_cmdline, nvidia.classify_failure, nvidia.parse_pci_ids_nvidia,
-    nvidia.trim_pci_ids, nvidia.topo_link, nvidia.cuda_version_string, nvidia.decode_throttle_reasons,
-    cuda.parse_ldconfig, cuda.lib_family, cuda.lib_version, cuda.parse_nvcc_version,
+    nvidia.trim_pci_ids, nvidia.topo_link, versions.cuda_from_int, nvidia.decode_throttle_reasons,
+    cuda.parse_ldconfig, cuda.lib_family, versions.library_version, cuda.parse_nvcc_version,
 ]
 
 
@@ -311,7 +312,7 @@ def test_parsers_never_raise(parser, text):
 def test_binary_and_number_decoders_never_raise(data, mask):
     nvidia.parse_efivar_bool(data)
     nvidia.decode_throttle_reasons(mask)
-    nvidia.cuda_version_string(mask)
+    versions.cuda_from_int(mask)
 
 
 @settings(max_examples=40, deadline=None)

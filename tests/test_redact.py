@@ -54,7 +54,7 @@ def test_tokens_are_consistent_and_versions_are_kept(tmp_path, replay):
     assert f["python"]["executable"] == "/home/USER1/venvs/torch/bin/python"
     assert f["env"]["variables"]["MASTER_ADDR"] in ("HOST3", "IP1")
     assert f["python"]["torch"]["version"] == "2.13.0+cpu"       # not a secret
-    assert f["os"]["glibc"] == "2.36" and f["os"]["point_release"] == "12.11"
+    assert f["os"]["glibc"] == "2.36" and f["os"]["debian_version"] == "12.11"
 
 
 def test_redactor_units():

@@ -141,14 +141,6 @@ def test_mixed_gpus_use_the_oldest_compute_capability():
     assert rec.settings.precision == "fp16"
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("8.0", (8, 0)), ("8.6", (8, 6)), (8.9, (8, 9)), ([7, 5], (7, 5)), ({"major": 9, "minor": 0}, (9, 0)),
-    ("sm_86", (8, 6)), ("12.0", (12, 0)), (None, None), ("", None), ("eight", None), (True, None),
-])
-def test_parse_compute_capability(value, expected):
-    assert rules.parse_compute_capability(value) == expected
-
-
 def test_cuda_visible_devices_limits_processes():
     doc = make_facts(cpus=32, gpus=[("A100", "8.0")] * 4, visible="1,3")
     rec = recommend(doc)

@@ -163,7 +163,7 @@ def test_a_bus_error_in_a_container_with_dockers_shm_is_memory_E002():
                              "workers (debtorch doctor: memory.E001)", {"finding": "memory.E001"})
     f = from_worker_error(err, "round 1/3: tuned", _facts(64 * MiB, "docker"))
     assert f.finding == "memory.E002" and "memory.E002" in f.message and "memory.E001" not in f.message
-    assert "--shm-size" in f.fix and f.exit_code == 1
+    assert "--shm-size" in f.fix and not f.user_input
 
 
 def test_a_bus_error_elsewhere_is_memory_E001_with_the_remount_fix():
@@ -172,10 +172,15 @@ def test_a_bus_error_elsewhere_is_memory_E001_with_the_remount_fix():
     assert shm_finding(None)[0] == "memory.E001"
 
 
-@pytest.mark.parametrize("kind,code", [("workload", 2), ("no_torch", 2), ("device", 2), ("settings", 2),
-                                       ("oom", 1), ("shm", 1), ("died", 1), ("timeout", 1), ("exception", 1)])
-def test_exit_codes_by_failure_kind(kind, code):
-    assert Failure(kind=kind, message="x").exit_code == code
+@pytest.mark.parametrize("kind,code", [("workload", 2), ("no_torch", 2), ("broken_torch", 2), ("device", 2),
+                                       ("settings", 2), ("oom", 1), ("shm", 1), ("died", 1), ("timeout", 1),
+                                       ("exception", 1)])
+def test_exit_codes_by_failure_kind_are_the_same_for_tune_and_verify_train(kind, code):
+    from debtorch.commands import exit_for
+    from debtorch.train.runner import WorkerError
+
+    assert exit_for(Failure(kind=kind, message="x")) == code
+    assert exit_for(WorkerError(kind, "x")) == code         # what tune --measure sees
 
 
 def test_the_oom_line_names_what_fits_and_the_global_batch():
@@ -247,7 +252,7 @@ def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_b
     worker = FakeWorker(limit=8, batch_size=32)
     v = _verifier(worker, repeats=3, converge_steps=0)
     m = v.run(Settings(), Settings(precision="bf16"))
-    assert m.failure.kind == "oom" and m.failure.exit_code == 1
+    assert m.failure.kind == "oom" and not m.failure.user_input
     assert m.failure.suggestion == {"micro_batch": 8, "accumulation_steps": 4}
     assert m.failure.message.startswith("the GPU ran out of memory at micro-batch 32; micro-batch 8 with "
                                         "accumulation_steps 4 fits (32 samples per optimizer step, as before)")

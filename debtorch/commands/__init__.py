@@ -14,6 +14,12 @@ EXIT_USAGE = 2         # bad usage or unreadable input
 EXIT_INTERRUPTED = 130  # Ctrl-C, after printing what was measured
 
 
+def exit_for(failure) -> int:
+    """The exit code for a failed run: 2 when it was about the user's input (a workload,
+    an interpreter without torch, a device: ``failure.user_input``), else 1."""
+    return EXIT_USAGE if getattr(failure, "user_input", False) else EXIT_FAILED
+
+
 class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"

@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 
 from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail
+from debtorch.machine import Machine
 
 
 class Emit(str, Enum):
@@ -142,7 +143,7 @@ def tune(
     if measure:
         from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure as run_measure
 
-        if device is not None and device.value == "cuda" and not rules.gpus_of(facts):
+        if device is not None and device.value == "cuda" and not Machine.from_facts(facts).compute_gpus:
             _fail("--device cuda --measure needs a GPU on this machine; the facts list none")
         progress, on_trial = _progress()
         try:

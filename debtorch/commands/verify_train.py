@@ -20,7 +20,7 @@ from typing import Optional
 
 import typer
 
-from debtorch.commands import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail, warn
+from debtorch.commands import exit_for, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Device, fail, warn
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
@@ -218,7 +218,7 @@ def verify_train(
                 info = verifier.start()
             except WorkerError as exc:
                 failure = from_worker_error(exc, "starting", facts)
-                _fail(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.exit_code)
+                _fail(failure.message + (f"; {failure.fix}" if failure.fix else ""), exit_for(failure))
             dev = info.get("device") or "cpu"
             if cfg is not None:
                 tuned = cfg.settings
@@ -237,7 +237,7 @@ def verify_train(
         measured.interrupted = True
         exit_code = EXIT_INTERRUPTED
     if measured.failure is not None and exit_code == EXIT_OK:
-        exit_code = measured.failure.exit_code
+        exit_code = exit_for(measured.failure)
 
     summary = report.build(measured)
     verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""

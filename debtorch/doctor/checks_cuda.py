@@ -5,31 +5,20 @@ from __future__ import annotations
 import os
 import re
 
-from packaging.version import InvalidVersion, Version
-
-from debtorch import knowledge
-from debtorch.doctor import check
+from debtorch import knowledge, versions
 from debtorch.doctor.findings import error, warning
+from debtorch.doctor.fixes import pip_line
 from debtorch.doctor.limits import limit
-from debtorch.doctor.machine import (debian_driver, driver_cuda_verdict, driver_version, gpus, has_nvidia_gpu,
-                                     pip_line)
-from debtorch.facts import get
+from debtorch.doctor.registry import check
 from debtorch.host import NOT_RECORDED
 
 
-def _v(text):
-    try:
-        return Version(str(text).split("+")[0])
-    except (InvalidVersion, TypeError):
-        return None
+def _torch(m) -> dict:
+    return m.get("python.torch") or {}
 
 
-def _torch(facts) -> dict:
-    return get(facts, "python.torch") or {}
-
-
-def _variant_fix(facts, version, why: str = "") -> str:
-    row = pip_line(version, facts)
+def _variant_fix(m, version, why: str = "") -> str:
+    row = pip_line(m, version)
     if row is None:
         return ("Install the PyTorch variant that matches your driver and GPU "
                 "(https://pytorch.org/get-started/locally/).")
@@ -45,38 +34,38 @@ def _variant_fix(facts, version, why: str = "") -> str:
 
 # ---------------------------------------------------------------- torch
 @check("torch")
-def check_torch_installed(facts, ctx):
-    t = _torch(facts)
+def check_torch_installed(m, ctx):
+    t = _torch(m)
     if not t or t.get("installed") is not False:
         return []
-    exe = get(facts, "python.executable")
-    fix = _variant_fix(facts, None)
+    exe = m.get("python.executable")
+    fix = _variant_fix(m, None)
     return [error("torch.E001", "PyTorch is not installed in the target interpreter", about=exe or "",
                   fix=(f"{exe} -m " if exe and fix.startswith("pip ") else "") + fix,
                   facts={"python.executable": exe})]
 
 
 @check("torch")
-def check_cpu_only_on_gpu(facts, ctx):
-    t = _torch(facts)
-    if not t.get("installed") or not has_nvidia_gpu(facts):
+def check_cpu_only_on_gpu(m, ctx):
+    t = _torch(m)
+    if not t.get("installed") or not m.has_nvidia_gpu:
         return []
     if t.get("cuda"):
         return []
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
     return [error("torch.E002", f"PyTorch {t.get('version')} is {kind} on a machine with an NVIDIA GPU",
-                  fix="pip uninstall torch\n" + _variant_fix(facts, t.get("version")),
+                  fix="pip uninstall torch\n" + _variant_fix(m, t.get("version")),
                   facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
-                         "nvidia.gpus": [g["label"] for g in gpus(facts)]})]
+                         "nvidia.gpus": [g.label for g in m.gpus]})]
 
 
 @check("torch")
-def check_cuda_build_without_gpu(facts, ctx):
-    t = _torch(facts)
-    devices = get(facts, "nvidia.pci_devices")
-    if not t.get("installed") or not t.get("cuda") or devices is None or has_nvidia_gpu(facts):
+def check_cuda_build_without_gpu(m, ctx):
+    t = _torch(m)
+    devices = m.get("nvidia.pci_devices")
+    if not t.get("installed") or not t.get("cuda") or devices is None or m.has_nvidia_gpu:
         return []
-    if not isinstance(devices, list) or get(facts, "os.wsl"):
+    if not isinstance(devices, list) or m.get("os.wsl"):
         return []
     return [warning("torch.W004", f"PyTorch {t.get('version')} is a CUDA build but this machine has no NVIDIA GPU",
                     fix="Training runs on the CPU. The CPU build is several GB smaller:\n"
@@ -86,67 +75,62 @@ def check_cuda_build_without_gpu(facts, ctx):
 
 
 @check("torch")
-def check_torch_age(facts, ctx):
-    t = _torch(facts)
-    v = _v(t.get("version")) if t.get("installed") else None
+def check_torch_age(m, ctx):
+    t = _torch(m)
     floor = limit("torch_min_version")
-    if v is None or v >= Version(str(floor)):
+    if not t.get("installed") or not versions.below(t.get("version"), floor):
         return []
     return [warning("torch.W001", f"PyTorch {t.get('version')} is older than {floor}",
                     fix="pip install --upgrade torch  # with --index-url for your variant: "
-                        + (_variant_fix(facts, None).splitlines()[0]),
+                        + (_variant_fix(m, None).splitlines()[0]),
                     facts={"python.torch.version": t.get("version")})]
 
 
-def _cudnn(facts):
+def _cudnn(m):
     """(version string or None, where it came from)."""
-    deep = get(facts, "python.deep") or {}
-    if isinstance(deep.get("cudnn_version"), int):
-        n = deep["cudnn_version"]
-        # 8500 -> 8.5.0 ; 90100 -> 9.1.0
-        major, rest = (n // 10000, n % 10000) if n >= 10000 else (n // 1000, n % 1000)
-        minor, patch = rest // 100, rest % 100
-        return f"{major}.{minor}.{patch}", "torch.backends.cudnn.version()"
-    t = _torch(facts)
+    deep = m.get("python.deep") or {}
+    if isinstance(deep.get("cudnn_version"), int) and versions.cudnn_from_int(deep["cudnn_version"]):
+        return versions.cudnn_from_int(deep["cudnn_version"]), "torch.backends.cudnn.version()"
+    t = _torch(m)
     if t.get("cudnn_wheel"):
         return t["cudnn_wheel"], "the nvidia-cudnn wheel"
     if t.get("cudnn_conda"):
         return t["cudnn_conda"], "conda's build string"
-    for lib in get(facts, "python.libraries") or []:
-        m = re.search(r"libcudnn\.so\.(\d+(?:\.\d+)*)", os.path.basename(lib))
-        if m:
-            return m.group(1), os.path.dirname(lib)
+    for lib in m.get("python.libraries") or []:
+        name = os.path.basename(str(lib))
+        if name.startswith("libcudnn.so.") and versions.library_version(name):
+            return versions.library_version(name), os.path.dirname(lib)
     return None, None
 
 
 @check("torch")
-def check_cudnn(facts, ctx):
-    t = _torch(facts)
+def check_cudnn(m, ctx):
+    t = _torch(m)
     if not t.get("installed") or not t.get("cuda"):
         return []
-    version, where = _cudnn(facts)
-    deep = get(facts, "python.deep") or {}
+    version, where = _cudnn(m)
+    deep = m.get("python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
-            fix = _variant_fix(facts, t.get("version"))
+            fix = _variant_fix(m, t.get("version"))
             fix = ("pip install --force-reinstall " + fix[len("pip install "):] if fix.startswith("pip install ")
                    else "Reinstall PyTorch with pip install --force-reinstall torch. " + fix)
             return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)", fix=fix,
                           facts={"python.torch.cudnn_wheel": None})]
         return []
     floor = limit("cudnn_min_version")
-    if _v(version) is not None and _v(version) < Version(str(floor)):
+    if versions.below(version, floor):
         return [warning("torch.W002", f"cuDNN {version} is older than {floor}",
-                        fix="Upgrade PyTorch; its wheels bring a current cuDNN:\n" + _variant_fix(facts, None),
+                        fix="Upgrade PyTorch; its wheels bring a current cuDNN:\n" + _variant_fix(m, None),
                         facts={"cudnn": version, "from": where})]
     return []
 
 
-def _arch_list(facts):
-    deep = get(facts, "python.deep") or {}
+def _arch_list(m):
+    deep = m.get("python.deep") or {}
     if deep.get("arch_list"):
         return deep["arch_list"], "torch.cuda.get_arch_list()"
-    t = _torch(facts)
+    t = _torch(m)
     row = knowledge.wheel(t.get("version") or "", t.get("variant")) if t.get("version") else None
     if row and row.get("arch_list"):
         return row["arch_list"], f"the official {row['series']} {row['variant']} wheel"
@@ -154,40 +138,40 @@ def _arch_list(facts):
 
 
 @check("torch")
-def check_arch(facts, ctx):
-    t = _torch(facts)
+def check_arch(m, ctx):
+    t = _torch(m)
     if not t.get("installed") or not t.get("cuda"):
         return []
-    arch, where = _arch_list(facts)
+    arch, where = _arch_list(m)
     if not arch:
         return []
     out = []
-    for g in gpus(facts):
-        if not g["cc"]:
+    for g in m.gpus:
+        if not g.cc:
             continue
-        verdict, detail = knowledge.arch_support(g["cc"], arch)
+        verdict, detail = knowledge.arch_support(g.cc, arch)
         shown = arch if isinstance(arch, str) else " ".join(arch)
         if verdict == "none":
-            old = knowledge.older_than_all(g["cc"], arch)
-            msg = (f"{g['name']} (sm_{g['cc'].replace('.', '')}) is older than every arch in PyTorch {t.get('version')}"
-                   if old else f"PyTorch {t.get('version')} has no kernels for {g['name']} (sm_{g['cc'].replace('.', '')})")
-            out.append(error("torch.E003", msg, about=g["label"],
-                             fix=_variant_fix(facts, t.get("version")) if not old else
+            old = knowledge.older_than_all(g.cc, arch)
+            msg = (f"{g.name} ({g.sm}) is older than every arch in PyTorch {t.get('version')}"
+                   if old else f"PyTorch {t.get('version')} has no kernels for {g.name} ({g.sm})")
+            out.append(error("torch.E003", msg, about=g.label,
+                             fix=_variant_fix(m, t.get("version")) if not old else
                              "Install an older PyTorch release that still builds for this GPU, or use a newer GPU: "
                              + detail,
-                             facts={"compute_capability": g["cc"], "arch_list": shown, "arch_list_from": where}))
+                             facts={"compute_capability": g.cc, "arch_list": shown, "arch_list_from": where}))
         elif verdict == "ptx":
-            out.append(warning("torch.W003", f"{g['name']} runs PyTorch {t.get('version')} only through PTX JIT",
-                               about=g["label"],
+            out.append(warning("torch.W003", f"{g.name} runs PyTorch {t.get('version')} only through PTX JIT",
+                               about=g.label,
                                fix="Expect a slow first start; the driver must be at least the toolkit's. "
-                                   + _variant_fix(facts, t.get("version")).splitlines()[0],
-                               facts={"compute_capability": g["cc"], "arch_list": shown}))
+                                   + _variant_fix(m, t.get("version")).splitlines()[0],
+                               facts={"compute_capability": g.cc, "arch_list": shown}))
     return out
 
 
 @check("torch")
-def check_deep_import(facts, ctx):
-    deep = get(facts, "python.deep")
+def check_deep_import(m, ctx):
+    deep = m.get("python.deep")
     if not deep:
         return []
     errs = deep.get("errors") or {}
@@ -213,24 +197,24 @@ def check_deep_import(facts, ctx):
 
 # ---------------------------------------------------------------- cuda
 @check("cuda")
-def check_driver_for_torch(facts, ctx):
-    t = _torch(facts)
+def check_driver_for_torch(m, ctx):
+    t = _torch(m)
     tcuda = t.get("cuda") if t.get("installed") else None
     if not tcuda:
         return []
     out = []
-    driver = driver_version(facts)
-    dcuda = get(facts, "nvidia.cuda_driver_version") or get(facts, "nvidia.nvml.cuda_driver_version")
+    driver = m.driver.version
+    dcuda = m.driver.cuda
     verdict = None
     if driver:
         verdict, detail = knowledge.driver_supports(driver, tcuda)
         f = {"driver": driver, "python.torch.cuda": tcuda}
     elif dcuda:
         # Only the driver's highest CUDA is known (a report; torch's "found version 11040").
-        verdict = driver_cuda_verdict(dcuda, tcuda)
+        verdict = knowledge.driver_cuda_supports(dcuda, tcuda)
         driver = f"supporting CUDA {dcuda}"
         f = {"nvidia.cuda_driver_version": dcuda, "python.torch.cuda": tcuda}
-    if verdict == "too-old" and get(facts, "python.deep.cuda_available") is True:
+    if verdict == "too-old" and m.get("python.deep.cuda_available") is True:
         # CUDA initialises although the driver is too old: NVIDIA's forward-compatibility
         # package (cuda-compat), which works on data-center GPUs only.
         out.append(warning("cuda.W004", f"driver {driver} is older than CUDA {tcuda} needs, yet CUDA works",
@@ -242,37 +226,37 @@ def check_driver_for_torch(facts, ctx):
         if verdict == "too-old":
             out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}",
                              fix="Upgrade the NVIDIA driver, or install the variant this driver runs:\n"
-                                 + _variant_fix(facts, t.get("version")),
+                                 + _variant_fix(m, t.get("version")),
                              facts=f))
         elif verdict == "minor-compat":
             out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
                                fix="PTX JIT (torch.compile/Triton, +PTX archs) may fail. Upgrade the driver to the "
                                    "toolkit's, or install a variant built for an older CUDA:\n"
-                                   + _variant_fix(facts, t.get("version")),
+                                   + _variant_fix(m, t.get("version")),
                                facts=f))
-    dd = debian_driver(facts)
+    dd = m.debian_driver
     if dd:
         verdict, _ = knowledge.driver_supports(dd["version"], tcuda)
         current_ok = driver and knowledge.driver_supports(driver, tcuda)[0] in ("full", "minor-compat")
         if verdict == "too-old" and not current_ok:
             out.append(error("cuda.E002",
                              f"Debian {dd['release']}'s driver {dd['version']} can never run PyTorch's CUDA {tcuda}",
-                             fix=_variant_fix(facts, t.get("version"))
+                             fix=_variant_fix(m, t.get("version"))
                              + "\n(or take a newer driver from NVIDIA's CUDA repository)",
                              facts={"debian_driver": dd["version"], "python.torch.cuda": tcuda}))
     return out
 
 
 @check("cuda")
-def check_cuda_init(facts, ctx):
-    deep = get(facts, "python.deep") or {}
+def check_cuda_init(m, ctx):
+    deep = m.get("python.deep") or {}
     if not deep.get("ok") or not deep.get("cuda"):
         return []
     errs = deep.get("errors") or {}
     text = " ".join(str(errs.get(k, "")) for k in ("cuda_init", "cuda_available", "device_count"))
     text += " ".join(w for w in deep.get("warnings") or [] if "CUDA" in w)
     failed = deep.get("cuda_init") == "failed" or (deep.get("cuda_available") is False and "error" in text.lower())
-    nvml_ok = bool(get(facts, "nvidia.nvml.available")) or bool(get(facts, "nvidia.gpus"))
+    nvml_ok = bool(m.get("nvidia.nvml.available")) or bool(m.get("nvidia.gpus"))
     if not failed or not nvml_ok:
         return []
     suspend = "999" in text or "unknown error" in text.lower()
@@ -286,9 +270,9 @@ _WHEEL_DIR = re.compile(r"/(site|dist)-packages/(nvidia/[^/]+/lib|torch/lib)/")
 
 
 @check("cuda")
-def check_mapped_libraries(facts, ctx):
-    deep = get(facts, "python.deep") or {}
-    t = _torch(facts)
+def check_mapped_libraries(m, ctx):
+    deep = m.get("python.deep") or {}
+    t = _torch(m)
     if not deep.get("mapped_libraries") or not t.get("cuda"):
         return []
     foreign = [p for p in deep["mapped_libraries"]
@@ -297,7 +281,7 @@ def check_mapped_libraries(facts, ctx):
         return []
     # Name the LD_LIBRARY_PATH entry that led there (its files may be links to the mapped one).
     folder = os.path.dirname(foreign[0])
-    entries = get(facts, "cuda.ld_library_path") or []
+    entries = m.get("cuda.ld_library_path") or []
     for e in entries:
         if foreign[0] in (e.get("real_path"), e.get("path")):
             folder = e.get("dir") or folder
@@ -314,9 +298,9 @@ def check_mapped_libraries(facts, ctx):
 
 
 @check("cuda")
-def check_nvcc(facts, ctx):
-    nv = get(facts, "cuda.toolkit_nvcc") or {}
-    t = _torch(facts)
+def check_nvcc(m, ctx):
+    nv = m.get("cuda.toolkit_nvcc") or {}
+    t = _torch(m)
     ver, tcuda = nv.get("version"), t.get("cuda")
     if not ver or not tcuda:
         return []
@@ -330,9 +314,9 @@ def check_nvcc(facts, ctx):
 
 
 @check("cuda")
-def check_shadowing(facts, ctx):
+def check_shadowing(m, ctx):
     by_dir: dict = {}
-    for s in get(facts, "cuda.shadowing") or []:
+    for s in m.get("cuda.shadowing") or []:
         where = s.get("ld_library_path_copy") or ""
         by_dir.setdefault(os.path.dirname(where), []).append(s)
     out = []

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-from debtorch.doctor import check
-from debtorch.doctor.debian import driver_components, driver_install_fix, enable_components_fix, headers_package
+from debtorch.doctor.registry import check
+from debtorch.doctor.fixes import driver_components, driver_install_fix, enable_components_fix, headers_package
 from debtorch.doctor.findings import error, info, warning
-from debtorch.facts import get
-from debtorch.render import human_bytes
+from debtorch.units import human_bytes
 
 DRIVER_PACKAGES = re.compile(
     r"^(nvidia-driver|nvidia-tesla-\d+-driver|cuda-drivers(-\d+)?|nvidia-open(-\d+)?|nvidia-kernel-dkms"
@@ -19,16 +18,12 @@ HARD_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "h
 GiB = 1024 ** 3
 
 
-def _pci_gpus(facts):
-    return [d for d in get(facts, "nvidia.pci_devices") or [] if d.get("is_gpu")]
+def _driver_packages(m):
+    return sorted(p for p in (m.get("apt.packages") or {}) if DRIVER_PACKAGES.match(p))
 
 
-def _driver_packages(facts):
-    return sorted(p for p in (get(facts, "apt.packages") or {}) if DRIVER_PACKAGES.match(p))
-
-
-def _blacklisted(facts, module):
-    return [b for b in get(facts, "nvidia.blacklisted") or [] if b.get("module") == module]
+def _blacklisted(m, module):
+    return [b for b in m.get("nvidia.blacklisted") or [] if b.get("module") == module]
 
 
 def _label(d):
@@ -37,29 +32,29 @@ def _label(d):
 
 # ---------------------------------------------------------------- driver
 @check("driver")
-def check_bound_driver(facts, ctx):
+def check_bound_driver(m, ctx):
     out = []
-    installed = _driver_packages(facts)
-    for d in _pci_gpus(facts):
+    installed = _driver_packages(m)
+    for d in m.pci_gpus:
         drv = d.get("driver")
         base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
         if drv == "nouveau":
             if installed:
-                if _blacklisted(facts, "nouveau"):
+                if _blacklisted(m, "nouveau"):
                     fix = ("nouveau is blacklisted but was loaded at boot: rebuild the initramfs\n"
                            "sudo update-initramfs -u\nsudo reboot")
                 else:
                     fix = ("echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf\n"
                            "sudo update-initramfs -u\nsudo reboot")
             else:
-                fix = "Install NVIDIA's driver (it blacklists nouveau), then reboot:\n" + driver_install_fix(facts)
+                fix = "Install NVIDIA's driver (it blacklists nouveau), then reboot:\n" + driver_install_fix(m)
             out.append(error("driver.E001", "the GPU is bound to nouveau, not NVIDIA's driver", about=_label(d),
                              fix=fix, facts=base))
         elif drv == "nova_core":
             out.append(error("driver.E002", "the GPU is bound to nova_core, not NVIDIA's driver", about=_label(d),
                              fix="echo 'blacklist nova_core' | sudo tee /etc/modprobe.d/blacklist-nova.conf\n"
                                  "sudo update-initramfs -u\nsudo reboot"
-                                 + ("" if installed else "\n" + driver_install_fix(facts)),
+                                 + ("" if installed else "\n" + driver_install_fix(m)),
                              facts=base))
         elif drv in ("vfio-pci", "vfio_pci"):
             out.append(warning("driver.W001", "the GPU is bound to vfio-pci (reserved for a virtual machine)",
@@ -71,45 +66,44 @@ def check_bound_driver(facts, ctx):
 
 
 @check("driver")
-def check_driver_missing(facts, ctx):
-    gpus = _pci_gpus(facts)
-    if not gpus or get(facts, "os.wsl"):
+def check_driver_missing(m, ctx):
+    gpus = m.pci_gpus
+    if not gpus or m.get("os.wsl"):
         return []
     # GPUs that NVIDIA's driver does not hold: unbound, or held by nouveau/nova_core.
     without = [d for d in gpus if d.get("driver") in (None, "nouveau", "nova_core")]
-    if get(facts, "nvidia.kernel_module") or not without:
+    if m.get("nvidia.kernel_module") or not without:
         return []
-    installed = _driver_packages(facts)
+    installed = _driver_packages(m)
     label = _label(without[0])
     if not installed:
-        if get(facts, "os.container"):
+        if m.get("os.container"):
             return []   # containers get the driver from the host (NVIDIA Container Toolkit)
-        rel = get(facts, "os.release")
-        need = driver_components(rel)
-        have = get(facts, "apt.components") or []
+        need = driver_components(m)
+        have = m.apt.components or []
         missing = [c for c in need if c not in have]
         f = {"apt.components": have, "apt.driver_packages": []}
-        if missing and get(facts, "apt.components") is not None:
+        if missing and m.apt.components is not None:
             return [error("driver.E007", f"no NVIDIA driver installed, and APT lacks {' '.join(missing)}",
-                          about=label, fix=enable_components_fix(facts, need) + "\n" + driver_install_fix(facts),
+                          about=label, fix=enable_components_fix(m, need) + "\n" + driver_install_fix(m),
                           facts=f)]
-        return [error("driver.E008", "no NVIDIA driver is installed", about=label, fix=driver_install_fix(facts),
+        return [error("driver.E008", "no NVIDIA driver is installed", about=label, fix=driver_install_fix(m),
                       facts=f)]
     if not any(d.get("driver") is None for d in without):
         return []   # bound to nouveau/nova_core with a driver installed: driver.E001/E002 say what to do
     out = []
-    headers = get(facts, "apt.running_kernel_headers") or {}
-    files = get(facts, "nvidia.module_files")
-    kernel = get(facts, "os.kernel") or "$(uname -r)"
+    headers = m.get("apt.running_kernel_headers") or {}
+    files = m.get("nvidia.module_files")
+    kernel = m.get("os.kernel") or "$(uname -r)"
     dkms_pkg = next((p for p in installed if "dkms" in p), "nvidia-kernel-dkms")
     if headers and headers.get("installed") is False and not headers.get("build_dir") and not files:
         out.append(error("driver.E005", f"no headers for the running kernel {kernel}: DKMS could not build the module",
                          about=label,
-                         fix=f"sudo apt install {headers_package(facts)} linux-headers-{kernel}\n"
+                         fix=f"sudo apt install {headers_package(m)} linux-headers-{kernel}\n"
                              f"sudo dpkg-reconfigure {dkms_pkg}\nsudo reboot",
                          facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
-    key = get(facts, "nvidia.dkms_mok_key") or {}
-    if get(facts, "nvidia.secure_boot") and not get(facts, "nvidia.shim_validation_disabled") and (
+    key = m.get("nvidia.dkms_mok_key") or {}
+    if m.get("nvidia.secure_boot") and not m.get("nvidia.shim_validation_disabled") and (
             key.get("exists") is False or key.get("enrolled") is False):
         fix = ("sudo mokutil --import /var/lib/dkms/mok.pub   # choose a one-time password\n"
                "sudo reboot   # then enroll the key in the blue MOK manager screen")
@@ -122,16 +116,15 @@ def check_driver_missing(facts, ctx):
         out.append(error("driver.E003", "an NVIDIA driver is installed but its kernel module is not loaded",
                          about=label,
                          fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\ndkms status",
-                         facts={"apt.driver_packages": installed, "nvidia.modules": get(facts, "nvidia.modules")}))
+                         facts={"apt.driver_packages": installed, "nvidia.modules": m.get("nvidia.modules")}))
     return out
 
 
 @check("driver")
-def check_mismatch(facts, ctx):
-    kmod = get(facts, "nvidia.kernel_module.version")
-    user = get(facts, "nvidia.userspace_driver_version")
-    kinds = {get(facts, "nvidia.nvml.error_kind"), get(facts, "nvidia.nvidia_smi.error_kind")}
-    if (kmod and user and kmod != user) or "driver_library_mismatch" in kinds:
+def check_mismatch(m, ctx):
+    kmod, user = m.driver.kernel_module, m.driver.libraries
+    kinds = {m.get("nvidia.nvml.error_kind"), m.get("nvidia.nvidia_smi.error_kind")}
+    if m.driver.mismatch or "driver_library_mismatch" in kinds:
         return [error("driver.E006", f"kernel module {kmod or '?'} and driver libraries {user or '?'} differ "
                       "(upgraded without a reboot?)",
                       fix="sudo reboot\n(or, with nothing using the GPU: sudo rmmod nvidia_uvm nvidia_drm "
@@ -141,8 +134,8 @@ def check_mismatch(facts, ctx):
 
 
 @check("driver")
-def check_binding(facts, ctx):
-    if get(facts, "nvidia.source") == "nvidia-smi" and get(facts, "nvidia.nvml.error_kind") == "binding_not_installed":
+def check_binding(m, ctx):
+    if m.get("nvidia.source") == "nvidia-smi" and m.get("nvidia.nvml.error_kind") == "binding_not_installed":
         return [info("driver.I001", "GPU facts came from nvidia-smi: the NVML binding is not installed",
                      fix="sudo apt install python3-pynvml   # contrib; or pip install nvidia-ml-py",
                      facts={"nvidia.source": "nvidia-smi"})]
@@ -150,16 +143,11 @@ def check_binding(facts, ctx):
 
 
 # ---------------------------------------------------------------- gpu
-def _gpu_label(g):
-    return f"GPU {g.get('index')} ({g.get('name')})"
-
-
 @check("gpu")
-def check_gpu_health(facts, ctx):
+def check_gpu_health(m, ctx):
     out = []
-    gpus = get(facts, "nvidia.gpus") or []
-    for g in gpus:
-        lab = _gpu_label(g)
+    for gpu in m.listed_gpus:
+        g, lab = gpu.row, gpu.label
         idx = g.get("index")
         if (g.get("ecc_uncorrected_volatile") or 0) > 0:
             out.append(error("gpu.E001", f"{g['ecc_uncorrected_volatile']} uncorrected ECC errors since boot", about=lab,
@@ -196,8 +184,8 @@ def check_gpu_health(facts, ctx):
 
 
 @check("gpu")
-def check_persistence(facts, ctx):
-    gpus = get(facts, "nvidia.gpus") or []
+def check_persistence(m, ctx):
+    gpus = [gpu.row for gpu in m.listed_gpus]
     off = [g for g in gpus if g.get("persistence_mode") is False
            and (len(gpus) > 1 or DATA_CENTER.search(g.get("name") or ""))]
     if not off:
@@ -209,9 +197,10 @@ def check_persistence(facts, ctx):
 
 
 @check("gpu")
-def check_memory_in_use(facts, ctx):
+def check_memory_in_use(m, ctx):
     out = []
-    for g in get(facts, "nvidia.gpus") or []:
+    for gpu in m.listed_gpus:
+        g = gpu.row
         used, total = g.get("memory_used"), g.get("memory_total")
         procs = g.get("processes") or []
         if used is None or not total:
@@ -219,7 +208,7 @@ def check_memory_in_use(facts, ctx):
         if used > max(GiB, total // 10) or (procs and sum(p.get("used_memory") or 0 for p in procs) > GiB // 2):
             who = f" by {len(procs)} process(es): PIDs {', '.join(str(p.get('pid')) for p in procs[:5])}" if procs else ""
             out.append(warning("gpu.W004", f"{human_bytes(used)} of {human_bytes(total)} GPU memory is in use{who}",
-                               about=_gpu_label(g),
+                               about=gpu.label,
                                fix="nvidia-smi shows what uses it; stop it, or train on another GPU with "
                                    "CUDA_VISIBLE_DEVICES.",
                                facts={"memory_used": used, "memory_total": total, "processes": len(procs)}))
@@ -227,12 +216,12 @@ def check_memory_in_use(facts, ctx):
 
 
 @check("gpu")
-def check_pcie(facts, ctx):
+def check_pcie(m, ctx):
     out = []
-    for g in get(facts, "nvidia.gpus") or []:
+    for gpu in m.listed_gpus:
+        g, lab = gpu.row, gpu.label
         cg, mg = g.get("pcie_current_gen"), g.get("pcie_max_gen")
         cw, mw = g.get("pcie_current_width"), g.get("pcie_max_width")
-        lab = _gpu_label(g)
         f = {"current": f"gen{cg} x{cw}", "max": f"gen{mg} x{mw}"}
         if cw and mw and cw < mw:
             out.append(warning("gpu.W006", f"PCIe link runs x{cw} of x{mw} lanes", about=lab,
@@ -253,15 +242,14 @@ def check_pcie(facts, ctx):
 
 
 @check("gpu")
-def check_p2p(facts, ctx):
-    pairs = get(facts, "nvidia.topology") or []
-    bad = [p for p in pairs if p.get("p2p_read") not in (None, "ok")]
+def check_p2p(m, ctx):
+    bad = m.p2p_problems
     if not bad:
         return []
-    reasons = sorted({p.get("p2p_read") for p in bad})
-    shown = ", ".join(f"{p['gpus'][0]}-{p['gpus'][1]}" for p in bad[:6]) + (" ..." if len(bad) > 6 else "")
+    reasons = sorted({status for _, _, status in bad})
+    shown = ", ".join(f"{a}-{b}" for a, b, _ in bad[:6]) + (" ..." if len(bad) > 6 else "")
     return [warning("gpu.W007", f"no peer-to-peer between {len(bad)} GPU pair(s) ({shown}): {', '.join(reasons)}",
                     fix="Check the IOMMU/ACS settings (iommu=pt on the kernel command line; ACS off in the BIOS). "
                         "Workaround for NCCL hangs: export NCCL_P2P_DISABLE=1 (debtorch tune sets it).",
                     facts={"pairs": len(bad), "p2p_read": reasons,
-                           "iommu": (get(facts, "nvidia.kernel_cmdline") or {}).get("iommu")})]
+                           "iommu": (m.get("nvidia.kernel_cmdline") or {}).get("iommu")})]

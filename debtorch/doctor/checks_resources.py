@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from debtorch.doctor import check
+from debtorch.doctor.registry import check
 from debtorch.doctor.findings import error, info, warning
 from debtorch.doctor.limits import limit
-from debtorch.facts import get
-from debtorch.render import human_bytes
+from debtorch.units import human_bytes
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -17,34 +16,27 @@ def _gib_up(n: int) -> int:
     return max(1, -(-int(n) // GiB))
 
 
-def _gpu_count(facts) -> int:
-    gpus = get(facts, "nvidia.gpus")
-    if gpus:
-        return len(gpus)
-    return sum(1 for d in (get(facts, "nvidia.pci_devices") or []) if d.get("is_gpu", True))
-
-
-def planned_workers(facts) -> int:
+def planned_workers(m) -> int:
     """DataLoader workers a tuned run would start on this machine (all processes together)."""
-    usable = get(facts, "cpu.usable_cpus") or 1
+    usable = m.cpus.usable if m.cpus.known else 1
     return max(1, min(usable - 1, int(limit("shm_planned_workers_max"))))
 
 
 # ---------------------------------------------------------------- CPU
 @check("cpu")
-def check_governor(facts, ctx):
-    gov = get(facts, "cpu.governor")
+def check_governor(m, ctx):
+    gov = m.get("cpu.governor")
     if gov is None or gov == "performance":
         return []
     return [warning("cpu.W001", f"CPU frequency governor is {gov}, not performance",
                     fix="sudo apt install linux-cpupower\nsudo cpupower frequency-set -g performance",
-                    facts={"cpu.governor": gov, "cpu.governors": get(facts, "cpu.governors")})]
+                    facts={"cpu.governor": gov, "cpu.governors": m.get("cpu.governors")})]
 
 
 @check("cpu")
-def check_threads(facts, ctx):
-    env = get(facts, "env.variables") or {}
-    usable = get(facts, "cpu.usable_cpus")
+def check_threads(m, ctx):
+    env = m.get("env.variables") or {}
+    usable = m.cpus.usable if m.cpus.known else None
     omp = env.get("OMP_NUM_THREADS")
     if not usable or not omp:
         return []
@@ -59,7 +51,7 @@ def check_threads(facts, ctx):
             procs = int(env[var])
             break
     else:
-        procs = max(1, _gpu_count(facts))
+        procs = max(1, len(m.gpus))
     if threads * procs > usable:
         per = max(1, usable // procs)
         return [warning("cpu.W002", f"OMP_NUM_THREADS={threads} x {procs} process(es) exceeds {usable} usable CPUs",
@@ -69,15 +61,14 @@ def check_threads(facts, ctx):
 
 
 @check("cpu")
-def check_usable(facts, ctx):
-    usable = get(facts, "cpu.usable_cpus")
-    logical = get(facts, "cpu.logical_cpus")
+def check_usable(m, ctx):
+    usable, logical = (m.cpus.usable if m.cpus.known else None), m.cpus.logical
     if usable and logical and usable < logical:
         how = []
-        if get(facts, "cpu.cgroup_quota_cpus") is not None:
-            how.append(f"cgroup quota {get(facts, 'cpu.cgroup_quota_cpus')} CPUs")
-        if (get(facts, "cpu.affinity_cpus") or logical) < logical:
-            how.append(f"affinity {get(facts, 'cpu.affinity_cpus')} CPUs")
+        if m.get("cpu.cgroup_quota_cpus") is not None:
+            how.append(f"cgroup quota {m.get('cpu.cgroup_quota_cpus')} CPUs")
+        if (m.get("cpu.affinity_cpus") or logical) < logical:
+            how.append(f"affinity {m.get('cpu.affinity_cpus')} CPUs")
         return [info("cpu.I001", f"only {usable} of {logical} CPUs are usable here ({', '.join(how) or 'limits'})",
                      fix="Size DataLoader workers and threads by the usable CPUs (debtorch tune does).",
                      facts={"cpu.usable_cpus": usable, "cpu.logical_cpus": logical})]
@@ -86,16 +77,16 @@ def check_usable(facts, ctx):
 
 # ---------------------------------------------------------------- memory
 @check("memory")
-def check_shm(facts, ctx):
-    total = get(facts, "memory.shm_total")
-    free = get(facts, "memory.shm_free")
+def check_shm(m, ctx):
+    total = m.get("memory.shm_total")
+    free = m.get("memory.shm_free")
     if total is None:
         return []
     per_worker = int(limit("shm_per_worker_bytes"))
-    workers = planned_workers(facts)
+    workers = planned_workers(m)
     needed = per_worker * workers
     minimum = ctx.site.minimums.get("shm") if ctx.site else None
-    container = get(facts, "os.container")
+    container = m.get("os.container")
     facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
     if container and total <= int(limit("docker_default_shm_bytes")):
         fix = ("docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with "
@@ -120,9 +111,9 @@ def check_shm(facts, ctx):
 
 
 @check("memory")
-def check_nofile(facts, ctx):
-    soft = get(facts, "memory.nofile_soft")
-    hard = get(facts, "memory.nofile_hard")
+def check_nofile(m, ctx):
+    soft = m.get("memory.nofile_soft")
+    hard = m.get("memory.nofile_hard")
     floor = int(limit("nofile_min"))
     if soft is None or soft < 0 or soft >= floor:
         return []
@@ -136,27 +127,27 @@ def check_nofile(facts, ctx):
 
 
 @check("memory")
-def check_memlock(facts, ctx):
-    soft = get(facts, "memory.memlock_soft")
-    if soft is None or soft < 0 or not _gpu_count(facts):
+def check_memlock(m, ctx):
+    soft = m.get("memory.memlock_soft")
+    if soft is None or soft < 0 or not m.gpus:
         return []
     floor = int(limit("memlock_min_bytes"))
     if soft >= floor:
         return []
-    where = get(facts, "os.container") or ("WSL" if get(facts, "os.wsl") else None)
-    fix = ("docker run --ulimit memlock=-1 ..." if get(facts, "os.container")
+    where = m.get("os.container") or ("WSL" if m.get("os.wsl") else None)
+    fix = ("docker run --ulimit memlock=-1 ..." if m.get("os.container")
            else "a line `*  -  memlock  unlimited` in /etc/security/limits.d/90-memlock.conf, then log in again")
     make = warning if where else info
     fid = "memory.W003" if where else "memory.I001"
     return [make(fid, f"RLIMIT_MEMLOCK is {human_bytes(soft)}: pinned memory may be limited"
                  + (f" in this {where}" if where else ""),
-                 fix=fix, facts={"memory.memlock_soft": soft, "os.container": get(facts, "os.container")})]
+                 fix=fix, facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
 
 
 @check("memory")
-def check_swap(facts, ctx):
-    used = get(facts, "memory.swap_used")
-    total = get(facts, "memory.total")
+def check_swap(m, ctx):
+    used = m.get("memory.swap_used")
+    total = m.get("memory.total")
     if not used or used < int(limit("swap_used_warn_bytes")):
         return []
     return [warning("memory.W004", f"{human_bytes(used)} of swap in use: training memory may be paged out",
@@ -167,8 +158,8 @@ def check_swap(facts, ctx):
 
 # ---------------------------------------------------------------- storage
 @check("storage")
-def check_data(facts, ctx):
-    d = get(facts, "storage.data")
+def check_data(m, ctx):
+    d = m.get("storage.data")
     if not d:
         return []
     path = d.get("path")
@@ -192,9 +183,9 @@ def check_data(facts, ctx):
 
 
 @check("storage")
-def check_nvme_link(facts, ctx):
+def check_nvme_link(m, ctx):
     out = []
-    for c in get(facts, "storage.nvme") or []:
+    for c in m.get("storage.nvme") or []:
         cur, mx = c.get("current_gen"), c.get("max_gen")
         cw, mw = c.get("current_width"), c.get("max_width")
         if (cur and mx and cur < mx) or (cw and mw and cw < mw):

@@ -2,45 +2,42 @@
 
 from __future__ import annotations
 
-from debtorch.doctor import check
-from debtorch.doctor.debian import venv_fix
 from debtorch.doctor.findings import error, info, warning
-from debtorch.facts import get
-
-SUPPORTED_RELEASES = ("12", "13", "testing", "sid")
+from debtorch.doctor.fixes import venv_fix
+from debtorch.doctor.registry import check
 
 
 @check("os")
-def check_release(facts, ctx):
-    o = facts.get("os") or {}
-    if o.get("id") is None:
+def check_release(m, ctx):
+    o = m.os
+    if o.id is None:
         return []
-    if o.get("derivative_of"):
-        return [info("os.I001", f"{o.get('pretty_name') or o.get('id')} is a Debian derivative",
+    if o.derivative:
+        base = f" (based on {o.debian.title})" if o.debian else ""
+        return [info("os.I001", f"{o.name or o.id} is a Debian derivative{base}",
                      fix="Package names and APT components in the fixes are Debian's; "
                          "check your distribution's equivalents.",
-                     facts={"os.id": o.get("id"), "os.id_like": o.get("id_like")})]
-    if not o.get("is_debian"):
-        platform = o.get("platform")
-        if platform and platform != "linux":
-            return [info("os.I002", f"{o.get('pretty_name') or platform} is not Linux",
+                     facts={"os.id": o.id, "os.id_like": m.get("os.id_like")})]
+    if not o.is_debian:
+        if o.platform not in ("linux", "unknown"):
+            return [info("os.I002", f"{o.name or o.platform} is not Linux",
                          fix="The driver, limit and storage checks are Linux's; the version checks still apply.",
-                         facts={"os.platform": platform})]
-        return [info("os.I002", f"{o.get('pretty_name') or o.get('id')} is not Debian",
+                         facts={"os.platform": o.platform})]
+        return [info("os.I002", f"{o.name or o.id} is not Debian",
                      fix="debtorch's fixes name Debian packages; most checks still apply.",
-                     facts={"os.id": o.get("id")})]
-    rel = o.get("release")
-    if rel and rel not in SUPPORTED_RELEASES:
-        return [warning("os.W002", f"Debian {rel} is older than the releases debtorch supports (12, 13)",
+                     facts={"os.id": o.id})]
+    deb = o.debian
+    if deb is not None and deb.relation == "older":
+        return [warning("os.W002", f"Debian {deb.release} is older than the releases debtorch supports (12, 13)",
                         fix="Upgrade to Debian 12 or 13 (https://www.debian.org/releases/); older drivers "
                             "cannot run current PyTorch CUDA wheels.",
-                        facts={"os.release": rel})]
+                        facts={"os.release": deb.release})]
     return []
 
 
 @check("os")
-def check_wsl(facts, ctx):
-    wsl = get(facts, "os.wsl")
+def check_wsl(m, ctx):
+    wsl = m.os.wsl
     if not wsl:
         return []
     if wsl == 1:
@@ -48,7 +45,7 @@ def check_wsl(facts, ctx):
                       fix="In Windows PowerShell: wsl --set-version <distro> 2",
                       facts={"os.wsl": wsl})]
     out = []
-    pkgs = get(facts, "apt.packages") or {}
+    pkgs = m.get("apt.packages") or {}
     installed = sorted(p for p in pkgs if p in ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-open-kernel-dkms", "cuda-drivers"))
     if installed:
         out.append(warning("os.W003", "a Linux NVIDIA driver is installed inside WSL",
@@ -63,19 +60,18 @@ def check_wsl(facts, ctx):
 
 
 @check("python")
-def check_interpreter(facts, ctx):
-    p = facts.get("python") or {}
+def check_interpreter(m, ctx):
+    p = m.section("python")
     if p.get("version") is None:
-        reason = (p.get("unknown") or {}).get("version") or (p.get("unknown") or {}).get("*")
         if ctx.source == "collect_env":
             return []
         return [error("python.E001", "the target Python interpreter did not answer",
                       fix="Point debtorch at a working interpreter: --python /path/to/venv/bin/python",
-                      about=p.get("executable") or "", facts={"python.version": reason})]
+                      about=p.get("executable") or "", facts={"python.version": m.unknown("python.version")})]
     out = []
     exe = p.get("executable") or ""
     is_system = exe.startswith("/usr/bin/python") and not p.get("venv")
-    if is_system and get(facts, "os.externally_managed"):
+    if is_system and m.get("os.externally_managed"):
         out.append(warning("python.W001", "the system Python is externally managed (PEP 668): use a venv",
                            fix=venv_fix(), about=exe,
                            facts={"os.externally_managed": True, "python.venv": False}))

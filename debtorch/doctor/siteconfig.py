@@ -25,6 +25,8 @@ from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
+from debtorch.units import parse_size
+
 SYSTEM_PATH = "/etc/debtorch/doctor.toml"
 ID_PATTERN = re.compile(r"^[a-z_]+\.(\*|[EWI]\*|[EWI]\d{3})$")
 MINIMUM_KEYS = ("driver", "torch", "torch_cuda", "shm")
@@ -62,14 +64,6 @@ def _line_of(text: str, key: str, section: Optional[str] = None) -> int:
         if in_section and re.match(rf"^\s*{re.escape(key)}\s*=", line):
             return i
     return 0
-
-
-def parse_size(text: str) -> Optional[int]:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B)?\s*", str(text), re.I)
-    if not m:
-        return None
-    mult = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[m.group(2).upper()]
-    return int(float(m.group(1)) * mult)
 
 
 def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig:

@@ -21,10 +21,6 @@ RELEVANT = re.compile(
     r"|dkms|mokutil|libc6|python3|python3-venv|python3-pip|xserver-xorg-video-nvidia)$"
 )
 
-DEBIAN_SUITE = re.compile(
-    r"^(buster|bullseye|bookworm|trixie|forky|duke|stable|oldstable|oldoldstable|testing|unstable|sid|experimental)"
-    r"(-updates|-backports|-security|-proposed-updates|-backports-sloppy)?$"
-)
 CUDA_REPO = re.compile(r"developer\.download\.nvidia\.com/compute/cuda/repos", re.I)
 
 
@@ -149,26 +145,17 @@ def trim_dpkg_status(text: str) -> str:
 
 
 def summarise(entries: list[dict]) -> dict:
-    debian_components: set = set()
+    """The suites the enabled ``deb`` entries name, in order, and whether NVIDIA's CUDA
+    repository is one of the sources.  Which suites are Debian's, and so which components
+    Debian's archive gives, is the machine view's question (debtorch/machine.py)."""
     suites: list = []
-    backports = False
     cuda_repo = False
     for e in entries:
         if not e["enabled"] or "deb" not in e["types"]:
             continue
-        for uri in e["uris"]:
-            if CUDA_REPO.search(uri):
-                cuda_repo = True
-        for suite in e["suites"]:
-            if suite not in suites:
-                suites.append(suite)
-            if DEBIAN_SUITE.match(suite):
-                debian_components.update(e["components"])
-                if suite.endswith("-backports"):
-                    backports = True
-    order = ["main", "contrib", "non-free", "non-free-firmware"]
-    comps = [c for c in order if c in debian_components] + sorted(debian_components - set(order))
-    return {"components": comps, "suites": suites, "backports": backports, "cuda_repo": cuda_repo}
+        cuda_repo = cuda_repo or any(CUDA_REPO.search(uri) for uri in e["uris"])
+        suites.extend(s for s in e["suites"] if s not in suites)
+    return {"suites": suites, "cuda_repo": cuda_repo}
 
 
 def collect(host: Host, ctx) -> dict:
@@ -201,7 +188,7 @@ def collect(host: Host, ctx) -> dict:
     sec["sources"] = entries
     sec.update(summarise(entries))
     if not files:
-        sec.unknown("components", "no APT sources found")
+        sec.unknown("sources", "no APT sources found")
 
     try:
         sec["packages"] = parse_dpkg_status(host.read_text(DPKG_STATUS))

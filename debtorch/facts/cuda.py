@@ -25,6 +25,7 @@ import threading
 import weakref
 from typing import Optional
 
+from debtorch import versions
 from debtorch.facts import Section
 from debtorch.host import COMMAND_NOT_FOUND, Host, Unavailable
 
@@ -75,12 +76,6 @@ def lib_family(filename: str) -> Optional[str]:
         return None
     fam = m.group("family")
     return "cudnn" if fam.startswith("cudnn") else fam
-
-
-def lib_version(filename: str) -> Optional[str]:
-    """The version in a library's file name: 'libcudart.so.12.4.127' -> '12.4.127'.  Never raises."""
-    m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", posixpath.basename(str(filename)))
-    return m.group(1) if m else None
 
 
 def parse_nvcc_version(text: str) -> Optional[dict]:
@@ -174,7 +169,7 @@ def cached_libraries(host: Host, families=None) -> tuple[Optional[list[dict]], s
                 "library": fam,
                 "path": e["path"],
                 "real_path": real,
-                "version": lib_version(real) or lib_version(e["name"]),
+                "version": versions.library_version(real) or versions.library_version(e["name"]),
                 "arch": e["flags"],
             }
         )
@@ -218,7 +213,7 @@ def _wheel_copies(py: dict) -> list[dict]:
                 "name": name,
                 "library": fam,
                 "path": path,
-                "version": lib_version(name),
+                "version": versions.library_version(name),
                 "package_version": package_version,
                 "source": source,
             }
@@ -242,13 +237,13 @@ def _ld_library_path_copies(host: Host) -> tuple[list[dict], list[dict]]:
         dirs.append({"dir": d, "readable": True})
         for name in names:
             fam = lib_family(name)
-            if fam is None or lib_version(name) is None:
+            if fam is None or versions.library_version(name) is None:
                 continue  # the unversioned dev symlink (libcudnn.so) is not what the loader asks for
             full = posixpath.join(d, name)
             real = resolve_link(host, full)
             copies.append(
                 {"name": name, "library": fam, "path": full, "real_path": real,
-                 "version": lib_version(real) or lib_version(name), "dir": d}
+                 "version": versions.library_version(real) or versions.library_version(name), "dir": d}
             )
     return dirs, copies
 

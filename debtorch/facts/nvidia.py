@@ -19,6 +19,7 @@ import re
 import threading
 from typing import Any, Optional
 
+from debtorch import versions
 from debtorch.facts import Section
 from debtorch.facts.cuda import cached_libraries
 from debtorch.facts.storage import pcie_link
@@ -257,17 +258,6 @@ def parse_mokutil_test_key(text: str) -> Optional[bool]:
     if "is not enrolled" in t:
         return False
     return None
-
-
-def cuda_version_string(value) -> Optional[str]:
-    """12020 (nvmlSystemGetCudaDriverVersion) -> '12.2'.  Never raises."""
-    try:
-        n = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if n <= 0:
-        return None
-    return f"{n // 1000}.{(n % 1000) // 10}"
 
 
 def normalise_bus_id(bus_id) -> Optional[str]:
@@ -887,7 +877,7 @@ def nvml_facts(nv) -> dict:
     v, why = call("nvmlSystemGetDriverVersion")
     out.set_or_unknown("driver_version", _text(v) if why is None else None, why or "")
     v, why = call.first(("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"))
-    out.set_or_unknown("cuda_driver_version", cuda_version_string(v) if why is None else None,
+    out.set_or_unknown("cuda_driver_version", versions.cuda_from_int(v) if why is None else None,
                        why or "unrecognised answer")
     out["cuda_driver_version_int"] = int(v) if why is None and isinstance(v, int) else None
     v, why = call("nvmlSystemGetNVMLVersion")

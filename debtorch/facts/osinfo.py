@@ -9,16 +9,6 @@ from typing import Optional
 from debtorch.facts import Section
 from debtorch.host import Host, Unavailable
 
-# Debian codenames and release numbers (https://wiki.debian.org/DebianReleases).
-DEBIAN_CODENAMES = {
-    "buster": "10",
-    "bullseye": "11",
-    "bookworm": "12",
-    "trixie": "13",
-    "forky": "14",
-    "duke": "15",
-}
-
 
 def parse_os_release(text: str) -> dict:
     """Parse os-release(5): KEY=value lines, values shell-quoted.  Never raises."""
@@ -40,45 +30,42 @@ def parse_os_release(text: str) -> dict:
     return out
 
 
-def debian_release(os_release: dict, debian_version: Optional[str]) -> dict:
-    """Which Debian this is, or which Debian it derives from.  Never raises.
+def parse_lsb_release(text: str) -> dict:
+    """/etc/lsb-release (DISTRIB_ID=..., DISTRIB_RELEASE=..., DISTRIB_CODENAME=...) -> its
+    values under lower-case names without the DISTRIB_ prefix.  Never raises."""
+    raw = parse_os_release(text)
+    return {k[len("DISTRIB_"):].lower(): v for k, v in raw.items() if k.startswith("DISTRIB_") and v}
 
-    Returns ``release`` ("12", "13", "testing", "sid" or None), ``codename``,
-    ``is_debian`` and ``derivative_of`` ("debian" for Ubuntu and friends).
+
+_PAREN_CODENAME = re.compile(r"\(([A-Za-z]+)\)")
+
+
+def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
+    """What the release files say about the distribution, as they say it.  Never raises.
+
+    ``codename`` is VERSION_CODENAME, else the word in VERSION's parentheses
+    ("8 (jessie)"), else lsb-release's DISTRIB_CODENAME; Ubuntu-based systems
+    also name their Ubuntu (``ubuntu_codename``).  Which Debian release this is
+    (or derives from) is the machine view's question (debtorch/machine.py), answered
+    from checks/debian.toml.
     """
-    os_id = (os_release.get("ID") or "").lower()
-    like = (os_release.get("ID_LIKE") or "").lower().split()
-    dv = (debian_version or "").strip()
+    lsb = lsb or {}
+    version = os_release.get("VERSION") or None
     codename = os_release.get("VERSION_CODENAME") or None
-    out = {
-        "is_debian": os_id == "debian",
-        "derivative_of": None,
-        "release": None,
+    if not codename and version:
+        m = _PAREN_CODENAME.search(version)
+        codename = m.group(1).lower() if m else None
+    if not codename and lsb.get("codename"):
+        codename = lsb["codename"].lower()
+    return {
+        "id": os_release.get("ID") or (lsb.get("id") or "").lower() or None,
+        "id_like": os_release.get("ID_LIKE") or None,
+        "pretty_name": os_release.get("PRETTY_NAME") or lsb.get("description") or None,
+        "version": version,
+        "version_id": os_release.get("VERSION_ID") or lsb.get("release") or None,
         "codename": codename,
-        "point_release": None,
+        "ubuntu_codename": os_release.get("UBUNTU_CODENAME") or None,
     }
-    if os_id != "debian":
-        if "debian" in like or "ubuntu" in like or dv:
-            out["derivative_of"] = "debian"
-        # The Debian a derivative is based on, from /etc/debian_version ("trixie/sid").
-        base = dv.split("/")[0] if dv else ""
-        out["debian_base"] = DEBIAN_CODENAMES.get(base, base or None) if base else None
-        return out
-    version_id = os_release.get("VERSION_ID")
-    if version_id:
-        out["release"] = version_id.split(".")[0]
-    elif "/sid" in dv or dv == "sid" or (codename == "sid"):
-        # Testing and unstable both say "<next>/sid"; the APT suites tell them apart.
-        out["release"] = "sid" if codename == "sid" else "testing"
-        if not codename and "/" in dv:
-            out["codename"] = dv.split("/")[0] or None
-    elif codename in DEBIAN_CODENAMES:
-        out["release"] = DEBIAN_CODENAMES[codename]
-    if re.fullmatch(r"\d+(\.\d+)*", dv):
-        out["point_release"] = dv
-        if out["release"] is None:
-            out["release"] = dv.split(".")[0]
-    return out
 
 
 def detect_container(host: Host) -> tuple[Optional[str], list[str]]:
@@ -133,23 +120,15 @@ def parse_glibc(text: str) -> Optional[str]:
 def collect(host: Host, ctx) -> dict:
     sec = Section()
     text = host.try_read("/etc/os-release") or host.try_read("/usr/lib/os-release")
-    if text is None:
+    lsb_text = host.try_read("/etc/lsb-release")
+    osr = parse_os_release(text) if text is not None else {}
+    lsb = parse_lsb_release(lsb_text) if lsb_text is not None else {}
+    sec.update(identify(osr, lsb))
+    if text is None and not lsb:
         sec.unknown("id", "no /etc/os-release")
-        osr: dict = {}
-    else:
-        osr = parse_os_release(text)
-        sec["id"] = osr.get("ID")
-        sec["id_like"] = osr.get("ID_LIKE")
-        sec["pretty_name"] = osr.get("PRETTY_NAME")
-        sec["version_id"] = osr.get("VERSION_ID")
     dv = host.try_read("/etc/debian_version")
-    sec["debian_version"] = dv.strip() if dv else None
-    sec.update(debian_release(osr, dv))
-    if sec.get("release") == "testing":
-        # Testing and sid look alike in os-release; APT's suites tell them apart.
-        suites = set((ctx.section("apt") or {}).get("suites") or [])
-        if suites & {"sid", "unstable"} and not suites & {"testing", sec.get("codename") or "?"}:
-            sec["release"] = "sid"
+    sec["debian_version"] = dv.strip() if dv and dv.strip() else None
+    sec["platform"] = "linux"
 
     try:
         sec["kernel"] = host.read_text("/proc/sys/kernel/osrelease").strip()

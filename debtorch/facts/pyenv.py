@@ -10,9 +10,9 @@ the process really mapped.
 from __future__ import annotations
 
 import json
-import re
 from typing import Optional
 
+from debtorch import versions
 from debtorch.facts import Section
 from debtorch.host import Host
 from debtorch.probes import source
@@ -30,24 +30,6 @@ def parse_probe_output(stdout: str) -> Optional[dict]:
             except ValueError:
                 return None
             return val if isinstance(val, dict) else None
-    return None
-
-
-def torch_variant(version: Optional[str], cuda: Optional[str], hip: Optional[str]) -> Optional[str]:
-    """'cu126', 'rocm6.2', 'cpu' (PyTorch's wheel index names).  Never raises."""
-    if cuda:
-        m = re.match(r"(\d+)\.(\d+)", str(cuda))
-        if m:
-            return f"cu{m.group(1)}{m.group(2)}"
-    if hip:
-        m = re.match(r"(\d+)\.(\d+)", str(hip))
-        if m:
-            return f"rocm{m.group(1)}.{m.group(2)}"
-    if version is not None:
-        m = re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version))
-        if m:
-            return m.group(1)
-        return "cpu" if not cuda and not hip else None
     return None
 
 
@@ -99,7 +81,7 @@ def collect(host: Host, ctx) -> dict:
         torch["cuda"] = t.get("cuda")
         torch["hip"] = t.get("hip") or t.get("rocm")
         torch["git_version"] = t.get("git_version")
-        torch["variant"] = torch_variant(version, torch["cuda"], torch["hip"])
+        torch["variant"] = versions.variant_of(version, torch["cuda"], torch["hip"])
         torch["cpu_only"] = not torch["cuda"] and not torch["hip"]
         torch["cudnn_wheel"] = wheel_version(dists, "nvidia-cudnn-")
         torch["nccl_wheel"] = wheel_version(dists, "nvidia-nccl-")

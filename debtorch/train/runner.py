@@ -45,6 +45,13 @@ STDERR_LINES = 200
 START_TIMEOUT = 180.0  # importing torch on a cold cache takes a while
 
 
+# Failures caused by what the user gave (an interpreter, a workload, a device, settings),
+# not by the run itself: every command exits 2 for these and 1 for a run that failed
+# (docs/cli.md).  One list, read by tune --measure and verify-train alike.
+USER_INPUT_KINDS = frozenset({"no_python", "no_torch", "broken_torch", "workload", "device", "bad_request",
+                              "settings"})
+
+
 class WorkerError(Exception):
     """A request that failed, or a worker that could not run.
 
@@ -58,6 +65,11 @@ class WorkerError(Exception):
         self.kind = kind
         self.message = message
         self.detail = detail or {}
+
+    @property
+    def user_input(self) -> bool:
+        """The failure is about what the user gave (see USER_INPUT_KINDS), not the run."""
+        return self.kind in USER_INPUT_KINDS
 
     @property
     def finding(self) -> Optional[str]:

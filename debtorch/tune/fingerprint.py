@@ -12,8 +12,7 @@ from __future__ import annotations
 import platform
 from typing import Any, Optional
 
-from debtorch.facts import get
-from debtorch.tune.rules import cpu_bf16, gpus_of
+from debtorch.machine import Machine
 
 # key -> what it is, for docs/tune.md and messages.
 KEYS = {
@@ -29,44 +28,30 @@ KEYS = {
 }
 
 
-def _driver(facts: dict) -> Optional[str]:
-    for path in ("nvidia.driver_version", "nvidia.kernel_module.version"):  # NVML/nvidia-smi, else /proc
-        v = get(facts, path)
-        if isinstance(v, str) and v:
-            return v
-    return None
-
-
-def from_facts(facts: dict) -> dict:
-    """The fingerprint of the machine a facts document describes."""
+def from_facts(facts) -> dict:
+    """The fingerprint of the machine a facts document (or its Machine view) describes."""
+    m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     fp: dict[str, Any] = {}
-    arch = get(facts, "os.arch")
-    if arch:
-        fp["arch"] = str(arch)
-    model = get(facts, "cpu.model")
-    if model:
-        fp["cpu_model"] = str(model)
-    usable = get(facts, "cpu.usable_cpus")
-    if isinstance(usable, int) and not isinstance(usable, bool):
-        fp["usable_cpus"] = usable
-    bf16 = cpu_bf16(facts)
-    if bf16 is not None:
-        fp["cpu_bf16"] = bf16
-    gpus = get(facts, "nvidia.gpus")
-    if isinstance(gpus, list):
-        fp["gpus"] = [str(g.get("name") or "unknown GPU") for g in gpus_of(facts)]
-    elif get(facts, "nvidia.pci_devices") == []:
+    if m.os.arch:
+        fp["arch"] = m.os.arch
+    if m.cpus.model:
+        fp["cpu_model"] = m.cpus.model
+    if m.cpus.known:
+        fp["usable_cpus"] = m.cpus.usable
+    if m.cpus.bf16 is not None:
+        fp["cpu_bf16"] = list(m.cpus.bf16)
+    if isinstance(m.get("nvidia.gpus"), list):
+        fp["gpus"] = [g.name or "unknown GPU" for g in m.compute_gpus]
+    elif m.has_nvidia_gpu is False:
         fp["gpus"] = []  # no NVIDIA device on the PCI bus at all
-    driver = _driver(facts)
-    if driver:
-        fp["driver"] = driver
-    py = get(facts, "python.version")
+    if m.driver.version:
+        fp["driver"] = m.driver.version
+    py = m.get("python.version")
     if py:
         fp["python"] = str(py)
-    torch = get(facts, "python.torch")
-    if isinstance(torch, dict) and torch.get("installed") and torch.get("version"):
-        fp["torch"] = str(torch["version"])
-        fp["torch_cuda"] = str(torch.get("cuda") or "")
+    if m.torch.installed and m.torch.version:
+        fp["torch"] = m.torch.version
+        fp["torch_cuda"] = m.torch.cuda or ""
     return fp
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from debtorch.machine import Machine
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -58,16 +59,17 @@ class MeasureOptions:
     seed: int = 0
 
 
-def precisions_for(rec: Recommendation, facts: dict) -> list:
+def precisions_for(rec: Recommendation, facts) -> list:
     """The precisions worth measuring on this device (never one the hardware lacks)."""
+    m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     if rec.device == "cuda":
-        cc = rules.oldest_compute_capability(rules.gpus_of(facts))
+        cc = Machine.oldest_cc(m.compute_gpus)
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
         if cc and cc >= (7, 0):
             return ["fp32", "fp16"]
         return ["fp32"]
-    return ["fp32", "bf16"] if rules.cpu_bf16(facts) else ["fp32"]
+    return ["fp32", "bf16"] if m.cpus.bf16 else ["fp32"]
 
 
 def apply_result(rec: Recommendation, result: Result) -> Recommendation:
@@ -92,7 +94,6 @@ class EngineTrials:
     """
 
     # Failures that are about the user's input, not about the measurement.
-    USAGE_KINDS = ("no_python", "no_torch", "workload", "device", "bad_request")
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
         from debtorch.host import LiveHost
@@ -111,7 +112,7 @@ class EngineTrials:
             raise self._as_error(exc) from None
 
     def _as_error(self, exc) -> MeasureError:
-        cls = MeasureUsageError if exc.kind in self.USAGE_KINDS else MeasureError
+        cls = MeasureUsageError if exc.user_input else MeasureError
         return cls(str(exc))
 
     def _start(self) -> dict:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from debtorch.facts import get, unknown_reason
+from debtorch.machine import Machine
+from debtorch.units import human_bytes as human
 from debtorch.train.settings import Settings
 
 MiB = 1024 * 1024
@@ -151,131 +151,23 @@ class Recommendation:
         return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------
-# Reading the facts
-
-
-def parse_compute_capability(value: Any) -> Optional[tuple[int, int]]:
-    """'8.0', 8.6, [7, 5], {'major': 9, 'minor': 0}, 'sm_86' -> (major, minor).  Never raises."""
-    try:
-        if isinstance(value, bool) or value is None:
-            return None
-        if isinstance(value, dict):
-            return int(value["major"]), int(value["minor"])
-        if isinstance(value, (list, tuple)) and len(value) == 2:
-            return int(value[0]), int(value[1])
-        if isinstance(value, (int, float)):
-            value = f"{float(value):.1f}"
-        text = str(value).strip()
-        m = re.fullmatch(r"(?:sm_?)?(\d+)\.(\d+)", text) or re.fullmatch(r"sm_?(\d+)(\d)", text)
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return None
-
-
-def parse_visible_devices(value: Optional[str], gpus: list) -> Optional[list]:
-    """The GPUs CUDA_VISIBLE_DEVICES leaves, in its order; None when unset.
-
-    CUDA stops at the first entry it cannot match (an index out of range or an
-    unknown UUID prefix), so do we.
-    """
-    if value is None:
-        return None
-    out = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            break
-        match = None
-        if item.isdigit():
-            idx = int(item)
-            match = next((g for g in gpus if g.get("index") == idx), None)
-            if match is None and idx < len(gpus) and all(g.get("index") is None for g in gpus):
-                match = gpus[idx]
-        else:
-            match = next((g for g in gpus if str(g.get("uuid") or "").startswith(item)), None)
-        if match is None or match in out:
-            break
-        out.append(match)
-    return out
-
-
-def gpus_of(facts: dict) -> list:
-    """The GPUs the facts list (``nvidia.gpus``), visible to CUDA and usable for compute."""
-    listed = get(facts, "nvidia.gpus")
-    gpus = [g for g in listed if isinstance(g, dict)] if isinstance(listed, list) else []
-    visible = parse_visible_devices(get(facts, "env.variables.CUDA_VISIBLE_DEVICES"), gpus)
-    if visible is not None:
-        gpus = visible
-    return [g for g in gpus if str(g.get("compute_mode") or "").lower() != "prohibited"]
-
-
-def oldest_compute_capability(gpus: list) -> Optional[tuple[int, int]]:
-    """The oldest compute capability among ``gpus``; None when any is unknown (or there are none)."""
-    ccs = [parse_compute_capability(g.get("compute_capability")) for g in gpus]
-    return min(ccs) if ccs and all(ccs) else None
-
-
-def cpu_bf16(facts: dict) -> Optional[list]:
-    """The CPU's native bf16 features (amx_bf16, avx512_bf16) it has; None when ``cpu.features`` is unknown."""
-    feats = get(facts, "cpu.features")
-    if not isinstance(feats, dict):
-        return None
-    return [f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)]
-
-
-def p2p_pairs(facts: dict) -> list:
-    """Reported peer-to-peer status per GPU pair: [(a, b, status)], unknown ones left out.
-
-    Reads ``nvidia.topology``: a list of pairs ``{"gpus": [a, b], "p2p_read":
-    "ok" | "chipset not supported" | ...}`` (NVML, or ``nvidia-smi topo -p2p r``).
-    """
-    topo = get(facts, "nvidia.topology")
-    pairs = []
-    for row in topo if isinstance(topo, list) else []:
-        if not isinstance(row, dict):
-            continue
-        ids, status = row.get("gpus"), row.get("p2p_read")
-        if isinstance(ids, list) and len(ids) == 2 and isinstance(status, str) and status.lower() != "unknown":
-            pairs.append((ids[0], ids[1], status))
-    return pairs
-
-
-def p2p_problems(facts: dict) -> list:
-    """The GPU pairs whose peer-to-peer status is reported and not OK."""
-    return [(a, b, s) for a, b, s in p2p_pairs(facts) if s.strip().lower() != "ok"]
-
-
 def _int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def human(n: int) -> str:
-    if n >= GiB:
-        return f"{n / GiB:.1f} GiB"
-    return f"{n / MiB:.1f} MiB"
-
-
-def _torch_version(facts: dict) -> Optional[tuple[int, int]]:
-    v = get(facts, "python.torch.version")
-    m = re.match(r"(\d+)\.(\d+)", str(v or ""))
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 # ---------------------------------------------------------------------------
 # The rules
 
 
-def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
-    """Settings for training on the machine ``facts`` describes, with reasons."""
+def recommend(facts, request: Optional[Request] = None) -> Recommendation:
+    """Settings for training on the machine ``facts`` (a facts document or its
+    :class:`~debtorch.machine.Machine`) describes, with reasons."""
     req = request or Request()
     if req.model is not None and req.model not in MODEL_KINDS:
         raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
     if req.device is not None and req.device not in ("cpu", "cuda"):
         raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
-    m = _Machine.read(facts)
+    m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     rec = Recommendation(settings=Settings())
     _device(rec, m, req)
     _processes(rec, m, req)
@@ -290,38 +182,8 @@ def recommend(facts: dict, request: Optional[Request] = None) -> Recommendation:
     return rec
 
 
-@dataclass
-class _Machine:
-    """What the rules read from the facts, read once."""
-
-    facts: dict
-    gpus: list
-    cc: Optional[tuple]        # the oldest compute capability among the GPUs, if all are known
-    gpu_names: str
-    usable: int
-    cpu_note: str              # how the CPU count is named in reasons
-    cpu_unknown: Optional[str]  # why the usable CPUs are unknown, if they are
-
-    @classmethod
-    def read(cls, facts: dict) -> "_Machine":
-        gpus = gpus_of(facts)
-        usable = _int(get(facts, "cpu.usable_cpus"))
-        why = None
-        if usable:
-            note = f"{usable} usable CPUs (cpu.usable_cpus)"
-        else:
-            usable = _int(get(facts, "cpu.logical_cpus")) or 1
-            why = unknown_reason(facts, "cpu.usable_cpus") or "not in the facts"
-            note = f"{usable} CPUs assumed (cpu.usable_cpus unknown: {why})"
-        return cls(facts, gpus, oldest_compute_capability(gpus),
-                   ", ".join(sorted({str(g.get("name") or "GPU") for g in gpus})) or "GPU", usable, note, why)
-
-    def get(self, dotted: str):
-        return get(self.facts, dotted)
-
-
-def _device(rec: Recommendation, m: _Machine, req: Request) -> None:
-    gpus = m.gpus
+def _device(rec: Recommendation, m: Machine, req: Request) -> None:
+    gpus = m.compute_gpus
     if req.device is not None:
         rec.device = req.device
         if req.device == "cuda" and not gpus:
@@ -331,7 +193,7 @@ def _device(rec: Recommendation, m: _Machine, req: Request) -> None:
     rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
     on_bus = _int(m.get("nvidia.pci_gpu_count")) or 0
     if not gpus and on_bus:
-        why = unknown_reason(m.facts, "nvidia.gpus") or "no GPU answers"
+        why = m.unknown("nvidia.gpus") or "no GPU answers"
         rec.notes.append(f"{on_bus} NVIDIA GPU(s) on the PCI bus but none usable ({why}): tuning for the CPU; "
                          "`debtorch doctor` says how to fix the driver")
     if gpus and torch_cpu_only:
@@ -339,16 +201,16 @@ def _device(rec: Recommendation, m: _Machine, req: Request) -> None:
                          "(see `debtorch doctor`)")
 
 
-def _processes(rec: Recommendation, m: _Machine, req: Request) -> None:
+def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R020 (and R026's note)."""
-    if m.cpu_unknown:
-        rec.notes.append(f"tune.R026: usable CPUs unknown ({m.cpu_unknown}); assuming {m.usable}")
+    if m.cpus.unknown:
+        rec.notes.append(f"tune.R026: usable CPUs unknown ({m.cpus.unknown}); assuming {m.cpus.usable}")
     if rec.device == "cuda":
-        nproc = req.nproc or max(1, len(m.gpus))
+        nproc = req.nproc or max(1, len(m.compute_gpus))
         if req.nproc:
-            text = f"--nproc {nproc} asked ({len(m.gpus)} usable GPUs in nvidia.gpus)"
-        elif m.gpus:
-            text = f"one DDP process per usable GPU: {len(m.gpus)} x {m.gpu_names} (nvidia.gpus)"
+            text = f"--nproc {nproc} asked ({len(m.compute_gpus)} usable GPUs in nvidia.gpus)"
+        elif m.compute_gpus:
+            text = f"one DDP process per usable GPU: {len(m.compute_gpus)} x {m.gpu_names} (nvidia.gpus)"
         else:
             text = "no GPU in the facts: one process"
         backend, why = "nccl", "nccl, NVIDIA's collective library for GPUs"
@@ -366,14 +228,14 @@ def _processes(rec: Recommendation, m: _Machine, req: Request) -> None:
     rec.set("nproc", nproc, "tune.R020", text)
     rec.set("backend", backend if nproc > 1 else None, "tune.R020",
             text if nproc > 1 else "one process: no DDP, no backend")
-    rec.per_process_cpus = max(1, m.usable // nproc)
-    if m.usable < nproc:
-        rec.notes.append(f"{nproc} processes on {m.usable} usable CPUs: processes will share cores")
+    rec.per_process_cpus = max(1, m.cpus.usable // nproc)
+    if m.cpus.usable < nproc:
+        rec.notes.append(f"{nproc} processes on {m.cpus.usable} usable CPUs: processes will share cores")
 
 
-def _workers(rec: Recommendation, m: _Machine, req: Request) -> None:
+def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R001-R005 and, through worker_companions, R007-R009."""
-    nproc, per_proc, cpu_note = rec.settings.nproc, rec.per_process_cpus, m.cpu_note
+    nproc, per_proc, cpu_note = rec.settings.nproc, rec.per_process_cpus, m.cpus.note
     if rec.device == "cpu" and per_proc <= 2:
         workers = 0
         rec.set("num_workers", 0, "tune.R001",
@@ -418,7 +280,7 @@ def _workers(rec: Recommendation, m: _Machine, req: Request) -> None:
     worker_companions(rec)
 
 
-def _pinned(rec: Recommendation, m: _Machine) -> None:
+def _pinned(rec: Recommendation, m: Machine) -> None:
     """tune.R006."""
     if rec.device == "cuda":
         text = "GPU training: page-locked batches copy to the GPU asynchronously"
@@ -434,9 +296,9 @@ def _pinned(rec: Recommendation, m: _Machine) -> None:
         rec.set("non_blocking", False, "tune.R006", text)
 
 
-def _precision(rec: Recommendation, m: _Machine) -> None:
+def _precision(rec: Recommendation, m: Machine) -> None:
     """tune.R010-R016."""
-    cc = m.cc
+    cc = Machine.oldest_cc(m.compute_gpus)
     if rec.device == "cuda":
         cc_text = f"{m.gpu_names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
         if cc and cc >= (8, 0):
@@ -455,8 +317,8 @@ def _precision(rec: Recommendation, m: _Machine) -> None:
         rec.set("cudnn_benchmark", True, "tune.R016", "GPU training with fixed input shapes: cuDNN picks its fastest "
                 "algorithm once per shape (turn off for varying shapes)")
         return
-    have = cpu_bf16(m.facts)
-    model = m.get("cpu.model") or "CPU"
+    have = list(m.cpus.bf16) if m.cpus.bf16 is not None else None
+    model = m.cpus.model or "CPU"
     if have:
         rec.set("precision", "bf16", "tune.R013", f"{model} has {' and '.join(have)} (cpu.features): "
                 "native bf16 matmuls and convolutions")
@@ -469,9 +331,9 @@ def _precision(rec: Recommendation, m: _Machine) -> None:
     rec.set("cudnn_benchmark", False, "tune.R016", "cuDNN is CUDA's; CPU training does not use it")
 
 
-def _kernels(rec: Recommendation, m: _Machine, req: Request) -> None:
+def _kernels(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R017-R019."""
-    cc = m.cc
+    cc = Machine.oldest_cc(m.compute_gpus)
     if req.model == "conv" and rec.device == "cuda" and cc and cc >= (7, 0):
         rec.set("channels_last", True, "tune.R017", f"convolutional model on compute capability {cc[0]}.{cc[1]}: "
                 "tensor cores run NHWC convolutions without transposes")
@@ -484,7 +346,7 @@ def _kernels(rec: Recommendation, m: _Machine, req: Request) -> None:
     else:
         rec.set("channels_last", False, "tune.R017", f"{req.model} model: no convolutions to reorder")
 
-    tv = _torch_version(m.facts)
+    tv = m.torch.series_tuple
     need = (2, 0) if rec.device == "cuda" else (2, 4)
     where = "GPUs" if rec.device == "cuda" else "the CPU"
     if tv is None:
@@ -501,30 +363,30 @@ def _kernels(rec: Recommendation, m: _Machine, req: Request) -> None:
         rec.set("compile", False, "tune.R019", "only when asked (--compile): compiling costs minutes up front")
 
 
-def _threads(rec: Recommendation, m: _Machine) -> None:
+def _threads(rec: Recommendation, m: Machine) -> None:
     """tune.R022 and R025."""
     nproc, workers = rec.settings.nproc, rec.settings.num_workers
     threads = max(1, rec.per_process_cpus - workers)
-    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {m.cpu_note}"
-    quota, affinity = m.get("cpu.cgroup_quota_cpus"), _int(m.get("cpu.affinity_cpus"))
-    if isinstance(quota, (int, float)) and not isinstance(quota, bool) and affinity and quota < affinity:
+    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {m.cpus.note}"
+    quota, affinity = m.cpus.quota, m.cpus.affinity
+    if quota is not None and affinity and quota < affinity:
         text += f"; PyTorch would start {affinity} threads but the cgroup allows {quota:g} CPUs"
     rec.set("threads", threads, "tune.R022", text)
     thread_env(rec)
 
 
-def _nccl(rec: Recommendation, m: _Machine) -> None:
+def _nccl(rec: Recommendation, m: Machine) -> None:
     """tune.R021: NCCL hints from the topology."""
     if rec.device != "cuda" or rec.settings.nproc < 2:
         return
-    bad = p2p_problems(m.facts)
+    bad = m.p2p_problems
     if bad:
         a, b, status = bad[0]
         more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
         rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
                  f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology p2p_read){more}: "
                  "NCCL would hang on P2P; copy through host memory")
-    elif not p2p_pairs(m.facts):
+    elif not m.p2p:
         rec.notes.append("peer-to-peer status unknown (nvidia.topology): if DDP hangs at the first "
                          "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
 

@@ -12,13 +12,13 @@ an out-of-memory, and the exit code.  Torch-free.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from typing import Optional
 
-from debtorch.commands import EXIT_FAILED, EXIT_USAGE
-
-# Worker error kinds (docs/engine.md) that are about the user's input, not the run.
-USAGE_KINDS = ("no_python", "no_torch", "broken_torch", "workload", "device", "bad_request", "settings")
+from debtorch.doctor.checks_resources import check_shm
+from debtorch.doctor.registry import Context
+from debtorch.machine import Machine
+from debtorch.train.runner import USER_INPUT_KINDS
+from debtorch.tune import fingerprint
 
 SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
 
@@ -36,8 +36,9 @@ class Failure:
     detail: dict = field(default_factory=dict)
 
     @property
-    def exit_code(self) -> int:
-        return EXIT_USAGE if self.kind in USAGE_KINDS else EXIT_FAILED
+    def user_input(self) -> bool:
+        """About what the user gave (the command line exits 2), not a run that failed (1)."""
+        return self.kind in USER_INPUT_KINDS
 
     def line(self) -> str:
         where = f" ({self.phase})" if self.phase else ""
@@ -45,7 +46,7 @@ class Failure:
 
     def to_json(self) -> dict:
         out = asdict(self)
-        out["exit_code"] = self.exit_code
+        out["user_input"] = self.user_input
         out["detail"] = {k: v for k, v in self.detail.items() if k != "traceback"}
         return out
 
@@ -58,14 +59,9 @@ def shm_finding(facts: Optional[dict]) -> tuple:
     other /dev/shm that ran out is ``memory.E001``.
     """
     if facts:
-        try:
-            from debtorch.doctor.checks_resources import check_shm
-
-            for f in check_shm(facts, SimpleNamespace(site=None)):
-                if f.id in ("memory.E001", "memory.E002"):
-                    return f.id, f.fix.replace("\n", " ")
-        except Exception:  # noqa: BLE001 - the diagnosis stands without the doctor's detail
-            pass
+        for f in check_shm(Machine.from_facts(facts), Context()):
+            if f.id in ("memory.E001", "memory.E002"):
+                return f.id, f.fix.replace("\n", " ")
     return "memory.E001", SHM_FIX
 
 
@@ -110,6 +106,4 @@ def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Opt
 
 def stale_config(config_fingerprint: dict, here: dict) -> list:
     """What differs between the machine a config was tuned on and this one (tune's fingerprint)."""
-    from debtorch.tune import fingerprint
-
     return fingerprint.differences(config_fingerprint or {}, here or {})

@@ -27,7 +27,9 @@ import re
 import sys
 from typing import Iterable, Optional
 
-from debtorch import __version__
+from debtorch import __version__, versions
+from debtorch.facts.cpu import FEATURES
+from debtorch.facts.env import is_allowed
 
 NOT_IN_TEXT = "not in the collect_env text"
 SCHEMA_VERSION = 1
@@ -96,7 +98,6 @@ MISSING = {"", "could not collect", "n/a", "none", "no cuda", "not available", "
 
 # --- torch's own warnings, printed before the report ----------------------------------------
 
-SM_RE = re.compile(r"(?:sm|compute)_(\d+)[a-z]?")
 # Bounded repeats everywhere: a pasted text may hold megabyte lines, and an unbounded
 # lazy group before a literal is quadratic on them.
 # The GPU name is the text before this phrase on its line; the pattern starts with a literal
@@ -153,8 +154,6 @@ DERIVATIVES = ("ubuntu", "linux mint", "pop!_os", "kali", "raspbian", "elementar
 OS_IDS = {"red hat": "rhel", "centos": "centos", "rocky": "rocky", "almalinux": "almalinux", "fedora": "fedora",
           "opensuse": "opensuse", "suse": "sles", "arch": "arch", "linux mint": "linuxmint", "amazon linux": "amzn",
           "oracle": "ol", "ubuntu": "ubuntu", "pop!_os": "pop", "kali": "kali", "raspbian": "raspbian"}
-DEBIAN_CODENAMES = {"8": "jessie", "9": "stretch", "10": "buster", "11": "bullseye", "12": "bookworm",
-                    "13": "trixie", "14": "forky", "15": "duke"}
 
 
 # --- small helpers ------------------------------------------------------------------------
@@ -175,35 +174,6 @@ def _bool(value: Optional[str]) -> Optional[bool]:
 def _version(text: Optional[str]) -> Optional[str]:
     m = re.search(r"\d+(?:\.\d+)+", text or "")
     return m.group(0) if m else None
-
-
-def _sm_to_cc(sm: str) -> Optional[str]:
-    """'sm_120' -> '12.0', 'sm_86' -> '8.6', 'compute_37' -> '3.7'."""
-    m = SM_RE.fullmatch(sm.strip()) or SM_RE.search(sm)
-    if not m or len(m.group(1)) < 2:
-        return None
-    digits = m.group(1)
-    return f"{int(digits[:-1])}.{digits[-1]}"
-
-
-def _cuda_from_int(n: int) -> str:
-    """11040 -> '11.4' (torch prints the driver's CUDA as 1000*major + 10*minor)."""
-    return f"{n // 1000}.{(n % 1000) // 10}"
-
-
-def _lib_version(path: str) -> Optional[str]:
-    """'/usr/lib/x86_64-linux-gnu/libcudnn.so.8.9.5' -> '8.9.5'; 'cudnn64_7.dll' -> '7'."""
-    base = re.split(r"[\\/]", path.strip())[-1]
-    m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", base)
-    if m:
-        return m.group(1)
-    m = re.search(r"(\d+(?:\.\d+)*)\.dylib$", base)
-    if m:
-        return m.group(1)
-    m = re.search(r"64_(\d+)\.dll$", base, re.I)
-    if m:
-        return m.group(1)
-    return None
 
 
 # --- the reader ---------------------------------------------------------------------------
@@ -365,49 +335,37 @@ def _os_section(rd: _Reader, platform: str) -> dict:
     sec.put("pretty_name", pretty)
     low = (pretty or "").lower()
     is_debian = low.startswith("debian")
-    sec["is_debian"] = is_debian if pretty else None
-    if not pretty:
-        sec.setdefault("unknown", {})["is_debian"] = NOT_IN_TEXT
     os_id = None
-    derivative = None
+    derivative = False
     if pretty:
         if is_debian:
             os_id = "debian"
         elif platform == "linux":
             os_id = next((v for k, v in OS_IDS.items() if low.startswith(k)), None) or re.split(r"[\s/]", low)[0] or None
-            if any(low.startswith(d) for d in DERIVATIVES):
-                derivative = "debian"
+            derivative = any(low.startswith(d) for d in DERIVATIVES)
         elif platform in ("windows", "macos"):
             os_id = platform
     sec.put("id", os_id)
-    sec["derivative_of"] = derivative
     # What os-release's ID_LIKE says on these systems (Ubuntu: "debian"; Mint: "ubuntu debian").
     sec.put("id_like", ("ubuntu debian" if os_id in ("linuxmint", "pop") else "debian") if derivative else None,
             NOT_IN_TEXT if not pretty or platform == "linux" else f"a {platform} host")
-    release = codename = point = None
-    if is_debian and pretty:
-        m = re.search(r"GNU/Linux\s+(\d+)(?:\.(\d+))?", pretty)
-        if m:
-            release = m.group(1)
-            point = f"{m.group(1)}.{m.group(2)}" if m.group(2) else None
+    # The release as collect_env prints it ("Debian GNU/Linux 12 (bookworm)", "... 12.5 (bookworm)",
+    # lsb_release's "Debian GNU/Linux trixie/sid" on testing and unstable); the machine view
+    # (debtorch/machine.py) says which Debian release that is.
+    version_id = codename = debian_version = None
+    if pretty:
+        m = re.search(r"\b(\d+(?:\.\d+)*)\b", pretty)
+        version_id = m.group(1) if m and (is_debian or "." in m.group(1)) else None
         c = re.search(r"\(([a-z]+)\)", pretty)
         if c:
             codename = c.group(1)
-        elif "/sid" in low or low.endswith(" sid"):
-            # lsb_release prints "Debian GNU/Linux trixie/sid" on testing and unstable alike.
-            c2 = re.search(r"GNU/Linux\s+([a-z]+)/sid", pretty)
-            codename = c2.group(1) if c2 else None
-            release = "testing"
-        if release and not codename and release in DEBIAN_CODENAMES:
-            codename = DEBIAN_CODENAMES[release]
-    sec.put("release", release, NOT_IN_TEXT if not pretty else "not a Debian release" if not is_debian else NOT_IN_TEXT)
-    sec.put("codename", codename)
-    sec["point_release"] = point
-    version_id = None
-    m = re.search(r"\b(\d+(?:\.\d+)+)\b", pretty or "")
-    if m:
-        version_id = m.group(1)
+        if is_debian:
+            c2 = re.search(r"GNU/Linux\s+([a-z]+/sid|sid)\b", pretty)
+            if c2:
+                debian_version = c2.group(1)
     sec.put("version_id", version_id)
+    sec.put("codename", codename)
+    sec.put("debian_version", debian_version)
 
     py_platform = rd.values.get("python_platform")
     kernel = glibc = None
@@ -430,13 +388,12 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             1 if "microsoft" in kernel.lower() else None)
     else:
         sec.unknown("wsl")
-    for name in ("container", "externally_managed", "debian_version"):
+    for name in ("container", "externally_managed"):
         sec.unknown(name)
     return sec.finish()
 
 
 def _cpu_section(rd: _Reader) -> dict:
-    from debtorch.facts.cpu import FEATURES
 
     sec = _Sec()
     kv: dict[str, str] = {}
@@ -506,7 +463,6 @@ def _wheel(pip: dict, prefix: str) -> Optional[str]:
 
 
 def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
-    from debtorch.facts.pyenv import torch_variant
 
     sec = _Sec()
     pyv = rd.values.get("python")
@@ -586,7 +542,7 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         torch.setdefault("unknown", {})["cuda"] = NOT_IN_TEXT
     torch["hip"] = hip
     if version or cuda or hip:
-        torch["variant"] = torch_variant(version, cuda, hip) if (cuda_known or hip or (version and "+" in version)) else None
+        torch["variant"] = versions.variant_of(version, cuda, hip) if (cuda_known or hip or (version and "+" in version)) else None
         torch["cpu_only"] = (not cuda and not hip) if (cuda_known or hip) else None
     else:
         torch["variant"] = torch["cpu_only"] = None
@@ -647,7 +603,7 @@ def parse_torch_warnings(text: str) -> dict:
         name = re.sub(r"^.*?UserWarning:\s*", "", text[start:m.start()]).strip()
         if not name or (start == 0 and m.start() > 200):
             continue
-        out["devices"].append({"index": None, "name": name, "capability": _sm_to_cc(m.group(1))})
+        out["devices"].append({"index": None, "name": name, "capability": versions.cc_text(m.group(1))})
         out["messages"].append((name + m.group(0)).strip())
     for m in TOO_OLD_GPU_RE.finditer(text):
         out["devices"].append({"index": int(m.group(1)), "name": m.group(2).strip(),
@@ -658,7 +614,7 @@ def parse_torch_warnings(text: str) -> dict:
         out["arch_list"] = m.group(1).split()
     m = DRIVER_TOO_OLD_RE.search(text)
     if m:
-        out["driver_cuda"] = _cuda_from_int(int(m.group(1)))
+        out["driver_cuda"] = versions.cuda_from_int(m.group(1))
         out["errors"]["cuda_init"] = m.group(0)
     for rx, key in ((NO_DRIVER_RE, "cuda_init"), (CUDA_UNKNOWN_RE, "cuda_init"), (DRIVER_INIT_RE, "cuda_init")):
         m = rx.search(text)
@@ -835,13 +791,13 @@ def _cuda_section(rd: _Reader) -> dict:
                     "collect_env found no nvcc (a system CUDA toolkit; PyTorch wheels do not need one)")
     cudnn = rd.values.get("cudnn")
     if rd.cudnn_paths:
-        libs = [{"path": p, "version": _lib_version(p)} for p in rd.cudnn_paths]
+        libs = [{"path": p, "version": versions.library_version(p)} for p in rd.cudnn_paths]
         sec["cudnn_system"] = libs
         main = [lib["version"] for lib in libs if lib["version"]
                 and re.match(r"(libcudnn\.|cudnn64_)", re.split(r"[\\/]", lib["path"])[-1])]
-        versions = sorted({lib["version"] for lib in libs if lib["version"]}, key=lambda v: [int(x) for x in v.split(".")])
-        sec["cudnn_system_versions"] = versions
-        sec["cudnn_system_majors"] = sorted({int(v.split(".")[0]) for v in versions})
+        found = sorted({lib["version"] for lib in libs if lib["version"]}, key=lambda v: [int(x) for x in v.split(".")])
+        sec["cudnn_system_versions"] = found
+        sec["cudnn_system_majors"] = sorted({int(v.split(".")[0]) for v in found})
         sec["cudnn_system_main"] = sorted(set(main), key=lambda v: [int(x) for x in v.split(".")])
     else:
         sec.unknown("cudnn_system", NOT_IN_TEXT if cudnn is None else f"collect_env printed {cudnn.strip()!r}")
@@ -855,7 +811,6 @@ def _cuda_section(rd: _Reader) -> dict:
 
 
 def _env_section(rd: _Reader) -> dict:
-    from debtorch.facts.env import is_allowed
 
     sec = _Sec()
     variables: dict[str, str] = {}
@@ -1011,7 +966,7 @@ def parse(text: str, name: str = "<text>") -> dict:
     }
     if platform in ("windows", "macos"):
         notes.append(f"a {'Windows' if platform == 'windows' else 'macOS'} host: debtorch's checks are for Linux (Debian)")
-    elif platform == "linux" and doc["os"].get("is_debian") is False:
+    elif platform == "linux" and doc["os"].get("id") not in (None, "debian"):
         notes.append(f"not Debian ({doc['os'].get('pretty_name')}): the Debian-specific fixes may not apply")
     if rd.repeats >= MIN_CORE:
         notes.append("the text holds more than one report; the first one was read")

@@ -1,0 +1,495 @@
+"""The machine view: one typed reading of a facts document.
+
+Every question about the facts that needs interpretation is answered here,
+once, and every command reads the answer from here: the doctor's checks and
+report, tune's rules, the config fingerprint, the collect_env triage, fleet.
+
+* which NVIDIA driver the machine has, and where that answer came from;
+* its GPUs, each with a compute capability and where that came from;
+* the GPUs CUDA will use (CUDA_VISIBLE_DEVICES, compute mode);
+* how many CPUs training may use, and whether that is known;
+* which Debian release this is (or is derived from), from checks/debian.toml;
+* the installed PyTorch: version, series, build (CUDA, ROCm or CPU), variant.
+
+``Machine.from_facts(doc)`` never raises on a well-formed document (what
+:func:`debtorch.facts.load` or :func:`debtorch.facts.collect` returns): an
+answer that cannot be given is None, with a reason where the facts give one.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from debtorch import knowledge, versions
+from debtorch.facts import get, unknown_reason
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> Optional[str]:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+# ---------------------------------------------------------------- the parts
+
+
+@dataclass(frozen=True)
+class Driver:
+    """The NVIDIA driver.
+
+    ``version`` is the user-space driver (what CUDA checks against and what
+    runs after a reboot): NVML's or nvidia-smi's answer, else the version in
+    the driver libraries' file names, else the loaded kernel module's.
+    ``source`` says which.  ``cuda`` is the newest CUDA the driver runs (what
+    nvidia-smi prints as "CUDA Version"), from NVML, nvidia-smi or torch's
+    "driver too old (found version 12020)" warning.
+    """
+
+    version: Optional[str] = None
+    source: Optional[str] = None
+    kernel_module: Optional[str] = None
+    libraries: Optional[str] = None
+    cuda: Optional[str] = None
+    platform: str = "linux"              # "windows" under WSL: the Windows driver serves CUDA
+    unknown: Optional[str] = None        # why the version is unknown
+
+    @property
+    def mismatch(self) -> bool:
+        """The loaded kernel module and the driver libraries differ (upgraded without a reboot)."""
+        return bool(self.kernel_module and self.libraries and self.kernel_module != self.libraries)
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One NVIDIA GPU: from NVML or nvidia-smi (``row`` is that entry of
+    ``nvidia.gpus``), or only seen on the PCI bus (``row`` is None)."""
+
+    index: Optional[int]
+    name: Optional[str]
+    cc: Optional[str]                    # "8.6"
+    cc_from: Optional[str]               # "nvml", "nvidia-smi", "torch", "the name", "the PCI id"
+    label: str
+    uuid: Optional[str] = None
+    pci_address: Optional[str] = None
+    device_id: Optional[str] = None
+    row: Optional[dict] = field(default=None, compare=False, hash=False)
+
+    @property
+    def sm(self) -> Optional[str]:
+        return versions.sm_name(self.cc)
+
+    def value(self, name: str, default: Any = None) -> Any:
+        """A raw field of the NVML / nvidia-smi entry (``ecc_uncorrected_volatile`` ...)."""
+        v = (self.row or {}).get(name)
+        return default if v is None else v
+
+
+@dataclass(frozen=True)
+class CPUs:
+    usable: int                          # what training may use (assumed when unknown)
+    known: bool                          # False: ``usable`` is assumed
+    logical: Optional[int]
+    note: str                            # how reasons name the count
+    unknown: Optional[str] = None        # why usable CPUs are unknown
+    model: Optional[str] = None
+    bf16: Optional[tuple] = None         # native bf16 features (amx_bf16, avx512_bf16); None: unknown
+    quota: Optional[float] = None        # cgroup CPU quota
+    affinity: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DebianRelease:
+    """A Debian release as checks/debian.toml knows it (``row``), or only by name."""
+
+    release: str                         # "12", "testing", "sid", "15"
+    codename: Optional[str] = None
+    point_release: Optional[str] = None
+    row: Optional[dict] = field(default=None, compare=False, hash=False)
+    relation: str = "unknown"            # "supported", "older", "newer" (than the table), "unknown"
+
+    @property
+    def title(self) -> str:
+        if self.release in ("testing", "sid"):
+            return f"Debian {self.release}" + (f" ({self.codename})" if self.codename and self.codename != "sid" else "")
+        return f"Debian {self.release}" + (f" ({self.codename})" if self.codename else "")
+
+
+@dataclass(frozen=True)
+class OS:
+    platform: str                        # "linux", "windows", "macos", or "unknown"
+    id: Optional[str]
+    name: Optional[str]                  # PRETTY_NAME, or the id
+    is_debian: Optional[bool]            # None: the distribution is unknown
+    derivative: bool                     # Ubuntu, Raspberry Pi OS, Mint...
+    debian: Optional[DebianRelease]      # this Debian, or the Debian a derivative is based on
+    kernel: Optional[str] = None
+    arch: Optional[str] = None
+    container: Optional[str] = None
+    wsl: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Apt:
+    """APT as it concerns Debian: the components enabled for Debian's own suites."""
+
+    components: Optional[list]           # None: no sources could be read
+    suites: list
+    backports: bool
+    cuda_repo: bool
+    unknown: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Torch:
+    """The PyTorch of the target interpreter."""
+
+    known: bool                          # False: the facts do not say (probe failed, not in a report)
+    installed: Optional[bool] = None
+    version: Optional[str] = None
+    series: Optional[str] = None         # "2.5"
+    cuda: Optional[str] = None
+    hip: Optional[str] = None
+    variant: Optional[str] = None        # "cu124", "cpu", "rocm6.2"
+    executable: Optional[str] = None
+    unknown: Optional[str] = None
+
+    @property
+    def build(self) -> str:
+        if self.cuda:
+            return f"CUDA {self.cuda}"
+        if self.hip:
+            return f"ROCm {self.hip}"
+        return "CPU only"
+
+    @property
+    def cpu_only(self) -> bool:
+        return bool(self.installed) and not self.cuda and not self.hip
+
+    @property
+    def series_tuple(self) -> Optional[tuple]:
+        return versions.torch_series_tuple(self.version)
+
+
+# ---------------------------------------------------------------- the view
+
+
+class Machine:
+    """The one reading of a facts document (see the module docstring)."""
+
+    def __init__(self, facts: dict):
+        self.facts = facts if isinstance(facts, dict) else {}
+
+    @classmethod
+    def from_facts(cls, facts: dict) -> "Machine":
+        return cls(facts)
+
+    # Raw access, for facts that need no interpretation.
+    def get(self, dotted: str, default: Any = None) -> Any:
+        return get(self.facts, dotted, default)
+
+    def unknown(self, dotted: str) -> Optional[str]:
+        return unknown_reason(self.facts, dotted)
+
+    def section(self, name: str) -> dict:
+        sec = self.facts.get(name)
+        return sec if isinstance(sec, dict) else {}
+
+    # ---------------------------------------------------------- NVIDIA
+
+    @functools.cached_property
+    def driver(self) -> Driver:
+        nv = self.section("nvidia")
+        nvml = nv.get("nvml") if isinstance(nv.get("nvml"), dict) else {}
+        kmod = nv.get("kernel_module") if isinstance(nv.get("kernel_module"), dict) else {}
+        kernel = _str(kmod.get("version"))
+        libs = _str(nv.get("userspace_driver_version"))
+        version, source = None, None
+        for value, where in ((nv.get("driver_version"), nv.get("source") or "NVML"),
+                             (nvml.get("driver_version"), nvml.get("source") or "NVML"),
+                             (libs, "the driver libraries"), (kernel, "the kernel module")):
+            if _str(value):
+                version, source = _str(value), str(where)
+                break
+        cuda = _str(nv.get("cuda_driver_version")) or _str(nvml.get("cuda_driver_version"))
+        wsl = self.get("os.wsl")
+        why = None if version else (unknown_reason(self.facts, "nvidia.driver_version") or "no driver answered")
+        return Driver(version=version, source=source, kernel_module=kernel, libraries=libs, cuda=cuda,
+                      platform="windows" if wsl == 2 else "linux", unknown=why)
+
+    @functools.cached_property
+    def gpus(self) -> list:
+        """Every NVIDIA GPU the facts know: NVML / nvidia-smi entries, else PCI GPUs."""
+        out = []
+        listed = self.get("nvidia.gpus")
+        source = self.get("nvidia.source") or "NVML"
+        for i, g in enumerate(listed if isinstance(listed, list) else []):
+            if not isinstance(g, dict):
+                continue
+            name = _str(g.get("name"))
+            cc = versions.cc_text(g.get("compute_capability"))
+            cc_from = ("torch" if str(source).startswith("collect_env") else str(source)) if cc else None
+            if cc is None and name:
+                cc = knowledge.capability_for_name(name)
+                cc_from = "the name" if cc else None
+            idx = _int(g.get("index"))
+            out.append(GPU(index=idx, name=name, cc=cc, cc_from=cc_from,
+                           label=f"GPU {idx} ({name})" if idx is not None else (name or f"GPU #{i}"),
+                           uuid=_str(g.get("uuid")), pci_address=_str(g.get("pci_bus_id")), row=g))
+        if out:
+            return out
+        for d in self.pci_gpus:
+            name = _str(d.get("name"))
+            cc = knowledge.capability_for_name(name) if name else None
+            out.append(GPU(index=None, name=name, cc=cc, cc_from="the name" if cc else None,
+                           label=f"{d.get('address')} ({name or 'NVIDIA ' + str(d.get('device_id'))})",
+                           pci_address=_str(d.get("address")), device_id=_str(d.get("device_id"))))
+        return out
+
+    @property
+    def listed_gpus(self) -> list:
+        """The GPUs NVML or nvidia-smi listed (with their ``row`` of fields)."""
+        return [g for g in self.gpus if g.row is not None]
+
+    @functools.cached_property
+    def pci_gpus(self) -> list:
+        """NVIDIA GPUs on the PCI bus (not audio functions), as the facts list them."""
+        devices = self.get("nvidia.pci_devices")
+        return [d for d in devices if isinstance(d, dict) and d.get("is_gpu", True)] if isinstance(devices, list) else []
+
+    @property
+    def gpus_listed(self) -> bool:
+        """NVML or nvidia-smi answered with a list of GPUs."""
+        return isinstance(self.get("nvidia.gpus"), list) and bool(self.get("nvidia.gpus"))
+
+    @functools.cached_property
+    def has_nvidia_gpu(self) -> Optional[bool]:
+        """True when any source shows an NVIDIA GPU; False when the PCI bus was read and shows
+        none; None when nothing tells."""
+        if self.gpus or _int(self.get("nvidia.pci_gpu_count")):
+            return True
+        if isinstance(self.get("nvidia.pci_devices"), list):
+            return False
+        return None
+
+    @functools.cached_property
+    def compute_gpus(self) -> list:
+        """The GPUs CUDA will use: those CUDA_VISIBLE_DEVICES leaves (in its order), not Prohibited."""
+        gpus = [g for g in self.gpus if g.row is not None]
+        visible = visible_devices(self.get("env.variables.CUDA_VISIBLE_DEVICES"), gpus)
+        if visible is not None:
+            gpus = visible
+        return [g for g in gpus if str(g.value("compute_mode", "")).lower() != "prohibited"]
+
+    @staticmethod
+    def oldest_cc(gpus: list) -> Optional[tuple]:
+        """The oldest compute capability among ``gpus``; None when any is unknown or there are none."""
+        ccs = [versions.parse_cc(g.cc) for g in gpus]
+        return min(ccs) if ccs and all(ccs) else None
+
+    @functools.cached_property
+    def p2p(self) -> list:
+        """Peer-to-peer read status per GPU pair, where reported: [(a, b, status)].
+
+        From ``nvidia.topology`` (NVML, or ``nvidia-smi topo -p2p r``); pairs whose
+        status is unknown are left out."""
+        topo = self.get("nvidia.topology")
+        pairs = []
+        for row in topo if isinstance(topo, list) else []:
+            if not isinstance(row, dict):
+                continue
+            ids, status = row.get("gpus"), row.get("p2p_read")
+            if isinstance(ids, list) and len(ids) == 2 and isinstance(status, str) and status.lower() != "unknown":
+                pairs.append((ids[0], ids[1], status))
+        return pairs
+
+    @property
+    def p2p_problems(self) -> list:
+        """The GPU pairs whose peer-to-peer status is reported and not OK (NCCL may hang on them)."""
+        return [(a, b, st) for a, b, st in self.p2p if st.strip().lower() != "ok"]
+
+    @property
+    def gpu_names(self) -> str:
+        return ", ".join(sorted({g.name or "GPU" for g in self.compute_gpus})) or "GPU"
+
+    # ---------------------------------------------------------- CPU
+
+    @functools.cached_property
+    def cpus(self) -> CPUs:
+        usable = _int(self.get("cpu.usable_cpus"))
+        logical = _int(self.get("cpu.logical_cpus"))
+        feats = self.get("cpu.features")
+        bf16 = tuple(f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)) if isinstance(feats, dict) else None
+        quota = self.get("cpu.cgroup_quota_cpus")
+        quota = float(quota) if isinstance(quota, (int, float)) and not isinstance(quota, bool) else None
+        common = dict(logical=logical, model=_str(self.get("cpu.model")), bf16=bf16, quota=quota,
+                      affinity=_int(self.get("cpu.affinity_cpus")))
+        if usable and usable > 0:
+            return CPUs(usable=usable, known=True, note=f"{usable} usable CPUs (cpu.usable_cpus)", **common)
+        assumed = logical if logical and logical > 0 else 1
+        why = self.unknown("cpu.usable_cpus") or "not in the facts"
+        return CPUs(usable=assumed, known=False, unknown=why,
+                    note=f"{assumed} CPUs assumed (cpu.usable_cpus unknown: {why})", **common)
+
+    # ---------------------------------------------------------- OS
+
+    @functools.cached_property
+    def os(self) -> OS:
+        o = self.section("os")
+        os_id = (_str(o.get("id")) or "").lower() or None
+        like = (_str(o.get("id_like")) or "").lower().split()
+        dv = _str(o.get("debian_version"))
+        platform = _str(o.get("platform")) or ("linux" if os_id or o.get("kernel") else "unknown")
+        is_debian = None if os_id is None else os_id == "debian"
+        derivative = bool(os_id and not is_debian and ("debian" in like or "ubuntu" in like or dv))
+        debian = None
+        if is_debian:
+            debian = self._debian_release(o, dv)
+        elif derivative and dv:
+            debian = _debian_base(dv)
+        return OS(platform=platform, id=os_id, name=_str(o.get("pretty_name")) or os_id, is_debian=is_debian,
+                  derivative=derivative, debian=debian, kernel=_str(o.get("kernel")), arch=_str(o.get("arch")),
+                  container=_str(o.get("container")), wsl=_int(o.get("wsl")))
+
+    def _debian_release(self, o: dict, dv: Optional[str]) -> Optional[DebianRelease]:
+        codename = (_str(o.get("codename")) or "").lower() or None
+        version_id = _str(o.get("version_id"))
+        point = dv if dv and versions.numeric(dv) is not None else None
+        if version_id and versions.numeric(version_id) is not None:
+            return _release(version_id.split(".")[0], codename, point or (version_id if "." in version_id else None))
+        if codename == "sid" or (dv and ("/sid" in dv or dv == "sid")):
+            release = "sid" if codename == "sid" else "testing"
+            if release == "testing":
+                # Testing and sid look alike in os-release; APT's suites tell them apart.
+                suites = set(self.get("apt.suites") or [])
+                if suites & {"sid", "unstable"} and not suites & {"testing", codename or "?"}:
+                    release = "sid"
+            if not codename and dv and "/" in dv:
+                codename = dv.split("/")[0].lower() or None
+            return _release(release, codename, None)
+        if codename:
+            row = knowledge.debian_release(codename)
+            if row:
+                return _release(row["version"], codename, point)
+        if point:
+            return _release(point.split(".")[0], codename, point)
+        legacy = _str(o.get("release"))     # facts saved by debtorch 0.x named the release themselves
+        if legacy:
+            return _release(legacy, codename, point)
+        return None
+
+    @functools.cached_property
+    def apt(self) -> Apt:
+        a = self.section("apt")
+        sources = a.get("sources")
+        suites = [s for s in a.get("suites") or [] if isinstance(s, str)]
+        legacy = a.get("components")           # facts saved by debtorch 0.x summarised them
+        if not isinstance(sources, list) or not sources:
+            if isinstance(legacy, list):
+                return Apt(components=legacy, suites=suites, backports=bool(a.get("backports")),
+                           cuda_repo=bool(a.get("cuda_repo")))
+            return Apt(components=None, suites=suites, backports=False, cuda_repo=bool(a.get("cuda_repo")),
+                       unknown=self.unknown("apt.sources") or self.unknown("apt.components") or "no APT sources found")
+        comps: set = set()
+        backports = False
+        for e in sources:
+            if not isinstance(e, dict) or not e.get("enabled", True) or "deb" not in (e.get("types") or []):
+                continue
+            for suite in e.get("suites") or []:
+                if knowledge.is_debian_suite(suite):
+                    comps.update(c for c in e.get("components") or [] if isinstance(c, str))
+                    backports = backports or str(suite).endswith("-backports")
+        order = ["main", "contrib", "non-free", "non-free-firmware"]
+        return Apt(components=[c for c in order if c in comps] + sorted(comps - set(order)), suites=suites,
+                   backports=backports, cuda_repo=bool(a.get("cuda_repo")))
+
+    @functools.cached_property
+    def debian_driver(self) -> Optional[dict]:
+        """Debian's packaged nvidia-driver for this release: {version, release, codename}, or None."""
+        deb = self.os.debian if self.os.is_debian else None
+        row = deb.row if deb else None
+        if not row or not row.get("nvidia_driver"):
+            return None
+        return {"version": row["nvidia_driver"], "release": row.get("version") or deb.release,
+                "codename": row.get("codename")}
+
+    # ---------------------------------------------------------- PyTorch
+
+    @functools.cached_property
+    def torch(self) -> Torch:
+        t = self.get("python.torch")
+        exe = _str(self.get("python.executable"))
+        if not isinstance(t, dict) or t.get("installed") is None:
+            return Torch(known=False, executable=exe, unknown=self.unknown("python.torch") or "not in the facts")
+        if not t.get("installed"):
+            return Torch(known=True, installed=False, executable=exe)
+        version = _str(t.get("version"))
+        parsed = versions.torch_version(version) if version else None
+        cuda, hip = _str(t.get("cuda")), _str(t.get("hip"))
+        variant = _str(t.get("variant")) or versions.variant_of(version, cuda, hip)
+        return Torch(known=True, installed=True, version=version, series=parsed["series"] if parsed else None,
+                     cuda=cuda, hip=hip, variant=variant, executable=exe)
+
+    # ---------------------------------------------------------- what the answers rest on
+
+    def answers(self) -> dict:
+        """Every interpreted answer, as plain data: what the consistency test compares
+        between consumers, and what `debtorch facts` and fleet may show."""
+        d, c, o, t = self.driver, self.cpus, self.os, self.torch
+        return {
+            "driver": d.version, "driver_source": d.source, "driver_cuda": d.cuda,
+            "gpus": [(g.name, g.cc) for g in self.gpus],
+            "compute_gpus": [g.name for g in self.compute_gpus],
+            "usable_cpus": c.usable if c.known else None,
+            "debian": o.debian.release if o.debian else None,
+            "torch": t.version, "torch_cuda": t.cuda, "torch_variant": t.variant,
+        }
+
+
+def visible_devices(value: Any, gpus: list) -> Optional[list]:
+    """The GPUs CUDA_VISIBLE_DEVICES leaves, in its order; None when unset.
+
+    CUDA stops at the first entry it cannot match (an index out of range or an
+    unknown UUID prefix), so do we.
+    """
+    if not isinstance(value, str):
+        return None
+    out: list = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            break
+        match = None
+        if item.isdigit():
+            idx = int(item)
+            match = next((g for g in gpus if g.index == idx), None)
+            if match is None and idx < len(gpus) and all(g.index is None for g in gpus):
+                match = gpus[idx]
+        else:
+            match = next((g for g in gpus if (g.uuid or "").startswith(item)), None)
+        if match is None or match in out:
+            break
+        out.append(match)
+    return out
+
+
+def _release(release: str, codename: Optional[str], point: Optional[str]) -> DebianRelease:
+    row = knowledge.debian_release(release)
+    if codename is None and row is not None and release not in ("testing", "sid"):
+        codename = row.get("codename")
+    return DebianRelease(release=release, codename=codename, point_release=point, row=row,
+                         relation=knowledge.debian_support(release))
+
+
+def _debian_base(dv: str) -> Optional[DebianRelease]:
+    """The Debian a derivative is based on, from its /etc/debian_version ("trixie/sid", "12.5")."""
+    base = dv.split("/")[0].strip().lower()
+    if versions.numeric(base) is not None:
+        return _release(base.split(".")[0], None, base if "." in base else None)
+    row = knowledge.debian_release(base)
+    if row:
+        return _release(row["version"], base, None)
+    return None
