@@ -11,6 +11,6 @@ __all__ = ["__version__", "load"]
 
 def load(path="debtorch.toml", *, warn_on_mismatch=True):
     """Load a config written by ``debtorch tune --write`` (see docs/runtime.md)."""
-    from debtorch.tune.runtime import load as _load
+    from debtorch.tune.runtime import load as _load  # defer: `import debtorch` stays cheap
 
     return _load(path, warn_on_mismatch=warn_on_mismatch)

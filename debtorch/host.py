@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
+from debtorch import nvmlfake
+
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
 PERMISSION_DENIED = "permission denied"
@@ -49,6 +51,30 @@ HOST_FILE = "_host.json"
 COMMANDS_DIR = "_commands"
 NVML_FILE = "_nvml.json"
 MAX_READ = 8 * 1024 * 1024
+
+
+# The environment variables that change how PyTorch trains: the only ones debtorch
+# reads, reports or records (facts.env, RecordingHost); no other variable leaves the machine.
+ENV_ALLOWED = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH", "CUDA_LAUNCH_BLOCKING",
+    "CUDA_MODULE_LOADING", "CUDNN_PATH", "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "GOMP_CPU_AFFINITY",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_CUDA_ARCH_LIST",
+    "TORCH_HOME", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "VIRTUAL_ENV", "CONDA_PREFIX", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+    "WSL_DISTRO_NAME", "KUBERNETES_SERVICE_HOST",
+)
+ENV_ALLOWED_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCHINDUCTOR_", "DEBTORCH_")
+
+
+def is_allowed(name: str) -> bool:
+    return name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES)
+
+
+def allowed_environ(environ, keep_venv: bool = True) -> dict:
+    """The allowlisted subset of ``environ``, sorted by name."""
+    return {k: environ[k] for k in sorted(environ) if is_allowed(k) and (keep_venv or k != "VIRTUAL_ENV")}
+
 
 
 class Unavailable(Exception):
@@ -485,8 +511,6 @@ class ReplayHost(Host):
             elif spec.get("error"):
                 self._nvml = (None, spec["error"])
             else:
-                from debtorch import nvmlfake
-
                 try:
                     fake = nvmlfake.load(self.root / spec.get("file", NVML_FILE))
                     fake.nvmlInit()
@@ -669,8 +693,6 @@ class RecordingHost(LiveHost):
 
     def save(self) -> Path:
         """Write ``_host.json`` (and large command outputs) into the folder."""
-        from debtorch.facts.env import allowed_environ
-
         meta = dict(self.meta)
         meta["machine"] = self.machine
         meta["python"] = self._own_python()
@@ -692,8 +714,6 @@ class RecordingHost(LiveHost):
             if nv[0] is None:
                 meta["nvml"] = {"error": nv[1]}
             else:
-                from debtorch import nvmlfake
-
                 (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
                 meta["nvml"] = {"file": NVML_FILE}
         path = self.out / HOST_FILE

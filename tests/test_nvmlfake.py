@@ -8,6 +8,7 @@ import pytest
 
 from debtorch import nvmlfake
 from debtorch.facts import nvidia
+from smi_fake import from_smi_xml
 
 pynvml = pytest.importorskip("pynvml")   # nvidia-ml-py: in the test extras
 REAL = Path(__file__).resolve().parent / "real"
@@ -91,7 +92,7 @@ def test_init_error_is_raised_like_the_library():
 def test_real_xml_through_the_fake_gives_what_nvidia_smi_gives(xml):
     """XML -> fake -> the NVML path agrees with XML -> the nvidia-smi path, field by field."""
     text = (REAL / "nvidia-smi-xml" / xml).read_text()
-    fake = nvmlfake.loads(nvmlfake.from_smi_xml(text))
+    fake = nvmlfake.loads(from_smi_xml(text))
     fake.nvmlInit()
     via_nvml = nvidia.nvml_facts(fake)["gpus"]
     via_smi = nvidia.parse_smi_xml(text)["gpus"]

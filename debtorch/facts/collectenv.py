@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 
 from debtorch import __version__, versions
 from debtorch.facts.cpu import FEATURES
-from debtorch.facts.env import is_allowed
+from debtorch.host import is_allowed
 
 NOT_IN_TEXT = "not in the collect_env text"
 SCHEMA_VERSION = 1

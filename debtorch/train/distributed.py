@@ -40,10 +40,10 @@ def main() -> int:
         import torch
         import torch.distributed as dist
 
-        from debtorch.train.engine import run_trial
-        from debtorch.train.settings import Settings
-        from debtorch.train.worker import check_device
-        from debtorch.train.workloads import load_workload
+        from debtorch.train.engine import run_trial  # defer: torch, after torch.distributed is up
+        from debtorch.train.settings import Settings  # defer: with the engine
+        from debtorch.train.worker import check_device  # defer: with the engine
+        from debtorch.train.workloads import load_workload  # defer: torch
 
         settings = Settings.from_dict(req.get("settings") or {})
         device = req.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -79,7 +79,7 @@ def main() -> int:
         dist.destroy_process_group()
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank's failure is a result for the launcher
-        from debtorch.train.worker import classify
+        from debtorch.train.worker import classify  # defer: only on a failure
 
         _write(os.path.join(out, f"rank{rank}.json"), {"ok": False, "rank": rank, "error": classify(exc, context)})
         return 1

@@ -131,7 +131,7 @@ class Session:
     def load(self, req: dict) -> dict:
         import torch
 
-        from debtorch.train.workloads import load_workload
+        from debtorch.train.workloads import load_workload  # defer: torch, after the worker said it started
 
         spec = req.get("workload")
         if not isinstance(spec, str):
@@ -149,8 +149,8 @@ class Session:
         return out
 
     def trial(self, req: dict) -> dict:
-        from debtorch.train.engine import MODES, run_trial
-        from debtorch.train.settings import Settings
+        from debtorch.train.engine import MODES, run_trial  # defer: torch, after the worker said it started
+        from debtorch.train.settings import Settings  # defer: with the engine
 
         if self.workload is None:
             raise BadRequest("no workload loaded: send a load request first")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import platform
 from typing import Any, Optional
 
+from debtorch import facts as facts_mod
+from debtorch.host import LiveHost
 from debtorch.machine import Machine
 
 # key -> what it is, for docs/tune.md and messages.
@@ -62,9 +64,6 @@ def current(torch_module: Any = None) -> dict:
     nvidia-smi only where NVML fails on a machine with an NVIDIA GPU) and
     PyTorch from the imported module when given.
     """
-    from debtorch import facts as facts_mod
-    from debtorch.host import LiveHost
-
     host = LiveHost()
     try:
         doc = facts_mod.collect(host, facts_mod.Options(sections=("cpu", "nvidia", "env")))

@@ -16,7 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from debtorch.host import LiveHost
 from debtorch.machine import Machine
+from debtorch.train.runner import Worker, WorkerError, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -96,8 +98,6 @@ class EngineTrials:
     # Failures that are about the user's input, not about the measurement.
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
-        from debtorch.host import LiveHost
-        from debtorch.train.runner import Worker, WorkerError, worker_python
 
         self._error = WorkerError
         self._worker_cls = Worker

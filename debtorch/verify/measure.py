@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from debtorch.train import runner
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
@@ -162,8 +163,6 @@ class Verifier:
 
     def __init__(self, plan: Plan, facts: Optional[dict] = None, progress: Optional[Progress] = None,
                  worker_factory: Optional[Callable] = None, launcher: Optional[Callable] = None):
-        from debtorch.train import runner
-
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()

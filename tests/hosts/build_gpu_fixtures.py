@@ -25,6 +25,8 @@ REAL = ROOT / "tests" / "real"
 sys.path.insert(0, str(ROOT))
 
 from debtorch import nvmlfake  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+from smi_fake import from_smi_xml  # noqa: E402
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -350,7 +352,7 @@ def workstation() -> None:
     t.command("getconf GNU_LIBC_VERSION", "glibc 2.41\n")
     # NVML: the real RTX 3080 state (nvidia-smi XML v13) as a fake.
     xml = (REAL / "nvidia-smi-xml" / "rtx-3080-595.58.03.xml").read_text()
-    fake = nvmlfake.from_smi_xml(xml, {"NVIDIA GeForce RTX 3080": "8.6"},
+    fake = from_smi_xml(xml, {"NVIDIA GeForce RTX 3080": "8.6"},
                                  source="tests/real/nvidia-smi-xml/rtx-3080-595.58.03.xml (nvmlfake.from_smi_xml)")
     t.nvml(fake)
     # Python: a venv with torch 2.13.0+cu130 from download.pytorch.org.
@@ -591,7 +593,7 @@ def a100_fake() -> dict:
     """8 A100s from the one real A100 state: GPU 0 exactly as recorded (MIG enabled), GPUs 1-7 the same
     board with their own identity and MIG off; NVLink through six NVSwitches, 12 links per GPU."""
     xml = (REAL / "nvidia-smi-xml" / "a100-sxm4-80gb-535.54.03.xml").read_text()
-    one = nvmlfake.from_smi_xml(xml, {"NVIDIA A100-SXM4-80GB": "8.0"})
+    one = from_smi_xml(xml, {"NVIDIA A100-SXM4-80GB": "8.0"})
     base = one["devices"][0]
     devices = []
     for i, bus in enumerate(A100_BUSES):
