@@ -194,3 +194,17 @@ def test_a_python_that_is_no_interpreter_is_bad_usage(command, tmp_path):
     res = runner.invoke(app, [command, "--json", "--host", str(HOSTS / "debian12-vm-2core"),
                               "--python", str(tmp_path / "nope" / "python")])
     assert res.exit_code in (0, 1), res.output
+
+
+def test_a_recording_without_the_deep_probe_is_unknown_not_a_failed_import(tmp_path, replay):
+    """--deep on a machine recorded without it: nothing ran, so nothing failed (was a string
+    search of the error text in the check; now the facts say unknown, with the reason)."""
+    base = make_host(tmp_path, name="base")
+    data = json.loads((base.root / "_host.json").read_text())
+    kept = {k: v for k, v in data["commands"].items() if not k.endswith("<probe:deep>")}
+    host = make_host(tmp_path, meta={"commands": None})
+    (host.root / "_host.json").write_text(json.dumps({**data, "commands": kept}))
+    host = type(host)(host.root)
+    doc = facts_of(host, deep=True)
+    assert doc["python"]["deep"] is None and "record with --deep" in doc["python"]["unknown"]["deep"]
+    assert "torch.E005" not in ids(diagnose(doc).findings)

@@ -10,7 +10,6 @@ from debtorch.doctor.findings import error, warning
 from debtorch.doctor.fixes import pip_line
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import check
-from debtorch.host import NOT_RECORDED
 
 
 def _torch(m) -> dict:
@@ -179,7 +178,7 @@ def check_deep_import(m, ctx):
         return [error("torch.E005", f"import torch fails: {errs['import'][:120]}",
                       fix="Reinstall PyTorch in that venv: pip install --force-reinstall torch ...",
                       facts={"error": errs["import"]})]
-    if not deep.get("ok") and errs.get("probe") and NOT_RECORDED not in errs["probe"]:
+    if not deep.get("ok") and errs.get("probe"):
         return [error("torch.E005", f"the torch probe failed: {errs['probe'][:120]}",
                       fix="Run `python -c 'import torch'` in that venv to see the error.",
                       facts={"error": errs["probe"]})]

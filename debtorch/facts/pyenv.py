@@ -14,7 +14,7 @@ from typing import Optional
 
 from debtorch import versions
 from debtorch.facts import Section
-from debtorch.host import Host
+from debtorch.host import NOT_RECORDED, Host
 from debtorch.probes import source
 
 LIGHT_TIMEOUT = 15.0
@@ -91,7 +91,10 @@ def collect(host: Host, ctx) -> dict:
     if ctx.options.deep:
         deep_res = results[1]
         deep = parse_probe_output(deep_res.stdout) if deep_res.error is None else None
-        if deep is None:
+        if deep_res.error == NOT_RECORDED:
+            # A recording made without --deep: what torch would do there is unknown, not a failure.
+            sec.unknown("deep", "the recording has no deep probe (record with --deep)")
+        elif deep is None:
             reason = deep_res.reason or "the probe printed no JSON"
             tail = deep_res.stderr.strip().splitlines()
             sec["deep"] = {"ok": False, "errors": {"probe": reason + (f": {tail[-1][:300]}" if tail else "")}}
