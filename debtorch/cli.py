@@ -91,12 +91,16 @@ def facts(
     _check_python(python, replay)
     host = _host(replay, record)
     try:
-        doc = facts_mod.collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        try:
+            doc = facts_mod.collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        finally:
+            host.close()
+        if record:
+            path = host.save()
+            typer.echo(f"debtorch: recorded this machine in {path.parent}", err=True)
     finally:
-        host.close()
-    if record:
-        path = host.save()
-        typer.echo(f"debtorch: recorded this machine in {path.parent}", err=True)
+        if record:
+            host.discard()   # an interrupted recording leaves nothing behind
     if json_out:
         typer.echo(json.dumps(doc, indent=2, sort_keys=False, default=_json_default))
     else:

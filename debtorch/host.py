@@ -30,15 +30,17 @@ import os
 import platform
 import posixpath
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from debtorch import nvmlfake
+from debtorch import inputs, nvmlfake
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -440,12 +442,23 @@ class ReplayHost(Host):
         self.meta: dict = {}
         if meta_path.exists():
             try:
-                self.meta = json.loads(meta_path.read_text())
-            except (OSError, ValueError) as exc:
-                raise Unavailable(f"{meta_path}: not valid JSON ({exc})") from None
-            if not isinstance(self.meta, dict):
-                raise Unavailable(f"{meta_path}: not a JSON object")
+                self.meta = inputs.parse_json(inputs.read_text(str(meta_path), what="a recording"), str(meta_path))
+            except inputs.InputError as exc:
+                raise Unavailable(str(exc)) from None
+            bad = _meta_problem(self.meta)
+            if bad:
+                raise Unavailable(f"{meta_path}: {bad}")
         self._nvml: Optional[tuple[Any, Optional[str]]] = None
+
+    def _inside(self, *parts: str) -> Optional[Path]:
+        """``root/parts`` when it is a plain name that stays inside the recording, links
+        followed; None otherwise (an absolute or ``..`` name must never read the live machine)."""
+        name = parts[-1]
+        if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", ".."):
+            return None
+        path = self.root.joinpath(*parts)
+        real = os.path.realpath(path)
+        return path if real.startswith(str(self.root) + os.sep) else None
 
     # Paths are resolved inside the fake root, symlinks included, so that an
     # absolute link in a fixture never escapes to the live machine.
@@ -495,10 +508,13 @@ class ReplayHost(Host):
             return CommandResult(argv, None, "", "", reason)
         stdout = rec.get("stdout", "")
         if rec.get("stdout_file"):
+            path = self._inside(COMMANDS_DIR, rec["stdout_file"])
+            if path is None:
+                return CommandResult(argv, None, "", "", "recorded output is not a file inside the recording")
             try:
-                stdout = (self.root / COMMANDS_DIR / rec["stdout_file"]).read_text(errors="replace")
-            except OSError as exc:
-                return CommandResult(argv, None, "", "", f"recorded output missing: {exc}")
+                stdout = inputs.read_text(str(path), what="recorded output")
+            except inputs.InputError as exc:
+                return CommandResult(argv, None, "", "", f"recorded output unreadable: {exc}")
         return CommandResult(
             argv, rec.get("returncode"), stdout, rec.get("stderr", ""), rec.get("error"), 0.0
         )
@@ -512,7 +528,10 @@ class ReplayHost(Host):
                 self._nvml = (None, spec["error"])
             else:
                 try:
-                    fake = nvmlfake.load(self.root / spec.get("file", NVML_FILE))
+                    path = self._inside(spec.get("file", NVML_FILE))
+                    if path is None:
+                        raise ValueError("the NVML recording is not a file inside the recording")
+                    fake = nvmlfake.load(path)
                     fake.nvmlInit()
                     self._nvml = (fake, None)
                 except Exception as exc:  # a fake raising like the real binding
@@ -568,21 +587,35 @@ class RecordingHost(LiveHost):
 
     def __init__(self, folder, trim: Optional[dict] = None) -> None:
         super().__init__()
-        self.out = Path(folder)
+        self.final = Path(folder)
         # A new or empty folder only: a recording must not overwrite a user's files,
         # nor mix with an older recording that replay would then believe.
-        if self.out.exists() and not self.out.is_dir():
+        if self.final.exists() and not self.final.is_dir():
             raise Unavailable(f"{folder}: not a folder")
-        if self.out.is_dir() and any(self.out.iterdir()):
+        if self.final.is_dir() and any(self.final.iterdir()):
             raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
+        # Everything goes into a hidden folder beside it, renamed into place by save():
+        # an interrupted recording never leaves a folder that replays as a broken machine.
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            self.out = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.recording-", dir=self.final.parent))
         except OSError as exc:
             raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
         self._lock = threading.Lock()
         self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}
         self._trim = trim or {}
+
+    def discard(self) -> None:
+        """Remove what was recorded, unless save() moved it into place."""
+        shutil.rmtree(self.out, ignore_errors=True)
+
+    def __enter__(self) -> "RecordingHost":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+        self.discard()
 
     def _dest(self, p: str) -> Path:
         return self.out / _norm(p).lstrip("/")
@@ -716,9 +749,44 @@ class RecordingHost(LiveHost):
             else:
                 (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
                 meta["nvml"] = {"file": NVML_FILE}
-        path = self.out / HOST_FILE
-        path.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        return path
+        (self.out / HOST_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        # Into place at once: rename(2) replaces an empty folder, and nothing else.
+        try:
+            os.rename(self.out, self.final)
+        except OSError as exc:
+            raise Unavailable(f"{self.final}: {_reason_for(exc)} (the recording is in {self.out})") from None
+        return self.final / HOST_FILE
+
+
+_META = {"machine": str, "python": str, "user": str, "environ": dict, "rlimits": dict, "affinity": list,
+         "statvfs": dict, "commands": dict, "nvml": dict, "missing_command_reason": str}
+
+
+def _meta_problem(meta: Any) -> Optional[str]:
+    """What is wrong with a recording's _host.json, in a few words, or None."""
+    if not isinstance(meta, dict):
+        return "not a JSON object"
+    for key, kind in _META.items():
+        if meta.get(key) is not None and not isinstance(meta[key], kind):
+            return f"'{key}' is not a{'n' if kind in (dict, list) else ''} {kind.__name__.replace('dict', 'object')}"
+    for name, rec in (meta.get("commands") or {}).items():
+        if not isinstance(rec, dict):
+            return f"commands.{name}: not an object"
+        for key, kind in (("stdout", str), ("stderr", str), ("stdout_file", str), ("error", str),
+                          ("returncode", int)):
+            if rec.get(key) is not None and (not isinstance(rec[key], kind) or isinstance(rec[key], bool)):
+                return f"commands.{name}.{key}: wrong type"
+    if not all(isinstance(v, str) for v in (meta.get("environ") or {}).values()):
+        return "environ: every value must be a string"
+    for name, val in (meta.get("rlimits") or {}).items():
+        if not (isinstance(val, list) and len(val) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in val)):
+            return f"rlimits.{name}: expected [soft, hard]"
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in meta.get("affinity") or []):
+        return "affinity: expected a list of CPU numbers"
+    for name, val in (meta.get("statvfs") or {}).items():
+        if not isinstance(val, dict) or not all(inputs.finite(v) for v in val.values()):
+            return f"statvfs.{name}: expected numbers"
+    return None
 
 
 def _norm(p: str) -> str:

@@ -104,3 +104,52 @@ def test_a_recorded_folder_behind_a_symlink_replays_as_a_folder(tmp_path):
     assert rec.is_dir(str(tmp_path / "shm"))
     rec.save()
     assert ReplayHost(tmp_path / "rec").is_dir(str(tmp_path / "shm"))
+
+
+def test_a_recording_cannot_read_the_live_machine(tmp_path, no_live):
+    """An absolute or '..' stdout_file in _host.json stays unread (issue 13, item 3)."""
+    from hostkit import make_host
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET\n")
+    for name in (str(secret), "../../secret.txt", "../secret.txt"):
+        host = make_host(tmp_path, commands={"getconf GNU_LIBC_VERSION": {"returncode": 0, "stdout_file": name}})
+        res = host.run(["getconf", "GNU_LIBC_VERSION"])
+        assert "TOP-SECRET" not in res.stdout and res.error == "recorded output is not a file inside the recording"
+    host = make_host(tmp_path, commands={"getconf GNU_LIBC_VERSION": {"returncode": 0, "stdout_file": "link.out"}})
+    (host.root / "_commands").mkdir(exist_ok=True)
+    os.symlink(secret, host.root / "_commands" / "link.out")        # a link out of the recording
+    assert "TOP-SECRET" not in host.run(["getconf", "GNU_LIBC_VERSION"]).stdout
+
+
+@pytest.mark.parametrize("meta,said", [({"commands": ["x"]}, "'commands' is not an object"),
+                                       ({"environ": {"A": 1}}, "environ: every value must be a string"),
+                                       ({"rlimits": {"NOFILE": [1]}}, "rlimits.NOFILE: expected [soft, hard]")])
+def test_a_broken_recording_is_one_line(tmp_path, meta, said):
+    from typer.testing import CliRunner
+
+    from debtorch.cli import app
+    from hostkit import make_host
+
+    host = make_host(tmp_path)
+    data = json.loads((host.root / "_host.json").read_text())
+    (host.root / "_host.json").write_text(json.dumps({**data, **meta}))
+    res = CliRunner().invoke(app, ["doctor", "--host", str(host.root)])
+    assert res.exit_code == 2 and said in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_an_interrupted_recording_leaves_nothing(tmp_path, monkeypatch):
+    """Ctrl-C during `facts --record DIR`: no DIR (it would replay as a broken machine),
+    no hidden temporary folder (issue 13, item 7)."""
+    from typer.testing import CliRunner
+
+    from debtorch.cli import app
+
+    def interrupted(host, options=None):
+        host.read_text("/proc/cpuinfo")          # something was already recorded
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(facts, "collect", interrupted)
+    dest = tmp_path / "rec"
+    CliRunner().invoke(app, ["facts", "--record", str(dest)])
+    assert list(tmp_path.iterdir()) == []

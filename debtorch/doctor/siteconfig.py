@@ -19,12 +19,12 @@ line and the key.  Nothing in the file is executed.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 
 from packaging.version import InvalidVersion, Version
 
+from debtorch import inputs
 from debtorch.units import parse_size
 
 SYSTEM_PATH = "/etc/debtorch/doctor.toml"
@@ -74,9 +74,9 @@ def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig
         return SiteConfigError(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
 
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SiteConfigError(f"{path}: not valid TOML ({exc})") from None
+        data = inputs.parse_toml(text, path)
+    except inputs.InputError as exc:
+        raise SiteConfigError(str(exc)) from None
     for key in data:
         if key not in ("silence", "minimums"):
             raise fail(key, "unknown key (expected silence or [minimums])")
@@ -123,11 +123,8 @@ def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
                 parse(text, p, cfg)
     if explicit:
         try:
-            with open(explicit, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise SiteConfigError(f"{explicit}: cannot read ({exc.strerror or exc})") from None
-        except UnicodeDecodeError as exc:
-            raise SiteConfigError(f"{explicit}: not UTF-8 text (byte {exc.start}); a TOML file must be UTF-8") from None
+            text = inputs.read_text(explicit, 1024 * 1024, what="a doctor config")
+        except inputs.InputError as exc:
+            raise SiteConfigError(str(exc)) from None
         parse(text, explicit, cfg)
     return cfg

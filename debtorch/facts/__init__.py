@@ -23,13 +23,13 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as _dt
 import importlib
-import json
 import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from debtorch import __version__
+from debtorch import __version__, inputs
+from debtorch.facts import schema as _schema
 from debtorch.host import Host
 
 SCHEMA_VERSION = 1
@@ -119,23 +119,21 @@ class FactsFileError(Exception):
 
 
 def load(path: str, text: Optional[str] = None) -> dict:
-    """Load facts saved by ``debtorch facts --json`` (on any machine)."""
+    """Load facts saved by ``debtorch facts --json`` (or ``doctor --json``, which wraps them)
+    on any machine: at most 8 MiB, strict JSON, every known field of the right type
+    (debtorch/facts/schema.py).  Raises :class:`FactsFileError` with one line."""
     try:
         if text is None:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-    except OSError as exc:
-        raise FactsFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise FactsFileError(f"{path}: not JSON ({exc})") from None
+            text = inputs.read_text(path, what="a facts document")
+        doc = inputs.parse_json(text, path)
+    except inputs.InputError as exc:
+        raise FactsFileError(str(exc)) from None
     if not isinstance(doc, dict):
         raise FactsFileError(f"{path}: expected a JSON object of facts")
     # `debtorch doctor --json` wraps the facts; accept both documents.
-    if "facts" in doc and isinstance(doc["facts"], dict) and "schema_version" not in doc.get("facts", {}):
-        raise FactsFileError(f"{path}: 'facts' has no schema_version")
-    if "facts" in doc and isinstance(doc["facts"], dict):
+    if isinstance(doc.get("facts"), dict):
+        if "schema_version" not in doc["facts"]:
+            raise FactsFileError(f"{path}: 'facts' has no schema_version")
         doc = doc["facts"]
     version = doc.get("schema_version")
     if version is None:
@@ -148,6 +146,9 @@ def load(path: str, text: Optional[str] = None) -> dict:
             doc[name] = {"unknown": {"*": "not in the saved facts"}}
         elif not isinstance(sec, dict):
             raise FactsFileError(f"{path}: section '{name}' is not an object")
+    bad = _schema.check(doc)
+    if bad:
+        raise FactsFileError(f"{path}: {bad}")
     return doc
 
 

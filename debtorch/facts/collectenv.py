@@ -24,10 +24,9 @@ collect_env's own traps (docs/collect-env.md):
 from __future__ import annotations
 
 import re
-import sys
 from typing import Iterable, Optional
 
-from debtorch import __version__, versions
+from debtorch import __version__, inputs, versions
 from debtorch.facts.cpu import FEATURES
 from debtorch.host import is_allowed
 
@@ -989,36 +988,10 @@ def parse(text: str, name: str = "<text>") -> dict:
     return doc
 
 
-def _decode(data: bytes, name: str) -> str:
-    if data.startswith(b"\xff\xfe") or data.startswith(b"\xfe\xff"):
-        text = data.decode("utf-16", errors="replace")  # PowerShell's '>' writes UTF-16
-    elif data.startswith(b"\xef\xbb\xbf"):
-        text = data[3:].decode("utf-8", errors="replace")
-    elif len(data) >= 4 and data[1:2] == b"\x00" and data[3:4] == b"\x00":
-        text = data.decode("utf-16-le", errors="replace")
-    else:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = data.decode("latin-1")
-    if "\x00" in text:
-        raise CollectEnvError(f"{name}: binary data, not the text of a collect_env report")
-    return text
-
-
 def parse_file(path: str) -> dict:
     """Read ``path`` (``-`` for stdin) and :func:`parse` it."""
-    name = "<stdin>" if path == "-" else str(path)
     try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_BYTES + 1)
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
-    except IsADirectoryError:
-        raise CollectEnvError(f"{name}: is a directory, not a file") from None
-    except OSError as exc:
-        raise CollectEnvError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_BYTES:
-        raise CollectEnvError(f"{name}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a collect_env report")
-    return parse(_decode(data, name), name)
+        text = inputs.read_text(path, MAX_BYTES, what="a collect_env report")
+    except inputs.InputError as exc:
+        raise CollectEnvError(str(exc)) from None
+    return parse(text, "<stdin>" if path == "-" else str(path))

@@ -289,6 +289,8 @@ def parse_config(text: str, name: str = "debtorch.toml") -> ConfigFile:
     """Check config ``text``; ``name`` is the file name used in error messages."""
     try:
         doc = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{name}: not valid TOML (nested too deeply)") from None
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc).replace("\n", " ")
         m = re.search(r"\s*\(at line (\d+), column \d+\)\s*$", msg)
