@@ -200,6 +200,10 @@ class Host:
         return "/" if rel == "." else "/" + rel
 
     # -- commands --------------------------------------------------------
+    def program(self, p: str) -> str:
+        """The program ``p`` names, as this machine would run it (a relative path made absolute)."""
+        return p
+
     def run(
         self,
         argv: Sequence[str],
@@ -291,8 +295,15 @@ class LiveHost(Host):
     def path(self, p: str) -> Path:
         return Path(p)
 
+    def program(self, p: str) -> str:
+        # Commands run from "/" (see run); a relative program (--python .venv/bin/python)
+        # means the caller's directory, as it would in their shell.
+        return os.path.abspath(p) if "/" in p and not p.startswith("/") else p
+
     def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
         argv = tuple(str(a) for a in argv)
+        if argv:
+            argv = (self.program(argv[0]),) + argv[1:]
         full_env = dict(os.environ)
         full_env.update({"LC_ALL": "C", "LANG": "C"})
         if env:

@@ -153,3 +153,17 @@ def test_an_interrupted_recording_leaves_nothing(tmp_path, monkeypatch):
     dest = tmp_path / "rec"
     CliRunner().invoke(app, ["facts", "--record", str(dest)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_python_means_the_callers_directory(tmp_path, monkeypatch):
+    """`doctor --python .venv/bin/python` from the project folder (issue 13, item 4): it ran from /."""
+    import sys
+    from debtorch.host import LiveHost
+
+    venv_bin = tmp_path / "v" / "bin"
+    venv_bin.mkdir(parents=True)
+    os.symlink(sys.executable, venv_bin / "python")
+    monkeypatch.chdir(tmp_path)
+    doc = facts.collect(LiveHost(), facts.Options(python="v/bin/python", sections=("python",)))
+    assert doc["python"]["executable"] == str(tmp_path / "v" / "bin" / "python")
+    assert doc["python"]["version"] is not None

@@ -43,7 +43,7 @@ def wheel_version(dists: dict, prefix: str) -> Optional[str]:
 
 def collect(host: Host, ctx) -> dict:
     sec = Section()
-    python = ctx.options.python or host.default_python
+    python = host.program(ctx.options.python or host.default_python)
     sec["executable"] = python
     sec["requested"] = bool(ctx.options.python)
     calls = [dict(argv=[python, "-c", source("light")], timeout=LIGHT_TIMEOUT, key=f"{python} <probe:light>")]

@@ -90,7 +90,7 @@ def worker_python(python_option: Optional[str], host) -> str:
 
     Raises :class:`WorkerError` (kind ``no_python``) when it does not exist.
     """
-    path = python_option or host.default_python
+    path = host.program(python_option or host.default_python)
     if not host.exists(path):
         raise WorkerError("no_python", f"{path}: no such Python interpreter (--python names one)")
     return path
