@@ -93,7 +93,6 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
     },
     "debian.toml": {
         "release": {"version": ("str", True), "codename": ("str", True), "aliases": ("strlist", False),
-                    "supported": ("bool", False),
                     "point_release": ("str", False), "checked": ("str", False), "python": ("version", True),
                     "nvidia_driver": ("version", True), "nvidia_driver_debian": ("str", False),
                     "nvidia_driver_component": ("str", True), "nvidia_driver_security": ("version", False),
@@ -107,10 +106,19 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
     "thresholds.toml": {
         "threshold": {"name": ("str", True), "value": ("scalar", True), "unit": ("str", True)},
     },
+    "pci.toml": {
+        "device": {"id": ("str", True), "name": ("str", True), "chip": ("str", True), "cc": ("cc", True)},
+        "chip": {"chip": ("str", True), "arch": ("str", True), "cc": ("cc", True)},
+    },
+    "cuda_arch.toml": {
+        "nvcc": {"cuda": ("version", True), "sass": ("archlist", True), "added": ("archlist", False),
+                 "dropped": ("archlist", False)},
+    },
 }
 
 _ROW_ID = {"toolkit": "cuda", "minor_compat": "major", "caveat": "id", "wheel": "variant", "gpu": "name",
-           "release": "codename", "threshold": "name"}
+           "release": "codename", "threshold": "name",
+           "device": "id", "chip": "chip", "nvcc": "cuda"}
 
 
 def _check_value(kind: str, value: Any) -> Optional[str]:
@@ -649,12 +657,14 @@ def threshold(name: str) -> Any:
 
 
 def debian_support(release: Any) -> str:
-    """How a Debian release ("12", "testing", "15") stands against checks/debian.toml:
-    "supported", "older" (a row not supported, or a number below every row),
+    """How a Debian release ("12", "testing", "15") stands: "supported" (thresholds.toml's
+    debian_supported_releases), "older" (a row of checks/debian.toml not supported, or a number below every row),
     "newer" (a number above every row: released after the table was written), or "unknown"."""
     row = debian_release(release)
     if row is not None:
-        return "supported" if row.get("supported") else "older"
+        supported = str(threshold("debian_supported_releases") or "").split()
+        names = {row["version"], row["codename"], *row.get("aliases", [])}
+        return "supported" if names & set(supported) or str(release).lower() in supported else "older"
     number = versions.numeric(str(release)) if isinstance(release, (str, int)) and not isinstance(release, bool) else None
     known = [versions.numeric(r["version"]) for r in load().debian if versions.numeric(r["version"]) is not None]
     if number is None or not known:
@@ -681,3 +691,115 @@ def is_debian_suite(suite: Any) -> bool:
     if part and part not in SUITE_PARTS:
         return False
     return name in SUITE_ALIASES or debian_release(name) is not None and not name.isdigit()
+
+
+# --------------------------------------------------------------------------
+# PCI device ids and what each CUDA release compiles for (checks/pci.toml,
+# checks/cuda_arch.toml; docs/knowledge.md).  The lookups keep their indexes
+# on the Knowledge object they were built from.
+
+NVIDIA_PCI_VENDOR = "10de"
+
+
+def _pci_index(kb: Knowledge) -> Dict[str, Dict[str, Any]]:
+    index = kb.__dict__.get("_pci_devices")
+    if index is None:
+        index = {row["id"].lower(): row for row in kb.tables["pci.toml"]["device"]}
+        kb.__dict__["_pci_devices"] = index
+    return index
+
+
+def pci_device_id(value: Any) -> Optional[str]:
+    """The NVIDIA device id ("2684") in the forms reports print it: "2684",
+    "0x2684", "10de:2684" (lspci -n), "0x268410DE" (nvidia-smi's pci_device_id:
+    device then vendor), "0x10de2684"; None when it is not an NVIDIA device id."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    if ":" in text:
+        vendor, _, device = text.partition(":")
+        vendor = vendor[2:] if vendor.startswith("0x") else vendor
+        text = device if vendor == NVIDIA_PCI_VENDOR else ""
+    elif len(text) == 8:
+        if text.endswith(NVIDIA_PCI_VENDOR):
+            text = text[:4]
+        elif text.startswith(NVIDIA_PCI_VENDOR):
+            text = text[4:]
+        else:
+            text = ""
+    return text if re.fullmatch(r"[0-9a-f]{4}", text) else None
+
+
+def pci_device(device_id: Any) -> Optional[Dict[str, Any]]:
+    """The checks/pci.toml row (id, name, chip, cc, source) of an NVIDIA PCI
+    device id in any form :func:`pci_device_id` reads, or None."""
+    dev = pci_device_id(device_id)
+    return dict(_pci_index(load())[dev]) if dev and dev in _pci_index(load()) else None
+
+
+def capability_for_pci_id(device_id: Any) -> Optional[str]:
+    """Compute capability ("8.9") of the GPU with this PCI device id: the fallback
+    for a GPU nvidia-smi names "Graphics Device" (a driver older than the GPU).
+    None for an unknown id or text that is not one."""
+    row = pci_device(device_id)
+    return versions.fmt_cc(versions.parse_cc(row["cc"])) if row else None
+
+
+def _nvcc_rows(kb: Knowledge) -> List[Dict[str, Any]]:
+    rows = kb.__dict__.get("_nvcc_rows")
+    if rows is None:
+        rows = sorted(kb.tables["cuda_arch.toml"]["nvcc"], key=lambda r: versions.numeric(r["cuda"]))
+        kb.__dict__["_nvcc_rows"] = rows
+    return rows
+
+
+def _cc_list(arch_list: Any) -> List[str]:
+    sass, _ptx = parse_arch_list(arch_list or "")
+    return [versions.fmt_cc((t[0], t[1])) for t in sorted(sass)]
+
+
+def cuda_builds_sass(cuda_version: Any) -> Optional[Dict[str, Any]]:
+    """What nvcc of a CUDA release compiles machine code for.
+
+    Returns ``{"cuda", "row", "sass", "added", "dropped", "oldest", "newest",
+    "nearest", "source"}`` (capabilities as "8.6" strings, oldest first), or None
+    for text that is not a version or a CUDA major the table does not know.
+    A release between or after the table's rows of its major uses the newest row
+    of that major not newer than it, with ``nearest`` True ("12.7" -> 12.6);
+    a release older than every row of its major answers None.
+    """
+    cuda = versions.numeric(cuda_version) if isinstance(cuda_version, str) else None
+    if cuda is None:
+        return None
+    rel = cuda.release
+    want = (rel[0], rel[1] if len(rel) > 1 else 0)
+    best = None
+    for row in _nvcc_rows(load()):
+        r = versions.numeric(row["cuda"]).release
+        if r[0] == want[0] and (r[0], r[1]) <= want:
+            best = row
+    if best is None:
+        return None
+    r = versions.numeric(best["cuda"]).release
+    sass = _cc_list(best["sass"])
+    return {"cuda": f"{want[0]}.{want[1]}", "row": best["cuda"], "sass": sass, "added": _cc_list(best.get("added")),
+            "dropped": _cc_list(best.get("dropped")), "oldest": sass[0] if sass else None,
+            "newest": sass[-1] if sass else None, "nearest": (r[0], r[1]) != want, "source": best["source"]}
+
+
+def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]:
+    """Whether code compiled by that CUDA release can carry machine code that runs
+    on a GPU: True when nvcc emits SASS for an architecture of the GPU's major at
+    or below its minor (the binary-compatibility rule of :func:`arch_support`),
+    False when it cannot (a wheel built with it has no kernels for the GPU unless
+    it ships PTX of an older architecture), None when either input is unknown."""
+    cc = versions.parse_cc(compute_capability)
+    info = cuda_builds_sass(cuda_version)
+    if cc is None or info is None:
+        return None
+    return any(t[0] == cc[0] and t[1] <= cc[1] for t in (versions.parse_cc(x) for x in info["sass"]))
+
+
+__all__ += ["pci_device_id", "pci_device", "capability_for_pci_id", "cuda_builds_sass", "cuda_can_build"]

@@ -1,6 +1,7 @@
 """The collect_env reader on real reports from public bug trackers
 (tests/collect_env/, see SOURCES.md there)."""
 
+import importlib.util
 import io
 import json
 import sys
@@ -13,7 +14,6 @@ from hypothesis import strategies as st
 
 from debtorch.facts import collectenv
 from debtorch import facts as facts_mod
-from debtorch.machine import Machine
 from debtorch.facts.collectenv import CollectEnvError, parse, parse_file, parse_nvidia_smi, parse_torch_warnings
 
 CORPUS = Path(__file__).parent / "collect_env"
@@ -21,52 +21,12 @@ TEXTS = sorted(CORPUS.glob("*.txt"))
 SMI = sorted((CORPUS / "nvidia-smi").glob("*.txt"))
 
 
-def resolve(doc, path):
-    """Value at a dotted path; 'a.b[].c' maps over the list at a.b; 'machine.x.y' is
-    the machine view's answer (debtorch/machine.py)."""
-    if path.startswith("machine."):
-        cur = Machine.from_facts(doc)
-        for part in path.split(".")[1:]:
-            cur = getattr(cur, part, None)
-        return cur
-    cur = [doc]
-    mapped = False
-    for part in path.split("."):
-        many = part.endswith("[]")
-        key = part[:-2] if many else part
-        nxt = []
-        for item in cur:
-            if isinstance(item, list) and key.isdigit():
-                item = item[int(key)] if int(key) < len(item) else None
-            elif isinstance(item, dict):
-                item = item.get(key)
-            else:
-                item = None
-            if many:
-                nxt.extend(item or [])
-            else:
-                nxt.append(item)
-        cur = nxt
-        mapped = mapped or many
-    return cur if mapped else cur[0]
-
-
-def reason(doc, path):
-    """Why the value at ``path`` is unknown: the nearest 'unknown' entry for it."""
-    parts = path.split(".")
-    found = None
-    node = doc
-    for i, part in enumerate(parts):
-        if not isinstance(node, dict):
-            break
-        unk = node.get("unknown") or {}
-        rest = parts[i]
-        if rest in unk:
-            found = unk[rest]
-        elif "*" in unk and found is None:
-            found = unk["*"]
-        node = node.get(part)
-    return found
+# The dotted-path helpers the corpus scorer reads every expected file with.
+_spec = importlib.util.spec_from_file_location(
+    "corpus_score", Path(__file__).resolve().parent.parent / "benchmarks" / "corpus_score.py")
+_score = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_score)
+resolve, reason = _score.resolve, _score.reason
 
 
 def expected(text_path):
