@@ -44,11 +44,11 @@ def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = Non
         console = Console(file=file, highlight=False, soft_wrap=True, width=LOG_WIDTH)
     for item in items:
         if isinstance(item, Table):
-            table = RichTable(title=item.title, title_justify="left")
+            table = RichTable(title=Text(item.title), title_justify="left")
             for i, name in enumerate(item.columns):
-                table.add_column(name, justify="right" if i else "left")
+                table.add_column(Text(name), justify="right" if i else "left")
             for row in item.rows:
-                table.add_row(*row)
+                table.add_row(*map(Text, row))
             console.print(table, soft_wrap=False)
         else:
             console.print(Text(item.text, style=STYLES[item.kind]))
