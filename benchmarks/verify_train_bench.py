@@ -78,34 +78,24 @@ class QuietGate:
 def run_verify(args) -> dict:
     """What `debtorch verify-train --workload builtin:cnn --device cpu --json` does, with the quiet gate."""
     sys.path.insert(0, str(ROOT))
-    from debtorch import facts as facts_mod
-    from debtorch.commands.verify_train import _tune_now
     from debtorch.host import LiveHost
-    from debtorch.train.runner import worker_python
-    from debtorch.train.settings import Settings
-    from debtorch.verify import analysis, report
-    from debtorch.verify.measure import Plan, Verifier
+    from debtorch.report import plot, verify as report
+    from debtorch.verify import run
 
     host = LiveHost()
     try:
-        python = worker_python(args.python, host)
-        facts = facts_mod.collect(host, facts_mod.Options(python=python))
+        ready = run.prepare(run.Options(workload="builtin:cnn", device="cpu", python=args.python, repeats=args.repeats,
+                                        steps=args.steps, warmup=args.warmup, max_steps=args.max_steps,
+                                        nproc=1, cwd=str(ROOT)), host)
     finally:
         host.close()
-    plan = Plan(workload="builtin:cnn", device="cpu", repeats=args.repeats, steps=args.steps, warmup=args.warmup,
-                converge_steps=args.max_steps, python=python, cwd=str(ROOT))
     gate = QuietGate(args.quiet, args.max_wait)
-    with Verifier(plan, facts=facts, progress=gate) as v:
-        info = v.start()
-        tuned, config = _tune_now(facts, info["device"], plan, info)
-        m = v.run(Settings(), tuned)
-    if m.failure:
-        sys.exit(f"verify-train failed: {m.failure.line()}")
-    summary = report.build(m)
-    verdict = analysis.verdict(summary)
+    outcome = ready.run(progress=gate)
+    if outcome.measured.failure:
+        sys.exit(f"verify-train failed: {outcome.measured.failure.line()}")
     if args.plot:
-        report.plot(m, summary, args.plot)
-    doc = report.to_json(m, summary, verdict, 0, config=config, facts=facts)
+        plot.plot(outcome.measured, outcome.summary, args.plot)
+    doc = report.VerifyView(outcome, 0).document()
     doc["bench"] = {"quiet_cores": args.quiet, "max_wait_s": args.max_wait, "trials": gate.trials}
     return doc
 
@@ -208,10 +198,11 @@ def table_text(doc: dict) -> str:
     """The table, lines and verdict verify-train printed for this run (rebuilt from its JSON)."""
     import io
 
-    from rich.console import Console
-
-    from debtorch.verify import analysis, report
+    from debtorch.report.console import print_view
+    from debtorch.report.verify import VerifyView
+    from debtorch.verify import analysis
     from debtorch.verify.measure import Measured
+    from debtorch.verify.run import Outcome
 
     s = doc["settings"]
     m = Measured(plan=doc["plan"], workload=doc["workload"], worker=doc["worker"], device=doc["device"],
@@ -219,8 +210,8 @@ def table_text(doc: dict) -> str:
                  converge=doc["converge"], ddp=doc["ddp"], ddp_settings=s["ddp"], profile=doc["profile"],
                  interrupted=doc["interrupted"], notes=doc["notes"])
     out = io.StringIO()
-    summary = report.build(m)  # with this checkout's report (the JSON keeps the run's own summary)
-    report.render(m, summary, analysis.verdict(summary), console=Console(file=out, width=110, highlight=False))
+    summary = analysis.summary(m)  # with this checkout's report (the JSON keeps the run's own summary)
+    print_view(VerifyView(Outcome(m, summary, analysis.verdict(summary), [], None, {}), 0).lines(), file=out)
     return out.getvalue()
 
 

@@ -60,7 +60,7 @@ grep -E '[0-9]+ passed' "$WORK/1/build.log" | tail -n 1 | sed 's/^/tests at buil
 # What must be in the package.
 dpkg-deb -c "$WORK/1/$DEB" | awk '{print $NF}' | sed 's|^\./||' >"$WORK/contents"
 for f in usr/bin/debtorch usr/share/man/man1/debtorch.1.gz usr/share/bash-completion/completions/debtorch \
-         usr/lib/python3/dist-packages/debtorch/cli.py usr/share/doc/debtorch/copyright; do
+         usr/lib/python3/dist-packages/debtorch/cli/__init__.py usr/share/doc/debtorch/copyright; do
     grep -qx "$f" "$WORK/contents" || die "$DEB lacks /$f"
 done
 if [ -d "$ROOT/checks" ]; then

@@ -28,8 +28,8 @@ LAYERS = [
     ("tune", ("debtorch.tune",)),
     ("verify", ("debtorch.verify",)),
     ("fleet", ("debtorch.fleet",)),
-    ("report", ("debtorch.report", "debtorch.render", "debtorch.redact")),
-    ("cli", ("debtorch.cli", "debtorch.commands", "debtorch.manpage", "debtorch.__main__")),
+    ("report", ("debtorch.report",)),
+    ("cli", ("debtorch.cli", "debtorch.__main__")),
 ]
 
 
@@ -81,15 +81,9 @@ def imports(path: Path):
 
 
 FILES = sorted(PACKAGE.rglob("*.py"))
-# The command line and the renderers are being moved into debtorch/cli and debtorch/report
-# (issue 9); strict, so each leaves this list once it passes.
-MOVING = {"cli.py", "commands/tune.py", "commands/verify_train.py", "manpage.py", "redact.py", "render.py",
-          "verify/report.py"}
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="being moved"))
-                                  if str(p.relative_to(PACKAGE)) in MOVING else p for p in FILES],
-                         ids=[str(p.relative_to(PACKAGE)) for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(PACKAGE)) for p in FILES])
 def test_imports_go_down_the_layers(path):
     me = module_name(path)
     mine = layer_of(me)

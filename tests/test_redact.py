@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 from typer.testing import CliRunner
 
 from debtorch.cli import app
-from debtorch.redact import Redactor
+from debtorch.report.redact import Redactor
 from hostkit import make_host
 
 runner = CliRunner()

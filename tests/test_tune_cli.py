@@ -8,11 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from debtorch.cli import app
-from debtorch.commands import tune as tune_cmd
+from debtorch import facts as facts_mod
+from debtorch.cli.shared import Device, Emit
+from debtorch.cli.tune import ModelKind
 from debtorch.tune.config import load_config
 from debtorch.tune.rules import RULES
 
 from test_tune_config import readonly_dir  # noqa: F401  (fixture)
+from hostkit import HOSTS
 from tune_facts import all_pairs, make_facts, server_8x_a100
 
 
@@ -67,14 +70,14 @@ def test_emit_env_prints_exports_and_the_torchrun_line(server_json):
     assert all(line.startswith(("#", "export ", "torchrun ")) for line in lines)
 
 
-@pytest.mark.parametrize("value", list(tune_cmd.Emit))
+@pytest.mark.parametrize("value", list(Emit))
 def test_every_emit_format_is_handled(server_json, value):
     r = invoke("--facts", server_json, "--emit", value.value)
     assert r.exit_code == 0 and r.stdout
 
 
-@pytest.mark.parametrize("device", list(tune_cmd.Device))
-@pytest.mark.parametrize("model", list(tune_cmd.ModelKind))
+@pytest.mark.parametrize("device", list(Device))
+@pytest.mark.parametrize("model", list(ModelKind))
 def test_every_device_and_model_kind_is_handled(server_json, device, model):
     r = invoke("--facts", server_json, "--json", "--device", device.value, "--model", model.value)
     assert r.exit_code == 0, r.stderr
@@ -130,23 +133,16 @@ def test_unreadable_facts_file(tmp_path):
     assert r.stderr.count("\n") == 1
 
 
-def test_budget_too_small_is_refused_before_anything_runs(vm_json, monkeypatch):
-    monkeypatch.setattr(tune_cmd, "_facts", lambda f, p: json.loads(open(vm_json).read()))
+def test_budget_too_small_is_refused_before_the_facts_are_collected(monkeypatch):
+    def collect(host, options):
+        raise AssertionError("facts collected (probing the interpreter takes seconds)")
+
+    monkeypatch.setattr(facts_mod, "collect", collect)
     r = invoke("--measure", "--budget", "3")
     assert r.exit_code == 2
     assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
     r = invoke("--measure", "--budget", "-1")
     assert r.exit_code == 2 and "--budget must be a positive number" in r.stderr
-
-
-def test_budget_too_small_is_refused_before_the_facts_are_collected(monkeypatch):
-    def collect(facts_file, python):
-        raise AssertionError("facts collected (probing the interpreter takes seconds)")
-
-    monkeypatch.setattr(tune_cmd, "_facts", collect)
-    r = invoke("--measure", "--budget", "3")
-    assert r.exit_code == 2
-    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
 
 
 def test_ctrl_c_while_measuring_is_one_line_exit_130_and_no_file(vm_json, tmp_path, monkeypatch):
@@ -155,10 +151,43 @@ def test_ctrl_c_while_measuring_is_one_line_exit_130_and_no_file(vm_json, tmp_pa
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tune_cmd, "_facts", lambda f, p: json.loads(open(vm_json).read()))
+    monkeypatch.setattr(facts_mod, "collect", lambda host, options: json.loads(open(vm_json).read()))
     monkeypatch.setattr(measure_mod, "measure", interrupted)
     path = tmp_path / "debtorch.toml"
     r = invoke("--measure", "--write", str(path))
     assert r.exit_code == 130
     assert r.stderr == "debtorch tune: interrupted; nothing written\n"
     assert not path.exists()
+
+
+def test_rules_for_a_recorded_machine_with_host():
+    r = invoke("--host", str(HOSTS / "debian12-server-8xa100-nvlink"), "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["device"] == "cuda" and doc["settings"]["nproc"] == 8
+    assert doc["fingerprint"]["gpus"] == ["NVIDIA A100-SXM4-80GB"] * 8
+    r = invoke("--host", str(HOSTS / "debian12-vm-2core"), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["device"] == "cpu"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--host", str(HOSTS / "debian12-vm-2core"), "--measure"],
+     "--host tunes for another machine by rules; --measure needs this one"),
+    (["--host", str(HOSTS / "debian12-vm-2core"), "--facts", "f.json"], "use only one of --facts and --host"),
+    (["--host", "/nonexistent/recording"], "--host /nonexistent/recording: "),
+])
+def test_a_recorded_machine_is_not_measured(args, message):
+    r = invoke(*args)
+    assert r.exit_code == 2 and r.stderr.startswith(f"debtorch tune: {message}") and r.stderr.count("\n") == 1
+
+
+def test_the_library_refuses_to_measure_a_recorded_machine(replay):
+    from debtorch.tune import rules, run
+    from debtorch.tune.measure import MeasureOptions, MeasureUsageError
+
+    host = replay("debian12-vm-2core")
+    facts = run.read_facts(host)
+    assert run.tune(facts, rules.Request(), host).rec.device == "cpu"  # rules: any machine
+    with pytest.raises(MeasureUsageError, match="--measure needs this machine") as exc:
+        run.tune(facts, rules.Request(), host, MeasureOptions())
+    assert exc.value.user_input

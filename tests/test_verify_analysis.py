@@ -8,7 +8,9 @@ from typer.testing import CliRunner
 from debtorch.cli import app
 from debtorch.train.runner import WorkerError
 from debtorch.train.settings import Settings
-from debtorch.verify import analysis, report
+from debtorch.report import plot as plot_report, verify as report
+from debtorch.report.console import texts
+from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message, shm_finding
 from debtorch.verify.measure import Measured, Plan, Verifier
 
@@ -112,7 +114,7 @@ def test_the_verdict_names_speedup_data_wait_and_time_to_target():
             "tuned": {"target_loss": 0.5, "target_step": 180, "time_to_target_s": 41.0, "losses": _curve(180)}}
     m = _measured([100, 90, 110], [162, 150, 170], conv)
     m.reference = Settings().to_dict()
-    line = analysis.verdict(report.build(m))
+    line = analysis.verdict(analysis.summary(m))
     assert line.startswith("tuned is 1.62x baseline (")
     assert "data wait 30% -> 2.0%" in line
     assert "reached loss 0.5 in 41 s vs 66 s" in line
@@ -125,7 +127,7 @@ def test_the_verdict_says_when_tuned_misses_the_target_or_amp_diverges():
                       "losses": [x * 1.5 for x in base_curve]}}
     m = _measured([100, 100, 100], [150, 150, 150], conv)
     m.reference = Settings().to_dict()
-    line = analysis.verdict(report.build(m))
+    line = analysis.verdict(analysis.summary(m))
     assert "tuned did NOT reach loss 0.5 (not within 100 steps" in line
     assert "AMP DIVERGED" in line
 
@@ -133,7 +135,7 @@ def test_the_verdict_says_when_tuned_misses_the_target_or_amp_diverges():
 def test_an_interrupted_run_says_so_in_the_verdict():
     m = _measured([100], [])
     m.interrupted = True
-    summary = report.build(m)
+    summary = analysis.summary(m)
     assert analysis.verdict(summary).startswith("interrupted, so far: no speed-up measured")
 
 
@@ -143,7 +145,7 @@ def test_the_table_has_a_row_for_everything_measured():
     m = _measured([100, 90, 110], [162, 150, 170], conv)
     m.trials["baseline"][0]["peak_device_bytes"] = 2 * 1024 ** 3
     m.trials["tuned"][0]["gpu_util_mean"] = 87.0
-    labels = [r[0] for r in report.rows(m, report.build(m))]
+    labels = [r[0] for r in report.rows(m, analysis.summary(m))]
     for want in ("samples/s (min-max)", "speed-up", "  waiting for data", "compute-only bound",
                  "peak host memory", "peak device memory", "GPU utilisation (NVML)", "time to loss 1"):
         assert want in labels
@@ -176,7 +178,7 @@ def test_a_bus_error_elsewhere_is_memory_E001_with_the_remount_fix():
                                        ("settings", 2), ("oom", 1), ("shm", 1), ("died", 1), ("timeout", 1),
                                        ("exception", 1)])
 def test_exit_codes_by_failure_kind_are_the_same_for_tune_and_verify_train(kind, code):
-    from debtorch.commands import exit_for
+    from debtorch.cli.shared import exit_for
     from debtorch.train.runner import WorkerError
 
     assert exit_for(Failure(kind=kind, message="x")) == code
@@ -312,8 +314,8 @@ def test_an_existing_plot_or_trace_is_kept_without_force(tmp_path):
     assert res.exit_code == 2 and "trace.json exists; use --force to replace it" in res.output
     assert plot.read_bytes() == b"mine" and (tmp_path / "prof" / "trace.json").read_text() == "{}"
     try:  # --force lets it through (where matplotlib is missing, only that may be refused)
-        report.check_plot_path(str(plot), force=True)
-    except report.PlotError as exc:
+        plot_report.check_plot_path(str(plot), force=True)
+    except plot_report.PlotError as exc:
         assert "needs matplotlib" in str(exc), exc
     res = runner.invoke(app, ["verify-train", "--force"])
     assert res.exit_code == 2 and "--force only applies to --plot and --profile" in res.output
@@ -399,8 +401,23 @@ def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
 
 def test_rounds_slowed_by_another_process_are_named():
     m = _measured([100, 20, 110, 105], [160, 150, 40, 170])
-    summary = report.build(m)
+    summary = analysis.summary(m)
     assert summary["disturbed_rounds"] == [2, 3]
     assert any(line.startswith("noise: in rounds 2, 3 a trial ran at under half its median speed")
-               for line in report.lines(m, summary))
-    assert report.build(_measured([100, 90, 110], [160, 150, 170]))["disturbed_rounds"] == []
+               for line in texts(report.lines(m, summary)))
+    assert analysis.summary(_measured([100, 90, 110], [160, 150, 170]))["disturbed_rounds"] == []
+
+
+@pytest.mark.parametrize("option", ["--host", "--facts"])
+def test_another_machine_is_refused_with_one_line(option, tmp_path):
+    res = runner.invoke(app, ["verify-train", option, str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output == f"debtorch verify-train: {option} describes another machine; verify-train trains on this one\n"
+
+
+def test_the_library_trains_only_on_the_live_machine(replay):
+    from debtorch.verify import run
+
+    with pytest.raises(run.Refused, match="trains on this machine, not a recorded one") as exc:
+        run.prepare(run.Options(), replay("debian12-vm-2core"))
+    assert exc.value.user_input

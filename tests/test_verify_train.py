@@ -204,7 +204,9 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
     """The engine's gauges with the NVML fake replaying recorded GPUs (debtorch/nvmlfake.py)."""
     from debtorch import nvmlfake
     from debtorch.train import engine
-    from debtorch.verify import report
+    from debtorch.report import verify as report
+    from debtorch.report.console import texts
+    from debtorch.verify import analysis
     from debtorch.verify.measure import Measured
 
     hosts = Path(__file__).parent / "hosts"
@@ -222,8 +224,8 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
         m = Measured()
         m.device = "cuda:0"
         m.trials["tuned"] = [{"samples_per_s": 900.0, "gpu_util_mean": (sum(util) / len(util)) if util else None}]
-        summary = report.build(m)
-        return dict((r[0], r[2]) for r in report.rows(m, summary)), report.lines(m, summary)
+        summary = analysis.summary(m)
+        return dict((r[0], r[2]) for r in report.rows(m, summary)), texts(report.lines(m, summary))
 
     util = sampled("debian13-workstation-rtx3080")  # recorded at 65% busy
     assert util == [65.0, 65.0]

@@ -56,10 +56,10 @@ class Report:
     def crashed(self) -> list:
         return [f for f in self.findings if f.crashed]
 
-    def exit_code(self, fail_on: str = ERROR) -> int:
-        """0 when nothing reaches ``fail_on`` (error or warning), else 1."""
+    def fails(self, fail_on: str = ERROR) -> bool:
+        """Whether a finding reaches ``fail_on`` (error or warning); the command line exits 1 then."""
         threshold = rank(fail_on)
-        return 1 if any(rank(f.level) >= threshold for f in self.findings) else 0
+        return any(rank(f.level) >= threshold for f in self.findings)
 
     def to_json(self) -> dict:
         return {

@@ -440,7 +440,8 @@ def check_destination(path: str, force: bool = False) -> str:
     """Refuse a destination :func:`write_atomic` would refuse; return its directory.
 
     Raises :class:`ConfigError` (one line).  ``debtorch tune`` calls it before
-    measuring, so that minutes of trials are not lost to a bad ``--write``.
+    measuring (and verify-train for ``--plot``), so that minutes of trials are
+    not lost to a bad destination.
     """
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -449,6 +450,8 @@ def check_destination(path: str, force: bool = False) -> str:
         raise ConfigError(f"{path}: exists; use --force to replace it")
     if not os.path.isdir(directory):
         raise ConfigError(f"{path}: cannot write: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: cannot write: directory {directory} is read-only for this user")
     return directory
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.host import LiveHost
+from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train.runner import Worker, WorkerError, worker_python
 from debtorch.tune import rules
@@ -45,11 +45,15 @@ FIELDS = {
 
 
 class MeasureError(Exception):
-    """Measurement failed (exit 1); the message is one line."""
+    """Measurement failed; the message is one line."""
+
+    user_input = False  # about what the user gave (the command line exits 2), not the run (1)
 
 
 class MeasureUsageError(MeasureError):
-    """Bad input for measurement: workload, budget, device (exit 2); one line."""
+    """Bad input for measurement: workload, budget, device, a machine that is not this one; one line."""
+
+    user_input = True
 
 
 @dataclass
@@ -95,16 +99,14 @@ class EngineTrials:
     OOM killer) is restarted for the next one; the trial counts as failed.
     """
 
-    # Failures that are about the user's input, not about the measurement.
-
-    def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0):
-
+    def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
+                 host: Optional[Host] = None):
         self._error = WorkerError
         self._worker_cls = Worker
         self.workload, self.device, self.seed = workload, device, seed
         self.worker = None
         try:
-            self.python = worker_python(python, LiveHost())
+            self.python = worker_python(python, host or LiveHost())
             self.info = self._start()
         except WorkerError as exc:
             if self.worker is not None:
@@ -210,11 +212,13 @@ class Trialer:
 
 
 def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
-            on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic) -> Result:
+            on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic,
+            host: Optional[Host] = None) -> Result:
     """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
 
     ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
-    ``info``); by default an :class:`EngineTrials` for ``opts.workload``.
+    ``info``); by default an :class:`EngineTrials` for ``opts.workload`` on ``host``
+    (the live machine).
     The budget covers everything: the worker's start, calibration, the search.
     """
     if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
@@ -223,7 +227,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
     t0 = clock()
     own = trials is None
     if own:
-        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed)
+        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed, host)
     try:
         trialer = Trialer(trials, clock)
         cost = trialer.calibrate(rec.settings, opts.budget_s - (clock() - t0))

@@ -12,5 +12,8 @@ through the training engine shared with ``debtorch tune``
   runs, the multi-process run) and its execution through a worker;
 * :mod:`debtorch.verify.failures`: failures turned into findings (the
   doctor's ids, what fits after an out-of-memory);
-* :mod:`debtorch.verify.report`: the table, the JSON document and the plot.
+* :mod:`debtorch.verify.run`: one run from its options: checks, the config,
+  this machine, the tuned settings, the outcome.
+
+What is shown: :mod:`debtorch.report.verify` and :mod:`debtorch.report.plot`.
 """

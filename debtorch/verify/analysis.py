@@ -29,6 +29,8 @@ import math
 import statistics
 from typing import Optional
 
+from debtorch.train.runner import scaling_efficiency
+
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
 LOSS_TOL_ABS = 0.02   # ... but a gap below this is never called a divergence
@@ -239,7 +241,7 @@ def converge_phrase(c: dict) -> str:
 def verdict(summary: dict) -> str:
     """The one line under the table.
 
-    ``summary`` is :func:`debtorch.verify.report.build`'s ``summary``.
+    ``summary`` is :func:`summary`'s result.
     """
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
@@ -278,3 +280,54 @@ def verdict(summary: dict) -> str:
     if summary.get("interrupted"):
         line = "interrupted, so far: " + line
     return line
+
+
+CONVERGE_KEYS = ("target_loss", "target_step", "time_to_target_s", "steps", "steps_requested", "warmup_steps",
+                 "wall_s", "loss_first", "loss_last", "nonfinite_loss_step", "samples_per_s")
+
+
+def _converge_view(result: Optional[dict]) -> Optional[dict]:
+    if not result:
+        return None
+    return {k: result.get(k) for k in CONVERGE_KEYS}
+
+
+def summary(m) -> dict:
+    """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
+    arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
+    out = dict(arms)
+    out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [])
+    out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
+    out["bound_fraction"] = {"baseline": bound_fraction(arms["baseline"], arms["baseline_bound"]),
+                             "tuned": bound_fraction(arms["tuned"], arms["tuned_bound"])}
+    conv = m.converge or {}
+    if conv:
+        target = next((c.get("target_loss") for c in conv.values() if c.get("target_loss") is not None), None)
+        c = {"target_loss": target, "baseline": _converge_view(conv.get("baseline")),
+             "tuned": _converge_view(conv.get("tuned")), "reference": None, "amp": None}
+        precision = (m.tuned or {}).get("precision", "fp32")
+        ref_name = "reference" if "reference" in conv else "baseline"
+        if m.reference is not None and conv.get("tuned") and conv.get(ref_name):
+            c["reference"] = ref_name
+            c["amp"] = compare_curves(conv["tuned"], conv[ref_name], precision)
+        out["convergence"] = c
+    if m.ddp:
+        many = statistics.median([r["samples_per_s"] for r in m.ddp if r.get("samples_per_s")] or [0]) or None
+        one = arms["tuned"]["samples_per_s"]
+        n = m.ddp[0].get("nproc") or 1
+        utils = [r.get("gpu_util_mean") for d in m.ddp for r in d.get("ranks") or [] if r.get("gpu_util_mean") is not None]
+        out["scaling"] = {
+            "nproc": n,
+            "backend": m.ddp[0].get("backend"),
+            "runs": len(m.ddp),
+            "samples_per_s": many,
+            "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
+            "one_process_samples_per_s": one,
+            "efficiency": scaling_efficiency({"samples_per_s": many, "nproc": n}, {"samples_per_s": one}),
+            "gpu_util": statistics.fmean(utils) if utils else None,
+            "one_process_gpu_util": arms["tuned"]["gpu_util"],
+        }
+    out["disturbed_rounds"] = disturbed_rounds(m.trials)
+    out["interrupted"] = m.interrupted
+    out["failed"] = m.failure.line() if m.failure else None
+    return out

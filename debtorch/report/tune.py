@@ -1,11 +1,14 @@
-"""Rendering for ``debtorch tune``: pure functions from results to text or JSON."""
+"""``debtorch tune``: the settings with their reasons and the trials, as text, JSON or shell exports."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
+from debtorch.report import Format
+from debtorch.report.console import Line
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
+from debtorch.tune.run import Tuned
 
 JSON_SCHEMA_VERSION = 1
 
@@ -84,26 +87,22 @@ def trials_lines(result) -> list:
     return lines
 
 
-def to_json(rec, fingerprint: dict, result=None) -> dict:
-    """One JSON document: settings, reasons, environment, fingerprint and trials."""
-    doc = {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "device": rec.device,
-        "chosen_by": rec.chosen_by,
-        "settings": rec.settings.to_dict(),
-        "reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.reasons.items()},
-        "env": dict(rec.env),
-        "env_reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.env_reasons.items()},
-        "notes": list(rec.notes),
-        "total_steps": rec.total_steps,
-        "epochs": rec.epochs,
-        "global_batch": rec.global_batch,
-        "torchrun": rec.torchrun_line(),
-        "fingerprint": fingerprint,
-        "measurement": None,
-    }
-    if result is not None:
-        doc["measurement"] = {
+class TuneView:
+    """``debtorch tune``: the trials (when measured) and the settings (unless only written)."""
+
+    formats = (Format.text, Format.json, Format.env)
+
+    def __init__(self, tuned: Tuned, settings: bool = True):
+        self.rec, self.fingerprint, self.result, self.settings = tuned.rec, tuned.fingerprint, tuned.result, settings
+
+    def lines(self) -> list:
+        out = trials_lines(self.result) if self.result is not None else []
+        return [Line(text) for text in out + (settings_lines(self.rec) if self.settings else [])]
+
+    def document(self) -> dict:
+        """Settings, reasons, environment, fingerprint and trials."""
+        rec, result = self.rec, self.result
+        measurement = None if result is None else {
             "spent_s": result.spent,
             "budget_s": result.budget,
             "stopped": result.stopped,
@@ -111,4 +110,22 @@ def to_json(rec, fingerprint: dict, result=None) -> dict:
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],
         }
-    return doc
+        return {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "device": rec.device,
+            "chosen_by": rec.chosen_by,
+            "settings": rec.settings.to_dict(),
+            "reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.reasons.items()},
+            "env": dict(rec.env),
+            "env_reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.env_reasons.items()},
+            "notes": list(rec.notes),
+            "total_steps": rec.total_steps,
+            "epochs": rec.epochs,
+            "global_batch": rec.global_batch,
+            "torchrun": rec.torchrun_line(),
+            "fingerprint": self.fingerprint,
+            "measurement": measurement,
+        }
+
+    def env(self) -> str:
+        return self.rec.emit_env()

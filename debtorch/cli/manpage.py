@@ -1,11 +1,11 @@
 """The man page debtorch(1) and the bash completion, generated from the CLI itself.
 
-    python3 -m debtorch.manpage                      # roff on stdout
-    python3 -m debtorch.manpage -o debtorch.1
-    python3 -m debtorch.manpage --bash -o debtorch   # bash completion script
+    python3 -m debtorch.cli.manpage                      # roff on stdout
+    python3 -m debtorch.cli.manpage -o debtorch.1
+    python3 -m debtorch.cli.manpage --bash -o debtorch   # bash completion script
 
 Both walk typer's command tree (``typer.main.get_command(app)``), so every
-command and option that ``debtorch/cli.py`` registers is documented and
+command and option that ``debtorch/cli`` registers is documented and
 completed without hand edits; the .deb build runs this (debian/rules).
 
 The tree is read only through attributes that Debian 12's typer 0.7 (on
@@ -27,9 +27,16 @@ import enum
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
+
+import typer.main
+
+from debtorch import __version__, knowledge
+from debtorch.cli import app as debtorch_app
+from debtorch.cli.shared import EXIT_CODES
+from debtorch.doctor import siteconfig
+from debtorch.tune.config import ConfigError, write_atomic
 
 PROG = "debtorch"
 
@@ -67,11 +74,7 @@ class Command:
 
 
 def _click_root(app=None):
-    import typer.main
-
-    if app is None:
-        from debtorch.cli import app
-    return typer.main.get_command(app)
+    return typer.main.get_command(app or debtorch_app)
 
 
 def _context(cmd, name: str, parent=None):
@@ -131,7 +134,7 @@ def _clean_help(text: str) -> str:
 
 
 def walk(app=None) -> list:
-    """Every visible command, depth first, in the order cli.py registers them."""
+    """Every visible command, depth first, in the order debtorch/cli registers them."""
     root = _click_root(app)
     out: list = []
 
@@ -158,8 +161,7 @@ def walk(app=None) -> list:
 
 def _summary(app=None) -> str:
     """The NAME line: the top-level callback's docstring, else the app's help."""
-    if app is None:
-        from debtorch.cli import app
+    app = app or debtorch_app
     text = ""
     cb = getattr(getattr(app, "registered_callback", None), "callback", None)
     if cb is not None and cb.__doc__:
@@ -168,23 +170,6 @@ def _summary(app=None) -> str:
         text = (getattr(getattr(app, "info", None), "help", None) or PROG).strip().splitlines()[0]
     text = re.sub(rf"^{PROG}\s*[:\-]\s*", "", text).rstrip(".")
     return text
-
-
-def exit_codes(doc: str) -> list:
-    """[(code, meaning)] from a docstring paragraph "Exit codes ...: 0 fine; 1 ...".  Never raises."""
-    for para in re.split(r"\n\s*\n", str(doc or "")):
-        para = " ".join(para.split())
-        m = re.match(r"Exit (?:codes|status)[^:]*:\s*(.*)", para, re.I)
-        if not m:
-            continue
-        found = []
-        for item in m.group(1).split(";"):
-            item = item.strip().rstrip(".")
-            im = re.match(r"(\d+)\s+(.+)", item)
-            if im:
-                found.append((int(im.group(1)), im.group(2).replace("``", "")))
-        return found
-    return []
 
 
 # --------------------------------------------------------------------------
@@ -252,32 +237,14 @@ def _first_line(doc: Optional[str]) -> str:
 
 def known_files() -> list:
     """[(path, what)] of the files debtorch reads, from the modules that read them."""
-    out = []
-    try:
-        from debtorch import knowledge
-
-        out.append((str(knowledge.SYSTEM_DIR), _first_line(knowledge.__doc__)))
-    except (ImportError, AttributeError):
-        pass
-    try:
-        from debtorch.doctor import siteconfig
-
-        out.append((str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional."))
-    except (ImportError, AttributeError):
-        pass
-    return out
+    return [(str(knowledge.SYSTEM_DIR), _first_line(knowledge.__doc__)),
+            (str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional.")]
 
 
 def known_environment() -> list:
     """[(variable, what)] that change where debtorch looks."""
-    out = [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected.")]
-    try:
-        from debtorch import knowledge
-
-        out.append((knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."))
-    except (ImportError, AttributeError):
-        pass
-    return out
+    return [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected."),
+            (knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}.")]
 
 
 def render_man(commands: Optional[list] = None, *, version: Optional[str] = None, summary: Optional[str] = None,
@@ -286,19 +253,15 @@ def render_man(commands: Optional[list] = None, *, version: Optional[str] = None
     """debtorch(1) as roff."""
     if commands is None:
         commands = walk()
-    if version is None:
-        from debtorch import __version__ as version
+    version = __version__ if version is None else version
     if summary is None:
         summary = _summary()
-    if exits is None:
-        from debtorch import cli
-
-        exits = exit_codes(cli.__doc__)
+    exits = list(EXIT_CODES) if exits is None else exits
     date = date or build_date()
     root, subs = commands[0], commands[1:]
 
     out = [
-        '.\\" debtorch(1), generated by "python3 -m debtorch.manpage" from the CLI; do not edit.',
+        '.\\" debtorch(1), generated by "python3 -m debtorch.cli.manpage" from the CLI; do not edit.',
         f".TH DEBTORCH 1 {date} {_quote(PROG + ' ' + version)} \"User Commands\"",
         ".SH NAME",
         f"{PROG} \\- {_roff_text(summary)}",
@@ -378,7 +341,7 @@ def render_bash(commands: Optional[list] = None) -> str:
     paths = [" ".join(c.path) for c in commands if c.path]
     lines = [
         "# bash completion for debtorch(1)",
-        '# Generated by "python3 -m debtorch.manpage --bash" from the CLI; do not edit.',
+        '# Generated by "python3 -m debtorch.cli.manpage --bash" from the CLI; do not edit.',
         "",
         "_debtorch()",
         "{",
@@ -455,32 +418,17 @@ def render_bash(commands: Optional[list] = None) -> str:
 # Entry point
 
 
-def _write(path: str, text: str) -> None:
-    """Atomic: a temp file in the same folder, then os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".debtorch-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv: Optional[list] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m debtorch.manpage", description="Write debtorch(1) or its bash completion, from the CLI.")
+    ap = argparse.ArgumentParser(prog="python3 -m debtorch.cli.manpage", description="Write debtorch(1) or its bash completion, from the CLI.")
     ap.add_argument("--bash", action="store_true", help="write the bash completion script instead of the man page")
     ap.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     args = ap.parse_args(argv)
     text = render_bash() if args.bash else render_man()
     if args.output:
         try:
-            _write(args.output, text)
-        except OSError as exc:
-            print(f"debtorch.manpage: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            write_atomic(args.output, text, force=True)
+        except ConfigError as exc:
+            print(f"debtorch.cli.manpage: {exc}", file=sys.stderr)
             return 2
     else:
         sys.stdout.write(text)

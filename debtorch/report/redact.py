@@ -9,9 +9,12 @@ Versions that merely look like IPv4 addresses (cuDNN 9.1.0.70) are kept.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from typing import Any
+
+from debtorch.doctor import Report
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b")
@@ -95,13 +98,9 @@ class Redactor:
         return obj
 
 
-def redact_report(facts: dict, report, site_files=()):
+def redact_report(facts: dict, report: Report, site_files=()):
     """(redacted facts, redacted report, redacted site config paths): both views are
     rendered from these (the paths may name a home folder)."""
-    import dataclasses
-
-    from debtorch.doctor import Report
-
     r = Redactor()
     r.learn(facts)
     new_facts = r.walk(facts)

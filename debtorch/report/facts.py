@@ -1,22 +1,24 @@
-"""Rendering, in one place: pure functions from results to text, and printers."""
+"""``debtorch facts``: what is known about the machine, as text (pure functions) or the facts document."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from debtorch.machine import Machine
+from debtorch.report import Format
+from debtorch.report.console import Line
 from debtorch.units import human_bytes
 
 
-def _fmt(value: Any) -> str:
+def show_value(value: Any) -> str:
     if value is None:
         return "unknown"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_fmt(v) for v in value) if value else "none"
+        return ", ".join(show_value(v) for v in value) if value else "none"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items()) if value else "none"
+        return ", ".join(f"{k}={show_value(v)}" for k, v in value.items()) if value else "none"
     return str(value)
 
 
@@ -25,7 +27,7 @@ def _unknown(sec: dict, name: str) -> str:
     return f"unknown ({reason})" if reason else "unknown"
 
 
-def _val(sec: dict, name: str, fmt=_fmt) -> str:
+def _val(sec: dict, name: str, fmt=show_value) -> str:
     v = sec.get(name)
     if v is None:
         return _unknown(sec, name)
@@ -63,8 +65,8 @@ def facts_lines(doc: dict) -> list[str]:
 
     a = doc.get("apt") or {}
     head("APT")
-    row("Debian components", _fmt(m.apt.components) if m.apt.components is not None else f"unknown ({m.apt.unknown})")
-    row("backports", _fmt(m.apt.backports))
+    row("Debian components", show_value(m.apt.components) if m.apt.components is not None else f"unknown ({m.apt.unknown})")
+    row("backports", show_value(m.apt.backports))
     row("NVIDIA CUDA repo", _val(a, "cuda_repo"))
     pk = a.get("packages")
     if pk is None:
@@ -140,7 +142,7 @@ def facts_lines(doc: dict) -> list[str]:
         if deep.get("errors", {}).get("import"):
             row("import torch", deep["errors"]["import"])
         elif deep.get("ok"):
-            row("cuda.is_available()", _fmt(deep.get("cuda_available")))
+            row("cuda.is_available()", show_value(deep.get("cuda_available")))
             if deep.get("arch_list"):
                 row("arch list", " ".join(deep["arch_list"]))
             for dev, res in (deep.get("exercise") or {}).items():
@@ -148,7 +150,7 @@ def facts_lines(doc: dict) -> list[str]:
             for err_key, err in (deep.get("errors") or {}).items():
                 row(f"error ({err_key})", err)
         else:
-            row("deep probe", _fmt(deep.get("errors")))
+            row("deep probe", show_value(deep.get("errors")))
 
     e = doc.get("env") or {}
     head("Environment (allowlisted)")
@@ -173,7 +175,7 @@ def _link(d: dict, prefix: str = "") -> str:
     return f"PCIe {part('current')} (max {part('max')})"
 
 
-def _gpu_value(g: dict, name: str, fmt=_fmt) -> str:
+def _gpu_value(g: dict, name: str, fmt=show_value) -> str:
     v = g.get(name)
     if v is None:
         reason = (g.get("unknown") or {}).get(name)
@@ -332,174 +334,16 @@ def cuda_lines(cu: dict) -> list[str]:
     return out
 
 
-def print_facts(doc: dict) -> None:
-    from rich.console import Console
+class FactsView:
+    """``debtorch facts``: the readable view, or the document itself."""
 
-    Console(highlight=False, soft_wrap=True).print("\n".join(facts_lines(doc)), markup=False)
+    formats = (Format.text, Format.json)
 
+    def __init__(self, doc: dict):
+        self.doc = doc
 
-# ---------------------------------------------------------------- doctor
+    def lines(self) -> list:
+        return [Line(text) for text in facts_lines(self.doc)]
 
-MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
-MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
-
-
-AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
-                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
-
-
-def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
-    """One line saying what was looked at in ``area``."""
-    m = m or Machine.from_facts(facts)
-    sec = facts.get(AREA_SECTION.get(area, "")) or {}
-    whole = (sec.get("unknown") or {}).get("*")
-    if whole and area not in ("cuda", "torch") and all(k == "unknown" or v in (None, [], {}) for k, v in sec.items()):
-        return f"unknown ({whole})"
-    if area == "os":
-        o = m.os
-        bits = [o.name or "unknown OS"]
-        if o.kernel:
-            bits.append(f"kernel {o.kernel}")
-        if o.container:
-            bits.append(f"in a {o.container} container")
-        if o.wsl:
-            bits.append(f"WSL {o.wsl}")
-        return ", ".join(bits)
-    if area == "apt":
-        comps = m.apt.components
-        return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
-    if area == "driver":
-        d = m.driver
-        if m.has_nvidia_gpu is False and not d.version:
-            return "no NVIDIA GPU"
-        if not d.version:
-            return "no working NVIDIA driver" if m.pci_gpus else "driver version unknown"
-        text = f"driver {d.version}" + (f", supports CUDA up to {d.cuda}" if d.cuda else "")
-        if d.mismatch:
-            text += f" (libraries; kernel module {d.kernel_module} still loaded)"
-        return text
-    if area == "gpu":
-        if m.listed_gpus:
-            names: dict = {}
-            for g in m.listed_gpus:
-                names[g.name or "GPU"] = names.get(g.name or "GPU", 0) + 1
-            return ", ".join(f"{c} x {n}" for n, c in names.items())
-        if m.has_nvidia_gpu is None:
-            return "unknown"
-        n = len(m.pci_gpus)
-        return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
-    if area == "cuda":
-        parts = []
-        if m.torch.cuda:
-            parts.append(f"PyTorch built with CUDA {m.torch.cuda}")
-        nv = m.get("cuda.toolkit_nvcc")
-        if isinstance(nv, dict) and nv.get("version"):
-            parts.append(f"nvcc {nv['version']} (toolkit)")
-        return "; ".join(parts) or "no CUDA in use"
-    if area == "torch":
-        t = m.torch
-        if not t.known:
-            return "unknown"
-        if not t.installed:
-            return f"not installed in {t.executable}" if t.executable else "not installed"
-        return f"{t.version} ({t.build})"
-    if area == "python":
-        exe = m.get("python.executable") or "interpreter unknown"
-        ver = m.get("python.version")
-        return f"{exe}" + (f" (Python {ver}{', venv' if m.get('python.venv') else ''})" if ver else "")
-    if area == "cpu":
-        feats = [k for k, v in (m.get("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
-        usable = m.cpus.usable if m.cpus.known else "?"
-        return f"{m.cpus.model or 'unknown CPU'}, {usable} usable CPUs" + (f", {' '.join(feats)}" if feats else "")
-    if area == "memory":
-        return f"{human_bytes(m.get('memory.total'))} RAM, /dev/shm {human_bytes(m.get('memory.shm_total'))}"
-    if area == "storage":
-        d = m.get("storage.data")
-        if d and d.get("exists"):
-            kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else "non-rotational")
-            return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
-        n = len(m.get("storage.nvme") or [])
-        return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
-    return ""
-
-
-def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = True, lacking=None,
-                 site_files=()) -> list[str]:
-    """The flutter-doctor-style view: a section per area, fixes under each, one summary line."""
-    from debtorch.doctor import AREAS
-
-    marks = MARKS_UNICODE if unicode else MARKS_ASCII
-    by_area: dict = {}
-    for f in report.findings:
-        by_area.setdefault(f.area, []).append(f)
-    lines = ["Doctor summary (debtorch doctor -v shows details):"]
-    problem_areas = 0
-    for area, title in AREAS:
-        found = by_area.get(area, [])
-        if any(f.crashed for f in found):
-            mark = marks["crash"]
-        elif any(f.level == "error" for f in found):
-            mark = marks["error"]
-        elif any(f.level == "warning" for f in found):
-            mark = marks["warning"]
-        else:
-            mark = marks["ok"]
-        if mark != marks["ok"]:
-            problem_areas += 1
-        if area == "site":
-            head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
-        else:
-            head = area_headline(area, facts)
-        lines.append(f"[{mark}] {title}" + (f": {head}" if head else ""))
-        for f in found:
-            if f.level == "info" and not verbose:
-                continue
-            m = marks["crash"] if f.crashed else marks[f.level]
-            about = f" [{f.about}]" if f.about and not f.crashed else ""
-            lines.append(f"    {m} {f.message}{about} ({f.id})")
-            if f.fix:
-                fix_lines = f.fix.splitlines()
-                lines.append(f"      fix: {fix_lines[0]}")
-                lines.extend(f"           {x}" for x in fix_lines[1:])
-            if verbose and f.facts:
-                lines.append("      facts: " + ", ".join(f"{k}={_fmt(v)}" for k, v in f.facts))
-    if lacking:
-        lines.append("")
-        lines.append("The input did not tell (checks that need these were skipped):")
-        lines.extend(f"    - {x}" for x in lacking)
-    lines.append("")
-    errors, warnings_ = report.count("error"), report.count("warning")
-    crashed = len(report.crashed)
-    infos = report.count("info")
-    if errors or warnings_:
-        parts = []
-        if errors:
-            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
-        if warnings_:
-            parts.append(f"{warnings_} warning{'s' if warnings_ != 1 else ''}")
-        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {problem_areas} area{'s' if problem_areas != 1 else ''}"
-        if crashed:
-            summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
-        lines.append(summary + ".")
-    else:
-        lines.append(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else ""))
-    if report.silenced:
-        lines.append(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})")
-    return lines
-
-
-def print_doctor(lines: list[str]) -> None:
-    """Print the doctor's lines, coloured by their mark when stdout is a terminal."""
-    from rich.console import Console
-    from rich.text import Text
-
-    console = Console(highlight=False, soft_wrap=True)
-    styles = {"[✓]": "green", "[+]": "green", "[!]": "yellow", "[✗]": "red", "[x]": "red", "[☠]": "magenta", "[#]": "magenta"}
-    for line in lines:
-        style = styles.get(line[:3], "")
-        stripped = line.lstrip()
-        if not style and stripped[:1] in ("✗", "x") and line.startswith("    "):
-            style = "red"
-        elif not style and stripped[:1] == "!" and line.startswith("    "):
-            style = "yellow"
-        console.print(Text(line, style=style))
+    def document(self) -> dict:
+        return self.doc

@@ -1,0 +1,81 @@
+"""``debtorch doctor``: is this machine set up right for PyTorch training?"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+
+from debtorch import facts as facts_mod
+from debtorch.cli.shared import EXIT_FAILED, EXIT_OK, Prog, check_python, choose_format, collect, load_facts, open_host
+from debtorch.host import LiveHost
+from debtorch.report import show
+
+prog = Prog("debtorch")
+
+
+class FailOn(str, Enum):
+    error = "error"
+    warning = "warning"
+
+
+def doctor(
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: schema_version, facts, findings."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info findings and the facts each finding rests on."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter whose PyTorch to check (default: $VIRTUAL_ENV's, else this one)."),
+    data: Optional[str] = typer.Option(None, "--data", metavar="PATH", help="Where the training data lives: check its disk and filesystem."),
+    deep: bool = typer.Option(False, "--deep", help="Also import torch in the target interpreter and run it on each device."),
+    fail_on: FailOn = typer.Option("error", "--fail-on", help="Exit 1 when a finding reaches this level."),
+    redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="FILE", help="Site rules and silenced ids (see docs/site-config.md), besides /etc/debtorch/doctor.toml."),
+    facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Check facts saved with 'debtorch facts --json' elsewhere; the live machine is not touched."),
+    collect_env: Optional[str] = typer.Option(None, "--from-collect-env", metavar="FILE", help="Check the text of 'python -m torch.utils.collect_env' (- reads stdin)."),
+    replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Check a machine recorded with 'debtorch facts --record DIR'."),
+) -> None:
+    """Is this machine set up right for PyTorch training? Findings with the Debian fix for each.
+
+    Exit status: 0 no finding at --fail-on level, 1 findings at that level, 2 bad usage or unreadable input.
+    """
+    from debtorch import knowledge  # defer: the checks and their data, only for this command
+    from debtorch.doctor import Context, diagnose, siteconfig  # defer: as above
+    from debtorch.facts import collectenv  # defer: as above
+    from debtorch.report.doctor import DoctorView  # defer: as above
+    from debtorch.report.redact import redact_report  # defer: as above
+
+    fmt = choose_format(prog, json_out)
+    if len([x for x in (facts_file, collect_env, replay) if x]) > 1:
+        prog.fail("use only one of --facts, --from-collect-env and --host")
+    if (facts_file or collect_env) and (python or data or deep):
+        prog.fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
+    check_python(prog, python, elsewhere=bool(replay))
+    try:
+        knowledge.load()  # a broken checks/ folder is bad input, not a crash of every check
+    except knowledge.KnowledgeError as exc:
+        prog.fail(str(exc))
+    lacking = host = None
+    if facts_file:
+        doc, source = load_facts(prog, facts_file), "facts"
+    elif collect_env:
+        try:
+            doc, source = collectenv.parse_file(collect_env), "collect_env"
+        except collectenv.CollectEnvError as exc:
+            prog.fail(str(exc))
+        lacking = (doc.get("collect_env") or {}).get("lacking") or []
+    else:
+        host = open_host(prog, replay)
+        doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        source = "live" if host.live else "facts"
+    try:
+        site = siteconfig.load(host if host is not None else LiveHost(), config)
+    except siteconfig.SiteConfigError as exc:
+        prog.fail(str(exc))
+    report = diagnose(doc, Context(site=site, source=source))
+    site_files = site.files
+    if redact:
+        doc, report, site_files = redact_report(doc, report, site_files)
+    code = EXIT_FAILED if report.fails(fail_on.value) else EXIT_OK
+    show(DoctorView(doc, report, fail_on.value, code, site_files, lacking, verbose,
+                    unicode="utf" in (getattr(sys.stdout, "encoding", None) or "").lower()), fmt)
+    raise typer.Exit(code)

@@ -1,0 +1,127 @@
+"""What the commands share: the exit codes and their meaning, the one-line
+failure, the ``--device`` choice, the output format, the ``--python`` check,
+and the machine a command reads (``--host``, ``--record``, ``--facts``).
+
+Only the command line leaves the process with an exit code (``typer.Exit``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from enum import Enum
+from typing import NoReturn, Optional
+
+import typer
+
+from debtorch import facts as facts_mod
+from debtorch.host import Host, LiveHost, RecordingHost, ReplayHost, Unavailable
+from debtorch.report import Format
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143   # 128 + SIGTERM
+
+# The same for every command: docs/cli.md and the man page's EXIT STATUS list these.
+EXIT_CODES = (
+    (EXIT_OK, "fine"),
+    (EXIT_FAILED, "findings at or above --fail-on, or a run that failed"),
+    (EXIT_USAGE, "bad usage or unreadable input"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    (EXIT_TERMINATED, "terminated (SIGTERM)"),
+)
+
+
+def exit_for(failure) -> int:
+    """The exit code for a run that failed: 2 when it was about the user's input
+    (``failure.user_input``: a workload, an interpreter without torch, a device,
+    a recorded machine), else 1."""
+    return EXIT_USAGE if getattr(failure, "user_input", False) else EXIT_FAILED
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Emit(str, Enum):
+    env = "env"
+
+
+@dataclass(frozen=True)
+class Prog:
+    """A command's voice on stderr: ``debtorch tune: message``."""
+
+    name: str
+
+    def fail(self, message: str, code: int = EXIT_USAGE) -> NoReturn:
+        """One line on stderr and leave with ``code``; no traceback."""
+        self.note(message)
+        raise typer.Exit(code)
+
+    def warn(self, message: str) -> None:
+        self.note(f"warning: {message}")
+
+    def note(self, message: str) -> None:
+        typer.echo(f"{self.name}: {message}", err=True)
+
+
+def choose_format(prog: Prog, json_out: bool, emit: Optional[Emit] = None) -> Format:
+    """The output format from ``--json`` (and tune's ``--emit``), the same way in every command."""
+    if emit is not None and json_out:
+        prog.fail(f"--emit {emit.value} and --json print different things; choose one")
+    if emit is Emit.env:
+        return Format.env
+    return Format.json if json_out else Format.text
+
+
+def check_python(prog: Prog, python: Optional[str], elsewhere: bool = False) -> None:
+    """A --python that names no interpreter is bad usage (exit 2), not an unknown section.
+
+    A bare name is looked up on PATH, as running it would.  When the machine is
+    another one (``elsewhere``: --host, --facts) the path is its, not checked here."""
+    if not python or elsewhere:
+        return
+    if os.sep not in python:
+        if shutil.which(python) is None:
+            prog.fail(f"--python {python}: not found on PATH")
+    elif not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        prog.fail(f"--python {python}: not an executable file")
+
+
+def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = None) -> Host:
+    """The machine to read: recorded in ``--host DIR``, or this one (copied into ``--record DIR``)."""
+    if replay and record:
+        prog.fail("--host and --record cannot be used together")
+    try:
+        if replay:
+            return ReplayHost(replay)
+        if record:
+            from debtorch.facts.apt import DPKG_STATUS, trim_dpkg_status  # defer: only --record trims
+            from debtorch.facts.nvidia import PCI_IDS, trim_cmdline, trim_pci_ids  # defer: only --record trims
+
+            # Of the large files, only what the facts read.
+            return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
+                                               **{p: trim_pci_ids for p in PCI_IDS}})
+    except Unavailable as exc:
+        prog.fail(f"{'--host' if replay else '--record'} {exc.reason}")
+    return LiveHost()
+
+
+def collect(host: Host, options: facts_mod.Options) -> dict:
+    """The facts read through ``host``, which is closed after."""
+    try:
+        return facts_mod.collect(host, options)
+    finally:
+        host.close()
+
+
+def load_facts(prog: Prog, path: str) -> dict:
+    """``--facts FILE``: facts saved by ``debtorch facts --json``; one line when it cannot be used."""
+    try:
+        return facts_mod.load(path)
+    except facts_mod.FactsFileError as exc:
+        prog.fail(f"--facts {exc}")

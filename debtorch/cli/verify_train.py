@@ -1,0 +1,103 @@
+"""``debtorch verify-train``: baseline (PyTorch's defaults) against tuned settings on a real training loop.
+
+Torch-free: every trial runs in a worker of the target interpreter
+(``--python``).  docs/verify-train.md describes what is measured and how.
+
+Exit codes: 0 measured (whatever the verdict); 1 the run failed (out of
+memory, a DataLoader worker killed, the worker died or timed out); 2 bad
+usage or input (options, a config that does not load, a workload that cannot
+be imported, an interpreter without torch, a device this torch cannot use,
+a machine other than this one); 130 interrupted (Ctrl-C), after printing
+what was measured so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Optional
+
+import typer
+
+from debtorch.cli.shared import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Device, Prog, choose_format, exit_for, open_host
+from debtorch.report import show
+
+prog = Prog("debtorch verify-train")
+
+
+def verify_train(
+    workload: str = typer.Option("builtin:cnn", "--workload", metavar="MODULE:FUNCTION", help="What to train: builtin:cnn, builtin:transformer or your module:function (docs/workloads.md)."),
+    device: Optional[Device] = typer.Option(None, "--device", help="Train on cpu or cuda (default: cuda when this torch sees a GPU)."),
+    config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Tuned settings from 'debtorch tune --write' (default: tuned now, by rules)."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
+    quick: bool = typer.Option(False, "--quick", help="The real path in seconds: few steps, small built-in workloads (CI)."),
+    repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds of baseline and tuned (at least 3)."),
+    steps: Optional[int] = typer.Option(None, "--steps", metavar="N", help="Timed optimizer steps per trial (default 20; --quick 3)."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed warm-up steps per trial (default 3; --quick 1)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", help="Cap of the convergence runs, in optimizer steps (default 400; --quick 12; 0 skips them)."),
+    target_loss: Optional[float] = typer.Option(None, "--target-loss", metavar="LOSS", help="Loss for time-to-target (default: the workload's target_loss)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of model weights and batch order (the same for every trial)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document with everything (config and the machine's facts included)."),
+    plot_file: Optional[str] = typer.Option(None, "--plot", metavar="FILE", help="Write throughput, step-time breakdown and loss curves to FILE.png or FILE.svg (needs matplotlib)."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="DIR", help="Write a torch.profiler trace of a few tuned steps to DIR/trace.json (Perfetto, chrome://tracing)."),
+    nproc: Optional[int] = typer.Option(None, "--nproc", metavar="N", help="Also run tuned in N processes with torch.distributed.run and report scaling (default: the config's nproc)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", metavar="N", help="Passed to torch.distributed.run."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", metavar="R", help="Passed to torch.distributed.run."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", metavar="HOST", help="Passed to torch.distributed.run."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", metavar="PORT", help="Passed to torch.distributed.run."),
+    timeout: float = typer.Option(900.0, "--timeout", metavar="SECONDS", help="Longest one trial may take before its worker is killed."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --plot file or --profile DIR/trace.json."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="On failure, also print the worker's traceback."),
+    facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Not accepted: verify-train trains on this machine (tune --facts tunes for saved facts)."),
+    replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Not accepted: verify-train trains on this machine (tune --host tunes for a recorded one)."),
+) -> None:
+    """Baseline (PyTorch's defaults) against tuned settings on a real training loop: speed, where time goes, time to target loss.
+
+    Exit status: 0 measured (whatever the verdict), 1 the run failed, 2 bad usage or input, 130 interrupted.
+    """
+    from debtorch.verify import run  # defer: the trainer's plan, worker and report, only for this command
+    from debtorch.report.plot import PlotError, check_plot_path, plot  # defer: as above
+    from debtorch.report.progress import StepsBar  # defer: as above
+    from debtorch.report.verify import VerifyView  # defer: as above
+
+    fmt = choose_format(prog, json_out)
+    if facts_file or replay:
+        prog.fail(f"{'--facts' if facts_file else '--host'} describes another machine; verify-train trains on this one")
+    if force and not (plot_file or profile):
+        prog.fail("--force only applies to --plot and --profile")
+    try:
+        if plot_file:
+            check_plot_path(plot_file, force)
+    except PlotError as exc:
+        prog.fail(str(exc))
+    options = run.Options(
+        workload=workload, device=device.value if device else None, config=config, python=python, quick=quick,
+        repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
+        profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
+        timeout=timeout, force=force, cwd=os.getcwd())
+    try:
+        with contextlib.closing(open_host(prog)) as host:
+            ready = run.prepare(options, host)
+        for w in ready.warnings:
+            prog.warn(w)
+        with StepsBar() as bar:
+            outcome = ready.run(bar, warn=prog.warn)
+    except run.Refused as exc:
+        prog.fail(str(exc), exit_for(exc))
+    m = outcome.measured
+    code = EXIT_INTERRUPTED if m.interrupted else exit_for(m.failure) if m.failure is not None else EXIT_OK
+    if plot_file and outcome.measured_anything:
+        try:
+            plot(m, outcome.summary, plot_file)
+            prog.note(f"wrote {plot_file}")
+        except PlotError as exc:
+            prog.note(str(exc))
+            code = code or EXIT_FAILED
+    show(VerifyView(outcome, code), fmt)
+    if m.failure is not None:
+        prog.note(m.failure.line())
+        if verbose and m.failure.detail.get("traceback"):
+            typer.echo(m.failure.detail["traceback"], err=True)
+    if code == EXIT_INTERRUPTED:
+        prog.note("interrupted; the report shows what was measured so far")
+    raise typer.Exit(code)

@@ -1,0 +1,60 @@
+"""The console printer: every readable view is printed here, on stdout.
+
+A renderer gives each line a kind (``plain``, ``info``, ``ok``, ``warning``,
+``error``, ``crash``); the printer styles it by that kind (colour shows only
+on a terminal), never by reading the text back.  Tables are printed by rich,
+at a fixed width in a log or a pipe.  Nothing is parsed as markup or emoji.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple, Optional, TextIO, Union
+
+STYLES = {"plain": "", "info": "", "ok": "green", "warning": "yellow", "error": "red", "crash": "magenta"}
+LOG_WIDTH = 110  # a table written to a log or a pipe: no terminal to fit
+
+
+class Line(NamedTuple):
+    text: str
+    kind: str = "plain"
+
+
+@dataclass
+class Table:
+    title: str
+    columns: tuple  # the first is left-aligned, the others right-aligned
+    rows: list = field(default_factory=list)
+
+
+def texts(items: Iterable[Union[Line, Table]]) -> list:
+    """The text of each line (tables left out): what tests and callers compare."""
+    return [item.text for item in items if isinstance(item, Line)]
+
+
+def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = None) -> None:
+    """Print on stdout (or ``file``)."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    console = Console(file=file, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(file=file, highlight=False, soft_wrap=True, width=LOG_WIDTH)
+    for item in items:
+        if isinstance(item, Table):
+            table = RichTable(title=Text(item.title), title_justify="left")
+            for i, name in enumerate(item.columns):
+                table.add_column(Text(name), justify="right" if i else "left")
+            for row in item.rows:
+                table.add_row(*map(Text, row))
+            console.print(table, soft_wrap=False)
+        else:
+            console.print(Text(item.text, style=STYLES[item.kind]))
+
+
+def echo(text: str, end: str = "\n") -> None:
+    """Unstyled text on stdout (a JSON document, shell exports)."""
+    sys.stdout.write(text + end)
+    sys.stdout.flush()

@@ -1,0 +1,181 @@
+"""``debtorch doctor``: a section per area with its mark, the findings and fixes under it,
+one summary line (flutter doctor's face); or one JSON object.  Pure functions, and
+:class:`DoctorView`."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from debtorch import __version__
+from debtorch.doctor import AREAS, SCHEMA_VERSION, Report
+from debtorch.machine import Machine
+from debtorch.report import Format
+from debtorch.report.console import Line
+from debtorch.report.facts import show_value
+from debtorch.units import human_bytes
+
+MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
+MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
+
+AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
+                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
+
+
+def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
+    """One line saying what was looked at in ``area``."""
+    m = m or Machine.from_facts(facts)
+    sec = facts.get(AREA_SECTION.get(area, "")) or {}
+    whole = (sec.get("unknown") or {}).get("*")
+    if whole and area not in ("cuda", "torch") and all(k == "unknown" or v in (None, [], {}) for k, v in sec.items()):
+        return f"unknown ({whole})"
+    if area == "os":
+        o = m.os
+        bits = [o.name or "unknown OS"]
+        if o.kernel:
+            bits.append(f"kernel {o.kernel}")
+        if o.container:
+            bits.append(f"in a {o.container} container")
+        if o.wsl:
+            bits.append(f"WSL {o.wsl}")
+        return ", ".join(bits)
+    if area == "apt":
+        comps = m.apt.components
+        return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
+    if area == "driver":
+        d = m.driver
+        if m.has_nvidia_gpu is False and not d.version:
+            return "no NVIDIA GPU"
+        if not d.version:
+            return "no working NVIDIA driver" if m.pci_gpus else "driver version unknown"
+        text = f"driver {d.version}" + (f", supports CUDA up to {d.cuda}" if d.cuda else "")
+        if d.mismatch:
+            text += f" (libraries; kernel module {d.kernel_module} still loaded)"
+        return text
+    if area == "gpu":
+        if m.listed_gpus:
+            names: dict = {}
+            for g in m.listed_gpus:
+                names[g.name or "GPU"] = names.get(g.name or "GPU", 0) + 1
+            return ", ".join(f"{c} x {n}" for n, c in names.items())
+        if m.has_nvidia_gpu is None:
+            return "unknown"
+        n = len(m.pci_gpus)
+        return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
+    if area == "cuda":
+        parts = []
+        if m.torch.cuda:
+            parts.append(f"PyTorch built with CUDA {m.torch.cuda}")
+        nv = m.get("cuda.toolkit_nvcc")
+        if isinstance(nv, dict) and nv.get("version"):
+            parts.append(f"nvcc {nv['version']} (toolkit)")
+        return "; ".join(parts) or "no CUDA in use"
+    if area == "torch":
+        t = m.torch
+        if not t.known:
+            return "unknown"
+        if not t.installed:
+            return f"not installed in {t.executable}" if t.executable else "not installed"
+        return f"{t.version} ({t.build})"
+    if area == "python":
+        exe = m.get("python.executable") or "interpreter unknown"
+        ver = m.get("python.version")
+        return f"{exe}" + (f" (Python {ver}{', venv' if m.get('python.venv') else ''})" if ver else "")
+    if area == "cpu":
+        feats = [k for k, v in (m.get("cpu.features") or {}).items() if v and k in ("avx512_bf16", "amx_bf16", "avx2", "avx512f")]
+        usable = m.cpus.usable if m.cpus.known else "?"
+        return f"{m.cpus.model or 'unknown CPU'}, {usable} usable CPUs" + (f", {' '.join(feats)}" if feats else "")
+    if area == "memory":
+        return f"{human_bytes(m.get('memory.total'))} RAM, /dev/shm {human_bytes(m.get('memory.shm_total'))}"
+    if area == "storage":
+        d = m.get("storage.data")
+        if d and d.get("exists"):
+            kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else "non-rotational")
+            return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
+        n = len(m.get("storage.nvme") or [])
+        return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
+    return ""
+
+
+def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bool = True, lacking=None,
+                 site_files=()) -> list:
+    """The flutter-doctor-style view: a section per area, fixes under each, one summary line."""
+    marks = MARKS_UNICODE if unicode else MARKS_ASCII
+    by_area: dict = {}
+    for f in report.findings:
+        by_area.setdefault(f.area, []).append(f)
+    lines = [Line("Doctor summary (debtorch doctor -v shows details):")]
+    problem_areas = 0
+    for area, title in AREAS:
+        found = by_area.get(area, [])
+        if any(f.crashed for f in found):
+            kind = "crash"
+        elif any(f.level == "error" for f in found):
+            kind = "error"
+        elif any(f.level == "warning" for f in found):
+            kind = "warning"
+        else:
+            kind = "ok"
+        if kind != "ok":
+            problem_areas += 1
+        if area == "site":
+            head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
+        else:
+            head = area_headline(area, facts)
+        lines.append(Line(f"[{marks[kind]}] {title}" + (f": {head}" if head else ""), kind))
+        for f in found:
+            if f.level == "info" and not verbose:
+                continue
+            level = "crash" if f.crashed else f.level
+            about = f" [{f.about}]" if f.about and not f.crashed else ""
+            lines.append(Line(f"    {marks[level]} {f.message}{about} ({f.id})", level))
+            if f.fix:
+                fix_lines = f.fix.splitlines()
+                lines.append(Line(f"      fix: {fix_lines[0]}"))
+                lines.extend(Line(f"           {x}") for x in fix_lines[1:])
+            if verbose and f.facts:
+                lines.append(Line("      facts: " + ", ".join(f"{k}={show_value(v)}" for k, v in f.facts)))
+    if lacking:
+        lines.append(Line(""))
+        lines.append(Line("The input did not tell (checks that need these were skipped):"))
+        lines.extend(Line(f"    - {x}") for x in lacking)
+    lines.append(Line(""))
+    errors, warnings_ = report.count("error"), report.count("warning")
+    crashed = len(report.crashed)
+    infos = report.count("info")
+    if errors or warnings_:
+        parts = []
+        if errors:
+            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+        if warnings_:
+            parts.append(f"{warnings_} warning{'s' if warnings_ != 1 else ''}")
+        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {problem_areas} area{'s' if problem_areas != 1 else ''}"
+        if crashed:
+            summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
+        lines.append(Line(summary + "."))
+    else:
+        lines.append(Line(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else "")))
+    if report.silenced:
+        lines.append(Line(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})"))
+    return lines
+
+
+class DoctorView:
+    """``debtorch doctor``: the sections, or one object with the findings and the facts they rest on."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, facts: dict, report: Report, fail_on: str, exit_code: int, site_files=(),
+                 lacking: Optional[list] = None, verbose: bool = False, unicode: bool = True):
+        self.facts, self.report, self.fail_on, self.exit_code = facts, report, fail_on, exit_code
+        self.site_files, self.lacking, self.verbose, self.unicode = list(site_files), lacking, verbose, unicode
+
+    def lines(self) -> list:
+        return doctor_lines(self.facts, self.report, verbose=self.verbose, unicode=self.unicode,
+                            lacking=self.lacking, site_files=self.site_files)
+
+    def document(self) -> dict:
+        doc = {"schema_version": SCHEMA_VERSION, "debtorch_version": __version__, "exit_code": self.exit_code,
+               "fail_on": self.fail_on, "site_config": self.site_files, **self.report.to_json(), "facts": self.facts}
+        if self.lacking is not None:
+            doc["lacking"] = self.lacking
+        return doc

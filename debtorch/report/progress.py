@@ -1,0 +1,86 @@
+"""Progress on stderr while something is measured, never on stdout.
+
+On a terminal a rich bar; in a log, one line per trial (verify-train) or
+nothing (tune).  No rich Progress is made off a terminal: rich 13.3
+(Debian 12) writes a newline when even a disabled one stops.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class Bar:
+    """A bar counting ``unit`` (a context manager); off a terminal, labels go to the log as
+    ``{log}: {label}`` when ``log`` is given."""
+
+    def __init__(self, unit: str, prefix: str = "", log: Optional[str] = None, first: str = "starting"):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.unit, self.prefix, self.log, self.first = unit, prefix, log, first
+        self.bar = self.task = None
+
+    def __enter__(self) -> "Bar":
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn(self.prefix + "{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:.0f}/{task.total:.0f} " + self.unit),
+                                TimeElapsedColumn(), console=self.console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.first, total=1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def label(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=text)
+        elif self.log:
+            self.console.print(f"{self.log}: {text}", markup=False, highlight=False)
+
+    def update(self, **kw) -> None:
+        """``completed``, ``total`` or ``advance`` of the bar (nothing off a terminal)."""
+        if self.bar is not None:
+            self.bar.update(self.task, **kw)
+
+
+class TrialsBar(Bar):
+    """``tune --measure``: seconds of the budget spent, and the trial just run."""
+
+    def __init__(self):
+        super().__init__("s", prefix="[bold]measuring[/] ")
+
+    def on_trial(self, trial, spent: float, budget: float) -> None:
+        got = f"{trial.samples_per_s:.1f} samples/s" if trial.samples_per_s is not None else "failed"
+        self.update(total=budget, completed=min(spent, budget))
+        self.label(f"{trial.phase}: {trial.settings.short()} -> {got}")
+
+
+class StepsBar(Bar):
+    """verify-train: optimizer steps of the whole plan (a :class:`debtorch.verify.measure.Progress`)."""
+
+    def __init__(self):
+        super().__init__("steps", log="verify-train", first="starting the worker")
+        self.expected = self.done = 0
+
+    def plan(self, total_steps: int) -> None:
+        self.update(total=max(1, total_steps), completed=0)
+
+    def begin(self, label: str, steps: int) -> None:
+        self.expected, self.done = steps, 0
+        self.label(label)
+
+    def advance(self, event: dict) -> None:
+        if event.get("event") not in (None, "progress"):
+            return
+        self.done += 1
+        if self.done <= self.expected:
+            self.update(advance=1)
+
+    def end(self) -> None:
+        if self.done < self.expected:
+            self.update(advance=self.expected - self.done)

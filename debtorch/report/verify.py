@@ -1,0 +1,177 @@
+"""``debtorch verify-train``: the table, the lines under it and the verdict, or one JSON document.
+
+Pure functions of a :class:`~debtorch.verify.run.Outcome` (what was measured,
+its summary, the config and the machine's facts).  The plot: :mod:`debtorch.report.plot`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from debtorch import __version__
+from debtorch.report import Format
+from debtorch.report.console import Line, Table
+from debtorch.train.settings import Settings
+from debtorch.units import human_bytes
+from debtorch.verify import analysis
+from debtorch.verify.analysis import percent
+from debtorch.verify.run import Outcome
+
+SCHEMA_VERSION = 1
+
+
+def _rate(arm: dict) -> str:
+    if not arm.get("samples_per_s"):
+        return "-"
+    txt = f"{arm['samples_per_s']:.1f}"
+    if arm.get("runs", 0) > 1:
+        txt += f" ({arm['samples_per_s_min']:.1f}-{arm['samples_per_s_max']:.1f})"
+    return txt
+
+
+def _bytes(n: Optional[float]) -> str:
+    return "-" if n is None else human_bytes(int(n))
+
+
+def _ms(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+
+
+def rows(m, summary: dict) -> list:
+    """(label, baseline, tuned) rows of the table."""
+    b, t = summary["baseline"], summary["tuned"]
+    sp = summary["speedup"]
+    out = []
+    if m.baseline and m.tuned:
+        try:
+            out.append(("settings", Settings.from_dict(m.baseline).short() + " (defaults)",
+                        Settings.from_dict(m.tuned).short()))
+        except (KeyError, TypeError):
+            pass
+    out.append(("samples/s (min-max)", _rate(b), _rate(t)))
+    ratio = "-"
+    if sp.get("ratio"):
+        ratio = f"{sp['ratio']:.2f}x" + (f" ({sp['low']:.2f}-{sp['high']:.2f})" if sp.get("low") is not None else "")
+    out.append(("speed-up", "1.00x", ratio))
+    out.append(("step time (median)", _ms(b.get("step_s")), _ms(t.get("step_s"))))
+    out.append(("  waiting for data", f"{_ms(b.get('data_wait_step_s'))} ({percent(b.get('data_wait_share'))})",
+                f"{_ms(t.get('data_wait_step_s'))} ({percent(t.get('data_wait_share'))})"))
+    out.append(("  computing", _ms(b.get("compute_step_s")), _ms(t.get("compute_step_s"))))
+    bf = summary["bound_fraction"]
+    out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
+    out.append(("  reached", percent(bf.get("baseline")), percent(bf.get("tuned"))))
+    out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
+    if b.get("peak_device_bytes") is not None or t.get("peak_device_bytes") is not None:
+        out.append(("peak device memory", _bytes(b.get("peak_device_bytes")), _bytes(t.get("peak_device_bytes"))))
+    if b.get("gpu_util") is not None or t.get("gpu_util") is not None:
+        out.append(("GPU utilisation (NVML)", _pct100(b.get("gpu_util")), _pct100(t.get("gpu_util"))))
+    conv = summary.get("convergence")
+    if conv and conv.get("target_loss") is not None:
+        out.append((f"time to loss {conv['target_loss']:g}", analysis.converge_phrase(conv.get("baseline") or {}),
+                    analysis.converge_phrase(conv.get("tuned") or {}) if conv.get("tuned") else "-"))
+    return out
+
+
+def _pct100(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.0f}%"
+
+
+def lines(m, summary: dict, warnings: list = ()) -> list:
+    """The lines under the table: how the measurement went, what to watch for, what failed."""
+    out = []
+    ic = summary["instrumentation"]
+    if ic.get("cost") is not None:
+        between = summary["tuned"].get("between_steps_share")
+        out.append(f"instrumentation: the per-step clocks and gauges cost {percent(ic['cost'])} of tuned's "
+                   f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)"
+                   + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    bad = summary.get("disturbed_rounds") or []
+    if bad:
+        out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
+                   "its median speed (another process busy?); medians resist this, the ranges include it")
+    conv = summary.get("convergence") or {}
+    amp = conv.get("amp")
+    if amp:
+        if amp.get("diverged"):
+            out.append(f"AMP: {amp['reason']} (tolerance {amp['tolerance_rel']:.0%}; compared with the "
+                       f"fp32 {conv.get('reference')} run on the same batches)")
+        elif amp.get("diverged") is None:
+            out.append(f"AMP: not judged: {amp['reason']}")
+        else:
+            gap = amp.get("max_gap_rel")
+            out.append(f"AMP: {amp['precision']} loss stays within {amp['tolerance_rel']:.0%} of fp32's over "
+                       f"{amp['compared_steps']} steps" + (f" (largest gap {gap:+.1%})" if gap is not None else ""))
+    ct = conv.get("tuned")
+    if ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
+        out.append(f"convergence: tuned did not reach loss {conv['target_loss']:g} within "
+                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps (last loss "
+                   f"{ct.get('loss_last') or float('nan'):.3g}); raise --max-steps or set --target-loss")
+    sc = summary.get("scaling")
+    if sc:
+        eff = f"{sc['efficiency']:.0%}" if sc.get("efficiency") is not None else "-"
+        one = f"{sc['one_process_samples_per_s']:.1f}" if sc.get("one_process_samples_per_s") else "-"
+        many = f"{sc['samples_per_s']:.1f}" if sc.get("samples_per_s") else "-"
+        line = (f"{sc['nproc']} processes ({sc.get('backend')}): {many} samples/s vs {one} in one process: "
+                f"scaling efficiency {eff}")
+        if sc.get("gpu_util") is not None:
+            line += f"; GPU utilisation {_pct100(sc.get('one_process_gpu_util'))} -> {_pct100(sc['gpu_util'])}"
+        out.append(line)
+    t = summary["tuned"]
+    if (m.device or "").startswith("cuda") and t.get("runs") and t.get("gpu_util") is None:
+        out.append("GPU utilisation: NVML gave no samples (nvidia-ml-py missing in the target environment, "
+                   "or NVML does not report utilisation for this GPU)")
+    if m.profile and m.profile.get("trace"):
+        out.append(f"profile: {m.profile['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
+    notes = sorted(set(summary["tuned"].get("notes", []) + summary["baseline"].get("notes", []) + list(m.notes)))
+    out.extend(f"note: {note}" for note in notes)
+    kinded = [Line(text) for text in out] + [Line(f"warning: {w}", "warning") for w in warnings]
+    if m.failure:
+        f = m.failure
+        kinded.append(Line(f"FAILED: {f.line()}" + (f" [{f.finding}]" if f.finding else ""), "error"))
+        if f.fix:
+            kinded.append(Line(f"  fix: {f.fix}"))
+    return kinded
+
+
+class VerifyView:
+    """``debtorch verify-train``: the table, the lines under it and the verdict; or the document."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, outcome: Outcome, exit_code: int):
+        self.outcome, self.exit_code = outcome, exit_code
+
+    def lines(self) -> list:
+        o = self.outcome
+        m = o.measured
+        wl = (m.workload or {}).get("name") or (m.plan or {}).get("workload") or "-"
+        table = Table(f"verify-train: {wl} on {m.device or '-'}", ("", "baseline", "tuned"), rows(m, o.summary))
+        verdict = ("verdict: " + o.verdict) if o.verdict else "verdict: nothing measured"
+        return [table, *lines(m, o.summary, o.warnings), Line(verdict)]
+
+    def document(self) -> dict:
+        """Everything, with the config, the warnings and the machine's facts."""
+        o, m = self.outcome, self.outcome.measured
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "debtorch_version": __version__,
+            "command": "verify-train",
+            "exit_code": self.exit_code,
+            "verdict": o.verdict,
+            "summary": o.summary,
+            "plan": m.plan,
+            "device": m.device,
+            "workload": m.workload,
+            "worker": m.worker,
+            "settings": {"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
+            "config": o.config,
+            "trials": m.trials,
+            "converge": m.converge,
+            "ddp": m.ddp,
+            "profile": m.profile,
+            "failure": m.failure.to_json() if m.failure else None,
+            "interrupted": m.interrupted,
+            "notes": m.notes,
+            "warnings": o.warnings,
+            "facts": o.facts,
+        }

@@ -1,0 +1,61 @@
+"""One ``debtorch tune``, from a machine to settings: the rules, then (``--measure``)
+short trials on a real workload, and the config written from them.
+
+The machine is given: a facts document read through a Host (the live machine,
+or one recorded with ``debtorch facts --record``) or saved elsewhere.  Only the
+live machine can be measured.  The command line parses, calls these and renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from debtorch import facts as facts_mod
+from debtorch.host import Host
+from debtorch.machine import Machine
+from debtorch.tune import config, fingerprint, measure, rules
+from debtorch.tune.search import Result
+
+# What the rules and the fingerprint read (not storage, APT or CUDA libraries: seconds saved).
+SECTIONS = ("os", "cpu", "memory", "nvidia", "python", "env")
+
+
+def read_facts(host: Host, python: Optional[str] = None) -> dict:
+    """The facts tune needs, read through ``host``."""
+    return facts_mod.collect(host, facts_mod.Options(python=python, sections=SECTIONS))
+
+
+@dataclass
+class Tuned:
+    rec: rules.Recommendation
+    fingerprint: dict
+    result: Optional[Result] = None                    # the measurement, when there was one
+    options: Optional[measure.MeasureOptions] = None   # what was measured
+
+    def write(self, path: str, force: bool = False) -> None:
+        """Write the config (atomically; an existing file only with ``force``).  Raises ConfigError."""
+        measured = self.result is not None
+        tuned = config.tuned_table("measured" if measured else "rules", self.rec.device,
+                                   workload=self.options.workload if measured else None,
+                                   budget_s=self.options.budget_s if measured else None)
+        config.write_config(path, self.rec, self.fingerprint, tuned, force=force)
+
+
+def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
+         options: Optional[measure.MeasureOptions] = None, on_trial: Optional[Callable] = None) -> Tuned:
+    """Settings for the machine ``facts`` describe, by the rules; with ``options``, measured on ``host``.
+
+    Raises :class:`~debtorch.tune.rules.RequestError` (the request does not fit the
+    machine) and :class:`~debtorch.tune.measure.MeasureError` (``user_input`` says
+    whether it is about what was given: a recorded machine, a workload, a budget).
+    """
+    rec = rules.recommend(facts, request)
+    tuned = Tuned(rec, fingerprint.from_facts(facts), options=options)
+    if options is not None:
+        if host is None or not host.live:
+            raise measure.MeasureUsageError("--measure needs this machine, not a recorded or saved one")
+        if request.device == "cuda" and not Machine.from_facts(facts).compute_gpus:
+            raise measure.MeasureUsageError("--device cuda --measure needs a GPU on this machine; the facts list none")
+        tuned.result = measure.measure(rec, facts, options, on_trial=on_trial, host=host)
+    return tuned

@@ -1,0 +1,203 @@
+"""One ``debtorch verify-train``, from its options to what was measured.
+
+:func:`prepare` checks the options (before anything runs), loads the config,
+reads this machine through a Host and names a config tuned elsewhere;
+:meth:`Prepared.run` starts the worker, takes the tuned settings (the
+config's, or the rules' for this machine and workload now), runs the plan
+and summarises it.  Torch-free.  The command line renders the
+:class:`Outcome` and chooses the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from debtorch import facts as facts_mod
+from debtorch.host import Host
+from debtorch.train.runner import WorkerError, worker_python
+from debtorch.train.settings import Settings
+from debtorch.tune import fingerprint, rules
+from debtorch.tune.config import ConfigError, ConfigFile, load_config
+from debtorch.verify import analysis
+from debtorch.verify.failures import from_worker_error, stale_config
+from debtorch.verify.measure import Measured, Plan, Progress, Verifier
+
+
+class Refused(Exception):
+    """The run cannot go ahead; one line.  ``user_input``: about what the user gave."""
+
+    def __init__(self, message: str, user_input: bool = True):
+        super().__init__(message)
+        self.user_input = user_input
+
+
+@dataclass
+class Options:
+    """The command's options, as given (None: the default, which --quick changes)."""
+
+    workload: str = "builtin:cnn"
+    device: Optional[str] = None
+    config: Optional[str] = None
+    python: Optional[str] = None
+    quick: bool = False
+    repeats: int = 3
+    steps: Optional[int] = None
+    warmup: Optional[int] = None
+    max_steps: Optional[int] = None
+    target_loss: Optional[float] = None
+    seed: int = 0
+    profile: Optional[str] = None
+    nproc: Optional[int] = None
+    launcher_args: list = field(default_factory=list)
+    timeout: float = 900.0
+    force: bool = False
+    cwd: Optional[str] = None
+
+
+def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
+                  master_port: Optional[int]) -> list:
+    """torch.distributed.run's multi-node options, passed through as given."""
+    given = (("nnodes", nnodes), ("node_rank", node_rank), ("master_addr", master_addr), ("master_port", master_port))
+    return [f"--{name}={value}" for name, value in given if value is not None]
+
+
+@dataclass
+class Outcome:
+    """What a run measured, with what the report shows beside it."""
+
+    measured: Measured
+    summary: dict
+    verdict: str
+    warnings: list
+    config: Optional[dict]  # where the tuned settings came from (the JSON's "config")
+    facts: dict
+
+    @property
+    def measured_anything(self) -> bool:
+        return bool(self.summary["baseline"]["runs"] or self.summary["tuned"]["runs"])
+
+
+def plan_of(o: Options) -> Plan:
+    """The plan for these options; :class:`Refused` names the first problem."""
+    if o.launcher_args and not (o.nproc and o.nproc > 1):
+        raise Refused("--nnodes, --node-rank, --master-addr and --master-port need --nproc N (N > 1)")
+    if o.timeout <= 0:
+        raise Refused(f"--timeout must be a positive number of seconds (got {o.timeout:g})")
+    kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
+          "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
+          "profile_dir": o.profile}
+    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps)):
+        if value is not None:
+            kw[name] = value
+    plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
+    problems = plan.problems() + (["--nproc must be >= 1"] if o.nproc is not None and o.nproc < 1 else [])
+    if problems:
+        raise Refused(problems[0])
+    return plan
+
+
+def check_profile_dir(profile: str, force: bool) -> None:
+    """Refuse a --profile DIR whose trace cannot be written (before minutes of measuring)."""
+    trace = os.path.join(profile, "trace.json")
+    if os.path.lexists(trace) and not force:
+        raise Refused(f"--profile {profile}: {trace} exists; use --force to replace it")
+    try:
+        os.makedirs(profile, exist_ok=True)
+    except OSError as exc:
+        raise Refused(f"--profile {profile}: cannot create the directory ({exc.strerror or exc})") from None
+    if not os.access(profile, os.W_OK | os.X_OK):
+        raise Refused(f"--profile {profile}: directory is not writable")
+
+
+def prepare(o: Options, host: Host) -> "Prepared":
+    """Everything before the worker starts.  ``host`` must be the live machine: training runs here."""
+    if not host.live:
+        raise Refused(f"verify-train trains on this machine, not a recorded one ({host.label})")
+    plan = plan_of(o)
+    if o.profile:
+        check_profile_dir(o.profile, o.force)
+    cfg = None
+    if o.config:
+        try:
+            cfg = load_config(o.config)
+        except ConfigError as exc:
+            raise Refused(f"--config {exc}") from None
+    try:
+        plan.python = worker_python(o.python, host)
+    except WorkerError as exc:
+        raise Refused(str(exc)) from None
+    # The machine's facts (no --deep): the JSON document's and the stale-config check's.
+    ready = Prepared(o, plan, cfg, facts_mod.collect(host, facts_mod.Options(python=plan.python)))
+    if cfg is not None:
+        stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
+        if stale:
+            ready.warnings.append(f"{o.config} was tuned on another machine or environment: {'; '.join(stale)} "
+                                  "(re-tune here: debtorch tune --measure --write)")
+        ready.config = {"source": "config", "path": os.path.abspath(o.config), "settings": cfg.settings.to_dict(),
+                        "tuned": cfg.tuned, "fingerprint": cfg.fingerprint, "env": cfg.env,
+                        "total_steps": cfg.total_steps, "epochs": cfg.epochs, "stale": stale}
+    if o.nproc is not None:
+        plan.nproc = o.nproc
+    return ready
+
+
+@dataclass
+class Prepared:
+    """A checked run, ready to start; ``warnings`` so far (a config tuned elsewhere)."""
+
+    options: Options
+    plan: Plan
+    cfg: Optional[ConfigFile]
+    facts: dict
+    config: Optional[dict] = None
+    warnings: list = field(default_factory=list)
+
+    def run(self, progress: Optional[Progress] = None, warn: Callable[[str], None] = lambda text: None) -> Outcome:
+        """Start the worker and run the plan.  A failure during the plan is in the outcome;
+        one before it (the worker cannot start, no settings fit) raises :class:`Refused`.
+        Ctrl-C ends the run with what was measured so far (``measured.interrupted``)."""
+        verifier = Verifier(self.plan, facts=self.facts, progress=progress)
+        m = verifier.measured
+        try:
+            # The Verifier closes its worker on the way out and kills it on any exception
+            # (Ctrl-C, Refused), so no worker outlives the run.
+            with verifier:
+                try:
+                    info = verifier.start()
+                except WorkerError as exc:
+                    failure = from_worker_error(exc, "starting", self.facts)
+                    raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
+                                  failure.user_input) from None
+                tuned = self._tuned(info, warn)
+                if self.options.nproc is None:
+                    self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
+                verifier.run(Settings(), tuned)
+        except KeyboardInterrupt:
+            m.interrupted = True
+        summary = analysis.summary(m)
+        verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
+        if m.failure is not None and not verdict:
+            verdict = f"failed: {m.failure.line()}"
+        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
+
+    def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
+        """The config's settings, or the rules' for this machine and the loaded workload."""
+        device = (info.get("device") or "cpu").split(":")[0]
+        if self.cfg is not None:
+            if self.cfg.device != device:
+                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
+                                     f"this run trains on {info.get('device') or 'cpu'}")
+                warn(self.warnings[-1])
+            return self.cfg.settings
+        request = rules.Request(device=device, steps=self.plan.converge_steps or None,
+                                model="conv" if info.get("convolutional") else "other")
+        try:
+            rec = rules.recommend(self.facts, request)
+        except rules.RequestError as exc:
+            raise Refused(f"cannot tune for this machine: {exc}") from None
+        self.config = {"source": "rules", "settings": rec.settings.to_dict(),
+                       "reasons": {k: str(v) for k, v in rec.reasons.items()}, "notes": list(rec.notes),
+                       "env": dict(rec.env)}
+        return rec.settings
