@@ -223,9 +223,10 @@ def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tu
                 need = max(need, (r.est - r.low) / (r.est - a))
             if b < math.inf:
                 need = max(need, (r.high - r.est) / (b - r.est))
+            need = min(need, 100.0)   # beyond 10 000 x the rounds: "more than 100" is all a reader needs
             more = max(1, math.ceil(r.n * need * need) - r.n) if need > 0 else 1
             why = "within noise" + (": the point estimate is impossible" if impossible else "")
-            return INCONCLUSIVE, min(more, 10_000), impossible, why
+            return INCONCLUSIVE, more, impossible, why
     return INCONCLUSIVE, None, impossible, "within noise, and the point estimate sits on the boundary"
 
 
@@ -303,15 +304,16 @@ def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why
                     impossible=impossible, reason=why)
 
 
-def resolve_hint(e: Estimate) -> str:
-    """What would resolve an inconclusive figure, in words ('' when resolved)."""
-    if e.resolved:
+def resolve_hint(verdict: str, more_rounds: Optional[int]) -> str:
+    """What would resolve an inconclusive figure, in words ('' when resolved): pass an
+    Estimate's ``verdict`` and ``more_rounds`` (or its ``to_dict()``'s)."""
+    if verdict != INCONCLUSIVE:
         return ""
-    if e.more_rounds is None:
-        return "more rounds would not resolve it (the point estimate sits on the boundary)"
-    if e.more_rounds > 100:
+    if more_rounds is None:
+        return "more rounds would not resolve it (the estimate sits on the boundary)"
+    if more_rounds > 100:
         return "more than 100 more rounds would be needed to resolve it"
-    return f"about {e.more_rounds} more round{'s' if e.more_rounds != 1 else ''} would likely resolve it"
+    return f"about {more_rounds} more round{'s' if more_rounds != 1 else ''} would likely resolve it"
 
 
 # ---------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def test_any_input_never_raises_and_the_interval_holds_the_estimate(a, b, margin
         if e.rounds < stats.MIN_ROUNDS:
             assert e.verdict == stats.INCONCLUSIVE
         assert (e.more_rounds is None) or (e.verdict == stats.INCONCLUSIVE and e.more_rounds >= 1)
-        stats.resolve_hint(e)
+        stats.resolve_hint(e.verdict, e.more_rounds)
 
 
 @settings(max_examples=150, deadline=None)
@@ -87,7 +87,7 @@ def test_noise_as_large_as_the_difference_is_inconclusive_and_more_rounds_resolv
     base, tuned = noisy(rng, 100, 3, 0.15), noisy(rng, 110, 3, 0.15)
     e = stats.compare(tuned, base)
     assert e.verdict == stats.INCONCLUSIVE and e.more_rounds >= 1
-    assert "more round" in stats.resolve_hint(e)
+    assert "more round" in stats.resolve_hint(e.verdict, e.more_rounds)
     base += noisy(rng, 100, 60, 0.15)
     tuned += noisy(rng, 110, 60, 0.15)
     assert stats.compare(tuned, base).verdict == stats.FASTER

@@ -74,7 +74,7 @@ def test_json_has_everything_and_uses_the_config(quick_json):
     for arm in ("baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"):
         assert s[arm]["runs"] == 3, arm
     assert s["speedup"]["ratio"] > 0 and s["instrumentation"]["cost"] is not None
-    assert 0 < s["bound_fraction"]["tuned"]
+    assert 0 < s["bound_fraction"]["tuned"]["share"]
     assert s["convergence"]["target_loss"] == doc["workload"]["target_loss"]
     # The tuned settings are the config's, loaded with tune's loader.
     from debtorch.tune.config import load_config
