@@ -198,9 +198,8 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     return out
 
 
-# A verdict holds when the interval (in logs) lies strictly inside its region:
+# A verdict holds when the interval (in logs) lies strictly inside its region, given as
 # (verdict, low bound or -inf, high bound or inf, why in words).
-Region = tuple
 
 
 def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tuple:
@@ -310,7 +309,7 @@ def resolve_hint(verdict: str, more_rounds: Optional[int]) -> str:
     if verdict != INCONCLUSIVE:
         return ""
     if more_rounds is None:
-        return "more rounds would not resolve it (the estimate sits on the boundary)"
+        return "more rounds would not resolve it: the estimate sits on the boundary"
     if more_rounds > 100:
         return "more than 100 more rounds would be needed to resolve it"
     return f"about {more_rounds} more round{'s' if more_rounds != 1 else ''} would likely resolve it"

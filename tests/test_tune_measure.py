@@ -263,4 +263,5 @@ def test_the_written_reasons_show_the_split_was_searched():
     assert (rec.settings.threads, rec.settings.num_workers) == (1, 2)
     for name in ("threads", "num_workers"):
         assert rec.reasons[name].rule == "tune.M006"
-        assert rec.reasons[name].text.startswith("threads=1 workers=2: ") and "splits of 2 CPUs raced" in rec.reasons[name].text
+        text = rec.reasons[name].text
+        assert text.startswith("threads=1 workers=2: ") and "splits of 2 CPUs raced" in text

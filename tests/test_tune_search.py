@@ -208,7 +208,8 @@ def test_workers_and_threads_that_only_pay_together_are_found(seed):
 def test_a_split_sets_threads_workers_and_what_goes_with_workers():
     split = next(d for d in CPU_DIMS if d.name == "split")
     s = split.set(START_CPU, (1, 2))
-    assert (s.threads, s.num_workers, s.prefetch_factor, s.persistent_workers, s.start_method) == (1, 2, 2, True, "fork")
+    assert (s.threads, s.num_workers, s.prefetch_factor, s.persistent_workers, s.start_method) == \
+        (1, 2, 2, True, "fork")
     back = split.set(s, (2, 0))
     assert (back.threads, back.num_workers, back.prefetch_factor, back.persistent_workers) == (2, 0, None, False)
     assert split.get(s) == (1, 2) and split.decides() == ("threads", "num_workers")

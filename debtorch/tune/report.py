@@ -82,7 +82,8 @@ def trials_lines(result) -> list:
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
     if result.close_call():
-        lines.append(f"the chosen settings are {result.close_call()}: either will do (noise {result.noise:.1%} a trial)")
+        lines.append(f"the chosen settings are {result.close_call()}: either will do "
+                     f"(noise {result.noise:.1%} a trial)")
     for a, b in result.interactions:
         lines.append(f"interaction: the best {a} depends on {b}; they were raced together")
     return lines

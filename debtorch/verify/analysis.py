@@ -162,7 +162,8 @@ def figure(d: Optional[dict], key: str, fmt) -> str:
         return fmt(d[key]) + rng
     if d.get("verdict") == stats.FAILED:
         return "failed measurement" + rng
-    return "inconclusive" + (rng or f" ({d.get('rounds', 0)} rounds)")
+    n = d.get("rounds", 0)
+    return "inconclusive" + (rng or f" ({n} round{'s' if n != 1 else ''})")
 
 
 def running_means(losses: list, window: int = SMOOTH) -> list:
@@ -274,7 +275,8 @@ def verdict(summary: dict) -> str:
         parts.append(f"tuned is {sp['ratio']:.2f}x baseline{rng}")
     elif sp.get("ratio"):
         rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
-               if sp.get("low") is not None else f"{sp.get('rounds', 0)} round(s)")
+               if sp.get("low") is not None
+               else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
         parts.append(f"speed-up inconclusive ({rng}; {stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
