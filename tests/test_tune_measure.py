@@ -64,7 +64,7 @@ def test_measurement_writes_what_it_measured_into_the_reasons():
     assert rec.reasons["precision"].rule == "tune.M003"
     assert rec.reasons["channels_last"].rule == "tune.M004"
     assert rec.reasons["channels_last"].text.startswith("channels_last=on: ")
-    assert rec.reasons["num_workers"].rule == "tune.M001"
+    assert rec.reasons["num_workers"].rule == "tune.M006" and rec.reasons["threads"].rule == "tune.M006"
     assert " samples/s vs " in rec.reasons["num_workers"].text
     assert rec.settings.validate() == []
     assert result.spent <= 200
@@ -237,3 +237,32 @@ def test_sigterm_stops_the_worker_and_leaves_no_temporary_folder(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err
     assert not out.exists() and list(tmp.iterdir()) == []
+
+
+def test_a_choice_within_noise_of_the_runner_up_says_so_in_the_reasons_and_the_table():
+    from debtorch.report.tune import TuneView, trials_lines
+    from debtorch.tune.run import Tuned
+
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 60.0)  # nothing matters: no winner to name
+    result = measure(rec, facts, MeasureOptions(budget_s=200), trials=engine, clock=engine.clock)
+    assert result.within_noise and result.runner_up is not None
+    close = f"within noise of {result.runner_up.short()}"
+    differ = [n for n, v in rec.settings.to_dict().items() if result.runner_up.to_dict()[n] != v
+              and rec.reasons[n].rule.startswith("tune.M")]
+    assert differ and all(close in rec.reasons[n].text for n in differ)
+    assert any(note.startswith("measured: ") and close in note for note in rec.notes)
+    assert any(line.startswith(f"the chosen settings are {close}") for line in trials_lines(result))
+    assert TuneView(Tuned(rec, {}, result)).document()["measurement"]["within_noise_of"] == result.runner_up.short()
+
+
+def test_the_written_reasons_show_the_split_was_searched():
+    rec, facts = vm_rec()
+    engine = FakeEngine(lambda s: 50.0 * {(2, 0): 1.0, (1, 0): 0.6, (2, 2): 0.9, (1, 2): 1.2}.get(
+        (s.threads, s.num_workers), 0.8))
+    measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    assert (rec.settings.threads, rec.settings.num_workers) == (1, 2)
+    for name in ("threads", "num_workers"):
+        assert rec.reasons[name].rule == "tune.M006"
+        text = rec.reasons[name].text
+        assert text.startswith("threads=1 workers=2: ") and "splits of 2 CPUs raced" in text

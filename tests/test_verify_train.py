@@ -55,7 +55,9 @@ def test_quick_run_prints_the_table_and_the_verdict():
     for row in ("samples/s (min-max)", "speed-up", "waiting for data", "computing", "compute-only bound",
                 "peak host memory", "time to loss"):
         assert row in out
-    assert re.search(r"(?m)^verdict: tuned is \d+\.\d\dx baseline \(\d+\.\d\d-\d+\.\d\d\), data wait ", out)
+    # Three quick rounds on a shared machine may not resolve the speed-up: then it says so.
+    assert re.search(r"(?m)^verdict: (tuned is \d+\.\d\dx baseline \(\d+\.\d\d-\d+\.\d\d\)|speed-up inconclusive "
+                     r"\(tuned/baseline \d+\.\d\d-\d+\.\d\d over 3 rounds; [^()]+\)), data wait ", out)
     assert "instrumentation: the per-step clocks and gauges cost" in out
     assert "Traceback" not in res.stderr
     # Progress goes to stderr, never into the report.
@@ -74,7 +76,7 @@ def test_json_has_everything_and_uses_the_config(quick_json):
     for arm in ("baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"):
         assert s[arm]["runs"] == 3, arm
     assert s["speedup"]["ratio"] > 0 and s["instrumentation"]["cost"] is not None
-    assert 0 < s["bound_fraction"]["tuned"]
+    assert 0 < s["bound_fraction"]["tuned"]["share"]
     assert s["convergence"]["target_loss"] == doc["workload"]["target_loss"]
     # The tuned settings are the config's, loaded with tune's loader.
     from debtorch.tune.config import load_config
@@ -113,7 +115,8 @@ def test_two_processes_on_cpu_report_scaling(tmp_path):
     sc = doc["summary"]["scaling"]
     assert sc["nproc"] == 2 and sc["backend"] == "gloo" and sc["efficiency"] > 0
     assert len(doc["ddp"][0]["ranks"]) == 2
-    assert "2 processes at" in doc["verdict"]
+    # One multi-process run (--quick) has no interval: its efficiency is inconclusive, never a result.
+    assert sc["verdict"] == "inconclusive" and "2 processes: scaling efficiency inconclusive" in doc["verdict"]
 
 
 def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(tmp_path):
@@ -174,7 +177,8 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130():
             proc.kill()
     assert proc.returncode == 130, "".join(seen) + err
     assert "interrupted" in err and "Traceback" not in err
-    assert re.search(r"(?m)^verdict: interrupted, so far: tuned is \d+\.\d\dx baseline", out)
+    # One round measured: too few for any verdict on the speed-up.
+    assert re.search(r"(?m)^verdict: interrupted, so far: speed-up inconclusive \(1 round; about 2 more rounds ", out)
 
 
 # ---------------------------------------------------------------- the engine's addition for convergence runs

@@ -214,8 +214,7 @@ def test_two_processes_train_with_gloo():
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
     assert ranks[0]["sample_digest"] != ranks[1]["sample_digest"]  # each rank trains on its own shard
     assert res["samples_per_s"] == pytest.approx(sum(r["samples"] for r in ranks) / max(r["wall_s"] for r in ranks))
-    eff = runner.scaling_efficiency(res, {"samples_per_s": res["per_rank_samples_per_s"][0]})
-    assert eff is not None and eff > 0
+    assert all(x > 0 for x in res["per_rank_samples_per_s"])
 
 
 @needs_torch

@@ -84,6 +84,11 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    if result.close_call():
+        lines.append(f"the chosen settings are {result.close_call()}: either will do "
+                     f"(noise {result.noise:.1%} a trial)")
+    for a, b in result.interactions:
+        lines.append(f"interaction: the best {a} depends on {b}; they were raced together")
     return lines
 
 
@@ -106,6 +111,9 @@ class TuneView:
             "spent_s": result.spent,
             "budget_s": result.budget,
             "stopped": result.stopped,
+            "noise": result.noise,
+            "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None,
+            "interactions": [list(p) for p in result.interactions],
             "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],

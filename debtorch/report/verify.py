@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch import __version__
+from debtorch import __version__, stats
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
 from debtorch.train.settings import Settings
@@ -49,17 +49,15 @@ def rows(m, summary: dict) -> list:
         except (KeyError, TypeError):
             pass
     out.append(("samples/s (min-max)", _rate(b), _rate(t)))
-    ratio = "-"
-    if sp.get("ratio"):
-        ratio = f"{sp['ratio']:.2f}x" + (f" ({sp['low']:.2f}-{sp['high']:.2f})" if sp.get("low") is not None else "")
-    out.append(("speed-up", "1.00x", ratio))
+    out.append(("speed-up", "1.00x", analysis.figure(sp, "ratio", lambda x: f"{x:.2f}x")))
     out.append(("step time (median)", _ms(b.get("step_s")), _ms(t.get("step_s"))))
     out.append(("  waiting for data", f"{_ms(b.get('data_wait_step_s'))} ({percent(b.get('data_wait_share'))})",
                 f"{_ms(t.get('data_wait_step_s'))} ({percent(t.get('data_wait_share'))})"))
     out.append(("  computing", _ms(b.get("compute_step_s")), _ms(t.get("compute_step_s"))))
     bf = summary["bound_fraction"]
     out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
-    out.append(("  reached", percent(bf.get("baseline")), percent(bf.get("tuned"))))
+    out.append(("  reached", analysis.figure(bf.get("baseline"), "share", percent),
+                analysis.figure(bf.get("tuned"), "share", percent)))
     out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
     if b.get("peak_device_bytes") is not None or t.get("peak_device_bytes") is not None:
         out.append(("peak device memory", _bytes(b.get("peak_device_bytes")), _bytes(t.get("peak_device_bytes"))))
@@ -76,14 +74,21 @@ def _pct100(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
 
+def _why(d: dict) -> str:
+    """The verdict when it is a result; otherwise why not, or what would resolve it."""
+    if d.get("verdict") in analysis.RESULTS:
+        return d["verdict"]
+    return stats.resolve_hint(d.get("verdict"), d.get("more_rounds")) or d.get("reason") or d.get("verdict", "")
+
+
 def lines(m, summary: dict, warnings: list = ()) -> list:
     """The lines under the table: how the measurement went, what to watch for, what failed."""
     out = []
     ic = summary["instrumentation"]
     if ic.get("cost") is not None:
         between = summary["tuned"].get("between_steps_share")
-        out.append(f"instrumentation: the per-step clocks and gauges cost {percent(ic['cost'])} of tuned's "
-                   f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)"
+        out.append(f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, 'cost', percent)} of "
+                   f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
     bad = summary.get("disturbed_rounds") or []
     if bad:
@@ -108,7 +113,7 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
                    f"{ct.get('loss_last') or float('nan'):.3g}); raise --max-steps or set --target-loss")
     sc = summary.get("scaling")
     if sc:
-        eff = f"{sc['efficiency']:.0%}" if sc.get("efficiency") is not None else "-"
+        eff = analysis.figure(sc, "efficiency", percent)
         one = f"{sc['one_process_samples_per_s']:.1f}" if sc.get("one_process_samples_per_s") else "-"
         many = f"{sc['samples_per_s']:.1f}" if sc.get("samples_per_s") else "-"
         line = (f"{sc['nproc']} processes ({sc.get('backend')}): {many} samples/s vs {one} in one process: "

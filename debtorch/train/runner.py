@@ -520,13 +520,3 @@ def aggregate(results: list) -> dict:
         "per_rank_samples_per_s": [r["samples_per_s"] for r in results],
         "ranks": results,
     }
-
-
-def scaling_efficiency(multi: dict, single: dict) -> Optional[float]:
-    """Aggregate throughput of N processes over N times one process's (1.0 is perfect)."""
-    one = single.get("samples_per_s")
-    many = multi.get("samples_per_s")
-    n = multi.get("nproc") or 1
-    if not one or not many:
-        return None
-    return many / (n * one)

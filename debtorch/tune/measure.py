@@ -33,15 +33,6 @@ MIN_TRIALS = 6                        # a budget that cannot pay for these measu
 CALIBRATION_STEPS = 5
 WARMUP_STEPS = 2
 
-# Which settings fields each searched dimension decides.
-FIELDS = {
-    "num_workers": ("num_workers",),
-    "prefetch_factor": ("prefetch_factor",),
-    "pin_memory": ("pin_memory", "non_blocking"),
-    "threads": ("threads",),
-    "precision": ("precision",),
-    "channels_last": ("channels_last",),
-}
 
 
 class MeasureError(Exception):
@@ -82,10 +73,20 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
     """Put the measured settings and their reasons into ``rec`` (in place; returned)."""
     rec.settings = result.best
     for dim, choice in result.choices.items():
-        for name in FIELDS.get(dim, (dim,)):
+        for name in choice.fields or (dim,):
             if not choice.measured:
                 continue  # the rule's reason stands
             rec.reasons[name] = Reason(choice.rule, choice.text)
+    close = result.close_call()
+    if close:
+        # Not one winner: say so beside every measured setting in which the two differ.
+        differ = [n for n, v in result.best.to_dict().items() if result.runner_up.to_dict().get(n) != v]
+        for name in differ:
+            r = rec.reasons.get(name)
+            if r is not None and r.rule.startswith("tune.M"):
+                rec.reasons[name] = Reason(r.rule, f"{r.text}; the chosen settings are {close}")
+        rec.notes.append(f"measured: {result.best.short()} is {close}, noise {result.noise:.1%} per trial: "
+                         "either will do")
     rules.worker_companions(rec)
     rules.thread_env(rec)
     rec.chosen_by = "measured"

@@ -62,6 +62,7 @@ RULES = {
     "tune.M003": "measured: precision",
     "tune.M004": "measured: memory format",
     "tune.M005": "measured: no measurable difference, rule kept",
+    "tune.M006": "measured: the split of CPUs between compute threads and loader workers",
 }
 
 # Assumed size of one batch in shared memory when the workload is unknown:

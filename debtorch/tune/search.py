@@ -2,43 +2,62 @@
 with its budget.  Torch-free; it only calls a trial function, so tests run it
 on synthetic, noisy response surfaces.
 
-Strategy (smarter than a grid, honest about noise):
+Strategy (docs/tune.md, "Measurement"):
 
-* Start from the rules' settings (the incumbent).
-* Coordinate descent over the dimensions, most influential first
-  (precision, memory format, workers, threads, prefetch, pinned memory).
-  Workers and compute threads share the CPUs, so the workers race moves the
-  threads along the rules' line (CPUs - workers); threads are raced on their
-  own afterwards.
-* Each dimension is a *race* (successive halving): every candidate is
+* **The CPU split first, as one decision.**  A process's CPUs are shared by
+  its intra-op (compute) threads and its DataLoader workers: workers only pay
+  once compute gives up a core, so neither can be chosen alone (a search that
+  changes one at a time sees 2 threads + 0 workers beat both 1 + 0 and 2 + 2,
+  and never tries 1 + 2).  The split is one dimension whose values are
+  (threads, workers) pairs: every feasible pair when there are few (2 CPUs:
+  10), else a coarse lattice that a simple model of the machine keeps
+  (threads 1, 2, 4 ... the CPUs, on a GPU at most 4: the GPU computes;
+  workers 0, 1, 2, 4 ... 2 x the CPUs; the pairs nearest to using every CPU
+  once), refined afterwards towards the winner along each axis while a
+  neighbour leads by ``min_gain``.  A small budget races only the splits the
+  model ranks most promising: as many as ``repeats`` rounds of fit a third of
+  the budget left.
+* **Then the other settings around the best split**, one at a time, most
+  influential first: precision, memory format, prefetch, pinned memory.
+* **Each decision is a race** (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
   in the machine hits every candidate alike.  After the first round the
-  hopeless are dropped (below half the leader, and below what the noise seen so
-  far could explain); after later rounds, those the
-  leader beats beyond noise: two standard errors of a difference of medians,
-  the noise pooled from every repeated measurement.  Medians, never means.
-  A race runs at least ``repeats`` rounds and stops early only when what is
-  left is within ``min_gain`` (3%) of the leader; at most ``max_repeats``.
-* The winner replaces the incumbent when its median leads by at least
-  ``min_gain``.  When nothing differs by that much, the rule's value stays;
-  the dimension is pruned (never raced again) only when it *clearly* does not
-  matter: the noise is small enough that a difference of twice ``min_gain``
-  would have shown.
-* Numeric dimensions with wide ranges are raced coarse first (0, 1, 2, 4,
-  8 ...), then bisected towards the winner: the midpoints to its nearest
-  tried neighbours, until they are adjacent.
-* A second pass revisits a dimension only when another one changed after it
-  was decided (threads and workers share the same cores), never one decided
-  beyond noise.
+  hopeless are dropped (below half the leader, and below what the noise seen
+  so far could explain); after later rounds, those the leader beats beyond
+  noise (two standard errors of a difference of medians, the noise pooled
+  from every repeated measurement; medians, never means); from ``repeats``
+  rounds on, a field of more than two keeps only its better half.  A race
+  runs at least ``repeats`` rounds and stops early only when what is left is
+  within ``min_gain`` (3%) of the leader and a difference of twice that would
+  have shown; at most ``max_repeats``.
+* A winner replaces the incumbent when its median leads by at least
+  ``min_gain``; otherwise the rule's value stays (tune.M005).
+* **Interactions.**  A setting *interacts* with another when its best value
+  changes when the other changes.  Two checks, within the budget:
+  a setting decided before another one changed is raced again in the new
+  context (a changed winner is an interaction); and for every pair of
+  settings, the point that changes both to their runners-up (the corner a
+  one-at-a-time search never visits) is measured once, and raced against the
+  incumbent when it beats it.  When it wins, it is raced against each change
+  alone; the pair *interacts* only when it beats the incumbent and both by
+  twice a race's margin, all measured at least ``repeats`` times (a claim in
+  a reason must not come from noise).  Then their best values are raced
+  together (every combination of each one's best two or three), and the
+  settings decided earlier are revisited.
 * With budget left, close calls are settled where the search ended up: the
-  chosen value against its alternatives (or its neighbours, for numbers) in the
-  final context, with up to twice as many rounds.
+  chosen value against its alternatives in the final context, with up to
+  twice as many rounds.
+* **Within noise.**  When the chosen settings do not beat the runner-up (the
+  fastest other settings measured) beyond noise, the result says so
+  (``within_noise``, ``runner_up``), and the reasons written to the config
+  say "within noise of ...", instead of naming one winner as measured.
 * Every trial's cost is counted; no trial starts that the budget cannot pay.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -73,11 +92,8 @@ class Trial:
 TrialFn = Callable[[Settings], Outcome]
 
 
-def _apply_workers(s: Settings, v: int, cpus: Optional[int] = None) -> Settings:
-    """Set the worker count and what goes with it.  Workers and compute threads share
-    the CPUs: while the threads are on the rules' line (CPUs - workers), they follow."""
-    if cpus is not None and s.threads == max(1, cpus - s.num_workers):
-        s = s.replace(threads=max(1, cpus - v))
+def _apply_workers(s: Settings, v: int) -> Settings:
+    """Set the worker count and what goes with it (prefetch, persistence, start method)."""
     if v == 0:
         return s.replace(num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None)
     return s.replace(num_workers=v, prefetch_factor=s.prefetch_factor or 2, persistent_workers=True,
@@ -88,9 +104,16 @@ def _apply_pin(s: Settings, v: bool) -> Settings:
     return s.replace(pin_memory=v, non_blocking=v)
 
 
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
+
+
 @dataclass
 class Dimension:
-    """One thing to choose: a settings field, its candidate values, and its measured-reason id."""
+    """One thing to choose: a settings field (or several: a joint dimension), its candidate
+    values, and its measured-reason id."""
 
     name: str
     values: list
@@ -98,15 +121,40 @@ class Dimension:
     apply: Optional[Callable[[Settings, Any], Settings]] = None
     needs: Optional[Callable[[Settings], bool]] = None   # when the dimension means anything
     numeric: bool = False                                # coarse-to-fine when the range is wide
+    read: Optional[Callable[[Settings], Any]] = None     # the value in a Settings (default: the field)
+    fields: tuple = ()                                   # the settings fields it decides (default: its name)
+    first: Optional[list] = None                         # the values of the first race (default: all, or coarse)
+    refine: Optional[Callable[[set, Any], list]] = None  # more values to race near the winner, given those tried
+    show: Optional[Callable[[Any], str]] = None          # a value in words (default: name=value)
+    unit: str = ""                                       # "splits of 2 CPUs": the reason counts what was raced
 
     def set(self, s: Settings, v: Any) -> Settings:
         return self.apply(s, v) if self.apply else s.replace(**{self.name: v})
 
     def get(self, s: Settings) -> Any:
-        return getattr(s, self.name)
+        return self.read(s) if self.read else getattr(s, self.name)
 
     def active(self, s: Settings) -> bool:
         return self.needs(s) if self.needs else True
+
+    def label(self, v: Any) -> str:
+        return self.show(v) if self.show else f"{self.name}={_fmt(v)}"
+
+    def decides(self) -> tuple:
+        return self.fields or (self.name,)
+
+    def first_values(self) -> list:
+        if self.first is not None:
+            return list(self.first)
+        return coarse(self.values) if self.numeric else list(self.values)
+
+    def more(self, tried: set, winner: Any) -> list:
+        """Values to race next to ``winner`` (coarse-to-fine); none for categorical dimensions."""
+        if self.refine is not None:
+            return [v for v in self.refine(tried, winner) if v not in tried]
+        if self.numeric:
+            return [v for v in bisect(self.values, tried, winner) if v not in tried]
+        return []
 
 
 def coarse(values: list) -> list:
@@ -122,30 +170,96 @@ def coarse(values: list) -> list:
     return sorted(keep)
 
 
+def bisect(values: list, tried: set, v: Any) -> list:
+    """The midpoints between ``v`` and its nearest tried neighbours that are among ``values``."""
+    lo = max((x for x in tried if x < v), default=v)
+    hi = min((x for x in tried if x > v), default=v)
+    return sorted({x for x in ((lo + v) // 2, (v + hi + 1) // 2) if x in values and x != v})
+
+
+# ---------------------------------------------------------------------------
+# The CPU split: threads per process and loader workers, as one dimension.
+
+MAX_SPLITS = 12          # every feasible split up to this many; beyond, the model's lattice
+
+
+def cpu_splits(cpus: int, device: str = "cpu", max_workers: Optional[int] = None) -> tuple:
+    """(every feasible split, the first race's splits) for a process with ``cpus`` CPUs.
+
+    A split is (threads, workers): threads 1 .. the CPUs (on a GPU at most 4:
+    the GPU computes, a few threads feed it), workers 0 .. 2 x the CPUs (the
+    article's rule lies inside) within ``max_workers`` (shm and open-file
+    limits).  When there are at most ``MAX_SPLITS`` the first race has them
+    all; otherwise the model keeps a coarse lattice (1, 2, 4 ... on each
+    axis) and, of it, the splits nearest to using every CPU once
+    (threads + workers = CPUs), and the search refines towards the winner.
+    """
+    cpus = max(1, cpus)
+    top_w = 2 * cpus if max_workers is None else max(0, min(2 * cpus, max_workers))
+    top_t = cpus if device == "cpu" else min(cpus, 4)
+    threads, workers = list(range(1, top_t + 1)), list(range(0, top_w + 1))
+    every = [(t, w) for t in threads for w in workers]
+    if len(every) <= MAX_SPLITS:
+        return every, list(every)
+    lattice = sorted(((t, w) for t in coarse(threads) for w in coarse(workers)), key=promise(cpus))
+    return every, lattice[:MAX_SPLITS]
+
+
+def promise(cpus: int) -> Callable[[tuple], tuple]:
+    """The model's order of splits, most promising first: nearest to using every CPU once
+    (threads + workers = CPUs), then more compute threads, then fewer workers."""
+    return lambda tw: (abs(math.log((tw[0] + tw[1]) / cpus)), -tw[0], tw[1])
+
+
+def _split_refine(every: list) -> Callable[[set, Any], list]:
+    feasible = set(every)
+    ts = sorted({t for t, _ in every})
+    ws = sorted({w for _, w in every})
+
+    def refine(tried: set, winner: tuple) -> list:
+        t, w = winner
+        out = [(x, w) for x in bisect(ts, {a for a, _ in tried}, t)]
+        out += [(t, x) for x in bisect(ws, {b for _, b in tried}, w)]
+        return [v for v in out if v in feasible]
+    return refine
+
+
+def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] = None) -> Dimension:
+    """The split of a process's CPUs between compute threads and loader workers (tune.M006)."""
+    every, first = cpu_splits(cpus, device, max_workers)
+    first = sorted(first, key=promise(cpus))   # a small budget races the most promising only
+
+    def apply(s: Settings, v: tuple) -> Settings:
+        return _apply_workers(s.replace(threads=v[0]), v[1])
+
+    return Dimension("split", every, "tune.M006", apply=apply,
+                     read=lambda s: (s.threads or cpus, s.num_workers), fields=("threads", "num_workers"),
+                     first=first, refine=_split_refine(every),
+                     show=lambda v: f"threads={v[0]} workers={v[1]}",
+                     unit=f"splits of {cpus} CPU{'s' if cpus > 1 else ''}")
+
+
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
-    """The dimensions ``--measure`` explores, most influential first.
-
-    Workers range over 0 .. 2 x the process's CPUs (the article's rule lies
-    inside), capped by ``max_workers`` (shm and open-file limits), with the
-    compute threads following them along the rules' line (CPUs - workers);
-    then threads are raced on their own, 1 .. the process's CPUs.
-    """
-    cpus = max(1, per_proc_cpus)
-    top = 2 * cpus if max_workers is None else min(2 * cpus, max_workers)
-    dims = []
+    """The dimensions ``--measure`` explores: the CPU split first, then the rest, most
+    influential first.  Processes stay as the rules chose them: trials run one process."""
+    dims = [split_dimension(per_proc_cpus, device, max_workers)]
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
     if conv:
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
-    dims.append(Dimension("num_workers", list(range(0, max(0, top) + 1)), "tune.M001",
-                          apply=lambda s, v: _apply_workers(s, v, cpus), numeric=True))
-    if cpus > 1:
-        dims.append(Dimension("threads", list(range(1, cpus + 1)), "tune.M002", numeric=True))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
     if device == "cuda":
-        dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin))
+        dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
+                              fields=("pin_memory", "non_blocking")))
     return dims
+
+
+def joint(a: Dimension, b: Dimension, values: list) -> Dimension:
+    """Two dimensions raced together: their values are pairs."""
+    return Dimension(f"{a.name}+{b.name}", values, a.rule, apply=lambda s, v: b.set(a.set(s, v[0]), v[1]),
+                     needs=lambda s: a.active(s) and b.active(s), read=lambda s: (a.get(s), b.get(s)),
+                     fields=a.decides() + b.decides(), show=lambda v: f"{a.label(v[0])} {b.label(v[1])}")
 
 
 @dataclass
@@ -159,6 +273,7 @@ class Choice:
     changed: bool
     settled: bool = False    # beyond noise against every other value tried
     measured: bool = True    # False: never raced (no effect in this context, or no trial succeeded)
+    fields: tuple = ()       # the settings fields the reason is about (default: the dimension's name)
 
 
 @dataclass
@@ -170,19 +285,35 @@ class Result:
     spent: float = 0.0
     budget: float = 0.0
     stopped: str = ""                               # why the search ended
+    runner_up: Optional[Settings] = None            # the fastest other settings measured
+    within_noise: bool = False                      # best does not beat runner_up beyond noise
+    noise: float = 0.0                              # relative noise of one trial (robust sigma of log samples/s)
+    interactions: list = field(default_factory=list)  # (dimension, dimension) pairs found to interact
+    steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
 
     def median(self, s: Settings) -> Optional[float]:
         vals = [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
         return statistics.median(vals) if vals else None
+
+    def close_call(self) -> str:
+        """'' when the choice leads beyond noise, else 'within noise of <settings> (<median> samples/s)'."""
+        if not self.within_noise or self.runner_up is None:
+            return ""
+        med = self.median(self.runner_up)
+        return f"within noise of {self.runner_up.short()}" + (f" ({med:.1f} samples/s)" if med else "")
 
 
 class BudgetSpent(Exception):
     pass
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(Settings))
+
+
 def key(s: Settings) -> tuple:
-    """A hashable identity for settings (Settings itself is a mutable dataclass)."""
-    return dataclasses.astuple(s)
+    """A hashable identity for settings (Settings itself is a mutable dataclass; its fields are
+    all scalars, so no deep copy is needed)."""
+    return tuple(getattr(s, f) for f in _FIELDS)
 
 
 def unique(items: list) -> list:
@@ -195,11 +326,13 @@ def unique(items: list) -> list:
 
 
 class Search:
-    """Coordinate descent with interleaved, repeated races.  See the module doc."""
+    """The split first, then the rest one at a time, then interactions, with interleaved,
+    repeated races.  See the module doc."""
 
     def __init__(self, trial: TrialFn, budget_s: float, repeats: int = 3, max_repeats: int = 7,
                  min_gain: float = 0.03, z: float = 2.0,
-                 on_trial: Optional[Callable[[Trial, float, float], None]] = None, passes: int = 2):
+                 on_trial: Optional[Callable[[Trial, float, float], None]] = None, passes: int = 2,
+                 interactions: bool = True, top: int = 3):
         self.trial_fn = trial
         self.budget = float(budget_s)
         self.repeats = max(2, repeats)
@@ -208,10 +341,16 @@ class Search:
         self.min_gain = min_gain
         self.on_trial = on_trial
         self.passes = passes
+        self.interactions = interactions
+        self.top = max(2, top)
         self.trials: list[Trial] = []
         self.samples: dict = {}   # key(Settings) -> [samples/s]
         self.errors: dict = {}    # key(Settings) -> error text
         self.known: dict = {}     # key(Settings) -> Settings
+        self.longest: dict = {}   # key(Settings) -> its longest trial, in seconds
+        self.ranking: dict = {}   # dimension name -> its values, fastest first, where it was last raced
+        self.found: list = []     # interacting pairs of dimension names
+        self.best: Optional[Settings] = None   # the best settings decided so far
         self.spent = 0.0
         self.phase = "start"
 
@@ -219,9 +358,8 @@ class Search:
     def _cost_estimate(self, s: Settings) -> float:
         """What the next trial of ``s`` may cost: its own longest so far, else the longest
         of the last few trials (pessimistic, so that the budget holds)."""
-        own = [t.seconds for t in self.trials if key(t.settings) == key(s)]
-        recent = [t.seconds for t in self.trials[-5:]]
-        return max(own or recent or [0.0])
+        own = self.longest.get(key(s))
+        return own if own is not None else max([t.seconds for t in self.trials[-5:]] or [0.0])
 
     def measure(self, s: Settings) -> Optional[float]:
         if key(s) in self.errors:
@@ -233,6 +371,7 @@ class Search:
         t = Trial(len(self.trials) + 1, self.phase, s, out.samples_per_s, out.seconds, out.data_wait, out.error)
         self.trials.append(t)
         self.known[key(s)] = s
+        self.longest[key(s)] = max(self.longest.get(key(s), 0.0), out.seconds)
         if out.samples_per_s is None:
             self.errors[key(s)] = out.error or "failed"
         else:
@@ -244,6 +383,9 @@ class Search:
     def med(self, s: Settings) -> Optional[float]:
         vals = self.samples.get(key(s))
         return statistics.median(vals) if vals else None
+
+    def n(self, s: Settings) -> int:
+        return len(self.samples.get(key(s), []))
 
     def sigma(self) -> float:
         """Robust relative noise: the spread of log(samples/s) around each config's
@@ -258,14 +400,17 @@ class Search:
                 res.extend(abs(x - m) * math.sqrt(n / (n - 1)) for x in logs if x != m)
         return max(0.01, 1.4826 * statistics.median(res)) if res else 0.05
 
+    def _se(self, na: int, nb: int) -> float:
+        """Standard error of a difference of two medians (in logs): a median's is 1.25x a mean's."""
+        return 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)
+
     def gap(self, a: Settings, b: Settings) -> float:
         """How far apart (in log samples/s) the medians of ``a`` and ``b`` must be to count:
         z standard errors of a difference of medians, and at least ``min_gain``."""
-        na, nb = len(self.samples.get(key(a), [])), len(self.samples.get(key(b), []))
+        na, nb = self.n(a), self.n(b)
         if not na or not nb:
             return float("inf")
-        se = 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)  # a median's standard error is 1.25x a mean's
-        return max(math.log1p(self.min_gain), self.z * se)
+        return max(math.log1p(self.min_gain), self.z * self._se(na, nb))
 
     def better(self, a: Settings, b: Settings) -> bool:
         """Is ``a`` clearly faster than ``b``?"""
@@ -273,6 +418,17 @@ class Search:
         if ma is None or mb is None or ma <= 0 or mb <= 0:
             return False
         return math.log(ma) - math.log(mb) > self.gap(a, b)
+
+    def confirmed(self, a: Settings, b: Settings) -> bool:
+        """Is ``a`` faster than ``b`` by enough to claim it in a reason (an interaction)?  Both are
+        first brought to ``repeats`` samples (a median of two cannot outvote an outlier), and the
+        gap is twice a race's: many pairs are probed, and a claim must not come from noise."""
+        while min(self.n(a), self.n(b)) < self.repeats:
+            for c in (a, b) if self.n(a) <= self.n(b) else (b, a):
+                if self.n(c) < self.repeats and self.measure(c) is None:
+                    return False
+        ma, mb = self.med(a), self.med(b)
+        return math.log(ma) - math.log(mb) > 2 * self.gap(a, b)
 
     def ahead(self, a: Settings, b: Settings) -> bool:
         """Is ``a``'s median ahead of ``b``'s by at least ``min_gain``?  After a race that could not
@@ -305,79 +461,239 @@ class Search:
                 alive = [c for c in alive if self.med(c) >= cut]
             else:
                 alive = [c for c in alive if c is lead or not self.better(lead, c)]
+            if rnd >= self.repeats and len(alive) > 2:
+                # Successive halving: a large field keeps its better half.
+                alive = sorted(alive, key=lambda c: -self.med(c))[:max(2, math.ceil(len(alive) / 2))]
             if len(alive) <= 1:
                 break
             if rnd >= self.repeats and all(
-                    math.log(self.med(lead)) - math.log(self.med(c)) <= math.log1p(self.min_gain) for c in alive):
-                break  # what is left is practically equal
+                    math.log(self.med(lead)) - math.log(self.med(c)) <= math.log1p(self.min_gain)
+                    and self.z * self._se(self.n(lead), self.n(c)) <= math.log1p(2 * self.min_gain) for c in alive):
+                break  # what is left is practically equal, and a difference of twice that would have shown
         lead = self._leader(alive)
         return [lead] + [c for c in alive if c is not lead] if lead is not None else alive
 
+    # -- the search ---------------------------------------------------------
     def run(self, start: Settings, dims: list) -> Result:
-        """Coordinate descent from ``start`` over ``dims`` within the budget."""
-        best = start
+        """The split, then each other dimension, then interactions, within the budget."""
+        self.best = start
         choices: dict = {}
         stopped = "no dimension left to improve"
-        settled: set = set()     # decided beyond noise (a clear winner, or clearly no difference)
-        decided_at: dict = {}    # dimension -> number of changes when it was last decided
-        changes: list = []       # names of the dimensions that changed best, in order
         try:
             self.phase = "start"
             if self.measure(start) is None:
                 raise RuntimeError(f"the starting settings failed: {self.errors[key(start)]}")
-            for p in range(self.passes):
-                raced = False
-                for dim in dims:
-                    if dim.name in settled:
-                        continue
-                    if p > 0 and not any(n != dim.name for n in changes[decided_at.get(dim.name, 0):]):
-                        continue  # nothing else changed since it was decided
-                    decided_at[dim.name] = len(changes)
-                    if not dim.active(best):
-                        choices[dim.name] = Choice(dim.name, dim.get(best), "tune.M005",
-                                                   f"{dim.name} not measured: no effect with {best.short()}", False,
-                                                   measured=False)
-                        continue
-                    self.phase = dim.name
-                    raced = True
-                    new_best, choice, spent = self._dimension(best, dim)
-                    if choice is not None:
-                        choices[dim.name] = choice
-                        if choice.settled:
-                            settled.add(dim.name)
-                    if key(new_best) != key(best):
-                        best = new_best
-                        changes.append(dim.name)
-                    decided_at[dim.name] = len(changes)
-                    if spent:
-                        raise BudgetSpent()
-                if not raced:
-                    break
-            best = self._refine(best, dims, choices)
+            self._passes(dims, choices)
+            if self.interactions:
+                self._probe_pairs(dims, choices)
+            self._refine(dims, choices)
         except BudgetSpent:
             stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
+        best = self.best
         for dim in dims:
             if dim.name in choices:
                 choices[dim.name].changed = dim.get(best) != dim.get(start)
-        return Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
-                      budget=self.budget, stopped=stopped)
+        result = Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
+                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found))
+        result.runner_up, result.within_noise = self._runner_up(best)
+        return result
 
-    def _refine(self, best: Settings, dims: list, choices: dict) -> Settings:
+    def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
+        """One dimension at a time from ``self.best``; later passes revisit a dimension only when
+        another changed after it was decided (``changed``: dimensions that changed since the
+        earlier choices were made).  A revisit that changes the winner is an interaction."""
+        changes = list(changed)
+        decided_at: dict = {d.name: (len(changes) if d.name in changed else 0) for d in dims if d.name in choices}
+        settled = {name for name, c in choices.items() if c.settled}
+        best = self.best
+        for p in range(self.passes):
+            raced = False
+            for dim in dims:
+                if dim.name in settled:
+                    continue
+                since = changes[decided_at.get(dim.name, 0):]
+                if dim.name in decided_at and not any(n != dim.name for n in since):
+                    continue  # decided, and nothing else changed since
+                revisit = dim.name in decided_at
+                decided_at[dim.name] = len(changes)
+                if not dim.active(best):
+                    if dim.name not in choices or not choices[dim.name].measured:
+                        choices[dim.name] = Choice(dim.name, dim.get(best), "tune.M005",
+                                                   f"{dim.name} not measured: no effect with {best.short()}", False,
+                                                   measured=False, fields=dim.decides())
+                    continue
+                self.phase = dim.name + (" (again)" if revisit else "")
+                raced = True
+                before = dim.get(best)
+                try:
+                    new_best, choice = self._dimension(best, dim, revisit)
+                except _Stop as stop:
+                    if stop.choice is not None:
+                        choices[dim.name] = stop.choice
+                    raise BudgetSpent() from None
+                if choice is not None:
+                    choices[dim.name] = choice
+                    if choice.settled:
+                        settled.add(dim.name)
+                if key(new_best) != key(best):
+                    best = self.best = new_best
+                    changes.append(dim.name)
+                    if revisit and dim.get(best) != before and self.confirmed(best, dim.set(best, before)):
+                        for other in dict.fromkeys(n for n in since if n != dim.name):
+                            self._interacts(dim.name, other)
+                decided_at[dim.name] = len(changes)
+            if not raced:
+                break
+
+    def _interacts(self, a: str, b: str) -> None:
+        pair = tuple(sorted((a, b)))
+        if pair not in self.found:
+            self.found.append(pair)
+
+    def _tried(self, dim: Dimension, context: Settings) -> dict:
+        """value -> settings, for the values of ``dim`` measured in ``context`` (nothing else different)."""
+        out = {}
+        for k, c in self.known.items():
+            if k in self.samples:
+                v = dim.get(c)
+                if key(dim.set(context, v)) == k:
+                    out[v] = c
+        return out
+
+    def _rank(self, dim: Dimension, context: Settings) -> None:
+        tried = self._tried(dim, context)
+        self.ranking[dim.name] = sorted(tried, key=lambda v: -self.med(tried[v]))
+
+    def _dimension(self, best: Settings, dim: Dimension, revisit: bool = False) -> tuple:
+        """Race one dimension from ``best``: (new best, Choice).  A revisit races only the values
+        that were best where it was last raced.  When the budget runs out, decides what it can
+        (``self.best``) and raises _Stop with the choice, if any."""
+        current = dim.get(best)
+        first = dim.first_values()
+        if revisit and self.ranking.get(dim.name):
+            first = self.ranking[dim.name][: self.top]
+        first = [current] + [v for v in first if v != current][: self._fits(len(first)) - 1]
+        incumbent = dim.set(best, current)
+        cands = [dim.set(best, v) for v in first]
+        try:
+            alive = self.race(cands)
+            winner = self._leader(alive) or incumbent
+            tried = set(first)
+            while True:  # coarse-to-fine: race the winner against new values near it
+                more = dim.more(tried, dim.get(winner))
+                if not more:
+                    break
+                tried.update(more)
+                alive = self.race([winner] + [dim.set(best, x) for x in more])
+                lead = self._leader(alive)
+                if lead is None or not self.ahead(lead, winner):
+                    break   # nothing nearby does better: no wandering on a plateau
+                winner = lead
+        except BudgetSpent:
+            measured = [c for c in self._tried(dim, best).values() if self.n(c) >= 2]
+            if key(incumbent) not in {key(c) for c in measured} or len(measured) < 2:
+                raise _Stop() from None   # too little to decide: keep the rule's value
+            winner = self._leader(measured) or incumbent
+            self.best, choice = self._choose(dim, best, incumbent, winner)
+            raise _Stop(choice) from None
+        self._rank(dim, best)
+        return self._choose(dim, best, incumbent, winner)
+
+    def _fits(self, n: int) -> int:
+        """How many candidates a first race may have: all ``n`` when ``repeats`` rounds of them fit
+        half the budget left (the rest is for the other settings), else as many as do, at least 2."""
+        took = statistics.median(t.seconds for t in self.trials) if self.trials else 0.0
+        if took <= 0 or not math.isfinite(self.budget):
+            return n
+        return max(2, min(n, int((self.budget - self.spent) / 3 / (took * self.repeats))))
+
+    # -- interactions ---------------------------------------------------------
+    def _runner_value(self, dim: Dimension, best: Settings) -> Any:
+        """The dimension's best value other than the chosen one, where it was last raced."""
+        current = dim.get(best)
+        return next((v for v in self.ranking.get(dim.name, []) if v != current), None)
+
+    def _probe_pairs(self, dims: list, choices: dict) -> None:
+        """For every pair of dimensions, the corner that changes both to their runners-up (which a
+        one-at-a-time search never visits): measured once, and raced against the incumbent when it
+        beats it.  When it wins, it is raced against each change alone: if it beats both beyond
+        noise, the pair interacts and is raced together (then the others are revisited); if one change alone does
+        as well, that setting was misjudged and takes its better value."""
+        for a, b in itertools.combinations(dims, 2):
+            best = self.best
+            if not (a.active(best) and b.active(best)):
+                continue
+            va, vb = self._runner_value(a, best), self._runner_value(b, best)
+            if va is None or vb is None:
+                continue
+            cross = b.set(a.set(best, va), vb)
+            if key(cross) == key(best) or key(cross) in self.errors or not (a.active(cross) and b.active(cross)):
+                continue
+            self.phase = f"{a.name} x {b.name}"
+            if key(cross) not in self.samples:
+                v = self.measure(cross)
+                if v is None or v <= self.med(best):
+                    continue  # one trial, and not even above the incumbent's median
+            self.race([best, cross])
+            if not self.ahead(cross, best):
+                continue
+            alone = [c for c in (a.set(best, va), b.set(best, vb)) if a.active(c) and b.active(c)]
+            self.race([cross] + alone)
+            if self.confirmed(cross, best) and all(self.confirmed(cross, c) for c in alone):
+                self._interacts(a.name, b.name)
+                self._together(a, b, choices)
+                self._passes(dims, choices, (a.name, b.name))
+                continue
+            lead = self._leader([best, cross] + alone)
+            if lead is None or not self.ahead(lead, best):
+                continue
+            for d in (a, b):   # a main effect the first race missed: take it, with its reason
+                if d.get(lead) != d.get(best):
+                    choices[d.name] = self._choose(d, lead, d.set(lead, d.get(best)), lead)[1]
+            self.best = lead
+            self._passes(dims, choices, tuple(d.name for d in (a, b) if d.get(lead) != d.get(best)))
+
+    def _together(self, a: Dimension, b: Dimension, choices: dict) -> None:
+        """Race the best values of two interacting dimensions in every combination."""
+        best = self.best
+
+        def tops(d: Dimension) -> list:
+            ranked = self.ranking.get(d.name) or []
+            return list(dict.fromkeys([d.get(best)] + ranked[: self.top]))[: self.top]
+
+        values = [(x, y) for x in tops(a) for y in tops(b)]
+        j = joint(a, b, values)
+        cands = unique([c for c in (j.set(best, v) for v in values) if j.active(c)])
+        self.phase = j.name
+        alive = self.race([best] + cands)
+        winner = self._leader(alive) or best
+        for d in (a, b):
+            self._rank(d, winner)
+        new_best, choice = self._choose(j, best, best, winner)
+        text = choice.text + f" ({a.name} and {b.name} interact: raced together)"
+        for d in (a, b):
+            choices[d.name] = Choice(d.name, d.get(new_best), d.rule if choice.rule != "tune.M005" else choice.rule,
+                                     text, False, choice.settled, fields=d.decides())
+        self.best = new_best
+
+    # -- close calls ------------------------------------------------------------
+    def _alternatives(self, dim: Dimension, best: Settings) -> list:
+        current = dim.get(best)
+        if len(dim.values) <= 3:
+            return [v for v in dim.values if v != current]
+        ranked = [v for v in self.ranking.get(dim.name, []) if v != current][:2]
+        return list(dict.fromkeys(ranked + dim.more(set(), current)))
+
+    def _refine(self, dims: list, choices: dict) -> None:
         """With budget left, settle the close calls: for every dimension not decided beyond
         noise, race the chosen value against its alternatives *where the search ended up*
         (a choice made early may have been made in another context), with more repeats."""
         for dim in dims:
+            best = self.best
             choice = choices.get(dim.name)
             if choice is None or choice.settled or not dim.active(best):
                 continue
-            current = dim.get(best)
-            if dim.numeric:
-                tried = sorted({dim.get(o) for k, o in self.known.items()
-                                if k in self.samples and key(dim.set(best, dim.get(o))) == k} | {current})
-                i = tried.index(current)
-                alternatives = [v for v in tried[max(0, i - 1):i + 2] if v != current]
-            else:
-                alternatives = [v for v in dim.values if v != current]
+            alternatives = self._alternatives(dim, best)
             if not alternatives:
                 continue
             self.phase = dim.name + " (settle)"
@@ -389,44 +705,21 @@ class Search:
                 self.max_repeats = saved
             winner = self._leader(alive) or best
             new_best, settled_choice = self._choose(dim, best, best, winner)
-            if key(new_best) != key(best) or settled_choice.rule != "tune.M005" or choice.rule == "tune.M005":
+            kept_joint = key(new_best) == key(best) and "interact" in choice.text
+            if not kept_joint and (key(new_best) != key(best) or settled_choice.rule != "tune.M005"
+                                   or choice.rule == "tune.M005"):
                 choices[dim.name] = settled_choice
-            best = new_best
-        return best
+            self.best = new_best
 
-    def _dimension(self, best: Settings, dim: Dimension) -> tuple:
-        """Race one dimension from ``best``: (new best, Choice or None, budget spent?)."""
-        current = dim.get(best)
-        values = dim.values
-        first = coarse(values) if dim.numeric else list(values)
-        if current not in first:
-            first = sorted(set(first) | {current}) if dim.numeric else first + [current]
-        incumbent = dim.set(best, current)
-        cands = [dim.set(best, v) for v in first]
-        spent = False
-        try:
-            alive = self.race(cands)
-            winner = self._leader(alive) or incumbent
-            tried = set(first)
-            while dim.numeric:  # bisect towards the winner: the midpoints to its tried neighbours
-                v = dim.get(winner)
-                lo = max((x for x in tried if x < v), default=v)
-                hi = min((x for x in tried if x > v), default=v)
-                mids = sorted({x for x in ((lo + v) // 2, (v + hi + 1) // 2) if x in values and x not in tried})
-                if not mids:
-                    break
-                tried.update(mids)
-                alive = self.race([winner] + [dim.set(best, x) for x in mids])
-                winner = self._leader(alive) or winner
-        except BudgetSpent:
-            spent = True
-            measured = [c for c in cands if len(self.samples.get(key(c), [])) >= 2]
-            if key(incumbent) not in {key(c) for c in measured} or len(measured) < 2:
-                return best, None, True   # too little to decide: keep the rule's value
-            winner = self._leader(measured) or incumbent
-        new_best, choice = self._choose(dim, best, incumbent, winner)
-        return new_best, choice, spent
+    def _runner_up(self, best: Settings) -> tuple:
+        """(the fastest other settings measured, whether ``best`` fails to beat it beyond noise)."""
+        others = [c for k, c in self.known.items() if k in self.samples and k != key(best)]
+        runner = self._leader(others)
+        if runner is None or self.med(best) is None:
+            return runner, False
+        return runner, not self.better(best, runner)
 
+    # -- choosing ----------------------------------------------------------------
     def _equivalent(self, c: Settings, others: list) -> bool:
         """Clearly no difference: every other candidate's median is within ``min_gain`` of
         ``c``'s, and the noise is small enough that a real difference of twice that would
@@ -435,17 +728,15 @@ class Search:
             return False
         for o in others:
             ma, mb = self.med(c), self.med(o)
-            na, nb = len(self.samples.get(key(c), [])), len(self.samples.get(key(o), []))
+            na, nb = self.n(c), self.n(o)
             if not (ma and mb and na and nb):
                 return False
-            se = 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)
-            if abs(math.log(ma / mb)) + self.z * se > math.log1p(2 * self.min_gain):
+            if abs(math.log(ma / mb)) + self.z * self._se(na, nb) > math.log1p(2 * self.min_gain):
                 return False
         return True
 
     def _beats_all(self, c: Settings, dim: Dimension, best: Settings) -> bool:
-        others = [o for k, o in self.known.items()
-                  if k in self.samples and k != key(c) and key(dim.set(best, dim.get(o))) == k]
+        others = [o for k, o in self._tried(dim, best).items() if key(o) != key(c)]
         return bool(others) and all(self.better(c, o) for o in others)
 
     def _leader(self, alive: list) -> Optional[Settings]:
@@ -455,49 +746,59 @@ class Search:
         return max(scored, key=lambda x: x[0])[1]
 
     def _choose(self, dim: Dimension, best: Settings, incumbent: Settings, winner: Settings) -> tuple:
-        n = lambda c: len(self.samples.get(key(c), []))  # noqa: E731
-        label = lambda c: f"{dim.name}={_fmt(dim.get(c))}"  # noqa: E731
+        n, label = self.n, lambda c: dim.label(dim.get(c))  # noqa: E731
+        raced = f"; {len(self._tried(dim, best))} {dim.unit} raced" if dim.unit else ""
+        fields = dim.decides()
         if self.med(incumbent) is None:
             return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False,
-                                measured=False)
+                                measured=False, fields=fields)
         if key(winner) != key(incumbent) and self.ahead(winner, incumbent):
             text = (f"{label(winner)}: {self.med(winner):.1f} samples/s vs {self.med(incumbent):.1f} with "
-                    f"{label(incumbent)}, median of {min(n(winner), n(incumbent))}")
+                    f"{label(incumbent)}, median of {min(n(winner), n(incumbent))}{raced}")
             if not self.better(winner, incumbent):
                 text += f" (within noise {self.sigma():.1%}: the likelier of the two)"
-            return winner, Choice(dim.name, dim.get(winner), dim.rule, text, True, self._beats_all(winner, dim, best))
-        others = [c for k, c in self.known.items()
-                  if k in self.samples and k != key(incumbent) and key(dim.set(best, dim.get(c))) == k]
+            return winner, Choice(dim.name, dim.get(winner), dim.rule, text, True,
+                                  self._beats_all(winner, dim, best), fields=fields)
+        others = [c for c in self._tried(dim, best).values() if key(c) != key(incumbent)]
         runner = self._leader(others)
         if runner is not None and self.ahead(incumbent, runner):
             text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s vs {self.med(runner):.1f} with "
-                    f"{label(runner)}, median of {min(n(incumbent), n(runner))}")
+                    f"{label(runner)}, median of {min(n(incumbent), n(runner))}{raced}")
             if not self.better(incumbent, runner):
                 text += f" (within noise {self.sigma():.1%})"
             return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False,
-                                     self._beats_all(incumbent, dim, best))
+                                     self._beats_all(incumbent, dim, best), fields=fields)
         slower = [c for c in others if self.better(incumbent, c)]
         if runner is not None and slower:
             close = [c for c in others if c not in slower]
             text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s, median of {n(incumbent)}; "
-                    f"{_values(dim, close)} as fast within noise, {_values(dim, slower)} slower")
-            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False, False)
-        tried = [_fmt(v) for v in dim.values if any(dim.get(c) == v for c in others + [incumbent])]
-        text = (f"{dim.name}: no measurable difference among {', '.join(tried)} "
-                f"(noise {self.sigma():.1%}); {_fmt(dim.get(incumbent))} kept")
+                    f"{_values(dim, close)} as fast within noise, {_values(dim, slower)} slower{raced}")
+            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False, False, fields=fields)
+        tried = _values(dim, others + [incumbent])
+        text = (f"{dim.name}: no measurable difference among {tried} "
+                f"(noise {self.sigma():.1%}); {_short(dim, dim.get(incumbent))} kept{raced}")
         return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False,
-                                 self._equivalent(incumbent, others))
+                                 self._equivalent(incumbent, others), fields=fields)
 
 
-def _values(dim: Dimension, configs: list) -> str:
+class _Stop(Exception):
+    """The budget ran out inside a decision: the choice it could still make, if any."""
+
+    def __init__(self, choice: Optional[Choice] = None):
+        super().__init__("budget spent")
+        self.choice = choice
+
+
+def _short(dim: Dimension, v: Any) -> str:
+    if dim.show:
+        return dim.show(v)
+    return _fmt(v)
+
+
+def _values(dim: Dimension, configs: list, most: int = 4) -> str:
     vals = {dim.get(c) for c in configs}
-    return ", ".join(_fmt(v) for v in dim.values if v in vals)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
+    shown = [_short(dim, v) for v in dim.values if v in vals]
+    return ", ".join(shown[:most]) + (f" and {len(shown) - most} more" if len(shown) > most else "")
 
 
 # ---------------------------------------------------------------------------
@@ -527,4 +828,4 @@ def run_grid(trial: TrialFn, points: list, repeats: int = 3,
             s.measure(p)
     best = max((p for p in points if s.med(p) is not None), key=s.med)
     return Result(best=best, start=points[0], trials=s.trials, choices={}, spent=s.spent, budget=s.spent,
-                  stopped="grid done")
+                  stopped="grid done", noise=s.sigma())

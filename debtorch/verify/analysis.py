@@ -10,11 +10,15 @@ How the numbers are made (docs/verify-train.md, "Honesty rules"):
 
 * every arm is summarised by the median over its repeats and the spread
   (min to max);
-* the speed-up is the ratio of medians; its range is the smallest and the
-  largest ratio of a baseline and a tuned trial *of the same round*, since
-  trials of one round ran back to back and drift hits both alike;
+* the speed-up is the ratio of medians, with a 95% interval from the paired
+  rounds (:mod:`debtorch.stats`: trials of one round ran back to back, so
+  drift hits both alike); a verdict only when the interval excludes 1,
+  otherwise "inconclusive" and how many more rounds would likely resolve it;
 * the instrumentation's cost is paired the same way: 1 - instrumented/bare
-  samples per second, for the tuned settings in the same round;
+  samples per second, for the tuned settings in the same round; a negative
+  cost beyond noise is a failed measurement;
+* a run's share of its compute-only bound, and scaling efficiency, cannot
+  exceed 100%: beyond noise that is a failed measurement, never a result;
 * AMP's loss curve is compared with fp32's at the same optimizer steps (same
   seed, same batches): running means over ``SMOOTH`` steps; AMP diverges when
   its running mean is above fp32's by more than ``LOSS_TOL_REL`` of fp32's
@@ -29,13 +33,16 @@ import math
 import statistics
 from typing import Optional
 
-from debtorch.train.runner import scaling_efficiency
+from debtorch import stats
 
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
 LOSS_TOL_ABS = 0.02   # ... but a gap below this is never called a divergence
 
 ARMS = ("baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound")
+INSTRUMENTATION_MARGIN = 0.02   # a cost whose interval lies below 2% is "negligible" (issue 5's target)
+BOUND_MARGIN = 0.05             # a share whose interval lies within 5% of its bound has "reached" it
+RESULTS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE, stats.BELOW, stats.REACHED)
 
 
 def _finite(x) -> bool:
@@ -88,30 +95,32 @@ def paired_ratios(num: list, den: list) -> list:
     return out
 
 
+def _sps(results: list) -> list:
+    return [(r or {}).get("samples_per_s") for r in results]
+
+
 def speedup(tuned: list, baseline: list) -> dict:
-    """Tuned over baseline: ratio of medians, and the range of same-round ratios."""
-    t, b = summarise(tuned)["samples_per_s"], summarise(baseline)["samples_per_s"]
-    pairs = paired_ratios(tuned, baseline)
-    return {
-        "ratio": (t / b) if t and b else None,
-        "low": min(pairs) if pairs else None,
-        "high": max(pairs) if pairs else None,
-        "pairs": pairs,
-    }
+    """Tuned over baseline: the ratio of medians over the paired rounds, its 95% interval
+    (``low``, ``high``) and ``verdict`` (faster, slower or inconclusive, see debtorch.stats)."""
+    out = stats.compare(_sps(tuned), _sps(baseline)).to_dict("ratio")
+    out["pairs"] = paired_ratios(tuned, baseline)
+    return out
 
 
 def instrumentation_cost(instrumented: list, bare: list) -> dict:
-    """Throughput the per-step clocks and gauges cost: 1 - instrumented / bare, same round.
+    """Throughput the per-step clocks and gauges cost: 1 - instrumented / bare, paired by round,
+    with its 95% interval and verdict: costs, negligible (below 2%), inconclusive, or a failed
+    measurement (negative beyond noise: the instrumented loop cannot be faster)."""
+    out = stats.cost(_sps(instrumented), _sps(bare), margin=INSTRUMENTATION_MARGIN).to_dict("cost")
+    out["pairs"] = [1.0 - r for r in paired_ratios(instrumented, bare)]
+    return out
 
-    Negative values are noise (the instrumented trial happened to run faster).
-    """
-    costs = [1.0 - r for r in paired_ratios(instrumented, bare)]
-    return {
-        "cost": statistics.median(costs) if costs else None,
-        "low": min(costs) if costs else None,
-        "high": max(costs) if costs else None,
-        "pairs": costs,
-    }
+
+def scaling(multi: list, single: list, nproc: int) -> dict:
+    """Scaling efficiency: N processes' samples/s over N times one process's (ratio of medians;
+    the runs were not in the same rounds, so each is resampled on its own).  Above 100% beyond
+    noise is a failed measurement."""
+    return stats.share(_sps(multi), _sps(single), scale=max(1, nproc or 1), paired=False).to_dict("efficiency")
 
 
 DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while something else held the machine
@@ -136,10 +145,25 @@ def disturbed_rounds(trials: dict, arms: tuple = ("baseline", "tuned", "tuned_ba
     return sorted(out)
 
 
-def bound_fraction(arm: dict, bound: dict) -> Optional[float]:
-    """How close an arm comes to its compute-only bound (1.0: data loading costs nothing)."""
-    a, b = arm.get("samples_per_s"), bound.get("samples_per_s")
-    return (a / b) if a and b else None
+def bound_fraction(arm: list, bound: list) -> dict:
+    """How close an arm's trials come to its compute-only bound's, paired by round (1.0: data
+    loading costs nothing): ``share`` with its interval and verdict (below, reached, inconclusive;
+    above 100% beyond noise is a failed measurement)."""
+    return stats.share(_sps(arm), _sps(bound), margin=BOUND_MARGIN).to_dict("share")
+
+
+def figure(d: Optional[dict], key: str, fmt) -> str:
+    """A figure as the report prints it: the value and its interval when it is a result,
+    otherwise 'inconclusive' or 'failed measurement' with the interval (never the value alone)."""
+    if not d or d.get(key) is None:
+        return "-"
+    rng = f" ({fmt(d['low'])} to {fmt(d['high'])})" if d.get("low") is not None else ""
+    if d.get("verdict") in RESULTS:
+        return fmt(d[key]) + rng
+    if d.get("verdict") == stats.FAILED:
+        return "failed measurement" + rng
+    n = d.get("rounds", 0)
+    return "inconclusive" + (rng or f" ({n} round{'s' if n != 1 else ''})")
 
 
 def running_means(losses: list, window: int = SMOOTH) -> list:
@@ -246,9 +270,14 @@ def verdict(summary: dict) -> str:
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
     parts = []
-    if sp.get("ratio"):
+    if sp.get("ratio") and sp.get("verdict") in RESULTS:
         rng = f" ({sp['low']:.2f}-{sp['high']:.2f})" if sp.get("low") is not None else ""
         parts.append(f"tuned is {sp['ratio']:.2f}x baseline{rng}")
+    elif sp.get("ratio"):
+        rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
+               if sp.get("low") is not None
+               else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
+        parts.append(f"speed-up inconclusive ({rng}; {stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
                      + (f"{base['samples_per_s']:.1f}" if base.get("samples_per_s") else "-") + " samples/s, tuned "
@@ -275,7 +304,10 @@ def verdict(summary: dict) -> str:
         parts.append(f"AMP DIVERGED: {amp['reason']}")
     if summary.get("scaling") and summary["scaling"].get("efficiency") is not None:
         sc = summary["scaling"]
-        parts.append(f"{sc['nproc']} processes at {sc['efficiency']:.0%} scaling efficiency")
+        if sc.get("verdict") in RESULTS:
+            parts.append(f"{sc['nproc']} processes at {sc['efficiency']:.0%} scaling efficiency")
+        else:
+            parts.append(f"{sc['nproc']} processes: scaling efficiency {figure(sc, 'efficiency', percent)}")
     line = ", ".join(parts)
     if summary.get("interrupted"):
         line = "interrupted, so far: " + line
@@ -298,8 +330,8 @@ def summary(m) -> dict:
     out = dict(arms)
     out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
-    out["bound_fraction"] = {"baseline": bound_fraction(arms["baseline"], arms["baseline_bound"]),
-                             "tuned": bound_fraction(arms["tuned"], arms["tuned_bound"])}
+    out["bound_fraction"] = {arm: bound_fraction(m.trials.get(arm) or [], m.trials.get(arm + "_bound") or [])
+                             for arm in ("baseline", "tuned")}
     conv = m.converge or {}
     if conv:
         target = next((c.get("target_loss") for c in conv.values() if c.get("target_loss") is not None), None)
@@ -323,9 +355,9 @@ def summary(m) -> dict:
             "samples_per_s": many,
             "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
             "one_process_samples_per_s": one,
-            "efficiency": scaling_efficiency({"samples_per_s": many, "nproc": n}, {"samples_per_s": one}),
             "gpu_util": statistics.fmean(utils) if utils else None,
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
+            **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
     out["disturbed_rounds"] = disturbed_rounds(m.trials)
     out["interrupted"] = m.interrupted

@@ -1,0 +1,175 @@
+"""debtorch.stats: intervals that hold, verdicts only beyond noise, impossible figures flagged."""
+
+import math
+import random
+
+import pytest
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from debtorch import stats
+
+# Anything a trial could report, and worse: zeros, negatives, huge and tiny numbers, missing values.
+value = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True),
+                  st.floats(min_value=1e-300, max_value=1e300))
+positive = st.floats(min_value=1e-300, max_value=1e300)
+arm = st.lists(value, max_size=12)
+good_arm = st.lists(positive, min_size=0, max_size=12)
+
+
+def noisy(rng, level, n, sigma):
+    return [level * math.exp(rng.gauss(0, sigma)) for _ in range(n)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(arm, arm, st.floats(), st.booleans(), st.floats(allow_nan=True))
+def test_any_input_never_raises_and_the_interval_holds_the_estimate(a, b, margin, paired, scale):
+    for e in (stats.compare(a, b, margin=margin, paired=paired, resamples=200),
+              stats.cost(a, b, margin=margin, paired=paired, resamples=200),
+              stats.share(a, b, scale=scale, margin=margin, paired=paired, resamples=200)):
+        assert e.verdict in (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE,
+                             stats.BELOW, stats.REACHED, stats.INCONCLUSIVE, stats.FAILED)
+        if e.low is not None:
+            assert e.low <= e.estimate <= e.high
+            assert all(math.isfinite(x) for x in (e.low, e.estimate, e.high))
+        if e.rounds < stats.MIN_ROUNDS:
+            assert e.verdict == stats.INCONCLUSIVE
+        assert (e.more_rounds is None) or (e.verdict == stats.INCONCLUSIVE and e.more_rounds >= 1)
+        stats.resolve_hint(e.verdict, e.more_rounds)
+
+
+@settings(max_examples=150, deadline=None)
+@given(good_arm, st.floats(min_value=0, max_value=0.5))
+def test_identical_arms_are_never_faster_or_slower(a, margin):
+    e = stats.compare(a, list(a), margin=margin, resamples=200)
+    assert e.verdict not in (stats.FASTER, stats.SLOWER)
+    c = stats.cost(a, list(a), margin=margin, resamples=200)
+    assert c.verdict not in (stats.COSTS, stats.FAILED)
+
+
+@settings(max_examples=150, deadline=None)
+@given(good_arm, good_arm, st.floats(min_value=0, max_value=0.5), st.booleans(),
+       st.floats(min_value=0.5, max_value=8))
+def test_impossible_figures_are_always_flagged_never_a_result(a, b, margin, paired, scale):
+    c = stats.cost(a, b, margin=margin, paired=paired, resamples=200)
+    if c.estimate is not None and c.estimate < 0:
+        assert c.impossible and c.verdict in (stats.FAILED, stats.INCONCLUSIVE)
+    if c.high is not None and c.high < 0 and c.rounds >= stats.MIN_ROUNDS:
+        assert c.verdict == stats.FAILED
+    s = stats.share(a, b, scale=scale, margin=margin, paired=paired, resamples=200)
+    if s.estimate is not None and s.estimate > 1:
+        assert s.impossible and s.verdict in (stats.FAILED, stats.INCONCLUSIVE)
+    if s.low is not None and s.low > 1 and s.rounds >= stats.MIN_ROUNDS:
+        assert s.verdict == stats.FAILED
+
+
+def test_the_issues_confident_verdicts_are_inconclusive():
+    # verify-train --quick printed "5.07x baseline (0.56-27.46)" and "0.34x (0.21-1.69)": 3 rounds each.
+    e = stats.compare([56, 274.6, 253.5], [100, 10, 50])
+    assert e.estimate == pytest.approx(5.07) and e.verdict == stats.INCONCLUSIVE
+    assert e.low < 1 < e.high and e.more_rounds >= 1
+    e = stats.compare([21, 169, 34], [100, 100, 100])
+    assert e.estimate == pytest.approx(0.34) and e.verdict == stats.INCONCLUSIVE
+
+
+def test_a_clear_difference_is_a_verdict_and_the_interval_is_reproducible():
+    rng = random.Random(4)
+    base, tuned = noisy(rng, 100, 9, 0.05), noisy(rng, 150, 9, 0.05)
+    e = stats.compare(tuned, base)
+    assert e.verdict == stats.FASTER and 1.3 < e.low < e.estimate < e.high < 1.75
+    assert stats.compare(tuned, base) == e  # a fixed seed: the same rounds, the same interval
+    assert stats.compare(base, tuned).verdict == stats.SLOWER
+
+
+def test_noise_as_large_as_the_difference_is_inconclusive_and_more_rounds_resolve_it():
+    rng = random.Random(7)
+    base, tuned = noisy(rng, 100, 3, 0.15), noisy(rng, 110, 3, 0.15)
+    e = stats.compare(tuned, base)
+    assert e.verdict == stats.INCONCLUSIVE and e.more_rounds >= 1
+    assert "more round" in stats.resolve_hint(e.verdict, e.more_rounds)
+    base += noisy(rng, 100, 60, 0.15)
+    tuned += noisy(rng, 110, 60, 0.15)
+    assert stats.compare(tuned, base).verdict == stats.FASTER
+
+
+def test_an_equivalence_margin_says_equivalent_when_the_interval_fits_inside():
+    rng = random.Random(2)
+    a, b = noisy(rng, 100, 15, 0.01), noisy(rng, 100, 15, 0.01)
+    assert stats.compare(a, b).verdict == stats.INCONCLUSIVE
+    assert stats.compare(a, b, margin=0.03).verdict == stats.EQUIVALENT
+
+
+def test_costs_and_shares_in_their_own_words():
+    bare = [100.0] * 5
+    assert stats.cost([90, 91, 89, 90, 90], bare).verdict == stats.COSTS
+    assert stats.cost([99.5, 99.6, 99.4, 99.5, 99.7], bare, margin=0.02).verdict == stats.NEGLIGIBLE
+    neg = stats.cost([186, 190, 180], [100, 100, 100])          # the issue's "-86%"
+    assert neg.verdict == stats.FAILED and neg.impossible and neg.high < 0
+    assert stats.share([72, 70, 74, 71], [100, 99, 101, 100]).verdict == stats.BELOW
+    bound = stats.share([329, 300, 350], [100, 120, 80])      # the issue's "reached 329%"
+    assert bound.verdict == stats.FAILED and bound.low > 1
+    half = stats.share([329, 60, 350], [100, 120, 80])        # one round below its bound: not beyond noise
+    assert half.verdict == stats.INCONCLUSIVE and half.impossible
+    eff = stats.share([922, 900, 950], [100, 95, 110], scale=2, paired=False)  # "461% scaling efficiency"
+    assert eff.verdict == stats.FAILED and eff.estimate > 4
+    assert stats.share([170, 175, 168], [100, 95, 105], scale=2, paired=False).verdict == stats.BELOW
+
+
+class Machine:
+    """Rounds of two arms on a fake clock: each round costs ``round_s``."""
+
+    def __init__(self, ratio, sigma, round_s=2.0, seed=0):
+        self.rng, self.ratio, self.sigma, self.round_s, self.now = random.Random(seed), ratio, sigma, round_s, 0.0
+
+    def clock(self):
+        return self.now
+
+    def round(self, i):
+        self.now += self.round_s
+        return {"base": 100 * math.exp(self.rng.gauss(0, self.sigma)),
+                "tuned": 100 * self.ratio * math.exp(self.rng.gauss(0, self.sigma))}
+
+
+def judge(d):
+    return stats.compare(d["tuned"], d["base"])
+
+
+def test_adaptive_rounds_stop_when_the_verdict_resolves():
+    m = Machine(1.5, 0.03)
+    out = stats.adaptive_rounds(m.round, judge, budget_s=100, clock=m.clock)
+    assert out.stopped == "resolved" and out.rounds == stats.MIN_ROUNDS
+    assert out.estimate.verdict == stats.FASTER and len(out.data["tuned"]) == out.rounds
+
+
+def test_adaptive_rounds_add_rounds_for_a_close_call_and_never_overrun_the_budget():
+    m = Machine(1.08, 0.08, seed=3)
+    out = stats.adaptive_rounds(m.round, judge, budget_s=200, clock=m.clock)
+    assert out.rounds > stats.MIN_ROUNDS
+    assert out.spent <= 200
+    assert out.stopped in ("resolved", "budget spent")
+    tight = Machine(1.0, 0.08, seed=3)
+    out = stats.adaptive_rounds(tight.round, judge, budget_s=9, clock=tight.clock)
+    assert out.rounds == 4 and out.spent <= 9 and out.stopped == "budget spent"
+    assert out.estimate.verdict == stats.INCONCLUSIVE
+
+
+def test_adaptive_rounds_without_a_budget_run_nothing():
+    m = Machine(1.5, 0.03)
+    out = stats.adaptive_rounds(m.round, judge, budget_s=0, clock=m.clock)
+    assert out.rounds == 0 and out.estimate is None and m.now == 0
+
+
+@pytest.mark.parametrize("rounds,most", [(3, 0.08), (4, 0.06), (6, 0.06), (12, 0.06)])
+def test_identical_machines_rarely_get_a_verdict(rounds, most):
+    # Two arms drawn from the same log-normal noise: a verdict is a false alarm.  The bootstrap
+    # alone gives one in a quarter of 3-round comparisons; the small-sample guard keeps it near 5%.
+    rng = random.Random(rounds)
+    alarms = sum(stats.compare(noisy(rng, 100, rounds, 0.1), noisy(rng, 100, rounds, 0.1),
+                               resamples=400, seed=k).verdict != stats.INCONCLUSIVE for k in range(300))
+    assert alarms / 300 <= most
+
+
+def test_a_clear_speedup_is_a_verdict_even_in_three_quiet_rounds():
+    # The published run: 1.48x-1.62x in every round.
+    assert stats.compare([373, 361, 402], [245, 236, 256]).verdict == stats.FASTER
