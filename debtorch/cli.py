@@ -227,6 +227,12 @@ from debtorch.commands.verify_train import verify_train as _verify_train  # noqa
 app.command(name="verify-train")(_verify_train)
 # --- end debtorch verify-train ---------------------------------------------------------------
 
+# --- debtorch lint (issue 15): the command lives in debtorch/lint/command.py ---
+from debtorch.lint.command import lint as _lint  # noqa: E402
+
+app.command(name="lint")(_lint)
+# --- end debtorch lint -----------------------------------------------------------
+
 
 def _json_default(obj):
     if isinstance(obj, (set, frozenset)):

@@ -12,6 +12,7 @@ import statistics
 from typing import Optional
 
 from debtorch import __version__
+from debtorch.lint.measured import report_line
 from debtorch.train.runner import scaling_efficiency
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent, seconds
@@ -92,6 +93,7 @@ def to_json(m, summary: dict, verdict: str, exit_code: int, config: Optional[dic
         "failure": m.failure.to_json() if m.failure else None,
         "interrupted": m.interrupted,
         "notes": m.notes,
+        "host_waits": m.host_waits,
         "facts": facts,
     }
 
@@ -171,6 +173,9 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         out.append(f"instrumentation: the per-step clocks and gauges cost {percent(ic['cost'])} of tuned's "
                    f"throughput ({percent(ic['low'])} to {percent(ic['high'])}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    waits = report_line(m.host_waits)
+    if waits:
+        out.append(waits)
     bad = summary.get("disturbed_rounds") or []
     if bad:
         out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
