@@ -18,7 +18,7 @@ from debtorch.lint import rules as R
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
-    _device_arg, constant, has_star_kwargs, identifier, keyword, local_nodes, method, root_name,
+    _device_arg, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]
@@ -178,17 +178,7 @@ def _truthy_pin(value: ast.AST) -> bool:
         return True
     if c is not _NOT_CONSTANT:
         return False
-    return any(re.search(r"cuda|gpu", name, re.I) for name in _names(value))
-
-
-def _names(node: ast.AST) -> Iterator[str]:
-    for n in local_nodes(node):
-        if isinstance(n, ast.Name):
-            yield n.id
-        elif isinstance(n, ast.Attribute):
-            yield n.attr
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-            yield n.value
+    return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
 
 
 def _non_blocking(call: ast.Call) -> bool:
@@ -274,7 +264,7 @@ def _parameter_index(func: ast.AST, name: str) -> Optional[int]:
     return args.index(name)
 
 
-def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
+def training_loadernames_in(script: Script) -> Tuple[Set[str], List[ast.Call]]:
     """Names the training loops iterate (following one level of function parameters), and DataLoader calls iterated directly."""
     names: Set[str] = set()
     direct: List[ast.Call] = []
@@ -291,11 +281,11 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 idx = _parameter_index(scope, name)
                 if idx is not None:
-                    names.update(_argument_names(script, scope, idx, name))
+                    names.update(_argumentnames_in(script, scope, idx, name))
     return names, direct
 
 
-def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
+def _argumentnames_in(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
     out = set()
     is_method = func in script.owner
     for n in ast.walk(script.tree):
@@ -313,7 +303,7 @@ def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[
 
 
 def training_loaders(script: Script) -> List[ast.Call]:
-    names, direct = training_loader_names(script)
+    names, direct = training_loadernames_in(script)
     out = list(direct)
     if not names:
         return out
@@ -612,11 +602,11 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
     if any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Mult)) for n in local_nodes(loss)):
         return True
     name = root_name(loss) if isinstance(loss, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else ""
-    every_names = set(_names(every))
+    every_names = set(names_in(every))
     body = scope.body if hasattr(scope, "body") else []
     for n in local_nodes(body):
         if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Mult)):
-            if every_names & (set(_names(n.left)) | set(_names(n.right))):
+            if every_names & (set(names_in(n.left)) | set(names_in(n.right))):
                 return True
         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)) and identifier(n.target) == name:
             return True
@@ -658,7 +648,7 @@ def accumulations(script: Script) -> List[_Accumulation]:
             continue
         guard = next(i for i in guarded[0][1] if _mod_operand(i.test) is not None)
         every = _mod_operand(guard.test)
-        if re.search(r"log|print|eval|save|interval|freq", " ".join(_names(every)), re.I):
+        if re.search(r"log|print|eval|save|interval|freq", " ".join(names_in(every)), re.I):
             continue
         free = [b for b, ifs in backwards if guard not in ifs]
         if free:
@@ -715,11 +705,11 @@ def _resolve(script: Script, scope: ast.AST, node: ast.AST) -> ast.AST:
 
 def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]:
     """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
-    every_names = set(_names(every))
+    every_names = set(names_in(every))
     has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
                   _LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
     divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
-        or bool(every_names & set(_names(size)))
+        or bool(every_names & set(names_in(size)))
     if has_len and not divided:
         return True
     if has_len and divided:

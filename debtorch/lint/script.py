@@ -149,11 +149,14 @@ def local_nodes(nodes) -> Iterator[ast.AST]:
 
 
 def names_in(node: ast.AST) -> Iterator[str]:
+    """Every name, attribute and string literal in an expression: what it talks about."""
     for n in local_nodes(node):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
             yield n.attr
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            yield n.value
 
 
 @dataclass
