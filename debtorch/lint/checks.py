@@ -230,10 +230,16 @@ def _with_non_blocking(code: str) -> str:
 # DataLoader construction (W005, I001, I002, I003)
 
 def _unwrap_iter(node: ast.AST) -> ast.AST:
-    """``enumerate(tqdm(loader))`` -> ``loader``."""
+    """``enumerate(tqdm(loader))``, ``logger.log_every(loader, ...)`` -> ``loader``."""
     for _ in range(5):
-        if isinstance(node, ast.Call) and node.args and identifier(node.func) in (
-                "enumerate", "tqdm", "iter", "zip", "islice", "Bar", "track", "progress", "ProgressBar"):
+        if not isinstance(node, ast.Call) or not node.args or identifier(node.func).endswith("DataLoader"):
+            break
+        loaderish = [a for a in node.args if isinstance(a, (ast.Name, ast.Attribute))
+                     and _LOADERISH.search(identifier(a) or "")]
+        if loaderish:
+            node = loaderish[0]
+        elif identifier(node.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "Bar", "track", "progress",
+                                       "ProgressBar"):
             node = node.args[0]
         else:
             break
@@ -264,7 +270,7 @@ def _parameter_index(func: ast.AST, name: str) -> Optional[int]:
     return args.index(name)
 
 
-def training_loadernames_in(script: Script) -> Tuple[Set[str], List[ast.Call]]:
+def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
     """Names the training loops iterate (following one level of function parameters), and DataLoader calls iterated directly."""
     names: Set[str] = set()
     direct: List[ast.Call] = []
@@ -281,11 +287,11 @@ def training_loadernames_in(script: Script) -> Tuple[Set[str], List[ast.Call]]:
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 idx = _parameter_index(scope, name)
                 if idx is not None:
-                    names.update(_argumentnames_in(script, scope, idx, name))
+                    names.update(_argument_names(script, scope, idx, name))
     return names, direct
 
 
-def _argumentnames_in(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
+def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
     out = set()
     is_method = func in script.owner
     for n in ast.walk(script.tree):
@@ -302,28 +308,49 @@ def _argumentnames_in(script: Script, func: ast.AST, idx: int, pname: str) -> Se
     return out
 
 
+def _loader_returns(script: Script) -> dict:
+    """Function name -> what it returns, each element a DataLoader call or None: ``return DataLoader(...)``
+    gives one element, ``return train_loader, val_loader`` one per name assigned a DataLoader in that function."""
+    out = {}
+    for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
+        for f in fs:
+            made = {}
+            for n in local_nodes(f.body):
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                        script.call_name(n.value).endswith("DataLoader"):
+                    for t in n.targets:
+                        made[identifier(t)] = n.value
+            for n in local_nodes(f.body):
+                if not isinstance(n, ast.Return) or n.value is None:
+                    continue
+                parts = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+                got = [p if isinstance(p, ast.Call) and script.call_name(p).endswith("DataLoader")
+                       else made.get(identifier(p)) if isinstance(p, ast.Name) else None for p in parts]
+                if any(got):
+                    out[f.name] = got
+    return out
+
+
 def training_loaders(script: Script) -> List[ast.Call]:
-    names, direct = training_loadernames_in(script)
+    names, direct = training_loader_names(script)
     out = list(direct)
     if not names:
         return out
-    factories = set()
+    returns = _loader_returns(script)
     for n in ast.walk(script.tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for r in local_nodes(n.body):
-                if isinstance(r, ast.Return) and isinstance(r.value, ast.Call) and \
-                        script.call_name(r.value).endswith("DataLoader"):
-                    factories.add((n.name, r.value))
-    for n in ast.walk(script.tree):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call):
-            target = identifier(n.targets[0]) if isinstance(n.targets[0], (ast.Name, ast.Attribute)) else ""
-            if target not in names:
+        if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)):
+            continue
+        target = n.targets[0]
+        parts = target.elts if isinstance(target, ast.Tuple) else [target]
+        for i, part in enumerate(parts):
+            if not isinstance(part, (ast.Name, ast.Attribute)) or identifier(part) not in names:
                 continue
-            if script.call_name(n.value).endswith("DataLoader"):
+            if len(parts) == 1 and script.call_name(n.value).endswith("DataLoader"):
                 out.append(n.value)
-            else:
-                callee = identifier(n.value.func)
-                out.extend(call for fname, call in factories if fname == callee)
+                continue
+            got = returns.get(identifier(n.value.func)) or []
+            if len(got) == len(parts) and got[i] is not None:
+                out.append(got[i])
     seen, unique = set(), []
     for c in out:
         if id(c) not in seen:
@@ -344,16 +371,32 @@ def _in_memory(script: Script, call: ast.Call) -> bool:
     return any(isinstance(v, ast.Call) and identifier(v.func) in ("TensorDataset", "StackDataset") for v in values)
 
 
+MANY_EPOCHS = 5
+
+
+def _many(loop: ast.AST) -> bool:
+    """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS?"""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
+            identifier(loop.iter.func) == "range" and loop.iter.args:
+        bounds = [constant(a) for a in loop.iter.args[:2]]
+        if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+            count = bounds[0] if len(bounds) == 1 else bounds[1] - bounds[0]
+            return count >= MANY_EPOCHS
+    return True
+
+
 def _per_epoch(script: Script) -> bool:
-    """Does a training loop run inside an outer loop (epochs), in its function or through a caller?"""
+    """Does a training loop run inside an outer loop of many epochs, in its function or through a caller?"""
     for region in script.regions():
         loop = region.loop
-        if script.enclosing_loops.get(loop):
+        if any(_many(outer) for outer in script.enclosing_loops.get(loop, [])):
             return True
         scope = region.scope
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for n in script.scope_of:
-                for c in local_nodes(n.body):
+            for outer in script.scope_of:
+                if not _many(outer):
+                    continue
+                for c in local_nodes(outer.body):
                     if isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call):
                         return True
     return False
@@ -630,8 +673,6 @@ class _Accumulation:
 def accumulations(script: Script) -> List[_Accumulation]:
     """Training loops whose optimizer step runs every N micro-batches (``if (i + 1) % N == 0``)."""
     out = []
-    if _FRAMEWORK.search(script.text):
-        return out
     for region in script.regions():
         loop = region.loop
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -657,6 +698,8 @@ def accumulations(script: Script) -> List[_Accumulation]:
 
 
 def check_accumulation(script: Script) -> Iterator[Located]:
+    if _FRAMEWORK.search(script.text):
+        return  # accelerate, DeepSpeed, Lightning scale the loss themselves
     for acc in accumulations(script):
         scope = script.scope_of.get(acc.loop, script.tree)
         every = segment(script, acc.every, 40)
@@ -718,6 +761,8 @@ def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]
 
 
 def check_schedule(script: Script) -> Iterator[Located]:
+    if ".accumulate(" in script.text:
+        return  # accelerate steps a prepared schedule with the optimizer itself
     accs = accumulations(script)
     if not accs:
         return

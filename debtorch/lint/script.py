@@ -195,10 +195,8 @@ class Script:
         self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
         self._kind: Dict[ast.AST, str] = {}
         self._index()
-        lowered = text.lower()
-        self.uses_torch = "torch" in lowered
-        self.cuda_path = "cuda" in lowered or "device" in lowered or "accelerat" in lowered
-        self.cuda_explicit = "cuda" in lowered
+        self.uses_torch = "torch" in text.lower()
+        self.cuda_path, self.cuda_explicit = self._gpu()
         self._regions: Optional[List[Region]] = None
         self._kinds_cache: Dict[ast.AST, Kinds] = {}
 
@@ -252,6 +250,27 @@ class Script:
                     stack.append((child, around + [child]))
                 else:
                     stack.append((child, around))
+
+    def _gpu(self):
+        """(moves work to a GPU in code, and names CUDA in code): comments and prose do not count."""
+        moves = cuda = False
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Call):
+                m = method(n)
+                if m == "cuda":
+                    moves = True
+                elif m == "to":
+                    target = n.args[0] if n.args else keyword(n, "device")
+                    if target is not None and _device_arg(target):
+                        moves = True
+                elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
+                    moves = True
+            elif isinstance(n, ast.Attribute) and n.attr == "cuda":
+                cuda = True
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda") \
+                    and len(n.value) < 12:
+                cuda = True
+        return moves, moves and cuda
 
     def qualname(self, node: ast.AST) -> str:
         """``nn.DataParallel`` -> ``torch.nn.DataParallel`` after the file's imports; '' if not a dotted name."""
