@@ -68,11 +68,12 @@ def _chain_has_cpu(node: ast.AST) -> bool:
 def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test: bool) -> Iterator[Tuple[R.Rule, ast.AST, str]]:
     """(rule, node, code) for every place in ``node`` that makes the host wait for the GPU."""
     kind = lambda n: flow.classify(n, scope)  # noqa: E731
+    flow.comprehensions(node, scope)
     flagged_items = False
     for n in local_nodes(node):
         if isinstance(n, ast.Call):
             m = method(n)
-            if m:
+            if m and m != "synchronize":
                 recv = n.func.value
                 if m == "item":
                     k = kind(recv)
@@ -95,6 +96,8 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
                 elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
                     if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
                         yield R.SYNC_CONVERT, n, segment(script, n)
+            elif script.qualname(n.func) == "torch.cuda.synchronize":
+                yield R.SYNC_CALL, n, segment(script, n)
             elif isinstance(n.func, ast.Name) and n.func.id in _CONVERT and n.func.id not in script.functions:
                 if any(kind(a) == DEVICE and not isinstance(a, ast.JoinedStr) for a in n.args):
                     yield R.SYNC_CONVERT, n, segment(script, n)
@@ -108,6 +111,9 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
                 yield R.SYNC_CONVERT, n, segment(script, n)
         elif isinstance(n, (ast.IfExp, ast.Assert)) and _truth_waits(script, n.test, kind):
             yield R.SYNC_BRANCH, n.test, segment(script, n.test)
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and \
+                _truth_waits(script, n.operand, kind):
+            yield R.SYNC_BRANCH, n, segment(script, n)
     if is_test and not flagged_items and _truth_waits(script, node, kind):
         yield R.SYNC_BRANCH, node, segment(script, node)
 
@@ -481,25 +487,19 @@ _SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cuda.amp
 
 
 def check_deprecated_amp(script: Script) -> Iterator[Located]:
+    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on."""
     if "amp" not in script.text:
         return
-    seen = set()
+    inner = set()  # attribute nodes that are part of a longer name, or a call's function
     for n in ast.walk(script.tree):
-        target = None
-        if isinstance(n, ast.Call):
-            target = n.func
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for d in n.decorator_list:
-                if not isinstance(d, ast.Call) and script.qualname(d) in _DEPRECATED_AMP:
-                    yield at(script, d, R.DEPRECATED_AMP, call=script.qualname(d),
-                             replacement=_DEPRECATED_AMP[script.qualname(d)])
+        if isinstance(n, ast.Attribute):
+            inner.add(id(n.value))
+    for n in ast.walk(script.tree):
+        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or not isinstance(n.ctx, ast.Load):
             continue
-        if target is None or id(target) in seen:
-            continue
-        name = script.qualname(target)
+        name = script.qualname(n)
         if name in _DEPRECATED_AMP:
-            seen.add(id(target))
-            yield at(script, n, R.DEPRECATED_AMP, call=name + "()", replacement="use " + _DEPRECATED_AMP[name])
+            yield at(script, n, R.DEPRECATED_AMP, call=name, replacement="use " + _DEPRECATED_AMP[name])
 
 
 def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:

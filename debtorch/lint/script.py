@@ -635,7 +635,12 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return node.kind
     rec = lambda n: classify(script, n, lookup, depth + 1)  # noqa: E731
     if isinstance(node, _IterOf):
-        return CPU if _is_loader_expr(script, node.iter, lookup) else None
+        if _is_loader_expr(script, node.iter, lookup):
+            return CPU
+        # for p in model.parameters() / self.master_params: parameters live where the model computes
+        if re.search(r"param", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+            return DEVICE if script.cuda_path else None
+        return None
     if isinstance(node, ast.Name):
         kind = lookup(node.id)
         return None if kind == MIXED else kind
@@ -827,6 +832,15 @@ class Flow:
 
     def classify(self, node: ast.AST, scope: ast.AST) -> Optional[str]:
         return classify(self.script, node, self.lookup(scope))
+
+    def comprehensions(self, node: ast.AST, scope: ast.AST) -> None:
+        """Bind the targets of comprehensions in ``node`` (their elements are what they iterate)."""
+        env = self.env.setdefault(scope, {})
+        look = self.lookup(scope)
+        for n in local_nodes(node):
+            if isinstance(n, ast.comprehension):
+                for name, kind in bind(n.target, _IterOf(n.iter), lambda v, _=None: classify(self.script, v, look)):
+                    env[name] = kind
 
     def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
         env = self.env.setdefault(scope, {})
