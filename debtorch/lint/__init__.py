@@ -6,9 +6,10 @@ Static: the standard library's ``ast``; no torch import, nothing executed.
     for f in report.findings: print(f.path, f.line, f.id, f.finding.message)
 
 A file given by name is always parsed (a syntax error is reported); files
-found by walking a folder are parsed only when they mention something the
-rules look for (``torch``, ``backward``, ``DataLoader``...), so that linting a
-large tree costs little more than reading it.
+found by walking a folder are parsed only when they mention ``torch``, which
+every rule needs, so that linting a large tree costs little more than
+reading it (a syntax error in a file that never mentions torch is not
+reported).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from debtorch.lint.script import Script
 __all__ = ["FileResult", "Located", "Report", "RULES", "BY_ID", "lint_text", "lint_file", "lint_paths",
            "discover", "LintUsageError"]
 
-# A file that mentions none of these cannot give a finding.
-MARKERS = (b"torch", b"backward", b"DataLoader", b"DataParallel", b"autocast", b"GradScaler", b"nvprof")
+# Every rule (and TorchFix) needs a file that mentions torch: one that does not cannot give a finding.
+MARKERS = (b"torch",)
 # Folders never entered when walking: tools' and environments' own trees.
 SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages", "node_modules"})
 _NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<ids>[\w.,\s]+))?", re.I)

@@ -167,7 +167,7 @@ def check_syncs(script: Script) -> Iterator[Located]:
 # Copies without non_blocking where the loader pins memory (W004)
 
 def pins_memory(script: Script) -> bool:
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.keyword) and n.arg == "pin_memory":
             if _truthy_pin(n.value):
                 return True
@@ -300,7 +300,7 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
 def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
     out = set()
     is_method = func in script.owner
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.Call) and identifier(n.func) == func.name and not isinstance(n.func, ast.Call):
             pos = idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx
             arg = None
@@ -343,7 +343,7 @@ def training_loaders(script: Script) -> List[ast.Call]:
     if not names:
         return out
     returns = _loader_returns(script)
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)):
             continue
         target = n.targets[0]
@@ -371,7 +371,7 @@ def _in_memory(script: Script, call: ast.Call) -> bool:
         return False
     values = [ds]
     if isinstance(ds, ast.Name):
-        for n in ast.walk(script.tree):
+        for n in script.nodes:
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == ds.id for t in n.targets):
                 values.append(n.value)
     return any(isinstance(v, ast.Call) and identifier(v.func) in ("TensorDataset", "StackDataset") for v in values)
@@ -415,17 +415,23 @@ def _num_workers(call: ast.Call) -> Optional[ast.AST]:
     return nw
 
 
+def _pretokenized(script: Script) -> bool:
+    """A Hugging Face text pipeline: batches are rows of a tokenized in-memory table, cheap to collate."""
+    return any(q == "datasets" or q.startswith(("datasets.", "transformers")) for q in script.aliases.values())
+
+
 def check_loaders(script: Script) -> Iterator[Located]:
     loaders = training_loaders(script)
     if not loaders:
         return
     per_epoch = None
+    text_rows = _pretokenized(script)
     for call in loaders:
         star = has_star_kwargs(call)
         nw = _num_workers(call)
         nwc = constant(nw) if nw is not None else None
         workers_off = (nw is None and not star) or nwc == 0
-        if workers_off and not _in_memory(script, call):
+        if workers_off and not _in_memory(script, call) and not text_rows:
             detail = "num_workers=0" if nw is not None else "num_workers is not set"
             yield at(script, call, R.NO_WORKERS, detail=detail)
         if script.cuda_explicit and not star and not _in_memory(script, call):
@@ -454,7 +460,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
 # DataParallel (W006), AMP (W007, W008, W009), profilers (I004, I005), cuDNN (I006)
 
 def _calls(script: Script) -> Iterator[Tuple[ast.Call, str]]:
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.Call):
             name = script.qualname(n.func)
             if name:
@@ -491,10 +497,10 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
     if "amp" not in script.text:
         return
     inner = set()  # attribute nodes that are part of a longer name, or a call's function
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.Attribute):
             inner.add(id(n.value))
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or not isinstance(n.ctx, ast.Load):
             continue
         name = script.qualname(n)
@@ -799,7 +805,7 @@ def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[as
                 kind = identifier(value.func)
                 if kind in _SCHEDULERS:
                     return value, kind
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
                 any(identifier(t) == name for t in n.targets) and identifier(n.value.func) in _SCHEDULERS:
             return n.value, identifier(n.value.func)

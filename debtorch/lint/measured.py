@@ -34,7 +34,7 @@ def _workload_functions(script: Script) -> List[ast.AST]:
     """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
     out = [m["forward"] for m in script.methods.values() if "forward" in m]
     names = set()
-    for n in ast.walk(script.tree):
+    for n in script.nodes:
         if isinstance(n, ast.keyword) and n.arg == "loss_fn":
             names.add(identifier(n.value))
         elif isinstance(n, ast.Dict):

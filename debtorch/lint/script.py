@@ -136,6 +136,22 @@ def constant(node: Optional[ast.AST]):
 _NOT_CONSTANT = object()
 
 
+def all_children(node: ast.AST) -> list:
+    """``node``'s children, kept on the node: ast.iter_child_nodes is slow, and the rules walk often."""
+    kids = node.__dict__.get("_lint_all")
+    if kids is None:
+        kids = node._lint_all = list(ast.iter_child_nodes(node))
+    return kids
+
+
+def children(node: ast.AST) -> list:
+    """``node``'s children without nested functions, classes and lambdas."""
+    kids = node.__dict__.get("_lint_kids")
+    if kids is None:
+        kids = node._lint_kids = [c for c in all_children(node) if not isinstance(c, DEFS)]
+    return kids
+
+
 def local_nodes(nodes) -> Iterator[ast.AST]:
     """Every node under ``nodes`` (a node or a list), not entering nested functions, classes or lambdas."""
     stack = list(nodes) if isinstance(nodes, list) else [nodes]
@@ -143,9 +159,7 @@ def local_nodes(nodes) -> Iterator[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, DEFS)]
-        children.reverse()
-        stack.extend(children)
+        stack.extend(reversed(children(node)))
 
 
 def names_in(node: ast.AST) -> Iterator[str]:
@@ -183,7 +197,7 @@ class Region:
 class Script:
     """A parsed file and the answers the rules need; built once per file."""
 
-    def __init__(self, tree: ast.Module, text: str, path: str = "<string>"):
+    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False):
         self.tree, self.text, self.path = tree, text, path
         self.lines = text.splitlines()
         self.aliases: Dict[str, str] = {}
@@ -194,67 +208,59 @@ class Script:
         self.scope_of: Dict[ast.AST, ast.AST] = {}  # loop -> the function (or module) holding it
         self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
         self._kind: Dict[ast.AST, str] = {}
+        self.nodes: List[ast.AST] = []
         self._index()
         self.uses_torch = "torch" in text.lower()
         self.cuda_path, self.cuda_explicit = self._gpu()
+        if assume_training:  # the fuzz run (benchmarks/lint_corpus.py): every rule on any Python
+            self.uses_torch = self.cuda_path = self.cuda_explicit = True
         self._regions: Optional[List[Region]] = None
         self._kinds_cache: Dict[ast.AST, Kinds] = {}
 
     # -- indexing -------------------------------------------------------
     def _index(self) -> None:
-        todo = [(self.tree, None, self.tree)]
+        """One pass over the tree, in source order: every node, the imports, functions, classes and loops."""
+        nodes = []
+        todo = [(self.tree, None, self.tree, ())]
         while todo:
-            node, cls, scope = todo.pop()
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.Import):
-                    for a in child.names:
-                        if a.asname:
-                            self.aliases[a.asname] = a.name
-                        else:
-                            top = a.name.split(".")[0]
-                            self.aliases.setdefault(top, top)
-                elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
-                    for a in child.names:
-                        if a.name != "*":
-                            self.aliases[a.asname or a.name] = f"{child.module}.{a.name}"
-                if isinstance(child, FUNCS):
-                    if cls is None:
-                        self.functions.setdefault(child.name, []).append(child)
+            node, cls, scope, around = todo.pop()
+            nodes.append(node)
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
                     else:
-                        self.methods.setdefault(cls, {})[child.name] = child
-                        self.owner[child] = cls
-                        self.functions.setdefault(child.name, [])  # a method is no module-level function
-                    todo.append((child, None, child))
-                elif isinstance(child, ast.ClassDef):
-                    self.classes.setdefault(child.name, child)
-                    todo.append((child, child, scope))
-                elif isinstance(child, ast.Lambda):
-                    continue
+                        top = a.name.split(".")[0]
+                        self.aliases.setdefault(top, top)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    if a.name != "*":
+                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+            if isinstance(node, FUNCS) and node is not self.tree:
+                if cls is None:
+                    self.functions.setdefault(node.name, []).append(node)
                 else:
-                    if isinstance(child, LOOPS):
-                        self.scope_of[child] = scope
-                    todo.append((child, cls, scope))
-        for scope in [self.tree] + [f for fs in self.functions.values() for f in fs] + \
-                [m for ms in self.methods.values() for m in ms.values()]:
-            self._nest(scope)
-
-    def _nest(self, scope: ast.AST) -> None:
-        stack = [(scope, [])]
-        while stack:
-            node, around = stack.pop()
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, DEFS):
-                    continue
-                if isinstance(child, LOOPS):
-                    self.enclosing_loops[child] = around
-                    stack.append((child, around + [child]))
-                else:
-                    stack.append((child, around))
+                    self.methods.setdefault(cls, {})[node.name] = node
+                    self.owner[node] = cls
+                    self.functions.setdefault(node.name, [])  # a method is no module-level function
+                inner = (None, node, ())
+            elif isinstance(node, ast.ClassDef):
+                self.classes.setdefault(node.name, node)
+                inner = (node, scope, ())
+            elif isinstance(node, LOOPS):
+                self.scope_of[node] = scope
+                self.enclosing_loops[node] = list(around)
+                inner = (cls, scope, around + (node,))
+            else:
+                inner = (cls, scope, around)
+            for child in reversed(all_children(node)):
+                todo.append((child,) + inner)
+        self.nodes = nodes   # every node once, in source order, for the checks that look at the whole file
 
     def _gpu(self):
         """(moves work to a GPU in code, and names CUDA in code): comments and prose do not count."""
         moves = cuda = False
-        for n in ast.walk(self.tree):
+        for n in self.nodes:
             if isinstance(n, ast.Call):
                 m = method(n)
                 if m == "cuda":
@@ -346,7 +352,7 @@ class Script:
                 for f in self.callees(node, scope):
                     if self.function_kind(f, seen) == "step":
                         return True
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(children(node))
         return False
 
     def function_kind(self, func: ast.AST, seen: Optional[Set[ast.AST]] = None) -> str:
