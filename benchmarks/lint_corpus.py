@@ -71,7 +71,7 @@ def corpus_table(repeats: int = 5) -> tuple:
         s = stats[fid]
         rows.append((fid, s["reported"], s["agree"], s["reject"], s["unjudged"], s["missed"]))
     totals = tuple(sum(r[i] for r in rows) for i in range(1, 6))
-    return rows, totals, report.files + len(report.errors), statistics.median(times), report
+    return rows, totals, report.files + report.skipped + len(report.errors), statistics.median(times), report
 
 
 def _ratio(a: int, b: int) -> str:

@@ -654,9 +654,10 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
     every_names = set(names_in(every))
     body = scope.body if hasattr(scope, "body") else []
     for n in local_nodes(body):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Mult)):
-            if every_names & (set(names_in(n.left)) | set(names_in(n.right))):
-                return True
+        # x / N (the loss, or a scale 1.0 / N applied to it); len(loader) / N sizes a schedule instead
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and every_names & set(names_in(n.right)) and \
+                not any(isinstance(c, ast.Call) and identifier(c.func) == "len" for c in local_nodes(n.left)):
+            return True
         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)) and identifier(n.target) == name:
             return True
         if isinstance(n, ast.Assign) and any(identifier(t) == name for t in n.targets):

@@ -656,6 +656,8 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     if isinstance(node, ast.Call):
         return _classify_call(script, node, lookup, rec)
     if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
+            return OTHER  # "%.3f" % x: a string
         kinds = {rec(node.left), rec(node.right)}
         if DEVICE in kinds:
             return DEVICE
