@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from debtorch.lint import discover, lint_paths, parse  # noqa: E402
+from debtorch.lint.api import discover, lint_paths, parse  # noqa: E402
 from debtorch.lint.checks import run_checks  # noqa: E402
 from debtorch.lint.script import Script  # noqa: E402
 from debtorch.lint.rules import BY_ID, CRASHED  # noqa: E402

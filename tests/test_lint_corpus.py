@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.lint import lint_file, lint_paths
+from debtorch.lint.api import lint_file, lint_paths
 
 CORPUS = Path(__file__).resolve().parent / "lint_corpus"
 SCRIPTS = sorted(CORPUS.glob("*.py"))

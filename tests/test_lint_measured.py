@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 import debtorch.train.workloads as builtin_workloads
-from debtorch.lint.measured import SYNC_WARNING, count_host_waits, report_line, static_result, static_waits
+from debtorch.lint.hostwaits import SYNC_WARNING, count_host_waits, report_line
+from debtorch.lint.measured import static_result, static_waits
 from debtorch.verify import report
 from debtorch.verify.measure import Measured, Plan, Verifier
 
@@ -188,3 +189,18 @@ def test_the_worker_names_the_workload_file_and_counts_nothing_off_cuda():
                            "options": {"samples": 16, "size": 16, "raw": 32, "width": 8, "batch_size": 8}})
     assert loaded["file"] == os.path.realpath(builtin_workloads.__file__)
     assert session.host_waits({"steps": 2}) == {"measured": False, "file": loaded["file"]}
+
+
+def test_the_worker_still_imports_without_debtorchs_dependencies():
+    # The worker runs in the user's interpreter, which need not have typer, rich, packaging...:
+    # counting host waits must not pull the linter's rules (or the doctor) into it.
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys, debtorch.train.worker; "
+            "print(sorted(m for m in sys.modules if m.startswith('debtorch.lint')))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['debtorch.lint', 'debtorch.lint.hostwaits']"

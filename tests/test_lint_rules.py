@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from debtorch.lint import lint_text
+from debtorch.lint.api import lint_text
 from debtorch.lint import checks as checks_mod
 from debtorch.lint.checks import run_checks
 from debtorch.lint.rules import BY_ID, RULES

@@ -1,6 +1,6 @@
 """``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md).
 
-Thin: parse options, call :func:`debtorch.lint.lint_paths`, render, choose
+Thin: parse options, call :func:`debtorch.lint.api.lint_paths`, render, choose
 the exit code.  Exit codes (the doctor's): 0 no finding at ``--fail-on``
 level; 1 findings at that level; 2 bad input (a path that does not exist, a
 file that is not valid Python or cannot be read; the other files are still
@@ -39,7 +39,7 @@ def lint(
     """
     # Imported here, like the other commands' libraries, so that every other command starts
     # without loading the linter (and the doctor's package, whose Finding it uses).
-    from debtorch.lint import LintUsageError, known_id, lint_paths
+    from debtorch.lint.api import LintUsageError, known_id, lint_paths
     from debtorch.lint.render import text_lines, to_json
     silenced = [x.strip() for item in (ignore or []) for x in item.split(",") if x.strip()]
     for value in silenced:

@@ -30,7 +30,7 @@ import sys
 import traceback
 from typing import Any, Optional
 
-from debtorch.lint.measured import count_host_waits, workload_file
+from debtorch.lint.hostwaits import count_host_waits, workload_file
 from debtorch.train._proc import die_with_parent
 
 PROTOCOL_VERSION = 1

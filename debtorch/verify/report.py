@@ -12,7 +12,7 @@ import statistics
 from typing import Optional
 
 from debtorch import __version__
-from debtorch.lint.measured import report_line
+from debtorch.lint.hostwaits import report_line
 from debtorch.train.runner import scaling_efficiency
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent, seconds
