@@ -152,6 +152,9 @@ def test_blocking_copies_are_flagged_only_when_the_loader_pins_memory():
     assert found(blocking) == [("script.W004", 3), ("script.W004", 3)]
     unpinned = blocking.replace("pin_memory=True", "pin_memory=False")
     assert "script.W004" not in ids(unpinned)
+    # tensors made on the host in the loop are not pinned: non_blocking would not help them
+    fresh = LOOP + "    w = torch.tensor(weights).to(device)\n    m = x.float().to(device)\n"
+    assert found(fresh) == []
 
 
 def test_a_pinning_dict_passed_as_kwargs_counts_as_pinning():
@@ -219,6 +222,8 @@ def test_deprecated_amp_spellings_wherever_they_are_used():
     def f(x):
         return x
     ok = torch.amp.autocast("cuda")
+    flavours = (torch.cuda.amp.autocast, torch.cpu.amp.autocast)
+    legacy = fn is torch.cuda.amp.autocast
     """
     assert found(src) == [("script.W007", 3), ("script.W007", 4), ("script.W007", 6), ("script.W007", 7)]
 
@@ -283,7 +288,8 @@ def test_accumulation_without_dividing_the_loss():
 
 def test_legacy_profiler_and_nvprof_advice():
     assert found("with torch.autograd.profiler.profile(use_cuda=True) as prof:\n    pass\n") == [("script.I004", 1)]
-    assert found("# run under nvprof to see the kernels\n") == [("script.I005", 1)]
+    assert found("# run under nvprof to see the kernels\n" + LOOP) == [("script.I005", 1)]
+    assert found("# run under nvprof to see the kernels\n") == []  # not a training script
     assert found("with torch.profiler.profile() as prof:\n    pass\n") == []
 
 

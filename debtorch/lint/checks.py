@@ -217,11 +217,23 @@ def check_copies(script: Script) -> Iterator[Located]:
                 name = identifier(recv) or ""
                 if _MODELISH.match(name) or _LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
                     continue
+                if _fresh(script, recv, step.scope):
+                    continue  # a tensor made on the host just now is not pinned: non_blocking would not help
                 if _non_blocking(n):
                     continue
                 code = segment(script, n, 60)
                 yield at(script, n, R.BLOCKING_COPY, call=code, fixed=_with_non_blocking(code))
         flow.assign(step.node, step.scope)
+
+
+def _fresh(script: Script, recv: ast.AST, scope: ast.AST) -> bool:
+    """Is ``recv`` a tensor built on the host in the loop (a call's result), not a pinned batch?"""
+    if isinstance(recv, ast.Call):
+        return method(recv) != "pin_memory"
+    if isinstance(recv, ast.Name):
+        made = script.kinds(scope).assigned.get(recv.id, [])
+        return any(isinstance(v, ast.Call) and script.call_name(v).startswith("torch.") for v in made)
+    return False
 
 
 def _with_non_blocking(code: str) -> str:
@@ -493,15 +505,28 @@ _SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cuda.amp
 
 
 def check_deprecated_amp(script: Script) -> Iterator[Located]:
-    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on."""
+    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.
+
+    A name only listed or compared (``func is torch.cuda.amp.autocast``, a
+    tuple of autocast flavours in a library that still accepts them) is not
+    a use: nothing runs it.
+    """
     if "amp" not in script.text:
         return
-    inner = set()  # attribute nodes that are part of a longer name, or a call's function
+    inner = set()      # attribute nodes that are part of a longer name
+    mentioned = set()  # names only listed or compared
     for n in script.nodes:
         if isinstance(n, ast.Attribute):
             inner.add(id(n.value))
+        elif isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            mentioned.update(id(e) for e in n.elts)
+        elif isinstance(n, ast.Compare):
+            mentioned.update(id(e) for e in [n.left] + n.comparators)
+        elif isinstance(n, ast.Dict):
+            mentioned.update(id(e) for e in n.keys if e is not None)
     for n in script.nodes:
-        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or not isinstance(n.ctx, ast.Load):
+        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
+                or not isinstance(n.ctx, ast.Load):
             continue
         name = script.qualname(n)
         if name in _DEPRECATED_AMP:
@@ -581,8 +606,8 @@ def check_profiler(script: Script) -> Iterator[Located]:
 
 
 def check_nvprof(script: Script) -> Iterator[Located]:
-    if "nvprof" not in script.text or not script.uses_torch:
-        return
+    if "nvprof" not in script.text or not script.regions():
+        return  # advice for training scripts; a library's docstring naming nvprof is not one
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(script.text).readline))
     except (tokenize.TokenError, SyntaxError, IndentationError):
