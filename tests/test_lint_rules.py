@@ -287,7 +287,8 @@ def test_accumulation_without_dividing_the_loss():
 
 
 def test_legacy_profiler_and_nvprof_advice():
-    assert found("with torch.autograd.profiler.profile(use_cuda=True) as prof:\n    pass\n") == [("script.I004", 1)]
+    assert found("with torch.autograd.profiler.profile(use_cuda=True) as prof:\n    pass\n" + LOOP) == [("script.I004", 1)]
+    assert found("with torch.autograd.profiler.profile(use_cuda=True) as prof:\n    pass\n") == []
     assert found("# run under nvprof to see the kernels\n" + LOOP) == [("script.I005", 1)]
     assert found("# run under nvprof to see the kernels\n") == []  # not a training script
     assert found("with torch.profiler.profile() as prof:\n    pass\n") == []

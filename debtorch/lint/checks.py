@@ -598,8 +598,8 @@ def check_bf16_scaled(script: Script) -> Iterator[Located]:
 
 
 def check_profiler(script: Script) -> Iterator[Located]:
-    if "profile" not in script.text:
-        return
+    if "profile" not in script.text or not script.regions():
+        return  # advice for training scripts, not for the profiler's own code or a library's tests
     for call, name in _calls(script):
         if name in ("torch.autograd.profiler.profile", "torch.autograd.profile", "torch.autograd.profiler.record_function_legacy"):
             yield at(script, call, R.OLD_PROFILER, call=name)
