@@ -44,7 +44,7 @@ from debtorch.facts import collectenv  # noqa: E402
 from debtorch.machine import Machine  # noqa: E402
 from debtorch import facts as facts_mod  # noqa: E402
 from debtorch.doctor import Context, diagnose  # noqa: E402
-from debtorch.doctor.findings import CRASH_ID, ERROR  # noqa: E402
+from debtorch.findings import CRASH_ID, ERROR  # noqa: E402
 from debtorch.facts.cpu import FEATURES, parse_cpuinfo  # noqa: E402
 from debtorch.facts.nvidia import parse_smi_xml  # noqa: E402
 from debtorch.host import ReplayHost  # noqa: E402

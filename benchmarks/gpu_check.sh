@@ -1,11 +1,11 @@
 #!/bin/sh
 # The CUDA path of debtorch, for real, on a lent GPU machine: one run of at most
-# about 8 minutes that leaves its evidence in $OUT (a folder given by the
+# about 8.5 minutes that leaves its evidence in $OUT (a folder given by the
 # environment; ./gpu-check-out when unset).
 #
 #   OUT=/some/dir PYTHON=/path/to/venv/bin/python sh benchmarks/gpu_check.sh
 #
-# What it runs (each step with a timeout, 7.5 minutes in all with one GPU; a step that runs out of
+# What it runs (each step with a timeout, 8.5 minutes in all with one GPU; a step that runs out of
 # time gets SIGINT, so verify-train still prints what it measured; a failed step is recorded and the
 # rest go on):
 #   nvidia-smi, `debtorch facts --json`, `debtorch doctor --deep --json`;
@@ -14,6 +14,8 @@
 #   verify-train with the same settings at fp16 (autocast + GradScaler);
 #   verify-train on a workload that really runs out of GPU memory at its micro-batch
 #     (the halving search for what fits);
+#   verify-train counting host waits per step with torch.cuda.set_sync_debug_mode on a workload
+#     that waits on three known lines (debtorch lint's measured side, issue 15);
 #   verify-train --nproc N with nccl when N >= 2 GPUs are visible.
 # $OUT/summary.txt lists every step, its exit code and its verdict line.
 set -u
@@ -94,6 +96,24 @@ fi
   --workload gpu_workloads:hungry)
 cp "$OUT/verify-oom.out" "$OUT/verify-oom.json" 2>/dev/null
 verdict "$OUT/verify-oom.json"
+
+# Host waits per step (issue 15): verify-train counts synchronising CUDA calls with
+# torch.cuda.set_sync_debug_mode("warn") and names the workload's lines; gpu_workloads:waits waits on
+# three known lines (an .item(), a Python branch on a tensor, a float() of the loss), once per step each.
+(cd "$ROOT/benchmarks" && step verify-waits 60 "$PY" -m debtorch verify-train --device cuda --quick --json \
+  --max-steps 0 --workload gpu_workloads:waits)
+cp "$OUT/verify-waits.out" "$OUT/verify-waits.json" 2>/dev/null
+"$PY" -c 'import json,sys
+try:
+    w = (json.load(open(sys.argv[1])) or {}).get("host_waits") or {}
+except Exception as e:
+    print("  host waits: no JSON (%s)" % e); sys.exit()
+lines = {x["line"]: x["per_step"] for x in w.get("lines") or []}
+want = {43: 1.0, 44: 1.0, 51: 1.0}   # benchmarks/gpu_workloads.py
+ok = w.get("measured") and all(abs(lines.get(k, 0) - v) < 1e-9 for k, v in want.items())
+print("  host waits: measured=%s per_step=%s lines=%s elsewhere=%s -> %s" % (w.get("measured"), w.get("per_step"),
+      sorted(lines.items()), w.get("elsewhere_per_step"), "as expected" if ok else "NOT as expected %s" % want))
+' "$OUT/verify-waits.json" | tee -a "$SUMMARY"
 
 # More than one GPU: DDP over nccl through torch.distributed.run.
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)

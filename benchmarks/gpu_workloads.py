@@ -30,3 +30,27 @@ def _points(n=256):
 def hungry(gib_per_sample: float = 3.0):
     return {"model": _Hungry(int(gib_per_sample * GiB)), "dataset": _points(), "loss_fn": F.cross_entropy,
             "batch_size": 32, "target_loss": 0.5}
+
+
+class _Waits(nn.Module):
+    """Two host waits per forward pass, on known lines, for verify-train's host-wait count."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 3)
+
+    def forward(self, x):
+        scale = x.abs().max().item()         # host wait 1: .item()
+        if x.sum() > 0:                      # host wait 2: a Python branch on a GPU tensor
+            x = x / scale
+        return self.lin(x)
+
+
+def _logged_loss(out, target):
+    loss = F.cross_entropy(out, target)
+    print(f"loss {float(loss):.3f}")        # host wait 3: float() of a GPU tensor
+    return loss
+
+
+def waits():
+    return {"model": _Waits(), "dataset": _points(), "loss_fn": _logged_loss, "batch_size": 32, "target_loss": 0.5}

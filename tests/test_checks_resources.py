@@ -2,7 +2,7 @@
 
 import pytest
 
-from debtorch.doctor.findings import Finding
+from debtorch.findings import Finding
 from hostkit import diagnose, facts_of, ids, make_host
 
 MiB = 1024 * 1024

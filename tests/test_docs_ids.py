@@ -1,4 +1,4 @@
-"""Every finding id the code can emit has an entry in docs/checks.md, and the reverse."""
+"""Every finding id the code can emit has an entry in docs/checks.md (debtorch lint's: docs/lint.md), and the reverse."""
 
 import re
 from pathlib import Path
@@ -15,18 +15,24 @@ def code_ids():
     return found
 
 
+DOCS = ("checks.md", "lint.md")
+
+
+def doc_text():
+    return "\n".join((ROOT / "docs" / name).read_text() for name in DOCS)
+
+
 def doc_ids():
-    text = (ROOT / "docs" / "checks.md").read_text()
-    return set(re.findall(r"^### ([a-z]+\.[EWI]\d{3})", text, re.M))
+    return set(re.findall(r"^### ([a-z]+\.[EWI]\d{3})", doc_text(), re.M))
 
 
 def test_every_emitted_id_is_documented():
     missing = code_ids() - doc_ids()
-    assert not missing, f"ids without an entry in docs/checks.md: {sorted(missing)}"
+    assert not missing, f"ids without an entry in docs/checks.md or docs/lint.md: {sorted(missing)}"
 
 
 def test_every_documented_id_exists_in_the_code():
-    text = (ROOT / "docs" / "checks.md").read_text()
+    text = doc_text()
     retired = set(re.findall(r"^### ([a-z]+\.[EWI]\d{3}).*retired", text, re.M))
     stale = doc_ids() - code_ids() - retired
     assert not stale, f"documented ids that no code emits: {sorted(stale)}"

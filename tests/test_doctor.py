@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from debtorch import doctor
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
-from debtorch.doctor.findings import CRASH_ID, Finding, error, warning
+from debtorch.findings import CRASH_ID, Finding, error, warning
 from debtorch.doctor.siteconfig import SiteConfigError, parse
 from debtorch.report import console
 from debtorch.report.doctor import doctor_lines

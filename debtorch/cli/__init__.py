@@ -17,7 +17,7 @@ import sys
 import typer
 
 from debtorch import __version__
-from debtorch.cli import doctor, facts, tune, verify_train
+from debtorch.cli import doctor, facts, lint, tune, verify_train
 from debtorch.cli.shared import EXIT_INTERRUPTED
 
 app = typer.Typer(
@@ -46,6 +46,7 @@ app.command(name="facts")(facts.facts)
 app.command(name="doctor")(doctor.doctor)
 app.command(name="tune")(tune.tune)
 app.command(name="verify-train")(verify_train.verify_train)
+app.command(name="lint")(lint.lint)
 
 
 def _terminated(signum, frame) -> None:

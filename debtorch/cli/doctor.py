@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from typing import Optional
 
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import EXIT_FAILED, EXIT_OK, Prog, check_python, choose_format, collect, load_facts, open_host
+from debtorch.cli.shared import EXIT_FAILED, EXIT_OK, FailOn, Prog, check_python, choose_format, collect, load_facts, open_host
 from debtorch.host import LiveHost
 from debtorch.report import show
 
 prog = Prog("debtorch")
-
-
-class FailOn(str, Enum):
-    error = "error"
-    warning = "warning"
 
 
 def doctor(

@@ -47,6 +47,13 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class FailOn(str, Enum):
+    """--fail-on: the level of finding that makes the exit status 1 (doctor, lint)."""
+
+    error = "error"
+    warning = "warning"
+
+
 class Emit(str, Enum):
     env = "env"
 

@@ -6,7 +6,7 @@ import os
 import re
 
 from debtorch import knowledge, versions
-from debtorch.doctor.findings import error, warning
+from debtorch.findings import error, warning
 from debtorch.doctor.fixes import pip_line
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import check

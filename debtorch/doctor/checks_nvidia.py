@@ -6,7 +6,7 @@ import re
 
 from debtorch.doctor.registry import check
 from debtorch.doctor.fixes import driver_components, driver_install_fix, enable_components_fix, headers_package
-from debtorch.doctor.findings import error, info, warning
+from debtorch.findings import error, info, warning
 from debtorch.units import human_bytes
 
 DRIVER_PACKAGES = re.compile(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from debtorch.doctor.registry import check
-from debtorch.doctor.findings import error, info, warning
+from debtorch.findings import error, info, warning
 from debtorch.doctor.limits import limit
 from debtorch.units import human_bytes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from debtorch import versions
 from debtorch.doctor.registry import check
-from debtorch.doctor.findings import error
+from debtorch.findings import error
 
 
 @check("site")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from debtorch.doctor.findings import error, info, warning
+from debtorch.findings import error, info, warning
 from debtorch.doctor.fixes import venv_fix
 from debtorch.doctor.registry import check
 

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from debtorch.doctor.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, rank
+from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, rank
 from debtorch.doctor.siteconfig import SiteConfig
 from debtorch.machine import Machine
 

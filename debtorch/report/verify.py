@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from debtorch import __version__, stats
+from debtorch.lint.hostwaits import report_line
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
 from debtorch.train.settings import Settings
@@ -90,6 +91,9 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         out.append(f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, 'cost', percent)} of "
                    f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    waits = report_line(m.host_waits)
+    if waits:
+        out.append(waits)
     bad = summary.get("disturbed_rounds") or []
     if bad:
         out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
@@ -177,6 +181,7 @@ class VerifyView:
             "failure": m.failure.to_json() if m.failure else None,
             "interrupted": m.interrupted,
             "notes": m.notes,
+        "host_waits": m.host_waits,
             "warnings": o.warnings,
             "facts": o.facts,
         }

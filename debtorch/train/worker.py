@@ -30,6 +30,7 @@ import sys
 import traceback
 from typing import Any, Optional
 
+from debtorch.lint.hostwaits import count_host_waits, workload_file
 from debtorch.train._proc import die_with_parent
 
 PROTOCOL_VERSION = 1
@@ -116,6 +117,7 @@ class Session:
         self.proto = proto
         self.workload = None
         self.device = None
+        self.file: Optional[str] = None   # the workload module's file (host waits are counted there)
         self.context: Optional[dict] = None
 
     def handle(self, req: dict) -> dict:
@@ -126,6 +128,8 @@ class Session:
             return self.load(req)
         if op == "trial":
             return self.trial(req)
+        if op == "host_waits":
+            return self.host_waits(req)
         raise BadRequest(f"unknown op {op!r}")
 
     def load(self, req: dict) -> dict:
@@ -146,6 +150,29 @@ class Session:
         self.device = device
         out = self.workload.describe()
         out["device"] = device
+        self.file = out["file"] = workload_file(spec)
+        return out
+
+    def host_waits(self, req: dict) -> dict:
+        """Synchronising CUDA calls per step in the workload's own file (docs/lint.md); CUDA only."""
+        import torch
+
+        from debtorch.train.engine import run_trial  # defer: imports torch
+        from debtorch.train.settings import Settings  # defer: with the engine
+
+        if self.workload is None:
+            raise BadRequest("no workload loaded: send a load request first")
+        path = self.file
+        if torch.device(self.device).type != "cuda" or not hasattr(torch.cuda, "set_sync_debug_mode"):
+            return {"measured": False, "file": path}
+        steps = max(1, int(req.get("steps", 5)))
+
+        def run(on_step):
+            return run_trial(self.workload, Settings(), device=self.device, steps=steps, warmup_steps=1,
+                             seed=int(req.get("seed", 0)), instrument=False, sample_memory=False, on_step=on_step)
+
+        out = count_host_waits(run, [path] if path else [], torch)
+        out["file"] = path
         return out
 
     def trial(self, req: dict) -> dict:

@@ -36,6 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from debtorch.lint.measured import static_result
 from debtorch.train import runner
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
@@ -119,6 +120,7 @@ class Measured:
     failure: Optional[Failure] = None
     interrupted: bool = False
     notes: list = field(default_factory=list)
+    host_waits: Optional[dict] = None                # synchronising calls per step in the workload's code
 
 
 class Progress:
@@ -282,6 +284,7 @@ class Verifier:
                 m.failure = self._failure(exc, job)
                 return m
             self._keep(job, result)
+        m.host_waits = self.host_waits()
         if ddp is not None:
             m.ddp_settings = ddp.to_dict()
             for i in range(ddp_runs):
@@ -299,6 +302,18 @@ class Verifier:
                 finally:
                     self.progress.end()
         return m
+
+    def host_waits(self) -> dict:
+        """Host waits per step in the workload's code: counted on CUDA, else read from the code (debtorch lint)."""
+        if (self.measured.device or "").startswith("cuda"):
+            try:
+                got = self.worker.request("host_waits", timeout=self.plan.timeout, seed=self.plan.seed,
+                                          steps=2 if self.plan.quick else 5)
+                if got.get("measured"):
+                    return got
+            except self._error as exc:
+                self.measured.notes.append(f"host waits per step not counted ({exc}); read from the code instead")
+        return static_result(self.measured.workload.get("file"))
 
     # -- one trial ---------------------------------------------------------
     def _run(self, job: _Job) -> dict:

@@ -1,0 +1,161 @@
+"""debtorch lint on its corpus of real training scripts, and on Python's standard library.
+
+    python benchmarks/lint_corpus.py            # the corpus table: precision and recall per rule, files, time
+    python benchmarks/lint_corpus.py --stdlib   # also lint every .py of the standard library, timed
+    python benchmarks/lint_corpus.py --markdown # the table as Markdown (docs/lint.md)
+
+Precision per rule counts the findings hand-judged "agree" among those the
+linter reports (tests/lint_corpus/*.expected.toml); recall counts them
+against the agreed findings plus the hand-labelled misses ([[missed]]).
+The stdlib run is the "no crash, under 10 s" check of issue 15: every
+.py under sysconfig's stdlib path, without site-packages; a crash is a
+script.E001 finding or an exception, either of which fails the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import sysconfig
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from debtorch.lint.api import discover, lint_paths, parse  # noqa: E402
+from debtorch.lint.checks import run_checks  # noqa: E402
+from debtorch.lint.script import Script  # noqa: E402
+from debtorch.lint.rules import BY_ID, CRASHED  # noqa: E402
+
+CORPUS = ROOT / "tests" / "lint_corpus"
+
+
+def expectations() -> dict:
+    out = {}
+    for path in sorted(CORPUS.glob("*.expected.toml")):
+        out[path.name[: -len(".expected.toml")] + ".py"] = tomllib.loads(path.read_text())
+    return out
+
+
+def corpus_table(repeats: int = 5) -> tuple:
+    """(rows, totals, files, seconds): per rule reported/agreed/rejected/missed, timed over ``repeats`` runs."""
+    times = []
+    report = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        report = lint_paths([str(CORPUS)])
+        times.append(time.perf_counter() - start)
+    expected = expectations()
+    got = collections.Counter((Path(f.path).name, f.id, f.line) for f in report.findings)
+    verdict = {}
+    for name, doc in expected.items():
+        for f in doc.get("finding", []):
+            verdict.setdefault((name, f["id"], f["line"]), []).append(f["verdict"])
+    stats = collections.defaultdict(lambda: collections.Counter())
+    for (name, fid, line), n in got.items():
+        judged = verdict.get((name, fid, line), [])
+        for i in range(n):
+            v = judged[i] if i < len(judged) else "unjudged"
+            stats[fid][v] += 1
+            stats[fid]["reported"] += 1
+    for name, doc in expected.items():
+        for m in doc.get("missed", []):
+            stats[m["id"]]["missed"] += 1
+    rows = []
+    for fid in sorted(stats):
+        s = stats[fid]
+        rows.append((fid, s["reported"], s["agree"], s["reject"], s["unjudged"], s["missed"]))
+    totals = tuple(sum(r[i] for r in rows) for i in range(1, 6))
+    return rows, totals, report.files + report.skipped + len(report.errors), statistics.median(times), report
+
+
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.0%}" if b else "-"
+
+
+def print_table(rows, totals, files, seconds, markdown: bool) -> None:
+    head = ("rule", "reported", "agreed", "rejected", "precision", "missed", "recall")
+    lines = []
+    for fid, rep, agree, reject, unjudged, missed in rows:
+        lines.append((fid, str(rep), str(agree), str(reject), _ratio(agree, agree + reject + unjudged), str(missed),
+                      _ratio(agree, agree + missed)))
+    rep, agree, reject, unjudged, missed = totals
+    lines.append(("all", str(rep), str(agree), str(reject), _ratio(agree, agree + reject + unjudged), str(missed),
+                  _ratio(agree, agree + missed)))
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for line in lines:
+            print("| " + " | ".join(line) + " |")
+    else:
+        widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
+        for line in [head] + lines:
+            print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
+    if unjudged:
+        print(f"warning: {unjudged} findings have no hand judgement in the .expected.toml files")
+    print(f"files: {files}; time: {seconds * 1000:.0f} ms for the whole corpus (median of 5 runs)")
+
+
+def stdlib_run() -> int:
+    """Two runs over every .py of the standard library (site-packages left out).
+
+    1. ``debtorch lint STDLIB`` as a user gets it: files that never mention
+       torch are skipped unparsed (the stdlib has none that do), timed.
+    2. The fuzz run: every file parsed and put through every rule as if it
+       were a training script that mentions torch and runs on CUDA
+       (``Script(..., assume_training=True)``), timed; a rule that raises is
+       a script.E001 finding and fails the run, as does any exception.
+    """
+    root = sysconfig.get_paths()["stdlib"]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    start = time.perf_counter()
+    report = lint_paths([root])
+    seconds = time.perf_counter() - start
+    walked = report.files + report.skipped + len(report.errors)
+    print(f"stdlib: {root} (load average {load:.2f} before the runs)")
+    print(f"  debtorch lint: {walked} .py files, {report.files} mention torch and were checked, "
+          f"{report.skipped} skipped unparsed; {len(report.findings)} findings; {seconds:.2f} s")
+    files = discover([root])
+    crashes, invalid, findings = [], 0, 0
+    start = time.perf_counter()
+    for path, _ in files:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        tree, text, error = parse(data, path)
+        if error is not None:
+            invalid += 1
+            continue
+        found = run_checks(Script(tree, text, path, assume_training=True))
+        findings += len(found)
+        crashes.extend(f for f in found if f.id == CRASHED.id)
+    seconds = time.perf_counter() - start
+    print(f"  fuzz run, every file through every rule: {len(files)} files, {invalid} not valid Python "
+          f"3.{sys.version_info.minor}, {findings} findings, {len(crashes)} crashes; {seconds:.2f} s")
+    for c in crashes:
+        print(f"    crash: {c.path}: {c.finding.message}")
+    return 1 if crashes else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stdlib", action="store_true", help="also lint Python's standard library, timed")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = parser.parse_args()
+    rows, totals, files, seconds, report = corpus_table()
+    print_table(rows, totals, files, seconds, args.markdown)
+    unknown = sorted({r[0] for r in rows} - set(BY_ID))
+    if unknown:
+        print(f"note: ids outside the catalogue: {', '.join(unknown)}")
+    return stdlib_run() if args.stdlib else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md).
+
+Thin: parse options, call :func:`debtorch.lint.api.lint_paths`, show
+:class:`debtorch.report.lint.LintView`, choose the exit code.  Exit codes (the doctor's): 0 no finding at ``--fail-on``
+level; 1 findings at that level; 2 bad input (a path that does not exist, a
+file that is not valid Python or cannot be read; the other files are still
+linted and reported), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from debtorch.cli.shared import FailOn, Prog, choose_format
+from debtorch.report import show
+
+prog = Prog("debtorch lint")
+
+
+def lint(
+    paths: List[str] = typer.Argument(..., metavar="PATH", help="Python files, or folders to search for *.py."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: schema_version, summary, findings, errors."),
+    fail_on: FailOn = typer.Option("error", "--fail-on", help="Exit 1 when a finding reaches this level."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="ID", help="Silence an id (script.W001) or an area (torchfix); repeatable."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also say why each finding costs time."),
+    torchfix: Optional[bool] = typer.Option(None, "--torchfix/--no-torchfix", help="Include TorchFix's findings (default: when it is installed)."),
+) -> None:
+    """Check training scripts for what makes a loop slow: host waits, DataLoader settings, AMP, accumulation.
+
+    Exit status: 0 no finding at --fail-on level, 1 findings at that level, 2 bad input.
+    """
+    from debtorch.lint.api import LintUsageError, known_id, lint_paths  # defer: the linter, only for this command
+    from debtorch.report.lint import LintView  # defer: as above
+
+    fmt = choose_format(prog, json_out)
+    silenced = [x.strip() for item in (ignore or []) for x in item.split(",") if x.strip()]
+    for value in silenced:
+        if not known_id(value):
+            prog.fail(f"--ignore {value}: not a lint id (script.W001 ... script.I006, torchfix.TORnnn) or area")
+    try:
+        report = lint_paths(paths, ignore=silenced, torchfix=torchfix)
+    except LintUsageError as exc:
+        prog.fail(str(exc))
+    code = report.exit_code(fail_on.value)
+    for err in report.errors:
+        prog.note(err.line_text())
+    show(LintView(report, fail_on.value, code, verbose), fmt)
+    raise typer.Exit(code)

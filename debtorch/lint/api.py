@@ -1,0 +1,179 @@
+"""Linting files and folders: the entry points of ``debtorch lint`` (docs/lint.md).
+
+Static: the standard library's ``ast``; no torch import, nothing executed.
+
+    from debtorch.lint.api import lint_paths
+    report = lint_paths(["train.py", "src/"])
+    for f in report.findings: print(f.path, f.line, f.id, f.finding.message)
+
+A file given by name is always parsed (a syntax error is reported); files
+found by walking a folder are parsed only when they mention ``torch``, which
+every rule needs, so that linting a large tree costs little more than
+reading it (a syntax error in a file that never mentions torch is not
+reported).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import time
+import tokenize
+from dataclasses import dataclass, field
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from debtorch.lint import torchfix_bridge
+from debtorch.lint.checks import run_checks
+from debtorch.lint.result import FileError, Located, Report
+from debtorch.lint.rules import BY_ID, CRASHED, RULES, TORCHFIX_AREA
+from debtorch.lint.script import Script
+
+__all__ = ["FileResult", "Located", "Report", "RULES", "BY_ID", "lint_text", "lint_file", "lint_paths",
+           "discover", "LintUsageError"]
+
+# Every rule (and TorchFix) needs a file that mentions torch: one that does not cannot give a finding.
+MARKERS = (b"torch",)
+# Folders never entered when walking: tools' and environments' own trees.
+SKIP_DIRS = frozenset({"__pycache__", "site-packages", "dist-packages", "node_modules"})
+_NOQA = re.compile(r"#\s*noqa\b(?::\s*(?P<ids>[\w.,\s]+))?", re.I)
+
+
+class LintUsageError(Exception):
+    """A path that does not exist (one line)."""
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: List[Located] = field(default_factory=list)
+    error: Optional[FileError] = None
+    suppressed: int = 0
+
+
+def _decode(data: bytes) -> str:
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = "utf-8"
+    try:
+        text = data.decode(encoding, "replace")
+    except LookupError:
+        text = data.decode("utf-8", "replace")
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def parse(data, path: str = "<string>") -> Tuple[Optional[ast.Module], str, Optional[FileError]]:
+    """(tree, text, None), or (None, text, the one-line reason it is not valid Python)."""
+    text = data if isinstance(data, str) else _decode(data)
+    try:
+        tree = ast.parse(data, filename=path)
+    except SyntaxError as exc:
+        msg = (exc.msg or "invalid syntax").splitlines()[0] if exc.msg else "invalid syntax"
+        return None, text, FileError(path, f"not valid Python: {msg}", exc.lineno or 0, exc.offset or 0)
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return None, text, FileError(path, f"not valid Python: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    return tree, text, None
+
+
+def _silenced(f: Located, ignore: frozenset) -> bool:
+    if f.id in ignore or f.id.split(".", 1)[0] in ignore:
+        return True
+    m = _NOQA.search(f.code)
+    if not m:
+        return False
+    ids = m.group("ids")
+    if not ids:
+        return True
+    listed = {x.strip() for x in re.split(r"[,\s]+", ids) if x.strip()}
+    return f.id in listed
+
+
+def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix: bool = False) -> FileResult:
+    """Lint source text (str or bytes); never raises."""
+    tree, text, error = parse(data, path)
+    result = FileResult(path)
+    if error is not None:
+        result.error = error
+        return result
+    try:
+        script = Script(tree, text, path)
+    except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crash is a finding, never a traceback
+        found = [Located(path, 1, 1, CRASHED.finding(about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120]))]
+    else:
+        found = run_checks(script)
+        if torchfix:
+            found.extend(torchfix_bridge.findings(script))
+    silence = frozenset(ignore)
+    kept = [f for f in found if not _silenced(f, silence)]
+    result.suppressed = len(found) - len(kept)
+    result.findings = sorted(set(kept), key=Located.sort_key)
+    return result
+
+
+def lint_file(path: str, ignore: Iterable[str] = (), torchfix: bool = False, walked: bool = False) -> Optional[FileResult]:
+    """Lint one file; None when ``walked`` (found in a folder) and it mentions nothing the rules look for."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return FileResult(path, error=FileError(path, f"cannot read: {exc.strerror or exc}"))
+    if walked and not any(m in data for m in MARKERS):
+        return None
+    return lint_text(data, path, ignore, torchfix)
+
+
+def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:
+    """(file, found by walking a folder) for every file to lint; every path must exist.
+
+    Folders are walked for ``*.py`` in name order, not entering hidden
+    folders, ``__pycache__``, ``site-packages``, ``dist-packages``,
+    ``node_modules`` or a virtual environment (a folder with ``pyvenv.cfg``).
+    """
+    for p in paths:
+        if not os.path.exists(p):
+            raise LintUsageError(f"{p}: no such file or directory")
+    files: List[Tuple[str, bool]] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
+                                 and not os.path.exists(os.path.join(root, d, "pyvenv.cfg")))
+                files.extend((os.path.join(root, n), True) for n in sorted(names) if n.endswith(".py"))
+        else:
+            files.append((p, False))
+    return files
+
+
+def lint_paths(paths: Sequence[str], ignore: Iterable[str] = (), torchfix: Optional[bool] = None) -> Report:
+    """Lint files and folders (recursing into *.py).  ``torchfix``: None uses it when installed.
+
+    Raises :class:`LintUsageError` for a path that does not exist, before linting anything.
+    """
+    start = time.perf_counter()
+    files = discover(paths)
+    report = Report()
+    use_tf = torchfix_bridge.version() if torchfix is not False else None
+    if torchfix and use_tf is None:
+        raise LintUsageError("--torchfix: TorchFix is not installed (pip install torchfix)")
+    report.torchfix = use_tf
+    ignore = frozenset(ignore)
+    for path, walked in files:
+        res = lint_file(path, ignore, bool(use_tf), walked)
+        if res is None:
+            report.skipped += 1
+            continue
+        if res.error is not None:
+            report.errors.append(res.error)
+            continue
+        report.files += 1
+        report.suppressed += res.suppressed
+        report.findings.extend(res.findings)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def known_id(value: str) -> bool:
+    """An id (or area) that --ignore accepts: script.W001, script, torchfix.TOR101, torchfix."""
+    return value in BY_ID or value in ("script", TORCHFIX_AREA) or bool(re.fullmatch(r"torchfix\.TOR\d+", value))

@@ -1,0 +1,856 @@
+"""The rules of ``debtorch lint``: plain functions of a :class:`Script` returning located findings.
+
+Precision first: each check names a pattern only where the code says enough
+to be sure (a value known to be a GPU tensor, a DataLoader known to feed the
+training loop, accumulation visible in the loop); when in doubt it says
+nothing.  docs/lint.md describes every rule and its limits.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from typing import Callable, Iterator, List, Optional, Set, Tuple
+
+from debtorch.lint import rules as R
+from debtorch.lint.result import Located
+from debtorch.lint.script import (
+    _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
+    _device_arg, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
+)
+
+Check = Callable[[Script], Iterator[Located]]
+
+
+def segment(script: Script, node: ast.AST, limit: int = 48) -> str:
+    """The code of ``node`` (its first line), shortened to ``limit`` characters."""
+    line = script.code(getattr(node, "lineno", 0))
+    raw = line.encode("utf-8", "surrogatepass")
+    start = getattr(node, "col_offset", 0) or 0
+    end = getattr(node, "end_col_offset", None) if getattr(node, "end_lineno", None) == node.lineno else None
+    text = raw[start:end].decode("utf-8", "replace") if end is not None else raw[start:].decode("utf-8", "replace")
+    text = text.strip()
+    if end is None or len(text) > limit:
+        text = text[: limit - 3].rstrip() + "..."
+    return text
+
+
+def column(script: Script, node: ast.AST) -> int:
+    """1-based column in characters (ast counts UTF-8 bytes)."""
+    line = script.code(getattr(node, "lineno", 0))
+    start = getattr(node, "col_offset", 0) or 0
+    return len(line.encode("utf-8", "surrogatepass")[:start].decode("utf-8", "replace")) + 1
+
+
+def at(script: Script, node: ast.AST, rule: R.Rule, **values: str) -> Located:
+    line = getattr(node, "lineno", 1) or 1
+    return Located(script.path, line, column(script, node),
+                   rule.finding(about=f"{script.path}:{line}", **values), script.code(line).rstrip())
+
+
+# ---------------------------------------------------------------------------
+# Host waits for the GPU in the loop (W001, W002, W003)
+
+_CONVERT = ("float", "int", "bool", "round", "str", "repr", "print", "format")
+_TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le equal allclose".split())
+
+
+def _chain_has_cpu(node: ast.AST) -> bool:
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        if method(node) == "cpu" or (method(node) == "to" and node.args and _device_arg(node.args[0]) is False):
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test: bool) -> Iterator[Tuple[R.Rule, ast.AST, str]]:
+    """(rule, node, code) for every place in ``node`` that makes the host wait for the GPU."""
+    kind = lambda n: flow.classify(n, scope)  # noqa: E731
+    flow.comprehensions(node, scope)
+    flagged_items = False
+    for n in local_nodes(node):
+        if isinstance(n, ast.Call):
+            m = method(n)
+            if m and m != "synchronize":
+                recv = n.func.value
+                if m == "item":
+                    k = kind(recv)
+                    if k in (CPU, OTHER, MODEL) or _chain_has_cpu(recv):
+                        continue
+                    flagged_items = True
+                    yield R.SYNC_CALL, n, segment(script, n)
+                elif m == "cpu" or (m == "to" and n.args and _device_arg(n.args[0]) is False):
+                    k = kind(recv)
+                    if k in (CPU, OTHER, MODEL) or _MODELISH.match(identifier(recv) or "") or _chain_has_cpu(recv):
+                        continue
+                    if k != DEVICE and not _tensorish_chain(recv):
+                        continue
+                    flagged_items = True
+                    yield R.SYNC_CALL, n, segment(script, n)
+                elif m == "tolist":
+                    if kind(recv) == DEVICE and not _chain_has_cpu(recv):
+                        flagged_items = True
+                        yield R.SYNC_CALL, n, segment(script, n)
+                elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
+                    if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
+                        yield R.SYNC_CONVERT, n, segment(script, n)
+            elif script.qualname(n.func) == "torch.cuda.synchronize":
+                yield R.SYNC_CALL, n, segment(script, n)
+            elif isinstance(n.func, ast.Name) and n.func.id in _CONVERT and n.func.id not in script.functions:
+                if any(kind(a) == DEVICE and not isinstance(a, ast.JoinedStr) for a in n.args):
+                    yield R.SYNC_CONVERT, n, segment(script, n)
+        elif isinstance(n, ast.FormattedValue):
+            if kind(n.value) == DEVICE:
+                yield R.SYNC_CONVERT, n.value, "f-string {" + segment(script, n.value) + "}"
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Constant) \
+                and isinstance(n.left.value, str):
+            parts = n.right.elts if isinstance(n.right, ast.Tuple) else [n.right]
+            if any(kind(p) == DEVICE for p in parts):
+                yield R.SYNC_CONVERT, n, segment(script, n)
+        elif isinstance(n, (ast.IfExp, ast.Assert)) and _truth_waits(script, n.test, kind):
+            yield R.SYNC_BRANCH, n.test, segment(script, n.test)
+        elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and \
+                _truth_waits(script, n.operand, kind):
+            yield R.SYNC_BRANCH, n, segment(script, n)
+    if is_test and not flagged_items and _truth_waits(script, node, kind):
+        yield R.SYNC_BRANCH, node, segment(script, node)
+
+
+def _tensorish_chain(node: ast.AST) -> bool:
+    """``x.detach()``, ``out.argmax(1)``: a receiver that is a tensor method's result."""
+    return method(node) in TENSOR_METHODS
+
+
+def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
+    """Does evaluating ``test`` as a Python bool need a GPU tensor's value?"""
+    if isinstance(test, ast.BoolOp):
+        return any(_truth_waits(script, v, kind) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _truth_waits(script, test.operand, kind)
+    if any(method(n) == "item" for n in local_nodes(test) if isinstance(n, ast.Call)):
+        return False  # the .item() is the finding
+    if isinstance(test, ast.Compare):
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
+            return False
+        return any(kind(s) == DEVICE for s in [test.left] + test.comparators)
+    if isinstance(test, ast.Call):
+        m = method(test)
+        if m in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
+            return True
+        name = script.qualname(test.func)
+        if name.startswith("torch.") and name[6:] in _TRUTH_METHODS:
+            return any(kind(a) == DEVICE for a in test.args)
+        return False
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
+        return kind(test) == DEVICE
+    return False
+
+
+def check_syncs(script: Script) -> Iterator[Located]:
+    if not script.cuda_path:
+        return
+    flow = Flow(script)
+    seen: Set[Tuple[int, int, str]] = set()
+    for step in script.per_step():
+        if not step.header and not step.guarded:
+            for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                key = (node.lineno, node.col_offset, rule.id)
+                if key not in seen:
+                    seen.add(key)
+                    yield at(script, node, rule, call=code)
+        flow.assign(step.node, step.scope)
+
+
+# ---------------------------------------------------------------------------
+# Copies without non_blocking where the loader pins memory (W004)
+
+def pins_memory(script: Script) -> bool:
+    for n in script.nodes:
+        if isinstance(n, ast.keyword) and n.arg == "pin_memory":
+            if _truthy_pin(n.value):
+                return True
+        elif isinstance(n, ast.Dict):
+            for k, v in zip(n.keys, n.values):
+                if isinstance(k, ast.Constant) and k.value == "pin_memory" and _truthy_pin(v):
+                    return True
+    return False
+
+
+def _truthy_pin(value: ast.AST) -> bool:
+    c = constant(value)
+    if c is True:
+        return True
+    if c is not _NOT_CONSTANT:
+        return False
+    return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
+
+
+def _non_blocking(call: ast.Call) -> bool:
+    kw = keyword(call, "non_blocking")
+    if kw is None:
+        kw = keyword(call, "async")
+    if kw is None:
+        # x.to(device, None, True): to(device, dtype, non_blocking)
+        return method(call) == "to" and len(call.args) >= 3 and constant(call.args[2]) is True
+    return constant(kw) is not False
+
+
+def check_copies(script: Script) -> Iterator[Located]:
+    if not script.regions() or not pins_memory(script):
+        return
+    flow = Flow(script)
+    for step in script.per_step():
+        if not step.header and not step.guarded:
+            for n in local_nodes(step.node):
+                if not isinstance(n, ast.Call):
+                    continue
+                m = method(n)
+                if m == "to":
+                    target = n.args[0] if n.args else keyword(n, "device")
+                    if target is None or _device_arg(target) is not True:
+                        continue
+                elif m != "cuda":
+                    continue
+                recv = n.func.value
+                name = identifier(recv) or ""
+                if _MODELISH.match(name) or _LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
+                    continue
+                if _fresh(script, recv, step.scope):
+                    continue  # a tensor made on the host just now is not pinned: non_blocking would not help
+                if _non_blocking(n):
+                    continue
+                code = segment(script, n, 60)
+                yield at(script, n, R.BLOCKING_COPY, call=code, fixed=_with_non_blocking(code))
+        flow.assign(step.node, step.scope)
+
+
+def _fresh(script: Script, recv: ast.AST, scope: ast.AST) -> bool:
+    """Is ``recv`` a tensor built on the host in the loop (a call's result), not a pinned batch?"""
+    if isinstance(recv, ast.Call):
+        return method(recv) != "pin_memory"
+    if isinstance(recv, ast.Name):
+        made = script.kinds(scope).assigned.get(recv.id, [])
+        return any(isinstance(v, ast.Call) and script.call_name(v).startswith("torch.") for v in made)
+    return False
+
+
+def _with_non_blocking(code: str) -> str:
+    if code.endswith("()"):
+        return code[:-1] + "non_blocking=True)"
+    if code.endswith(")"):
+        return code[:-1] + ", non_blocking=True)"
+    return code + " with non_blocking=True"
+
+
+# ---------------------------------------------------------------------------
+# DataLoader construction (W005, I001, I002, I003)
+
+def _unwrap_iter(node: ast.AST) -> ast.AST:
+    """``enumerate(tqdm(loader))``, ``logger.log_every(loader, ...)`` -> ``loader``."""
+    for _ in range(5):
+        if not isinstance(node, ast.Call) or not node.args or identifier(node.func).endswith("DataLoader"):
+            break
+        loaderish = [a for a in node.args if isinstance(a, (ast.Name, ast.Attribute))
+                     and _LOADERISH.search(identifier(a) or "")]
+        if loaderish:
+            node = loaderish[0]
+        elif identifier(node.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "Bar", "track", "progress",
+                                       "ProgressBar"):
+            node = node.args[0]
+        else:
+            break
+    return node
+
+
+def _loop_sources(script: Script, loop: ast.AST) -> List[ast.AST]:
+    """What a training loop iterates: the loader expression(s)."""
+    scope = script.scope_of.get(loop, script.tree)
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        return [_unwrap_iter(loop.iter)]
+    out = []
+    for n in local_nodes(loop.body):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args:
+            it = n.args[0]
+            if isinstance(it, ast.Name):
+                for value in script.kinds(scope).assigned.get(it.id, []):
+                    out.append(_unwrap_iter(value))
+            else:
+                out.append(_unwrap_iter(it))
+    return out
+
+
+def _parameter_index(func: ast.AST, name: str) -> Optional[int]:
+    args = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if name not in args:
+        return None
+    return args.index(name)
+
+
+def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
+    """Names the training loops iterate (following one level of function parameters), and DataLoader calls iterated directly."""
+    names: Set[str] = set()
+    direct: List[ast.Call] = []
+    for region in script.regions():
+        for src in _loop_sources(script, region.loop):
+            if isinstance(src, ast.Call) and script.call_name(src).endswith("DataLoader"):
+                direct.append(src)
+                continue
+            name = identifier(src)
+            if not name or isinstance(src, ast.Call):
+                continue
+            names.add(name)
+            scope = region.scope
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                idx = _parameter_index(scope, name)
+                if idx is not None:
+                    names.update(_argument_names(script, scope, idx, name))
+    return names, direct
+
+
+def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
+    out = set()
+    is_method = func in script.owner
+    for n in script.nodes:
+        if isinstance(n, ast.Call) and identifier(n.func) == func.name and not isinstance(n.func, ast.Call):
+            pos = idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx
+            arg = None
+            if 0 <= pos < len(n.args):
+                arg = n.args[pos]
+            kw = keyword(n, pname)
+            if kw is not None:
+                arg = kw
+            if arg is not None and identifier(arg) and not isinstance(arg, ast.Call):
+                out.add(identifier(arg))
+    return out
+
+
+def _loader_returns(script: Script) -> dict:
+    """Function name -> what it returns, each element a DataLoader call or None: ``return DataLoader(...)``
+    gives one element, ``return train_loader, val_loader`` one per name assigned a DataLoader in that function."""
+    out = {}
+    for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
+        for f in fs:
+            made = {}
+            for n in local_nodes(f.body):
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                        script.call_name(n.value).endswith("DataLoader"):
+                    for t in n.targets:
+                        made[identifier(t)] = n.value
+            for n in local_nodes(f.body):
+                if not isinstance(n, ast.Return) or n.value is None:
+                    continue
+                parts = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+                got = [p if isinstance(p, ast.Call) and script.call_name(p).endswith("DataLoader")
+                       else made.get(identifier(p)) if isinstance(p, ast.Name) else None for p in parts]
+                if any(got):
+                    out[f.name] = got
+    return out
+
+
+def training_loaders(script: Script) -> List[ast.Call]:
+    names, direct = training_loader_names(script)
+    out = list(direct)
+    if not names:
+        return out
+    returns = _loader_returns(script)
+    for n in script.nodes:
+        if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)):
+            continue
+        target = n.targets[0]
+        parts = target.elts if isinstance(target, ast.Tuple) else [target]
+        for i, part in enumerate(parts):
+            if not isinstance(part, (ast.Name, ast.Attribute)) or identifier(part) not in names:
+                continue
+            if len(parts) == 1 and script.call_name(n.value).endswith("DataLoader"):
+                out.append(n.value)
+                continue
+            got = returns.get(identifier(n.value.func)) or []
+            if len(got) == len(parts) and got[i] is not None:
+                out.append(got[i])
+    seen, unique = set(), []
+    for c in out:
+        if id(c) not in seen:
+            seen.add(id(c))
+            unique.append(c)
+    return unique
+
+
+def _in_memory(script: Script, call: ast.Call) -> bool:
+    ds = call.args[0] if call.args else keyword(call, "dataset")
+    if ds is None:
+        return False
+    values = [ds]
+    if isinstance(ds, ast.Name):
+        for n in script.nodes:
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == ds.id for t in n.targets):
+                values.append(n.value)
+    return any(isinstance(v, ast.Call) and identifier(v.func) in ("TensorDataset", "StackDataset") for v in values)
+
+
+MANY_EPOCHS = 5
+
+
+def _many(loop: ast.AST) -> bool:
+    """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS?"""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
+            identifier(loop.iter.func) == "range" and loop.iter.args:
+        bounds = [constant(a) for a in loop.iter.args[:2]]
+        if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+            count = bounds[0] if len(bounds) == 1 else bounds[1] - bounds[0]
+            return count >= MANY_EPOCHS
+    return True
+
+
+def _per_epoch(script: Script) -> bool:
+    """Does a training loop run inside an outer loop of many epochs, in its function or through a caller?"""
+    for region in script.regions():
+        loop = region.loop
+        if any(_many(outer) for outer in script.enclosing_loops.get(loop, [])):
+            return True
+        scope = region.scope
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for outer in script.scope_of:
+                if not _many(outer):
+                    continue
+                for c in local_nodes(outer.body):
+                    if isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call):
+                        return True
+    return False
+
+
+def _num_workers(call: ast.Call) -> Optional[ast.AST]:
+    nw = keyword(call, "num_workers")
+    if nw is None and len(call.args) > 5:
+        nw = call.args[5]
+    return nw
+
+
+def _pretokenized(script: Script) -> bool:
+    """A Hugging Face text pipeline: batches are rows of a tokenized in-memory table, cheap to collate."""
+    return any(q == "datasets" or q.startswith(("datasets.", "transformers")) for q in script.aliases.values())
+
+
+def check_loaders(script: Script) -> Iterator[Located]:
+    loaders = training_loaders(script)
+    if not loaders:
+        return
+    per_epoch = None
+    text_rows = _pretokenized(script)
+    for call in loaders:
+        star = has_star_kwargs(call)
+        nw = _num_workers(call)
+        nwc = constant(nw) if nw is not None else None
+        workers_off = (nw is None and not star) or nwc == 0
+        if workers_off and not _in_memory(script, call) and not text_rows:
+            detail = "num_workers=0" if nw is not None else "num_workers is not set"
+            yield at(script, call, R.NO_WORKERS, detail=detail)
+        if script.cuda_explicit and not star and not _in_memory(script, call):
+            pin = keyword(call, "pin_memory")
+            if pin is None or constant(pin) is False:
+                yield at(script, call, R.NO_PIN)
+        if not workers_off and not (nw is None and star) and not (isinstance(nwc, int) and nwc <= 0):
+            pw = keyword(call, "persistent_workers")
+            if (pw is None and not star) or constant(pw) is False:
+                if per_epoch is None:
+                    per_epoch = _per_epoch(script)
+                if per_epoch:
+                    persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
+                    yield at(script, call, R.WORKERS_RESTART, persist=persist)
+        fixed = []
+        if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0:
+            fixed.append(f"num_workers={nwc}")
+        pf = keyword(call, "prefetch_factor")
+        if pf is not None and isinstance(constant(pf), int):
+            fixed.append(f"prefetch_factor={constant(pf)}")
+        if fixed:
+            yield at(script, call, R.HARDCODED_LOADER, detail=", ".join(fixed))
+
+
+# ---------------------------------------------------------------------------
+# DataParallel (W006), AMP (W007, W008, W009), profilers (I004, I005), cuDNN (I006)
+
+def _calls(script: Script) -> Iterator[Tuple[ast.Call, str]]:
+    for n in script.nodes:
+        if isinstance(n, ast.Call):
+            name = script.qualname(n.func)
+            if name:
+                yield n, name
+
+
+def check_data_parallel(script: Script) -> Iterator[Located]:
+    if "DataParallel" not in script.text:
+        return
+    for call, name in _calls(script):
+        if name in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                    "torch.nn.parallel.data_parallel.DataParallel"):
+            yield at(script, call, R.DATA_PARALLEL, call=segment(script, call, 40))
+
+
+_DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": 'torch.amp.autocast("cuda", ...)',
+    "torch.cuda.amp.GradScaler": 'torch.amp.GradScaler("cuda", ...)',
+    "torch.cuda.amp.grad_scaler.GradScaler": 'torch.amp.GradScaler("cuda", ...)',
+    "torch.cuda.amp.autocast_mode.autocast": 'torch.amp.autocast("cuda", ...)',
+    "torch.cuda.amp.custom_fwd": 'torch.amp.custom_fwd(device_type="cuda", ...)',
+    "torch.cuda.amp.custom_bwd": 'torch.amp.custom_bwd(device_type="cuda")',
+    "torch.cpu.amp.autocast": 'torch.amp.autocast("cpu", ...)',
+    "torch.cpu.amp.GradScaler": 'torch.amp.GradScaler("cpu", ...)',
+}
+_AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast_mode.autocast",
+              "torch.cuda.amp.autocast_mode.autocast")
+_SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler",
+            "torch.amp.grad_scaler.GradScaler", "torch.GradScaler")
+
+
+def check_deprecated_amp(script: Script) -> Iterator[Located]:
+    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.
+
+    A name only listed or compared (``func is torch.cuda.amp.autocast``, a
+    tuple of autocast flavours in a library that still accepts them) is not
+    a use: nothing runs it.
+    """
+    if "amp" not in script.text:
+        return
+    inner = set()      # attribute nodes that are part of a longer name
+    mentioned = set()  # names only listed or compared
+    for n in script.nodes:
+        if isinstance(n, ast.Attribute):
+            inner.add(id(n.value))
+        elif isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            mentioned.update(id(e) for e in n.elts)
+        elif isinstance(n, ast.Compare):
+            mentioned.update(id(e) for e in [n.left] + n.comparators)
+        elif isinstance(n, ast.Dict):
+            mentioned.update(id(e) for e in n.keys if e is not None)
+    for n in script.nodes:
+        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
+                or not isinstance(n.ctx, ast.Load):
+            continue
+        name = script.qualname(n)
+        if name in _DEPRECATED_AMP:
+            yield at(script, n, R.DEPRECATED_AMP, call=name, replacement="use " + _DEPRECATED_AMP[name])
+
+
+def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
+    """'fp16', 'bf16', or None (unknown or not CUDA) for an autocast call."""
+    if constant(keyword(call, "enabled")) is False:
+        return None
+    if name.startswith("torch.cuda.amp"):
+        device = "cuda"
+    else:
+        dev = call.args[0] if call.args else keyword(call, "device_type")
+        device = constant(dev) if dev is not None else None
+    if device != "cuda":
+        return None
+    dtype = keyword(call, "dtype")
+    if dtype is None and len(call.args) > 1 and name.startswith(("torch.autocast", "torch.amp")):
+        dtype = call.args[1]
+    if dtype is None:
+        return "fp16"
+    q = script.qualname(dtype)
+    if q in ("torch.float16", "torch.half"):
+        return "fp16"
+    if q == "torch.bfloat16":
+        return "bf16"
+    return None
+
+
+_FRAMEWORK = re.compile(r"accelerat|lightning|deepspeed|apex|fabric|colossalai|\bTrainer\b")
+
+
+def check_fp16_unscaled(script: Script) -> Iterator[Located]:
+    if "autocast" not in script.text or "GradScaler" in script.text or re.search(r"scaler", script.text, re.I) \
+            or _FRAMEWORK.search(script.text) or not script.regions():
+        return
+    for call, name in _calls(script):
+        if name in _AUTOCASTS and _autocast_dtype(script, call, name) == "fp16" and not _in_inference(script, call):
+            yield at(script, call, R.FP16_UNSCALED, call=segment(script, call, 40))
+
+
+def _in_inference(script: Script, node: ast.AST) -> bool:
+    for func in _functions_holding(script, node):
+        if re.search(r"eval|valid|test|infer|predict|generat|sample", func.name, re.I):
+            return True
+    return False
+
+
+def _functions_holding(script: Script, node: ast.AST) -> List[ast.AST]:
+    out = []
+    for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
+        for f in fs:
+            if f.lineno <= node.lineno <= (f.end_lineno or f.lineno):
+                out.append(f)
+    return out
+
+
+def check_bf16_scaled(script: Script) -> Iterator[Located]:
+    if "GradScaler" not in script.text or "bfloat16" not in script.text or \
+            re.search(r"float16\b|half|fp16", script.text.replace("bfloat16", "")):
+        return
+    dtypes = [_autocast_dtype(script, c, n) for c, n in _calls(script) if n in _AUTOCASTS]
+    if not dtypes or any(d != "bf16" for d in dtypes):
+        return
+    for call, name in _calls(script):
+        if name in _SCALERS and keyword(call, "enabled") is None:
+            yield at(script, call, R.BF16_SCALED, call=segment(script, call, 40))
+
+
+def check_profiler(script: Script) -> Iterator[Located]:
+    if "profile" not in script.text or not script.regions():
+        return  # advice for training scripts, not for the profiler's own code or a library's tests
+    for call, name in _calls(script):
+        if name in ("torch.autograd.profiler.profile", "torch.autograd.profile", "torch.autograd.profiler.record_function_legacy"):
+            yield at(script, call, R.OLD_PROFILER, call=name)
+
+
+def check_nvprof(script: Script) -> Iterator[Located]:
+    if "nvprof" not in script.text or not script.regions():
+        return  # advice for training scripts; a library's docstring naming nvprof is not one
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(script.text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return
+    for tok in tokens:
+        if tok.type in (tokenize.COMMENT, tokenize.STRING) and re.search(r"\bnvprof\b", tok.string):
+            line, col = tok.start
+            yield Located(script.path, line, col + 1, R.NVPROF.finding(about=f"{script.path}:{line}"),
+                          script.code(line).rstrip())
+            break
+
+
+_NOT_CONV = tuple(f"torchvision.models.{m}" for m in ("detection", "segmentation", "video", "optical_flow", "vit",
+                                                     "swin", "maxvit"))
+
+
+def check_cudnn_benchmark(script: Script) -> Iterator[Located]:
+    text = script.text
+    if not script.cuda_explicit or "cudnn.benchmark" in text or "deterministic" in text or \
+            "configure_torch" in text or not script.regions():
+        return
+    for call, name in _calls(script):
+        if name in ("torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.modules.conv.Conv2d") or \
+                (name.startswith("torchvision.models.") and not name.startswith(_NOT_CONV)):
+            yield at(script, call, R.CUDNN_BENCHMARK)
+            return
+
+
+# ---------------------------------------------------------------------------
+# Gradient accumulation (W010) and the schedule under it (W011)
+
+def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
+    """(node, the ``if`` statements around it) in ``body``, not entering nested loops or functions."""
+    stack = [(s, []) for s in reversed(body)]
+    while stack:
+        node, ifs = stack.pop()
+        yield node, ifs
+        if isinstance(node, LOOPS) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If):
+            kids = [(c, ifs + [node]) for c in node.body + node.orelse] + [(node.test, ifs)]
+        else:
+            kids = [(c, ifs) for c in ast.iter_child_nodes(node)]
+        stack.extend(reversed(kids))
+
+
+def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
+    for n in local_nodes(test):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
+            return n.right
+    return None
+
+
+def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
+    """The loss expression a backward call differentiates, or None when a framework scales it."""
+    if method(call) != "backward" or call.args:
+        return None
+    recv = call.func.value
+    if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args:
+        return recv.args[0]
+    return recv
+
+
+def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> bool:
+    """Is the loss (or anything with the accumulation count) divided or scaled anywhere in the scope?"""
+    if any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.Mult)) for n in local_nodes(loss)):
+        return True
+    name = root_name(loss) if isinstance(loss, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) else ""
+    every_names = set(names_in(every))
+    body = scope.body if hasattr(scope, "body") else []
+    for n in local_nodes(body):
+        # x / N (the loss, or a scale 1.0 / N applied to it); len(loader) / N sizes a schedule instead
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and every_names & set(names_in(n.right)) and \
+                not any(isinstance(c, ast.Call) and identifier(c.func) == "len" for c in local_nodes(n.left)):
+            return True
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)) and identifier(n.target) == name:
+            return True
+        if isinstance(n, ast.Assign) and any(identifier(t) == name for t in n.targets):
+            if any(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) for v in local_nodes(n.value)):
+                return True
+            if any(method(v) in ("div", "div_", "mul", "mul_") for v in local_nodes(n.value)):
+                return True
+            if isinstance(n.value, ast.Call) and script.callees(n.value, scope):
+                return True  # computed by a function of this file: not judged
+        if isinstance(n, ast.Call) and method(n) in ("div_", "mul_") and root_name(n) == name:
+            return True
+    return False
+
+
+class _Accumulation:
+    def __init__(self, loop, every, guard, backwards, steps):
+        self.loop, self.every, self.guard, self.backwards, self.steps = loop, every, guard, backwards, steps
+
+
+def accumulations(script: Script) -> List[_Accumulation]:
+    """Training loops whose optimizer step runs every N micro-batches (``if (i + 1) % N == 0``)."""
+    out = []
+    for region in script.regions():
+        loop = region.loop
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            continue
+        steps, backwards = [], []
+        for node, ifs in _direct_nodes(loop.body):
+            if isinstance(node, ast.Call):
+                if script.is_optimizer_step(node):
+                    steps.append((node, ifs))
+                elif script.is_backward(node):
+                    backwards.append((node, ifs))
+        guarded = [(s, ifs) for s, ifs in steps if any(_mod_operand(i.test) is not None for i in ifs)]
+        if not guarded or not backwards:
+            continue
+        guard = next(i for i in guarded[0][1] if _mod_operand(i.test) is not None)
+        every = _mod_operand(guard.test)
+        if re.search(r"log|print|eval|save|interval|freq", " ".join(names_in(every)), re.I):
+            continue
+        free = [b for b, ifs in backwards if guard not in ifs]
+        if free:
+            out.append(_Accumulation(loop, every, guard, free, [s for s, _ in guarded]))
+    return out
+
+
+def check_accumulation(script: Script) -> Iterator[Located]:
+    if _FRAMEWORK.search(script.text):
+        return  # accelerate, DeepSpeed, Lightning scale the loss themselves
+    for acc in accumulations(script):
+        scope = script.scope_of.get(acc.loop, script.tree)
+        every = segment(script, acc.every, 40)
+        if constant(acc.every) in (0, 1):
+            continue
+        for b in acc.backwards:
+            loss = _loss_of_backward(script, b)
+            if loss is None or _divided(script, scope, loss, acc.every):
+                continue
+            yield at(script, b, R.ACCUM_UNDIVIDED, every=every)
+
+
+_SCHEDULERS = {
+    "OneCycleLR": ("total_steps", None),
+    "get_linear_schedule_with_warmup": ("num_training_steps", 2),
+    "get_cosine_schedule_with_warmup": ("num_training_steps", 2),
+    "get_polynomial_decay_schedule_with_warmup": ("num_training_steps", 2),
+    "get_scheduler": ("num_training_steps", None),
+    "CosineAnnealingLR": ("T_max", 1),
+    "LinearLR": ("total_iters", None),
+    "PolynomialLR": ("total_iters", 1),
+}
+
+
+def _scheduler_size(script: Script, call: ast.Call, kind: str) -> Optional[ast.AST]:
+    kw, pos = _SCHEDULERS[kind]
+    size = keyword(call, kw)
+    if size is None and pos is not None and len(call.args) > pos:
+        size = call.args[pos]
+    if size is None and kind == "OneCycleLR":
+        size = keyword(call, "steps_per_epoch")
+    return size
+
+
+def _resolve(script: Script, scope: ast.AST, node: ast.AST) -> ast.AST:
+    """A name assigned once (in the scope or the module) stands for its value."""
+    for _ in range(3):
+        if not isinstance(node, ast.Name):
+            return node
+        values = script.kinds(scope).assigned.get(node.id) or script.kinds(script.tree).assigned.get(node.id) or []
+        if len(values) != 1:
+            return node
+        node = values[0]
+    return node
+
+
+def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]:
+    """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
+    every_names = set(names_in(every))
+    has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
+                  _LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
+    divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
+        or bool(every_names & set(names_in(size)))
+    if has_len and not divided:
+        return True
+    if has_len and divided:
+        return False
+    return None
+
+
+def check_schedule(script: Script) -> Iterator[Located]:
+    if ".accumulate(" in script.text:
+        return  # accelerate steps a prepared schedule with the optimizer itself
+    accs = accumulations(script)
+    if not accs:
+        return
+    for acc in accs:
+        scope = script.scope_of.get(acc.loop, script.tree)
+        for node, ifs in _direct_nodes(acc.loop.body):
+            if not (isinstance(node, ast.Call) and method(node) == "step" and not script.is_optimizer_step(node)):
+                continue
+            sched_name = identifier(node.func.value)
+            with_optimizer = acc.guard in ifs
+            ctor = _constructor(script, scope, sched_name)
+            if ctor is None:
+                continue
+            call, kind = ctor
+            size = _scheduler_size(script, call, kind)
+            if size is None:
+                continue
+            counted = _in_batches(script, _resolve(script, scope, size), acc.every)
+            every = segment(script, acc.every, 30)
+            fix_size = f"len(loader) // {every} * epochs"
+            if counted is True and with_optimizer:
+                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized="micro-batches (len of the loader)",
+                         stepped=f"once per optimizer step (every {every} micro-batches): it never finishes",
+                         fix_size=fix_size, name=sched_name)
+            elif counted is False and not with_optimizer:
+                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized=f"optimizer steps (divided by {every})",
+                         stepped="every micro-batch", fix_size=fix_size, name=sched_name)
+
+
+def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[ast.Call, str]]:
+    for s in (scope, script.tree):
+        for value in script.kinds(s).assigned.get(name, []):
+            if isinstance(value, ast.Call):
+                kind = identifier(value.func)
+                if kind in _SCHEDULERS:
+                    return value, kind
+    for n in script.nodes:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                any(identifier(t) == name for t in n.targets) and identifier(n.value.func) in _SCHEDULERS:
+            return n.value, identifier(n.value.func)
+    return None
+
+
+CHECKS: Tuple[Check, ...] = (
+    check_syncs, check_copies, check_loaders, check_data_parallel, check_deprecated_amp, check_fp16_unscaled,
+    check_bf16_scaled, check_accumulation, check_schedule, check_profiler, check_nvprof, check_cudnn_benchmark,
+)
+
+
+def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Located]:
+    """Every check's findings; a check that raises becomes a script.E001 finding instead."""
+    out: List[Located] = []
+    for check in checks:
+        try:
+            out.extend(check(script))
+        except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
+            text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
+            out.append(Located(script.path, 1, 1, R.CRASHED.finding(about=script.path, error=text), script.code(1)))
+    return out

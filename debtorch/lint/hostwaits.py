@@ -1,0 +1,99 @@
+"""Host waits per step counted on CUDA, in the training worker, and verify-train's line for them.
+
+:func:`count_host_waits` runs some steps under
+``torch.cuda.set_sync_debug_mode("warn")``, which warns at every
+synchronising CUDA call, and maps each warning to the innermost frame in the
+workload's file (its ``file:line``).  torch is passed in; this module never
+imports it, and imports nothing but the standard library: the worker runs in
+the user's interpreter, which need not have debtorch's dependencies.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import warnings
+from typing import Any, Callable, Iterable, Optional
+
+SYNC_WARNING = "called a synchronizing CUDA operation"  # c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync
+
+
+def workload_file(spec: str) -> Optional[str]:
+    """The file of a loaded workload's module (``module:function``), in the worker; None if unknown."""
+    module = spec.split(":", 1)[0]
+    if module == "builtin":
+        module = "debtorch.train.workloads"
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    return os.path.realpath(path) if path else None
+
+
+def count_host_waits(run: Callable[[Callable[[dict], None]], Any], files: Iterable[str], torch: Any) -> dict:
+    """Count synchronising CUDA calls per step, by the line of ``files`` that made them.
+
+    ``run(on_step)`` trains, calling ``on_step(event)`` after each optimizer
+    step; the first step (warm-up: lazy initialisation, cuDNN autotuning) is
+    not counted.  Returns ``{"measured": True, "steps", "per_step", "lines":
+    [{"path", "line", "per_step"}], "elsewhere_per_step"}``, where
+    ``elsewhere_per_step`` counts waits outside the workload's files (the
+    engine's, PyTorch's own).
+    """
+    wanted = {os.path.realpath(f) for f in files if f}
+    state = {"counting": False, "steps": 0}
+    counts: collections.Counter = collections.Counter()
+
+    def on_step(event: dict) -> None:
+        if state["counting"]:
+            state["steps"] += 1
+        state["counting"] = True
+
+    def show(message, category, filename, lineno, file=None, line=None):  # warnings.showwarning's signature
+        if not state["counting"] or SYNC_WARNING not in str(message):
+            return
+        counts[_user_frame(wanted)] += 1
+
+    get = getattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
+    before = get()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run(on_step)
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
+    steps = state["steps"]
+    per = (lambda n: n / steps) if steps else (lambda n: float(n))
+    lines = [{"path": p, "line": n, "per_step": per(c)} for (p, n), c in sorted(
+        ((k, v) for k, v in counts.items() if k is not None), key=lambda kv: (-kv[1], kv[0]))]
+    return {"measured": True, "steps": steps, "per_step": per(sum(c for k, c in counts.items() if k is not None)),
+            "lines": lines, "elsewhere_per_step": per(counts.get(None, 0))}
+
+
+def _user_frame(files: set) -> Optional[tuple]:
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path in files or os.path.realpath(path) in files:
+            return (os.path.realpath(path), frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def report_line(result: Optional[dict]) -> Optional[str]:
+    """verify-train's line: ``host waits per step: N (file:line, ...)``."""
+    if not result:
+        return None
+    n = result.get("per_step")
+    places = [f"{os.path.basename(x['path'])}:{x['line']}" for x in result.get("lines") or []]
+    where = f" ({', '.join(places[:6])}{', ...' if len(places) > 6 else ''})" if places else ""
+    count = "-" if n is None else (f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}")
+    if result.get("measured"):
+        how = f"measured with torch.cuda.set_sync_debug_mode over {result.get('steps')} steps"
+        elsewhere = result.get("elsewhere_per_step")
+        if elsewhere:
+            how += f"; {elsewhere:.1f} more per step outside the workload's code"
+    else:
+        how = "read from the code: the lines that would wait on a GPU (debtorch lint)"
+    return f"host waits per step: {count}{where}; {how}"

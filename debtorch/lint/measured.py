@@ -1,0 +1,90 @@
+"""Host waits per step, read from the code (verify-train's "host waits per step" off CUDA).
+
+:func:`static_waits` reads a workload file (docs/workloads.md) and returns
+the places the static pass says would make the host wait for the GPU once
+per step: in the script's own training loops, and in what the training
+engine runs per step of a ``--workload``: the ``forward`` of every module
+class in the file and the function given as ``loss_fn``, with what they call
+in the same file.  On CUDA the worker counts them instead
+(:mod:`debtorch.lint.hostwaits`).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional
+
+from debtorch.lint.api import parse
+from debtorch.lint.checks import at, sync_hits
+from debtorch.lint.result import Located
+from debtorch.lint.script import DEVICE, Flow, Region, Script, _Walker, identifier
+
+def _workload_functions(script: Script) -> List[ast.AST]:
+    """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
+    out = [m["forward"] for m in script.methods.values() if "forward" in m]
+    names = set()
+    for n in script.nodes:
+        if isinstance(n, ast.keyword) and n.arg == "loss_fn":
+            names.add(identifier(n.value))
+        elif isinstance(n, ast.Dict):
+            for k, v in zip(n.keys, n.values):
+                if isinstance(k, ast.Constant) and k.value == "loss_fn":
+                    names.add(identifier(v))
+    for name in names:
+        out.extend(script.functions.get(name, ()))
+    return out
+
+
+def static_waits(path: str) -> List[Located]:
+    """The places in ``path`` that would make the host wait for the GPU every step (W001-W003).
+
+    A file that cannot be read or parsed gives no places.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return []
+    tree, text, error = parse(data, path)
+    if tree is None:
+        return []
+    try:
+        return _static(Script(tree, text, path))
+    except (Exception, RecursionError):  # noqa: BLE001 - a report line, never a crash of verify-train
+        return []
+
+
+def _static(script: Script) -> List[Located]:
+    flow = Flow(script)
+    regions = list(script.regions())
+    for func in _workload_functions(script):
+        region = Region(func, func)
+        walker = _Walker(script, region)
+        walker.visited.add(func)
+        walker.block(func.body, False, func, 0)
+        params = [a.arg for a in func.args.posonlyargs + func.args.args if a.arg not in ("self", "cls")]
+        env = flow.env.setdefault(func, {})
+        for p in params:
+            env[p] = DEVICE   # what the engine passes: inputs and outputs on the device
+        regions.append(region)
+    found: Dict[tuple, Located] = {}
+    seen = set()
+    for region in regions:
+        for step in region.steps:
+            if id(step.node) in seen:
+                continue
+            seen.add(id(step.node))
+            if not step.header and not step.guarded:
+                for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, call=code))
+            flow.assign(step.node, step.scope)
+    return sorted(found.values(), key=Located.sort_key)
+
+
+def static_result(path: Optional[str]) -> dict:
+    """:func:`static_waits` as a result of the shape :func:`count_host_waits` returns (measured False)."""
+    found = static_waits(path) if path else []
+    return {"measured": False, "steps": None, "per_step": float(len(found)), "file": path,
+            "lines": [{"path": f.path, "line": f.line, "per_step": 1.0, "id": f.id} for f in found]}
+
+

@@ -1,0 +1,882 @@
+"""A Python file as the linter sees it: imports, functions, training loops, and what names hold.
+
+Standard library only; nothing is imported or executed.  The questions the
+rules ask are answered here:
+
+* what a dotted name means after the file's imports (``amp.autocast`` ->
+  ``torch.cuda.amp.autocast``): :meth:`Script.qualname`;
+* which loops train: a loop whose own body (not a nested loop's) calls
+  ``backward()`` or an optimizer's ``step()``, directly or through a function
+  of the same file that does so outside a loop of its own (a "step
+  function"): :meth:`Script.training_loops`;
+* what runs once per optimizer step: the body of a training loop and the
+  same-file functions it calls, each statement marked *guarded* when it sits
+  under a condition that makes it occasional (``if step % k == 0``, a
+  logging flag, an exception handler): :meth:`Script.per_step`;
+* whether a name holds a tensor on the GPU at a given statement: a small
+  flow-sensitive inference (:class:`Kinds`), conservative by design: when in
+  doubt a name is unknown, and unknown never makes a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Set
+
+DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# What a name can hold, as far as the rules care.
+DEVICE = "device"      # a tensor that lives where the model computes (CUDA on a GPU path)
+CPU = "cpu"            # a tensor on the host (a batch straight from the DataLoader)
+OTHER = "other"        # not a tensor: a number, a string, a list, a numpy value
+MODEL = "model"        # an nn.Module (calling it gives DEVICE)
+MIXED = "mixed"        # assigned different kinds: unknown
+
+_OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
+_MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
+                       r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
+_LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
+_PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
+                       r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
+                       r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
+_COUNTER = re.compile(r"^(?:i|j|k|it|itr|idx|step|steps|iter|iters|iteration|epoch|batch_idx|batch_id|batch_i"
+                      r"|global_step|num_steps|n_iter|curr_step|cur_step|total_steps|count|counter|iter_num"
+                      r"|step_num|batch_num|nb|ib|b_idx|bi|ii|t)$|step|iter|epoch", re.I)
+_LOADERISH = re.compile(r"loader|dataloader|batches|data_iter|train_iter|prefetcher", re.I)
+_DEVICE_ARG = re.compile(r"device|dev$|^dev|gpu|cuda|rank|local_rank", re.I)
+
+# Tensor methods whose result is a tensor where the receiver is.
+TENSOR_METHODS = frozenset("""
+sum mean max min argmax argmin amax amin eq ne gt lt ge le float half double long int bool bfloat16 detach
+clone view reshape squeeze unsqueeze abs pow sqrt norm softmax log_softmax exp log sigmoid tanh relu
+masked_fill masked_select std var prod cumsum count_nonzero nonzero all any isnan isinf isfinite contiguous
+type_as mul add sub div neg t transpose permute flatten expand expand_as repeat gather index_select
+narrow clamp clamp_ round floor ceil sign logical_and logical_or logical_not eq_ mul_ add_ div_ sub_
+view_as float_ squeeze_ unsqueeze_ data_ptr_ sort topk median mode kthvalue chunk split unbind
+""".split()) - {"data_ptr_"}
+# Methods whose result is not a tensor.
+PLAIN_METHODS = frozenset("item tolist numpy size dim numel nelement element_size stride is_contiguous "
+                          "data_ptr get_device keys values items dtype".split())
+TUPLE_METHODS = frozenset("sort topk median mode kthvalue max min chunk split unbind".split())
+# torch.* functions that build a tensor from nothing (on the CPU unless device= says otherwise).
+FACTORIES = frozenset("tensor as_tensor from_numpy zeros ones empty full arange linspace logspace rand randn "
+                      "randint randperm eye zeros_like ones_like empty_like full_like rand_like randn_like "
+                      "randint_like normal bernoulli multinomial".split())
+# torch.* names that are not tensor computations.
+TORCH_PLAIN = frozenset("device no_grad enable_grad inference_mode set_grad_enabled is_tensor numel manual_seed "
+                        "load save compile jit autocast get_default_dtype is_grad_enabled cuda backends "
+                        "distributed optim nn utils amp profiler set_num_threads get_num_threads "
+                        "is_floating_point is_complex typename dtype Size Generator".split())
+PLAIN_BUILTINS = frozenset("float int len round str bool repr list dict tuple set sorted isinstance type id hash "
+                           "format abs min max sum".split())
+
+MODEL_FACTORIES = ("torchvision.models.", "timm.create_model", "transformers.", "models.")
+
+
+def identifier(node: ast.AST) -> str:
+    """The last name of an expression: ``self.model`` -> ``model``; ``a[0].b()`` -> ``b``; else ''."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        if isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, (ast.Subscript, ast.Starred)):
+            node = node.value
+        else:
+            return ""
+
+
+def root_name(node: ast.AST) -> str:
+    """The first name of an expression: ``x.to(d)[0]`` -> ``x``; else ''."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return ""
+
+
+def method(call: ast.AST) -> str:
+    """``x.foo(...)`` -> ``foo``; anything else -> ''."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return ""
+
+
+def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def has_star_kwargs(call: ast.Call) -> bool:
+    return any(kw.arg is None for kw in call.keywords)
+
+
+def constant(node: Optional[ast.AST]):
+    """The value of a literal (``True``, ``0``, ``-1``, ``"cuda"``), else a unique marker."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, (int, float)):
+        return -node.operand.value
+    return _NOT_CONSTANT
+
+
+_NOT_CONSTANT = object()
+
+
+def all_children(node: ast.AST) -> list:
+    """``node``'s children, kept on the node: ast.iter_child_nodes is slow, and the rules walk often."""
+    kids = node.__dict__.get("_lint_all")
+    if kids is None:
+        kids = node._lint_all = list(ast.iter_child_nodes(node))
+    return kids
+
+
+def children(node: ast.AST) -> list:
+    """``node``'s children without nested functions, classes and lambdas."""
+    kids = node.__dict__.get("_lint_kids")
+    if kids is None:
+        kids = node._lint_kids = [c for c in all_children(node) if not isinstance(c, DEFS)]
+    return kids
+
+
+def local_nodes(nodes) -> Iterator[ast.AST]:
+    """Every node under ``nodes`` (a node or a list), not entering nested functions, classes or lambdas."""
+    stack = list(nodes) if isinstance(nodes, list) else [nodes]
+    stack.reverse()
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def names_in(node: ast.AST) -> Iterator[str]:
+    """Every name, attribute and string literal in an expression: what it talks about."""
+    for n in local_nodes(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+            yield n.value
+
+
+@dataclass
+class Step:
+    """One statement or expression that runs every optimizer step (or under a guard)."""
+
+    node: ast.AST
+    guarded: bool
+    scope: ast.AST          # the function (or module) the node belongs to
+    loop: ast.AST           # the training loop it runs under
+    header: bool = False    # the training loop's own ``for`` target (assigned per step, evaluated once)
+    test: bool = False      # the condition of an ``if`` or ``while``
+
+
+@dataclass
+class Region:
+    """What one training loop runs per step, in order."""
+
+    loop: ast.AST
+    scope: ast.AST
+    steps: List[Step] = field(default_factory=list)
+
+
+class Script:
+    """A parsed file and the answers the rules need; built once per file."""
+
+    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False):
+        self.tree, self.text, self.path = tree, text, path
+        self.lines = text.splitlines()
+        self.aliases: Dict[str, str] = {}
+        self.functions: Dict[str, List[ast.AST]] = {}
+        self.methods: Dict[ast.ClassDef, Dict[str, ast.AST]] = {}
+        self.classes: Dict[str, ast.ClassDef] = {}
+        self.owner: Dict[ast.AST, ast.AST] = {}     # function -> its class, for self.method() calls
+        self.scope_of: Dict[ast.AST, ast.AST] = {}  # loop -> the function (or module) holding it
+        self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
+        self._kind: Dict[ast.AST, str] = {}
+        self.nodes: List[ast.AST] = []
+        self._index()
+        self.uses_torch = "torch" in text.lower()
+        self.cuda_path, self.cuda_explicit = self._gpu()
+        if assume_training:  # the fuzz run (benchmarks/lint_corpus.py): every rule on any Python
+            self.uses_torch = self.cuda_path = self.cuda_explicit = True
+        self._regions: Optional[List[Region]] = None
+        self._kinds_cache: Dict[ast.AST, Kinds] = {}
+
+    # -- indexing -------------------------------------------------------
+    def _index(self) -> None:
+        """One pass over the tree, in source order: every node, the imports, functions, classes and loops."""
+        nodes = []
+        todo = [(self.tree, None, self.tree, ())]
+        while todo:
+            node, cls, scope, around = todo.pop()
+            nodes.append(node)
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
+                    else:
+                        top = a.name.split(".")[0]
+                        self.aliases.setdefault(top, top)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for a in node.names:
+                    if a.name != "*":
+                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+            if isinstance(node, FUNCS) and node is not self.tree:
+                if cls is None:
+                    self.functions.setdefault(node.name, []).append(node)
+                else:
+                    self.methods.setdefault(cls, {})[node.name] = node
+                    self.owner[node] = cls
+                    self.functions.setdefault(node.name, [])  # a method is no module-level function
+                inner = (None, node, ())
+            elif isinstance(node, ast.ClassDef):
+                self.classes.setdefault(node.name, node)
+                inner = (node, scope, ())
+            elif isinstance(node, LOOPS):
+                self.scope_of[node] = scope
+                self.enclosing_loops[node] = list(around)
+                inner = (cls, scope, around + (node,))
+            else:
+                inner = (cls, scope, around)
+            for child in reversed(all_children(node)):
+                todo.append((child,) + inner)
+        self.nodes = nodes   # every node once, in source order, for the checks that look at the whole file
+
+    def _gpu(self):
+        """(moves work to a GPU in code, and names CUDA in code): comments and prose do not count."""
+        moves = cuda = False
+        for n in self.nodes:
+            if isinstance(n, ast.Call):
+                m = method(n)
+                if m == "cuda":
+                    moves = True
+                elif m == "to":
+                    target = n.args[0] if n.args else keyword(n, "device")
+                    if target is not None and _device_arg(target):
+                        moves = True
+                elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
+                    moves = True
+            elif isinstance(n, ast.Attribute) and n.attr == "cuda":
+                cuda = True
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda") \
+                    and len(n.value) < 12:
+                cuda = True
+        return moves, moves and cuda
+
+    def qualname(self, node: ast.AST) -> str:
+        """``nn.DataParallel`` -> ``torch.nn.DataParallel`` after the file's imports; '' if not a dotted name."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return ""
+        base = self.aliases.get(node.id, node.id)
+        return ".".join([base] + parts[::-1])
+
+    def call_name(self, call: ast.AST) -> str:
+        return self.qualname(call.func) if isinstance(call, ast.Call) else ""
+
+    def code(self, line: int) -> str:
+        return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+
+    # -- what calls what --------------------------------------------------
+    def callees(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
+        """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class."""
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self.classes:  # a constructor: __init__ runs once, not per step
+                return []
+            return list(self.functions.get(func.id, ()))
+        if isinstance(func, ast.Attribute):
+            recv = func.value
+            if isinstance(recv, ast.Name) and recv.id == "self":
+                cls = self.owner.get(scope)
+                if cls is not None and func.attr in self.methods.get(cls, {}):
+                    return [self.methods[cls][func.attr]]
+                return []
+            if isinstance(recv, ast.Name):
+                cls = self.kinds(scope).instance_of(recv.id)
+                if cls is not None and func.attr in self.methods.get(cls, {}):
+                    return [self.methods[cls][func.attr]]
+        return []
+
+    def is_backward(self, call: ast.AST) -> bool:
+        if not isinstance(call, ast.Call):
+            return False
+        if method(call) in ("backward", "manual_backward"):
+            return True
+        return self.call_name(call) == "torch.autograd.backward"
+
+    def is_optimizer_step(self, call: ast.AST) -> bool:
+        if method(call) != "step":
+            return False
+        recv = call.func.value
+        name = identifier(recv)
+        if _OPTIMIZER.search(name):
+            return True
+        # scaler.step(optimizer), loss_scaler.step(opt)
+        return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
+
+    def is_training_call(self, call: ast.AST) -> bool:
+        return self.is_backward(call) or self.is_optimizer_step(call)
+
+    def _direct(self, body: list, scope: ast.AST, seen: Set[ast.AST]) -> bool:
+        """Does ``body`` train outside nested loops: a training call, or a call of a step function?"""
+        stack = list(body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, DEFS):
+                continue
+            if isinstance(node, LOOPS):
+                stack.extend(_loop_header(node))
+                continue
+            if isinstance(node, ast.Call):
+                if self.is_training_call(node):
+                    return True
+                for f in self.callees(node, scope):
+                    if self.function_kind(f, seen) == "step":
+                        return True
+            stack.extend(children(node))
+        return False
+
+    def function_kind(self, func: ast.AST, seen: Optional[Set[ast.AST]] = None) -> str:
+        """'loop' (holds a training loop), 'step' (trains once per call) or 'none'."""
+        if func in self._kind:
+            return self._kind[func]
+        seen = set() if seen is None else seen
+        if func in seen:
+            return "none"
+        seen.add(func)
+        kind = "none"
+        for node in local_nodes(func.body):
+            if isinstance(node, LOOPS) and self._direct(node.body, func, seen):
+                kind = "loop"
+                break
+        if kind == "none" and self._direct(func.body, func, seen):
+            kind = "step"
+        self._kind[func] = kind
+        return kind
+
+    def is_training_loop(self, loop: ast.AST) -> bool:
+        return self._direct(loop.body, self.scope_of.get(loop, self.tree), set())
+
+    def training_loops(self) -> List[ast.AST]:
+        if not self.uses_torch:
+            return []
+        return [loop for loop in self.scope_of if self.is_training_loop(loop)]
+
+    # -- what runs per step --------------------------------------------------
+    def regions(self) -> List[Region]:
+        """Per-step code of every training loop (a loop nested in another shares its statements)."""
+        if self._regions is None:
+            self._regions = []
+            for loop in self.training_loops():
+                scope = self.scope_of.get(loop, self.tree)
+                region = Region(loop, scope)
+                _Walker(self, region).run(loop)
+                self._regions.append(region)
+        return self._regions
+
+    def per_step(self) -> Iterator[Step]:
+        """Every per-step node once (the first region that reaches it wins)."""
+        seen: Set[int] = set()
+        for region in self.regions():
+            for step in region.steps:
+                if id(step.node) not in seen:
+                    seen.add(id(step.node))
+                    yield step
+
+    def kinds(self, scope: ast.AST) -> "Kinds":
+        k = self._kinds_cache.get(scope)
+        if k is None:
+            k = self._kinds_cache[scope] = Kinds(self, scope)
+        return k
+
+    # -- guards ----------------------------------------------------------------
+    def periodic(self, test: ast.AST) -> bool:
+        """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
+        for n in local_nodes(test):
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
+                return True
+            if isinstance(n, (ast.Name, ast.Attribute)):
+                name = n.id if isinstance(n, ast.Name) else n.attr
+                if _PERIODIC.search(name):
+                    return True
+            if isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops):
+                for side in [n.left] + n.comparators:
+                    if _COUNTER.search(identifier(side) or "") and not isinstance(side, ast.Call):
+                        return True
+            if isinstance(n, ast.Call) and self.call_name(n).startswith(("time.", "random.", "np.random", "numpy.random")):
+                return True
+        return False
+
+
+def _loop_header(loop: ast.AST) -> list:
+    if isinstance(loop, ast.While):
+        return [loop.test]
+    return [loop.iter]
+
+
+class _Walker:
+    """Collects a training loop's per-step statements, in order, with their guards."""
+
+    def __init__(self, script: Script, region: Region):
+        self.script = script
+        self.region = region
+        self.visited: Set[ast.AST] = set()
+
+    def run(self, loop: ast.AST) -> None:
+        if isinstance(loop, ast.While):
+            self.add(loop.test, False, self.region.scope, test=True)
+        else:
+            self.add(for_header(loop), False, self.region.scope, header=True)
+        self.block(loop.body, False, self.region.scope, 0)
+
+    def add(self, node: ast.AST, guarded: bool, scope: ast.AST, header: bool = False, test: bool = False) -> None:
+        self.region.steps.append(Step(node, guarded, scope, self.region.loop, header, test))
+        if not header:
+            self.calls(node, guarded, scope)
+
+    def calls(self, node: ast.AST, guarded: bool, scope: ast.AST) -> None:
+        if guarded:
+            return
+        for n in local_nodes(node):
+            if isinstance(n, ast.Call):
+                for f in self.script.callees(n, scope):
+                    if f in self.visited or self.script.function_kind(f) == "loop" or len(self.visited) > 50:
+                        continue
+                    self.visited.add(f)
+                    self.block(f.body, False, f, 0)
+
+    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> None:
+        if depth > 40:
+            return
+        for stmt in body:
+            if isinstance(stmt, DEFS):
+                continue
+            if isinstance(stmt, ast.If):
+                self.add(stmt.test, guarded, scope, test=True)
+                inner = guarded or self.script.periodic(stmt.test)
+                self.block(stmt.body, inner, scope, depth + 1)
+                self.block(stmt.orelse, inner, scope, depth + 1)
+            elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+                self.add(for_header(stmt), guarded, scope)
+                self.block(stmt.body, guarded, scope, depth + 1)
+                self.block(stmt.orelse, True, scope, depth + 1)
+            elif isinstance(stmt, ast.While):
+                self.add(stmt.test, guarded, scope, test=True)
+                self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
+                self.block(stmt.orelse, True, scope, depth + 1)
+            elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+                for item in stmt.items:
+                    self.add(item.context_expr, guarded, scope)
+                self.block(stmt.body, guarded, scope, depth + 1)
+            elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+                self.block(stmt.body, guarded, scope, depth + 1)
+                for h in stmt.handlers:
+                    self.block(h.body, True, scope, depth + 1)
+                self.block(stmt.orelse, guarded, scope, depth + 1)
+                self.block(stmt.finalbody, guarded, scope, depth + 1)
+            elif isinstance(stmt, ast.Match):
+                self.add(stmt.subject, guarded, scope)
+                for case in stmt.cases:
+                    self.block(case.body, True, scope, depth + 1)
+            else:
+                self.add(stmt, guarded, scope)
+
+
+class Kinds:
+    """What names hold in one function (or the module), flow-insensitively, for a first guess.
+
+    Every assignment in the scope is classified (:meth:`classify`); a name
+    assigned two different kinds is MIXED (unknown).  :class:`Flow` refines
+    this statement by statement along a region.
+    """
+
+    def __init__(self, script: Script, scope: ast.AST):
+        self.script = script
+        self.scope = scope
+        self.names: Dict[str, str] = {}
+        self.instances: Dict[str, ast.ClassDef] = {}
+        self.assigned: Dict[str, List[ast.expr]] = {}
+        outer = script.kinds(script.tree) if scope is not script.tree else None
+        self.outer = outer
+        body = scope.body if hasattr(scope, "body") else []
+        assigns = []
+        for node in local_nodes(body):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    assigns.append((t, node.value))
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                assigns.append((node.target, node.value if isinstance(node, ast.AnnAssign) else
+                                ast.BinOp(left=node.target, op=node.op, right=node.value)))
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                assigns.append((node.target, _IterOf(node.iter)))
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                assigns.append((node.optional_vars, node.context_expr))
+            elif isinstance(node, ast.NamedExpr):
+                assigns.append((node.target, node.value))
+            elif isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
+                    and not node.args and isinstance(node.func.value, ast.Name):
+                self.names[node.func.value.id] = DEVICE
+        for target, value in assigns:
+            if isinstance(target, ast.Name):
+                self.assigned.setdefault(target.id, []).append(value)
+                if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in script.classes:
+                    self.instances[target.id] = script.classes[value.func.id]
+        for _ in range(3):  # a few rounds reach what chains of assignments say
+            changed = False
+            for target, value in assigns:
+                for name, kind in bind(target, value, self.classify_value, self):
+                    old = self.names.get(name)
+                    new = merge(old, kind)
+                    if new != old:
+                        self.names[name] = new
+                        changed = True
+            if not changed:
+                break
+
+    def instance_of(self, name: str) -> Optional[ast.ClassDef]:
+        if name in self.instances:
+            return self.instances[name]
+        return self.outer.instance_of(name) if self.outer is not None else None
+
+    def of(self, name: str) -> Optional[str]:
+        if name in self.names:
+            return self.names[name]
+        if self.outer is not None and name not in self.assigned:
+            return self.outer.of(name)
+        return None
+
+    def classify_value(self, value: ast.AST, lookup=None) -> Optional[str]:
+        return classify(self.script, value, lookup or self.of)
+
+
+class _IterOf(ast.expr):
+    """Stands for 'an element of ``iter``' in a for-loop's assignment to its target."""
+
+    _fields = ("iter",)
+
+    def __init__(self, iter):  # noqa: A002 - ast's own name for it
+        super().__init__()
+        self.iter = iter
+
+
+def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
+    if new is None or old == new:
+        return old if new is None else new
+    if old is None:
+        return new
+    return MIXED
+
+
+def bind(target: ast.AST, value: ast.AST, classify_value, kinds: Optional[Kinds] = None):
+    """(name, kind) pairs an assignment makes.
+
+    Tuple targets take a tuple literal element by element, and what a
+    tuple-returning tensor call (``max(dim)``, ``sort``, ``topk``) or a batch
+    gives alike for every part; ``for i, b in enumerate(X)`` binds ``i`` to a
+    number and ``b`` to an element of X.
+    """
+    if isinstance(target, ast.Starred):
+        target = target.value
+    if isinstance(target, ast.Name):
+        yield target.id, classify_value(value)
+        return
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        return
+    elts = target.elts
+    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
+        for t, v in zip(elts, value.elts):
+            yield from bind(t, v, classify_value, kinds)
+        return
+    if isinstance(value, _IterOf):
+        it = value.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
+            if it.func.id == "enumerate" and len(elts) == 2:
+                yield from bind(elts[0], ast.Constant(0), classify_value, kinds)
+                yield from bind(elts[1], _IterOf(it.args[0]), classify_value, kinds)
+                return
+            if it.func.id == "zip" and len(elts) == len(it.args):
+                for t, a in zip(elts, it.args):
+                    yield from bind(t, _IterOf(a), classify_value, kinds)
+                return
+    kind = classify_value(value)
+    each = kind if kind in (DEVICE, CPU) else None
+    for t in elts:
+        yield from bind(t, _Known(each), classify_value, kinds)
+
+
+class _Known(ast.expr):
+    """An expression whose kind is already known (a part of a tuple)."""
+
+    _fields = ()
+
+    def __init__(self, kind: Optional[str]):
+        super().__init__()
+        self.kind = kind
+
+
+def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[str]:
+    """The kind of an expression's value (DEVICE, CPU, OTHER, MODEL), or None when unknown."""
+    if depth > 30:
+        return None
+    if isinstance(node, _Known):
+        return node.kind
+    rec = lambda n: classify(script, n, lookup, depth + 1)  # noqa: E731
+    if isinstance(node, _IterOf):
+        if _is_loader_expr(script, node.iter, lookup):
+            return CPU
+        # for p in model.parameters() / self.master_params: parameters live where the model computes
+        if re.search(r"param", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+            return DEVICE if script.cuda_path else None
+        return None
+    if isinstance(node, ast.Name):
+        kind = lookup(node.id)
+        return None if kind == MIXED else kind
+    if isinstance(node, ast.Constant) or isinstance(node, (ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.ListComp,
+                                                            ast.DictComp, ast.SetComp, ast.Tuple)):
+        return OTHER
+    if isinstance(node, ast.Call):
+        return _classify_call(script, node, lookup, rec)
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
+            return OTHER  # "%.3f" % x: a string
+        kinds = {rec(node.left), rec(node.right)}
+        if DEVICE in kinds:
+            return DEVICE
+        if CPU in kinds:
+            return CPU
+        if kinds == {OTHER}:
+            return OTHER
+        return None
+    if isinstance(node, ast.UnaryOp):
+        k = rec(node.operand)
+        return k if k in (DEVICE, CPU, OTHER) else None
+    if isinstance(node, ast.Compare):
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
+            return OTHER
+        kinds = {rec(n) for n in [node.left] + node.comparators}
+        if DEVICE in kinds:
+            return DEVICE
+        if CPU in kinds:
+            return CPU
+        return None
+    if isinstance(node, ast.Subscript):
+        k = rec(node.value)
+        if k == MODEL:
+            return None
+        return k if k in (DEVICE, CPU) else None
+    if isinstance(node, ast.Attribute):
+        if node.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
+            return OTHER
+        if node.attr in ("data", "grad", "T", "mT", "real", "imag"):
+            k = rec(node.value)
+            return k if k in (DEVICE, CPU) else None
+        if node.attr in ("loss", "logits") and isinstance(node.value, ast.Name) and rec(node.value) == DEVICE:
+            return DEVICE
+        return None
+    if isinstance(node, ast.IfExp):
+        a, b = rec(node.body), rec(node.orelse)
+        return a if a == b else None
+    if isinstance(node, ast.NamedExpr):
+        return rec(node.value)
+    return None
+
+
+def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
+    if isinstance(node, ast.Call):
+        name = script.call_name(node)
+        if name.endswith("DataLoader"):
+            return True
+        if isinstance(node.func, ast.Name) and node.func.id in ("tqdm", "iter") and node.args:
+            return _is_loader_expr(script, node.args[0], lookup)
+        if name.endswith("tqdm") and node.args:
+            return _is_loader_expr(script, node.args[0], lookup)
+        return False
+    return bool(_LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
+
+
+def _device_arg(node: ast.AST) -> Optional[bool]:
+    """True: this argument of .to() names a GPU device; False: the CPU; None: not a device (a dtype...)."""
+    c = constant(node)
+    if isinstance(c, str):
+        if c.startswith("cuda"):
+            return True
+        if c == "cpu":
+            return False
+        return None
+    if isinstance(node, ast.Call) and identifier(node.func) == "device" and node.args:
+        return _device_arg(node.args[0])
+    if isinstance(node, ast.JoinedStr):
+        text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        return True if "cuda" in text else None
+    name = identifier(node)
+    if name and _DEVICE_ARG.search(name) and "dtype" not in name.lower():
+        return True
+    return None
+
+
+def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
+    func = node.func
+    m = method(node)
+    if m:
+        recv = func.value
+        if m in PLAIN_METHODS:
+            return OTHER
+        if m == "cpu":
+            return CPU
+        if m == "cuda":
+            return MODEL if rec(recv) == MODEL else DEVICE
+        if m == "to":
+            target = node.args[0] if node.args else keyword(node, "device")
+            where = _device_arg(target) if target is not None else None
+            rk = rec(recv)
+            if rk == MODEL:
+                return MODEL
+            if where is True:
+                return DEVICE
+            if where is False:
+                return CPU
+            return rk if rk in (DEVICE, CPU) else None
+        rk = rec(recv)
+        if rk == MODEL:
+            if m in ("forward", "__call__"):
+                return DEVICE
+            if m in ("train", "eval", "half", "float", "to", "requires_grad_", "cuda"):
+                return MODEL
+            return None
+        if m in TENSOR_METHODS and rk in (DEVICE, CPU):
+            return rk
+    name = script.qualname(func)
+    if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
+        if func.id in ("abs",) and node.args:
+            k = rec(node.args[0])
+            return k if k in (DEVICE, CPU) else OTHER
+        if func.id in ("min", "max", "sum"):
+            return None
+        return OTHER
+    if name.startswith("torch.nn.functional."):
+        kinds = {rec(a) for a in node.args}
+        if CPU in kinds and DEVICE not in kinds:
+            return CPU
+        return DEVICE
+    if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper():
+        return MODEL
+    if name.startswith("torch.nn.parallel.") or name.endswith(("DistributedDataParallel", "DataParallel")):
+        return MODEL
+    if name == "torch.compile":
+        return MODEL
+    if name.startswith(MODEL_FACTORIES) or (name.endswith("from_pretrained") and "Model" in name):
+        return MODEL
+    if name.startswith("torch."):
+        short = name[6:]
+        head = short.split(".", 1)[0]
+        if head in TORCH_PLAIN:
+            return None
+        if short in FACTORIES:
+            dev = keyword(node, "device")
+            if dev is not None:
+                return DEVICE if _device_arg(dev) else (CPU if _device_arg(dev) is False else None)
+            return CPU
+        if "." not in short:
+            kinds = {rec(a) for a in node.args}
+            if DEVICE in kinds:
+                return DEVICE
+            if CPU in kinds:
+                return CPU
+            return None
+        return None
+    if isinstance(func, ast.Name) and func.id in script.classes:
+        cls = script.classes[func.id]
+        if any(script.qualname(b).endswith(("Module", "nn.Module")) or "Module" in script.qualname(b)
+               for b in cls.bases):
+            return MODEL
+        return OTHER
+    fk = rec(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
+    if fk == MODEL:
+        return DEVICE
+    ident = identifier(func)
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _MODELISH.match(ident) and fk is None:
+        return DEVICE
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _LOSSISH.search(ident) and fk is None \
+            and not script.functions.get(ident):
+        return DEVICE
+    return None
+
+
+class Flow:
+    """Kinds of names as a region runs: assignments seen so far override the first guess."""
+
+    def __init__(self, script: Script):
+        self.script = script
+        self.env: Dict[ast.AST, Dict[str, Optional[str]]] = {}
+
+    def lookup(self, scope: ast.AST):
+        env = self.env.setdefault(scope, {})
+        kinds = self.script.kinds(scope)
+
+        def of(name: str) -> Optional[str]:
+            if name in env:
+                return env[name]
+            return kinds.of(name)
+        return of
+
+    def classify(self, node: ast.AST, scope: ast.AST) -> Optional[str]:
+        return classify(self.script, node, self.lookup(scope))
+
+    def comprehensions(self, node: ast.AST, scope: ast.AST) -> None:
+        """Bind the targets of comprehensions in ``node`` (their elements are what they iterate)."""
+        env = self.env.setdefault(scope, {})
+        look = self.lookup(scope)
+        for n in local_nodes(node):
+            if isinstance(n, ast.comprehension):
+                for name, kind in bind(n.target, _IterOf(n.iter), lambda v, _=None: classify(self.script, v, look)):
+                    env[name] = kind
+
+    def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
+        env = self.env.setdefault(scope, {})
+        look = self.lookup(scope)
+        cls = lambda v, _=None: classify(self.script, v, look)  # noqa: E731
+        pairs = []
+        if isinstance(stmt, ast.Assign):
+            value = stmt.value
+            if isinstance(value, ast.expr) and stmt.targets and getattr(stmt, "lineno", None) is not None \
+                    and _is_for_header(stmt):
+                value = _IterOf(value)
+            for t in stmt.targets:
+                pairs.extend(bind(t, value, cls))
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            pairs.extend(bind(stmt.target, stmt.value, cls))
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            k = cls(ast.BinOp(left=stmt.target, op=stmt.op, right=stmt.value))
+            pairs.append((stmt.target.id, k))
+        for name, kind in pairs:
+            env[name] = kind
+
+
+def _is_for_header(stmt: ast.Assign) -> bool:
+    return getattr(stmt, "for_header", False)
+
+
+def for_header(loop: ast.AST) -> ast.Assign:
+    """A ``for`` loop's per-iteration assignment of its target, as a statement."""
+    node = ast.Assign(targets=[loop.target], value=loop.iter, lineno=loop.lineno, col_offset=loop.col_offset)
+    node.for_header = True
+    return node

@@ -1,0 +1,65 @@
+"""TorchFix's findings, when TorchFix is installed (an optional extra: ``pip install torchfix``).
+
+TorchFix (https://github.com/pytorch-labs/torchfix, BSD) lints deprecated and
+removed PyTorch APIs; debtorch does not re-implement its rules but reports
+them under TorchFix's own codes, as ``torchfix.TOR101`` and so on.  It is
+driven through its flake8 plugin interface (``TorchChecker(tree, lines).run()``
+yielding ``(line, col, "TORnnn message", type)``), the one TorchFix keeps
+stable for flake8.  Codes TorchFix disables by default stay off
+(``DISABLED_BY_DEFAULT``: TOR3, TOR4, TOR9); TOR401 (a DataLoader without
+workers) is ``script.W005`` here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Iterator, Optional
+
+from debtorch.findings import Finding, WARNING
+from debtorch.lint.result import Located
+from debtorch.lint.rules import CRASHED, TORCHFIX_AREA
+
+FALLBACK_DISABLED = ("TOR3", "TOR4", "TOR9")
+HOME = "https://github.com/pytorch-labs/torchfix#rules"
+
+
+def _module(name: str):
+    try:
+        return importlib.import_module(name)  # defer: optional extra, imports libcst
+    except Exception:  # noqa: BLE001 - absent or broken: TorchFix is simply not used
+        return None
+
+
+def version() -> Optional[str]:
+    """TorchFix's version when it can be imported, else None."""
+    mod = _module("torchfix")
+    if mod is None or _module("torchfix.torchfix") is None:
+        return None
+    return str(getattr(mod, "__version__", None) or getattr(_module("torchfix.torchfix"), "__version__", "unknown"))
+
+
+def findings(script) -> Iterator[Located]:
+    """TorchFix's findings for a parsed :class:`~debtorch.lint.script.Script`."""
+    mod = _module("torchfix.torchfix")
+    if mod is None:
+        return
+    disabled = tuple(getattr(mod, "DISABLED_BY_DEFAULT", FALLBACK_DISABLED))
+    lines = [line + "\n" for line in script.text.split("\n")]
+    try:
+        results = list(mod.TorchChecker(script.tree, lines).run())
+    except Exception as exc:  # noqa: BLE001 - TorchFix failing on a file is a finding, not a traceback
+        yield Located(script.path, 1, 1, CRASHED.finding(about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120]),
+                      script.code(1))
+        return
+    for item in results:
+        try:
+            line, col, text = int(item[0]), int(item[1]), str(item[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        code, _, message = text.partition(" ")
+        if not code.startswith("TOR") or code.startswith(disabled):
+            continue
+        about = f"{script.path}:{line}"
+        yield Located(script.path, line, max(col, 1),
+                      Finding(f"{TORCHFIX_AREA}.{code}", WARNING, message.strip(), f"see {HOME} ({code})", about),
+                      script.code(line).rstrip())
