@@ -32,7 +32,10 @@ from debtorch.lint.checks import run_checks  # noqa: E402
 from debtorch.lint.script import Script  # noqa: E402
 from debtorch.lint.rules import BY_ID, CRASHED  # noqa: E402
 
-CORPUS = ROOT / "tests" / "lint_corpus"
+sys.path.insert(0, str(ROOT / "tests"))
+from lint_corpus import corpus  # noqa: E402
+
+CORPUS = corpus.HERE
 
 
 def expectations() -> dict:
@@ -42,13 +45,42 @@ def expectations() -> dict:
     return out
 
 
+def fetch() -> int:
+    """Download the public scripts named in SOURCES.md, at their commits, into the corpus folder."""
+    import urllib.request
+
+    dest = corpus.folder()
+    dest.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for name, url in sorted(corpus.sources().items()):
+        target = dest / name
+        if target.exists():
+            continue
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                data = resp.read(4 * 1024 * 1024)
+        except OSError as exc:
+            print(f"{name}: {url}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        tmp = target.with_suffix(".part")
+        tmp.write_bytes(data if data.endswith(b"\n") else data + b"\n")   # as kept: a final newline added
+        tmp.replace(target)
+        print(f"{name}: {len(data)} bytes from {url}")
+    return 1 if failed else 0
+
+
+def corpus_paths() -> list:
+    return [str(corpus.script(n)) for n in corpus.expected_names() if corpus.script(n).exists()]
+
+
 def corpus_table(repeats: int = 5) -> tuple:
     """(rows, totals, files, seconds): per rule reported/agreed/rejected/missed, timed over ``repeats`` runs."""
     times = []
     report = None
     for _ in range(repeats):
         start = time.perf_counter()
-        report = lint_paths([str(CORPUS)])
+        report = lint_paths(corpus_paths())
         times.append(time.perf_counter() - start)
     expected = expectations()
     got = collections.Counter((Path(f.path).name, f.id, f.line) for f in report.findings)
@@ -148,7 +180,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stdlib", action="store_true", help="also lint Python's standard library, timed")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--fetch", action="store_true", help="download the public scripts (SOURCES.md) first")
     args = parser.parse_args()
+    if args.fetch and fetch():
+        return 1
+    missing = [n for n in corpus.expected_names() if not corpus.script(n).exists()]
+    if missing:
+        print(f"{len(missing)} script(s) not in {corpus.folder()} (run with --fetch): {', '.join(missing[:5])}...",
+              file=sys.stderr)
     rows, totals, files, seconds, report = corpus_table()
     print_table(rows, totals, files, seconds, args.markdown)
     unknown = sorted({r[0] for r in rows} - set(BY_ID))
