@@ -23,6 +23,7 @@ into ``None`` plus the reason, never a traceback.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import errno
 import json
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from debtorch import inputs, nvmlfake
+from debtorch import inputs
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -281,6 +282,48 @@ def kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
+def _spawn(argv: tuple, env: Optional[dict] = None):
+    """Start a command of the live machine, or say why it could not start (a CommandResult)."""
+    full_env = dict(os.environ)
+    full_env.update({"LC_ALL": "C", "LANG": "C"})
+    if env:
+        full_env.update(env)
+    try:
+        # A new session, so that a timeout kills grandchildren too: a hung
+        # nvidia-smi must never hang debtorch.  From "/", so that no command
+        # depends on where debtorch was started (Host.program resolves relative paths).
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=full_env, cwd="/", start_new_session=True)
+    except FileNotFoundError:
+        return CommandResult(argv, None, "", "", COMMAND_NOT_FOUND, 0.0)
+    except PermissionError:
+        return CommandResult(argv, None, "", "", PERMISSION_DENIED, 0.0)
+    except OSError as exc:
+        return CommandResult(argv, None, "", "", _reason_for(exc), 0.0)
+
+
+# Commands started before debtorch imported the rest of itself (prestart), waiting for
+# LiveHost.run to collect them; any left unclaimed at exit are killed.
+_PRESTARTED: dict = {}
+
+
+def prestart(argv: Sequence[str]) -> None:
+    """Start a command of the live machine now; the first ``LiveHost().run`` of the same argv
+    (without ``env``) collects it.  ``debtorch doctor`` starts the target interpreter's probe
+    this way, so that it runs while debtorch imports the rest."""
+    argv = tuple(str(a) for a in argv)
+    proc = _spawn(argv)
+    if not isinstance(proc, CommandResult) and argv not in _PRESTARTED:
+        if not _PRESTARTED:
+            atexit.register(_kill_unclaimed)
+        _PRESTARTED[argv] = proc
+
+
+def _kill_unclaimed() -> None:
+    while _PRESTARTED:
+        kill_group(_PRESTARTED.popitem()[1])
+
+
 class LiveHost(Host):
     """This machine."""
 
@@ -304,29 +347,12 @@ class LiveHost(Host):
         argv = tuple(str(a) for a in argv)
         if argv:
             argv = (self.program(argv[0]),) + argv[1:]
-        full_env = dict(os.environ)
-        full_env.update({"LC_ALL": "C", "LANG": "C"})
-        if env:
-            full_env.update(env)
         start = time.monotonic()
-        try:
-            # A new session, so that a timeout kills grandchildren too: a hung
-            # nvidia-smi must never hang debtorch.
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=full_env,
-                cwd="/",
-                start_new_session=True,
-            )
-        except FileNotFoundError:
-            return CommandResult(argv, None, "", "", COMMAND_NOT_FOUND, 0.0)
-        except PermissionError:
-            return CommandResult(argv, None, "", "", PERMISSION_DENIED, 0.0)
-        except OSError as exc:
-            return CommandResult(argv, None, "", "", _reason_for(exc), 0.0)
+        proc = _PRESTARTED.pop(argv, None) if not env else None
+        if proc is None:
+            proc = _spawn(argv, env)
+        if isinstance(proc, CommandResult):
+            return proc
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -538,6 +564,8 @@ class ReplayHost(Host):
             elif spec.get("error"):
                 self._nvml = (None, spec["error"])
             else:
+                from debtorch import nvmlfake  # defer: only a recording with NVML needs the fake (inspect, 30 ms)
+
                 try:
                     path = self._inside(spec.get("file", NVML_FILE))
                     if path is None:
@@ -758,6 +786,8 @@ class RecordingHost(LiveHost):
             if nv[0] is None:
                 meta["nvml"] = {"error": nv[1]}
             else:
+                from debtorch import nvmlfake  # defer: as in ReplayHost.nvml
+
                 (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
                 meta["nvml"] = {"file": NVML_FILE}
         (self.out / HOST_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

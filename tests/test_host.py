@@ -167,3 +167,32 @@ def test_a_relative_python_means_the_callers_directory(tmp_path, monkeypatch):
     doc = facts.collect(LiveHost(), facts.Options(python="v/bin/python", sections=("python",)))
     assert doc["python"]["executable"] == str(tmp_path / "v" / "bin" / "python")
     assert doc["python"]["version"] is not None
+
+
+def test_doctor_starts_the_probe_first_and_runs_it_once(tmp_path):
+    """`debtorch doctor` starts the light probe before importing the rest of itself
+    (issue 9, speed); the facts then collect that same process, never a second one."""
+    import stat
+    import sys
+
+    from conftest import run_debtorch
+
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho \"$2\" | head -c 40 >> {log}; echo >> {log}\nexec {sys.executable} \"$@\"\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    res = run_debtorch("doctor", "--python", str(fake), "--json")
+    assert res.returncode in (0, 1), res.stderr
+    assert json.loads(res.stdout)["facts"]["python"]["version"] is not None
+    assert len(log.read_text().splitlines()) == 1          # the light probe, once
+
+
+def test_a_prestarted_command_nobody_collects_is_killed_at_exit():
+    import subprocess
+
+    from debtorch import host as host_mod
+
+    host_mod.prestart(["sleep", "30"])
+    proc = host_mod._PRESTARTED[("sleep", "30")]
+    host_mod._kill_unclaimed()
+    assert proc.wait(timeout=10) != 0 and not host_mod._PRESTARTED

@@ -14,39 +14,45 @@ from __future__ import annotations
 import signal
 import sys
 
-import typer
+__all__ = ["app", "main"]
 
-from debtorch import __version__
-from debtorch.cli import doctor, facts, lint, tune, verify_train
-from debtorch.cli.shared import EXIT_INTERRUPTED
-
-app = typer.Typer(
-    name="debtorch",
-    help="Is this Debian machine right for PyTorch training, and how should it train?",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+# Commands whose facts come from this machine's target interpreter (the light probe).
+_PROBED = ("facts", "doctor")
+_ELSEWHERE = ("--host", "--facts", "--from-collect-env", "--record", "--help")
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"debtorch {__version__}")
-        raise typer.Exit(0)
+def __getattr__(name: str):
+    if name == "app":  # `from debtorch.cli import app` (tests, the man page)
+        from debtorch.cli.program import app  # defer: typer and every command, after main() started the probe
+
+        return app
+    raise AttributeError(name)
 
 
-@app.callback()
-def main_callback(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
-) -> None:
-    """debtorch: doctor, tuner and training benchmark for PyTorch on Debian."""
+def _prestart_probe(args: list) -> None:
+    """`debtorch facts|doctor` on this machine: start the target interpreter's probes before
+    debtorch imports the rest of itself, so that they run meanwhile (the probe is about half
+    of doctor's time).  Anything unusual (another machine, --help, a typo) starts nothing;
+    the command then runs the probe as usual."""
+    if not args or args[0] not in _PROBED:
+        return
+    opts = args[1:]
+    if any(o.split("=", 1)[0] in _ELSEWHERE for o in opts):
+        return
+    python = None
+    for i, o in enumerate(opts):
+        if o == "--python" and i + 1 < len(opts):
+            python = opts[i + 1]
+        elif o.startswith("--python="):
+            python = o.split("=", 1)[1]
+    from debtorch.host import LiveHost, prestart  # defer: as light as it gets, before the rest
+    from debtorch.probes import source  # defer: as above
 
-
-app.command(name="facts")(facts.facts)
-app.command(name="doctor")(doctor.doctor)
-app.command(name="tune")(tune.tune)
-app.command(name="verify-train")(verify_train.verify_train)
-app.command(name="lint")(lint.lint)
+    host = LiveHost()
+    py = host.program(python) if python else host.default_python
+    prestart([py, "-c", source("light")])
+    if "--deep" in opts:
+        prestart([py, "-c", source("deep")])
 
 
 def _terminated(signum, frame) -> None:
@@ -59,6 +65,12 @@ def main() -> None:
     """Console-script entry point."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminated)
+    _prestart_probe(sys.argv[1:])
+    import typer  # defer: after the probe started
+
+    from debtorch.cli.program import app  # defer: as above
+    from debtorch.cli.shared import EXIT_INTERRUPTED  # defer: as above
+
     try:
         app()
     except KeyboardInterrupt:

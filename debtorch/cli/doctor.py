@@ -34,7 +34,6 @@ def doctor(
     """
     from debtorch import knowledge  # defer: the checks and their data, only for this command
     from debtorch.doctor import Context, diagnose, siteconfig  # defer: as above
-    from debtorch.facts import collectenv  # defer: as above
     from debtorch.report.doctor import DoctorView  # defer: as above
     from debtorch.report.redact import redact_report  # defer: as above
 
@@ -52,6 +51,8 @@ def doctor(
     if facts_file:
         doc, source = load_facts(prog, facts_file), "facts"
     elif collect_env:
+        from debtorch.facts import collectenv  # defer: only --from-collect-env reads a report
+
         try:
             doc, source = collectenv.parse_file(collect_env), "collect_env"
         except collectenv.CollectEnvError as exc:

@@ -8,6 +8,7 @@ at a fixed width in a log or a pipe.  Nothing is parsed as markup or emoji.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, TextIO, Union
@@ -35,9 +36,17 @@ def texts(items: Iterable[Union[Line, Table]]) -> list:
 
 def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = None) -> None:
     """Print on stdout (or ``file``)."""
-    from rich.console import Console
-    from rich.table import Table as RichTable
-    from rich.text import Text
+    items = list(items)
+    out = file or sys.stdout
+    if not any(isinstance(i, Table) for i in items) and not _terminal(out):
+        # Lines for a pipe or a log: no colour to add, nothing to wrap, and no rich to import
+        # (debtorch doctor's start-up time).
+        out.write("".join(item.text + "\n" for item in items))
+        out.flush()
+        return
+    from rich.console import Console  # defer: colour and tables only where they show
+    from rich.table import Table as RichTable  # defer: as above
+    from rich.text import Text  # defer: as above
 
     console = Console(file=file, highlight=False, soft_wrap=True)
     if not console.is_terminal:
@@ -52,6 +61,16 @@ def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = Non
             console.print(table, soft_wrap=False)
         else:
             console.print(Text(item.text, style=STYLES[item.kind]))
+
+
+def _terminal(out: TextIO) -> bool:
+    """Would rich colour this stream? A terminal, or FORCE_COLOR / TTY_COMPATIBLE asking for it."""
+    if os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return True
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def echo(text: str, end: str = "\n") -> None:
