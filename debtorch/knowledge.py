@@ -22,6 +22,7 @@ import functools
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -188,14 +189,19 @@ def _validate_file(path: Path, data: Dict[str, Any]) -> None:
             raise KnowledgeError(f"{path}: no [[{table}]] rows")
 
 
-class Knowledge:
-    """The validated tables of one checks/ folder, with lookup indexes."""
+class _Tables(Mapping):
+    """file name -> its validated tables, each file read on first use: the doctor on a
+    machine without GPUs never parses the 900 PCI ids."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.tables: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
-        for name in SCHEMA:
-            path = folder / name
+        self._loaded: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+
+    def __getitem__(self, name: str) -> Dict[str, List[Dict[str, Any]]]:
+        if name not in self._loaded:
+            if name not in SCHEMA:
+                raise KeyError(name)
+            path = self.folder / name
             try:
                 with open(path, "rb") as fh:
                     data = tomllib.load(fh)
@@ -204,28 +210,75 @@ class Knowledge:
             except (OSError, tomllib.TOMLDecodeError) as exc:
                 raise KnowledgeError(f"{path}: {exc}") from None
             _validate_file(path, data)
-            self.tables[name] = data
-        self._index()
+            self._loaded[name] = data
+        return self._loaded[name]
 
-    def _index(self) -> None:
-        cd = self.tables["cuda_driver.toml"]
-        self.toolkits = sorted(cd["toolkit"], key=lambda r: versions.numeric(r["cuda"]))
-        self.by_minor: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+    def __iter__(self):
+        return iter(SCHEMA)
+
+    def __len__(self) -> int:
+        return len(SCHEMA)
+
+
+class Knowledge:
+    """The validated tables of one checks/ folder, with lookup indexes (both built on first use)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.tables = _Tables(folder)
+        missing = [name for name in SCHEMA if not (folder / name).is_file()]
+        if missing:
+            raise KnowledgeError(f"{folder / missing[0]}: missing")
+
+    def validate(self) -> "Knowledge":
+        """Read and check every file now (a broken folder is bad input before any check runs)."""
+        for name in SCHEMA:
+            self.tables[name]
+        self.gpu_keys
+        return self
+
+    @functools.cached_property
+    def toolkits(self) -> List[Dict[str, Any]]:
+        return sorted(self.tables["cuda_driver.toml"]["toolkit"], key=lambda r: versions.numeric(r["cuda"]))
+
+    @functools.cached_property
+    def by_minor(self) -> Dict[Tuple[int, int], List[Dict[str, Any]]]:
+        out: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
         for row in self.toolkits:
             rel = versions.numeric(row["cuda"]).release
-            self.by_minor.setdefault((rel[0], rel[1] if len(rel) > 1 else 0), []).append(row)
-        self.minor_compat = {r["major"]: r for r in cd["minor_compat"]}
-        self.caveats = cd["caveat"]
-        self.wheels = self.tables["torch_wheels.toml"]["wheel"]
-        self.gpu_keys: List[Tuple[Tuple[str, ...], str, str]] = []
+            out.setdefault((rel[0], rel[1] if len(rel) > 1 else 0), []).append(row)
+        return out
+
+    @functools.cached_property
+    def minor_compat(self) -> Dict[int, Dict[str, Any]]:
+        return {r["major"]: r for r in self.tables["cuda_driver.toml"]["minor_compat"]}
+
+    @property
+    def caveats(self) -> List[Dict[str, Any]]:
+        return self.tables["cuda_driver.toml"]["caveat"]
+
+    @property
+    def wheels(self) -> List[Dict[str, Any]]:
+        return self.tables["torch_wheels.toml"]["wheel"]
+
+    @functools.cached_property
+    def gpu_keys(self) -> List[Tuple[Tuple[str, ...], str, str]]:
+        keys = []
         for row in self.tables["gpus.toml"]["gpu"]:
             for key in row["match"]:
                 tokens = tuple(_gpu_tokens(key))
                 if not tokens:
                     raise KnowledgeError(f"{self.folder / 'gpus.toml'}: [[gpu]] {row['name']!r}: match key {key!r} is empty")
-                self.gpu_keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
-        self.debian = self.tables["debian.toml"]["release"]
-        self.thresholds = {r["name"]: r for r in self.tables["thresholds.toml"]["threshold"]}
+                keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
+        return keys
+
+    @property
+    def debian(self) -> List[Dict[str, Any]]:
+        return self.tables["debian.toml"]["release"]
+
+    @functools.cached_property
+    def thresholds(self) -> Dict[str, Dict[str, Any]]:
+        return {r["name"]: r for r in self.tables["thresholds.toml"]["threshold"]}
 
 
 @functools.lru_cache(maxsize=8)

@@ -58,7 +58,7 @@ def test_a_row_without_source_fails_with_one_line_naming_file_and_row(tmp_path, 
     path.write_text(text[:first] + text[text.index("\n", first) + 1:])
     monkeypatch.setenv(k.ENV_DIR, str(folder))
     with pytest.raises(k.KnowledgeError) as err:
-        k.load()
+        k.load().validate()
     message = str(err.value)
     assert "\n" not in message
     assert "gpus.toml" in message and "[[gpu]] row 1" in message and "missing 'source'" in message
@@ -75,7 +75,7 @@ def test_unconfirmed_row_needs_a_note(tmp_path, monkeypatch):
     path.write_text(text[:note] + text[text.index("\n", note) + 1:])
     monkeypatch.setenv(k.ENV_DIR, str(folder))
     with pytest.raises(k.KnowledgeError, match=r"thresholds.toml: \[\[threshold\]\] row \d+ .*needs a 'note'"):
-        k.load()
+        k.load().validate()
 
 
 @pytest.mark.parametrize("edit, expected", [
@@ -89,7 +89,7 @@ def test_malformed_driver_file_names_the_file(tmp_path, monkeypatch, edit, expec
     path.write_text(edit(path.read_text()))
     monkeypatch.setenv(k.ENV_DIR, str(folder))
     with pytest.raises(k.KnowledgeError, match=expected) as err:
-        k.load()
+        k.load().validate()
     assert "\n" not in str(err.value)
 
 
@@ -99,7 +99,7 @@ def test_bad_arch_list_in_wheel_data_is_caught(tmp_path, monkeypatch):
     path.write_text(path.read_text().replace('arch_list = "7.0;7.5;8.0;8.6;9.0;10.0;12.0"', 'arch_list = "7.0;7.5;Ampere"', 1))
     monkeypatch.setenv(k.ENV_DIR, str(folder))
     with pytest.raises(k.KnowledgeError, match=r"torch_wheels.toml: \[\[wheel\]\] row \d+ .*'arch_list' cannot read architecture 'Ampere'"):
-        k.load()
+        k.load().validate()
 
 
 def test_env_var_naming_no_folder_is_an_error(tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ def doctor(
         prog.fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
     check_python(prog, python, elsewhere=bool(replay))
     try:
-        knowledge.load()  # a broken checks/ folder is bad input, not a crash of every check
+        knowledge.load()  # no checks/ folder is bad input, not a crash of every check
     except knowledge.KnowledgeError as exc:
         prog.fail(str(exc))
     lacking = host = None
@@ -66,7 +66,10 @@ def doctor(
         site = siteconfig.load(host if host is not None else LiveHost(), config)
     except siteconfig.SiteConfigError as exc:
         prog.fail(str(exc))
-    report = diagnose(doc, Context(site=site, source=source))
+    try:
+        report = diagnose(doc, Context(site=site, source=source))
+    except knowledge.KnowledgeError as exc:  # a data file of checks/ is read when first needed
+        prog.fail(str(exc))
     site_files = site.files
     if redact:
         doc, report, site_files = redact_report(doc, report, site_files)

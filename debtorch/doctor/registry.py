@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, rank
 from debtorch.doctor.siteconfig import SiteConfig
+from debtorch.knowledge import KnowledgeError
 from debtorch.machine import Machine
 
 # Areas in report order, with their titles.
@@ -113,6 +114,8 @@ class Registry:
         for area, fn in self._checks:
             try:
                 out = fn(machine, ctx) or []
+            except KnowledgeError:
+                raise                 # broken data in checks/, not a bug of the check: bad input
             except Exception as exc:  # a check's bug is a finding, not a traceback
                 out = [_crash(area, fn, exc)]
             found.extend(out)
