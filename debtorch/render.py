@@ -340,8 +340,8 @@ def print_facts(doc: dict) -> None:
 
 # ---------------------------------------------------------------- doctor
 
-MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
-MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
+MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•", "unknown": "?"}
+MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-", "unknown": "?"}
 
 
 AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
@@ -434,6 +434,7 @@ def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = Tru
         by_area.setdefault(f.area, []).append(f)
     lines = ["Doctor summary (debtorch doctor -v shows details):"]
     problem_areas = 0
+    not_known = []
     for area, title in AREAS:
         found = by_area.get(area, [])
         if any(f.crashed for f in found):
@@ -450,6 +451,12 @@ def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = Tru
             head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
         else:
             head = area_headline(area, facts)
+        state = getattr(report, "areas", {}).get(area)
+        if state is not None and not state.known and mark == marks["ok"]:
+            # Unknown never looks fine (issue 10): its own mark and wording (debtorch/doctor/areas.py).
+            mark = marks["unknown"]
+            not_known.append(title)
+            head = state.wording if head.startswith("unknown") else f"{head}; {state.wording}"
         lines.append(f"[{mark}] {title}" + (f": {head}" if head else ""))
         for f in found:
             if f.level == "info" and not verbose:
@@ -482,7 +489,10 @@ def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = Tru
             summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
         lines.append(summary + ".")
     else:
-        lines.append(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else ""))
+        found_none = "No issues found in what the input shows" if not_known else "No issues found!"
+        lines.append(f"{marks['info']} {found_none}" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else ""))
+    if not_known:
+        lines.append(f"  {marks['unknown']} Not judged: {', '.join(not_known)}.")
     if report.silenced:
         lines.append(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})")
     return lines
@@ -494,7 +504,8 @@ def print_doctor(lines: list[str]) -> None:
     from rich.text import Text
 
     console = Console(highlight=False, soft_wrap=True)
-    styles = {"[✓]": "green", "[+]": "green", "[!]": "yellow", "[✗]": "red", "[x]": "red", "[☠]": "magenta", "[#]": "magenta"}
+    styles = {"[✓]": "green", "[+]": "green", "[!]": "yellow", "[✗]": "red", "[x]": "red", "[☠]": "magenta", "[#]": "magenta",
+              "[?]": "cyan"}
     for line in lines:
         style = styles.get(line[:3], "")
         stripped = line.lstrip()
