@@ -262,10 +262,21 @@ class Machine:
             if _str(value):
                 version, source = _str(value), str(where)
                 break
-        cuda = _str(nv.get("cuda_driver_version")) or _str(nvml.get("cuda_driver_version"))
+        cuda = _str(nv.get("cuda_driver_version")) or _str(nvml.get("cuda_driver_version")) or self._torch_said_driver_cuda()
         why = None if version else (unknown_reason(self.facts, "nvidia.driver_version") or "no driver answered")
         return Driver(version=version, source=source, kernel_module=kernel, libraries=libs, cuda=cuda,
                       platform=self._driver_platform(), unknown=why)
+
+    def _torch_said_driver_cuda(self) -> Optional[str]:
+        """The CUDA in torch's "driver too old (found version 11040)", from the deep probe."""
+        deep = self.get("python.deep")
+        if not isinstance(deep, dict):
+            return None
+        for text in [*(deep.get("errors") or {}).values(), *(deep.get("warnings") or [])]:
+            m = torch_messages.DRIVER_TOO_OLD.search(str(text))
+            if m:
+                return versions.cuda_from_int(m.group(1))
+        return None
 
     def _driver_platform(self) -> str:
         """Whose driver serves CUDA here: Windows' under WSL 2, in a Windows report or where

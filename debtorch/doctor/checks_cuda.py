@@ -202,6 +202,8 @@ def check_driver_for_torch(m, ctx):
         return []
     out = []
     verdict = m.driver_runs_torch
+    if m.cuda.failure == "driver-too-old" and m.cuda.from_torch:
+        verdict = "too-old"          # torch's own words ("found version 11040") outrank a table
     if m.driver.version:
         driver, f = m.driver.version, {"driver": m.driver.version, "python.torch.cuda": tcuda}
     else:
@@ -222,6 +224,8 @@ def check_driver_for_torch(m, ctx):
             fix = "No CUDA build of PyTorch runs this GPU, whatever the driver: " + torch_fix(m)
         else:
             fix = driver_upgrade(m) + ", or install the variant this driver runs:\n" + torch_fix(m)
+        if m.cuda.from_torch and m.cuda.failure == "driver-too-old":
+            f = dict(f, evidence=m.cuda.evidence)
         out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}", fix=fix, facts=f))
     elif verdict == "minor-compat":
         out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
