@@ -212,8 +212,9 @@ class CudaState:
     ``failure``: "no-driver" (torch found no driver, or nothing answered for one),
     "driver-not-loaded" (nvidia-smi cannot talk to the kernel module),
     "driver-too-old", "init-failed" (CUDA does not start although the driver
-    answers), "no-kernel-image" (a kernel launch found no code for the GPU), or
-    None.  ``evidence`` is the words it rests on; ``from_torch`` says they are
+    answers), "no-visible-gpu" (CUDA_VISIBLE_DEVICES hides every GPU, or all
+    are Prohibited), "no-kernel-image" (a kernel launch found no code for the
+    GPU), or None.  ``evidence`` is the words it rests on; ``from_torch`` says they are
     torch's own."""
 
     available: Optional[bool]            # torch.cuda.is_available(); None: unknown
@@ -583,6 +584,11 @@ class Machine:
             return CudaState(False, "driver-not-loaded", self.get("nvidia.nvml.error") or self.get("nvidia.nvidia_smi.error"))
         if self.driver_runs_torch == "too-old":
             return CudaState(False, "driver-too-old", f"driver {self.driver.version or 'supporting CUDA ' + str(self.driver.cuda)}")
+        if self.listed_gpus and not self.compute_gpus:
+            # Nothing for CUDA to use: CUDA_VISIBLE_DEVICES hides every GPU, or all are Prohibited.
+            hidden = self.get("env.variables.CUDA_VISIBLE_DEVICES")
+            return CudaState(False, "no-visible-gpu", f"CUDA_VISIBLE_DEVICES={hidden!r}" if isinstance(hidden, str)
+                             else "every GPU's compute mode is Prohibited")
         if self.driver.version or self.listed_gpus:
             return CudaState(False, "init-failed", "torch.cuda.is_available() is False while the driver answers")
         if "not_collected" in kinds and self.gpu_hint:

@@ -208,3 +208,21 @@ def test_missing_values_never_render_as_words(path):
     text = CliRunner().invoke(app, ["doctor", "-v", "--from-collect-env", str(path)]).output
     for word in (" None", "None)", "in None", "(None"):
         assert word not in text.replace("NoneType", ""), (word, [ln for ln in text.splitlines() if word in ln])
+
+
+@pytest.mark.parametrize("env, mode, want", [
+    ({"CUDA_VISIBLE_DEVICES": ""}, "default", {"cuda.E003"}),     # hidden: unset it, not a driver reload
+    ({}, "prohibited", {"gpu.E003"}),                              # prohibited: gpu.E003 alone says what to do
+    ({}, "default", {"cuda.E003"}),                                # the driver answers, CUDA does not start
+])
+def test_cuda_unavailable_is_explained_by_what_hides_the_gpus_first(env, mode, want):
+    doc = {"nvidia": {"driver_version": "570.124.06",
+                      "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_mode": mode}]},
+           "env": {"variables": env},
+           "python": {"version": "3.11.2", "torch": {"installed": True, "version": "2.6.0+cu124", "cuda": "12.4"},
+                      "deep": {"cuda_available": False}}}
+    found = diagnose(doc).findings
+    errors = {f.id for f in found if f.level == "error"}
+    assert errors == want
+    if env:
+        assert next(f for f in found if f.id == "cuda.E003").fix.startswith("unset CUDA_VISIBLE_DEVICES")

@@ -247,6 +247,10 @@ def check_driver_for_torch(m, ctx):
 @check("cuda")
 def check_cuda_init(m, ctx):
     c = m.cuda
+    if c.failure == "no-visible-gpu" and m.torch.cuda and c.evidence.startswith("CUDA_VISIBLE_DEVICES"):
+        return [error("cuda.E003", f"CUDA sees no GPU: {c.evidence} hides every one",
+                      fix="unset CUDA_VISIBLE_DEVICES   # or name the GPUs to use: export CUDA_VISIBLE_DEVICES=0",
+                      facts={"env.CUDA_VISIBLE_DEVICES": m.get("env.variables.CUDA_VISIBLE_DEVICES")})]
     if c.failure != "init-failed" or not m.torch.cuda:
         return []
     text = c.evidence or ""
