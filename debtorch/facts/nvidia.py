@@ -789,10 +789,10 @@ def _text(v) -> str:
 
 
 def _pci_device_id(pci) -> Optional[str]:
-    """nvmlPciInfo_t.pciDeviceId (device id above the vendor id, 0x20B010DE) as nvidia-smi
-    writes it; None where the binding leaves it out."""
+    """nvmlPciInfo_t.pciDeviceId (device id above the vendor id) as nvidia-smi's XML writes
+    it, "20B010DE"; None where the binding leaves it out."""
     value = getattr(pci, "pciDeviceId", None)
-    return f"0x{int(value):08X}" if isinstance(value, int) and value > 0 else None
+    return f"{int(value):08X}" if isinstance(value, int) and value > 0 else None
 
 
 def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
