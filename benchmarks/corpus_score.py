@@ -77,9 +77,8 @@ CLASS_IDS = {
 # Settings a report is from, and the findings that say the doctor noticed.
 SETTING_IDS = {"wsl": {"os.E001", "os.I003", "os.W003"}, "non-debian": {"os.I001", "os.I002"}}
 NON_DEBIAN = {"ubuntu", "other-linux", "macos", "windows"}
-# Findings saying PyTorch publishes no wheels for the machine's architecture (issue 10,
-# class 6): none yet; phase 2 adds its id here.
-NO_WHEELS_IDS: set = set()
+# Findings saying PyTorch publishes no wheels for the machine's architecture (issue 10, class 6).
+NO_WHEELS_IDS: set = {"cpu.W004", "cpu.I002"}
 
 
 def _facts_of(finding) -> dict:
@@ -134,22 +133,22 @@ def _none(value):
 
 def resolve(doc, path: str):
     """Value at a dotted path; 'a.b[].c' maps over the list at a.b, 'a.0' indexes a list;
-    'machine.x.y' is the machine view's answer (debtorch/machine.py)."""
-    if path.startswith("machine."):
-        view = Machine.from_facts(doc)
-        for part in path.split(".")[1:]:
-            view = getattr(view, part, None)
-        return view
+    'machine.x.y' is the machine view's answer (debtorch/machine.py), 'machine.gpus[].cc' too."""
+    parts = path.split(".")
+    if parts[0] == "machine":
+        doc, parts = Machine.from_facts(doc), parts[1:]
     cur, mapped = [doc], False
-    for part in path.split("."):
+    for part in parts:
         many = part.endswith("[]")
         key = part[:-2] if many else part
         nxt = []
         for item in cur:
             if isinstance(item, list) and key.isdigit():
                 item = item[int(key)] if int(key) < len(item) else None
+            elif isinstance(item, dict):
+                item = item.get(key)
             else:
-                item = item.get(key) if isinstance(item, dict) else None
+                item = getattr(item, key, None) if item is not None else None
             (nxt.extend if many else nxt.append)((item or []) if many else item)
         cur, mapped = nxt, mapped or many
     return cur if mapped else cur[0]
@@ -323,6 +322,7 @@ def summarise(rows: list) -> dict:
     os_rows = [r for r in rows if r["kind"] == "os-release"]
     cpu = [r for r in rows if r["kind"] == "cpuinfo"]
     no_wheels = [r for r in cpu if not r["expected"]["verdict"]["torch_wheels"]]
+    with_wheels = [r for r in cpu if r["expected"]["verdict"]["torch_wheels"]]
     return {
         "kinds": kinds,
         "verdicts": {"reports": len(reports), "right": sum(r["predicted"] == target(r) for r in reports),
@@ -330,7 +330,8 @@ def summarise(rows: list) -> dict:
         "settings": settings,
         "smi_knowledge": {"checked": sum(r["knowledge"]["checked"] for r in smi), "right": sum(r["knowledge"]["right"] for r in smi)},
         "os_verdicts": {"trees": len(os_rows), "right": sum(r["verdict_right"] for r in os_rows)},
-        "cpu_no_wheels": {"files": len(no_wheels), "flagged": sum(r["no_wheels_flagged"] for r in no_wheels)},
+        "cpu_no_wheels": {"files": len(no_wheels), "flagged": sum(r["no_wheels_flagged"] for r in no_wheels),
+                          "others": len(with_wheels), "others_flagged": sum(r["no_wheels_flagged"] for r in with_wheels)},
     }
 
 
@@ -375,6 +376,7 @@ def render(s: dict, markdown: bool) -> str:
         ["nvidia-smi GPUs whose compute capability checks/ gives (by name, else PCI id)", f"{sk['right']} of {sk['checked']}"],
         ["os-release trees given exactly the expected os findings", f"{ov['right']} of {ov['trees']}"],
         ["cpuinfo of architectures without PyTorch wheels that the doctor flags", f"{cn['flagged']} of {cn['files']}"],
+        ["cpuinfo of architectures with wheels that the doctor flags (wrongly)", f"{cn['others_flagged']} of {cn['others']}"],
     ])
     return "\n".join(out)
 

@@ -38,7 +38,7 @@ CONFIDENCE = ("confirmed", "unconfirmed", "derived")
 __all__ = [
     "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
     "wheel", "variants", "best_variant_for_driver", "parse_arch_list", "arch_support", "older_than_all",
-    "capability_for_name", "debian_release", "threshold", "latest_series",
+    "capability_for_name", "debian_release", "threshold", "latest_series", "known_series",
 ]
 
 
@@ -87,6 +87,7 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
         "wheel": {"torch": ("serieslist", True), "variant": ("str", True), "platform": ("str", False),
                   "cuda": ("version", False), "arch_list": ("archlist", True), "cudnn": ("version", False),
                   "nccl": ("version", False), "status": ("str", True)},
+        "machine": {"machine": ("str", True), "aliases": ("strlist", False), "builds": ("strlist", True)},
     },
     "gpus.toml": {
         "gpu": {"name": ("str", True), "cc": ("cc", True), "arch": ("str", True), "segment": ("str", True),
@@ -103,6 +104,7 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
                     "nvidia_cuda_toolkit": ("version", False), "nvidia_cudnn": ("version", False),
                     "python3_torch": ("version", False), "python3_torch_cuda": ("version", False),
                     "max_cuda_full": ("version", False), "max_cuda_minor_compat": ("str", False)},
+        "archived": {"version": ("str", True), "codename": ("str", True)},
     },
     "thresholds.toml": {
         "threshold": {"name": ("str", True), "value": ("scalar", True), "unit": ("str", True)},
@@ -119,7 +121,7 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
 
 _ROW_ID = {"toolkit": "cuda", "minor_compat": "major", "caveat": "id", "wheel": "variant", "gpu": "name",
            "release": "codename", "threshold": "name",
-           "device": "id", "chip": "chip", "nvcc": "cuda"}
+           "device": "id", "chip": "chip", "nvcc": "cuda", "machine": "machine", "archived": "codename"}
 
 
 def _check_value(kind: str, value: Any) -> Optional[str]:
@@ -596,16 +598,22 @@ def _nearest_series(kb: Knowledge, series: str, platform: str) -> Optional[str]:
     return older[-1] if older else known[0]
 
 
+def known_series(platform: str = "linux-x86_64") -> List[str]:
+    """The PyTorch release series the table knows, oldest first ("1.8" ... "2.14")."""
+    plat = _norm_platform(platform)
+    return sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
+                  key=Version)
+
+
 def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
     """The newest PyTorch release series the table knows ("2.14"), or None."""
-    plat = _norm_platform(platform)
-    known = sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
-                   key=Version)
+    known = known_series(platform)
     return known[-1] if known else None
 
 
-def best_variant_for_driver(torch_version: str, driver_version: str, compute_capability: Any,
-                            platform: str = "linux-x86_64") -> Optional[Dict[str, Any]]:
+def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
+                            platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
+                            driver_platform: str = "linux") -> Optional[Dict[str, Any]]:
     """The official CUDA variant of a release that runs on this driver and GPU.
 
     Candidates are the release's CUDA variants (or the nearest release the table
@@ -614,23 +622,29 @@ def best_variant_for_driver(torch_version: str, driver_version: str, compute_cap
     then full driver support over minor-version compatibility, then the newer CUDA.
     Returns the wheel row (see :func:`wheel`) plus ``driver_verdict``, ``arch_verdict``,
     ``detail`` and ``nearest`` (True when another release was used), or None when
-    no variant fits or an input is not understood.
+    no variant fits or an input is not understood.  ``exclude`` names variants not to
+    answer (the one installed, when it is the problem).  A ``driver_version`` of None
+    judges by the GPU alone (``driver_verdict`` "unknown"): the newest CUDA with code
+    for it.  ``driver_platform`` is "windows" for a driver that Windows serves (WSL 2).
     """
     parsed = versions.torch_version(torch_version)
-    if parsed is None or versions.numeric(driver_version) is None or versions.parse_cc(compute_capability) is None:
+    if parsed is None or versions.parse_cc(compute_capability) is None:
+        return None
+    if driver_version is not None and versions.numeric(driver_version) is None:
         return None
     kb = load()
     series = _nearest_series(kb, parsed["series"], platform)
     if series is None:
         return None
-    rank = {"full": 2, "minor-compat": 1, "sass": 2, "ptx": 1}
+    rank = {"full": 2, "minor-compat": 1, "unknown": 1, "sass": 2, "ptx": 1}
     best, best_key = None, None
     for row in _wheel_rows(kb, series, platform):
-        if not row.get("cuda") or not row["variant"].startswith("cu"):
+        if not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude:
             continue
-        dv, ddetail = driver_supports(driver_version, row["cuda"], "linux")
+        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version
+                       else ("unknown", "the driver is unknown"))
         av, adetail = arch_support(compute_capability, row["arch_list"])
-        if dv not in ("full", "minor-compat") or av not in ("sass", "ptx"):
+        if dv not in ("full", "minor-compat", "unknown") or av not in ("sass", "ptx"):
             continue
         key = (rank[av], rank[dv], versions.numeric(row["cuda"]))
         if best_key is None or key > best_key:
@@ -703,6 +717,29 @@ def debian_release(release_or_codename: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
+def debian_version_for(codename: Any) -> Optional[str]:
+    """The release number of a Debian codename, current or archived ("bookworm" -> "12",
+    "jessie" -> "8"); None for anything else (a suite alias like "testing" included)."""
+    if not isinstance(codename, str):
+        return None
+    text = codename.strip().lower()
+    kb = load()
+    for row in kb.debian + kb.tables["debian.toml"]["archived"]:
+        if row["codename"].lower() == text and versions.numeric(row["version"]) is not None:
+            return row["version"]
+    return None
+
+
+def debian_codename_for(release: Any) -> Optional[str]:
+    """The codename of a numbered Debian release, current or archived ("8" -> "jessie")."""
+    text = str(release).strip() if isinstance(release, (str, int)) and not isinstance(release, bool) else ""
+    kb = load()
+    for row in kb.debian + kb.tables["debian.toml"]["archived"]:
+        if row["version"] == text:
+            return row["codename"]
+    return None
+
+
 def threshold(name: str) -> Any:
     """The value of a threshold in thresholds.toml, or None."""
     row = load().thresholds.get(name) if isinstance(name, str) else None
@@ -713,6 +750,8 @@ def debian_support(release: Any) -> str:
     """How a Debian release ("12", "testing", "15") stands: "supported" (thresholds.toml's
     debian_supported_releases), "older" (a row of checks/debian.toml not supported, or a number below every row),
     "newer" (a number above every row: released after the table was written), or "unknown"."""
+    if isinstance(release, str) and not debian_release(release) and debian_version_for(release):
+        release = debian_version_for(release)      # an archived codename ("jessie")
     row = debian_release(release)
     if row is not None:
         supported = str(threshold("debian_supported_releases") or "").split()
@@ -855,4 +894,25 @@ def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]
     return any(t[0] == cc[0] and t[1] <= cc[1] for t in (versions.parse_cc(x) for x in info["sass"]))
 
 
-__all__ += ["pci_device_id", "pci_device", "capability_for_pci_id", "cuda_builds_sass", "cuda_can_build"]
+def wheel_machine(arch: Any) -> Optional[Dict[str, Any]]:
+    """The torch_wheels.toml [[machine]] row of a CPU architecture as ``uname -m`` (or
+    Windows, macOS, Debian) names it ("x86_64", "AMD64", "arm64"): the machine, its
+    aliases, what the official wheels build there (``builds``: cuda, cpu) and the
+    source; None for an architecture PyTorch publishes no Linux wheels for
+    (armv7l, i686, ppc64le, riscv64 ...) or text that names none."""
+    if not isinstance(arch, str) or not arch.strip():
+        return None
+    text = arch.strip().lower()
+    for row in load().tables["torch_wheels.toml"]["machine"]:
+        if text == row["machine"] or text in (a.lower() for a in row.get("aliases", [])):
+            return dict(row)
+    return None
+
+
+def wheel_machines() -> List[str]:
+    """The architectures PyTorch publishes Linux wheels for, as ``uname -m`` names them."""
+    return [row["machine"] for row in load().tables["torch_wheels.toml"]["machine"]]
+
+
+__all__ += ["pci_device_id", "pci_device", "capability_for_pci_id", "cuda_builds_sass", "cuda_can_build",
+            "debian_version_for", "debian_codename_for", "wheel_machine", "wheel_machines"]

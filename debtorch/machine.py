@@ -9,7 +9,13 @@ report, tune's rules, the config fingerprint, the collect_env triage, fleet.
 * the GPUs CUDA will use (CUDA_VISIBLE_DEVICES, compute mode);
 * how many CPUs training may use, and whether that is known;
 * which Debian release this is (or is derived from), from checks/debian.toml;
-* the installed PyTorch: version, series, build (CUDA, ROCm or CPU), variant.
+* the installed PyTorch: version, series, build (CUDA, ROCm or CPU), variant,
+  the GPU architectures it has code for (its own list, the wheel's, else what
+  its CUDA release could build);
+* whether CUDA works for it, from the deep probe or torch's own warnings in a
+  pasted report ("Found no NVIDIA driver", "driver too old (found version
+  12020)", "no kernel image", "CUDA unknown error");
+* whether PyTorch publishes wheels for the CPU architecture.
 
 ``Machine.from_facts(doc)`` never raises on a well-formed document (what
 :func:`debtorch.facts.load` or :func:`debtorch.facts.collect` returns): an
@@ -23,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from debtorch import knowledge, versions
-from debtorch.facts import get, unknown_reason
+from debtorch.facts import get, torch_messages, unknown_reason
 
 
 def _int(value: Any) -> Optional[int]:
@@ -54,8 +60,14 @@ class Driver:
     kernel_module: Optional[str] = None
     libraries: Optional[str] = None
     cuda: Optional[str] = None
-    platform: str = "linux"              # "windows" under WSL: the Windows driver serves CUDA
+    platform: str = "linux"              # "windows": the Windows driver serves CUDA (WSL 2, a Windows report,
+                                         # nvidia-smi's WDDM driver model); "macos"
     unknown: Optional[str] = None        # why the version is unknown
+
+    @property
+    def linux(self) -> bool:
+        """The driver is a Linux driver that Debian's packages (or NVIDIA's .run) install here."""
+        return self.platform == "linux"
 
     @property
     def mismatch(self) -> bool:
@@ -174,6 +186,43 @@ class Torch:
         return versions.torch_series_tuple(self.version)
 
 
+@dataclass(frozen=True)
+class ArchList:
+    """The GPU architectures the installed PyTorch has code for.
+
+    ``exact`` when torch said so (the deep probe's get_arch_list(), its "supports
+    CUDA capabilities ..." warning) or checks/torch_wheels.toml knows the wheel;
+    otherwise ``sass`` is only what nvcc of torch's CUDA release could build
+    (checks/cuda_arch.toml): a GPU outside it has no kernels, one inside it may
+    still have none (the wheel chose fewer), which cannot be judged."""
+
+    arch: Any                            # a list ("sm_86", ...) or TORCH_CUDA_ARCH_LIST text
+    source: str
+    exact: bool
+
+    @property
+    def shown(self) -> str:
+        return self.arch if isinstance(self.arch, str) else " ".join(self.arch)
+
+
+@dataclass(frozen=True)
+class CudaState:
+    """Whether CUDA works for the installed PyTorch, as far as the facts tell.
+
+    ``failure``: "no-driver" (torch found no driver, or nothing answered for one),
+    "driver-not-loaded" (nvidia-smi cannot talk to the kernel module),
+    "driver-too-old", "init-failed" (CUDA does not start although the driver
+    answers), "no-visible-gpu" (CUDA_VISIBLE_DEVICES hides every GPU, or all
+    are Prohibited), "no-kernel-image" (a kernel launch found no code for the
+    GPU), or None.  ``evidence`` is the words it rests on; ``from_torch`` says they are
+    torch's own."""
+
+    available: Optional[bool]            # torch.cuda.is_available(); None: unknown
+    failure: Optional[str] = None
+    evidence: Optional[str] = None
+    from_torch: bool = False
+
+
 # ---------------------------------------------------------------- the view
 
 
@@ -214,11 +263,32 @@ class Machine:
             if _str(value):
                 version, source = _str(value), str(where)
                 break
-        cuda = _str(nv.get("cuda_driver_version")) or _str(nvml.get("cuda_driver_version"))
-        wsl = self.get("os.wsl")
+        cuda = _str(nv.get("cuda_driver_version")) or _str(nvml.get("cuda_driver_version")) or self._torch_said_driver_cuda()
         why = None if version else (unknown_reason(self.facts, "nvidia.driver_version") or "no driver answered")
         return Driver(version=version, source=source, kernel_module=kernel, libraries=libs, cuda=cuda,
-                      platform="windows" if wsl == 2 else "linux", unknown=why)
+                      platform=self._driver_platform(), unknown=why)
+
+    def _torch_said_driver_cuda(self) -> Optional[str]:
+        """The CUDA in torch's "driver too old (found version 11040)", from the deep probe."""
+        deep = self.get("python.deep")
+        if not isinstance(deep, dict):
+            return None
+        for text in [*(deep.get("errors") or {}).values(), *(deep.get("warnings") or [])]:
+            m = torch_messages.DRIVER_TOO_OLD.search(str(text))
+            if m:
+                return versions.cuda_from_int(m.group(1))
+        return None
+
+    def _driver_platform(self) -> str:
+        """Whose driver serves CUDA here: Windows' under WSL 2, in a Windows report or where
+        nvidia-smi names the WDDM driver model (nvidia-smi.exe's XML); macOS's in a macOS report."""
+        if self.get("os.wsl") == 2 or self.get("os.platform") == "windows":
+            return "windows"
+        if self.get("os.platform") == "macos":
+            return "macos"
+        listed = self.get("nvidia.gpus")
+        models = {str(g.get("driver_model")).upper() for g in listed if isinstance(g, dict)} if isinstance(listed, list) else set()
+        return "windows" if "WDDM" in models else "linux"
 
     @functools.cached_property
     def gpus(self) -> list:
@@ -232,19 +302,20 @@ class Machine:
             name = _str(g.get("name"))
             cc = versions.cc_text(g.get("compute_capability"))
             cc_from = ("torch" if str(source).startswith("collect_env") else str(source)) if cc else None
-            if cc is None and name:
-                cc = knowledge.capability_for_name(name)
-                cc_from = "the name" if cc else None
+            device_id = _str(g.get("pci_device_id"))
+            if cc is None:
+                cc, cc_from = _cc_of(name, device_id)
             idx = _int(g.get("index"))
             out.append(GPU(index=idx, name=name, cc=cc, cc_from=cc_from,
                            label=f"GPU {idx} ({name})" if idx is not None else (name or f"GPU #{i}"),
-                           uuid=_str(g.get("uuid")), pci_address=_str(g.get("pci_bus_id")), row=g))
+                           uuid=_str(g.get("uuid")), pci_address=_str(g.get("pci_bus_id")),
+                           device_id=knowledge.pci_device_id(device_id), row=g))
         if out:
             return out
         for d in self.pci_gpus:
             name = _str(d.get("name"))
-            cc = knowledge.capability_for_name(name) if name else None
-            out.append(GPU(index=None, name=name, cc=cc, cc_from="the name" if cc else None,
+            cc, cc_from = _cc_of(name, _str(d.get("device_id")))
+            out.append(GPU(index=None, name=name, cc=cc, cc_from=cc_from,
                            label=f"{d.get('address')} ({name or 'NVIDIA ' + str(d.get('device_id'))})",
                            pci_address=_str(d.get("address")), device_id=_str(d.get("device_id"))))
         return out
@@ -283,6 +354,22 @@ class Machine:
         if visible is not None:
             gpus = visible
         return [g for g in gpus if str(g.value("compute_mode", "")).lower() != "prohibited"]
+
+    @functools.cached_property
+    def gpu_hint(self) -> Optional[str]:
+        """Why an NVIDIA GPU is likely where no source lists one (``has_nvidia_gpu`` None):
+        a CUDA toolkit installed beside torch.  None when the facts give no hint."""
+        if self.has_nvidia_gpu is not None:
+            return None
+        nvcc = self.get("cuda.toolkit_nvcc")
+        if isinstance(nvcc, dict) and _str(nvcc.get("version")):
+            return f"a CUDA {nvcc['version']} toolkit (nvcc) is installed"
+        return None
+
+    @property
+    def vgpu(self) -> bool:
+        """A virtual GPU (NVIDIA vGPU / GRID guest): its driver must match the host's vGPU manager."""
+        return any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in self.listed_gpus)
 
     @staticmethod
     def oldest_cc(gpus: list) -> Optional[tuple]:
@@ -348,20 +435,26 @@ class Machine:
         debian = None
         if is_debian:
             debian = self._debian_release(o, dv)
-        elif derivative and dv:
-            debian = _debian_base(dv)
+        elif derivative:
+            debian = _debian_base(o, os_id, dv)
         return OS(platform=platform, id=os_id, name=_str(o.get("pretty_name")) or os_id, is_debian=is_debian,
                   derivative=derivative, debian=debian, kernel=_str(o.get("kernel")), arch=_str(o.get("arch")),
                   container=_str(o.get("container")), wsl=_int(o.get("wsl")))
 
     def _debian_release(self, o: dict, dv: Optional[str]) -> Optional[DebianRelease]:
+        """Which Debian this is.  A numbered release says its number (VERSION_ID, else a
+        numeric debian_version); testing and sid carry a codename but no VERSION_ID
+        (os-release of trixie/sid: VERSION_CODENAME=trixie only), or "trixie/sid" in
+        debian_version."""
         codename = (_str(o.get("codename")) or "").lower() or None
         version_id = _str(o.get("version_id"))
         point = dv if dv and versions.numeric(dv) is not None else None
         if version_id and versions.numeric(version_id) is not None:
             return _release(version_id.split(".")[0], codename, point or (version_id if "." in version_id else None))
-        if codename == "sid" or (dv and ("/sid" in dv or dv == "sid")):
-            release = "sid" if codename == "sid" else "testing"
+        if point:
+            return _release(point.split(".")[0], codename, point)
+        if codename or (dv and ("/sid" in dv or dv == "sid")):
+            release = "sid" if codename == "sid" or dv == "sid" else "testing"
             if release == "testing":
                 # Testing and sid look alike in os-release; APT's suites tell them apart.
                 suites = set(self.get("apt.suites") or [])
@@ -370,12 +463,6 @@ class Machine:
             if not codename and dv and "/" in dv:
                 codename = dv.split("/")[0].lower() or None
             return _release(release, codename, None)
-        if codename:
-            row = knowledge.debian_release(codename)
-            if row:
-                return _release(row["version"], codename, point)
-        if point:
-            return _release(point.split(".")[0], codename, point)
         legacy = _str(o.get("release"))     # facts saved by debtorch 0.x named the release themselves
         if legacy:
             return _release(legacy, codename, point)
@@ -409,6 +496,8 @@ class Machine:
     @functools.cached_property
     def debian_driver(self) -> Optional[dict]:
         """Debian's packaged nvidia-driver for this release: {version, release, codename}, or None."""
+        if self.os.wsl == 2 or self.os.container or not self.driver.linux:
+            return None     # the driver is Windows' (WSL 2) or the container host's, not this Debian's
         deb = self.os.debian if self.os.is_debian else None
         row = deb.row if deb else None
         if not row or not row.get("nvidia_driver"):
@@ -433,6 +522,92 @@ class Machine:
         return Torch(known=True, installed=True, version=version, series=parsed["series"] if parsed else None,
                      cuda=cuda, hip=hip, variant=variant, executable=exe)
 
+    @functools.cached_property
+    def torch_arch(self) -> Optional[ArchList]:
+        """The architectures the installed CUDA build has code for (see :class:`ArchList`);
+        None for a CPU or ROCm build, or when nothing tells."""
+        t = self.torch
+        if not t.installed or not t.cuda:
+            return None
+        deep = self.get("python.deep")
+        listed = deep.get("arch_list") if isinstance(deep, dict) else None
+        if listed:
+            said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
+            return ArchList(listed, said, True)
+        row = knowledge.wheel(t.version or "", t.variant) if t.version else None
+        if row and row.get("arch_list"):
+            return ArchList(row["arch_list"], f"the official {row['series']} {row['variant']} wheel", True)
+        built = knowledge.cuda_builds_sass(t.cuda)
+        if built and built["sass"]:
+            return ArchList(";".join(built["sass"]), f"what nvcc of CUDA {built['cuda']} can build "
+                                                     "(checks/cuda_arch.toml)", False)
+        return None
+
+    @functools.cached_property
+    def driver_runs_torch(self) -> Optional[str]:
+        """Whether the driver runs the CUDA torch was built with: "full", "minor-compat",
+        "too-old", or None when either is unknown.  From the driver's version, else from
+        the newest CUDA it runs (nvidia-smi's header, torch's "found version 11040")."""
+        tcuda = self.torch.cuda if self.torch.installed else None
+        if not tcuda:
+            return None
+        platform = "windows" if self.driver.platform == "windows" else "linux"
+        if self.driver.version:
+            verdict = knowledge.driver_supports(self.driver.version, tcuda, platform)[0]
+            return None if verdict == "unknown" else verdict
+        if self.driver.cuda:
+            return knowledge.driver_cuda_supports(self.driver.cuda, tcuda)
+        return None
+
+    @functools.cached_property
+    def cuda(self) -> CudaState:
+        """Whether CUDA works (see :class:`CudaState`): torch's own words first (the deep
+        probe's errors, warnings and computations, or a report's warnings), then what the
+        facts imply for a CUDA build that says CUDA is unavailable."""
+        deep = self.get("python.deep")
+        deep = deep if isinstance(deep, dict) else {}
+        available = deep.get("cuda_available") if isinstance(deep.get("cuda_available"), bool) else None
+        words = [str(v) for v in (deep.get("errors") or {}).values() if v]
+        words += [str(w) for w in deep.get("warnings") or [] if w]
+        for res in (deep.get("exercise") or {}).values():
+            if isinstance(res, dict):
+                words += [str(v) for v in res.values() if v and v != "ok"]
+        for text in words:
+            found = torch_messages.classify(text)
+            if found:
+                return CudaState(available, found[0], found[1], True)
+        kinds = {self.get("nvidia.nvml.error_kind"), self.get("nvidia.nvidia_smi.error_kind")}
+        if available is not False or not self.torch.cuda or self.torch.hip:
+            return CudaState(available)
+        # A CUDA build says CUDA is unavailable: what the rest of the facts make of it.
+        if "driver_not_loaded" in kinds:
+            return CudaState(False, "driver-not-loaded", self.get("nvidia.nvml.error") or self.get("nvidia.nvidia_smi.error"))
+        if self.driver_runs_torch == "too-old":
+            return CudaState(False, "driver-too-old", f"driver {self.driver.version or 'supporting CUDA ' + str(self.driver.cuda)}")
+        if self.listed_gpus and not self.compute_gpus:
+            # Nothing for CUDA to use: CUDA_VISIBLE_DEVICES hides every GPU, or all are Prohibited.
+            hidden = self.get("env.variables.CUDA_VISIBLE_DEVICES")
+            return CudaState(False, "no-visible-gpu", f"CUDA_VISIBLE_DEVICES={hidden!r}" if isinstance(hidden, str)
+                             else "every GPU's compute mode is Prohibited")
+        if self.driver.version or self.listed_gpus:
+            return CudaState(False, "init-failed", "torch.cuda.is_available() is False while the driver answers")
+        if "not_collected" in kinds and self.gpu_hint:
+            # Nothing answered for a driver, yet a CUDA toolkit says this machine is meant for
+            # an NVIDIA GPU.  Without such a hint a CUDA build (PyPI's default) may simply run
+            # on a machine without one: that cannot be judged.
+            return CudaState(False, "no-driver", f"{self.get('nvidia.nvidia_smi.error')}; {self.gpu_hint}")
+        return CudaState(False)
+
+    @functools.cached_property
+    def wheels_for_arch(self) -> Optional[dict]:
+        """checks/torch_wheels.toml's [[machine]] row for this Linux machine's CPU architecture
+        ({machine, builds, source}), {} when PyTorch publishes no wheels for it, None when the
+        architecture is unknown or the machine is not Linux."""
+        arch = self.os.arch
+        if not arch or self.os.platform != "linux":
+            return None
+        return knowledge.wheel_machine(arch) or {}
+
     # ---------------------------------------------------------- what the answers rest on
 
     def answers(self) -> dict:
@@ -447,6 +622,17 @@ class Machine:
             "debian": o.debian.release if o.debian else None,
             "torch": t.version, "torch_cuda": t.cuda, "torch_variant": t.variant,
         }
+
+
+def _cc_of(name: Optional[str], device_id: Optional[str]) -> tuple:
+    """(compute capability, where it came from) of a GPU known by name or PCI device id:
+    checks/gpus.toml by name, else checks/pci.toml by device id (nvidia-smi names a GPU
+    newer than its driver "Graphics Device")."""
+    cc = knowledge.capability_for_name(name) if name else None
+    if cc:
+        return cc, "the name"
+    cc = knowledge.capability_for_pci_id(device_id) if device_id else None
+    return (cc, "the PCI id") if cc else (None, None)
 
 
 def visible_devices(value: Any, gpus: list) -> Optional[list]:
@@ -480,16 +666,34 @@ def _release(release: str, codename: Optional[str], point: Optional[str]) -> Deb
     row = knowledge.debian_release(release)
     if codename is None and row is not None and release not in ("testing", "sid"):
         codename = row.get("codename")
-    return DebianRelease(release=release, codename=codename, point_release=point, row=row,
-                         relation=knowledge.debian_support(release))
+    if codename is None and row is None:
+        codename = knowledge.debian_codename_for(release)
+    relation = knowledge.debian_support(release)
+    if release in ("testing", "sid") and codename and codename != "sid":
+        # A testing/sid system named after an old release ("stretch/sid") is that old.
+        relation = "older" if knowledge.debian_support(codename) == "older" else relation
+    return DebianRelease(release=release, codename=codename, point_release=point, row=row, relation=relation)
 
 
-def _debian_base(dv: str) -> Optional[DebianRelease]:
-    """The Debian a derivative is based on, from its /etc/debian_version ("trixie/sid", "12.5")."""
-    base = dv.split("/")[0].strip().lower()
-    if versions.numeric(base) is not None:
-        return _release(base.split(".")[0], None, base if "." in base else None)
-    row = knowledge.debian_release(base)
-    if row:
-        return _release(row["version"], base, None)
+def _debian_base(o: dict, os_id: Optional[str], dv: Optional[str]) -> Optional[DebianRelease]:
+    """The Debian a derivative is based on: LMDE's DEBIAN_CODENAME; the derivative's own
+    codename where it is Debian's (Raspbian: "buster", "8 (jessie)"); its
+    /etc/debian_version ("jessie/sid" on Ubuntu 14.04, "7.1" on Raspbian 7); Raspbian's
+    VERSION_ID, which is the Debian release it rebuilds.  None when nothing names one
+    (Ubuntu's os-release alone does not)."""
+    point = dv if dv and versions.numeric(dv) is not None else None
+    for name in (_str(o.get("debian_codename")), _str(o.get("codename"))):
+        number = knowledge.debian_version_for(name) if name else None
+        if number:
+            return _release(number, name.lower(), point if point and point.split(".")[0] == number else None)
+    if dv:
+        base = dv.split("/")[0].strip().lower()
+        if versions.numeric(base) is not None:
+            return _release(base.split(".")[0], None, base if "." in base else None)
+        number = knowledge.debian_version_for(base)
+        if number:
+            return _release(number, base, None)
+    version_id = _str(o.get("version_id"))
+    if os_id == "raspbian" and version_id and versions.numeric(version_id) is not None:
+        return _release(version_id.split(".")[0], None, None)
     return None

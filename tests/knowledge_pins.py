@@ -33,7 +33,7 @@ PINS = Path(__file__).resolve().parent / "knowledge_pins.txt"
 KEYS = {
     "toolkit": ("cuda",), "minor_compat": ("major",), "caveat": ("id",), "wheel": ("torch", "variant", "platform"),
     "gpu": ("name",), "release": ("codename",), "threshold": ("name",), "device": ("id",), "chip": ("chip",),
-    "nvcc": ("cuda",),
+    "nvcc": ("cuda",), "machine": ("machine",), "archived": ("codename",),
 }
 NOT_VALUES = ("source", "note", "confidence")
 

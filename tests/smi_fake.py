@@ -60,7 +60,7 @@ def from_smi_xml(xml_text: str, compute_capability: Optional[dict] = None, sourc
                 "domain": int(parts[0], 16) if len(parts) == 3 else 0,
                 "bus": int(parts[-2], 16) if len(parts) >= 2 else 0,
                 "device": int(parts[-1].split(".")[0], 16) if parts else 0,
-                "pciDeviceId": 0,
+                "pciDeviceId": int(g["pci_device_id"], 16) if g.get("pci_device_id") else 0,
                 "pciSubSystemId": 0,
                 "busId": bus,
             }

@@ -80,3 +80,15 @@ def test_site_config_in_a_home_folder_does_not_name_the_user(tmp_path):
         assert "/home/alice/.config/debtorch/doctor.toml" in plain.output   # the file was read and named
         red = runner.invoke(app, ["doctor", "--host", str(host.root), "--redact", *args])
         assert "alice" not in red.output and "/home/USER1/.config/debtorch/doctor.toml" in red.output, args
+
+
+def test_redact_keeps_what_the_doctor_could_not_judge():
+    """--redact rebuilds the report: the areas the input says nothing about stay marked '?'."""
+    from pathlib import Path
+
+    report = Path(__file__).parent / "collect_env" / "pytorch-pytorch-43058.txt"
+    plain = runner.invoke(app, ["doctor", "--from-collect-env", str(report)]).output
+    redacted = runner.invoke(app, ["doctor", "--from-collect-env", str(report), "--redact"]).output
+    assert "Not judged: APT sources" in plain and "Not judged: APT sources" in redacted
+    assert json.loads(runner.invoke(app, ["doctor", "--from-collect-env", str(report), "--redact", "--json"]).output)[
+        "areas"]["apt"]["state"] != "judged"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from debtorch.doctor import checks_cuda, checks_nvidia, checks_resources, checks_site, checks_system  # noqa: F401  (they register)
+from debtorch.doctor.areas import area_states
 from debtorch.doctor.registry import AREA_TITLES, AREAS, Context, Registry, Report, check, registry
 from debtorch.machine import Machine
 
@@ -22,4 +23,6 @@ def diagnose(facts, ctx: Optional[Context] = None, checks: Optional[Registry] = 
     """Run the checks (the doctor's own unless ``checks`` is given) on a facts document
     or a :class:`~debtorch.machine.Machine`."""
     machine = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    return (checks or registry).run(machine, ctx)
+    report = (checks or registry).run(machine, ctx)
+    report.areas = area_states(machine, [a for a, _ in AREAS if a != "site"])
+    return report

@@ -7,28 +7,13 @@ import re
 
 from debtorch import knowledge, versions
 from debtorch.findings import error, warning
-from debtorch.doctor.fixes import pip_line
+from debtorch.doctor.fixes import driver_upgrade, externally_managed, pip_command, target_wheel, torch_fix
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import check
 
 
 def _torch(m) -> dict:
     return m.get("python.torch") or {}
-
-
-def _variant_fix(m, version, why: str = "") -> str:
-    row = pip_line(m, version)
-    if row is None:
-        return ("Install the PyTorch variant that matches your driver and GPU "
-                "(https://pytorch.org/get-started/locally/).")
-    note = ""
-    if row.get("hypothetical_driver"):
-        note = f"  # for Debian's packaged driver {row['for_driver']}"
-    elif row.get("newer_release"):
-        note = f"  # no {version.split('+')[0] if version else 'such'} variant fits; release {row['series']} does"
-    elif row.get("nearest"):
-        note = f"  # release {row['series']}: the nearest one debtorch knows"
-    return f"{row['pip']}{note}" + (f"\n{why}" if why else "")
 
 
 # ---------------------------------------------------------------- torch
@@ -38,24 +23,33 @@ def check_torch_installed(m, ctx):
     if not t or t.get("installed") is not False:
         return []
     exe = m.get("python.executable")
-    fix = _variant_fix(m, None)
+    fix = torch_fix(m)
+    if exe and fix.startswith("pip "):
+        fix = f"{exe} -m {fix}"
     return [error("torch.E001", "PyTorch is not installed in the target interpreter", about=exe or "",
-                  fix=(f"{exe} -m " if exe and fix.startswith("pip ") else "") + fix,
-                  facts={"python.executable": exe})]
+                  fix=fix, facts={"python.executable": exe})]
 
 
 @check("torch")
 def check_cpu_only_on_gpu(m, ctx):
     t = _torch(m)
-    if not t.get("installed") or not m.has_nvidia_gpu:
+    if not t.get("installed") or t.get("cuda"):
         return []
-    if t.get("cuda"):
+    hint = m.gpu_hint if not t.get("hip") else None
+    if not m.has_nvidia_gpu and not hint:
         return []
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
-    return [error("torch.E002", f"PyTorch {t.get('version')} is {kind} on a machine with an NVIDIA GPU",
-                  fix="pip uninstall torch\n" + _variant_fix(m, t.get("version")),
+    where = "on a machine with an NVIDIA GPU" if m.has_nvidia_gpu else f"where {hint}"
+    return [error("torch.E002", f"PyTorch {t.get('version')} is {kind} {where}",
+                  fix=_uninstall(m) + torch_fix(m) + ("" if m.has_nvidia_gpu else
+                                                     "\n(if this machine has no NVIDIA GPU, the CPU build is right)"),
                   facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
-                         "nvidia.gpus": [g.label for g in m.gpus]})]
+                         "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
+
+
+def _uninstall(m) -> str:
+    """How the wrong torch leaves, before the right one goes in (a venv needs no uninstall)."""
+    return "" if externally_managed(m) else "pip uninstall torch\n"
 
 
 @check("torch")
@@ -68,8 +62,7 @@ def check_cuda_build_without_gpu(m, ctx):
         return []
     return [warning("torch.W004", f"PyTorch {t.get('version')} is a CUDA build but this machine has no NVIDIA GPU",
                     fix="Training runs on the CPU. The CPU build is several GB smaller:\n"
-                        + (knowledge.wheel(t.get("version") or "", "cpu") or {}).get(
-                            "pip", "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
+                        + torch_fix(m, "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
                     facts={"python.torch.cuda": t.get("cuda"), "nvidia.pci_devices": []})]
 
 
@@ -79,9 +72,12 @@ def check_torch_age(m, ctx):
     floor = limit("torch_min_version")
     if not t.get("installed") or not versions.below(t.get("version"), floor):
         return []
+    row = target_wheel(m)
+    held = row is not None and row["kind"] == "older" and row["why"].endswith(f"driver {m.driver.version} runs")
+    line = torch_fix(m, "pip install --upgrade torch (the index for your variant: https://pytorch.org/get-started/locally/)")
     return [warning("torch.W001", f"PyTorch {t.get('version')} is older than {floor}",
-                    fix="pip install --upgrade torch  # with --index-url for your variant: "
-                        + (_variant_fix(m, None).splitlines()[0]),
+                    fix=(f"{driver_upgrade(m)} first: it holds PyTorch back. With this driver the newest is:\n{line}"
+                         if held else "Upgrade it: " + line),
                     facts={"python.torch.version": t.get("version")})]
 
 
@@ -111,60 +107,63 @@ def check_cudnn(m, ctx):
     deep = m.get("python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
-            fix = _variant_fix(m, t.get("version"))
-            fix = ("pip install --force-reinstall " + fix[len("pip install "):] if fix.startswith("pip install ")
-                   else "Reinstall PyTorch with pip install --force-reinstall torch. " + fix)
+            row = knowledge.wheel(t.get("version") or "", t.get("variant"))
+            fix = (pip_command(m, "pip install --force-reinstall " + row["pip"][len("pip install "):]) if row else
+                   "Reinstall PyTorch with pip install --force-reinstall torch, from the index of its variant "
+                   "(https://pytorch.org/get-started/locally/).")
             return [error("torch.E004", f"no cuDNN found for PyTorch {t.get('version')} (a CUDA build)", fix=fix,
                           facts={"python.torch.cudnn_wheel": None})]
         return []
     floor = limit("cudnn_min_version")
     if versions.below(version, floor):
         return [warning("torch.W002", f"cuDNN {version} is older than {floor}",
-                        fix="Upgrade PyTorch; its wheels bring a current cuDNN:\n" + _variant_fix(m, None),
+                        fix="Upgrade PyTorch; its wheels bring a current cuDNN:\n"
+                            + torch_fix(m, "pip install --upgrade torch (https://pytorch.org/get-started/locally/)"),
                         facts={"cudnn": version, "from": where})]
     return []
-
-
-def _arch_list(m):
-    deep = m.get("python.deep") or {}
-    if deep.get("arch_list"):
-        return deep["arch_list"], "torch.cuda.get_arch_list()"
-    t = _torch(m)
-    row = knowledge.wheel(t.get("version") or "", t.get("variant")) if t.get("version") else None
-    if row and row.get("arch_list"):
-        return row["arch_list"], f"the official {row['series']} {row['variant']} wheel"
-    return None, None
 
 
 @check("torch")
 def check_arch(m, ctx):
     t = _torch(m)
-    if not t.get("installed") or not t.get("cuda"):
-        return []
-    arch, where = _arch_list(m)
-    if not arch:
+    arch = m.torch_arch
+    if not t.get("installed") or not t.get("cuda") or arch is None:
         return []
     out = []
     for g in m.gpus:
         if not g.cc:
             continue
-        verdict, detail = knowledge.arch_support(g.cc, arch)
-        shown = arch if isinstance(arch, str) else " ".join(arch)
+        verdict, detail = knowledge.arch_support(g.cc, arch.arch)
+        facts = {"compute_capability": g.cc, "compute_capability_from": g.cc_from, "arch_list": arch.shown,
+                 "arch_list_from": arch.source}
         if verdict == "none":
-            old = knowledge.older_than_all(g.cc, arch)
-            msg = (f"{g.name} ({g.sm}) is older than every arch in PyTorch {t.get('version')}"
-                   if old else f"PyTorch {t.get('version')} has no kernels for {g.name} ({g.sm})")
-            out.append(error("torch.E003", msg, about=g.label,
-                             fix=_variant_fix(m, t.get("version")) if not old else
-                             "Install an older PyTorch release that still builds for this GPU, or use a newer GPU: "
-                             + detail,
-                             facts={"compute_capability": g.cc, "arch_list": shown, "arch_list_from": where}))
-        elif verdict == "ptx":
+            old = knowledge.older_than_all(g.cc, arch.arch)
+            if not arch.exact:
+                built = knowledge.cuda_builds_sass(t["cuda"]) or {}
+                msg = (f"{g.name} ({g.sm}) is older than anything CUDA {built.get('cuda')} builds" if old else
+                       f"CUDA {built.get('cuda')} (PyTorch {t.get('version')}) cannot build code for {g.name} ({g.sm})")
+                detail = (f"nvcc of CUDA {built.get('cuda')} builds {versions.sm_name(built.get('oldest'))} to "
+                          f"{versions.sm_name(built.get('newest'))} only (checks/cuda_arch.toml)")
+            else:
+                msg = (f"{g.name} ({g.sm}) is older than every arch in PyTorch {t.get('version')}"
+                       if old else f"PyTorch {t.get('version')} has no kernels for {g.name} ({g.sm})")
+            out.append(error("torch.E003", msg, about=g.label, fix=torch_fix(m) + f"\n({detail})", facts=facts))
+        elif verdict == "ptx" and arch.exact:
+            row = target_wheel(m)
+            better = (torch_fix(m) if row and row.get("arch_verdict") == "sass" else
+                      f"No other official variant of PyTorch {m.torch.series} has machine code for {g.sm}.")
             out.append(warning("torch.W003", f"{g.name} runs PyTorch {t.get('version')} only through PTX JIT",
                                about=g.label,
-                               fix="Expect a slow first start; the driver must be at least the toolkit's. "
-                                   + _variant_fix(m, t.get("version")).splitlines()[0],
-                               facts={"compute_capability": g.cc, "arch_list": shown}))
+                               fix="Expect a slow first start; the driver must be at least the toolkit's. " + better,
+                               facts=facts))
+    if not out and m.cuda.failure == "no-kernel-image":
+        gpu = next(iter(m.compute_gpus or m.gpus), None)
+        out.append(error("torch.E003", f"torch says no kernel image is available for "
+                                       f"{(gpu.name if gpu else None) or 'the GPU'}",
+                         about=gpu.label if gpu else "",
+                         fix=torch_fix(m) + "\n(python -c 'import torch; print(torch.cuda.get_arch_list(), "
+                                            "torch.cuda.get_device_capability())' shows what is missing)",
+                         facts={"evidence": m.cuda.evidence}))
     return out
 
 
@@ -202,17 +201,15 @@ def check_driver_for_torch(m, ctx):
     if not tcuda:
         return []
     out = []
-    driver = m.driver.version
-    dcuda = m.driver.cuda
-    verdict = None
-    if driver:
-        verdict, detail = knowledge.driver_supports(driver, tcuda)
-        f = {"driver": driver, "python.torch.cuda": tcuda}
-    elif dcuda:
+    verdict = m.driver_runs_torch
+    if m.cuda.failure == "driver-too-old" and m.cuda.from_torch:
+        verdict = "too-old"          # torch's own words ("found version 11040") outrank a table
+    if m.driver.version:
+        driver, f = m.driver.version, {"driver": m.driver.version, "python.torch.cuda": tcuda}
+    else:
         # Only the driver's highest CUDA is known (a report; torch's "found version 11040").
-        verdict = knowledge.driver_cuda_supports(dcuda, tcuda)
-        driver = f"supporting CUDA {dcuda}"
-        f = {"nvidia.cuda_driver_version": dcuda, "python.torch.cuda": tcuda}
+        driver = f"supporting CUDA {m.driver.cuda}"
+        f = {"nvidia.cuda_driver_version": m.driver.cuda, "python.torch.cuda": tcuda}
     if verdict == "too-old" and m.get("python.deep.cuda_available") is True:
         # CUDA initialises although the driver is too old: NVIDIA's forward-compatibility
         # package (cuda-compat), which works on data-center GPUs only.
@@ -221,48 +218,59 @@ def check_driver_for_torch(m, ctx):
                                "GPUs only; keep cuda-compat matched to the driver, or upgrade the driver.",
                            facts=f))
         verdict = None
-    if verdict:
-        if verdict == "too-old":
-            out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}",
-                             fix="Upgrade the NVIDIA driver, or install the variant this driver runs:\n"
-                                 + _variant_fix(m, t.get("version")),
-                             facts=f))
-        elif verdict == "minor-compat":
-            out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
-                               fix="PTX JIT (torch.compile/Triton, +PTX archs) may fail. Upgrade the driver to the "
-                                   "toolkit's, or install a variant built for an older CUDA:\n"
-                                   + _variant_fix(m, t.get("version")),
-                               facts=f))
+    if verdict == "too-old":
+        row = target_wheel(m)
+        if row is not None and row["kind"] == "cpu":
+            fix = "No CUDA build of PyTorch runs this GPU, whatever the driver: " + torch_fix(m)
+        else:
+            fix = driver_upgrade(m) + ", or install the variant this driver runs:\n" + torch_fix(m)
+        if m.cuda.from_torch and m.cuda.failure == "driver-too-old":
+            f = dict(f, evidence=m.cuda.evidence)
+        out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}", fix=fix, facts=f))
+    elif verdict == "minor-compat":
+        out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
+                           fix="PTX JIT (torch.compile/Triton, +PTX archs) may fail. " + driver_upgrade(m)
+                               + " to the toolkit's, or install a variant built for an older CUDA:\n" + torch_fix(m),
+                           facts=f))
     dd = m.debian_driver
     if dd:
-        verdict, _ = knowledge.driver_supports(dd["version"], tcuda)
-        current_ok = driver and knowledge.driver_supports(driver, tcuda)[0] in ("full", "minor-compat")
-        if verdict == "too-old" and not current_ok:
+        dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)
+        current_ok = m.driver.version and verdict in ("full", "minor-compat")
+        if dverdict == "too-old" and not current_ok:
             out.append(error("cuda.E002",
                              f"Debian {dd['release']}'s driver {dd['version']} can never run PyTorch's CUDA {tcuda}",
-                             fix=_variant_fix(m, t.get("version"))
-                             + "\n(or take a newer driver from NVIDIA's CUDA repository)",
+                             fix=torch_fix(m) + "\n(or take a newer driver from NVIDIA's CUDA repository)",
                              facts={"debian_driver": dd["version"], "python.torch.cuda": tcuda}))
     return out
 
 
 @check("cuda")
 def check_cuda_init(m, ctx):
-    deep = m.get("python.deep") or {}
-    if not deep.get("ok") or not deep.get("cuda"):
+    c = m.cuda
+    if c.failure == "no-visible-gpu" and m.torch.cuda and c.evidence.startswith("CUDA_VISIBLE_DEVICES"):
+        return [error("cuda.E003", f"CUDA sees no GPU: {c.evidence} hides every one",
+                      fix="unset CUDA_VISIBLE_DEVICES   # or name the GPUs to use: export CUDA_VISIBLE_DEVICES=0",
+                      facts={"env.CUDA_VISIBLE_DEVICES": m.get("env.variables.CUDA_VISIBLE_DEVICES")})]
+    if c.failure != "init-failed" or not m.torch.cuda:
         return []
-    errs = deep.get("errors") or {}
-    text = " ".join(str(errs.get(k, "")) for k in ("cuda_init", "cuda_available", "device_count"))
-    text += " ".join(w for w in deep.get("warnings") or [] if "CUDA" in w)
-    failed = deep.get("cuda_init") == "failed" or (deep.get("cuda_available") is False and "error" in text.lower())
-    nvml_ok = bool(m.get("nvidia.nvml.available")) or bool(m.get("nvidia.gpus"))
-    if not failed or not nvml_ok:
-        return []
+    text = c.evidence or ""
     suspend = "999" in text or "unknown error" in text.lower()
+    if m.driver.platform == "windows" and m.os.wsl == 2:
+        fix = ("WSL reaches the Windows driver through /usr/lib/wsl/lib: check `ls /usr/lib/wsl/lib/libcuda.so*` "
+               "and that `ldconfig -p | grep libcuda` lists it; then update the driver on Windows and run "
+               "`wsl --shutdown` in PowerShell")
+    elif m.driver.platform != "linux":
+        fix = "Reboot, then reinstall the NVIDIA driver if CUDA still does not start"
+    elif m.os.container:
+        fix = ("Start the container with the GPUs (docker run --gpus all, NVIDIA Container Toolkit); "
+               "on the host: sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm")
+    else:
+        fix = "sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm"
+        if not c.from_torch:
+            fix += "\nls -l /dev/nvidia*   # readable by you? (groups video, render)"
     return [error("cuda.E003", "CUDA fails to initialise while the driver answers"
                   + (" (error 999, typical after suspend)" if suspend else ""),
-                  fix="sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm",
-                  facts={"error": text.strip()[:300]})]
+                  fix=fix, facts={"error": text.strip()[:300], "from_torch": c.from_torch})]
 
 
 _WHEEL_DIR = re.compile(r"/(site|dist)-packages/(nvidia/[^/]+/lib|torch/lib)/")

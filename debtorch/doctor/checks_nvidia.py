@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from debtorch.doctor.registry import check
-from debtorch.doctor.fixes import driver_components, driver_install_fix, enable_components_fix, headers_package
+from debtorch.doctor.fixes import apt_install, driver_components, driver_install_fix, enable_components_fix, headers_package
 from debtorch.findings import error, info, warning
 from debtorch.units import human_bytes
 
@@ -99,7 +99,7 @@ def check_driver_missing(m, ctx):
     if headers and headers.get("installed") is False and not headers.get("build_dir") and not files:
         out.append(error("driver.E005", f"no headers for the running kernel {kernel}: DKMS could not build the module",
                          about=label,
-                         fix=f"sudo apt install {headers_package(m)} linux-headers-{kernel}\n"
+                         fix=apt_install(m, headers_package(m), f"linux-headers-{kernel}") + "\n"
                              f"sudo dpkg-reconfigure {dkms_pkg}\nsudo reboot",
                          facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
     key = m.get("nvidia.dkms_mok_key") or {}
@@ -118,6 +118,37 @@ def check_driver_missing(m, ctx):
                          fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\ndkms status",
                          facts={"apt.driver_packages": installed, "nvidia.modules": m.get("nvidia.modules")}))
     return out
+
+
+@check("driver")
+def check_driver_from_torch(m, ctx):
+    """What torch (or a report's empty nvidia-smi lines) says about the driver, where the
+    PCI bus was not read (a collect_env report, a recording without sysfs): the live
+    checks above judge from the bus and the packages instead."""
+    c = m.cuda
+    if m.pci_gpus or c.failure not in ("no-driver", "driver-not-loaded"):
+        return []
+    gpu = next(iter(m.gpus), None)
+    about = gpu.label if gpu else ""
+    said = "torch found no NVIDIA driver" if c.from_torch else "no NVIDIA driver answered"
+    f = {"evidence": c.evidence, "os.platform": m.os.platform, "os.wsl": m.os.wsl}
+    if c.failure == "driver-not-loaded" and m.driver.linux and not m.os.container:
+        return [error("driver.E003", "an NVIDIA driver is installed but its kernel module is not loaded",
+                      about=about, fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\n"
+                                       "dkms status", facts=f)]
+    if m.driver.platform == "windows":
+        fix = ("Install or update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx)"
+               + ("; inside WSL install none, then run `wsl --shutdown` in PowerShell" if m.os.wsl == 2 else ""))
+    elif m.driver.platform == "macos":
+        fix = ("Install NVIDIA's CUDA driver for macOS (https://www.nvidia.com/en-us/drivers/cuda/mac-driver-archive/); "
+               "CUDA on macOS ended with CUDA 10.2 and macOS 10.13")
+    elif m.os.container:
+        fix = ("The driver comes from the container's host: install it there, and start the container with the "
+               "GPUs (docker run --gpus all, NVIDIA Container Toolkit)")
+    else:
+        fix = ("If this machine has an NVIDIA GPU (lspci | grep -i nvidia):\n" + driver_install_fix(m)
+               + "\nIf it has none: PyTorch's CPU build (https://download.pytorch.org/whl/cpu) is the one to use")
+    return [error("driver.E008", f"{said}: CUDA is unavailable to PyTorch", about=about, fix=fix, facts=f)]
 
 
 @check("driver")
@@ -177,9 +208,18 @@ def check_gpu_health(m, ctx):
                                facts={"throttle_reasons": reasons, "temperature_c": g.get("temperature_c"),
                                       "power_draw_w": g.get("power_draw_w")}))
         if g.get("mig_mode_current"):
-            out.append(info("gpu.I001", "MIG is enabled: the GPU is split into smaller devices", about=lab,
-                            fix=f"Use CUDA_VISIBLE_DEVICES=MIG-<uuid>, or disable it: sudo nvidia-smi -mig 0 -i {idx}",
-                            facts={"mig_mode_current": True}))
+            n = g.get("mig_device_count")
+            split = f"{n} MIG devices" if isinstance(n, int) and n else "smaller devices"
+            out.append(info("gpu.I001", f"MIG is enabled: the GPU is split into {split}", about=lab,
+                            fix=f"Use CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists them), or disable it: "
+                                f"sudo nvidia-smi -mig 0 -i {idx}",
+                            facts={"mig_mode_current": True, "mig_device_count": n}))
+        if str(g.get("virtualization_mode") or "").upper() == "VGPU":
+            out.append(info("gpu.I003", "a virtual GPU (NVIDIA vGPU): its driver comes with the host's vGPU software",
+                            about=lab,
+                            fix="Update the driver only to the vGPU guest driver of the host's vGPU software "
+                                "release, never to Debian's nvidia-driver; clocks and ECC are the host's to read.",
+                            facts={"virtualization_mode": g.get("virtualization_mode")}))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from debtorch import knowledge
 from debtorch.doctor.registry import check
 from debtorch.findings import error, info, warning
 from debtorch.doctor.limits import limit
@@ -58,6 +59,24 @@ def check_threads(m, ctx):
                         fix=f"export OMP_NUM_THREADS={per}   # usable CPUs // processes",
                         facts={"env.OMP_NUM_THREADS": threads, "processes": procs, "cpu.usable_cpus": usable})]
     return []
+
+
+@check("cpu")
+def check_wheel_arch(m, ctx):
+    """PyTorch publishes Linux wheels for a few CPU architectures only (checks/torch_wheels.toml,
+    [[machine]]); on any other, pip finds no torch at all."""
+    row = m.wheels_for_arch
+    if row is None or row:
+        return []
+    if m.torch.installed:
+        return [info("cpu.I002", f"PyTorch publishes no wheels for {m.os.arch}; this torch was built elsewhere",
+                     fix="Keep it: pip cannot replace it with an official build.",
+                     facts={"os.arch": m.os.arch, "python.torch.version": m.torch.version})]
+    return [warning("cpu.W004", f"PyTorch publishes no wheels for {m.os.arch}",
+                    fix=f"Official wheels exist for {', '.join(knowledge.wheel_machines())} only: use a 64-bit "
+                        "(arm64) OS where the CPU is 64-bit, Debian's own build (sudo apt install python3-torch, "
+                        "CPU only) where Debian packages it for this architecture, or build PyTorch from source.",
+                    facts={"os.arch": m.os.arch, "wheels_for": knowledge.wheel_machines()})]
 
 
 @check("cpu")

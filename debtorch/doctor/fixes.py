@@ -59,47 +59,158 @@ def enable_components_fix(m: Machine, needed: list) -> str:
     return "\n".join(lines)
 
 
+def driver_upgrade(m: Machine) -> str:
+    """How this machine gets a newer NVIDIA driver, as the start of a sentence: on Windows
+    under WSL 2 or in a Windows report, from the container's host, for a vGPU from the
+    host's vGPU software, else Debian's backports or NVIDIA's repository."""
+    if m.driver.platform == "windows":
+        return "Update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx; WSL uses it)"
+    if m.driver.platform == "macos":
+        return "Update NVIDIA's CUDA driver for macOS"
+    if m.vgpu:
+        return "Update the vGPU guest driver to the release of the host's vGPU software"
+    if m.os.container:
+        return "Upgrade the NVIDIA driver on the container's host"
+    return "Upgrade the NVIDIA driver (Debian: backports, or NVIDIA's CUDA repository)"
+
+
 def driver_install_fix(m: Machine) -> str:
-    return (f"sudo apt install {headers_package(m)} nvidia-driver firmware-misc-nonfree\n"
-            "sudo reboot")
+    return apt_install(m, headers_package(m), "nvidia-driver", "firmware-misc-nonfree") + "\nsudo reboot"
 
 
-def venv_fix() -> str:
-    return ("sudo apt install python3-venv\n"
-            "python3 -m venv ~/venvs/torch\n"
-            "~/venvs/torch/bin/pip install torch   # add --index-url for a CUDA variant\n"
-            "then run training with ~/venvs/torch/bin/python, or `debtorch doctor --python ~/venvs/torch/bin/python`")
+def apt_install(m: Machine, *packages: str) -> str:
+    """``sudo apt install`` of those ``packages`` dpkg does not list as installed (a fix never
+    names what is installed); "" when all are."""
+    have = m.get("apt.packages")
+    have = have if isinstance(have, dict) else {}
+    want = [p for p in packages if not (isinstance(have.get(p), dict) and "installed" in str(have[p].get("status", "installed")))]
+    return f"sudo apt install {' '.join(want)}" if want else ""
 
 
-def pip_line(m: Machine, torch_version: Optional[str]) -> Optional[dict]:
-    """The official wheel that suits this machine's driver and GPUs (a knowledge row with 'pip'), or None."""
-    series = (torch_version or "").split("+")[0] or knowledge.latest_series()
+VENV = "~/venvs/torch"
+
+
+def venv_fix(m: Machine, pip_args: str = "torch   # add --index-url for a CUDA variant") -> str:
+    """A venv for PyTorch beside Debian's own Python (PEP 668), with ``pip_args`` installed in it."""
+    lines = [apt_install(m, "python3-venv"), f"python3 -m venv {VENV}", f"{VENV}/bin/pip install {pip_args}",
+             f"then run training with {VENV}/bin/python, or `debtorch doctor --python {VENV}/bin/python`"]
+    return "\n".join(x for x in lines if x)
+
+
+def externally_managed(m: Machine) -> bool:
+    """The target is Debian's own Python, which refuses `pip install` (PEP 668)."""
+    exe = m.get("python.executable") or ""
+    return bool(m.get("os.externally_managed")) and not m.get("python.venv") and exe.startswith("/usr/bin/python")
+
+
+def pip_command(m: Machine, line: str) -> str:
+    """``line`` ("pip install torch==... --index-url ...") as this machine's Python takes it:
+    into a venv where the target is an externally managed system Python (PEP 668)."""
+    if line.startswith("pip install ") and externally_managed(m):
+        return venv_fix(m, line[len("pip install "):])
+    return line
+
+
+def installed_build(m: Machine) -> tuple:
+    """(version without its local tag, variant) of the installed torch, or (None, None)."""
+    t = m.torch
+    if not t.installed or not t.version:
+        return None, None
+    parsed = versions.torch_version(t.version)
+    return (parsed["version"] if parsed else None), t.variant
+
+
+def target_wheel(m: Machine) -> Optional[dict]:
+    """The one official wheel every finding of a report names (issue 10: fixes never
+    contradict each other): a knowledge row with ``pip``, plus ``why`` (a note for the
+    fix line, or "") and ``kind``: "same" (the installed release), "newer" (the
+    installed release has no variant for this GPU), "older" (the GPU is older than
+    every variant of the installed release), "latest" (no torch, or one older than
+    the supported floor), "cpu" (no NVIDIA GPU, or none any known wheel runs).
+
+    The installed variant of the installed release is never the answer: where it is
+    the best there is, the answer is None and a finding that would name it says so.
+    None also when nothing is known to choose by."""
+    t = m.torch
+    have_version, have_variant = installed_build(m)
+    old = t.installed and versions.below(t.version, str(knowledge.threshold("torch_min_version") or "0"))
+    keep = bool(t.installed and t.version and t.series and not old)
+    series = t.series if keep else knowledge.latest_series()
+    if not series:
+        return None
+    release = t.version if keep else series          # pins the installed version in the pip line
     if not m.gpus and m.has_nvidia_gpu is False:
-        return knowledge.wheel(series, "cpu")        # known: no NVIDIA GPU here
+        row = knowledge.wheel(release, "cpu")
+        return _target(row, "cpu", "") if row and not _is_installed(row, have_version, have_variant) else None
     ccs = [g.cc for g in m.gpus if g.cc]
-    driver = m.driver.version
-    hypothetical = False
-    if not driver:
-        dd = m.debian_driver if not m.driver.cuda else None
-        driver = dd["version"] if dd else None
-        hypothetical = bool(driver)
-    newer = False
-    if driver and ccs:
-        # The variant must suit the oldest GPU (the lowest compute capability).
-        cc = min(ccs, key=versions.parse_cc)
-        row = knowledge.best_variant_for_driver(series, driver, cc)
-        if row is None and series != knowledge.latest_series():
-            # No variant of this release fits (a GPU newer than the release): the newest release may.
-            row = knowledge.best_variant_for_driver(knowledge.latest_series(), driver, cc)
-            newer = row is not None
-    else:
-        row = _by_driver_only(series, driver, m.driver.cuda)
-    if row is not None:
-        row = dict(row, for_driver=driver, hypothetical_driver=hypothetical, newer_release=newer)
-    return row
+    driver, note = m.driver.version, ""
+    if not driver and not m.driver.cuda and m.debian_driver:
+        driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
+    platform = "windows" if m.driver.platform == "windows" else "linux"
+    kind = "latest" if not t.installed or old else "same"
+    if not ccs:
+        row = _by_driver_only(release, driver, m.driver.cuda, platform)
+        return _target(row, kind, note) if row and not _is_installed(row, have_version, have_variant) else None
+    cc = min(ccs, key=versions.parse_cc)       # the variant must suit the oldest GPU
+    exclude = (have_variant,) if have_variant and series == t.series else ()
+
+    def best(s, skip=()):
+        return knowledge.best_variant_for_driver(s, driver, cc, exclude=skip, driver_platform=platform)
+
+    row = best(release, exclude)
+    if row is not None and row.get("nearest"):
+        kind = "nearest"                       # a release newer than the table: its nearest known one
+    if row is None and versions.below(series, knowledge.latest_series()):
+        row, kind = best(knowledge.latest_series()), "newer"
+    if row is None:
+        older = [s for s in knowledge.known_series() if versions.below(s, series)]
+        for s in reversed(older):
+            row = best(s)
+            if row is not None:
+                kind = "older"
+                if driver and knowledge.best_variant_for_driver(series, None, cc):
+                    # The GPU would run the newer release: the driver is what holds it back.
+                    note = f"release {row['series']}: the newest that driver {driver} runs"
+                break
+    if row is None:
+        row, kind = knowledge.wheel(release, "cpu"), "cpu"
+        note = f"no official CUDA wheel has code for {versions.sm_name(cc)}"
+    elif not driver:
+        need = knowledge.min_driver(row["cuda"], platform) or {}
+        wants = need.get("minor_compat_driver") or need.get("toolkit_driver")
+        note = f"needs driver >= {wants}" if wants else ""
+    if row is None or _is_installed(row, have_version, have_variant):
+        return None
+    return _target(row, kind, note)
 
 
-def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str]) -> Optional[dict]:
+def _is_installed(row: dict, version: Optional[str], variant: Optional[str]) -> bool:
+    """The row is the installed build: its release series and variant."""
+    return bool(version and versions.torch_version(version) and row.get("variant") == variant
+                and versions.torch_version(version)["series"] == row.get("series"))
+
+
+def _target(row: Optional[dict], kind: str, note: str) -> Optional[dict]:
+    return dict(row, kind=kind, why=note) if row else None
+
+
+def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that matches your driver and GPU "
+                                          "(https://pytorch.org/get-started/locally/).") -> str:
+    """The fix line every torch finding names: the target wheel's pip line with its note
+    (PEP 668-aware), else ``generic``."""
+    row = target_wheel(m)
+    if row is None:
+        return generic
+    have = (m.torch.version or "").split("+")[0]
+    note = row["why"] or {"newer": f"no {have} variant fits; release {row['series']} does",
+                          "older": f"release {row['series']}: the newest with code for this GPU",
+                          "nearest": f"release {row['series']}: the nearest one debtorch knows",
+                          }.get(row["kind"], "")
+    return pip_command(m, row["pip"] + (f"  # {note}" if note else ""))
+
+
+def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str],
+                    platform: str = "linux") -> Optional[dict]:
     """The newest CUDA variant of ``series`` that the driver runs, when the GPU is not known."""
     best = None
     for variant in knowledge.variants(series):
@@ -107,7 +218,7 @@ def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[st
         if not row or not row.get("cuda") or not variant.startswith("cu"):
             continue
         if driver:
-            verdict = knowledge.driver_supports(driver, row["cuda"])[0]
+            verdict = knowledge.driver_supports(driver, row["cuda"], platform)[0]
         elif driver_cuda:
             verdict = knowledge.driver_cuda_supports(driver_cuda, row["cuda"])
         else:

@@ -49,6 +49,7 @@ class Report:
     findings: list
     silenced: list = field(default_factory=list)
     checks_run: int = 0
+    areas: dict = field(default_factory=dict)      # {area: AreaState}: what the facts let the checks judge
 
     def count(self, level: str) -> int:
         return sum(1 for f in self.findings if f.level == level)
@@ -73,6 +74,7 @@ class Report:
             },
             "findings": [f.to_json() for f in self.findings],
             "silenced": [f.id for f in self.silenced],
+            "areas": {a: st.to_json() for a, st in self.areas.items()},
         }
 
 

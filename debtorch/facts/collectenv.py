@@ -27,6 +27,7 @@ import re
 from typing import Iterable, Optional
 
 from debtorch import __version__, inputs, versions
+from debtorch.facts import torch_messages
 from debtorch.facts.cpu import FEATURES
 from debtorch.host import is_allowed
 
@@ -104,10 +105,6 @@ MISSING = {"", "could not collect", "n/a", "none", "no cuda", "not available", "
 INCOMPATIBLE_RE = re.compile(r" with CUDA capability (sm_\d{1,4}[a-z]?) is not compatible with the current PyTorch")
 SUPPORTS_RE = re.compile(r"current PyTorch install supports CUDA capabilities ((?:(?:sm|compute)_\d{1,4}[a-z]?[ \t]*){1,40})")
 TOO_OLD_GPU_RE = re.compile(r"Found GPU(\d{1,3}) ([^\n]{1,200}?) which is of cuda capability (\d{1,2})\.(\d{1,2})")
-DRIVER_TOO_OLD_RE = re.compile(r"The NVIDIA driver on your system is too old \(found version (\d+)\)")
-NO_DRIVER_RE = re.compile(r"Found no NVIDIA driver on your system")
-CUDA_UNKNOWN_RE = re.compile(r"CUDA unknown error - this may be due to an incorrectly set up environment")
-DRIVER_INIT_RE = re.compile(r"CUDA driver initialization failed")
 CUDNN_MISMATCH_RE = re.compile(
     r"cuDNN version (?:incompatibility|mismatch): PyTorch was compiled\s+against (\(\d+, \d+, \d+\)|\d+)"
     r" but (?:found runtime version|linked against) (\(\d+, \d+, \d+\)|\d+)")
@@ -591,9 +588,11 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
 
 
 def parse_torch_warnings(text: str) -> dict:
-    """Facts in the warnings torch prints while collect_env imports it: GPUs with their
-    compute capability, the wheel's arch list, the driver's CUDA from "driver too old",
-    CUDA init and cuDNN errors.  Never raises."""
+    """Facts in the warnings torch prints while collect_env imports it (and in a traceback
+    pasted with the report): GPUs with their compute capability, the wheel's arch list,
+    the driver's CUDA from "driver too old", CUDA init errors (``errors["cuda_init"]``,
+    debtorch/facts/torch_messages.py), "no kernel image" (``errors["kernel"]``) and
+    cuDNN errors.  Never raises."""
     text = str(text)
     out = {"devices": [], "arch_list": None, "errors": {}, "driver_cuda": None, "cudnn_compiled": None,
            "messages": []}
@@ -611,14 +610,16 @@ def parse_torch_warnings(text: str) -> dict:
     m = SUPPORTS_RE.search(text)
     if m:
         out["arch_list"] = m.group(1).split()
-    m = DRIVER_TOO_OLD_RE.search(text)
+    m = torch_messages.DRIVER_TOO_OLD.search(text)
     if m:
         out["driver_cuda"] = versions.cuda_from_int(m.group(1))
-        out["errors"]["cuda_init"] = m.group(0)
-    for rx, key in ((NO_DRIVER_RE, "cuda_init"), (CUDA_UNKNOWN_RE, "cuda_init"), (DRIVER_INIT_RE, "cuda_init")):
-        m = rx.search(text)
-        if m and key not in out["errors"]:
-            out["errors"][key] = m.group(0)
+    found = torch_messages.classify(text)
+    if found and found[0] != "no-kernel-image":
+        out["errors"]["cuda_init"] = found[1]
+    m = torch_messages.NO_KERNEL_IMAGE.search(text)
+    if m:
+        # A kernel launch failed (a traceback pasted below the report): the wheel has no code for the GPU.
+        out["errors"]["kernel"] = m.group(0)
     m = CUDNN_MISMATCH_RE.search(text)
     if m:
         out["errors"]["cudnn"] = m.group(0)
@@ -713,6 +714,14 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         reason = NOT_IN_TEXT if driver_raw is None else f"collect_env printed {driver_raw.strip()!r} for the driver"
         nvml["unknown"]["available"] = reason
         nvml["unknown"]["driver_version"] = reason
+    gv = rd.values.get("gpus")
+    if (driver is None and not smi["present"] and platform != "macos" and hip is None
+            and driver_raw is not None and _missing(driver_raw) and gv is not None and _missing(gv)):
+        # collect_env asks nvidia-smi for both; "Could not collect" (or "No CUDA") for both
+        # means nvidia-smi gave nothing: missing, or no driver to talk to.
+        sec["nvidia_smi"] = {"ran": None, "returncode": None, "error_kind": "not_collected",
+                             "error": f"collect_env printed {driver_raw.strip()!r} for the driver and "
+                                      f"{gv.strip()!r} for the GPUs: nvidia-smi answered nothing"}
     if smi["cuda"]:
         nvml["cuda_driver_version"] = smi["cuda"]
     elif warn["driver_cuda"]:
@@ -874,7 +883,7 @@ def _lacking(doc: dict, rd: _Reader, smi: dict) -> tuple[list[str], list[str]]:
         if gpus is None:
             lack("nvidia.gpus", "the GPU models")
         elif gpus and any(g.get("compute_capability") is None for g in gpus):
-            lack("nvidia.gpus.compute_capability", "the GPUs' compute capability (only their names; look it up by name)")
+            lack("nvidia.gpus.compute_capability", "the GPUs' compute capability (only their names, which checks/gpus.toml looks up)")
         if gpus and any(g.get("memory_total") is None for g in gpus):
             lack("nvidia.gpus.memory", "GPU memory, persistence mode, PCIe link, ECC and clocks (nvidia-smi -q)")
     deep = doc["python"].get("deep")

@@ -18,15 +18,25 @@ ARM_IMPLEMENTERS = {"0x41": "ARM", "0x51": "Qualcomm", "0x61": "Apple", "0x48": 
                     "0xc0": "Ampere"}
 
 
+_S390_PROCESSOR = re.compile(r"processor \d+")
+
+
 def parse_cpuinfo(text: str) -> dict:
-    """Parse /proc/cpuinfo (x86 and Arm).  Never raises.
+    """Parse /proc/cpuinfo (x86, Arm, POWER, s390x, SPARC, MIPS).  Never raises.
 
     Returns model, vendor, logical (count of processors), sockets,
     physical_cores (None when the text cannot tell) and flags (a set of words).
+
+    Layouts: x86 and Arm64 give a block per ``processor : N``; 32-bit Arm kernels
+    and old Arm64 ones add ``Processor : AArch64 Processor rev 4 (aarch64)`` (the
+    model, not a processor number); POWER names the CPU in each block's ``cpu``
+    line and the machine in ``model``; s390x has one ``processor N: ...`` line per
+    CPU and ``# processors``; SPARC has ``cpu`` and ``ncpus active``.
     """
     blocks: list[dict] = []
     cur: dict = {}
     tail: dict = {}
+    s390 = 0
     for line in str(text).splitlines():
         if not line.strip():
             if cur:
@@ -37,6 +47,12 @@ def parse_cpuinfo(text: str) -> dict:
         if not sep:
             continue
         key, value = key.strip().lower(), value.strip()
+        if _S390_PROCESSOR.fullmatch(key):
+            s390 += 1
+            continue
+        if key == "processor" and not value.isdigit():
+            cur.setdefault("processor model", value)     # "Processor : ARMv7 Processor rev 4 (v7l)"
+            continue
         if key == "processor" and cur and "processor" in cur:
             blocks.append(cur)
             cur = {}
@@ -51,7 +67,9 @@ def parse_cpuinfo(text: str) -> dict:
     flags: set = set()
     for b in procs or blocks:
         flags |= set((b.get("flags") or b.get("features") or "").split())
-    model = first.get("model name") or tail.get("model") or tail.get("hardware") or first.get("cpu model")
+    model = (first.get("model name") or first.get("processor model") or tail.get("processor model")
+             or first.get("cpu") or tail.get("cpu") or first.get("cpu model") or tail.get("cpu model")
+             or tail.get("model") or tail.get("hardware"))
     vendor = first.get("vendor_id")
     if vendor is None and first.get("cpu implementer"):
         vendor = ARM_IMPLEMENTERS.get(first["cpu implementer"].lower(), first["cpu implementer"])
@@ -60,6 +78,10 @@ def parse_cpuinfo(text: str) -> dict:
     sockets_ids = {b.get("physical id") for b in procs if b.get("physical id") is not None}
     cores = {(b.get("physical id"), b.get("core id")) for b in procs if b.get("core id") is not None}
     logical = len(procs)
+    if not logical:
+        # s390x: one "processor N:" line per CPU and "# processors"; SPARC: "ncpus active".
+        counted = [s390, _leading_int(tail.get("# processors")), _leading_int(tail.get("ncpus active"))]
+        logical = next((n for n in counted if n), 0)
     physical: Optional[int] = None
     if cores:
         physical = len(cores)
@@ -73,6 +95,11 @@ def parse_cpuinfo(text: str) -> dict:
         "physical_cores": physical,
         "flags": flags,
     }
+
+
+def _leading_int(text) -> int:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else 0
 
 
 def parse_cpu_list(text: str) -> list[int]:

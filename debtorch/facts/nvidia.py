@@ -350,15 +350,21 @@ def _mib(text) -> Optional[int]:
     return int(v * 1024 * 1024) if v is not None else None
 
 
+def _int_or_none(text) -> Optional[int]:
+    return int(text) if isinstance(text, str) and text.strip().isdigit() else None
+
+
 def parse_smi_xml(text: str) -> dict:
     """``nvidia-smi -q -x`` -> {driver_version, cuda_driver_version, gpus: [...]}
     with the same per-GPU fields as the NVML path.  Never raises: bad XML gives
     ``{"error": ...}``.
 
-    Formats nvsmi_device_v10 to v13: ``clocks_throttle_reasons`` became
-    ``clocks_event_reasons``, ``power_readings`` became
-    ``gpu_power_readings``, ECC counters grew sram_uncorrectable_parity/secded.
-    "N/A" is nvidia-smi's word for NOT_SUPPORTED.
+    Formats before nvsmi_device_v10 (single_bit/double_bit ECC blocks) to v13:
+    ``clocks_throttle_reasons`` became ``clocks_event_reasons``, ``power_readings``
+    became ``gpu_power_readings`` (whose average may be N/A beside an instant
+    reading), ECC counters grew sram_uncorrectable_parity/secded.  "N/A" is
+    nvidia-smi's word for NOT_SUPPORTED.  Also read: the PCI device id, the driver
+    model (WDDM/TCC on Windows), the virtualization mode (VGPU) and the MIG devices.
     """
     import xml.etree.ElementTree as ET  # only when nvidia-smi answered: keeps `debtorch facts` start-up small
 
@@ -413,6 +419,13 @@ def _smi_gpu(g, index: int, txt) -> dict:
     bus = g.get("id") or txt(g, "pci/pci_bus_id")
     gpu["pci_bus_id"] = bus
     gpu.set_or_unknown("pci_address", normalise_bus_id(bus), MISSING)
+    # "1E8710DE": device, then vendor.  A driver older than the GPU names it "Graphics
+    # Device"; the id still says which GPU it is (checks/pci.toml).
+    put("pci_device_id", "pci/pci_device_id")
+    # WDDM / TCC: nvidia-smi.exe on Windows (its driver, not a Linux one); N/A on Linux.
+    put("driver_model", "driver_model/current_dm")
+    # None, Pass-Through (a whole GPU given to a VM), VGPU (a slice of one: a GRID guest driver).
+    put("virtualization_mode", "gpu_virtualization_mode/virtualization_mode")
     gpu.unknown("compute_capability", "not in nvidia-smi -q output")
     put("memory_total", "fb_memory_usage/total", _mib)
     put("memory_used", "fb_memory_usage/used", _mib)
@@ -430,7 +443,12 @@ def _smi_gpu(g, index: int, txt) -> dict:
         if node is None:
             gpu.unknown(field, MISSING)
             continue
-        vals = [(c.text or "").strip() for c in node if "uncorrectable" in c.tag]
+        if node.find("double_bit") is not None:
+            # Before format v10 (drivers up to about 450): single_bit (corrected) and
+            # double_bit (uncorrected) blocks, each with a total.
+            vals = [(txt(node, "double_bit/total") or "").strip()]
+        else:
+            vals = [(c.text or "").strip() for c in node if "uncorrectable" in c.tag]
         if not vals:
             gpu.unknown(field, MISSING)
         elif all(v.isdigit() for v in vals):
@@ -463,6 +481,8 @@ def _smi_gpu(g, index: int, txt) -> dict:
         prefix = "clocks_throttle_reason_"
     if reasons is None:
         gpu.unknown("throttle_reasons", MISSING)
+    elif len(reasons) == 0 and (reasons.text or "").strip() in ("N/A", "[N/A]", "Not Supported"):
+        gpu.unknown("throttle_reasons", NOT_SUPPORTED)     # a vGPU: unknown, not "none active"
     else:
         active = []
         for child in reasons:
@@ -480,13 +500,28 @@ def _smi_gpu(g, index: int, txt) -> dict:
         gpu.unknown("power_limit_w", MISSING)
     else:
         ptag = power.tag
-        draw = "power_draw" if power.find("power_draw") is not None else "average_power_draw"
+        # power_draw (v10, v11), else average_power_draw, else instant_power_draw: newer
+        # drivers leave the average N/A on some GPUs and give only the instant reading.
+        readings = [t for t in ("power_draw", "average_power_draw", "instant_power_draw") if power.find(t) is not None]
+        draw = next((t for t in readings if _num(txt(power, t)) is not None), readings[0] if readings else "power_draw")
         put("power_draw_w", f"{ptag}/{draw}", lambda s: round(_num(s), 2))
         limit = next((t for t in ("enforced_power_limit", "current_power_limit", "power_limit")
                       if power.find(t) is not None), "enforced_power_limit")
         put("power_limit_w", f"{ptag}/{limit}", lambda s: round(_num(s), 2))
     put("mig_mode_current", "mig_mode/current_mig", enabled)
     put("mig_mode_pending", "mig_mode/pending_mig", enabled)
+    migs = g.find("mig_devices")
+    if migs is None:
+        gpu.unknown("mig_devices", MISSING)
+        gpu.unknown("mig_device_count", MISSING)
+    else:
+        # "None" as the element's text when MIG is off; one <mig_device> per instance.
+        gpu["mig_devices"] = [{"index": _int_or_none(txt(d, "index")),
+                               "gpu_instance_id": _int_or_none(txt(d, "gpu_instance_id")),
+                               "compute_instance_id": _int_or_none(txt(d, "compute_instance_id")),
+                               "memory_total": _mib(txt(d, "fb_memory_usage/total"))}
+                              for d in migs.findall("mig_device")]
+        gpu["mig_device_count"] = len(gpu["mig_devices"])
     put("compute_mode", "compute_mode", lambda s: s.lower())
     procs = g.find("processes")
     if procs is None:
@@ -753,6 +788,13 @@ def _text(v) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
+def _pci_device_id(pci) -> Optional[str]:
+    """nvmlPciInfo_t.pciDeviceId (device id above the vendor id) as nvidia-smi's XML writes
+    it, "20B010DE"; None where the binding leaves it out."""
+    value = getattr(pci, "pciDeviceId", None)
+    return f"{int(value):08X}" if isinstance(value, int) and value > 0 else None
+
+
 def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
     g = Section(index=index)
     h, why = call("nvmlDeviceGetHandleByIndex", index)
@@ -778,8 +820,8 @@ def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
 
     put("name", "nvmlDeviceGetName", conv=_text)
     put("uuid", "nvmlDeviceGetUUID", conv=_text)
-    put(("pci_bus_id", "pci_address"), "nvmlDeviceGetPciInfo",
-        conv=lambda p: (_text(p.busId), normalise_bus_id(_text(p.busId))))
+    put(("pci_bus_id", "pci_address", "pci_device_id"), "nvmlDeviceGetPciInfo",
+        conv=lambda p: (_text(p.busId), normalise_bus_id(_text(p.busId)), _pci_device_id(p)))
     put("compute_capability", "nvmlDeviceGetCudaComputeCapability", conv=lambda t: f"{int(t[0])}.{int(t[1])}")
     put(("memory_total", "memory_used", "memory_free"), "nvmlDeviceGetMemoryInfo",
         conv=lambda m: (int(m.total), int(m.used), int(m.free)))

@@ -45,7 +45,9 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
 
     ``codename`` is VERSION_CODENAME, else the word in VERSION's parentheses
     ("8 (jessie)"), else lsb-release's DISTRIB_CODENAME; Ubuntu-based systems
-    also name their Ubuntu (``ubuntu_codename``).  Which Debian release this is
+    also name their Ubuntu (``ubuntu_codename``), LMDE its Debian
+    (``debian_codename``, DEBIAN_CODENAME).  ``id`` is lower case, as os-release(5)
+    defines it (Deepin and UOS write "Deepin", "UOS").  Which Debian release this is
     (or derives from) is the machine view's question (debtorch/machine.py), answered
     from checks/debian.toml.
     """
@@ -58,13 +60,14 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     if not codename and lsb.get("codename"):
         codename = lsb["codename"].lower()
     return {
-        "id": os_release.get("ID") or (lsb.get("id") or "").lower() or None,
+        "id": (os_release.get("ID") or lsb.get("id") or "").strip().lower() or None,
         "id_like": os_release.get("ID_LIKE") or None,
         "pretty_name": os_release.get("PRETTY_NAME") or lsb.get("description") or None,
         "version": version,
         "version_id": os_release.get("VERSION_ID") or lsb.get("release") or None,
         "codename": codename,
         "ubuntu_codename": os_release.get("UBUNTU_CODENAME") or None,
+        "debian_codename": (os_release.get("DEBIAN_CODENAME") or "").strip().lower() or None,
     }
 
 

@@ -29,14 +29,16 @@ GPU = {
     "ecc_mode_pending": BOOL, "ecc_uncorrected_volatile": INT, "ecc_uncorrected_aggregate": INT,
     "retired_pages_pending": BOOL, "remapped_rows_pending": BOOL, "remapped_rows_failure": BOOL,
     "throttle_reasons": _list(STR), "temperature_c": NUM, "power_draw_w": NUM, "power_limit_w": NUM,
-    "mig_mode_current": BOOL, "mig_mode_pending": BOOL, "compute_mode": STR,
+    "mig_mode_current": BOOL, "mig_mode_pending": BOOL, "compute_mode": STR, "pci_device_id": STR,
+    "driver_model": STR, "virtualization_mode": STR, "mig_device_count": INT,
+    "mig_devices": _list({"index": INT, "gpu_instance_id": INT, "compute_instance_id": INT, "memory_total": NUM}),
     "processes": _list({"pid": INT, "used_memory": NUM}), "utilization_gpu": NUM, "utilization_memory": NUM,
     "unknown": UNKNOWN,
 }
 
 SCHEMA: dict = {
     "os": {"id": STR, "id_like": STR, "pretty_name": STR, "version": STR, "version_id": STR, "codename": STR,
-           "ubuntu_codename": STR, "debian_version": STR, "platform": STR, "kernel": STR, "arch": STR,
+           "ubuntu_codename": STR, "debian_codename": STR, "debian_version": STR, "platform": STR, "kernel": STR, "arch": STR,
            "hostname": STR, "user": STR, "wsl": INT, "glibc": STR, "container": STR,
            "container_evidence": _list(STR), "externally_managed": BOOL,
            "externally_managed_pythons": _list(STR), "system_python": STR, "release": STR, "unknown": UNKNOWN},

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Optional, TextIO, Union
 
-STYLES = {"plain": "", "info": "", "ok": "green", "warning": "yellow", "error": "red", "crash": "magenta"}
+STYLES = {"plain": "", "info": "", "ok": "green", "warning": "yellow", "error": "red", "crash": "magenta",
+          "unknown": "cyan"}
 LOG_WIDTH = 110  # a table written to a log or a pipe: no terminal to fit
 
 

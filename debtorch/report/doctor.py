@@ -14,8 +14,8 @@ from debtorch.report.console import Line
 from debtorch.report.facts import show_value
 from debtorch.units import human_bytes
 
-MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•"}
-MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-"}
+MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "info": "•", "unknown": "?"}
+MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-", "unknown": "?"}
 
 AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
                 "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
@@ -105,6 +105,7 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
         by_area.setdefault(f.area, []).append(f)
     lines = [Line("Doctor summary (debtorch doctor -v shows details):")]
     problem_areas = 0
+    not_known = []
     for area, title in AREAS:
         found = by_area.get(area, [])
         if any(f.crashed for f in found):
@@ -121,6 +122,12 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
             head = f"rules from {', '.join(site_files)}" if site_files else "no site rules"
         else:
             head = area_headline(area, facts)
+        state = report.areas.get(area)
+        if state is not None and not state.known and kind == "ok":
+            # Unknown never looks fine (issue 10): its own mark and wording (debtorch/doctor/areas.py).
+            kind = "unknown"
+            not_known.append(title)
+            head = state.wording if head.startswith("unknown") else f"{head}; {state.wording}"
         lines.append(Line(f"[{marks[kind]}] {title}" + (f": {head}" if head else ""), kind))
         for f in found:
             if f.level == "info" and not verbose:
@@ -153,7 +160,10 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
             summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
         lines.append(Line(summary + "."))
     else:
-        lines.append(Line(f"{marks['info']} No issues found!" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else "")))
+        found_none = "No issues found in what the input shows" if not_known else "No issues found!"
+        lines.append(Line(f"{marks['info']} {found_none}" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else "")))
+    if not_known:
+        lines.append(Line(f"  {marks['unknown']} Not judged: {', '.join(not_known)}.", "unknown"))
     if report.silenced:
         lines.append(Line(f"  ({len(report.silenced)} finding(s) silenced by the site config: {', '.join(sorted({f.id for f in report.silenced}))})"))
     return lines

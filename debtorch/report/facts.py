@@ -124,7 +124,7 @@ def facts_lines(doc: dict) -> list[str]:
 
     p = doc.get("python") or {}
     head("Python / PyTorch")
-    row("interpreter", f"{p.get('executable')} (Python {_val(p, 'version')}{', venv' if p.get('venv') else ''})")
+    row("interpreter", f"{_val(p, 'executable')} (Python {_val(p, 'version')}{', venv' if p.get('venv') else ''})")
     t = p.get("torch")
     if t is None:
         row("torch", _unknown(p, "torch"))

@@ -110,4 +110,5 @@ def redact_report(facts: dict, report: Report, site_files=()):
         for f in report.findings
     ]
     silenced = [dataclasses.replace(f, message=r.text(f.message)) for f in report.silenced]
-    return new_facts, Report(findings, silenced, report.checks_run), [r.text(p) for p in site_files]
+    areas = {a: dataclasses.replace(st, reason=r.text(st.reason)) for a, st in report.areas.items()}
+    return new_facts, Report(findings, silenced, report.checks_run, areas), [r.text(p) for p in site_files]

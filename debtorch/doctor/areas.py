@@ -1,0 +1,125 @@
+"""Which areas of a report the facts let the doctor judge (issue 10, class 8).
+
+An area whose facts are unknown must not look fine: a pasted collect_env report
+says nothing of APT, memory or storage, a macOS report's OS is outside what
+debtorch judges, a recording without NVML or nvidia-smi says nothing of the
+GPUs' health.  :func:`area_states` decides it, once, from the machine view;
+the renderer only shows the answer (its own mark and wording), and the JSON
+report carries it.
+
+A state is "judged" (the checks had their facts), "unknown" (they had not:
+``reason`` says what was missing) or "not-judged" (the facts are there but
+outside debtorch's scope: a macOS or Windows host's OS).  Findings still decide
+a mark: an error in an unknown area is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from debtorch.machine import Machine
+
+JUDGED, UNKNOWN, NOT_JUDGED = "judged", "unknown", "not-judged"
+# What a GPU entry must give for its health to be judged (ECC, clocks, memory, PCIe).
+GPU_HEALTH = ("memory_total", "persistence_mode", "ecc_mode_current", "throttle_reasons", "pcie_current_gen",
+              "temperature_c", "ecc_uncorrected_volatile")
+
+
+@dataclass(frozen=True)
+class AreaState:
+    state: str
+    reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.state == JUDGED
+
+    @property
+    def wording(self) -> str:
+        """How a report says it: "" when judged, else "not known: ..." or "not judged: ..."."""
+        return describe(self)
+
+    def to_json(self) -> dict:
+        return {"state": self.state, "reason": self.reason}
+
+
+def _why(m: Machine, *paths: str) -> str:
+    for path in paths:
+        reason = m.unknown(path)
+        if reason:
+            return reason
+    return "not in the facts"
+
+
+def area_state(m: Machine, area: str) -> AreaState:
+    """Whether ``area``'s checks could judge this machine, and why not."""
+    if area == "os":
+        if m.os.platform in ("windows", "macos"):
+            return AreaState(NOT_JUDGED, "debtorch's checks are for Linux (Debian)")
+        if m.os.id is None:
+            return AreaState(UNKNOWN, _why(m, "os.id", "os.pretty_name"))
+        return AreaState(JUDGED)
+    if area == "apt":
+        if m.os.platform in ("windows", "macos"):
+            return AreaState(NOT_JUDGED, f"no APT on {m.os.platform}")
+        if m.apt.components is None and not isinstance(m.get("apt.packages"), dict):
+            return AreaState(UNKNOWN, m.apt.unknown or _why(m, "apt.sources", "apt.packages"))
+        return AreaState(JUDGED)
+    if area == "driver":
+        if m.driver.version or m.has_nvidia_gpu is False or m.pci_gpus or m.cuda.failure:
+            return AreaState(JUDGED)
+        return AreaState(UNKNOWN, m.driver.unknown or "no driver version and no list of GPUs")
+    if area == "gpu":
+        if m.has_nvidia_gpu is False:
+            return AreaState(JUDGED)
+        listed = m.listed_gpus
+        if not listed:
+            if m.pci_gpus:
+                return AreaState(JUDGED)     # seen on the bus, unreachable: the driver area says why
+            return AreaState(UNKNOWN, _why(m, "nvidia.gpus"))
+        if not any(g.value(k) is not None for g in listed for k in GPU_HEALTH):
+            return AreaState(UNKNOWN, "only the GPUs' names: their memory, ECC, clocks and PCIe link are not in "
+                                      "the facts (nvidia-smi -q gives them)")
+        return AreaState(JUDGED)
+    if area in ("cuda", "torch"):
+        if not m.torch.known:
+            return AreaState(UNKNOWN, m.torch.unknown or "the installed PyTorch is not in the facts")
+        return AreaState(JUDGED)
+    if area == "python":
+        if m.get("python.version") is None:
+            return AreaState(UNKNOWN, _why(m, "python.version"))
+        return AreaState(JUDGED)
+    if area == "cpu":
+        if not m.cpus.known and m.get("cpu.governor") is None:
+            return AreaState(UNKNOWN, "usable CPUs and the frequency governor: " + (m.cpus.unknown or "not in the facts"))
+        return AreaState(JUDGED)
+    if area == "memory":
+        if all(m.get(f"memory.{k}") is None for k in ("total", "shm_total", "memlock_soft", "nofile_soft")):
+            return AreaState(UNKNOWN, _why(m, "memory.shm_total", "memory.total"))
+        return AreaState(JUDGED)
+    if area == "storage":
+        if m.get("storage.nvme") is None and m.get("storage.data") is None:
+            return AreaState(UNKNOWN, _why(m, "storage.nvme", "storage.data"))
+        return AreaState(JUDGED)
+    return AreaState(JUDGED)
+
+
+def area_states(m: Machine, areas) -> dict:
+    """{area: AreaState} for every area name in ``areas``."""
+    return {a: area_state(m, a) for a in areas}
+
+
+def unknown_areas(states: dict) -> list:
+    """The areas not judged, in report order."""
+    return [a for a, s in states.items() if not s.known]
+
+
+def describe(state: Optional[AreaState]) -> str:
+    """The wording a report uses for a state that is not judged."""
+    if state is None or state.known:
+        return ""
+    return ("not judged: " if state.state == NOT_JUDGED else "not known: ") + state.reason
+
+
+__all__ = ["AreaState", "area_state", "area_states", "unknown_areas", "describe", "JUDGED", "UNKNOWN", "NOT_JUDGED"]

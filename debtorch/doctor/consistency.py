@@ -1,0 +1,111 @@
+"""Fixes that contradict each other or the facts (issue 10, class 7), defined concretely.
+
+One report's findings contradict when:
+
+1. **two PyTorch installs**: two fixes name different torch wheels (another
+   version pin or another index) in a ``pip install`` line.  A
+   ``--force-reinstall`` of the installed build is a repair, not a choice, and
+   is left out;
+2. **a Linux driver where the driver is not Linux's**: a fix installs or loads a
+   Linux NVIDIA driver (``apt install nvidia-driver``, ``cuda-drivers``,
+   ``nvidia-kernel-dkms``, ``nvidia-open``; ``modprobe nvidia``) where
+   Windows serves CUDA (WSL 2, a Windows report, nvidia-smi's WDDM model),
+   on macOS, or in a container (the host's driver serves it);
+3. **an install of what is installed**: a ``pip install`` of the installed
+   torch build (its release series and variant) into the same environment (a
+   new venv is another one), or an ``apt install`` of a package dpkg lists as
+   installed;
+4. **pip into an externally managed Python**: a bare ``pip install`` (or the
+   system interpreter's ``-m pip install``) where the target is Debian's own
+   Python, which PEP 668 makes refuse it: the fix must make a venv;
+5. **two directions**: one fix says to install an older PyTorch while a pip
+   line names a release newer than the installed one.
+
+:func:`contradictions` lists them for a report; tests/test_contradictions.py
+runs it on every fixture machine and every corpus report.  docs/checks.md
+("Fixes never contradict") says the same.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from debtorch import versions
+from debtorch.doctor.fixes import externally_managed
+from debtorch.machine import Machine
+
+PIP_TORCH = re.compile(r"(?:^|\s)(?P<cmd>(?:\S*/)?pip3?|\S*python3?(?:\.\d+)? -m pip) install (?P<args>[^#\n]*)")
+LINUX_DRIVER = re.compile(r"apt(?:-get)? install [^\n#]*\b(nvidia-driver|cuda-drivers|nvidia-kernel-dkms|nvidia-open"
+                          r"[-\w]*|nvidia-tesla-\d+-driver)\b|\bmodprobe nvidia\b(?!_uvm)")
+APT_INSTALL = re.compile(r"apt(?:-get)? install ([^\n#]*)")
+
+
+def _torch_target(args: str) -> Optional[tuple]:
+    """(requirement, index) of the torch a pip argument list installs, or None."""
+    words = args.split()
+    req = next((w for w in words if re.fullmatch(r"torch(?:[=<>!~]=?[\w.*+]+)?", w)), None)
+    if req is None:
+        return None
+    index = next((words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--index-url", "--extra-index-url")), None)
+    return req, index
+
+
+def _series_variant(req: str, index: Optional[str]) -> tuple:
+    pin = req.split("==", 1)[1] if "==" in req else None
+    parsed = versions.torch_version(pin.replace(".*", "")) if pin else None
+    variant = index.rstrip("/").rsplit("/", 1)[-1] if index else None
+    return (parsed["series"] if parsed else None), variant
+
+
+def contradictions(m: Machine, findings) -> list:
+    """One line per contradiction among ``findings`` (a report's, on machine ``m``); [] when none."""
+    out = []
+    installs: dict = {}
+    older_said = []
+    installed_packages = {name for name, row in (m.get("apt.packages") or {}).items()
+                          if isinstance(row, dict) and "installed" in str(row.get("status", "installed"))}
+    t = m.torch
+    have_series = t.series if t.installed else None
+    for f in findings:
+        fix = f.fix or ""
+        for match in PIP_TORCH.finditer(fix):
+            args, cmd = match.group("args"), match.group("cmd")
+            target = _torch_target(args)
+            if target is None:
+                continue
+            if "--force-reinstall" in args:
+                continue
+            installs.setdefault(target, []).append(f.id)
+            series, variant = _series_variant(*target)
+            into_venv = "venvs/" in cmd or "/venv" in cmd       # a new environment: nothing is installed there
+            if (t.installed and not into_venv and series and series == have_series and variant
+                    and variant == t.variant):
+                out.append(f"{f.id}: installs the installed torch ({t.version}) again")
+            if externally_managed(m) and not into_venv:
+                out.append(f"{f.id}: pip install into the externally managed {m.get('python.executable')} (PEP 668)")
+            if series and have_series and versions.below(have_series, series):
+                older_said.append((f.id, "newer", series))
+        if re.search(r"\bolder PyTorch\b", fix):
+            older_said.append((f.id, "older", None))
+        if LINUX_DRIVER.search(fix):
+            if m.driver.platform != "linux":
+                out.append(f"{f.id}: installs a Linux driver where the {m.driver.platform} driver serves CUDA")
+            elif m.os.container:
+                out.append(f"{f.id}: installs a driver inside a container (the host's driver serves it)")
+        for match in APT_INSTALL.finditer(fix):
+            named = {w for w in match.group(1).split() if not w.startswith("-") and "$" not in w}
+            again = sorted(named & installed_packages)
+            if again:
+                out.append(f"{f.id}: apt install of installed package(s) {', '.join(again)}")
+    if len(installs) > 1:
+        shown = "; ".join(f"{' '.join(x for x in k if x)} ({', '.join(v)})" for k, v in installs.items())
+        out.append(f"different PyTorch installs: {shown}")
+    kinds = {k for _, k, _ in older_said}
+    if {"older", "newer"} <= kinds:
+        out.append("one fix says an older PyTorch, another a newer release: "
+                   + ", ".join(fid for fid, _, _ in older_said))
+    return out
+
+
+__all__ = ["contradictions"]

@@ -1,0 +1,228 @@
+"""Verdicts from partial evidence (issue 10, phase 2), tested by class rather than by file.
+
+torch's own words are evidence wherever they appear: each warning is added to
+every healthy Linux report of the corpus, and the verdict must follow from
+the words alone.  The machine view answers what the facts imply (a GPU known
+by name or PCI id, an old wheel's arch list from its CUDA, the Debian a
+derivative is built on, the architecture without wheels); the area states say
+what could not be judged.
+"""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from debtorch import knowledge
+from debtorch.doctor import Context, diagnose
+from debtorch.doctor.areas import JUDGED, NOT_JUDGED, UNKNOWN, area_state
+from debtorch.facts import collectenv, torch_messages
+from debtorch.facts.nvidia import parse_smi_xml
+from debtorch.machine import Machine
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("corpus_score", ROOT / "benchmarks" / "corpus_score.py")
+score = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(score)
+
+REPORTS = sorted((ROOT / "tests" / "corpus" / "collect_env").glob("*.txt")) + \
+    sorted((ROOT / "tests" / "collect_env").glob("*.txt"))
+
+
+def _healthy_linux_cuda_reports():
+    out = []
+    for path in REPORTS:
+        exp = score._expected(path.with_suffix(".expected.toml"))
+        doc = collectenv.parse_file(str(path))
+        m = Machine.from_facts(doc)
+        if (score.target({"expected": exp}) == "healthy" and m.os.platform == "linux" and m.torch.cuda
+                and not m.os.wsl):
+            out.append(path)
+    return out
+
+
+HEALTHY = _healthy_linux_cuda_reports()
+WARN = "/x/site-packages/torch/cuda/__init__.py:52: UserWarning: CUDA initialization: {}\n"
+
+
+def _unavailable(text):
+    """What the report says when torch's warning fired: CUDA is not available."""
+    return re.sub(r"(Is CUDA available\s*:\s*)(True|Yes)", lambda m: m.group(1) + ("False" if m.group(2) == "True" else "No"),
+                  text)
+
+
+def _verdict(text):
+    doc = collectenv.parse(text)
+    report = diagnose(doc, Context(source="collect_env"))
+    return score.verdict_class(report.findings), report.findings, Machine.from_facts(doc)
+
+
+def test_there_are_enough_healthy_reports_to_vary():
+    assert len(HEALTHY) >= 8
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_found_no_driver_is_no_driver_on_any_report(path):
+    text = WARN.format("Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and "
+                       "installed a driver from http://www.nvidia.com/Download/index.aspx") + _unavailable(path.read_text())
+    cls, found, m = _verdict(text)
+    assert cls == "no-driver" and m.cuda.failure == "no-driver" and m.cuda.from_torch
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_driver_too_old_words_carry_the_drivers_cuda(path):
+    text = WARN.format("The NVIDIA driver on your system is too old (found version 10010). Please update your "
+                       "GPU driver") + _unavailable(path.read_text())
+    cls, found, m = _verdict(text)
+    assert m.driver.cuda == "10.1" or m.get("nvidia.cuda_driver_version")      # 10010 is CUDA 10.1
+    assert cls == "driver-too-old", [f.id for f in found]
+    e1 = next(f for f in found if f.id == "cuda.E001")
+    assert "too old" in e1.message
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_no_kernel_image_is_an_arch_verdict_on_any_report(path):
+    text = path.read_text() + ("\nTraceback (most recent call last):\nRuntimeError: CUDA error: no kernel image is "
+                               "available for execution on the device\n")
+    cls, found, _ = _verdict(text)
+    assert cls in ("arch-too-new", "arch-too-old"), [f.id for f in found]
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_cuda_unknown_error_is_a_failed_initialisation_on_any_report(path):
+    text = WARN.format("CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing "
+                       "env variable CUDA_VISIBLE_DEVICES after program start.") + _unavailable(path.read_text())
+    cls, found, _ = _verdict(text)
+    assert "cuda.E003" in {f.id for f in found} and cls in ("other", "driver-too-old", "cpu-wheel")
+
+
+@given(st.text(max_size=400))
+def test_classifying_torchs_words_never_raises(text):
+    got = torch_messages.classify(text)
+    assert got is None or got[0] in {k for k, _ in torch_messages.KINDS}
+
+
+# --- the machine view ------------------------------------------------------------------------
+
+def test_a_gpu_nvidia_smi_calls_graphics_device_is_known_by_its_pci_id():
+    xml = (ROOT / "tests" / "corpus" / "nvidia-smi-xml" / "telegraf-gtx-1660-ti.xml").read_text()
+    got = parse_smi_xml(xml)
+    doc = {"nvidia": {"source": "nvidia-smi", "gpus": got["gpus"]}}
+    [g] = Machine.from_facts(doc).gpus
+    assert g.name == "Graphics Device" and g.cc == "7.5" and g.cc_from == "the PCI id"
+
+
+def test_windows_xml_makes_the_driver_windows():
+    xml = (ROOT / "tests" / "corpus" / "nvidia-smi-xml" / "netdata-rtx-2080-win.xml").read_text()
+    doc = {"nvidia": {"source": "nvidia-smi", "gpus": parse_smi_xml(xml)["gpus"], "driver_version": "531.41"}}
+    assert Machine.from_facts(doc).driver.platform == "windows"
+
+
+@pytest.mark.parametrize("version, cuda, cc, judged", [
+    ("1.2.0", "10.0", "1.2", "none"),       # older than anything CUDA 10.0 builds
+    ("1.5.0", "10.2", "8.6", "none"),       # Ampere: CUDA 10.2 stops at sm_75
+    ("1.5.0", "10.2", "3.0", "sass"),       # CUDA 10.2 builds sm_30; whether the wheel did is not known
+    ("1.7.1", "11.0", "8.6", "sass"),       # 11.0 builds sm_80, which runs on 8.6
+])
+def test_an_old_wheel_is_judged_by_what_its_cuda_can_build(version, cuda, cc, judged):
+    doc = {"python": {"torch": {"installed": True, "version": version, "cuda": cuda}}}
+    arch = Machine.from_facts(doc).torch_arch
+    assert arch is not None and not arch.exact and "cuda_arch.toml" in arch.source
+    assert knowledge.arch_support(cc, arch.arch)[0] == judged
+
+
+@pytest.mark.parametrize("files, release, relation", [
+    ({"ID": "ubuntu", "ID_LIKE": "debian", "VERSION_ID": "16.04"}, None, None),          # Ubuntu alone: no base
+    ({"ID": "ubuntu", "ID_LIKE": "debian", "debian_version": "stretch/sid"}, "9", "older"),
+    ({"ID": "linuxmint", "ID_LIKE": "debian", "VERSION_ID": "6", "DEBIAN_CODENAME": "bookworm"}, "12", "supported"),
+    ({"ID": "raspbian", "ID_LIKE": "debian", "VERSION_ID": "10", "VERSION": "10 (buster)"}, "10", "older"),
+    ({"ID": "raspbian", "ID_LIKE": "debian", "VERSION_ID": "8"}, "8", "older"),
+    ({"ID": "debian", "VERSION_CODENAME": "trixie"}, "testing", "supported"),              # no VERSION_ID: testing
+    ({"ID": "debian", "debian_version": "stretch/sid"}, "testing", "older"),
+    ({"ID": "debian", "VERSION": "8 (jessie)", "VERSION_ID": "8"}, "8", "older"),
+    ({"ID": "debian", "VERSION_ID": "15"}, "15", "newer"),                                 # newer, never older
+    ({"ID": "Deepin", "ID_LIKE": "debian"}, None, None),
+])
+def test_which_debian_a_machine_is_or_is_built_on(files, release, relation):
+    from debtorch.facts.osinfo import identify
+
+    osr = {k: v for k, v in files.items() if k.isupper()}
+    os_sec = dict(identify(osr), debian_version=files.get("debian_version"), platform="linux")
+    o = Machine.from_facts({"os": os_sec}).os
+    assert o.id == o.id.lower()
+    assert (o.debian.release if o.debian else None) == release
+    assert (o.debian.relation if o.debian else None) == relation
+
+
+def test_a_derivative_on_an_old_base_is_warned_like_that_debian():
+    doc = {"os": {"id": "ubuntu", "id_like": "debian", "pretty_name": "Ubuntu 16.04.7 LTS",
+                  "debian_version": "stretch/sid", "platform": "linux"}}
+    ids = {f.id for f in diagnose(doc).findings}
+    assert {"os.I001", "os.W002"} <= ids
+
+
+@pytest.mark.parametrize("arch, wheels", [("x86_64", True), ("aarch64", True), ("s390x", True),
+                                          ("armv7l", False), ("i686", False), ("riscv64", False)])
+def test_architectures_without_wheels_get_a_finding(arch, wheels):
+    doc = {"os": {"id": "debian", "version_id": "12", "platform": "linux", "arch": arch},
+           "python": {"version": "3.11.2", "torch": {"installed": False}}}
+    ids = {f.id for f in diagnose(doc).findings}
+    assert ("cpu.W004" in ids) is (not wheels)
+
+
+# --- what cannot be judged -------------------------------------------------------------------
+
+def test_a_reports_silent_areas_are_unknown_and_a_live_machines_are_judged(replay):
+    doc = collectenv.parse_file(str(ROOT / "tests" / "corpus" / "collect_env" / "pytorch-pytorch-82382.txt"))
+    m = Machine.from_facts(doc)
+    for area in ("apt", "memory", "storage", "gpu", "cpu"):
+        assert area_state(m, area).state == UNKNOWN, area
+        assert area_state(m, area).reason
+    assert area_state(m, "os").state == JUDGED and area_state(m, "driver").state == JUDGED
+    from debtorch import facts as facts_mod
+    live = Machine.from_facts(facts_mod.collect(replay("debian13-workstation-rtx3080")))
+    assert all(area_state(live, a).known for a in ("os", "apt", "driver", "gpu", "cpu", "memory", "storage"))
+
+
+def test_a_macos_reports_os_is_not_judged_and_not_a_tick():
+    path = ROOT / "tests" / "corpus" / "collect_env" / "pytorch-pytorch-11870.txt"
+    from typer.testing import CliRunner
+
+    from debtorch.cli import app
+    doc = collectenv.parse_file(str(path))
+    assert area_state(Machine.from_facts(doc), "os").state == NOT_JUDGED
+    text = CliRunner().invoke(app, ["doctor", "--from-collect-env", str(path)]).output
+    os_line = next(ln for ln in text.splitlines() if "Operating system" in ln)
+    assert os_line.startswith("[?]") and "not judged" in os_line
+    assert "[✓] APT" not in text and "[✓] Memory" not in text and "Not judged:" in text
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
+def test_missing_values_never_render_as_words(path):
+    from typer.testing import CliRunner
+
+    from debtorch.cli import app
+    text = CliRunner().invoke(app, ["doctor", "-v", "--from-collect-env", str(path)]).output
+    for word in (" None", "None)", "in None", "(None"):
+        assert word not in text.replace("NoneType", ""), (word, [ln for ln in text.splitlines() if word in ln])
+
+
+@pytest.mark.parametrize("env, mode, want", [
+    ({"CUDA_VISIBLE_DEVICES": ""}, "default", {"cuda.E003"}),     # hidden: unset it, not a driver reload
+    ({}, "prohibited", {"gpu.E003"}),                              # prohibited: gpu.E003 alone says what to do
+    ({}, "default", {"cuda.E003"}),                                # the driver answers, CUDA does not start
+])
+def test_cuda_unavailable_is_explained_by_what_hides_the_gpus_first(env, mode, want):
+    doc = {"nvidia": {"driver_version": "570.124.06",
+                      "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_mode": mode}]},
+           "env": {"variables": env},
+           "python": {"version": "3.11.2", "torch": {"installed": True, "version": "2.6.0+cu124", "cuda": "12.4"},
+                      "deep": {"cuda_available": False}}}
+    found = diagnose(doc).findings
+    errors = {f.id for f in found if f.level == "error"}
+    assert errors == want
+    if env:
+        assert next(f for f in found if f.id == "cuda.E003").fix.startswith("unset CUDA_VISIBLE_DEVICES")
