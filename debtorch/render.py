@@ -150,6 +150,30 @@ def facts_lines(doc: dict) -> list[str]:
         else:
             row("deep probe", _fmt(deep.get("errors")))
 
+    net = Machine.from_facts(doc).network
+    head("Network")
+    if net.interfaces is None:
+        row("interfaces", f"unknown ({net.unknown})")
+    for i in net.interfaces or ():
+        speed = f", {i.speed_mbps / 1000:g} Gb/s" if i.speed_mbps else ""
+        addrs = ", ".join(i.addresses) if i.addresses else ("no address" if i.addresses is not None else "addresses unknown")
+        row(i.name, f"{'up' if i.up else 'down'} ({i.operstate or '?'}), MTU {i.mtu}{speed}, {i.link_type or '?'}; {addrs}")
+    for p in net.ib_ports:
+        row(p.label, f"{p.state or '?'} ({p.phys_state or '?'}), {p.rate or 'rate unknown'}, {p.link_layer or '?'}")
+    row("OFED", net.ofed or _unknown(doc.get("network") or {}, "ofed_version"))
+    for c in net.choices:
+        row(c.variable, f"{c.value} -> {', '.join(c.usable) or 'no usable interface'}")
+    if net.master_addr:
+        row("MASTER_ADDR", f"{net.master_addr} -> " + (", ".join(net.master_addresses) if net.master_addresses
+                                                       else f"does not resolve ({net.master_error})"))
+    sl = Machine.from_facts(doc).slurm
+    if sl.job_id:
+        head("Slurm")
+        row("job", f"{sl.job_id}" + (f" step {sl.step_id}" if sl.step_id else "") + (f", task {sl.procid} of {sl.ntasks}" if sl.ntasks else ""))
+        row("nodes", f"{sl.nnodes or '?'}: {sl.nodelist or 'unknown'}")
+        row("CPUs per task", str(sl.cpus_per_task) if sl.cpus_per_task else "not set (SLURM_CPUS_PER_TASK)")
+        row("GPUs on this node", str(sl.gpus_on_node) if sl.gpus_on_node is not None else (sl.gpus or "none requested"))
+
     e = doc.get("env") or {}
     head("Environment (allowlisted)")
     vars_ = e.get("variables") or {}
@@ -345,7 +369,7 @@ MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-
 
 
 AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
-                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
+                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage", "network": "network"}
 
 
 def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
@@ -420,7 +444,25 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
             return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
         n = len(m.get("storage.nvme") or [])
         return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
+    if area == "network":
+        return network_summary(m)
     return ""
+
+
+def network_summary(m: Machine) -> str:
+    """'eth0 25 Gb/s, ib0 200 Gb/s; mlx5_0 port 1 ACTIVE 200 Gb/s InfiniBand; OFED 23.10' (one line)."""
+    n = m.network
+    if n.interfaces is None:
+        return f"unknown ({n.unknown})"
+    up = [i for i in n.interfaces if i.up and not i.loopback]
+    parts = [", ".join(f"{i.name}" + (f" {i.speed_mbps / 1000:g} Gb/s" if i.speed_mbps else "") for i in up)
+             or "no interface up besides loopback"]
+    if n.ib_ports:
+        parts.append(", ".join(f"{p.label} {p.state or '?'}" + (f" {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
+                               + (f" {p.link_layer}" if p.link_layer else "") for p in n.ib_ports))
+    if n.ofed:
+        parts.append(f"OFED {n.ofed}")
+    return "; ".join(parts)
 
 
 def doctor_lines(facts: dict, report, verbose: bool = False, unicode: bool = True, lacking=None,

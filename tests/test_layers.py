@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "debtorch"
 
 # Lowest first.  A module may import its own layer and the layers before it.
 LAYERS = [
-    ("base", ("debtorch.versions", "debtorch.units")),
+    ("base", ("debtorch.versions", "debtorch.units", "debtorch.hostlist")),
     ("host", ("debtorch.nvmlfake", "debtorch.host")),
     ("probes", ("debtorch.probes",)),
     ("facts", ("debtorch.facts",)),

@@ -6,7 +6,7 @@ and returns a plain dict::
     {"schema_version": 1, "debtorch_version": ..., "host": "live",
      "os": {...}, "apt": {...}, "cpu": {...}, "memory": {...},
      "storage": {...}, "nvidia": {...}, "cuda": {...}, "python": {...},
-     "env": {...}}
+     "env": {...}, "network": {...}}
 
 Every section is a dict.  A value that could not be determined is ``None``
 and its reason is under the section's ``unknown`` mapping
@@ -35,7 +35,7 @@ from debtorch.host import Host
 SCHEMA_VERSION = 1
 
 # Section name -> module under debtorch.facts with a ``collect(host, ctx)``.
-SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env")
+SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env", "network")
 _MODULES = {"os": "osinfo", "python": "pyenv"}
 
 
