@@ -227,6 +227,12 @@ from debtorch.commands.verify_train import verify_train as _verify_train  # noqa
 app.command(name="verify-train")(_verify_train)
 # --- end debtorch verify-train ---------------------------------------------------------------
 
+# --- debtorch fleet (issue 12): the command lives in debtorch/fleet/command.py ---
+from debtorch.fleet.command import fleet as _fleet  # noqa: E402
+
+app.command(name="fleet")(_fleet)
+# --- end debtorch fleet --------------------------------------------------------
+
 
 def _json_default(obj):
     if isinstance(obj, (set, frozenset)):

@@ -49,10 +49,12 @@ class KnowledgeError(ValueError):
 # Where the data is
 
 
+_HERE = Path(__file__).resolve().parent     # resolved once: load() is asked for every check of every node
+
+
 def candidate_dirs() -> List[Path]:
     """The folders searched for the data files, in order (the env variable aside)."""
-    here = Path(__file__).resolve().parent
-    return [here.parent / "checks", here / "_data" / "checks", SYSTEM_DIR]
+    return [_HERE.parent / "checks", _HERE / "_data" / "checks", SYSTEM_DIR]
 
 
 def checks_dir() -> Path:

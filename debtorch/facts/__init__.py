@@ -130,6 +130,12 @@ def load(path: str, text: Optional[str] = None) -> dict:
         doc = json.loads(text)
     except ValueError as exc:
         raise FactsFileError(f"{path}: not JSON ({exc})") from None
+    return validate(doc, path)
+
+
+def validate(doc: Any, path: str) -> dict:
+    """A parsed facts document (or ``doctor --json`` document), checked and completed:
+    the facts, with a section that is absent marked unknown.  Raises FactsFileError."""
     if not isinstance(doc, dict):
         raise FactsFileError(f"{path}: expected a JSON object of facts")
     # `debtorch doctor --json` wraps the facts; accept both documents.
