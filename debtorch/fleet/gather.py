@@ -168,7 +168,8 @@ def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
     outcome.code = outcome.summary.exit_code(options.fail_on)
     on_report(outcome)
     worker.request("publish", key="verdict", value={"code": outcome.code})
-    worker.request("finish", expected=len(joined) - 1, timeout_s=GRACE_S, timeout=GRACE_S + 10)
+    # The ranks that sent a document wait for the verdict; one that died before sending never will.
+    worker.request("finish", expected=len(files) - 1, timeout_s=GRACE_S, timeout=GRACE_S + 10)
     return outcome
 
 
