@@ -65,10 +65,20 @@ def checks_dir() -> Path:
         if not path.is_dir():
             raise KnowledgeError(f"{ENV_DIR}={env}: not a folder")
         return path
+    found = _installed_dir()
+    if found is None:
+        raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_dir() -> Optional[Path]:
+    """The first candidate folder holding the data; looked up once per process (load() is asked
+    for every check of every node a fleet compares)."""
     for path in candidate_dirs():
         if (path / "cuda_driver.toml").is_file():
             return path
-    raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+    return None
 
 
 # --------------------------------------------------------------------------

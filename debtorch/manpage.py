@@ -277,6 +277,12 @@ def known_environment() -> list:
         out.append((knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."))
     except (ImportError, AttributeError):
         pass
+    try:
+        from debtorch.fleet import rendezvous
+
+        out.extend(rendezvous.ENVIRONMENT)
+    except (ImportError, AttributeError):
+        pass
     return out
 
 

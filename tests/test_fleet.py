@@ -242,7 +242,7 @@ def test_a_slow_rank_is_named_and_excluded_a_healthy_one_is_not():
 
 def test_a_slow_link_names_the_pair_and_a_silent_rank_fails():
     names = {r: f"n{r}" for r in range(4)}
-    bw = {(0, 1): 2.0, (0, 2): 10.0, (0, 3): 10.0, (1, 2): 10.0, (1, 3): 10.0, (2, 3): 10.0}
+    bw = {(0, 1): 4.0, (0, 2): 10.0, (0, 3): 10.0, (1, 2): 10.0, (1, 3): 10.0, (2, 3): 10.0}
     results = {r: _result(r, 50.0, [(b if a == r else a, v) for (a, b), v in bw.items() if r in (a, b)])
                for r in range(4)}
     v = probe.judge(results, names, 4, 30.0)

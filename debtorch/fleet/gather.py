@@ -116,29 +116,7 @@ def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
     got = worker.request("collect", out_dir=work, deadline_s=options.timeout, timeout=options.timeout + GRACE_S)
     files = {int(r): p for r, p in got["files"].items()}
     joined = {int(r): n for r, n in got["joined"].items()}
-    read = (lambda m: compare.read(m, options.tuned))
-    nodes: list = []
-    names: dict = {}
-    for r in range(rdzv.world):
-        name = joined.get(r) or rdzv.name_of(r)
-        if r not in files:
-            nodes.append(failed(name, DIED if r in joined else MISSING,
-                                "joined, sent nothing" if r in joined else "did not join", rank=r))
-            names[r] = name
-            continue
-        with open(files[r], "rb") as fh:
-            data = fh.read()
-        os.unlink(files[r])
-        try:
-            text = decode(data)
-        except DocumentError as exc:
-            nodes.append(failed(name, exc.status, exc.message, rank=r))
-            names[r] = name
-            continue
-        node = read_node(text, name, read, rank=r)
-        nodes.append(node)
-        names[r] = node.name
-    _unique_names(nodes, names)
+    nodes, names = read_gathered(rdzv.world, files, joined, rdzv.name_of, lambda m: compare.read(m, options.tuned))
     if options.rename is not None:
         options.rename(nodes)
         names.update({n.rank: n.name for n in nodes})
@@ -171,6 +149,36 @@ def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
     # The ranks that sent a document wait for the verdict; one that died before sending never will.
     worker.request("finish", expected=len(files) - 1, timeout_s=GRACE_S, timeout=GRACE_S + 10)
     return outcome
+
+
+def read_gathered(world: int, files: dict, joined: dict, name_of: Callable[[int], str],
+                  read: Callable) -> tuple:
+    """Rank 0's reading of what arrived: ``files`` rank -> the document's file (deleted once read),
+    ``joined`` rank -> the name it said hello with.  One document in memory at a time.
+    Returns ([Node] in rank order, {rank: name})."""
+    nodes: list = []
+    names: dict = {}
+    for r in range(world):
+        name = joined.get(r) or name_of(r)
+        if r not in files:
+            nodes.append(failed(name, DIED if r in joined else MISSING,
+                                "joined, sent nothing" if r in joined else "did not join", rank=r))
+            names[r] = name
+            continue
+        with open(files[r], "rb") as fh:
+            data = fh.read()
+        os.unlink(files[r])
+        try:
+            text = decode(data)
+        except DocumentError as exc:
+            nodes.append(failed(name, exc.status, exc.message, rank=r))
+            names[r] = name
+            continue
+        node = read_node(text, name, read, rank=r)
+        nodes.append(node)
+        names[r] = node.name
+    _unique_names(nodes, names)
+    return nodes, names
 
 
 def _since(got: dict, budget: float) -> float:

@@ -26,6 +26,14 @@ from debtorch import hostlist
 DEFAULT_PORT = 29500
 SLURM_PORT_BASE = 20000
 
+# What debtorch fleet reads to meet the other ranks (the man page's ENVIRONMENT section).
+ENVIRONMENT = [
+    ("RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+     "Set by torchrun (or by hand): debtorch fleet gathers the nodes' documents to rank 0 at MASTER_ADDR:MASTER_PORT."),
+    ("SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST",
+     "Set by srun: rank 0 is the first node of the list; MASTER_PORT defaults to 20000 + the job id modulo 20000."),
+]
+
 
 class RendezvousError(Exception):
     """The variables do not describe a rendezvous; ``str()`` is one line for the user."""

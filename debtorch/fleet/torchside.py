@@ -175,7 +175,10 @@ def _sync(torch, device) -> None:
 
 
 def compute_check(torch, device, seconds: float, n: int) -> dict:
-    """Time n x n matmuls for ``seconds``: median time per product and GFLOP/s from it."""
+    """n x n matmuls for ``seconds``: GFLOP/s over the whole window (products done / time taken).
+
+    The whole window, not the median product: a node that gets less CPU time (a quota, a busy
+    neighbour) runs each product at full speed and loses the time between them."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
@@ -183,43 +186,45 @@ def compute_check(torch, device, seconds: float, n: int) -> dict:
         a @ b
     _sync(torch, device)
     times = []
-    end = time.perf_counter() + seconds
+    start = time.perf_counter()
+    end = start + seconds
     while time.perf_counter() < end or len(times) < 3:
         t0 = time.perf_counter()
         a @ b
         _sync(torch, device)
         times.append(time.perf_counter() - t0)
-    med = statistics.median(times)
-    return {"n": n, "iterations": len(times), "median_s": med, "gflops": 2 * n ** 3 / med / 1e9}
+    elapsed = time.perf_counter() - start
+    return {"n": n, "iterations": len(times), "seconds": elapsed, "median_s": statistics.median(times),
+            "gflops": 2 * n ** 3 * len(times) / elapsed / 1e9}
 
 
 def pair_allreduce(torch, dist, device, group, seconds: float, size_bytes: int) -> dict:
     """All-reduce a buffer with one partner for ``seconds``; bus bandwidth as nccl-tests defines it.
 
     The last element carries each side's wish to go on: the sum is 2 while both do, so the
-    pair stops together without a second collective per iteration."""
+    pair stops together without a second collective per iteration.  Like nccl-tests
+    (doc/PERFORMANCE.md), the time of a batch of iterations over their count: stalls between
+    all-reduces count.  busbw = algbw * 2 (n - 1) / n for all-reduce, n = 2."""
     numel = max(2, size_bytes // 4)
     buf = torch.zeros(numel, dtype=torch.float32, device=device)
-    times = []
-    start = time.perf_counter()
-    warm = 2
+    warm, least = 2, 3
+    stamps = [time.perf_counter()]
     while True:
         buf.zero_()
-        buf[-1] = 1.0 if (time.perf_counter() - start < seconds or len(times) < 3 + warm) else 0.0
-        _sync(torch, device)
-        t0 = time.perf_counter()
+        buf[-1] = 1.0 if (stamps[-1] - stamps[0] < seconds or len(stamps) <= warm + least) else 0.0
         dist.all_reduce(buf, group=group)
         _sync(torch, device)
-        times.append(time.perf_counter() - t0)
+        stamps.append(time.perf_counter())
         if float(buf[-1]) < 2.0:
             break
-    times = times[warm:] or times
-    med = statistics.median(times)
+    window = stamps[warm:] if len(stamps) > warm + 1 else stamps
+    count = len(window) - 1
+    mean = (window[-1] - window[0]) / count
+    steps = [b - a for a, b in zip(window, window[1:])]
     n = 2
-    algbw = numel * 4 / med
-    # nccl-tests, doc/PERFORMANCE.md: all-reduce busbw = algbw * 2 (n - 1) / n.
-    return {"iterations": len(times), "median_s": med, "algbw_gbs": algbw / 1e9,
-            "busbw_gbs": algbw * 2 * (n - 1) / n / 1e9}
+    algbw = numel * 4 / mean
+    return {"iterations": count, "mean_s": mean, "median_s": statistics.median(steps),
+            "algbw_gbs": algbw / 1e9, "busbw_gbs": algbw * 2 * (n - 1) / n / 1e9}
 
 
 def run_probe(store, rank: int, world: int, plan: dict) -> dict:
