@@ -117,7 +117,7 @@ def scale(sizes: list, repeat: int) -> list:
     return rows
 
 
-def gather_cost(n: int) -> dict:
+def gather_cost(n: int, repeat: int) -> dict:
     try:
         from debtorch.fleet.torchside import FleetSession  # defer: torch
         import torch  # noqa: F401  # defer: only this part needs it
@@ -156,15 +156,20 @@ def gather_cost(n: int) -> dict:
                 clients.append(c)
             send_s = time.perf_counter() - t0
             rank0.op_send({"path": path})
-            t0 = time.perf_counter()
-            got = rank0.op_collect({"out_dir": folder, "deadline_s": 60})
-            collect_s = time.perf_counter() - t0
-            assert len(got["files"]) == n
+            runs = []
+            for i in range(repeat):                  # collect again: every document is fetched anew
+                sub = os.path.join(folder, f"collect{i}")
+                os.mkdir(sub)
+                t0 = time.perf_counter()
+                got = rank0.op_collect({"out_dir": sub, "deadline_s": 60})
+                runs.append(time.perf_counter() - t0)
+                assert len(got["files"]) == n
+            collect_s = statistics.median(runs)
         out[label] = {"bytes_per_node": len(data), "rank0_fetch_ms_per_node": 1000 * collect_s / n,
-                      "join_and_send_ms_per_node": 1000 * send_s / (n - 1)}
+                      "rank0_fetch_s_all": runs, "join_and_send_ms_per_node": 1000 * send_s / (n - 1)}
         print(f"gather of {n} nodes, {len(data) / 1024:.1f} KiB each ({label}): rank 0 fetches "
-              f"{1000 * collect_s / n:.2f} ms per node ({collect_s:.2f} s in all); "
-              f"a client joins and sends in {1000 * send_s / (n - 1):.2f} ms", flush=True)
+              f"{1000 * collect_s / n:.2f} ms per node (median of {', '.join(f'{t:.2f}' for t in runs)} s "
+              f"for all); a client joins and sends in {1000 * send_s / (n - 1):.2f} ms", flush=True)
     return out
 
 
@@ -179,7 +184,7 @@ def main() -> int:
         load_before = fh.read().split()[:3]
     print(f"load average before: {' '.join(load_before)} ({os.cpu_count()} CPUs)")
     rows = scale(args.nodes, args.repeat)
-    g = gather_cost(args.gather) if args.gather else {}
+    g = gather_cost(args.gather, args.repeat) if args.gather else {}
     with open("/proc/loadavg") as fh:
         load_after = fh.read().split()[:3]
     print(f"load average after: {' '.join(load_after)}")

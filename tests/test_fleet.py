@@ -240,6 +240,20 @@ def test_a_slow_rank_is_named_and_excluded_a_healthy_one_is_not():
     assert v.exclude == ["n3"] and [f.id for f in v.findings] == ["fleet.W016"]
 
 
+def test_a_node_slow_with_every_partner_is_named_one_fast_partner_clears_it():
+    names = {r: f"n{r}" for r in range(4)}
+
+    def verdict(bw):
+        results = {r: _result(r, 50.0, [(b if a == r else a, v) for (a, b), v in bw.items() if r in (a, b)])
+                   for r in range(4)}
+        return probe.judge(results, names, 4, 30.0)
+
+    v = verdict({(0, 1): 10.0, (0, 2): 10.0, (0, 3): 5.0, (1, 2): 10.0, (1, 3): 5.0, (2, 3): 5.0})
+    assert [f.id for f in v.findings] == ["fleet.W017"] and v.exclude == ["n3"]
+    v = verdict({(0, 1): 10.0, (0, 2): 10.0, (0, 3): 9.0, (1, 2): 10.0, (1, 3): 5.0, (2, 3): 5.0})
+    assert v.exclude == [] and "fleet.W017" not in [f.id for f in v.findings]
+
+
 def test_a_slow_link_names_the_pair_and_a_silent_rank_fails():
     names = {r: f"n{r}" for r in range(4)}
     bw = {(0, 1): 4.0, (0, 2): 10.0, (0, 3): 10.0, (1, 2): 10.0, (1, 3): 10.0, (2, 3): 10.0}

@@ -31,7 +31,7 @@ from debtorch.fleet.compare import FleetFinding, Group
 
 SLOW = 0.75              # a node below 75 % of the median is slow
 # A pair is one measurement, a node's score several: with every node healthy, single pairs went
-# down to 0.62 of the median on our busy 2-core machine (docs/fleet.md), so a pair must fall lower.
+# down to 0.57 of the median on our busy 2-core machine (docs/fleet.md), so a pair must fall lower.
 SLOW_PAIR = 0.5
 MIN_ROUND_S = 1.0        # a pair gets at least this long
 MAX_ROUNDS = 6           # partners per node: enough for a median that one bad link cannot move
