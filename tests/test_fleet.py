@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
 from debtorch.fleet import compare, offline, probe, report
-from debtorch.fleet.nodes import Node, encode, envelope, decode
+from debtorch.fleet.nodes import STATUSES, Node, decode, encode, envelope, read_node
 from debtorch.fleet.rendezvous import RendezvousError, from_environ
 from debtorch.render import MARKS_ASCII
 from hostkit import facts_of, make_host
@@ -150,6 +150,13 @@ def test_bad_documents_are_named_and_the_others_still_compared(tmp_path, server_
     assert ids == {"fleet.E003", "fleet.E004"}
     assert s.identical[0][0] == ["n1", "n2", "n3"]
     assert s.exit_code() == 1
+
+
+@given(st.one_of(st.text(max_size=300), st.binary(max_size=300).map(lambda b: b.decode("latin-1"))))
+@settings(deadline=None)
+def test_reading_any_text_as_a_node_never_raises(text):
+    node = read_node(text, "x", compare.read)
+    assert node.status in STATUSES
 
 
 def test_a_document_survives_the_wire(server_doc):

@@ -138,3 +138,33 @@ def test_a_rank_that_cannot_reach_rank_0_exits_1_within_its_timeout(tmp_path):
                            "--timeout", "3"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1
     assert "reach rank 0" in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_srun_variables_two_tasks_meet_and_agree(tmp_path):
+    """What srun sets (no RANK/WORLD_SIZE): rank 0 is the first node of the list and hosts the store."""
+    for r in (0, 1):
+        hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
+    common = {"SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "localhost,localhost", "SLURM_JOB_ID": "4242",
+              "SLURM_STEP_ID": "0", "MASTER_PORT": str(_free_port())}
+    procs = [subprocess.Popen([sys.executable, "-m", "debtorch", "fleet", "--json", "--host", str(tmp_path / "r{rank}"),
+                               "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(dict(common, SLURM_PROCID=str(r)))) for r in (0, 1)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    report = json.loads(outs[0][0])
+    assert report["nodes"]["groups"] == [{"count": 2, "nodes": "vm[0-1]", "differs_in": []}], outs[1][1]
+    assert [p.returncode for p in procs] == [report["exit_code"]] * 2 and outs[1][0] == ""
+
+
+def test_probe_measures_every_rank_within_its_budget_and_writes_the_exclude_list(tmp_path):
+    for r in range(3):
+        hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
+    exclude = tmp_path / "bad-nodes"
+    code, report = torchrun(3, "--host", str(tmp_path / "r{rank}"), "--probe", "--budget", "8",
+                            "--exclude-file", str(exclude))
+    probe = report["probe"]
+    assert [n["node"] for n in probe["nodes"]] == ["vm0", "vm1", "vm2"]
+    assert all(n["gflops"] > 0 and n["partners"] == 2 for n in probe["nodes"])
+    assert len(probe["pairs"]) == 3 and all(p["busbw_gbs"] > 0 for p in probe["pairs"])
+    # Whatever the machine's noise made of it, the file holds exactly the nodes the report names.
+    assert exclude.read_text().strip() == probe["exclude"]
+    assert code == report["exit_code"]

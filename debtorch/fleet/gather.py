@@ -127,10 +127,17 @@ def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
         gpu = bool(worker.request("caps").get("cuda"))
         the_plan = probe.plan(rdzv.world, options.budget, gpu)
         worker.request("publish", key="plan", value=the_plan)
-        worker.request("probe", plan=the_plan, timeout=options.budget + GRACE_S)
-        got = worker.request("collect", out_dir=work, key="probe", deadline_s=_since(got, options.budget),
-                             timeout=options.budget + GRACE_S)
         results = {}
+        try:
+            worker.request("probe", plan=the_plan, timeout=options.budget + GRACE_S)
+            got = worker.request("collect", out_dir=work, key="probe", deadline_s=_since(got, options.budget),
+                                 timeout=options.budget + GRACE_S)
+        except WorkerError as exc:
+            # Rank 0's own torch side failed or hung past the budget (and was killed): the report
+            # still comes, without the verdict the others wait for (they give up, exit 1).
+            outcome.notes.append(f"probe: rank 0's torch side failed: {exc.message}")
+            results[0] = {"error": exc.message}
+            got = {"files": {}}
         for r, p in got["files"].items():
             with open(p, "rb") as fh:
                 results[int(r)] = _json(fh.read())
@@ -145,6 +152,8 @@ def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
                                         tuned_path=options.tuned_path, extra=extra)
     outcome.code = outcome.summary.exit_code(options.fail_on)
     on_report(outcome)
+    if worker.proc is None or worker.proc.poll() is not None:
+        raise GatherError("rank 0's torch side is gone: the other ranks get no verdict", outcome.code or 1)
     worker.request("publish", key="verdict", value={"code": outcome.code})
     # The ranks that sent a document wait for the verdict; one that died before sending never will.
     worker.request("finish", expected=len(files) - 1, timeout_s=GRACE_S, timeout=GRACE_S + 10)

@@ -239,6 +239,9 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
     else:
         device = torch.device("cpu")
     timeout = timedelta(seconds=float(plan["timeout_s"]))
+    # Every wait of the probe (process groups meeting on the store included) is bounded by the budget.
+    saved = store.timeout
+    store.set_timeout(timeout)
     dist.init_process_group(backend, store=dist.PrefixStore("pg/", store), rank=rank, world_size=world,
                             timeout=timeout)
     try:
@@ -249,9 +252,13 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
         for round_no, pairs in enumerate(plan.get("rounds") or []):
             dist.barrier()
             mine = next((p for p in pairs if rank in p), None)
+            # One group per rank per round, a rank sitting out (odd worlds) included: with
+            # use_local_synchronization a group's name hashes its ranks with the number of groups the
+            # rank made so far (torch/distributed/distributed_c10d.py, _hash_ranks_to_str), so the two
+            # members of a pair must have made as many.
+            group = dist.new_group(ranks=sorted(mine) if mine else [rank], use_local_synchronization=True)
             if mine is None:
                 continue
-            group = dist.new_group(ranks=sorted(mine), use_local_synchronization=True)
             partner = mine[0] if mine[1] == rank else mine[1]
             res = pair_allreduce(torch, dist, device, group, float(plan["round_s"]), int(plan["size_bytes"]))
             res.update(partner=partner, round=round_no)
@@ -260,6 +267,7 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
         return out
     finally:
         dist.destroy_process_group()
+        store.set_timeout(saved)
 
 
 def main() -> int:
