@@ -243,8 +243,7 @@ def _difference(a: Aspect, nodes: list) -> Optional[FleetFinding]:
     groups = _groups(pairs)
     if len(groups) < 2:
         return None
-    odd = sum(len(g.nodes) for g in groups[1:])
-    return _finding(a.id, a.level, f"{a.title} differs: {odd} of {len(pairs)} nodes differ from the rest",
+    return _finding(a.id, a.level, f"{a.title} differs: {len(groups)} values on {len(pairs)} nodes",
                     a.fix, a.title, groups, a.section)
 
 
@@ -255,8 +254,7 @@ def _env_differences(nodes: list) -> list:
     for var in names:
         groups = _groups((n.name, n.values["env"].get(var, "(unset)")) for n in known)
         if len(groups) > 1:
-            odd = sum(len(g.nodes) for g in groups[1:])
-            out.append(_finding(ENV_ID, WARNING, f"{var} differs: {odd} of {len(known)} nodes differ from the rest",
+            out.append(_finding(ENV_ID, WARNING, f"{var} differs: {len(groups)} values on {len(known)} nodes",
                                 f"Export the same {var} on every node (in the job script, before srun/torchrun)",
                                 var, groups, "consistency"))
     return out
