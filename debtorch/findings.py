@@ -87,3 +87,18 @@ def warning(id: str, message: str, fix: str = "", about: str = "", facts: Option
 
 def info(id: str, message: str, fix: str = "", about: str = "", facts: Optional[dict] = None) -> Finding:
     return Finding(id, INFO, message, fix, about, tuple((facts or {}).items()))
+
+
+class Placed:
+    """Base of a finding placed somewhere (a file's line, groups of nodes): its id and level
+    are those of its ``finding``."""
+
+    finding: Finding
+
+    @property
+    def id(self) -> str:
+        return self.finding.id
+
+    @property
+    def level(self) -> str:
+        return self.finding.level

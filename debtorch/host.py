@@ -32,6 +32,7 @@ import platform
 import posixpath
 import signal
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -66,8 +67,19 @@ ENV_ALLOWED = (
     "TORCH_HOME", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "VIRTUAL_ENV", "CONDA_PREFIX", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
     "WSL_DISTRO_NAME", "KUBERNETES_SERVICE_HOST",
+    # torchrun's rendezvous (debtorch fleet reads it; RANK and the like differ per node by design).
+    "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    # Slurm's allocation and rendezvous.  Not SLURM_* wholesale: SLURM_JOB_USER, SLURM_JOB_ACCOUNT,
+    # SLURM_SUBMIT_DIR and SLURM_JOB_NAME name people, projects and home folders.
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE",
+    "SLURM_JOB_CPUS_PER_NODE", "SLURM_CPU_BIND", "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE",
+    "SLURM_GPUS_PER_TASK", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_MEM_PER_NODE", "SLURM_MEM_PER_CPU",
+    "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURMD_NODENAME", "SLURM_JOB_PARTITION",
 )
-ENV_ALLOWED_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCHINDUCTOR_", "DEBTORCH_")
+ENV_ALLOWED_PREFIXES = ("NCCL_", "TORCH_", "TORCHINDUCTOR_", "GLOO_", "DEBTORCH_")
 
 
 def is_allowed(name: str) -> bool:
@@ -243,6 +255,11 @@ class Host:
         """total, free (for unprivileged users) and used bytes of the filesystem at ``p``."""
         raise NotImplementedError
 
+    def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
+        """The addresses ``name`` resolves to (IPv4 first), as the resolver answers here;
+        :class:`Unavailable` with the resolver's reason when it does not."""
+        raise NotImplementedError
+
     @property
     def machine(self) -> str:
         raise NotImplementedError
@@ -411,6 +428,21 @@ class LiveHost(Host):
             "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
         }
 
+    def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
+        # getaddrinfo has no timeout of its own and a dead DNS server hangs it: ask in a
+        # thread and stop waiting (the thread ends when the resolver gives up).
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        try:
+            infos = pool.submit(socket.getaddrinfo, name, None, 0, socket.SOCK_STREAM).result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise Unavailable(f"{TIMED_OUT} after {timeout:g} s") from None
+        except (socket.gaierror, UnicodeError, OSError) as exc:
+            raise Unavailable(f"does not resolve ({getattr(exc, 'strerror', None) or exc})") from None
+        finally:
+            pool.shutdown(wait=False)
+        addrs = [info[4][0] for info in infos]
+        return sorted(dict.fromkeys(addrs), key=lambda a: (":" in a, addrs.index(a)))
+
     @property
     def machine(self) -> str:
         return platform.machine()
@@ -462,7 +494,8 @@ class ReplayHost(Host):
 
     ``_host.json`` holds what is not a file: ``machine``, ``python`` (the
     interpreter that ran debtorch), ``environ``, ``rlimits``, ``affinity``,
-    ``statvfs`` and ``commands`` (keyed by :func:`command_key`; a command's
+    ``statvfs``, ``resolve`` (name -> addresses, or ``{"error": reason}``) and
+    ``commands`` (keyed by :func:`command_key`; a command's
     stdout may live in ``_commands/<file>`` and be named by ``stdout_file``).
     ``nvml`` is either ``{"file": "_nvml.json"}`` (replayed by
     :mod:`debtorch.nvmlfake`) or ``{"error": "..."}``.
@@ -599,6 +632,14 @@ class ReplayHost(Host):
         if val is None:
             raise Unavailable(NOT_RECORDED)
         return dict(val)
+
+    def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
+        val = (self.meta.get("resolve") or {}).get(name)
+        if val is None:
+            raise Unavailable(NOT_RECORDED)
+        if isinstance(val, dict):
+            raise Unavailable(str(val.get("error") or "does not resolve"))
+        return [str(a) for a in val]
 
     @property
     def machine(self) -> str:
@@ -761,6 +802,17 @@ class RecordingHost(LiveHost):
         val = super().statvfs(p)
         with self._lock:
             self.meta["statvfs"][_norm(p)] = val
+        return val
+
+    def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
+        try:
+            val = super().resolve(name, timeout)
+        except Unavailable as exc:
+            with self._lock:
+                self.meta.setdefault("resolve", {})[name] = {"error": exc.reason}
+            raise
+        with self._lock:
+            self.meta.setdefault("resolve", {})[name] = val
         return val
 
     def save(self) -> Path:

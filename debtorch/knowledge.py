@@ -50,10 +50,12 @@ class KnowledgeError(ValueError):
 # Where the data is
 
 
+_HERE = Path(__file__).resolve().parent     # resolved once: load() is asked for every check of every node
+
+
 def candidate_dirs() -> List[Path]:
     """The folders searched for the data files, in order (the env variable aside)."""
-    here = Path(__file__).resolve().parent
-    return [here.parent / "checks", here / "_data" / "checks", SYSTEM_DIR]
+    return [_HERE.parent / "checks", _HERE / "_data" / "checks", SYSTEM_DIR]
 
 
 def checks_dir() -> Path:
@@ -64,10 +66,20 @@ def checks_dir() -> Path:
         if not path.is_dir():
             raise KnowledgeError(f"{ENV_DIR}={env}: not a folder")
         return path
+    found = _installed_dir()
+    if found is None:
+        raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_dir() -> Optional[Path]:
+    """The first candidate folder holding the data; looked up once per process (load() is asked
+    for every check of every node a fleet compares)."""
     for path in candidate_dirs():
         if (path / "cuda_driver.toml").is_file():
             return path
-    raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+    return None
 
 
 # --------------------------------------------------------------------------

@@ -15,7 +15,11 @@ report, tune's rules, the config fingerprint, the collect_env triage, fleet.
 * whether CUDA works for it, from the deep probe or torch's own warnings in a
   pasted report ("Found no NVIDIA driver", "driver too old (found version
   12020)", "no kernel image", "CUDA unknown error");
-* whether PyTorch publishes wheels for the CPU architecture.
+* whether PyTorch publishes wheels for the CPU architecture;
+* the cuDNN and NCCL torch loads;
+* the network: interfaces, InfiniBand/RoCE ports, what ``NCCL_SOCKET_IFNAME``
+  and ``GLOO_SOCKET_IFNAME`` select here, whether ``MASTER_ADDR`` resolves;
+* the Slurm job this process runs in, and its allocation.
 
 ``Machine.from_facts(doc)`` never raises on a well-formed document (what
 :func:`debtorch.facts.load` or :func:`debtorch.facts.collect` returns): an
@@ -25,10 +29,11 @@ answer that cannot be given is None, with a reason where the facts give one.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from debtorch import knowledge, versions
+from debtorch import hostlist, knowledge, versions
 from debtorch.facts import get, torch_messages, unknown_reason
 
 
@@ -111,6 +116,7 @@ class CPUs:
     bf16: Optional[tuple] = None         # native bf16 features (amx_bf16, avx512_bf16); None: unknown
     quota: Optional[float] = None        # cgroup CPU quota
     affinity: Optional[int] = None
+    allocation: Optional[int] = None     # Slurm's SLURM_CPUS_PER_TASK, when it bounds ``usable``
 
 
 @dataclass(frozen=True)
@@ -221,6 +227,150 @@ class CudaState:
     failure: Optional[str] = None
     evidence: Optional[str] = None
     from_torch: bool = False
+
+
+@dataclass(frozen=True)
+class Version:
+    """A version and where it was read (``source``); ``value`` None when nothing tells."""
+
+    value: Optional[str] = None
+    source: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Interface:
+    """A network interface of /sys/class/net."""
+
+    name: str
+    up: bool                             # administratively up (IFF_UP) and operational
+    operstate: Optional[str] = None
+    mtu: Optional[int] = None
+    speed_mbps: Optional[int] = None
+    link_type: Optional[str] = None      # ether, infiniband, loopback, ...
+    virtual: bool = False
+    addresses: Optional[tuple] = None    # None: unknown
+
+    @property
+    def loopback(self) -> bool:
+        return self.link_type == "loopback" or self.name == "lo"
+
+
+@dataclass(frozen=True)
+class IfnameChoice:
+    """What ``NCCL_SOCKET_IFNAME`` or ``GLOO_SOCKET_IFNAME`` selects on this machine."""
+
+    variable: str
+    value: str
+    selected: tuple                      # names of the interfaces it matches
+    usable: tuple                        # those up (and with an address, where addresses are known)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.usable)
+
+    @property
+    def loopback_only(self) -> bool:
+        return bool(self.usable) and all(n == "lo" for n in self.usable)
+
+
+@dataclass(frozen=True)
+class IBPort:
+    """An InfiniBand or RoCE port of /sys/class/infiniband."""
+
+    device: str
+    port: Optional[int]
+    state: Optional[str]                 # ACTIVE, INIT, ARMED, DOWN
+    phys_state: Optional[str]            # LinkUp, Polling, Disabled, ...
+    rate: Optional[str]                  # '200 Gb/sec (4X HDR)'
+    rate_gbps: Optional[float]
+    link_layer: Optional[str]            # InfiniBand, or Ethernet for RoCE
+    netdevs: tuple = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} port {self.port}"
+
+    @property
+    def active(self) -> bool:
+        return (self.state or "").upper() == "ACTIVE"
+
+
+@dataclass(frozen=True)
+class Network:
+    interfaces: Optional[tuple]          # None: /sys/class/net could not be read
+    unknown: Optional[str]
+    ib_ports: tuple
+    ofed: Optional[str]
+    choices: tuple                       # IfnameChoice per variable that is set
+    master_addr: Optional[str] = None
+    master_addresses: Optional[tuple] = None
+    master_error: Optional[str] = None   # why MASTER_ADDR does not resolve
+
+    def interface(self, name: str) -> Optional[Interface]:
+        return next((i for i in self.interfaces or () if i.name == name), None)
+
+    @property
+    def traffic_interfaces(self) -> tuple:
+        """The interfaces the collective libraries' sockets use here: those the IFNAME variables
+        select, else every usable interface that is neither loopback nor a container bridge
+        (NCCL's default skips ``docker*`` and ``lo``)."""
+        if self.interfaces is None:
+            return ()
+        names: list = []
+        for c in self.choices:
+            names.extend(n for n in c.usable if n not in names)
+        if not self.choices:
+            names = [i.name for i in self.interfaces if _usable(i) and not i.loopback
+                     and not i.name.startswith(("docker", "virbr", "veth", "br-"))]
+        return tuple(i for i in self.interfaces if i.name in names)
+
+
+def _usable(i: Interface) -> bool:
+    return i.up and (i.addresses is None or bool(i.addresses))
+
+
+def select_interfaces(variable: str, value: str, interfaces) -> tuple:
+    """The interface names ``value`` selects, as NCCL reads NCCL_SOCKET_IFNAME (prefixes;
+    ``=`` exact names; ``^`` excludes; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname)
+    or as Gloo reads GLOO_SOCKET_IFNAME (exact names, comma-separated;
+    https://pytorch.org/docs/stable/distributed.html#choosing-the-network-interface-to-use)."""
+    names = [i.name for i in interfaces]
+    text = value.strip()
+    if variable.startswith("GLOO"):
+        wanted = [w.strip() for w in text.split(",") if w.strip()]
+        return tuple(n for n in names if n in wanted)
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    words = [w.strip() for w in text.split(",") if w.strip()]
+
+    def match(n: str) -> bool:
+        return any(n == w if exact else n.startswith(w) for w in words)
+
+    return tuple(n for n in names if match(n) != exclude)
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """The Slurm job and step this process belongs to, from Slurm's variables."""
+
+    job_id: Optional[str] = None
+    step_id: Optional[str] = None
+    procid: Optional[int] = None
+    ntasks: Optional[int] = None
+    nnodes: Optional[int] = None
+    nodelist: Optional[str] = None       # the step's nodes (else the job's), Slurm's syntax
+    node_name: Optional[str] = None
+    cpus_per_task: Optional[int] = None
+    cpus_on_node: Optional[int] = None
+    gpus_on_node: Optional[int] = None
+    gpus: Optional[str] = None           # the GPU request (SLURM_GPUS_PER_NODE, SLURM_GPUS ...)
+    partition: Optional[str] = None
+
+    @property
+    def nodes(self) -> list:
+        return hostlist.expand(self.nodelist)
 
 
 # ---------------------------------------------------------------- the view
@@ -414,6 +564,13 @@ class Machine:
         quota = float(quota) if isinstance(quota, (int, float)) and not isinstance(quota, bool) else None
         common = dict(logical=logical, model=_str(self.get("cpu.model")), bf16=bf16, quota=quota,
                       affinity=_int(self.get("cpu.affinity_cpus")))
+        alloc = self.slurm.cpus_per_task
+        if alloc and alloc > 0 and (not usable or usable <= 0 or alloc < usable):
+            # A task of this job may use SLURM_CPUS_PER_TASK CPUs, whatever the node has: a batch
+            # script sees the whole allocation, the tasks srun starts get their share.
+            had = f"; cpu.usable_cpus {usable}" if usable and usable > 0 else ""
+            return CPUs(usable=alloc, known=True, allocation=alloc,
+                        note=f"{alloc} usable CPUs (Slurm allocation: SLURM_CPUS_PER_TASK={alloc}{had})", **common)
         if usable and usable > 0:
             return CPUs(usable=usable, known=True, note=f"{usable} usable CPUs (cpu.usable_cpus)", **common)
         assumed = logical if logical and logical > 0 else 1
@@ -607,6 +764,117 @@ class Machine:
         if not arch or self.os.platform != "linux":
             return None
         return knowledge.wheel_machine(arch) or {}
+
+    @functools.cached_property
+    def cudnn(self) -> Version:
+        """The cuDNN PyTorch loads: what torch said (``--deep``), else the nvidia-cudnn wheel,
+        conda's build, or a libcudnn in the interpreter's libraries."""
+        deep = self.get("python.deep") or {}
+        if isinstance(deep, dict) and _int(deep.get("cudnn_version")) and versions.cudnn_from_int(deep["cudnn_version"]):
+            return Version(versions.cudnn_from_int(deep["cudnn_version"]), "torch.backends.cudnn.version()")
+        t = self.get("python.torch")
+        t = t if isinstance(t, dict) else {}
+        if _str(t.get("cudnn_wheel")):
+            return Version(_str(t.get("cudnn_wheel")), "the nvidia-cudnn wheel")
+        if _str(t.get("cudnn_conda")):
+            return Version(_str(t.get("cudnn_conda")), "conda's build string")
+        for lib in self.get("python.libraries") or []:
+            name = str(lib).rsplit("/", 1)[-1]
+            if name.startswith("libcudnn.so.") and versions.library_version(name):
+                return Version(versions.library_version(name), str(lib).rsplit("/", 1)[0])
+        return Version()
+
+    @functools.cached_property
+    def nccl(self) -> Version:
+        """The NCCL PyTorch loads: torch.cuda.nccl.version() (``--deep``), else the nvidia-nccl wheel."""
+        deep = self.get("python.deep") or {}
+        v = deep.get("nccl_version") if isinstance(deep, dict) else None
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+            v = ".".join(str(x) for x in v)
+        if _str(v):
+            return Version(_str(v), "torch.cuda.nccl.version()")
+        wheel = _str(self.get("python.torch.nccl_wheel"))
+        if wheel:
+            return Version(wheel, "the nvidia-nccl wheel")
+        return Version()
+
+    # ---------------------------------------------------------- network
+
+    @functools.cached_property
+    def network(self) -> Network:
+        n = self.section("network")
+        rows = n.get("interfaces")
+        ifaces = None
+        if isinstance(rows, list):
+            ifaces = []
+            for r in rows:
+                if not isinstance(r, dict) or not _str(r.get("name")):
+                    continue
+                flags = _int(r.get("flags"))
+                state = (_str(r.get("operstate")) or "").lower()
+                admin = True if flags is None else bool(flags & 0x1)     # IFF_UP
+                # "unknown" is what lo, tun and some drivers report while up: trust the carrier.
+                oper = state == "up" or (state in ("unknown", "") and r.get("carrier") is not False)
+                addrs = r.get("addresses")
+                ifaces.append(Interface(
+                    name=r["name"].strip(), up=admin and oper, operstate=state or None, mtu=_int(r.get("mtu")),
+                    speed_mbps=_int(r.get("speed_mbps")), link_type=_str(r.get("link_type")),
+                    virtual=bool(r.get("virtual")),
+                    addresses=tuple(a for a in addrs if isinstance(a, str)) if isinstance(addrs, list) else None))
+            ifaces = tuple(ifaces)
+        ports = []
+        for p in n.get("infiniband") or []:
+            if isinstance(p, dict) and _str(p.get("device")):
+                rate = p.get("rate_gbps")
+                ports.append(IBPort(device=p["device"], port=_int(p.get("port")), state=_str(p.get("state")),
+                                    phys_state=_str(p.get("phys_state")), rate=_str(p.get("rate")),
+                                    rate_gbps=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None,
+                                    link_layer=_str(p.get("link_layer")),
+                                    netdevs=tuple(x for x in p.get("netdevs") or [] if isinstance(x, str))))
+        env = self.get("env.variables") or {}
+        choices = []
+        for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            value = env.get(var) if isinstance(env, dict) else None
+            if isinstance(value, str) and value.strip() and ifaces is not None:
+                picked = select_interfaces(var, value, ifaces)
+                usable = tuple(i.name for i in ifaces if i.name in picked and _usable(i))
+                choices.append(IfnameChoice(var, value.strip(), picked, usable))
+        master = n.get("master_addr") if isinstance(n.get("master_addr"), dict) else {}
+        addrs = master.get("addresses")
+        return Network(interfaces=ifaces, unknown=None if ifaces is not None else (self.unknown("network.interfaces") or "not in the facts"),
+                       ib_ports=tuple(ports), ofed=_str(n.get("ofed_version")), choices=tuple(choices),
+                       master_addr=_str(master.get("name")),
+                       master_addresses=tuple(addrs) if isinstance(addrs, list) else None,
+                       master_error=_str(master.get("error")))
+
+    # ---------------------------------------------------------- Slurm
+
+    @functools.cached_property
+    def slurm(self) -> Slurm:
+        env = self.get("env.variables") or {}
+        env = env if isinstance(env, dict) else {}
+
+        def num(*names) -> Optional[int]:
+            for name in names:
+                m = re.match(r"\s*(\d+)", str(env.get(name) or ""))
+                if m:
+                    return int(m.group(1))
+            return None
+
+        job = _str(env.get("SLURM_JOB_ID")) or _str(env.get("SLURM_JOBID"))
+        gpus = next((_str(env.get(v)) for v in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS")
+                     if _str(env.get(v))), None)
+        on_node = num("SLURM_GPUS_ON_NODE")
+        if on_node is None:
+            listed = _str(env.get("SLURM_STEP_GPUS")) or _str(env.get("SLURM_JOB_GPUS"))
+            on_node = len([x for x in listed.split(",") if x.strip()]) if listed else None
+        return Slurm(job_id=job, step_id=_str(env.get("SLURM_STEP_ID")), procid=num("SLURM_PROCID"),
+                     ntasks=num("SLURM_NTASKS", "SLURM_NPROCS"), nnodes=num("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+                     nodelist=next((_str(env.get(v)) for v in ("SLURM_STEP_NODELIST", "SLURM_NODELIST",
+                                                               "SLURM_JOB_NODELIST") if _str(env.get(v))), None),
+                     node_name=_str(env.get("SLURMD_NODENAME")), cpus_per_task=num("SLURM_CPUS_PER_TASK"),
+                     cpus_on_node=num("SLURM_CPUS_ON_NODE"), gpus_on_node=on_node, gpus=gpus,
+                     partition=_str(env.get("SLURM_JOB_PARTITION")))
 
     # ---------------------------------------------------------- what the answers rest on
 

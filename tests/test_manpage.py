@@ -131,6 +131,7 @@ def test_the_man_page_names_the_files_and_variables_the_code_reads():
     assert str(knowledge.SYSTEM_DIR) in parts["FILES"]
     assert siteconfig.SYSTEM_PATH in parts["FILES"]
     assert knowledge.ENV_DIR in parts["ENVIRONMENT"]
+    assert "MASTER_ADDR" in parts["ENVIRONMENT"] and "SLURM_PROCID" in parts["ENVIRONMENT"]
 
 
 def test_a_new_group_choices_and_arguments_appear_and_hidden_options_do_not():

@@ -36,6 +36,7 @@ from debtorch import __version__, knowledge
 from debtorch.cli import app as debtorch_app
 from debtorch.cli.shared import EXIT_CODES
 from debtorch.doctor import siteconfig
+from debtorch.fleet import rendezvous
 from debtorch.tune.config import ConfigError, write_atomic
 
 PROG = "debtorch"
@@ -244,7 +245,8 @@ def known_files() -> list:
 def known_environment() -> list:
     """[(variable, what)] that change where debtorch looks."""
     return [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected."),
-            (knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}.")]
+            (knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."),
+            *rendezvous.ENVIRONMENT]
 
 
 def render_man(commands: Optional[list] = None, *, version: Optional[str] = None, summary: Optional[str] = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from debtorch import __version__
-from debtorch.cli import doctor, facts, lint, tune, verify_train
+from debtorch.cli import doctor, facts, fleet, lint, tune, verify_train
 
 app = typer.Typer(
     name="debtorch",
@@ -34,3 +34,4 @@ app.command(name="doctor")(doctor.doctor)
 app.command(name="tune")(tune.tune)
 app.command(name="verify-train")(verify_train.verify_train)
 app.command(name="lint")(lint.lint)
+app.command(name="fleet")(fleet.fleet)

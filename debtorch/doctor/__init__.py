@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch.doctor import checks_cuda, checks_nvidia, checks_resources, checks_site, checks_system  # noqa: F401  (they register)
+from debtorch.doctor import checks_cuda, checks_network, checks_nvidia, checks_resources, checks_site, checks_system  # noqa: F401  (they register)
 from debtorch.doctor.areas import area_states
 from debtorch.doctor.registry import AREA_TITLES, AREAS, Context, Registry, Report, check, registry
 from debtorch.machine import Machine

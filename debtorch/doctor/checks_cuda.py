@@ -82,20 +82,8 @@ def check_torch_age(m, ctx):
 
 
 def _cudnn(m):
-    """(version string or None, where it came from)."""
-    deep = m.get("python.deep") or {}
-    if isinstance(deep.get("cudnn_version"), int) and versions.cudnn_from_int(deep["cudnn_version"]):
-        return versions.cudnn_from_int(deep["cudnn_version"]), "torch.backends.cudnn.version()"
-    t = _torch(m)
-    if t.get("cudnn_wheel"):
-        return t["cudnn_wheel"], "the nvidia-cudnn wheel"
-    if t.get("cudnn_conda"):
-        return t["cudnn_conda"], "conda's build string"
-    for lib in m.get("python.libraries") or []:
-        name = os.path.basename(str(lib))
-        if name.startswith("libcudnn.so.") and versions.library_version(name):
-            return versions.library_version(name), os.path.dirname(lib)
-    return None, None
+    """(version string or None, where it came from): the machine view's answer."""
+    return m.cudnn.value, m.cudnn.source
 
 
 @check("torch")

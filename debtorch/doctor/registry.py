@@ -31,6 +31,7 @@ AREAS = (
     ("cpu", "CPU"),
     ("memory", "Memory and limits"),
     ("storage", "Storage"),
+    ("network", "Network"),
     ("site", "Site rules"),
 )
 AREA_TITLES = dict(AREAS)

@@ -6,7 +6,7 @@ and returns a plain dict::
     {"schema_version": 1, "debtorch_version": ..., "host": "live",
      "os": {...}, "apt": {...}, "cpu": {...}, "memory": {...},
      "storage": {...}, "nvidia": {...}, "cuda": {...}, "python": {...},
-     "env": {...}}
+     "env": {...}, "network": {...}}
 
 Every section is a dict.  A value that could not be determined is ``None``
 and its reason is under the section's ``unknown`` mapping
@@ -35,7 +35,7 @@ from debtorch.host import Host
 SCHEMA_VERSION = 1
 
 # Section name -> module under debtorch.facts with a ``collect(host, ctx)``.
-SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env")
+SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env", "network")
 _MODULES = {"os": "osinfo", "python": "pyenv"}
 
 
@@ -128,6 +128,13 @@ def load(path: str, text: Optional[str] = None) -> dict:
         doc = inputs.parse_json(text, path)
     except inputs.InputError as exc:
         raise FactsFileError(str(exc)) from None
+    return validate(doc, path)
+
+
+def validate(doc: Any, path: str) -> dict:
+    """A parsed facts document (or ``doctor --json`` document), checked and completed:
+    the facts, with a section that is absent marked unknown, every known field of the right
+    type.  Raises FactsFileError."""
     if not isinstance(doc, dict):
         raise FactsFileError(f"{path}: expected a JSON object of facts")
     # `debtorch doctor --json` wraps the facts; accept both documents.

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from debtorch.findings import ERROR, WARNING, Finding, rank
+from debtorch.findings import ERROR, WARNING, Finding, Placed, rank
 
 SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
-class Located:
+class Located(Placed):
     """A finding at ``path:line:col`` (1-based), with the code line it points at."""
 
     path: str
@@ -19,14 +19,6 @@ class Located:
     col: int
     finding: Finding
     code: str = ""
-
-    @property
-    def id(self) -> str:
-        return self.finding.id
-
-    @property
-    def level(self) -> str:
-        return self.finding.level
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.col, self.id)

@@ -18,7 +18,7 @@ MARKS_UNICODE = {"ok": "✓", "warning": "!", "error": "✗", "crash": "☠", "i
 MARKS_ASCII = {"ok": "+", "warning": "!", "error": "x", "crash": "#", "info": "-", "unknown": "?"}
 
 AREA_SECTION = {"os": "os", "apt": "apt", "driver": "nvidia", "gpu": "nvidia", "cuda": "cuda", "torch": "python",
-                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage"}
+                "python": "python", "cpu": "cpu", "memory": "memory", "storage": "storage", "network": "network"}
 
 
 def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
@@ -93,7 +93,25 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
             return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
         n = len(m.get("storage.nvme") or [])
         return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
+    if area == "network":
+        return network_summary(m)
     return ""
+
+
+def network_summary(m: Machine) -> str:
+    """'eth0 25 Gb/s, ib0 200 Gb/s; mlx5_0 port 1 ACTIVE 200 Gb/s InfiniBand; OFED 23.10' (one line)."""
+    n = m.network
+    if n.interfaces is None:
+        return f"unknown ({n.unknown})"
+    up = [i for i in n.interfaces if i.up and not i.loopback]
+    parts = [", ".join(f"{i.name}" + (f" {i.speed_mbps / 1000:g} Gb/s" if i.speed_mbps else "") for i in up)
+             or "no interface up besides loopback"]
+    if n.ib_ports:
+        parts.append(", ".join(f"{p.label} {p.state or '?'}" + (f" {p.rate_gbps:g} Gb/s" if p.rate_gbps else "")
+                               + (f" {p.link_layer}" if p.link_layer else "") for p in n.ib_ports))
+    if n.ofed:
+        parts.append(f"OFED {n.ofed}")
+    return "; ".join(parts)
 
 
 def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bool = True, lacking=None,

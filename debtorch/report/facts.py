@@ -152,6 +152,30 @@ def facts_lines(doc: dict) -> list[str]:
         else:
             row("deep probe", show_value(deep.get("errors")))
 
+    net = Machine.from_facts(doc).network
+    head("Network")
+    if net.interfaces is None:
+        row("interfaces", f"unknown ({net.unknown})")
+    for i in net.interfaces or ():
+        speed = f", {i.speed_mbps / 1000:g} Gb/s" if i.speed_mbps else ""
+        addrs = ", ".join(i.addresses) if i.addresses else ("no address" if i.addresses is not None else "addresses unknown")
+        row(i.name, f"{'up' if i.up else 'down'} ({i.operstate or '?'}), MTU {i.mtu}{speed}, {i.link_type or '?'}; {addrs}")
+    for p in net.ib_ports:
+        row(p.label, f"{p.state or '?'} ({p.phys_state or '?'}), {p.rate or 'rate unknown'}, {p.link_layer or '?'}")
+    row("OFED", net.ofed or _unknown(doc.get("network") or {}, "ofed_version"))
+    for c in net.choices:
+        row(c.variable, f"{c.value} -> {', '.join(c.usable) or 'no usable interface'}")
+    if net.master_addr:
+        row("MASTER_ADDR", f"{net.master_addr} -> " + (", ".join(net.master_addresses) if net.master_addresses
+                                                       else f"does not resolve ({net.master_error})"))
+    sl = Machine.from_facts(doc).slurm
+    if sl.job_id:
+        head("Slurm")
+        row("job", f"{sl.job_id}" + (f" step {sl.step_id}" if sl.step_id else "") + (f", task {sl.procid} of {sl.ntasks}" if sl.ntasks else ""))
+        row("nodes", f"{sl.nnodes or '?'}: {sl.nodelist or 'unknown'}")
+        row("CPUs per task", str(sl.cpus_per_task) if sl.cpus_per_task else "not set (SLURM_CPUS_PER_TASK)")
+        row("GPUs on this node", str(sl.gpus_on_node) if sl.gpus_on_node is not None else (sl.gpus or "none requested"))
+
     e = doc.get("env") or {}
     head("Environment (allowlisted)")
     vars_ = e.get("variables") or {}

@@ -23,7 +23,10 @@ IPV6_CANDIDATE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2
 HOME_RE = re.compile(r"(/home/|/Users/|C:\\\\Users\\\\|C:\\Users\\)([^/\\\s'\"]+)")
 
 SECRET_KEYS = {"hostname": "HOST", "user": "USER", "serial": "SERIAL", "uuid": "UUID", "board_id": "BOARD",
-               "MASTER_ADDR": "HOST"}
+               "MASTER_ADDR": "HOST", "SLURMD_NODENAME": "HOST", "SLURM_NODELIST": "HOST", "SLURM_JOB_NODELIST": "HOST",
+               "SLURM_STEP_NODELIST": "HOST",
+               # network.interfaces: an IPoIB hardware address is 20 bytes, longer than MAC_RE's six.
+               "mac": "MAC", "addresses": "IP"}
 VERSIONISH_KEY = re.compile(r"version|wheel|cudnn|nccl|driver|release|firmware", re.I)
 
 

@@ -187,8 +187,9 @@ class Worker:
 
     def __init__(self, python: str, env: Optional[dict] = None, timeout: float = 600.0,
                  cwd: Optional[str] = None, on_stderr: Optional[Callable[[str], None]] = None,
-                 start_timeout: float = START_TIMEOUT):
+                 start_timeout: float = START_TIMEOUT, module: str = "debtorch.train.worker"):
         self.python = python
+        self.module = module        # the torch-side module: its main() speaks the worker protocol
         self.env = dict(os.environ if env is None else env)
         self.timeout = timeout
         self.cwd = cwd
@@ -231,7 +232,7 @@ class Worker:
         env[PROTOCOL_FD_ENV] = str(wfd)
         try:
             self.proc = subprocess.Popen(
-                [self.python, "-c", self._shim.boot("debtorch.train.worker")],
+                [self.python, "-c", self._shim.boot(self.module)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                 env=env, cwd=self.cwd, pass_fds=(wfd,), start_new_session=True,
             )

@@ -270,8 +270,9 @@ def _mkldnn_bf16(torch) -> Optional[bool]:
         return None
 
 
-def serve(proto: Protocol, stdin) -> int:
-    session = Session(proto)
+def serve(proto: Protocol, stdin, session=None) -> int:
+    """Answer requests until ``exit`` or end of input; ``session`` handles each (``handle(req)``)."""
+    session = session if session is not None else Session(proto)
     for line in stdin:
         line = line.strip()
         if not line:
@@ -317,7 +318,9 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
-def main() -> int:
+def main(make_session=Session) -> int:
+    """Start-up shared with other torch-side modules (debtorch.fleet.torchside): they pass their own
+    session class, and speak this module's protocol."""
     fd = int(os.environ.get(PROTOCOL_FD_ENV, "-1"))
     if fd < 0:
         sys.stderr.write("debtorch worker: run by debtorch (no protocol descriptor)\n")
@@ -339,7 +342,7 @@ def main() -> int:
     proto.send({"event": "hello", "pid": os.getpid(), "python": sys.executable,
                 "python_version": platform.python_version(), "torch": torch.__version__,
                 "protocol": PROTOCOL_VERSION})
-    return serve(proto, sys.stdin)
+    return serve(proto, sys.stdin, make_session(proto))
 
 
 if __name__ == "__main__":

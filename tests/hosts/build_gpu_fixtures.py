@@ -175,6 +175,34 @@ def pci_device(t: Tree, addr: str, parent: str, vendor: str, device: str, subven
     t.link(f"sys/bus/pci/devices/{addr}", f"../../../devices/{parent}/{addr}")
 
 
+def net_interface(t: Tree, name: str, operstate: str, flags: int, mtu: int, mac: str, arphrd: int,
+                  speed=None, carrier=True, device=None) -> None:
+    """/sys/class/net/<name>: the attributes facts.network reads; ``device`` links a PCI function."""
+    base = f"sys/class/net/{name}"
+    t.write(f"{base}/operstate", operstate + "\n")
+    t.write(f"{base}/flags", f"0x{flags:x}\n")
+    t.write(f"{base}/mtu", f"{mtu}\n")
+    t.write(f"{base}/address", mac + "\n")
+    t.write(f"{base}/type", f"{arphrd}\n")
+    if carrier is not None:
+        t.write(f"{base}/carrier", "1\n" if carrier else "0\n")
+    if speed is not None:
+        t.write(f"{base}/speed", f"{speed}\n")
+    if device:
+        t.dir(f"sys/devices/{device}")
+        t.link(f"{base}/device", f"../../../devices/{device}")
+
+
+def ip_addr_json(entries: list) -> str:
+    """``ip -j addr show`` output (iproute2's JSON) for [(ifindex, name, mtu, state, [(family, local, prefixlen)])]."""
+    out = []
+    for index, name, mtu, state, addrs in entries:
+        out.append({"ifindex": index, "ifname": name, "mtu": mtu, "operstate": state,
+                    "addr_info": [{"family": fam, "local": local, "prefixlen": plen, "scope": "global"}
+                                  for fam, local, plen in addrs]})
+    return json.dumps(out) + "\n"
+
+
 def efivar(t: Tree, name: str, value: int) -> None:
     # efivarfs: 4 bytes of attributes (BS|RT = 0x06, as firmware sets SecureBoot) then the value byte.
     t.bytes(f"sys/firmware/efi/efivars/{name}", bytes([0x06, 0, 0, 0, value]))
@@ -539,6 +567,23 @@ def server() -> None:
     ]))
     t.command("getconf GNU_LIBC_VERSION", "glibc 2.36\n")
     t.nvml(a100_fake())
+    # Network: a 25 GbE port for the cluster's TCP traffic, and a ConnectX-6 HDR InfiniBand HCA
+    # (mlx5_0, IPoIB interface ib0) for NCCL.  Formats from the kernel's sysfs (the InfiniBand
+    # attribute files as in prometheus/procfs's fixtures, see SOURCES.md); values hand-made.
+    net_interface(t, "lo", "unknown", 0x9, 65536, "00:00:00:00:00:00", 772)
+    net_interface(t, "eth0", "up", 0x1003, 1500, "b8:ce:f6:4e:2a:10", 1, speed=25000,
+                  device="pci0000:00/0000:00:03.0/0000:17:00.0")
+    net_interface(t, "ib0", "up", 0x1003, 4092,
+                  "00:00:10:87:fe:80:00:00:00:00:00:00:b8:ce:f6:03:00:4e:2a:20", 32, speed=200000,
+                  device="pci0000:00/0000:00:03.0/0000:17:00.1")
+    ib = "sys/class/infiniband/mlx5_0"
+    t.write(f"{ib}/hca_type", "MT4123\n")
+    t.write(f"{ib}/fw_ver", "20.38.1002\n")
+    t.link(f"{ib}/device", "../../../devices/pci0000:00/0000:00:03.0/0000:17:00.1")
+    t.dir("sys/devices/pci0000:00/0000:00:03.0/0000:17:00.1/net/ib0")
+    for fname, text in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "200 Gb/sec (4X HDR)"),
+                        ("link_layer", "InfiniBand")):
+        t.write(f"{ib}/ports/1/{fname}", text + "\n")
     venv = "/srv/venvs/train"
     site = f"{venv}/lib/python3.11/site-packages"
     libs = wheel_libs(site, {
@@ -581,6 +626,13 @@ def server() -> None:
                              f"{site}/nvidia/nccl/lib/libnccl.so.2", f"{lib}/nvidia/current/libcuda.so.535.54.03",
                              f"{lib}/nvidia/current/libnvidia-ml.so.535.54.03"],
     }) + "\n")
+    # (after the probes, so that the recorded outputs keep their file names)
+    t.command("ip -j addr show", ip_addr_json([
+        (1, "lo", 65536, "UNKNOWN", [("inet", "127.0.0.1", 8), ("inet6", "::1", 128)]),
+        (2, "eth0", 1500, "UP", [("inet", "10.10.0.7", 16)]),
+        (3, "ib0", 4092, "UP", [("inet", "10.20.0.7", 16)]),
+    ]))
+    t.command("ofed_info -s", "MLNX_OFED_LINUX-23.10-0.5.5.0:\n")
     t.meta.update(machine="x86_64", python="/usr/bin/python3", affinity=list(range(40)),
                   environ={"VIRTUAL_ENV": venv, "LD_LIBRARY_PATH": f"{cuda}/lib64:/usr/local/lib",
                            "CUDA_HOME": cuda, "NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "5"})

@@ -1,0 +1,174 @@
+"""``debtorch fleet``: many machines, one verdict.
+
+Thin: parse options, call :mod:`debtorch.fleet` (offline or gathered), render, choose the exit code.
+Exit codes: 0 no finding at the --fail-on level; 1 findings at that level (a node missing, dead or
+unreadable counts as an error), or this rank could not take part; 2 bad usage or unreadable input;
+130 interrupted.  In gathered mode every rank exits with rank 0's code.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import List, Optional
+
+import typer
+
+from debtorch import facts as facts_mod
+from debtorch import hostlist
+from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, choose_format
+from debtorch.host import LiveHost, ReplayHost, Unavailable
+from debtorch.report import show
+
+prog = Prog("debtorch fleet")
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
+    prog.fail(message, code)
+
+
+def _marks() -> dict:
+    from debtorch.report.doctor import MARKS_ASCII, MARKS_UNICODE  # defer: only for this command
+
+
+    enc = (getattr(sys.stdout, "encoding", None) or "").lower()
+    return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
+
+
+def _python(python: Optional[str]) -> str:
+    """The live interpreter whose torch.distributed carries the gather (not a replayed machine's)."""
+    path = python or LiveHost().default_python
+    if os.sep not in path:
+        found = shutil.which(path)
+        if found is None:
+            _fail(f"--python {path}: not found on PATH")
+        return found
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        _fail(f"--python {path}: not an executable file")
+    return path
+
+
+def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict):
+    """The function that collects this node's facts and runs its doctor: (facts, findings, name)."""
+    from debtorch.doctor import Context, diagnose  # defer: only for this command
+    from debtorch.fleet import gather  # defer: as above
+
+    def describe():
+        host = ReplayHost(replay) if replay else LiveHost()
+        try:
+            doc = facts_mod.collect(host, facts_mod.Options(python=None if replay else python, deep=deep))
+        finally:
+            host.close()
+        found = diagnose(doc, Context(source="facts" if replay else "live")).findings
+        return doc, [f.to_json() for f in found], gather.node_name(doc, environ)
+
+    return describe
+
+
+def _emit(summary, fail_on: str, fmt, verbose: bool, verdict, notes, redactor) -> None:
+    from debtorch.report.fleet import FleetView  # defer: only for this command
+
+    show(FleetView(summary, fail_on, verdict, notes, verbose, _marks(), redactor), fmt)
+
+
+def _redact_names(nodes, redactor) -> None:
+    for n in nodes:
+        if not n.name.startswith("rank "):
+            n.name = redactor.token("HOST", n.name)
+
+
+def _write_exclude(path: str, verdict, force: bool) -> None:
+    from debtorch.tune.config import ConfigError, write_atomic  # defer: only with --exclude-file
+
+    names = verdict.exclude if verdict is not None else []
+    try:
+        write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
+    except ConfigError as exc:
+        _fail(str(exc), 1)
+    prog.note(f"wrote {len(names)} node(s) to exclude to {path}")
+
+
+def fleet(
+    paths: Optional[List[str]] = typer.Argument(None, metavar="[FILE|DIR]...", help="Compare saved 'debtorch facts --json' or 'doctor --json' documents (a folder: its *.json files) instead of gathering."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: schema_version, nodes, summary, findings (and probe)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show info findings."),
+    fail_on: FailOn = typer.Option("error", "--fail-on", help="Exit 1 when a finding reaches this level."),
+    redact: bool = typer.Option(False, "--redact", help="Replace node names, IP and MAC addresses and the like with stable tokens."),
+    python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter whose torch.distributed gathers (default: $VIRTUAL_ENV's, else this one); also the one whose PyTorch is inspected."),
+    replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Describe a machine recorded in DIR instead of this node ({rank} in DIR is replaced by the rank)."),
+    deep: bool = typer.Option(False, "--deep", help="Each node also imports torch in a probe (the NCCL and cuDNN it loads)."),
+    timeout: float = typer.Option(60.0, "--timeout", metavar="SECONDS", help="How long rank 0 waits for every node's document; a node later than that is named missing."),
+    do_probe: bool = typer.Option(False, "--probe", help="Also find slow or broken nodes: a compute check per rank and all-reduce between pairs."),
+    budget: float = typer.Option(30.0, "--budget", metavar="SECONDS", help="Time --probe may take, all nodes together."),
+    exclude_file: Optional[str] = typer.Option(None, "--exclude-file", metavar="PATH", help="With --probe: write the nodes to exclude (for srun --exclude)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --exclude-file."),
+    tuned: Optional[str] = typer.Option(None, "--tuned", metavar="FILE", help="A debtorch.toml from 'debtorch tune --write': name the nodes it was not tuned for."),
+) -> None:
+    """Compare the nodes of a job (or saved documents): the differences that hang or slow multi-node training, and the bad nodes.
+
+    Exit status: 0 no finding at --fail-on level, 1 findings at that level or a node that did not answer, 2 bad usage or unreadable input.
+    """
+    from debtorch.fleet import gather, offline, probe  # defer: only for this command
+    from debtorch.fleet.rendezvous import RendezvousError, from_environ  # defer: as above
+    from debtorch.report.redact import Redactor  # defer: as above
+
+    fmt = choose_format(prog, json_out)
+    level = fail_on.value
+    if timeout <= 0:
+        _fail(f"--timeout must be a positive number of seconds (got {timeout:g})")
+    if do_probe and budget < probe.MIN_BUDGET_S:
+        _fail(f"--budget {budget:g} is too small to probe; give at least {probe.MIN_BUDGET_S:g} seconds")
+    if (exclude_file or force) and not do_probe:
+        _fail("--exclude-file and --force go with --probe")
+    if force and not exclude_file:
+        _fail("--force only applies to --exclude-file")
+    if exclude_file and os.path.exists(exclude_file) and not force:
+        _fail(f"{exclude_file}: exists; use --force to replace it")
+    try:
+        fingerprint = offline.load_tuned(tuned) if tuned else None
+    except offline.FleetInputError as exc:
+        _fail(str(exc))
+    redactor = Redactor() if redact else None
+    rename = (lambda nodes: _redact_names(nodes, redactor)) if redactor else None
+
+    if paths:
+        if replay or do_probe or deep or python:
+            _fail("--host, --python, --deep and --probe describe live nodes; saved documents are compared as they are")
+        try:
+            summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
+        except offline.FleetInputError as exc:
+            _fail(str(exc))
+        _emit(summary, level, fmt, verbose, None, [], redactor)
+        raise typer.Exit(summary.exit_code(level))
+
+    environ = LiveHost().environ
+    try:
+        rdzv = from_environ(environ)
+    except RendezvousError as exc:
+        _fail(str(exc))
+    if rdzv is None:
+        _fail("no launcher here (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS): start it with srun "
+              "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
+    if replay:
+        replay = replay.replace("{rank}", str(rdzv.rank))
+        try:
+            ReplayHost(replay)
+        except Unavailable as exc:
+            _fail(f"--host {exc.reason}")
+    interpreter = _python(python)
+    options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget,
+                             tuned=fingerprint, tuned_path=tuned, rename=rename)
+
+    def on_report(outcome) -> None:
+        _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)
+        if exclude_file and outcome.verdict is not None:
+            _write_exclude(exclude_file, outcome.verdict, force)
+
+    try:
+        outcome = gather.run(rdzv, interpreter, _describe(replay, python, deep, environ), options, environ, on_report)
+    except gather.GatherError as exc:
+        _fail(str(exc), exc.code)
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INTERRUPTED)
+    raise typer.Exit(outcome.code)

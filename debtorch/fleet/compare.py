@@ -1,0 +1,376 @@
+"""Comparing nodes: the answers that must agree across a job, and the findings when they do not.
+
+Each :class:`Aspect` reads one answer from a node's machine view
+(:class:`debtorch.machine.Machine`) as a short string, or None when the
+facts do not tell (an unknown is never a difference).  :func:`read` gives a
+node's answers; :func:`summarise` groups the nodes by each answer and returns
+the fleet's findings, each naming the values and the nodes that have them.
+Nodes that agree on everything are one group, so 1,000 nodes give a short
+report.  Finding ids are documented in docs/checks.md and docs/fleet.md and
+never renumbered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+from debtorch import hostlist
+from debtorch.findings import ERROR, INFO, WARNING, Finding, Placed, rank
+from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, SCHEMA, Node
+from debtorch.machine import Machine
+from debtorch.tune import fingerprint
+from debtorch.units import human_bytes
+
+# Sections of the report, in order.
+SECTIONS = (("nodes", "Nodes"), ("consistency", "Consistency"), ("network", "Network"),
+            ("doctor", "Node doctors"), ("probe", "Probe"))
+
+# The variables that change how collectives behave: a difference between nodes is a finding.
+DISTRIBUTED_PREFIXES = ("NCCL_", "GLOO_", "TORCH_")
+DISTRIBUTED_NAMES = ("CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+PER_RANK = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")   # differ by design
+
+# Doctor findings a fleet finding already reports node by node.
+COVERED = {"fleet.E008": ("network.E001", "network.E002")}
+
+
+@dataclass(frozen=True)
+class Aspect:
+    key: str
+    id: str
+    level: str
+    title: str
+    read: Callable[[Machine], Optional[str]]
+    fix: str
+    section: str = "consistency"
+
+
+def _torch(m: Machine) -> Optional[str]:
+    t = m.torch
+    if not t.known:
+        return None
+    return f"{t.version} ({t.build})" if t.installed else "not installed"
+
+
+def _gpu_count(m: Machine) -> Optional[str]:
+    if not m.gpus_listed and m.has_nvidia_gpu is not False:
+        return None
+    return str(len(m.compute_gpus))
+
+
+def _gpu_models(m: Machine) -> Optional[str]:
+    if not m.gpus_listed:
+        return None
+    # The kinds only: how many is fleet.E007's question.
+    return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.compute_gpus})) or "none usable"
+
+
+def _shm(m: Machine) -> Optional[str]:
+    total = m.get("memory.shm_total")
+    return human_bytes(total) if isinstance(total, int) else None
+
+
+def _memlock(m: Machine) -> Optional[str]:
+    soft = m.get("memory.memlock_soft")
+    return human_bytes(soft) if isinstance(soft, int) else None
+
+
+def _cpus(m: Machine) -> Optional[str]:
+    return str(m.cpus.usable) if m.cpus.known else None
+
+
+def _ifname(m: Machine) -> Optional[str]:
+    """Per IFNAME variable: whether it selects a usable interface here."""
+    n = m.network
+    if n.interfaces is None:
+        return None
+    out = []
+    for c in n.choices:
+        state = "usable" if c.ok else ("matches no interface" if not c.selected else "selects only down interfaces")
+        out.append(f"{c.variable}={c.value}: {state}")
+    return "; ".join(out) or None
+
+
+def _mtu(m: Machine) -> Optional[str]:
+    """The MTUs of the interfaces collective traffic uses, by link type (names differ between hardware)."""
+    ifaces = [i for i in m.network.traffic_interfaces if not i.loopback]
+    if not ifaces:
+        return None
+    by_type: dict = {}
+    for i in ifaces:
+        by_type.setdefault(i.link_type or "?", set()).add(i.mtu)
+    return ", ".join(f"{t} {'/'.join(str(x) for x in sorted(v, key=lambda x: x or 0))}" for t, v in sorted(by_type.items()))
+
+
+def _ib(m: Machine) -> Optional[str]:
+    ports = m.network.ib_ports
+    if not ports and m.network.interfaces is None:
+        return None
+    kinds: dict = {}
+    for p in ports:
+        label = f"{p.link_layer or '?'} {p.state or '?'} {f'{p.rate_gbps:g} Gb/s' if p.rate_gbps else 'rate ?'}"
+        kinds[label] = kinds.get(label, 0) + 1
+    return ", ".join(f"{n} x {label}" for label, n in sorted(kinds.items())) or "none"
+
+
+def _ofed(m: Machine) -> Optional[str]:
+    return m.network.ofed or ("none" if m.network.ib_ports else None)
+
+
+ASPECTS = (
+    Aspect("torch", "fleet.E005", ERROR, "PyTorch", _torch,
+           "Install the same torch build on every node (same version, same --index-url variant), "
+           "e.g. from one requirements file with pinned versions"),
+    Aspect("nccl", "fleet.E006", ERROR, "NCCL", lambda m: m.nccl.value,
+           "Use the NCCL that PyTorch's wheels bring on every node (pip install the same torch), and "
+           "unset LD_LIBRARY_PATH/LD_PRELOAD entries that load another libnccl"),
+    Aspect("gpu_count", "fleet.E007", ERROR, "usable GPUs", _gpu_count,
+           "Check nvidia-smi and CUDA_VISIBLE_DEVICES on the nodes with fewer GPUs (debtorch doctor there); "
+           "exclude them (srun --exclude) or lower --nproc-per-node"),
+    Aspect("ifname", "fleet.E008", ERROR, "socket interface", _ifname,
+           "Name an interface (or a prefix) that is up on every node: ip -br addr on the nodes named; "
+           "see network.E001/E002", section="network"),
+    Aspect("driver", "fleet.W001", WARNING, "NVIDIA driver", lambda m: m.driver.version,
+           "Install the same driver on every node (apt install nvidia-driver=<version> or the cuda-drivers "
+           "package of one release), then reboot the nodes that changed"),
+    Aspect("cudnn", "fleet.W002", WARNING, "cuDNN", lambda m: m.cudnn.value,
+           "Install the same torch and nvidia-cudnn wheels on every node"),
+    Aspect("cuda_runtime", "fleet.W003", WARNING, "CUDA runtime", lambda m: m.get("python.torch.cuda_runtime_wheel"),
+           "Install the same torch and nvidia-cuda-runtime wheels on every node"),
+    Aspect("kernel", "fleet.W004", WARNING, "kernel", lambda m: m.os.kernel,
+           "Boot every node into the same kernel (apt upgrade, then reboot the stragglers)"),
+    Aspect("python", "fleet.W005", WARNING, "Python", lambda m: str(m.get("python.version") or "") or None,
+           "Create the job's venv from the same Python on every node (one shared venv, or one image)"),
+    Aspect("gpu_models", "fleet.W006", WARNING, "GPU models", _gpu_models,
+           "Mixed GPUs run at the pace of the slowest and may pick different kernels: "
+           "ask Slurm for one kind (--constraint, --gres=gpu:<type>:N)"),
+    Aspect("shm", "fleet.W008", WARNING, "/dev/shm", _shm,
+           "Give every node the same /dev/shm (docker --shm-size, or mount -o remount,size=...)"),
+    Aspect("memlock", "fleet.W009", WARNING, "RLIMIT_MEMLOCK", _memlock,
+           "Set the same memlock limit everywhere (/etc/security/limits.d, slurmd's LimitMEMLOCK=infinity); "
+           "RDMA needs it unlimited"),
+    Aspect("usable_cpus", "fleet.W010", WARNING, "usable CPUs", _cpus,
+           "Ask for the same CPUs on every node (--cpus-per-task) or tune per node (debtorch tune)"),
+    Aspect("mtu", "fleet.W012", WARNING, "MTU", _mtu,
+           "Set the same MTU on the interfaces collectives use (ip link set <if> mtu <n>, and in "
+           "/etc/network/interfaces or the NetworkManager profile)", section="network"),
+    Aspect("infiniband", "fleet.W013", WARNING, "InfiniBand/RoCE ports", _ib,
+           "ibstat on the nodes named: a port down, in INIT, or at a lower rate slows every collective",
+           section="network"),
+    Aspect("ofed", "fleet.W014", WARNING, "OFED", _ofed,
+           "Install the same MLNX_OFED/DOCA-OFED on every node (ofed_info -s); an HPC-X or NCCL plugin "
+           "built for another OFED hangs (NVIDIA/nccl-tests#200)", section="network"),
+    Aspect("debtorch", "fleet.I001", INFO, "debtorch version", lambda m: m.get("debtorch_version"),
+           "Install the same debtorch on every node so that the facts compare"),
+)
+BY_KEY = {a.key: a for a in ASPECTS}
+ENV_ID = "fleet.W007"
+TUNED_ID = "fleet.W011"
+
+
+def _distributed_env(m: Machine) -> dict:
+    env = m.get("env.variables") or {}
+    if not isinstance(env, dict):
+        return {}
+    return {k: str(v) for k, v in env.items()
+            if (k.startswith(DISTRIBUTED_PREFIXES) or k in DISTRIBUTED_NAMES) and k not in PER_RANK
+            and not k.startswith("TORCHELASTIC_")}
+
+
+def read(m: Machine, tuned: Optional[dict] = None) -> dict:
+    """A node's comparable answers: {aspect key: str or None, "env": {name: value}, "tuned": ...}."""
+    out = {a.key: a.read(m) for a in ASPECTS}
+    out["env"] = _distributed_env(m) if m.section("env") else None
+    if tuned is not None:
+        diff = fingerprint.differences(tuned, fingerprint.from_facts(m))
+        out["tuned"] = "matches" if not diff else "differs: " + "; ".join(diff)
+    return out
+
+
+# ---------------------------------------------------------------- findings
+
+
+@dataclass(frozen=True)
+class Group:
+    """One value of an answer and the nodes that have it."""
+
+    value: str
+    nodes: tuple
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "count": len(self.nodes), "nodes": hostlist.compress(self.nodes)}
+
+
+@dataclass(frozen=True)
+class FleetFinding(Placed):
+    """A finding about the fleet: ``finding`` as the doctor's, with the groups of nodes it names."""
+
+    finding: Finding
+    groups: tuple = ()
+    section: str = "consistency"
+
+    def to_json(self) -> dict:
+        out = self.finding.to_json()
+        out["section"] = self.section
+        out["groups"] = [g.to_json() for g in self.groups]
+        return out
+
+
+def _finding(id_: str, level: str, message: str, fix: str, about: str, groups: Iterable[Group],
+             section: str) -> FleetFinding:
+    return FleetFinding(Finding(id_, level, message, fix, about, area="fleet"), tuple(groups), section)
+
+
+def _groups(pairs: Iterable[tuple]) -> list:
+    """[(node name, value)] -> Groups, the largest first (ties: by value)."""
+    by_value: dict = {}
+    for name, value in pairs:
+        by_value.setdefault(value, []).append(name)
+    return [Group(v, tuple(sorted(ns))) for v, ns in sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def _difference(a: Aspect, nodes: list) -> Optional[FleetFinding]:
+    pairs = [(n.name, n.values.get(a.key)) for n in nodes if n.values.get(a.key) is not None]
+    groups = _groups(pairs)
+    if len(groups) < 2:
+        return None
+    return _finding(a.id, a.level, f"{a.title} differs: {len(groups)} values on {len(pairs)} nodes",
+                    a.fix, a.title, groups, a.section)
+
+
+def _env_differences(nodes: list) -> list:
+    known = [n for n in nodes if n.values.get("env") is not None]
+    names = sorted({k for n in known for k in n.values["env"]})
+    out = []
+    for var in names:
+        groups = _groups((n.name, n.values["env"].get(var, "(unset)")) for n in known)
+        if len(groups) > 1:
+            out.append(_finding(ENV_ID, WARNING, f"{var} differs: {len(groups)} values on {len(known)} nodes",
+                                f"Export the same {var} on every node (in the job script, before srun/torchrun)",
+                                var, groups, "consistency"))
+    return out
+
+
+def _tuned(nodes: list, path: str) -> list:
+    pairs = [(n.name, n.values.get("tuned")) for n in nodes if n.values.get("tuned") is not None]
+    bad = [(name, v) for name, v in pairs if v != "matches"]
+    if not bad:
+        return []
+    return [_finding(TUNED_ID, WARNING, f"{path} was tuned for another machine than {len(bad)} of {len(pairs)} nodes",
+                     f"Tune on a node like the others (debtorch tune --write {path}), or keep one config per kind of node",
+                     path, _groups(pairs), "consistency")]
+
+
+def _status(nodes: list, timeout: Optional[float]) -> list:
+    specs = (
+        (MISSING, "fleet.E001", "did not join within the timeout",
+         "Look at those nodes' job output (srun prints each task's errors); a node that is slow to start "
+         "needs a longer --timeout"),
+        (DIED, "fleet.E002", "joined but sent no document",
+         "The debtorch or Python process on those nodes died while collecting: run "
+         "'debtorch doctor' there"),
+        (MALFORMED, "fleet.E003", "sent a document that cannot be read",
+         "Run 'debtorch facts --json' on those nodes and read the error"),
+        (SCHEMA, "fleet.E004", "sent facts of another schema version",
+         "Install the same debtorch on every node"),
+    )
+    out = []
+    for status, id_, what, fix in specs:
+        bad = [n for n in nodes if n.status == status]
+        if bad:
+            detail = "" if status != MISSING or timeout is None else f" ({timeout:g} s)"
+            out.append(_finding(id_, ERROR, f"{len(bad)} of {len(nodes)} nodes {what}{detail}", fix,
+                                "nodes", _groups((n.name, n.detail or what) for n in bad), "nodes"))
+    return out
+
+
+def _doctors(nodes: list, fired: set) -> list:
+    """One finding per doctor id at warning or error level, with the nodes that have it."""
+    covered = {i for fid, ids in COVERED.items() if fid in fired for i in ids}
+    by_id: dict = {}
+    for n in nodes:
+        for fid, level, message in n.findings:
+            if level == INFO or fid in covered:
+                continue
+            entry = by_id.setdefault(fid, {"level": level, "pairs": []})
+            entry["pairs"].append((n.name, message))
+    out = []
+    for fid, entry in sorted(by_id.items(), key=lambda kv: (-rank(kv[1]["level"]), kv[0])):
+        count = len({name for name, _ in entry["pairs"]})
+        level = entry["level"]
+        out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", level,
+                            f"{fid} on {count} of {len(nodes)} nodes",
+                            f"debtorch doctor on one of them shows the fix ({fid}, docs/checks.md)",
+                            fid, _groups(entry["pairs"]), "doctor"))
+    return out
+
+
+@dataclass
+class Summary:
+    """What the fleet comparison found."""
+
+    expected: int
+    nodes: list                                       # every Node (not only those compared)
+    findings: list = field(default_factory=list)      # FleetFinding, report order
+    identical: list = field(default_factory=list)     # [(names, differing aspect titles)], largest first
+
+    @property
+    def compared(self) -> list:
+        return [n for n in self.nodes if n.ok]
+
+    def count(self, level: str) -> int:
+        return sum(1 for f in self.findings if f.level == level)
+
+    def exit_code(self, fail_on: str = ERROR) -> int:
+        """0 when no finding reaches ``fail_on``, else 1 (the doctor's rule)."""
+        return 1 if any(rank(f.level) >= rank(fail_on) for f in self.findings) else 0
+
+
+def _identity(nodes: list, findings: list) -> list:
+    """Nodes grouped by everything compared: [(names, titles where the group differs from the largest)]."""
+    keys = [a.key for a in ASPECTS] + ["tuned"]
+
+    def signature(n: Node) -> tuple:
+        env = n.values.get("env") or {}
+        return (tuple(n.values.get(k) for k in keys), tuple(sorted(env.items())),
+                tuple(sorted({(f[0], f[1]) for f in n.findings if f[1] != INFO})))
+
+    by_sig: dict = {}
+    for n in nodes:
+        by_sig.setdefault(signature(n), []).append(n)
+    groups = sorted(by_sig.values(), key=lambda g: (-len(g), g[0].name))
+    if not groups:
+        return []
+    ref = groups[0][0]
+    titles = {a.key: a.title for a in ASPECTS}
+    out = []
+    for g in groups:
+        n = g[0]
+        what = [titles.get(k, k) for k in keys if n.values.get(k) != ref.values.get(k)]
+        env, ref_env = n.values.get("env") or {}, ref.values.get("env") or {}
+        what += sorted(k for k in set(env) | set(ref_env) if env.get(k) != ref_env.get(k))
+        if signature(n)[2] != signature(ref)[2]:
+            what.append("doctor findings")
+        out.append(([x.name for x in g], what))
+    return out
+
+
+def summarise(nodes: list, expected: Optional[int] = None, timeout: Optional[float] = None,
+              tuned_path: Optional[str] = None, extra: Iterable[FleetFinding] = ()) -> Summary:
+    """Every fleet finding about ``nodes`` (:class:`~debtorch.fleet.nodes.Node`), in report order."""
+    ok = [n for n in nodes if n.ok]
+    found = _status(nodes, timeout)
+    for a in ASPECTS:
+        f = _difference(a, ok)
+        if f:
+            found.append(f)
+    found += _env_differences(ok)
+    if tuned_path:
+        found += _tuned(ok, tuned_path)
+    found += _doctors(ok, {f.id for f in found})
+    found += list(extra)
+    order = {s: i for i, (s, _) in enumerate(SECTIONS)}
+    found.sort(key=lambda f: (order.get(f.section, 99), -rank(f.level), f.id, f.finding.about))
+    return Summary(expected=expected if expected is not None else len(nodes), nodes=list(nodes), findings=found,
+                   identical=_identity(ok, found))

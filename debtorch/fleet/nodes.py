@@ -1,0 +1,140 @@
+"""One node of a fleet: its document, read and checked, reduced to what the comparison needs.
+
+A node's document is one of
+
+* an envelope, what a rank of ``debtorch fleet`` sends to rank 0:
+  ``{"fleet": 1, "rank": 3, "node": "gpu07", "debtorch_version": ..., "findings": [...], "facts": {...}}``;
+* a ``debtorch doctor --json`` document (``findings`` and ``facts``);
+* a ``debtorch facts --json`` document (the doctor runs on it here).
+
+:func:`read_node` turns the text into a :class:`Node`: the answers the
+comparison needs (:mod:`debtorch.fleet.compare`) and the node's doctor
+findings, never the whole document, so that rank 0 holds one document at a
+time however many nodes there are.  A document that cannot be read, or that
+another schema version wrote, is a node with a ``status`` and a one-line
+``detail``; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from debtorch import facts as facts_mod
+from debtorch.doctor import Context, diagnose
+from debtorch.machine import Machine
+
+ENVELOPE_VERSION = 1
+
+OK = "ok"
+MISSING = "missing"          # never joined the rendezvous within --timeout
+DIED = "died"                # joined, sent no document
+MALFORMED = "malformed"      # sent something that is not a facts document
+SCHEMA = "schema"            # a facts document of another schema version
+STATUSES = (OK, MISSING, DIED, MALFORMED, SCHEMA)
+
+
+@dataclass
+class Node:
+    """One node as the comparison sees it."""
+
+    name: str
+    rank: Optional[int] = None
+    status: str = OK
+    detail: str = ""                               # why, for a node that is not OK
+    values: dict = field(default_factory=dict)     # aspect key -> comparable value (None: unknown)
+    findings: tuple = ()                           # its doctor's findings: (id, level, message)
+    debtorch_version: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+class DocumentError(Exception):
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def encode(envelope: dict) -> bytes:
+    """An envelope as it travels: compact JSON, zlib-compressed."""
+    return zlib.compress(json.dumps(envelope, separators=(",", ":"), default=str).encode(), 6)
+
+
+def decode(data: bytes) -> str:
+    """Bytes a rank sent -> JSON text.  Raises DocumentError (malformed)."""
+    try:
+        raw = zlib.decompress(data) if data[:1] == b"\x78" else data
+        return raw.decode("utf-8")
+    except (zlib.error, UnicodeDecodeError) as exc:
+        raise DocumentError(MALFORMED, f"not a document ({type(exc).__name__}: {exc})"[:160]) from None
+
+
+def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
+    """(facts, doctor findings as JSON or None, envelope fields) of a document's text.
+
+    Raises :class:`DocumentError` with status malformed or schema."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise DocumentError(MALFORMED, f"not JSON ({str(exc)[:100]})") from None
+    if not isinstance(doc, dict):
+        raise DocumentError(MALFORMED, "not a JSON object")
+    meta: dict = {}
+    if "fleet" in doc:
+        meta = {k: doc.get(k) for k in ("fleet", "rank", "node", "debtorch_version", "error")}
+        if doc.get("error"):
+            raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
+    findings = doc.get("findings") if isinstance(doc.get("findings"), list) else None
+    inner = doc.get("facts") if isinstance(doc.get("facts"), dict) else doc
+    version = inner.get("schema_version")
+    if version is not None and version != facts_mod.SCHEMA_VERSION:
+        raise DocumentError(SCHEMA, f"facts schema_version {version!r}; this debtorch reads "
+                                    f"{facts_mod.SCHEMA_VERSION} (debtorch {inner.get('debtorch_version') or '?'})")
+    try:
+        facts = facts_mod.validate(inner, where)
+    except facts_mod.FactsFileError as exc:
+        raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)) from None
+    return facts, findings, meta
+
+
+def _findings(machine: Machine, findings: Optional[list]) -> tuple:
+    """The node's findings as (id, level, message): those its doctor sent, else the doctor's here."""
+    if findings is None:
+        return tuple((f.id, f.level, f.message) for f in diagnose(machine, Context(source="facts")).findings)
+    out = []
+    for f in findings:
+        if isinstance(f, dict) and isinstance(f.get("id"), str) and f.get("level") in ("info", "warning", "error"):
+            out.append((f["id"], f["level"], str(f.get("message") or "")))
+    return tuple(out)
+
+
+def read_node(text: str, name: str, read: Callable[[Machine], dict], rank: Optional[int] = None) -> Node:
+    """A :class:`Node` from a document's text; ``read`` gives the comparable answers of a Machine."""
+    try:
+        facts, findings, meta = parse(text, name)
+    except DocumentError as exc:
+        return Node(name=name, rank=rank, status=exc.status, detail=exc.message)
+    machine = Machine.from_facts(facts)
+    return Node(name=name, rank=meta.get("rank") if isinstance(meta.get("rank"), int) else rank,
+                values=read(machine), findings=_findings(machine, findings),
+                debtorch_version=str(meta.get("debtorch_version") or facts.get("debtorch_version") or "") or None)
+
+
+def failed(name: str, status: str, detail: str, rank: Optional[int] = None) -> Node:
+    """A node that sent no readable document (missing, died)."""
+    return Node(name=name, rank=rank, status=status, detail=detail)
+
+
+def envelope(facts: dict, findings: list, rank: int, node: str, version: str) -> dict:
+    """What a rank sends: its facts and its doctor's findings (JSON-ready)."""
+    return {"fleet": ENVELOPE_VERSION, "rank": rank, "node": node, "debtorch_version": version,
+            "findings": findings, "facts": facts}
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

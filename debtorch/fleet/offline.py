@@ -1,0 +1,70 @@
+"""Offline mode: compare saved ``facts --json`` / ``doctor --json`` documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from debtorch.fleet import compare
+from debtorch.fleet.nodes import MALFORMED, failed, read_node
+from debtorch.tune.config import ConfigError, load_config
+
+
+class FleetInputError(Exception):
+    """Bad usage or input that is not a node's fault: one line for the user (exit 2)."""
+
+
+def document_paths(args: Iterable[str]) -> list:
+    """FILE and DIR arguments -> [(name, path)]: a folder gives its *.json files, sorted.
+    A node is named by its file name without .json (by the relative path when names repeat)."""
+    found: list = []
+    for arg in args:
+        p = Path(arg)
+        if p.is_dir():
+            files = sorted(x for x in p.iterdir() if x.suffix == ".json" and x.is_file())
+            if not files:
+                raise FleetInputError(f"{arg}: no .json documents in this folder")
+            found.extend(files)
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise FleetInputError(f"{arg}: no such file or folder")
+    stems = [f.stem for f in found]
+    return [(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix("")), str(f)) for f in found]
+
+
+def reader(tuned: Optional[dict] = None):
+    """The function that reads a node's comparable answers from its machine view."""
+    return lambda m: compare.read(m, tuned)
+
+
+def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Optional[str] = None,
+               rename: Optional[Callable[[list], None]] = None) -> compare.Summary:
+    """Compare saved documents; one document is in memory at a time.  ``rename`` may rename the
+    nodes before they are compared (``--redact``)."""
+    read = reader(tuned)
+    nodes: list = []
+    for name, path in document_paths(args):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError as exc:
+            nodes.append(failed(name, MALFORMED, f"cannot read {path} ({exc.strerror or exc})"))
+            continue
+        nodes.append(read_node(text, name, read))
+        del text
+    if rename is not None:
+        rename(nodes)
+    return compare.summarise(nodes, tuned_path=tuned_path)
+
+
+def load_tuned(path: str) -> dict:
+    """The [fingerprint] table of a config written by ``debtorch tune --write``."""
+    try:
+        fp = load_config(path).fingerprint
+    except ConfigError as exc:
+        raise FleetInputError(f"--tuned {exc}") from None
+    if not fp:
+        raise FleetInputError(f"--tuned {path}: no [fingerprint] table (was it written by 'debtorch tune --write'?)")
+    return fp
+

@@ -1,0 +1,207 @@
+"""The bad-node finder (``debtorch fleet --probe``): the plan every rank runs, and the verdict.
+
+The plan (:func:`plan`) splits ``--budget`` seconds between a compute check
+on every rank at once (n x n matmuls: fp32 on CPU, bf16 on a GPU) and rounds
+of all-reduces between pairs of ranks (a round-robin schedule: in each round
+every rank has one partner, and no pair repeats; at most :data:`MAX_ROUNDS`
+rounds), each pair for a fixed time.
+Bus bandwidth is what nccl-tests reports for all-reduce (doc/PERFORMANCE.md
+in NVIDIA/nccl-tests): ``busbw = algbw * 2 (n - 1) / n`` with ``n = 2``.
+
+The verdict (:func:`judge`) ranks every node against the median of all
+nodes: a node whose compute rate is below :data:`SLOW` of the median, or
+whose pairs (at least two) are all below :data:`SLOW` of the median pair
+bandwidth, is named slow; a
+pair below :data:`SLOW_PAIR` whose two nodes are fine with their other
+partners is named a slow pair (a link, a cable, a switch port); a rank that sent no result
+within the budget, or an error, failed.  The nodes named make the list for
+``srun --exclude``.  Pure functions; the measuring is in
+:mod:`debtorch.fleet.torchside`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Optional
+
+from debtorch import hostlist
+from debtorch.findings import ERROR, WARNING, Finding
+from debtorch.fleet.compare import FleetFinding, Group
+
+SLOW = 0.75              # a node below 75 % of the median is slow
+# A pair is one measurement, a node's score several: with every node healthy, single pairs went
+# down to 0.57 of the median on our busy 2-core machine (docs/fleet.md), so a pair must fall lower.
+SLOW_PAIR = 0.5
+MIN_ROUND_S = 1.0        # a pair gets at least this long
+MAX_ROUNDS = 6           # partners per node: enough for a median that one bad link cannot move
+MIN_BUDGET_S = 5.0
+CPU = {"backend": "gloo", "size_bytes": 4 * 1024 * 1024, "matrix_n": 256}
+GPU = {"backend": "nccl", "size_bytes": 64 * 1024 * 1024, "matrix_n": 4096}
+
+
+def rounds(world: int, limit: Optional[int] = None) -> list:
+    """Round-robin pairings (the circle method): ``world - 1`` rounds (``world`` when odd), in
+    each every rank has at most one partner, and every pair meets exactly once over all rounds."""
+    if world < 2:
+        return []
+    ids = list(range(world)) + ([None] if world % 2 else [])
+    n = len(ids)
+    out = []
+    for _ in range(n - 1):
+        pairs = [[ids[i], ids[n - 1 - i]] for i in range(n // 2)]
+        out.append([sorted(p) for p in pairs if None not in p])
+        ids = [ids[0], ids[-1]] + ids[1:-1]
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def plan(world: int, budget_s: float, gpu: bool) -> dict:
+    """What every rank runs within ``budget_s`` seconds (start-up, compute, pair rounds, margin)."""
+    kind = GPU if gpu else CPU
+    usable = max(0.0, budget_s - 2.0) * 0.8          # process group start-up and a margin
+    compute_s = min(10.0, max(0.5, usable * 0.2))
+    pair_time = max(0.0, usable - compute_s)
+    count = max(1, min(world - 1 if world % 2 == 0 else world, int(pair_time // MIN_ROUND_S), MAX_ROUNDS)) \
+        if world > 1 else 0
+    sched = rounds(world, count)
+    return {"probe": True, **kind, "compute_s": round(compute_s, 3),
+            "round_s": round(pair_time / len(sched), 3) if sched else 0.0, "rounds": sched,
+            "timeout_s": budget_s, "budget_s": budget_s}
+
+
+@dataclass
+class NodeScore:
+    rank: int
+    name: str
+    gflops: Optional[float] = None
+    busbw: Optional[float] = None          # median over its pairs, GB/s
+    partners: int = 0
+    error: Optional[str] = None
+    verdict: str = "ok"                    # ok, slow compute, slow all-reduce, failed
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "node": self.name, "gflops": self.gflops, "busbw_gbs": self.busbw,
+                "partners": self.partners, "error": self.error, "verdict": self.verdict}
+
+
+@dataclass
+class Verdict:
+    scores: list
+    pairs: list                             # [(a, b, busbw GB/s)]
+    median_gflops: Optional[float]
+    median_busbw: Optional[float]
+    findings: list = field(default_factory=list)
+    exclude: list = field(default_factory=list)   # node names
+
+    def to_json(self) -> dict:
+        return {"median_gflops": self.median_gflops, "median_busbw_gbs": self.median_busbw,
+                "nodes": [s.to_json() for s in self.scores],
+                "pairs": [{"ranks": [a, b], "busbw_gbs": bw} for a, b, bw in self.pairs],
+                "exclude": hostlist.compress(self.exclude)}
+
+
+def _median(values: list) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def judge(results: dict, names: dict, world: int, budget_s: float) -> Verdict:
+    """``results``: rank -> what :func:`debtorch.fleet.torchside.run_probe` returned (absent: no answer)."""
+    scores = []
+    pair_bw: dict = {}
+    for r in range(world):
+        res = results.get(r)
+        s = NodeScore(rank=r, name=names.get(r, f"rank {r}"))
+        if res is None:
+            s.error, s.verdict = f"no result within the budget ({budget_s:g} s)", "failed"
+        elif res.get("error"):
+            s.error, s.verdict = str(res["error"]), "failed"
+        else:
+            comp = res.get("compute") or {}
+            s.gflops = comp.get("gflops") if isinstance(comp.get("gflops"), (int, float)) else None
+            for p in res.get("pairs") or []:
+                if isinstance(p.get("busbw_gbs"), (int, float)) and isinstance(p.get("partner"), int):
+                    key = tuple(sorted((r, p["partner"])))
+                    # Both sides time the same all-reduces; keep the slower view.
+                    pair_bw[key] = min(pair_bw.get(key, float("inf")), float(p["busbw_gbs"]))
+        scores.append(s)
+    med_g = _median([s.gflops for s in scores if s.gflops is not None])
+    med_bw = _median(list(pair_bw.values()))
+    by_rank = {s.rank: s for s in scores}
+    for s in scores:
+        mine = [bw for (a, b), bw in pair_bw.items() if s.rank in (a, b)]
+        s.partners = len(mine)
+        s.busbw = _median(mine)
+        if s.verdict == "failed":
+            continue
+        if med_g and s.gflops is not None and s.gflops < SLOW * med_g:
+            s.verdict = "slow compute"
+        elif med_bw and s.partners >= 2 and max(mine) < SLOW * med_bw:
+            # Slow with every partner: a node whose link is bad is slow with all of them, a healthy
+            # node with at least one (a slow pair of healthy nodes is fleet.W018's).
+            s.verdict = "slow all-reduce"
+    v = Verdict(scores=scores, pairs=sorted((a, b, bw) for (a, b), bw in pair_bw.items()),
+                median_gflops=med_g, median_busbw=med_bw)
+    _findings(v, by_rank)
+    return v
+
+
+def _pct(x: Optional[float], med: Optional[float]) -> str:
+    return f"{100 * x / med:.0f}%" if x is not None and med else "?"
+
+
+def _findings(v: Verdict, by_rank: dict) -> None:
+    failed = [s for s in v.scores if s.verdict == "failed"]
+    slow_c = [s for s in v.scores if s.verdict == "slow compute"]
+    slow_b = [s for s in v.scores if s.verdict == "slow all-reduce"]
+    if failed:
+        v.findings.append(FleetFinding(Finding(
+            "fleet.E010", ERROR, f"{len(failed)} of {len(v.scores)} nodes failed the probe",
+            "Exclude them (srun --exclude, below) and run debtorch doctor there", "probe", area="fleet"),
+            tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
+    if slow_c:
+        v.findings.append(FleetFinding(Finding(
+            "fleet.W016", WARNING, f"{len(slow_c)} of {len(v.scores)} nodes compute below {SLOW:.0%} of the median",
+            "A throttled or shared node (nvidia-smi -q -d PERFORMANCE, top): exclude it (srun --exclude, below)",
+            "probe", area="fleet"),
+            tuple(Group(f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median "
+                        f"{v.median_gflops:.1f})", (s.name,)) for s in slow_c), "probe"))
+    if slow_b:
+        v.findings.append(FleetFinding(Finding(
+            "fleet.W017", WARNING, f"{len(slow_b)} of {len(v.scores)} nodes all-reduce below {SLOW:.0%} of the median",
+            "Its network: ibstat, the link rate and errors (ip -s link), NCCL_DEBUG=INFO for the transport; "
+            "exclude it (srun --exclude, below)", "probe", area="fleet"),
+            tuple(Group(f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
+                        f"{v.median_busbw:.2f}), slow with all {s.partners} partners", (s.name,)) for s in slow_b),
+            "probe"))
+    named = {s.rank for s in failed + slow_c + slow_b}
+    slow_pairs = [(a, b, bw) for a, b, bw in v.pairs
+                  if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
+    if slow_pairs:
+        v.findings.append(FleetFinding(Finding(
+            "fleet.W018", WARNING, f"{len(slow_pairs)} pair{'s' if len(slow_pairs) != 1 else ''} of nodes "
+                                   f"all-reduce below {SLOW_PAIR:.0%} of the median",
+            "The link between them (a cable, a switch port, a route): check both ends; the nodes are fine "
+            "with other partners", "probe", area="fleet"),
+            tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
+                        (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
+    v.exclude = sorted({s.name for s in failed + slow_c + slow_b})
+
+
+def lines(v: Verdict, limit: int = 12) -> list:
+    """The probe's table: the worst nodes first."""
+    order = {"failed": 0, "slow compute": 1, "slow all-reduce": 2, "ok": 3}
+    rows = sorted(v.scores, key=lambda s: (order.get(s.verdict, 9), s.gflops or 0))
+    med_g = f"{v.median_gflops:.1f}" if v.median_gflops else "?"
+    med_b = f"{v.median_busbw:.2f}" if v.median_busbw else "?"
+    out = [f"median: compute {med_g} GFLOP/s, all-reduce bus bandwidth {med_b} GB/s ({len(v.pairs)} pairs)"]
+    for s in rows[:limit]:
+        comp = f"{s.gflops:.1f} ({_pct(s.gflops, v.median_gflops)})" if s.gflops is not None else "-"
+        bw = f"{s.busbw:.2f} ({_pct(s.busbw, v.median_busbw)})" if s.busbw is not None else "-"
+        out.append(f"{s.name:<24} compute {comp:<16} busbw {bw:<16} {s.verdict}")
+    if len(rows) > limit:
+        out.append(f"... {len(rows) - limit} more nodes (--json lists them)")
+    if v.exclude:
+        out.append(f"exclude: srun --exclude={hostlist.compress(v.exclude)} ...")
+    return out

@@ -1,0 +1,114 @@
+"""Where the ranks of a gathered ``debtorch fleet`` meet: read from the launcher's variables.
+
+* ``torchrun`` (torch.distributed.run) sets ``RANK``, ``WORLD_SIZE``,
+  ``MASTER_ADDR`` and ``MASTER_PORT``; its agent on the first node already
+  hosts a TCPStore there, so every rank is a client of it
+  (``TORCHELASTIC_USE_AGENT_STORE=True``), and our keys live under a prefix
+  of the run (``TORCHELASTIC_RUN_ID``, restart count).
+* ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and the step's node list;
+  rank 0's node is the first of the list (block distribution), rank 0 hosts
+  the store on ``MASTER_ADDR`` (default: that node) and ``MASTER_PORT``
+  (default: 20000 + the job id modulo 20000, so that two jobs sharing a node
+  do not collide).
+* Any other launcher: set ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+  ``MASTER_PORT`` yourself; rank 0 hosts the store.
+
+:func:`from_environ` is a pure function of a mapping; bad values are one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from debtorch import hostlist
+
+DEFAULT_PORT = 29500
+SLURM_PORT_BASE = 20000
+
+# What debtorch fleet reads to meet the other ranks (the man page's ENVIRONMENT section).
+ENVIRONMENT = [
+    ("RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+     "Set by torchrun (or by hand): debtorch fleet gathers the nodes' documents to rank 0 at MASTER_ADDR:MASTER_PORT."),
+    ("SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST",
+     "Set by srun: rank 0 is the first node of the list; MASTER_PORT defaults to 20000 + the job id modulo 20000."),
+]
+
+
+class RendezvousError(Exception):
+    """The variables do not describe a rendezvous; ``str()`` is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    rank: int
+    world: int
+    addr: str
+    port: int
+    launcher: str                 # "torchrun", "slurm" or "env"
+    agent_store: bool             # a torchrun agent hosts the store: every rank is a client
+    prefix: str                   # this run's keys in the store
+    node_names: tuple = ()        # rank -> node, when the launcher says (srun, one task per node)
+
+    def name_of(self, rank: int) -> str:
+        return self.node_names[rank] if 0 <= rank < len(self.node_names) else f"rank {rank}"
+
+
+def _int(env: Mapping, name: str) -> Optional[int]:
+    value = env.get(name)
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise RendezvousError(f"{name}={value!r} is not a number") from None
+
+
+def _port(env: Mapping, default: int) -> int:
+    port = _int(env, "MASTER_PORT")
+    port = default if port is None else port
+    if not 0 < port < 65536:
+        raise RendezvousError(f"MASTER_PORT={port} is not a TCP port (1-65535)")
+    return port
+
+
+def _check(rank: int, world: int, rank_var: str, world_var: str) -> None:
+    if world < 1:
+        raise RendezvousError(f"{world_var}={world}: need at least one process")
+    if not 0 <= rank < world:
+        raise RendezvousError(f"{rank_var}={rank} is outside 0..{world - 1} ({world_var}={world})")
+
+
+def from_environ(env: Mapping) -> Optional[Rendezvous]:
+    """The rendezvous the launcher describes, or None when no launcher variables are set."""
+    rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+    if rank is not None or world is not None:
+        if rank is None or world is None:
+            raise RendezvousError("RANK and WORLD_SIZE must be set together (torchrun sets both)")
+        _check(rank, world, "RANK", "WORLD_SIZE")
+        addr = str(env.get("MASTER_ADDR") or "").strip()
+        if not addr:
+            raise RendezvousError("RANK and WORLD_SIZE are set but MASTER_ADDR is not")
+        run = str(env.get("TORCHELASTIC_RUN_ID") or "").strip()
+        restart = str(env.get("TORCHELASTIC_RESTART_COUNT") or "0").strip()
+        agent = str(env.get("TORCHELASTIC_USE_AGENT_STORE") or "").strip().lower() == "true"
+        return Rendezvous(rank, world, addr, _port(env, DEFAULT_PORT), "torchrun" if run else "env", agent,
+                          f"debtorch-fleet/{run or 'env'}/{restart}/")
+    procid, ntasks = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
+    if procid is None and ntasks is None:
+        return None
+    if procid is None or ntasks is None:
+        raise RendezvousError("SLURM_PROCID and SLURM_NTASKS must both be set: start debtorch fleet with srun")
+    _check(procid, ntasks, "SLURM_PROCID", "SLURM_NTASKS")
+    nodelist = next((str(env[v]) for v in ("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST")
+                     if str(env.get(v) or "").strip()), "")
+    nodes = hostlist.expand(nodelist)
+    addr = str(env.get("MASTER_ADDR") or "").strip() or (nodes[0] if nodes else "")
+    if not addr:
+        raise RendezvousError("no SLURM_NODELIST to find rank 0's node: set MASTER_ADDR")
+    job = _int(env, "SLURM_JOB_ID") or _int(env, "SLURM_JOBID")
+    step = str(env.get("SLURM_STEP_ID") or "0").strip()
+    port = _port(env, SLURM_PORT_BASE + job % 20000 if job is not None else DEFAULT_PORT)
+    # With one task per node, task i runs on the i-th node of the list (block distribution).
+    names = tuple(nodes) if len(nodes) == ntasks else ()
+    return Rendezvous(procid, ntasks, addr, port, "slurm", False, f"debtorch-fleet/{job or 'job'}.{step}/", names)

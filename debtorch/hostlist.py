@@ -1,0 +1,115 @@
+"""Slurm's host lists: ``node[01-03,07],gpu-a1`` <-> ``[node01, node02, node03, node07, gpu-a1]``.
+
+``expand`` reads what Slurm writes into ``SLURM_NODELIST`` (the syntax of
+``scontrol show hostnames``: bracketed ranges keep their zero padding, and
+several bracket groups multiply); ``compress`` writes a list back in that
+syntax so that a report names 1,000 nodes in one short string, and so that
+``srun --exclude`` takes it as written.  Both are pure and never raise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+MAX_HOSTS = 100_000   # a malformed range like a[0-999999999] must not exhaust memory
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas that are not inside brackets."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [x.strip() for x in out if x.strip()]
+
+
+def _range(item: str) -> list[str]:
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
+    if not m:
+        return []
+    lo, hi = m.group(1), m.group(2) or m.group(1)
+    width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+    a, b = int(lo), int(hi)
+    if b < a or b - a > MAX_HOSTS:
+        return []
+    return [str(n).zfill(width) for n in range(a, b + 1)]
+
+
+def _expand_one(word: str, budget: int) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", word)
+    if not m:
+        return [word] if "[" not in word and "]" not in word else []
+    head, tail = word[: m.start()], word[m.end():]
+    values: list[str] = []
+    for item in m.group(1).split(","):
+        values.extend(_range(item))
+        if len(values) > budget:
+            return []
+    out: list[str] = []
+    for v in values:
+        for rest in _expand_one(tail, budget):
+            out.append(head + v + rest)
+            if len(out) > budget:
+                return []
+    return out
+
+
+def expand(text) -> list[str]:
+    """``node[01-03],login1`` -> ``['node01', 'node02', 'node03', 'login1']`` (order kept).
+
+    A part that cannot be read is left out; anything not a string gives []."""
+    if not isinstance(text, str):
+        return []
+    out: list[str] = []
+    for word in _split_top(text):
+        out.extend(_expand_one(word, MAX_HOSTS - len(out)))
+        if len(out) >= MAX_HOSTS:
+            return out[:MAX_HOSTS]
+    return out
+
+
+def first(text) -> str | None:
+    """The first host of a list (rank 0's node under ``srun``), or None."""
+    hosts = expand(text)
+    return hosts[0] if hosts else None
+
+
+def compress(names: Iterable[str]) -> str:
+    """``['node01', 'node02', 'node03', 'node07', 'login1']`` -> ``login1,node[01-03,07]``.
+
+    Names with the same prefix and digit width are merged; the result is sorted
+    and expands back to the same set of names."""
+    groups: dict = {}
+    plain: set = set()
+    for name in names:
+        name = str(name)
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if not m or "[" in name or "]" in name or "," in name:
+            plain.add(name)
+            continue
+        prefix, digits = m.group(1), m.group(2)
+        # One group per prefix and digit count: node01..node10 share a width, n9 and n10 do not.
+        groups.setdefault((prefix, len(digits)), set()).add(int(digits))
+    parts = sorted(plain)
+    for (prefix, width), numbers in sorted(groups.items()):
+        nums = sorted(numbers)
+        texts = [str(n).zfill(width) for n in nums]
+        if len(nums) == 1:
+            parts.append(prefix + texts[0])
+            continue
+        runs, start = [], 0
+        for i in range(1, len(nums) + 1):
+            if i == len(nums) or nums[i] != nums[i - 1] + 1:
+                runs.append(texts[start] if start == i - 1 else f"{texts[start]}-{texts[i - 1]}")
+                start = i
+        parts.append(f"{prefix}[{','.join(runs)}]")
+    return ",".join(parts)

@@ -1,0 +1,141 @@
+"""The fleet's report: pure functions from a :class:`~debtorch.fleet.compare.Summary` to text or JSON.
+
+The text follows the doctor's face: a summary of the nodes (how many were
+expected, compared, identical), then a section per kind of finding with a
+mark, each finding's groups of nodes (their names compressed as Slurm host
+lists) and its fix, then one summary line.  At most :data:`MAX_GROUPS` values
+are listed per finding; ``--json`` lists them all.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from debtorch import __version__, hostlist
+from debtorch.findings import ERROR, INFO, WARNING
+from debtorch.fleet import probe as fleet_probe
+from debtorch.fleet.compare import SECTIONS, Summary
+from debtorch.report import Format
+from debtorch.report.console import Line
+
+SCHEMA_VERSION = 1
+MAX_GROUPS = 6
+MAX_NAMES = 120      # characters of a compressed node list in the text view
+
+
+def _names(names) -> str:
+    text = hostlist.compress(names)
+    return text if len(text) <= MAX_NAMES else text[: MAX_NAMES - 3].rsplit(",", 1)[0] + ",..."
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def headline(s: Summary) -> list:
+    compared = s.compared
+    lines = [f"debtorch fleet: {_plural(s.expected, 'node')} expected, {len(compared)} compared"]
+    if not s.identical:
+        return lines
+    names, _ = s.identical[0]
+    if len(s.identical) == 1:
+        lines.append(f"  all {len(names)} identical: {_names(names)}" if len(names) > 1 else f"  {_names(names)}")
+        return lines
+    lines.append(f"  {len(names)} identical: {_names(names)}")
+    rest = s.identical[1:]
+    shown = rest[:MAX_GROUPS]
+    for group, what in shown:
+        lines.append(f"  {len(group)} differ{'s' if len(group) == 1 else ''}: {_names(group)} ({', '.join(what[:6])}"
+                     + (", ..." if len(what) > 6 else "") + ")")
+    if len(rest) > len(shown):
+        more = sum(len(g) for g, _ in rest[len(shown):])
+        lines.append(f"  ... {len(rest) - len(shown)} more groups ({_plural(more, 'node')})")
+    return lines
+
+
+def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[list] = None) -> list:
+    """The text report, as :class:`~debtorch.report.console.Line` s with their kinds.  ``marks``
+    maps ok/warning/error/info to the characters to print."""
+    out = [Line(x) for x in headline(s)] + [Line("")]
+    by_section: dict = {}
+    for f in s.findings:
+        by_section.setdefault(f.section, []).append(f)
+    for key, title in SECTIONS:
+        found = by_section.get(key, [])
+        if key == "probe" and probe_lines is None and not found:
+            continue
+        level = ERROR if any(f.level == ERROR for f in found) else (
+            WARNING if any(f.level == WARNING for f in found) else None)
+        shown = [f for f in found if verbose or f.level != INFO]
+        head = f"[{marks[level] if level else marks['ok']}] {title}"
+        out.append(Line(head + (f": {_plural(len(shown), 'finding')}" if shown else ": no differences" if key in
+                                ("consistency", "network") else ""), level or "ok"))
+        if key == "probe" and probe_lines:
+            out.extend(Line("    " + x) for x in probe_lines)
+        for f in shown:
+            out.append(Line(f"    {marks[f.level]} {f.finding.message} ({f.id})", f.level))
+            width = max((len(str(len(g.nodes))) for g in f.groups[:MAX_GROUPS]), default=1)
+            for g in f.groups[:MAX_GROUPS]:
+                out.append(Line(f"        {len(g.nodes):>{width}} {'node ' if len(g.nodes) == 1 else 'nodes'}  "
+                                f"{g.value}: {_names(g.nodes)}"))
+            if len(f.groups) > MAX_GROUPS:
+                more = sum(len(g.nodes) for g in f.groups[MAX_GROUPS:])
+                out.append(Line(f"        ... {len(f.groups) - MAX_GROUPS} more values on {_plural(more, 'node')} "
+                                "(--json lists them)"))
+            if f.finding.fix:
+                out.append(Line(f"      fix: {f.finding.fix}"))
+    out.append(Line(""))
+    errors, warnings = s.count(ERROR), s.count(WARNING)
+    if errors or warnings:
+        parts = [_plural(errors, "error")] if errors else []
+        parts += [_plural(warnings, "warning")] if warnings else []
+        out.append(Line(f"{marks['warning']} Fleet found {' and '.join(parts)}."))
+    else:
+        out.append(Line(f"{marks['info']} No differences between the nodes."))
+    return out
+
+
+def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "debtorch_version": __version__,
+        "exit_code": s.exit_code(fail_on),
+        "fail_on": fail_on,
+        "nodes": {
+            "expected": s.expected,
+            "compared": len(s.compared),
+            "groups": [{"count": len(names), "nodes": hostlist.compress(names), "differs_in": what}
+                       for names, what in s.identical],
+            "not_compared": [{"name": n.name, "rank": n.rank, "status": n.status, "detail": n.detail}
+                             for n in s.nodes if not n.ok],
+        },
+        "summary": {"errors": s.count(ERROR), "warnings": s.count(WARNING), "infos": s.count(INFO)},
+        "findings": [f.to_json() for f in s.findings],
+    }
+    if probe is not None:
+        out["probe"] = probe
+    return out
+
+
+class FleetView:
+    """``debtorch fleet``: the nodes, the findings by section and the probe; or one object."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, summary: Summary, fail_on: str, verdict=None, notes=(), verbose: bool = False,
+                 marks: Optional[dict] = None, redactor=None):
+        self.summary, self.fail_on, self.verdict, self.notes = summary, fail_on, verdict, list(notes)
+        self.verbose, self.marks, self.redactor = verbose, marks, redactor
+
+    def lines(self) -> list:
+        probe_lines = fleet_probe.lines(self.verdict) if self.verdict is not None else (self.notes or None)
+        out = lines(self.summary, self.marks, verbose=self.verbose, probe_lines=probe_lines)
+        if self.redactor is not None:
+            out = [Line(self.redactor.text(x.text), x.kind) for x in out]
+        return out
+
+    def document(self) -> dict:
+        out = to_json(self.summary, self.fail_on, self.verdict.to_json() if self.verdict is not None else None)
+        if self.notes:
+            out["notes"] = self.notes
+        return self.redactor.walk(out) if self.redactor is not None else out
