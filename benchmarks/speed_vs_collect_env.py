@@ -36,6 +36,11 @@ def main() -> int:
     args = ap.parse_args()
     py = args.python
     env = dict(os.environ)
+    # As installed (pip and the .deb byte-compile the package): compiled modules, not source
+    # compiled on every run because this shell says PYTHONDONTWRITEBYTECODE.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([py, "-m", "compileall", "-q", os.path.join(root, "debtorch")], check=True, env=env)
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     commands = {
