@@ -177,7 +177,7 @@ def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
         watcher.start()
         # The stuck dataset never yields a batch: the trial can only end by the deadline.
         with pytest.raises(WorkerTimeout):
-            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=4)
+            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=20)   # time enough to start workers on a busy machine
     finally:
         done.set()
         w.kill()
