@@ -226,3 +226,28 @@ def test_cuda_unavailable_is_explained_by_what_hides_the_gpus_first(env, mode, w
     assert errors == want
     if env:
         assert next(f for f in found if f.id == "cuda.E003").fix.startswith("unset CUDA_VISIBLE_DEVICES")
+
+
+# --- held-out classes (docs/corpus.md, "Held-out check") -------------------------------------
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_a_report_that_does_not_name_the_build_is_not_called_cpu_only(path):
+    """Projects' copies of collect_env (TorchCAM's) leave out "CUDA used to build PyTorch":
+    a build the text does not name is not known, never a CPU-only build."""
+    text = re.sub(r"(?m)^.*CUDA used to build PyTorch.*\n", "", path.read_text())
+    text = re.sub(r"\+cu\d+", "", text)
+    cls, found, m = _verdict(text)
+    assert "torch.E002" not in {f.id for f in found}
+    assert not m.torch.cpu_only and (m.torch.cuda or m.torch.build == "build not known")
+
+
+@pytest.mark.parametrize("release, cuda", [("11", "12.1"), ("11", "12.4"), ("12", "13.0"), ("13", "13.0")])
+@pytest.mark.parametrize("available, e002", [(True, False), (None, True), (False, True)])
+def test_debians_packaged_driver_is_no_error_while_cuda_works_under_another(release, cuda, available, e002):
+    """cuda.E002 says Debian's own driver can never run the wheel; where the driver in use is not
+    named but CUDA works under it (a report's "Could not collect"), that is moot."""
+    doc = {"os": {"id": "debian", "version_id": release, "platform": "linux"},
+           "nvidia": {"gpus": [{"index": 0, "name": "NVIDIA L40"}]},
+           "python": {"version": "3.11.2", "torch": {"installed": True, "version": "2.6.0", "cuda": cuda},
+                      "deep": {"cuda_available": available}}}
+    assert ("cuda.E002" in {f.id for f in diagnose(doc).findings}) is e002
