@@ -251,3 +251,23 @@ def test_debians_packaged_driver_is_no_error_while_cuda_works_under_another(rele
            "python": {"version": "3.11.2", "torch": {"installed": True, "version": "2.6.0", "cuda": cuda},
                       "deep": {"cuda_available": available}}}
     assert ("cuda.E002" in {f.id for f in diagnose(doc).findings}) is e002
+
+
+@pytest.mark.parametrize("files, os_id, release", [
+    ({"etc/debian_version": "6.0.10\n"}, "debian", "6"),                     # squeeze: no os-release yet
+    ({"etc/debian_version": "5.0.10\n"}, "debian", "5"),
+    ({"etc/debian_version": "jessie/sid\n", "etc/lsb-release": "DISTRIB_ID=Ubuntu\nDISTRIB_RELEASE=14.04\n"},
+     "ubuntu", "8"),                                                         # a derivative names itself
+    ({}, None, None),
+])
+def test_a_tree_whose_only_release_file_is_debian_version_is_debian(tmp_path, files, os_id, release):
+    from debtorch import facts as facts_mod
+    from debtorch.host import ReplayHost
+
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    doc = facts_mod.collect(ReplayHost(tmp_path), facts_mod.Options(sections=("os",)))
+    m = Machine.from_facts(doc)
+    assert m.os.id == os_id and (m.os.debian.release if m.os.debian else None) == release
+    assert ("os.W002" in {f.id for f in diagnose(doc).findings}) is (release is not None)
