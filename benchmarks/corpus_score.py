@@ -244,7 +244,7 @@ def score_smi(corpus: Path = CORPUS) -> list:
                 rows.append(row)
                 continue
             row["fields"] = _fields(got, exp.get("facts", {}), (), exp.get("pending_facts", []))
-            want_cc = exp.get("knowledge", {}).get("gpus[].compute_capability", [])
+            want_cc = _none(exp.get("knowledge", {}).get("gpus[].compute_capability", []))   # "null": not knowable
             have_cc = [knowledge.capability_for_name(g.get("name")) or knowledge.capability_for_pci_id(g.get("pci_device_id"))
                        for g in got["gpus"]]
             row["knowledge"] = {"checked": len(want_cc), "right": sum(a == b for a, b in zip(have_cc, want_cc)),
