@@ -384,9 +384,56 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             1 if "microsoft" in kernel.lower() else None)
     else:
         sec.unknown("wsl")
-    for name in ("container", "externally_managed"):
-        sec.unknown(name)
+    kind, evidence = _container_evidence(rd.text, os_id, derivative, pretty, kernel)
+    if kind:
+        sec["container"] = kind
+        sec["container_evidence"] = evidence
+    else:
+        sec.unknown("container")
+    sec.unknown("externally_managed")
     return sec.finish()
+
+
+# A kernel built by a distribution carries its RPM dist tag (".el7", ".amzn2", ".fc39"; the
+# Fedora packaging guidelines' %{dist}: https://docs.fedoraproject.org/en-US/packaging-guidelines/DistTag/).
+# A Debian or Ubuntu userspace on such a kernel is a container on that distribution's host.
+KERNEL_DIST_TAGS = (
+    (re.compile(r"\.el\d+"), "Red Hat Enterprise Linux or a rebuild (CentOS, Rocky, AlmaLinux)"),
+    (re.compile(r"\.amzn\d+"), "Amazon Linux"),
+    (re.compile(r"\.al\d+(?:\.|$)"), "Alibaba Cloud Linux"),
+    (re.compile(r"\.fc\d+"), "Fedora"),
+)
+# Distributions published only as container images (they ship no kernel): Wolfi and Chainguard's
+# images (https://github.com/wolfi-dev/os: "a Linux undistro ... for containers"), distroless.
+CONTAINER_ONLY_OS = ("chainguard", "wolfi", "distroless")
+# A shell prompt of Docker's default hostname, the container's ID cut to 12 hex digits
+# (https://docs.docker.com/engine/network/: "a container's hostname defaults to be the container's ID").
+DOCKER_PROMPT_RE = re.compile(r"(?m)^\s*[\w.-]+@([0-9a-f]{12}):\S*\s*[#$]")
+
+
+def _container_evidence(text: str, os_id: Optional[str], derivative: bool, pretty: Optional[str],
+                        kernel: Optional[str]) -> tuple[Optional[str], list[str]]:
+    """(kind, evidence) when the pasted text shows a container, else (None, []).  collect_env
+    prints nothing about containers; what can show one: a Debian-family userspace on a kernel
+    another distribution built, a distribution that exists only as container images, or the
+    author's shell prompt carrying Docker's default hostname."""
+    evidence: list[str] = []
+    kind: Optional[str] = None
+    if kernel and (os_id == "debian" or os_id == "ubuntu" or derivative):
+        for tag, dist in KERNEL_DIST_TAGS:
+            if tag.search(kernel):
+                kind = "other"
+                evidence.append(f"the kernel {kernel} is {dist}'s while the OS is {pretty}")
+                break
+    low = (pretty or "").lower()
+    if any(low.startswith(name) for name in CONTAINER_ONLY_OS):
+        kind = kind or "other"
+        evidence.append(f"{pretty} is published only as container images")
+    m = DOCKER_PROMPT_RE.search(text or "")
+    if m:
+        kind = "docker"
+        evidence.append(f"the shell prompt's hostname {m.group(1)} is Docker's default (the container's ID)")
+    return kind, evidence
 
 
 def _cpu_section(rd: _Reader) -> dict:
