@@ -271,3 +271,22 @@ def test_a_tree_whose_only_release_file_is_debian_version_is_debian(tmp_path, fi
     m = Machine.from_facts(doc)
     assert m.os.id == os_id and (m.os.debian.release if m.os.debian else None) == release
     assert ("os.W002" in {f.id for f in diagnose(doc).findings}) is (release is not None)
+
+
+def test_no_area_is_judged_on_facts_that_say_nothing():
+    """Unknown is not fine, for every area the doctor has (issue 10, class 8): on an empty facts
+    document each is unknown, with a reason, but the site's rules (configuration, not facts)."""
+    from debtorch.doctor import AREAS
+
+    m = Machine.from_facts({})
+    states = {area: area_state(m, area) for area, _title in AREAS}
+    assert {a for a, s in states.items() if s.known} <= {"site"}
+    assert all(s.reason for a, s in states.items() if not s.known)
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
+def test_a_reports_network_and_python_environment_are_not_ticked(path):
+    """collect_env lists no network interfaces and not the interpreter's path (PEP 668, venv)."""
+    m = Machine.from_facts(collectenv.parse_file(str(path)))
+    assert area_state(m, "network").state == UNKNOWN
+    assert area_state(m, "python").state == UNKNOWN

@@ -3,7 +3,7 @@ into bug reports, and turn it into a debtorch facts document.
 
 ``parse(text)`` returns the same document ``debtorch facts --json`` writes
 (``schema_version`` 1, the sections os, apt, cpu, memory, storage, nvidia,
-cuda, python, env), filled as far as the text tells; every other value is
+cuda, python, env, network), filled as far as the text tells; every other value is
 ``None`` with the reason "not in the collect_env text".  A top-level
 ``collect_env`` entry says which layout the text had, what it lacked and
 whether ``nvidia-smi`` output came with it.  ``parse_file(path)`` reads a
@@ -34,7 +34,7 @@ from debtorch.host import is_allowed
 NOT_IN_TEXT = "not in the collect_env text"
 SCHEMA_VERSION = 1
 MAX_BYTES = 8 * 1024 * 1024
-SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env")
+SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env", "network")
 
 
 class CollectEnvError(Exception):
@@ -1018,6 +1018,7 @@ def parse(text: str, name: str = "<text>") -> dict:
         "cuda": _cuda_section(rd),
         "python": python,
         "env": _env_section(rd),
+        "network": _empty_section("collect_env does not report network interfaces or InfiniBand ports"),
     }
     if platform in ("windows", "macos"):
         notes.append(f"a {'Windows' if platform == 'windows' else 'macOS'} host: debtorch's checks are for Linux (Debian)")
