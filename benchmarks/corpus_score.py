@@ -202,7 +202,7 @@ def _name(path: Path) -> str:
 def score_reports(folders=REPORT_DIRS) -> list:
     rows = []
     for folder in folders:
-        for path in sorted(folder.glob("*.txt")):
+        for path in sorted(folder.glob("*.txt")):     # a missing folder globs nothing
             exp = _expected(path.with_suffix(".expected.toml"))
             row = {"kind": "collect_env", "file": _name(path), "expected": exp}
             try:
@@ -259,7 +259,8 @@ def score_smi(corpus: Path = CORPUS) -> list:
 
 def score_os(corpus: Path = CORPUS) -> list:
     rows = []
-    for tree in sorted(p for p in (corpus / "os-release").iterdir() if p.is_dir()):
+    folder = corpus / "os-release"
+    for tree in sorted(p for p in (folder.iterdir() if folder.is_dir() else ()) if p.is_dir()):
         exp = _expected(tree / "expected.toml")
         doc = facts_mod.collect(ReplayHost(tree), facts_mod.Options(sections=("os",)))
         report = diagnose(doc, Context(source="facts"))
@@ -275,7 +276,9 @@ def score_os(corpus: Path = CORPUS) -> list:
 def score_cpuinfo(corpus: Path = CORPUS) -> list:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in sorted(p for p in (corpus / "cpuinfo").iterdir() if not p.name.endswith((".toml", ".md"))):
+        folder = corpus / "cpuinfo"
+        for path in sorted(p for p in (folder.iterdir() if folder.is_dir() else ())
+                           if not p.name.endswith((".toml", ".md"))):
             exp = _expected(Path(str(path) + ".expected.toml"))
             got = dict(parse_cpuinfo(path.read_text()))
             got["features"] = sorted(f for f in FEATURES if f in got.get("flags", ()))
