@@ -380,20 +380,37 @@ DEBIAN_FAMILY = [p for p in LINUX_REPORTS if parse_file(str(p))["os"].get("id") 
 @pytest.mark.parametrize("kernel, container", [
     ("3.10.0-1160.71.1.el7.x86_64", True), ("4.18.0-553.40.1.el8_10.x86_64", True),
     ("5.10.223-212.873.amzn2.x86_64", True), ("5.10.134-008.7.kangaroo.al8.x86_64", True), ("6.7.11-200.fc39.x86_64", True),
-    ("6.8.0-1015-aws", False), ("5.15.0-1022-gcp", False), ("6.1.0-18-cloud-amd64", False), ("6.8.0-52-generic", False),
     ("5.15.153.1-microsoft-standard-WSL2", False),
 ])
 @pytest.mark.parametrize("path", DEBIAN_FAMILY[:6], ids=[p.stem for p in DEBIAN_FAMILY[:6]])
 def test_a_debian_family_userspace_on_another_distributions_kernel_is_a_container(path, kernel, container):
     """collect_env says nothing of containers, but Ubuntu or Debian on a kernel that RHEL, Amazon
-    Linux, Alibaba Cloud Linux or Fedora built (its dist tag) can only be a container; their own
-    cloud kernels are not."""
-    text = re.sub(r"(Python platform\s*:\s*Linux-)\S+?(-x86_64|-aarch64)", lambda m: m.group(1) + kernel + m.group(2),
-                  path.read_text(), count=1)
-    doc = parse(text)
+    Linux, Alibaba Cloud Linux or Fedora built (its dist tag) can only be a container."""
+    doc = parse(_with_kernel(path.read_text(), kernel))
     assert doc["os"]["kernel"] == kernel
     assert bool(doc["os"].get("container")) is container
     assert bool(doc["os"].get("container_evidence")) is container
+
+
+def _with_kernel(text, kernel):
+    return re.sub(r"(Python platform\s*:\s*Linux-)\S+?(-x86_64|-aarch64)", lambda m: m.group(1) + kernel + m.group(2),
+                  text, count=1)
+
+
+@pytest.mark.parametrize("kernel, on_ubuntu, on_debian", [
+    ("6.8.0-52-generic", False, True), ("6.8.0-1015-aws", False, True), ("5.15.0-1022-gcp", False, True),
+    ("6.5.0-15-generic", False, True), ("6.1.0-18-amd64", True, False), ("6.1.0-18-cloud-amd64", True, False),
+    ("5.10.0-28-arm64", True, False), ("5.4.143.bsk.8-amd64", False, False),     # a vendor's own build: no evidence
+])
+def test_debian_on_ubuntus_kernel_or_ubuntu_on_debians_is_a_container(kernel, on_ubuntu, on_debian):
+    """Their kernels tell them apart by flavour: Debian's -amd64/-cloud-amd64/-arm64, Ubuntu's
+    -generic/-aws/-gcp ...; each distribution on its own kernel is no container."""
+    ubuntu = [p.read_text() for p in DEBIAN_FAMILY if parse_file(str(p))["os"]["id"] == "ubuntu"][:3]
+    debian = [re.sub(r"(?m)^(OS\s*:\s*).*$", r"\1Debian GNU/Linux 12 (bookworm) (x86_64)", t, count=1) for t in ubuntu]
+    assert ubuntu and all(parse(t)["os"]["id"] == "debian" for t in debian)
+    for texts, want in ((ubuntu, on_ubuntu), (debian, on_debian)):
+        for text in texts:
+            assert bool(parse(_with_kernel(text, kernel))["os"].get("container")) is want, kernel
 
 
 def test_a_distribution_of_container_images_only_is_a_container():

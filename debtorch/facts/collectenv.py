@@ -403,6 +403,13 @@ KERNEL_DIST_TAGS = (
     (re.compile(r"\.al\d+(?:\.|$)"), "Alibaba Cloud Linux"),
     (re.compile(r"\.fc\d+"), "Fedora"),
 )
+# Debian's and Ubuntu's kernels tell each other apart by their flavour ("6.1.0-18-amd64",
+# "5.10.0-28-cloud-amd64": https://packages.debian.org/bookworm/linux-image-amd64; "6.5.0-15-generic",
+# "6.8.0-1015-aws": https://ubuntu.com/kernel/variants): Debian on Ubuntu's kernel, or Ubuntu on
+# Debian's, is a container on the other's host.
+DEBIAN_KERNEL_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-(?:cloud-|rt-)?(?:amd64|arm64|686-pae|686|armmp|armmp-lpae)$")
+UBUNTU_KERNEL_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-(?:generic|lowlatency|aws|azure|gcp|gke|oracle|kvm|ibm|nvidia|"
+                              r"raspi|realtime|oem)(?:-|$)")
 # Distributions published only as container images (they ship no kernel): Wolfi and Chainguard's
 # images (https://github.com/wolfi-dev/os: "a Linux undistro ... for containers"), distroless.
 CONTAINER_ONLY_OS = ("chainguard", "wolfi", "distroless")
@@ -415,8 +422,9 @@ def _container_evidence(text: str, os_id: Optional[str], derivative: bool, prett
                         kernel: Optional[str]) -> tuple[Optional[str], list[str]]:
     """(kind, evidence) when the pasted text shows a container, else (None, []).  collect_env
     prints nothing about containers; what can show one: a Debian-family userspace on a kernel
-    another distribution built, a distribution that exists only as container images, or the
-    author's shell prompt carrying Docker's default hostname."""
+    another distribution built (RHEL's, Amazon's; Ubuntu's under Debian and Debian's under
+    Ubuntu), a distribution that exists only as container images, or the author's shell prompt
+    carrying Docker's default hostname."""
     evidence: list[str] = []
     kind: Optional[str] = None
     if kernel and (os_id == "debian" or os_id == "ubuntu" or derivative):
@@ -425,6 +433,13 @@ def _container_evidence(text: str, os_id: Optional[str], derivative: bool, prett
                 kind = "other"
                 evidence.append(f"the kernel {kernel} is {dist}'s while the OS is {pretty}")
                 break
+    if kernel and not kind:
+        if os_id == "debian" and UBUNTU_KERNEL_RE.match(kernel):
+            kind = "other"
+            evidence.append(f"the kernel {kernel} is Ubuntu's while the OS is {pretty}")
+        elif os_id == "ubuntu" and DEBIAN_KERNEL_RE.match(kernel):
+            kind = "other"
+            evidence.append(f"the kernel {kernel} is Debian's while the OS is {pretty}")
     low = (pretty or "").lower()
     if any(low.startswith(name) for name in CONTAINER_ONLY_OS):
         kind = kind or "other"
