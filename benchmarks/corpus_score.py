@@ -22,6 +22,7 @@ the verdict per class, the verdict being the class the doctor's findings imply
     python benchmarks/corpus_score.py --markdown   # the tables of docs/corpus.md
     python benchmarks/corpus_score.py --details    # every wrong field and verdict, per file
     python benchmarks/corpus_score.py --json
+    python benchmarks/corpus_score.py --corpus DIR   # a held-out set laid out like tests/corpus
 """
 
 from __future__ import annotations
@@ -193,12 +194,17 @@ def _fields(doc, facts: dict, unknown=(), pending=()) -> dict:
 
 # --- the four kinds -------------------------------------------------------------------
 
-def score_reports() -> list:
+def _name(path: Path) -> str:
+    """A file's name in the tables: relative to the repository, else as given (--corpus elsewhere)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def score_reports(folders=REPORT_DIRS) -> list:
     rows = []
-    for folder in REPORT_DIRS:
-        for path in sorted(folder.glob("*.txt")):
+    for folder in folders:
+        for path in sorted(folder.glob("*.txt")):     # a missing folder globs nothing
             exp = _expected(path.with_suffix(".expected.toml"))
-            row = {"kind": "collect_env", "file": str(path.relative_to(ROOT)), "expected": exp}
+            row = {"kind": "collect_env", "file": _name(path), "expected": exp}
             try:
                 doc = collectenv.parse_file(str(path))
             except collectenv.CollectEnvError as exc:
@@ -225,20 +231,20 @@ def _replay_smi(xml: Path, tmp: Path) -> ReplayHost:
     return ReplayHost(root)
 
 
-def score_smi() -> list:
+def score_smi(corpus: Path = CORPUS) -> list:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in sorted((CORPUS / "nvidia-smi-xml").glob("*.xml")):
+        for path in sorted((corpus / "nvidia-smi-xml").glob("*.xml")):
             exp = _expected(path.with_suffix(".expected.toml"))
             got = parse_smi_xml(path.read_text())
-            row = {"kind": "nvidia-smi-xml", "file": str(path.relative_to(ROOT)), "expected": exp,
+            row = {"kind": "nvidia-smi-xml", "file": _name(path), "expected": exp,
                    "parsed": "error" not in got}
             if not row["parsed"]:
                 row["error"] = got["error"]
                 rows.append(row)
                 continue
             row["fields"] = _fields(got, exp.get("facts", {}), (), exp.get("pending_facts", []))
-            want_cc = exp.get("knowledge", {}).get("gpus[].compute_capability", [])
+            want_cc = _none(exp.get("knowledge", {}).get("gpus[].compute_capability", []))   # "null": not knowable
             have_cc = [knowledge.capability_for_name(g.get("name")) or knowledge.capability_for_pci_id(g.get("pci_device_id"))
                        for g in got["gpus"]]
             row["knowledge"] = {"checked": len(want_cc), "right": sum(a == b for a, b in zip(have_cc, want_cc)),
@@ -251,14 +257,15 @@ def score_smi() -> list:
     return rows
 
 
-def score_os() -> list:
+def score_os(corpus: Path = CORPUS) -> list:
     rows = []
-    for tree in sorted(p for p in (CORPUS / "os-release").iterdir() if p.is_dir()):
+    folder = corpus / "os-release"
+    for tree in sorted(p for p in (folder.iterdir() if folder.is_dir() else ()) if p.is_dir()):
         exp = _expected(tree / "expected.toml")
         doc = facts_mod.collect(ReplayHost(tree), facts_mod.Options(sections=("os",)))
         report = diagnose(doc, Context(source="facts"))
         ids = sorted(f.id for f in report.findings if f.area == "os")
-        rows.append({"kind": "os-release", "file": str(tree.relative_to(ROOT)), "expected": exp,
+        rows.append({"kind": "os-release", "file": _name(tree), "expected": exp,
                      "parsed": "*" not in ((doc.get("os") or {}).get("unknown") or {}),
                      "fields": _fields(doc, exp.get("facts", {}), (), exp.get("pending_facts", [])),
                      "ids": ids, "crashed": [f.message for f in report.crashed],
@@ -266,10 +273,12 @@ def score_os() -> list:
     return rows
 
 
-def score_cpuinfo() -> list:
+def score_cpuinfo(corpus: Path = CORPUS) -> list:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in sorted(p for p in (CORPUS / "cpuinfo").iterdir() if not p.name.endswith((".toml", ".md"))):
+        folder = corpus / "cpuinfo"
+        for path in sorted(p for p in (folder.iterdir() if folder.is_dir() else ())
+                           if not p.name.endswith((".toml", ".md"))):
             exp = _expected(Path(str(path) + ".expected.toml"))
             got = dict(parse_cpuinfo(path.read_text()))
             got["features"] = sorted(f for f in FEATURES if f in got.get("flags", ()))
@@ -280,7 +289,7 @@ def score_cpuinfo() -> list:
             doc = facts_mod.collect(ReplayHost(root), facts_mod.Options(sections=("os", "cpu")))
             report = diagnose(doc, Context(source="facts"))
             ids = {f.id for f in report.findings}
-            rows.append({"kind": "cpuinfo", "file": str(path.relative_to(ROOT)), "expected": exp, "parsed": True,
+            rows.append({"kind": "cpuinfo", "file": _name(path), "expected": exp, "parsed": True,
                          "fields": _fields(got, exp.get("facts", {}), (), exp.get("pending_facts", [])),
                          "crashed": [f.message for f in report.crashed], "ids": sorted(ids),
                          "no_wheels_flagged": bool(ids & NO_WHEELS_IDS)})
@@ -404,8 +413,13 @@ def details(rows: list) -> str:
     return "\n".join(out)
 
 
-def run() -> tuple:
-    rows = score_reports() + score_smi() + score_os() + score_cpuinfo()
+def run(corpus: Path = None) -> tuple:
+    """Score the corpus, or another folder laid out like it (collect_env/, nvidia-smi-xml/,
+    os-release/, cpuinfo/): a held-out set scored by the same code (docs/corpus.md)."""
+    if corpus is None:
+        rows = score_reports() + score_smi() + score_os() + score_cpuinfo()
+    else:
+        rows = score_reports((corpus / "collect_env",)) + score_smi(corpus) + score_os(corpus) + score_cpuinfo(corpus)
     return rows, summarise(rows)
 
 
@@ -414,8 +428,9 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown (docs/corpus.md)")
     ap.add_argument("--details", action="store_true", help="also list every wrong field and verdict, per file")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--corpus", type=Path, help="score this folder (laid out like tests/corpus) instead")
     args = ap.parse_args(argv)
-    rows, summary = run()
+    rows, summary = run(args.corpus)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

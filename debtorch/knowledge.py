@@ -696,12 +696,43 @@ def capability_for_name(gpu_name: Any) -> Optional[str]:
     hits: Dict[int, set] = {}
     for key, cc, _name in load().gpu_keys:
         n = len(key)
-        if any(tuple(tokens[i:i + n]) == key for i in range(len(tokens) - n + 1)):
+        if all(t.isdigit() for t in key):
+            # A bare model number ("210": GeForce 210) is that GPU only as the whole name,
+            # never inside another product's ("NVIDIA PG509-210" is an A100 board).
+            if tuple(tokens) == key:
+                hits.setdefault(n, set()).add(cc)
+        elif any(tuple(tokens[i:i + n]) == key for i in range(len(tokens) - n + 1)):
             hits.setdefault(n, set()).add(cc)
-    if not hits:
-        return None
-    found = hits[max(hits)]
-    return next(iter(found)) if len(found) == 1 else None
+    found = hits[max(hits)] if hits else set()
+    table = next(iter(found)) if len(found) == 1 else None
+    if hits and max(hits) == len(tokens):
+        return table        # gpus.toml names this very GPU (NVIDIA's tables)
+    # pci.ids' exact product name outranks a partial match of gpus.toml: it names boards and
+    # OEM parts ("PH402 SKU 200": GP100) and the products made on another chip than the
+    # name's family ("GeForce RTX 3050 A Laptop GPU": AD106/AD107, Ada).  A name pci.ids
+    # gives on chips of different capability keeps gpus.toml's answer if it is one of them.
+    exact = _pci_names(load()).get(tuple(tokens))
+    if exact:
+        if len(exact) == 1:
+            return next(iter(exact))
+        return table if table in exact else None
+    return table
+
+
+def _pci_names(kb: Knowledge) -> Dict[Tuple[str, ...], set]:
+    """pci.ids' product names (the bracketed part of checks/pci.toml's names, "/" separating
+    alternatives) as name tokens -> the capabilities of the chips they are made on."""
+    index = kb.__dict__.get("_pci_names")
+    if index is None:
+        index = {}
+        for row in kb.tables["pci.toml"]["device"]:
+            m = re.search(r"\[(.+)\]", row["name"])
+            for product in (m.group(1).split("/") if m else []):
+                tokens = tuple(_gpu_tokens(product))
+                if tokens:
+                    index.setdefault(tokens, set()).add(versions.fmt_cc(versions.parse_cc(row["cc"])))
+        kb.__dict__["_pci_names"] = index
+    return index
 
 
 # --------------------------------------------------------------------------

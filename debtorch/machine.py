@@ -174,6 +174,7 @@ class Torch:
     variant: Optional[str] = None        # "cu124", "cpu", "rocm6.2"
     executable: Optional[str] = None
     unknown: Optional[str] = None
+    build_known: bool = True             # False: neither CUDA, ROCm nor CPU-only is said (a report without the line)
 
     @property
     def build(self) -> str:
@@ -181,11 +182,12 @@ class Torch:
             return f"CUDA {self.cuda}"
         if self.hip:
             return f"ROCm {self.hip}"
-        return "CPU only"
+        return "CPU only" if self.build_known else "build not known"
 
     @property
     def cpu_only(self) -> bool:
-        return bool(self.installed) and not self.cuda and not self.hip
+        """Known to be a CPU-only build: never when the facts do not say which build it is."""
+        return bool(self.installed) and not self.cuda and not self.hip and self.build_known
 
     @property
     def series_tuple(self) -> Optional[tuple]:
@@ -676,8 +678,14 @@ class Machine:
         parsed = versions.torch_version(version) if version else None
         cuda, hip = _str(t.get("cuda")), _str(t.get("hip"))
         variant = _str(t.get("variant")) or versions.variant_of(version, cuda, hip)
+        # Which build this is: CUDA or ROCm when named, else CPU-only, unless the facts leave it
+        # open: a report whose copy of collect_env has no "CUDA used to build PyTorch" line
+        # (python.torch.cpu_only unknown), or one under which CUDA is available (so not CPU-only).
+        build_known = bool(cuda or hip) or (
+            self.get("python.deep.cuda_available") is not True
+            and not (t.get("cpu_only") is None and self.unknown("python.torch.cpu_only")))
         return Torch(known=True, installed=True, version=version, series=parsed["series"] if parsed else None,
-                     cuda=cuda, hip=hip, variant=variant, executable=exe)
+                     cuda=cuda, hip=hip, variant=variant, executable=exe, build_known=build_known)
 
     @functools.cached_property
     def torch_arch(self) -> Optional[ArchList]:

@@ -4,6 +4,7 @@
 import importlib.util
 import io
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -367,3 +368,91 @@ def test_cli_exits_2_with_one_line_for_a_file_that_is_no_report(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0
     assert str(f) in res.stderr and "not a collect_env report" in res.stderr
+
+
+# --- a container shown by the pasted text (held-out check, docs/corpus.md) ------------------
+
+LINUX_REPORTS = [p for p in sorted((Path(__file__).parent / "corpus" / "collect_env").glob("*.txt")) + TEXTS
+                 if "Python platform: Linux-" in p.read_text()]
+DEBIAN_FAMILY = [p for p in LINUX_REPORTS if parse_file(str(p))["os"].get("id") in ("debian", "ubuntu")]
+
+
+@pytest.mark.parametrize("kernel, container", [
+    ("3.10.0-1160.71.1.el7.x86_64", True), ("4.18.0-553.40.1.el8_10.x86_64", True),
+    ("5.10.223-212.873.amzn2.x86_64", True), ("5.10.134-008.7.kangaroo.al8.x86_64", True), ("6.7.11-200.fc39.x86_64", True),
+    ("5.15.153.1-microsoft-standard-WSL2", False),
+])
+@pytest.mark.parametrize("path", DEBIAN_FAMILY[:6], ids=[p.stem for p in DEBIAN_FAMILY[:6]])
+def test_a_debian_family_userspace_on_another_distributions_kernel_is_a_container(path, kernel, container):
+    """collect_env says nothing of containers, but Ubuntu or Debian on a kernel that RHEL, Amazon
+    Linux, Alibaba Cloud Linux or Fedora built (its dist tag) can only be a container."""
+    doc = parse(_with_kernel(path.read_text(), kernel))
+    assert doc["os"]["kernel"] == kernel
+    assert bool(doc["os"].get("container")) is container
+    assert bool(doc["os"].get("container_evidence")) is container
+
+
+def _with_kernel(text, kernel):
+    return re.sub(r"(Python platform\s*:\s*Linux-)\S+?(-x86_64|-aarch64)", lambda m: m.group(1) + kernel + m.group(2),
+                  text, count=1)
+
+
+@pytest.mark.parametrize("kernel, on_ubuntu, on_debian", [
+    ("6.8.0-52-generic", False, True), ("6.8.0-1015-aws", False, True), ("5.15.0-1022-gcp", False, True),
+    ("6.5.0-15-generic", False, True), ("6.1.0-18-amd64", True, False), ("6.1.0-18-cloud-amd64", True, False),
+    ("5.10.0-28-arm64", True, False), ("5.4.143.bsk.8-amd64", False, False),     # a vendor's own build: no evidence
+])
+def test_debian_on_ubuntus_kernel_or_ubuntu_on_debians_is_a_container(kernel, on_ubuntu, on_debian):
+    """Their kernels tell them apart by flavour: Debian's -amd64/-cloud-amd64/-arm64, Ubuntu's
+    -generic/-aws/-gcp ...; each distribution on its own kernel is no container."""
+    ubuntu = [p.read_text() for p in DEBIAN_FAMILY if parse_file(str(p))["os"]["id"] == "ubuntu"][:3]
+    debian = [re.sub(r"(?m)^(OS\s*:\s*).*$", r"\1Debian GNU/Linux 12 (bookworm) (x86_64)", t, count=1) for t in ubuntu]
+    assert ubuntu and all(parse(t)["os"]["id"] == "debian" for t in debian)
+    for texts, want in ((ubuntu, on_ubuntu), (debian, on_debian)):
+        for text in texts:
+            assert bool(parse(_with_kernel(text, kernel))["os"].get("container")) is want, kernel
+
+
+def test_a_distribution_of_container_images_only_is_a_container():
+    """Wolfi/Chainguard and distroless have no kernel: a report from one comes from a container,
+    whatever kernel the host runs; a distribution with its own kernel on it is not."""
+    base = "PyTorch version: 2.5.1+cu124\nCUDA used to build PyTorch: 12.4\nOS: {} (x86_64)\n" \
+           "Python platform: Linux-6.1.0-18-amd64-x86_64-with-glibc2.36\n"
+    assert parse(base.format("Chainguard"))["os"]["container"]
+    assert parse(base.format("Red Hat Enterprise Linux 9.4 (Plow)"))["os"].get("container") is None
+
+
+@pytest.mark.parametrize("prompt, kind", [
+    ("root@7dc9530a8c13:/workspace# python collect_env.py", "docker"),
+    ("user@168b53aa1722:~$ python -m torch.utils.collect_env", "docker"),
+    ("root@rocm:/# python collect_env.py", None), ("me@workstation-01:~$ python collect_env.py", None),
+    ("root@7DC9530A8C13:/workspace# python collect_env.py", None),     # Docker's ids are lower-case hex
+])
+@pytest.mark.parametrize("path", LINUX_REPORTS[:4], ids=[p.stem for p in LINUX_REPORTS[:4]])
+def test_a_prompt_with_dockers_default_hostname_is_a_container(path, prompt, kind):
+    doc = parse(prompt + "\n" + path.read_text())
+    assert doc["os"].get("container") == kind or (kind is None and doc["os"].get("container") != "docker")
+
+
+KEY_FIELDS = (("python", "torch", "version"), ("python", "torch", "cuda"), ("nvidia", "driver_version"),
+              ("os", "pretty_name"), ("python", "deep", "cuda_available"))
+
+
+def _fields(doc):
+    out = []
+    for path in KEY_FIELDS:
+        node = doc
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        out.append(node)
+    out.append([g.get("name") for g in doc["nvidia"].get("gpus") or []])
+    return out
+
+
+@pytest.mark.parametrize("path", LINUX_REPORTS[:12], ids=[p.stem for p in LINUX_REPORTS[:12]])
+def test_a_report_pasted_with_html_line_breaks_reads_as_the_plain_one(path):
+    """Reports pasted into Markdown or HTML sometimes end every line with <br> (a README's
+    "pytorch env" section, held-out check): the same facts as the plain text."""
+    text = path.read_text()
+    br = "".join(line + "<br>\n" for line in text.splitlines())
+    assert _fields(parse(br)) == _fields(parse(text))

@@ -131,3 +131,32 @@ def test_light_probe_survives_an_unreadable_folder(tmp_path):
     assert doc["torch"]["version"] == "2.13.0+cu128"
     assert any(p.endswith("libtorch_cuda.so") for p in doc["libraries"])
     assert not any("nvidia" in p for p in doc["libraries"])
+
+
+# Old Arm kernels print the CPU's description once after the processor list (32-bit and
+# early arm64 kernels alike); newer ones repeat it in every processor's block.
+OLD_ARM_LAYOUTS = [
+    ("Processor\t: ARMv7 Processor rev 10 (v7l)\nprocessor\t: 0\nBogoMIPS\t: 1392.74\n\nprocessor\t: 1\n"
+     "BogoMIPS\t: 1363.33\n\nFeatures\t: swp half thumb fastmult vfp edsp neon vfpv3\nCPU implementer\t: 0x41\n"
+     "CPU architecture: 7\nCPU part\t: 0xc09\n\nHardware\t: OMAP4 Panda board\n", 2, "ARM", set()),
+    ("Processor\t: AArch64 Processor rev 0 (aarch64)\nprocessor\t: 0\nprocessor\t: 1\nprocessor\t: 2\n"
+     "processor\t: 3\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\nCPU implementer\t: 0x50\n"
+     "CPU architecture: AArch64\nCPU part\t: 0x000\n\nHardware\t: APM X-Gene Mustang board\n", 4, "APM", {"asimd"}),
+]
+
+
+@pytest.mark.parametrize("text, logical, vendor, features", OLD_ARM_LAYOUTS)
+def test_old_arm_layout_shares_one_description_after_the_processors(text, logical, vendor, features):
+    got = cpu.parse_cpuinfo(text)
+    assert got["logical"] == logical and got["vendor"] == vendor
+    assert {f for f in cpu.FEATURES if f in got["flags"]} == features
+
+
+@pytest.mark.parametrize("code, vendor", [("0x41", "ARM"), ("0x43", "Cavium"), ("0x46", "Fujitsu"), ("0x48", "HiSilicon"),
+                                          ("0x4e", "NVIDIA"), ("0x50", "APM"), ("0x70", "Phytium"), ("0xc0", "Ampere"),
+                                          ("0x7f", "0x7f")])
+def test_an_arm_cpu_is_named_by_its_implementer_code(code, vendor):
+    """Every implementer code the Arm architecture assigns names its vendor (the names lscpu
+    prints); a code no list knows stays the code."""
+    text = f"processor\t: 0\nBogoMIPS\t: 200.00\nFeatures\t: fp asimd\nCPU implementer\t: {code}\nCPU part\t: 0x0a1\n"
+    assert cpu.parse_cpuinfo(text)["vendor"] == vendor

@@ -1,6 +1,7 @@
 """checks/ data and debtorch.knowledge: the doctor's version tables and lookups."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from debtorch import knowledge as k
+from debtorch import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
@@ -348,3 +350,42 @@ def test_built_wheel_contains_checks_and_the_loader_finds_them(tmp_path):
     assert cc == "7.5"
     for name in k.SCHEMA:   # the wheel ships the checkout's files unchanged
         assert tomllib.loads((Path(where) / name).read_text()) == tomllib.loads((CHECKS / name).read_text())
+
+
+def _pci_products():
+    """(product name, {capabilities}) for every bracketed product of checks/pci.toml (pci.ids)."""
+    out: dict = {}
+    for row in k.load().tables["pci.toml"]["device"]:
+        m = re.search(r"\[(.+)\]", row["name"])
+        for product in (m.group(1).split("/") if m else []):
+            out.setdefault(product.strip(), set()).add(row["cc"])
+    return out
+
+
+def test_a_bare_model_number_names_a_gpu_only_as_the_whole_name():
+    """gpus.toml's "210" (GeForce 210, 1.2) must not make "NVIDIA PG509-210" (an A100 board) a
+    Tesla-generation GPU: a key of digits alone matches only the whole name."""
+    numbers = [(key, cc) for key, cc, _name in k.load().gpu_keys if all(t.isdigit() for t in key)]
+    assert numbers
+    for key, cc in numbers:
+        num = " ".join(key)
+        assert k.capability_for_name(f"GeForce {num}") == cc
+        for other in (f"NVIDIA PG509-{num}", f"NVIDIA X{num} Board", f"{num}0"):
+            assert k.capability_for_name(other) != cc or k.capability_for_name(other) is None, other
+
+
+def test_names_agree_with_pci_ids_exact_products_where_nvidias_tables_do_not_name_them():
+    """A GPU named exactly as a pci.ids product (an OEM board, "PH402 SKU 200"; a part made on
+    another chip than its family, "GeForce RTX 3050 A Laptop GPU") gets that product's
+    capability; a product pci.ids puts on chips of different capability gets none of another."""
+    exact_rows = {key for key, _cc, _name in k.load().gpu_keys}
+    checked = 0
+    for product, ccs in _pci_products().items():
+        tokens = tuple(k._gpu_tokens(product))
+        if not tokens or tokens in exact_rows:
+            continue            # checks/gpus.toml names it itself (NVIDIA's tables; disagreements noted there)
+        got = k.capability_for_name(product)
+        ccs = {versions.fmt_cc(versions.parse_cc(c)) for c in ccs}
+        assert got in ccs or (got is None and len(ccs) > 1), (product, got, ccs)
+        checked += 1
+    assert checked > 100

@@ -321,3 +321,15 @@ def test_truncated_real_xml_never_raises(cut, junk):
     xml = real("nvidia-smi-xml/rtx-3090-525.147.05.xml")
     d = nvidia.parse_smi_xml(xml[:cut] + junk)
     assert isinstance(d["gpus"], list)
+
+
+@pytest.mark.parametrize("word", ["Not Found", "N/A", "[N/A]", "[Not Supported]", "[Insufficient Permissions]",
+                                  "[Unknown Error]", "[GPU is lost]"])
+def test_smi_xml_placeholder_words_are_no_versions(word):
+    """nvidia-smi prints a word where it could not read a value (<cuda_version>Not Found</...>
+    where it found no libcuda): the driver's and CUDA's versions are then unknown, not that word."""
+    xml = (f"<nvidia_smi_log><driver_version>{word}</driver_version><cuda_version>{word}</cuda_version>"
+           f"<gpu id=\"00000000:01:00.0\"><product_name>Tesla K80</product_name><uuid>{word}</uuid></gpu></nvidia_smi_log>")
+    got = nvidia.parse_smi_xml(xml)
+    assert got["driver_version"] is None and got["cuda_driver_version"] is None
+    assert got["gpus"][0]["uuid"] is None and got["gpus"][0]["unknown"]["uuid"]

@@ -226,3 +226,67 @@ def test_cuda_unavailable_is_explained_by_what_hides_the_gpus_first(env, mode, w
     assert errors == want
     if env:
         assert next(f for f in found if f.id == "cuda.E003").fix.startswith("unset CUDA_VISIBLE_DEVICES")
+
+
+# --- held-out classes (docs/corpus.md, "Held-out check") -------------------------------------
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_a_report_that_does_not_name_the_build_is_not_called_cpu_only(path):
+    """Projects' copies of collect_env (TorchCAM's) leave out "CUDA used to build PyTorch":
+    a build the text does not name is not known, never a CPU-only build."""
+    text = re.sub(r"(?m)^.*CUDA used to build PyTorch.*\n", "", path.read_text())
+    text = re.sub(r"\+cu\d+", "", text)
+    cls, found, m = _verdict(text)
+    assert "torch.E002" not in {f.id for f in found}
+    assert not m.torch.cpu_only and (m.torch.cuda or m.torch.build == "build not known")
+
+
+@pytest.mark.parametrize("release, cuda", [("11", "12.1"), ("11", "12.4"), ("12", "13.0"), ("13", "13.0")])
+@pytest.mark.parametrize("available, e002", [(True, False), (None, True), (False, True)])
+def test_debians_packaged_driver_is_no_error_while_cuda_works_under_another(release, cuda, available, e002):
+    """cuda.E002 says Debian's own driver can never run the wheel; where the driver in use is not
+    named but CUDA works under it (a report's "Could not collect"), that is moot."""
+    doc = {"os": {"id": "debian", "version_id": release, "platform": "linux"},
+           "nvidia": {"gpus": [{"index": 0, "name": "NVIDIA L40"}]},
+           "python": {"version": "3.11.2", "torch": {"installed": True, "version": "2.6.0", "cuda": cuda},
+                      "deep": {"cuda_available": available}}}
+    assert ("cuda.E002" in {f.id for f in diagnose(doc).findings}) is e002
+
+
+@pytest.mark.parametrize("files, os_id, release", [
+    ({"etc/debian_version": "6.0.10\n"}, "debian", "6"),                     # squeeze: no os-release yet
+    ({"etc/debian_version": "5.0.10\n"}, "debian", "5"),
+    ({"etc/debian_version": "jessie/sid\n", "etc/lsb-release": "DISTRIB_ID=Ubuntu\nDISTRIB_RELEASE=14.04\n"},
+     "ubuntu", "8"),                                                         # a derivative names itself
+    ({}, None, None),
+])
+def test_a_tree_whose_only_release_file_is_debian_version_is_debian(tmp_path, files, os_id, release):
+    from debtorch import facts as facts_mod
+    from debtorch.host import ReplayHost
+
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    doc = facts_mod.collect(ReplayHost(tmp_path), facts_mod.Options(sections=("os",)))
+    m = Machine.from_facts(doc)
+    assert m.os.id == os_id and (m.os.debian.release if m.os.debian else None) == release
+    assert ("os.W002" in {f.id for f in diagnose(doc).findings}) is (release is not None)
+
+
+def test_no_area_is_judged_on_facts_that_say_nothing():
+    """Unknown is not fine, for every area the doctor has (issue 10, class 8): on an empty facts
+    document each is unknown, with a reason, but the site's rules (configuration, not facts)."""
+    from debtorch.doctor import AREAS
+
+    m = Machine.from_facts({})
+    states = {area: area_state(m, area) for area, _title in AREAS}
+    assert {a for a, s in states.items() if s.known} <= {"site"}
+    assert all(s.reason for a, s in states.items() if not s.known)
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
+def test_a_reports_network_and_python_environment_are_not_ticked(path):
+    """collect_env lists no network interfaces and not the interpreter's path (PEP 668, venv)."""
+    m = Machine.from_facts(collectenv.parse_file(str(path)))
+    assert area_state(m, "network").state == UNKNOWN
+    assert area_state(m, "python").state == UNKNOWN

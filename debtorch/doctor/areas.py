@@ -89,6 +89,9 @@ def area_state(m: Machine, area: str) -> AreaState:
     if area == "python":
         if m.get("python.version") is None:
             return AreaState(UNKNOWN, _why(m, "python.version"))
+        if m.get("python.executable") is None:
+            # PEP 668 and the venv are judged by the interpreter's path, which a report lacks.
+            return AreaState(UNKNOWN, "which interpreter: " + _why(m, "python.executable"))
         return AreaState(JUDGED)
     if area == "cpu":
         if not m.cpus.known and m.get("cpu.governor") is None:
@@ -102,7 +105,14 @@ def area_state(m: Machine, area: str) -> AreaState:
         if m.get("storage.nvme") is None and m.get("storage.data") is None:
             return AreaState(UNKNOWN, _why(m, "storage.nvme", "storage.data"))
         return AreaState(JUDGED)
-    return AreaState(JUDGED)
+    if area == "network":
+        if m.network.interfaces is None:
+            return AreaState(UNKNOWN, m.network.unknown or _why(m, "network.interfaces"))
+        return AreaState(JUDGED)
+    if area == "site":
+        return AreaState(JUDGED)     # the site's rules are debtorch's configuration, not the machine's
+    # An area without a rule here has not said which facts it needs: never a tick by default.
+    return AreaState(UNKNOWN, f"debtorch does not say which facts the {area} area needs")
 
 
 def area_states(m: Machine, areas) -> dict:

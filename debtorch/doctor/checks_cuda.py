@@ -33,8 +33,8 @@ def check_torch_installed(m, ctx):
 @check("torch")
 def check_cpu_only_on_gpu(m, ctx):
     t = _torch(m)
-    if not t.get("installed") or t.get("cuda"):
-        return []
+    if not m.torch.cpu_only and not m.torch.hip:
+        return []       # a CUDA build, or one the facts do not name (never guessed CPU-only)
     hint = m.gpu_hint if not t.get("hip") else None
     if not m.has_nvidia_gpu and not hint:
         return []
@@ -223,7 +223,10 @@ def check_driver_for_torch(m, ctx):
     dd = m.debian_driver
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)
-        current_ok = m.driver.version and verdict in ("full", "minor-compat")
+        # The driver in use runs the wheel (its version says so, or CUDA works under it): what
+        # Debian's packaged driver could not run is then no error of this machine.
+        current_ok = (m.driver.version and verdict in ("full", "minor-compat")) or (
+            m.cuda.available is True and m.cuda.failure is None)
         if dverdict == "too-old" and not current_ok:
             out.append(error("cuda.E002",
                              f"Debian {dd['release']}'s driver {dd['version']} can never run PyTorch's CUDA {tcuda}",

@@ -3,7 +3,7 @@ into bug reports, and turn it into a debtorch facts document.
 
 ``parse(text)`` returns the same document ``debtorch facts --json`` writes
 (``schema_version`` 1, the sections os, apt, cpu, memory, storage, nvidia,
-cuda, python, env), filled as far as the text tells; every other value is
+cuda, python, env, network), filled as far as the text tells; every other value is
 ``None`` with the reason "not in the collect_env text".  A top-level
 ``collect_env`` entry says which layout the text had, what it lacked and
 whether ``nvidia-smi`` output came with it.  ``parse_file(path)`` reads a
@@ -34,7 +34,7 @@ from debtorch.host import is_allowed
 NOT_IN_TEXT = "not in the collect_env text"
 SCHEMA_VERSION = 1
 MAX_BYTES = 8 * 1024 * 1024
-SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env")
+SECTIONS = ("os", "apt", "cpu", "memory", "storage", "nvidia", "cuda", "python", "env", "network")
 
 
 class CollectEnvError(Exception):
@@ -384,9 +384,71 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             1 if "microsoft" in kernel.lower() else None)
     else:
         sec.unknown("wsl")
-    for name in ("container", "externally_managed"):
-        sec.unknown(name)
+    kind, evidence = _container_evidence(rd.text, os_id, derivative, pretty, kernel)
+    if kind:
+        sec["container"] = kind
+        sec["container_evidence"] = evidence
+    else:
+        sec.unknown("container")
+    sec.unknown("externally_managed")
     return sec.finish()
+
+
+# A kernel built by a distribution carries its RPM dist tag (".el7", ".amzn2", ".fc39"; the
+# Fedora packaging guidelines' %{dist}: https://docs.fedoraproject.org/en-US/packaging-guidelines/DistTag/).
+# A Debian or Ubuntu userspace on such a kernel is a container on that distribution's host.
+KERNEL_DIST_TAGS = (
+    (re.compile(r"\.el\d+"), "Red Hat Enterprise Linux or a rebuild (CentOS, Rocky, AlmaLinux)"),
+    (re.compile(r"\.amzn\d+"), "Amazon Linux"),
+    (re.compile(r"\.al\d+(?:\.|$)"), "Alibaba Cloud Linux"),
+    (re.compile(r"\.fc\d+"), "Fedora"),
+)
+# Debian's and Ubuntu's kernels tell each other apart by their flavour ("6.1.0-18-amd64",
+# "5.10.0-28-cloud-amd64": https://packages.debian.org/bookworm/linux-image-amd64; "6.5.0-15-generic",
+# "6.8.0-1015-aws": https://ubuntu.com/kernel/variants): Debian on Ubuntu's kernel, or Ubuntu on
+# Debian's, is a container on the other's host.
+DEBIAN_KERNEL_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-(?:cloud-|rt-)?(?:amd64|arm64|686-pae|686|armmp|armmp-lpae)$")
+UBUNTU_KERNEL_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-(?:generic|lowlatency|aws|azure|gcp|gke|oracle|kvm|ibm|nvidia|"
+                              r"raspi|realtime|oem)(?:-|$)")
+# Distributions published only as container images (they ship no kernel): Wolfi and Chainguard's
+# images (https://github.com/wolfi-dev/os: "a Linux undistro ... for containers"), distroless.
+CONTAINER_ONLY_OS = ("chainguard", "wolfi", "distroless")
+# A shell prompt of Docker's default hostname, the container's ID cut to 12 hex digits
+# (https://docs.docker.com/engine/network/: "a container's hostname defaults to be the container's ID").
+DOCKER_PROMPT_RE = re.compile(r"(?m)^\s*[\w.-]+@([0-9a-f]{12}):\S*\s*[#$]")
+
+
+def _container_evidence(text: str, os_id: Optional[str], derivative: bool, pretty: Optional[str],
+                        kernel: Optional[str]) -> tuple[Optional[str], list[str]]:
+    """(kind, evidence) when the pasted text shows a container, else (None, []).  collect_env
+    prints nothing about containers; what can show one: a Debian-family userspace on a kernel
+    another distribution built (RHEL's, Amazon's; Ubuntu's under Debian and Debian's under
+    Ubuntu), a distribution that exists only as container images, or the author's shell prompt
+    carrying Docker's default hostname."""
+    evidence: list[str] = []
+    kind: Optional[str] = None
+    if kernel and (os_id == "debian" or os_id == "ubuntu" or derivative):
+        for tag, dist in KERNEL_DIST_TAGS:
+            if tag.search(kernel):
+                kind = "other"
+                evidence.append(f"the kernel {kernel} is {dist}'s while the OS is {pretty}")
+                break
+    if kernel and not kind:
+        if os_id == "debian" and UBUNTU_KERNEL_RE.match(kernel):
+            kind = "other"
+            evidence.append(f"the kernel {kernel} is Ubuntu's while the OS is {pretty}")
+        elif os_id == "ubuntu" and DEBIAN_KERNEL_RE.match(kernel):
+            kind = "other"
+            evidence.append(f"the kernel {kernel} is Debian's while the OS is {pretty}")
+    low = (pretty or "").lower()
+    if any(low.startswith(name) for name in CONTAINER_ONLY_OS):
+        kind = kind or "other"
+        evidence.append(f"{pretty} is published only as container images")
+    m = DOCKER_PROMPT_RE.search(text or "")
+    if m:
+        kind = "docker"
+        evidence.append(f"the shell prompt's hostname {m.group(1)} is Docker's default (the container's ID)")
+    return kind, evidence
 
 
 def _cpu_section(rd: _Reader) -> dict:
@@ -971,6 +1033,7 @@ def parse(text: str, name: str = "<text>") -> dict:
         "cuda": _cuda_section(rd),
         "python": python,
         "env": _env_section(rd),
+        "network": _empty_section("collect_env does not report network interfaces or InfiniBand ports"),
     }
     if platform in ("windows", "macos"):
         notes.append(f"a {'Windows' if platform == 'windows' else 'macOS'} host: debtorch's checks are for Linux (Debian)")

@@ -14,8 +14,12 @@ from debtorch.host import Host, Unavailable
 FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_fp16", "fma",
             "asimd", "sve", "bf16")
 
-ARM_IMPLEMENTERS = {"0x41": "ARM", "0x51": "Qualcomm", "0x61": "Apple", "0x48": "HiSilicon", "0x4e": "NVIDIA",
-                    "0xc0": "Ampere"}
+# "CPU implementer" (MIDR_EL1.Implementer, Arm Architecture Reference Manual) -> vendor, as
+# util-linux's lscpu names them (sys-utils/lscpu-arm.c, hw_implementer; read at 39465c78).
+ARM_IMPLEMENTERS = {"0x41": "ARM", "0x42": "Broadcom", "0x43": "Cavium", "0x44": "DEC", "0x46": "Fujitsu",
+                    "0x48": "HiSilicon", "0x49": "Infineon", "0x4d": "Motorola/Freescale", "0x4e": "NVIDIA",
+                    "0x50": "APM", "0x51": "Qualcomm", "0x53": "Samsung", "0x56": "Marvell", "0x61": "Apple",
+                    "0x66": "Faraday", "0x69": "Intel", "0x6d": "Microsoft", "0x70": "Phytium", "0xc0": "Ampere"}
 
 
 _S390_PROCESSOR = re.compile(r"processor \d+")
@@ -64,9 +68,17 @@ def parse_cpuinfo(text: str) -> dict:
         if b not in procs:
             tail.update(b)
     first = procs[0] if procs else (blocks[0] if blocks else {})
+    # Old Arm kernels print the CPU's description once, after the list of processors
+    # ("Features", "CPU implementer", "CPU part"), in the tail or run on from the last
+    # processor's lines, not in each processor's block.
+    shared = {k: b[k] for b in reversed(procs + [tail]) for k in ("features", "cpu implementer", "cpu part")
+              if k in b and k not in first}
+    first = {**shared, **first}
     flags: set = set()
     for b in procs or blocks:
         flags |= set((b.get("flags") or b.get("features") or "").split())
+    if not flags:
+        flags = set((first.get("flags") or first.get("features") or "").split())
     model = (first.get("model name") or first.get("processor model") or tail.get("processor model")
              or first.get("cpu") or tail.get("cpu") or first.get("cpu model") or tail.get("cpu model")
              or tail.get("model") or tail.get("hardware"))

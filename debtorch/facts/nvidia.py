@@ -51,6 +51,10 @@ BLACKLIST_TARGETS = ("nouveau", "nova_core", "nova_drm", "nvidia", "nvidia_drm",
 PCI_DRIVER_NAMES = {"NovaCore": "nova_core"}
 
 NOT_SUPPORTED = "not supported"
+# Words nvidia-smi prints in place of a value it could not read (its man page's "N/A",
+# "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]", "[GPU is lost]"; "Not Found"
+# for <cuda_version> where it found no libcuda, as in microsoft/pai's recorded K80 output).
+SMI_PLACEHOLDERS = {"n/a", "not supported", "not found", "insufficient permissions", "unknown error", "gpu is lost"}
 NO_PERMISSION = "no permission"
 NVML_DEADLINE = 20.0
 SMI_TIMEOUT = 15.0
@@ -383,9 +387,14 @@ def parse_smi_xml(text: str) -> dict:
             return None
         return node.text.strip()
 
+    def version(path) -> Optional[str]:
+        """A version nvidia-smi printed; None for its placeholders ("Not Found", "N/A")."""
+        val = txt(root, path)
+        return val if val and re.fullmatch(r"\d+(\.\d+)+", val) else None
+
     out: dict = {
-        "driver_version": txt(root, "driver_version"),
-        "cuda_driver_version": txt(root, "cuda_version"),
+        "driver_version": version("driver_version"),
+        "cuda_driver_version": version("cuda_version"),
         "attached_gpus": int(txt(root, "attached_gpus")) if (txt(root, "attached_gpus") or "").isdigit() else None,
         "gpus": [],
     }
@@ -402,7 +411,7 @@ def _smi_gpu(g, index: int, txt) -> dict:
         val = txt(g, path)
         if val is None or val == "":
             gpu.unknown(field, MISSING)
-        elif val in ("N/A", "[N/A]", "Not Supported", "[Not Supported]") or val.startswith("[REDACTED"):
+        elif val.strip("[]").lower() in SMI_PLACEHOLDERS or val.startswith("[REDACTED"):
             gpu.unknown(field, NOT_SUPPORTED if val != "[REDACTED]" else "redacted")
         else:
             try:

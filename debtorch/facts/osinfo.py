@@ -127,10 +127,16 @@ def collect(host: Host, ctx) -> dict:
     osr = parse_os_release(text) if text is not None else {}
     lsb = parse_lsb_release(lsb_text) if lsb_text is not None else {}
     sec.update(identify(osr, lsb))
-    if text is None and not lsb:
-        sec.unknown("id", "no /etc/os-release")
     dv = host.try_read("/etc/debian_version")
     sec["debian_version"] = dv.strip() if dv and dv.strip() else None
+    if text is None and not lsb:
+        if sec["debian_version"]:
+            # /etc/debian_version is Debian's base-files' (https://packages.debian.org/bookworm/amd64/
+            # base-files/filelist); derivatives name themselves in os-release or lsb-release.  A tree
+            # with neither is Debian itself: squeeze (6) and older had no /etc/os-release.
+            sec["id"] = "debian"
+        else:
+            sec.unknown("id", "no /etc/os-release")
     sec["platform"] = "linux"
 
     try:
