@@ -116,8 +116,9 @@ def test_a_gpu_nvidia_smi_calls_graphics_device_is_known_by_its_pci_id():
 
 
 def test_windows_xml_makes_the_driver_windows():
-    xml = (ROOT / "tests" / "corpus" / "nvidia-smi-xml" / "netdata-rtx-2080-win.xml").read_text()
-    doc = {"nvidia": {"source": "nvidia-smi", "gpus": parse_smi_xml(xml)["gpus"], "driver_version": "531.41"}}
+    xml = (ROOT / "tests" / "corpus" / "nvidia-smi-xml" / "telegraf-rtx-3080-v12.xml").read_text()
+    assert "<current_dm>WDDM</current_dm>" in xml          # a Windows driver model
+    doc = {"nvidia": {"source": "nvidia-smi", "gpus": parse_smi_xml(xml)["gpus"], "driver_version": "536.40"}}
     assert Machine.from_facts(doc).driver.platform == "windows"
 
 
