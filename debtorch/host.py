@@ -33,14 +33,13 @@ import signal
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from debtorch import inputs, nvmlfake
+from debtorch import inputs, nvmlfake, outputs
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -609,7 +608,7 @@ class RecordingHost(LiveHost):
         # an interrupted recording never leaves a folder that replays as a broken machine.
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
-            self.out = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.recording-", dir=self.final.parent))
+            self.out = Path(outputs.temporary_folder(f".{self.final.name}.recording-", dir=str(self.final.parent)))
         except OSError as exc:
             raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
@@ -619,7 +618,18 @@ class RecordingHost(LiveHost):
 
     def discard(self) -> None:
         """Remove what was recorded, unless save() moved it into place."""
-        shutil.rmtree(self.out, ignore_errors=True)
+        outputs.remove_folder(str(self.out))
+
+    def _store(self, dest: Path, text: str) -> None:
+        """Write a recorded file: only inside the recording, never through a link."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not (os.path.realpath(dest.parent) + os.sep).startswith(os.path.realpath(self.out) + os.sep):
+            return  # a recorded link leads out of the recording: never write there
+        if os.path.lexists(dest):
+            if os.path.islink(dest) or not os.path.isfile(dest):
+                return
+            os.unlink(dest)
+        outputs.new_file(str(dest), text)
 
     def __enter__(self) -> "RecordingHost":
         return self
@@ -653,10 +663,8 @@ class RecordingHost(LiveHost):
         with self._lock:
             self._copy_links(p)
             real = os.path.realpath(p)
-            dest = self._dest(real)
-            dest.parent.mkdir(parents=True, exist_ok=True)
             trim = self._trim.get(_norm(p))
-            dest.write_text(trim(text) if trim else text)
+            self._store(self._dest(real), trim(text) if trim else text)
         return text
 
     def listdir(self, p: str) -> list[str]:
@@ -735,21 +743,32 @@ class RecordingHost(LiveHost):
             self.meta["statvfs"][_norm(p)] = val
         return val
 
-    def save(self) -> Path:
-        """Write ``_host.json`` (and large command outputs) into the folder."""
+    def save(self, rewrite: Optional[Callable[[str], str]] = None) -> Path:
+        """Write ``_host.json`` (and large command outputs) into the folder, then move it into place.
+
+        ``rewrite`` (``facts --record --redact``: the redactor) is applied to every text of the
+        recording before it is moved: file contents, file and folder names, link targets,
+        command outputs and every string (and key) of ``_host.json`` and the NVML recording."""
+        same = rewrite or (lambda text: text)
+        # Our own files first: no recorded path may take their names (a machine with a /_host.json).
+        for name in (HOST_FILE, NVML_FILE, COMMANDS_DIR):
+            if os.path.lexists(self.out / name):
+                _remove(self.out / name)
         meta = dict(self.meta)
         meta["machine"] = self.machine
         meta["python"] = self._own_python()
         meta["user"] = self.user
         meta["environ"] = allowed_environ(os.environ, keep_venv=True)
+        if rewrite:
+            _rewrite_tree(self.out, rewrite)
         commands = {}
         cmd_dir = self.out / COMMANDS_DIR
         for i, (name, rec) in enumerate(sorted(meta["commands"].items())):
             rec = dict(rec)
             if len(rec.get("stdout") or "") > 512:
                 cmd_dir.mkdir(exist_ok=True)
-                fname = f"{i:02d}-{_slug(name)}.out"
-                (cmd_dir / fname).write_text(rec.pop("stdout"))
+                fname = f"{i:02d}-{_slug(same(name))}.out"
+                outputs.new_file(str(cmd_dir / fname), same(rec.pop("stdout")))
                 rec["stdout_file"] = fname
             commands[name] = rec
         meta["commands"] = commands
@@ -758,15 +777,55 @@ class RecordingHost(LiveHost):
             if nv[0] is None:
                 meta["nvml"] = {"error": nv[1]}
             else:
-                (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
+                dump = _rewrite_json(nvmlfake.dump(nv[0]), same)
+                outputs.new_file(str(self.out / NVML_FILE), json.dumps(dump, indent=1, sort_keys=True))
                 meta["nvml"] = {"file": NVML_FILE}
-        (self.out / HOST_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        meta = _rewrite_json(meta, same)
+        outputs.new_file(str(self.out / HOST_FILE), json.dumps(meta, indent=1, sort_keys=True) + "\n")
         # Into place at once: rename(2) replaces an empty folder, and nothing else.
         try:
             os.rename(self.out, self.final)
         except OSError as exc:
             raise Unavailable(f"{self.final}: {_reason_for(exc)} (the recording is in {self.out})") from None
         return self.final / HOST_FILE
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _rewrite_json(obj: Any, rewrite: Callable[[str], str]) -> Any:
+    """Every string of a JSON value, keys included, through ``rewrite``."""
+    if isinstance(obj, dict):
+        return {rewrite(k) if isinstance(k, str) else k: _rewrite_json(v, rewrite) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rewrite_json(v, rewrite) for v in obj]
+    return rewrite(obj) if isinstance(obj, str) else obj
+
+
+def _rewrite_tree(root: Path, rewrite: Callable[[str], str]) -> None:
+    """Every text file, link target and name under ``root`` through ``rewrite`` (deepest first,
+    so that a folder is renamed after what it holds).  Nothing outside ``root`` is touched."""
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames + dirnames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                target = os.readlink(path)
+                if rewrite(target) != target:
+                    os.unlink(path)
+                    os.symlink(rewrite(target), path)
+            elif os.path.isfile(path):
+                with open(path, "rb") as fh:
+                    text = fh.read().decode("utf-8", errors="replace")
+                if rewrite(text) != text:
+                    os.unlink(path)
+                    outputs.new_file(path, rewrite(text))
+            new = rewrite(name)
+            if new != name and "/" not in new and not os.path.lexists(os.path.join(dirpath, new)):
+                os.rename(path, os.path.join(dirpath, new))
 
 
 _META = {"machine": str, "python": str, "user": str, "environ": dict, "rlimits": dict, "affinity": list,

@@ -11,14 +11,17 @@ its function (``# defer``), so that ``debtorch doctor`` loads no tuner.
 
 from __future__ import annotations
 
+import functools
+import os
 import signal
 import sys
 
 import typer
 
-from debtorch import __version__
+from debtorch import __version__, outputs
 from debtorch.cli import doctor, facts, lint, tune, verify_train
-from debtorch.cli.shared import EXIT_INTERRUPTED
+from debtorch.cli.shared import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
+from debtorch.report import OutputFailed
 
 app = typer.Typer(
     name="debtorch",
@@ -42,28 +45,97 @@ def main_callback(
     """debtorch: doctor, tuner and training benchmark for PyTorch on Debian."""
 
 
-app.command(name="facts")(facts.facts)
-app.command(name="doctor")(doctor.doctor)
-app.command(name="tune")(tune.tune)
-app.command(name="verify-train")(verify_train.verify_train)
-app.command(name="lint")(lint.lint)
+def guarded(module, name: str):
+    """The command ``name`` of ``module`` (its function of that name, its ``prog``), made to end
+    the documented way on what any command may meet: Ctrl-C not handled by the command (130,
+    one line), and a standard output that cannot take the report (a broken pipe: 141, quiet;
+    closed or full: 74, one line).  docs/cli.md lists the codes."""
+    fn = getattr(module, name.replace("-", "_"))
+    prog = module.prog
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            prog.fail("interrupted", EXIT_INTERRUPTED)
+        except BrokenPipeError:  # a progress line on a stderr whose reader went away
+            _quiet_stdout()
+            raise typer.Exit(EXIT_PIPE)
+        except OutputFailed as exc:
+            if exc.pipe:
+                _quiet_stdout()
+                raise typer.Exit(EXIT_PIPE)
+            prog.fail(f"cannot write to standard output: {exc}", EXIT_OUTPUT)
+
+    return command
 
 
-def _terminated(signum, frame) -> None:
-    # SIGTERM (kill, a batch scheduler's timeout) unwinds like an exit, so the
-    # training worker is stopped and its temporary folder removed.
+for _module, _name in ((facts, "facts"), (doctor, "doctor"), (tune, "tune"), (verify_train, "verify-train"),
+                       (lint, "lint")):
+    app.command(name=_name)(guarded(_module, _name))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that went away is
+    dropped, and Python's last flush at exit cannot fail (the Python documentation's advice
+    for SIGPIPE, library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout (a test's runner)
+        pass
+
+
+# Signals that end a run: each unwinds like an exit with 128 + its number, so the training
+# worker is stopped and temporary folders are removed.  SIGINT stays KeyboardInterrupt
+# (verify-train reports what was measured so far).  Once one has arrived, later ones are
+# ignored: the clean-up they would interrupt takes seconds and must finish.
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_ending = []
+
+
+def _on_signal(signum, frame) -> None:
+    if _ending:
+        return
+    _ending.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)
+
+
+def _install_handlers() -> None:
+    for sig in ENDING_SIGNALS:
+        # A signal ignored by whoever started us (nohup ignores SIGHUP) stays ignored.
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _on_signal)
 
 
 def main() -> None:
     """Console-script entry point."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
+    _install_handlers()
+    code = 0
     try:
         app()
-    except KeyboardInterrupt:
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+    except KeyboardInterrupt:  # before a command started (imports)
         typer.echo("debtorch: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED
+    finally:
+        _ending.append(None)  # from here on, no signal interrupts the clean-up
+        outputs.remove_temporary()
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = code or EXIT_PIPE
+    except (OSError, ValueError):
+        _quiet_stdout()
+        code = code or EXIT_OUTPUT
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

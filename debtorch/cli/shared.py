@@ -17,12 +17,16 @@ import typer
 
 from debtorch import facts as facts_mod
 from debtorch.host import Host, LiveHost, RecordingHost, ReplayHost, Unavailable
-from debtorch.report import Format
+from debtorch.report import Format, show
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_OUTPUT = 74        # EX_IOERR (sysexits.h): standard output closed or full
+EXIT_HANGUP = 129       # 128 + SIGHUP
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_QUIT = 131         # 128 + SIGQUIT
+EXIT_PIPE = 141         # 128 + SIGPIPE: what `cat` and `grep` give when the reader goes away
 EXIT_TERMINATED = 143   # 128 + SIGTERM
 
 # The same for every command: docs/cli.md and the man page's EXIT STATUS list these.
@@ -30,7 +34,11 @@ EXIT_CODES = (
     (EXIT_OK, "fine"),
     (EXIT_FAILED, "findings at or above --fail-on, or a run that failed"),
     (EXIT_USAGE, "bad usage or unreadable input"),
+    (EXIT_OUTPUT, "standard output could not be written (closed, or the disk is full)"),
+    (EXIT_HANGUP, "hung up (SIGHUP: the terminal or the SSH session closed)"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+    (EXIT_QUIT, "quit (SIGQUIT)"),
+    (EXIT_PIPE, "the reader of standard output went away (a broken pipe, as with | head); nothing said"),
     (EXIT_TERMINATED, "terminated (SIGTERM)"),
 )
 
@@ -132,3 +140,33 @@ def load_facts(prog: Prog, path: str) -> dict:
         return facts_mod.load(path)
     except facts_mod.FactsFileError as exc:
         prog.fail(f"--facts {exc}")
+
+
+def given_paths(prog: Prog, **paths: Optional[str]) -> None:
+    """An option naming a file or folder that was given as "" (``--write ""``) names nothing: bad usage."""
+    for name, value in paths.items():
+        if value is not None and not value.strip():
+            prog.fail(f"--{name.replace('_', '-')} needs a path (got an empty one)")
+
+
+def redactor(doc: Optional[dict] = None, host: Optional[Host] = None):
+    """A :class:`~debtorch.report.redact.Redactor` that knows the secrets ``doc`` names
+    (host and user names, serials ...) and, for a command that reads no facts (lint),
+    this machine's host and user names."""
+    from debtorch.report.redact import Redactor  # defer: only --redact
+
+    r = Redactor()
+    if doc:
+        r.learn(doc)
+    if host is not None:
+        r.learn({"hostname": (host.try_read("/proc/sys/kernel/hostname") or "").strip(), "user": host.user or ""})
+    return r
+
+
+def present(view, fmt: Format, redact=None) -> None:
+    """Show ``view`` in ``fmt``; every line, cell and field redacted by ``redact`` (a Redactor) when given."""
+    if redact is not None:
+        from debtorch.report.redact import Redacted  # defer: only --redact
+
+        view = Redacted(view, redact)
+    show(view, fmt)

@@ -185,3 +185,31 @@ class VerifyView:
             "warnings": o.warnings,
             "facts": o.facts,
         }
+
+
+class RefusedView:
+    """A verify-train that could not run (bad input, or a worker that failed before the first
+    trial): the one line as text, and with ``--json`` a document with the failure."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, message: str, exit_code: int, failure=None, facts: Optional[dict] = None):
+        self.message, self.exit_code, self.failure, self.facts = message, exit_code, failure, facts
+
+    def lines(self) -> list:
+        return [Line(f"FAILED: {self.message}", "error")]
+
+    def document(self) -> dict:
+        failure = (self.failure.to_json() if self.failure is not None
+                   else {"kind": "refused", "message": self.message, "user_input": self.exit_code == 2})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "debtorch_version": __version__,
+            "command": "verify-train",
+            "exit_code": self.exit_code,
+            "verdict": f"failed: {self.message}",
+            "summary": None,
+            "failure": failure,
+            "interrupted": False,
+            "facts": self.facts,
+        }
