@@ -22,7 +22,7 @@ from debtorch.train.settings import Settings
 from debtorch.tune import config, fingerprint, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config
 from debtorch.verify import analysis
-from debtorch.verify.failures import from_worker_error, stale_config
+from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
 from debtorch.verify.measure import Measured, Plan, Progress, Verifier
 
 
@@ -231,6 +231,10 @@ class Prepared:
         except KeyboardInterrupt:
             m.interrupted = True
         summary = analysis.summary(m)
+        if m.failure is None and summary["nonfinite_loss"]:
+            # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
+            m.failure = nonfinite_loss(summary["nonfinite_loss"])
+            summary["failed"] = m.failure.line()
         verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
