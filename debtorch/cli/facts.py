@@ -39,7 +39,8 @@ def facts(
                 saved = host.save(rewrite=r.text if r else None)
             except Unavailable as exc:
                 prog.fail(f"--record {exc.reason}")
-            prog.note(f"recorded this machine in {saved.parent}" + (" (redacted)" if redact else ""))
+            prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
+                      + (" (redacted)" if r else ""))
     finally:
         if record:
             host.discard()   # an interrupted recording leaves nothing behind

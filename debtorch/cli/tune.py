@@ -106,11 +106,12 @@ def tune(
     finally:
         if host is not None:
             host.close()
-    present(TuneView(tuned, settings=not write), fmt, redactor(facts) if redact else None)
+    r = redactor(facts) if redact else None
+    present(TuneView(tuned, settings=not write), fmt, r)
     if write is not None:
         try:
             tuned.write(write, force)
         except config.ConfigError as exc:
             prog.fail(str(exc))
-        prog.note(f"wrote {write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
+        prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
     raise typer.Exit(EXIT_OK)

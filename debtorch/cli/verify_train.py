@@ -84,29 +84,35 @@ def verify_train(
         with contextlib.closing(open_host(prog)) as host:
             ready = run.prepare(options, host)
         facts = ready.facts
+        r = redactor(facts) if redact else None
+
+        def warn(text: str) -> None:
+            prog.warn(r.text(text) if r else text)
+
         for w in ready.warnings:
-            prog.warn(w)
+            warn(w)
         with StepsBar() as bar:
-            outcome = ready.run(bar, warn=prog.warn)
+            outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
         code = exit_for(exc)
+        r = redactor(facts) if redact else None
         if fmt is Format.json:  # --json promises a document, a refusal included
-            present(RefusedView(str(exc), code, exc.failure, facts), fmt, redactor(facts) if redact else None)
-        prog.fail(str(exc), code)
+            present(RefusedView(str(exc), code, exc.failure, facts), fmt, r)
+        prog.fail(r.text(str(exc)) if r else str(exc), code)
     m = outcome.measured
     code = EXIT_INTERRUPTED if m.interrupted else exit_for(m.failure) if m.failure is not None else EXIT_OK
     if plot_file and outcome.measured_anything:
         try:
             plot(m, outcome.summary, plot_file, force)
-            prog.note(f"wrote {plot_file}")
+            prog.note(f"wrote {r.text(plot_file) if r else plot_file}")
         except PlotError as exc:
             prog.note(str(exc))
             code = code or EXIT_FAILED
-    present(VerifyView(outcome, code), fmt, redactor(outcome.facts) if redact else None)
+    present(VerifyView(outcome, code), fmt, r)
     if m.failure is not None:
-        prog.note(m.failure.line())
+        prog.note(r.text(m.failure.line()) if r else m.failure.line())
         if verbose and m.failure.detail.get("traceback"):
-            typer.echo(m.failure.detail["traceback"], err=True)
+            typer.echo(r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"], err=True)
     if code == EXIT_INTERRUPTED:
         prog.note("interrupted; the report shows what was measured so far")
     raise typer.Exit(code)
