@@ -613,12 +613,16 @@ class RecordingHost(LiveHost):
             raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
         self._lock = threading.Lock()
+        self._open = True
         self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}
         self._trim = trim or {}
 
     def discard(self) -> None:
-        """Remove what was recorded, unless save() moved it into place."""
-        outputs.remove_folder(str(self.out))
+        """Remove what was recorded, unless save() moved it into place.  Nothing is written after:
+        a thread still reading (a signal cut short the wait for it) must not recreate the folder."""
+        with self._lock:
+            self._open = False
+            outputs.remove_folder(str(self.out))
 
     def _store(self, dest: Path, text: str) -> None:
         """Write a recorded file: only inside the recording, never through a link."""
@@ -660,64 +664,69 @@ class RecordingHost(LiveHost):
 
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
         text = super().read_text(p, max_bytes)
-        with self._lock:
-            self._copy_links(p)
-            real = os.path.realpath(p)
-            trim = self._trim.get(_norm(p))
-            self._store(self._dest(real), trim(text) if trim else text)
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(p)
+                real = os.path.realpath(p)
+                trim = self._trim.get(_norm(p))
+                self._store(self._dest(real), trim(text) if trim else text)
         return text
 
     def listdir(self, p: str) -> list[str]:
         names = super().listdir(p)
-        with self._lock:
-            self._copy_links(p)
-            base = self._dest(os.path.realpath(p))
-            base.mkdir(parents=True, exist_ok=True)
-            for name in names:
-                full = posixpath.join(p, name)
-                if os.path.islink(full):
-                    dest = base / name
-                    if not os.path.lexists(dest):
-                        os.symlink(os.readlink(full), dest)
-                        real = os.path.realpath(full)
-                        if os.path.isdir(real):
-                            self._dest(real).mkdir(parents=True, exist_ok=True)
-                elif os.path.isdir(full):
-                    (base / name).mkdir(exist_ok=True)
-                elif not (base / name).exists():
-                    (base / name).touch()
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(p)
+                base = self._dest(os.path.realpath(p))
+                base.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    full = posixpath.join(p, name)
+                    if os.path.islink(full):
+                        dest = base / name
+                        if not os.path.lexists(dest):
+                            os.symlink(os.readlink(full), dest)
+                            real = os.path.realpath(full)
+                            if os.path.isdir(real):
+                                self._dest(real).mkdir(parents=True, exist_ok=True)
+                    elif os.path.isdir(full):
+                        (base / name).mkdir(exist_ok=True)
+                    elif not (base / name).exists():
+                        (base / name).touch()
         return names
 
     def readlink(self, p: str) -> str:
         target = super().readlink(p)
-        with self._lock:
-            self._copy_links(posixpath.dirname(p))
-            dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if not os.path.lexists(dest):
-                os.symlink(target, dest)
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(posixpath.dirname(p))
+                dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if not os.path.lexists(dest):
+                    os.symlink(target, dest)
         return target
 
     def exists(self, p: str) -> bool:
         found = super().exists(p)
         if found:
-            with self._lock:
-                self._copy_links(p)
-                dest = self._dest(os.path.realpath(p))
-                if os.path.isdir(p):
-                    dest.mkdir(parents=True, exist_ok=True)
-                elif not dest.exists():
-                    # Existence is all that was asked: an empty stand-in, not a copy.
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    dest.touch()
+            with self._lock:  # a plain lock: a signal's exception cannot leave it held
+                if self._open:  # not discarded
+                    self._copy_links(p)
+                    dest = self._dest(os.path.realpath(p))
+                    if os.path.isdir(p):
+                        dest.mkdir(parents=True, exist_ok=True)
+                    elif not dest.exists():
+                        # Existence is all that was asked: an empty stand-in, not a copy.
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.touch()
         return found
 
     def is_dir(self, p: str) -> bool:
         found = super().is_dir(p)
         if found:
-            with self._lock:
-                self._copy_links(p)
-                self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+            with self._lock:  # a plain lock: a signal's exception cannot leave it held
+                if self._open:  # not discarded
+                    self._copy_links(p)
+                    self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
         return found
 
     def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -151,11 +152,20 @@ _lock = threading.Lock()
 
 
 def temporary_folder(prefix: str, dir: Optional[str] = None) -> str:
-    """A new private folder (``mkdtemp``: mode 0700, created exclusively), registered for removal."""
-    with _lock:
-        path = tempfile.mkdtemp(prefix=prefix, dir=dir)
-        _temporary.add(path)
-    return path
+    """A new private folder (mode 0700, created exclusively, as ``mkdtemp`` does), registered for
+    removal *before* it exists: a signal at any moment cannot leave it unregistered."""
+    base = os.path.abspath(dir or tempfile.gettempdir())
+    for _ in range(100):
+        path = os.path.join(base, prefix + secrets.token_hex(4))
+        with _lock:
+            _temporary.add(path)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:  # someone else's: never ours to remove
+            with _lock:
+                _temporary.discard(path)
+    raise FileExistsError(errno.EEXIST, f"no unused name for a temporary folder in {base}")
 
 
 def remove_folder(path: Optional[str]) -> None:

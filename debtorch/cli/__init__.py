@@ -124,8 +124,17 @@ def main() -> None:
         typer.echo("debtorch: interrupted", err=True)
         code = EXIT_INTERRUPTED
     finally:
-        _ending.append(None)  # from here on, no signal interrupts the clean-up
+        first = _ending[0] if _ending else None
+        _ending.append(None)  # from here on, no signal interrupts the clean-up ...
+        for sig in ENDING_SIGNALS:  # ... nor the exit (Python's finalisation restores the defaults)
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, signal.SIG_IGN)
         outputs.remove_temporary()
+    if first not in (None, signal.SIGINT):  # SIGINT said "interrupted" already
+        try:
+            typer.echo(f"debtorch: stopped by {signal.Signals(first).name}", err=True)
+        except OSError:  # SIGHUP: the terminal may be gone
+            pass
     try:
         if sys.stdout is not None:
             sys.stdout.flush()
