@@ -106,35 +106,32 @@ def test_facts_record_leaves_a_whole_recording_or_nothing(tmp_path):
             assert (dest / "_host.json").is_file(), SEED
 
 
-@pytest.mark.torch
-def test_tune_measure_write_leaves_the_config_whole_or_absent(tmp_path):
-    if not _has_torch():
-        pytest.skip(f"{sys.executable} has no torch")
+def _config_whole(path: Path) -> None:
     from debtorch.tune.config import load_config
 
-    rng = random.Random(SEED + 1)
-    for i in range(CASES):
-        out = tmp_path / f"t{i}.toml"
-        sig, code, err, procs, temps = interrupt(["tune", "--measure", "--budget", "10", "--write", str(out)],
-                                                 tmp_path, rng, 0.5, 9.0)
-        check("tune --measure", sig, code, err, procs, temps)
-        if code == 0 or out.exists():   # whole, or not there at all
-            assert load_config(str(out)).tuned["by"] == "measured", SEED
-        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [], SEED
+    assert load_config(str(path)).tuned["by"] == "measured"
+
+
+def _svg_whole(path: Path) -> None:
+    # Ctrl-C still reports and plots what was measured: whole, never cut.
+    assert path.read_text().rstrip().endswith("</svg>")
 
 
 @pytest.mark.torch
-def test_verify_train_quick_leaves_no_worker_and_no_folder(tmp_path):
+@pytest.mark.parametrize("what,args,latest,whole", [
+    ("tune --measure", ["tune", "--measure", "--budget", "10", "--write"], 9.0, _config_whole),
+    ("verify-train --quick", ["verify-train", "--quick", "--plot"], 12.0, _svg_whole),
+])
+def test_training_commands_leave_their_file_whole_or_absent_and_nothing_else(tmp_path, what, args, latest, whole):
     if not _has_torch():
         pytest.skip(f"{sys.executable} has no torch")
-    rng = random.Random(SEED + 2)
+    rng = random.Random(SEED + len(what))
     for i in range(CASES):
-        plot = tmp_path / f"p{i}.svg"
-        sig, code, err, procs, temps = interrupt(["verify-train", "--quick", "--plot", str(plot)], tmp_path, rng,
-                                                 0.3, 12.0, cwd=WORKLOADS)
-        check("verify-train --quick", sig, code, err, procs, temps)
-        if plot.exists():   # written whole (Ctrl-C still reports and plots what was measured)
-            assert plot.read_text().rstrip().endswith("</svg>"), SEED
+        out = tmp_path / (f"t{i}.toml" if what.startswith("tune") else f"p{i}.svg")
+        sig, code, err, procs, temps = interrupt([*args, str(out)], tmp_path, rng, 0.3, latest, cwd=WORKLOADS)
+        check(what, sig, code, err, procs, temps)
+        if code == 0 or out.exists():
+            whole(out)
         assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [], SEED
 
 
