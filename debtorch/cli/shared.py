@@ -81,7 +81,17 @@ class Prog:
         self.note(f"warning: {message}")
 
     def note(self, message: str) -> None:
-        typer.echo(f"{self.name}: {message}", err=True)
+        typer.echo(f"{self.name}: {one_line(message)}", err=True)
+
+
+# What str.splitlines() and a terminal take for a line break, and other control characters:
+# a key or value quoted from a file ("rlimits.\x1e") must not break the one line.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break and control character written as an escape (``\\n``, ``\\x1e``)."""
+    return str(text).translate(_CONTROL)
 
 
 def choose_format(prog: Prog, json_out: bool, emit: Optional[Emit] = None) -> Format:
