@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from debtorch.cli import app
 from debtorch.report.redact import Redactor
+from clitools import cli_runner
 from hostkit import make_host
 
 runner = CliRunner()
@@ -122,6 +123,14 @@ def planted_host(tmp_path):
         commands={"/home/alice/venvs/torch/bin/python <probe:light>": json.dumps(light)})
 
 
+srunner = cli_runner()   # stdout and stderr apart, on click 8.1 (Debian 12) and 8.2+
+
+
+def said(res) -> str:
+    """Everything a command printed, report and notes."""
+    return res.stdout + res.stderr
+
+
 def leaked(text: str) -> list:
     low = text.lower()
     return [kind for kind, values in PLANTED.items() if any(v.lower() in low for v in values)]
@@ -142,13 +151,13 @@ def test_every_planted_identifier_is_in_the_plain_outputs_and_in_none_redacted(t
     host = planted_host(tmp_path)
     seen = set()
     for name, args in _outputs(host.root).items():
-        plain = runner.invoke(app, args)
-        seen.update(leaked(plain.output))
-        red = runner.invoke(app, [*args, "--redact"])
-        assert red.exit_code == plain.exit_code, (name, red.output)
-        assert leaked(red.output) == [], (name, leaked(red.output))
+        plain = srunner.invoke(app, args)
+        seen.update(leaked(said(plain)))
+        red = srunner.invoke(app, [*args, "--redact"])
+        assert red.exit_code == plain.exit_code, (name, said(red))
+        assert leaked(said(red)) == [], (name, leaked(said(red)))
         if "--json" in args:
-            json.loads(red.output)   # still a document
+            json.loads(red.stdout)   # still a document
     # The planted values really reach the outputs (the test can fail).
     assert seen == set(PLANTED), set(PLANTED) - seen
 
@@ -177,15 +186,15 @@ def test_verify_train_json_and_text_are_redacted(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run, "prepare", lambda options, host: Ready())
     for args in (["--json"], []):
-        plain = runner.invoke(app, ["verify-train", *args])
-        red = runner.invoke(app, ["verify-train", "--redact", *args])
-        assert leaked(plain.output) and leaked(red.output) == [], (args, leaked(red.output))
+        plain = srunner.invoke(app, ["verify-train", *args])
+        red = srunner.invoke(app, ["verify-train", "--redact", *args])
+        assert leaked(said(plain)) and leaked(said(red)) == [], (args, leaked(said(red)))
     # A refusal's document (--json) carries the facts too.
     def refuse(options, host):
         raise run.Refused("cannot import train (from train:make): No module named 'train' in /home/alice/proj")
     monkeypatch.setattr(run, "prepare", refuse)
-    red = runner.invoke(app, ["verify-train", "--json", "--redact"])
-    assert red.exit_code == 2 and leaked(red.output) == [] and json.loads(red.stdout)["failure"]["kind"] == "refused"
+    red = srunner.invoke(app, ["verify-train", "--json", "--redact"])
+    assert red.exit_code == 2 and leaked(said(red)) == [] and json.loads(red.stdout)["failure"]["kind"] == "refused"
 
 
 def test_lint_names_no_user_in_its_paths(tmp_path):
@@ -193,10 +202,10 @@ def test_lint_names_no_user_in_its_paths(tmp_path):
     script.parent.mkdir(parents=True)
     script.write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\nMASTER = '10.20.30.40'\n")
     for args in (["--json"], []):
-        plain = runner.invoke(app, ["lint", str(script), *args])
-        assert "/home/alice/train.py" in plain.output
-        red = runner.invoke(app, ["lint", str(script), "--redact", *args])
-        assert "alice" not in red.output and "/home/USER1/train.py" in red.output, red.output
+        plain = srunner.invoke(app, ["lint", str(script), *args])
+        assert "/home/alice/train.py" in said(plain)
+        red = srunner.invoke(app, ["lint", str(script), "--redact", *args])
+        assert "alice" not in said(red) and "/home/USER1/train.py" in said(red), said(red)
 
 
 def test_redactor_kinds_one_by_one():
@@ -215,8 +224,8 @@ def test_a_redacted_recording_has_no_identifier_and_still_replays(tmp_path, monk
     for name, value in ENVIRON.items():
         monkeypatch.setenv(name, value)
     dest = tmp_path / "rec"
-    res = runner.invoke(app, ["facts", "--record", str(dest), "--redact", "--json"])
-    assert res.exit_code == 0, res.output
+    res = srunner.invoke(app, ["facts", "--record", str(dest), "--redact", "--json"])
+    assert res.exit_code == 0, said(res)
     live_host = open("/proc/sys/kernel/hostname").read().strip()
     texts = []
     for path in dest.rglob("*"):
@@ -230,5 +239,5 @@ def test_a_redacted_recording_has_no_identifier_and_still_replays(tmp_path, monk
     assert "s3cr3t-token" not in everything and "10.20.30.40" not in everything
     assert not re.search(rf"(?<![\w-]){re.escape(live_host)}(?![\w-])", everything, re.I), live_host
     assert (dest / "proc/sys/kernel/hostname").read_text().strip() == "HOST1"
-    replayed = runner.invoke(app, ["doctor", "--host", str(dest), "--json"])
-    assert replayed.exit_code in (0, 1) and json.loads(replayed.output)["facts"]["os"]["hostname"] == "HOST1"
+    replayed = srunner.invoke(app, ["doctor", "--host", str(dest), "--json"])
+    assert replayed.exit_code in (0, 1) and json.loads(replayed.stdout)["facts"]["os"]["hostname"] == "HOST1"

@@ -64,3 +64,10 @@ def test_a_closed_stdout_is_one_line_and_exits_74(name):
     assert res.returncode == 74, (res.returncode, res.stderr)
     assert res.stderr.strip().splitlines()[-1].endswith("cannot write to standard output: standard output is closed")
     assert "Traceback" not in res.stderr
+
+
+def test_a_closed_stdin_is_bad_input_in_one_line():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "debtorch", "doctor",
+                          "--from-collect-env", "-"], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2 and res.stderr == "debtorch: <stdin>: standard input is closed\n", res.stderr
