@@ -213,6 +213,13 @@ def test_other_commands_refuse_empty_paths():
         assert "needs a path (got an empty one)" in one_line(runner.invoke(app, args)), args
 
 
+@pytest.mark.parametrize("command", ["facts", "doctor", "tune"])
+def test_an_executable_that_is_not_python_is_bad_usage_everywhere(command):
+    said = one_line(runner.invoke(app, [command, "--python", "/bin/true"]))
+    assert said.endswith("--python /bin/true: not a Python interpreter debtorch can inspect (could not run "
+                         "/bin/true: the probe printed no JSON)"), said
+
+
 @pytest.mark.torch
 def test_an_interpreter_that_is_not_python_is_bad_usage():
     said = one_line(runner.invoke(app, ["verify-train", "--quick", "--python", "/bin/true"]))

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import (EXIT_FAILED, EXIT_OK, FailOn, Prog, check_python, choose_format, collect, given_paths,
-                                 load_facts, open_host, present, redactor)
+from debtorch.cli.shared import (EXIT_FAILED, EXIT_OK, FailOn, Prog, check_answered, check_python, choose_format,
+                                 collect, given_paths, load_facts, open_host, present, redactor)
 from debtorch.host import LiveHost
 
 prog = Prog("debtorch")
@@ -62,6 +62,7 @@ def doctor(
     else:
         host = open_host(prog, replay)
         doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        check_answered(prog, doc, python, host)
         source = "live" if host.live else "facts"
     try:
         site = siteconfig.load(host if host is not None else LiveHost(), config)

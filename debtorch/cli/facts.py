@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import Prog, check_python, choose_format, collect, given_paths, open_host, present, redactor
+from debtorch.cli.shared import (Prog, check_answered, check_python, choose_format, collect, given_paths, open_host,
+                                 present, redactor)
 from debtorch.host import Unavailable
 
 prog = Prog("debtorch")
@@ -31,6 +32,7 @@ def facts(
     host = open_host(prog, replay, record)
     try:
         doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        check_answered(prog, doc, python, host)
         r = redactor(doc) if redact else None
         if record:
             # With --redact the recording itself is redacted (file contents, names, links and

@@ -16,7 +16,7 @@ from typing import NoReturn, Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.host import Host, LiveHost, RecordingHost, ReplayHost, Unavailable
+from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
 
 EXIT_OK = 0
@@ -115,6 +115,18 @@ def check_python(prog: Prog, python: Optional[str], elsewhere: bool = False) -> 
             prog.fail(f"--python {python}: not found on PATH")
     elif not (os.path.isfile(python) and os.access(python, os.X_OK)):
         prog.fail(f"--python {python}: not an executable file")
+
+
+def check_answered(prog: Prog, doc: dict, python: Optional[str], host: Host) -> None:
+    """An explicit --python on this machine that ran but did not answer the probe (``/bin/true``,
+    a Python 2) is not an interpreter debtorch can inspect: bad usage (exit 2), not a finding.
+    A probe that timed out stays a finding: the interpreter may only be slow."""
+    p = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    if not python or not host.live or not p.get("requested") or p.get("version") is not None:
+        return
+    reason = str((p.get("unknown") or {}).get("version") or "")
+    if TIMED_OUT not in reason:
+        prog.fail(f"--python {python}: not a Python interpreter debtorch can inspect ({reason})")
 
 
 def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = None) -> Host:

@@ -15,8 +15,8 @@ from typing import Optional
 import typer
 
 from debtorch import inputs
-from debtorch.cli.shared import (EXIT_INTERRUPTED, EXIT_OK, Device, Emit, Prog, check_python, choose_format,
-                                 exit_for, given_paths, load_facts, open_host, present, redactor)
+from debtorch.cli.shared import (EXIT_INTERRUPTED, EXIT_OK, Device, Emit, Prog, check_answered, check_python,
+                                 choose_format, exit_for, given_paths, load_facts, open_host, present, redactor)
 
 prog = Prog("debtorch tune")
 
@@ -94,6 +94,8 @@ def tune(
     bar = TrialsBar() if measure else contextlib.nullcontext()
     try:
         facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
+        if host is not None:
+            check_answered(prog, facts, python, host)
         with bar:
             tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if measure else None)
     except rules.RequestError as exc:
