@@ -370,7 +370,7 @@ def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):
     bad.write_text("schema_version = 1\n[loader]\nnum_workers = \"four\"\n")
     res = runner.invoke(app, ["verify-train", "--config", str(bad)])
     assert res.exit_code == 2
-    assert f"{bad}:3: loader.num_workers: must be an integer >= 0" in res.output
+    assert f"{bad}:3: loader.num_workers: must be an integer from 0 to 65536" in res.output
 
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch):
@@ -488,3 +488,37 @@ def test_scaling_above_100_percent_is_a_failed_measurement_and_noise_is_inconclu
     m.trials["tuned"] = [trial(x) for x in (100, 101, 99)]
     m.ddp = [{"samples_per_s": x, "nproc": 2, "backend": "gloo"} for x in (170, 171, 169)]
     assert "2 processes at 85% scaling efficiency" in analysis.verdict(analysis.summary(m))
+
+
+# ---------------------------------------------------------------- a loss that is not finite (issue 13, item 5)
+
+
+def test_a_nan_loss_in_both_curves_is_not_called_within_tolerance():
+    nan = float("nan")
+    out = analysis.compare_curves({"losses": [1.0, 0.9] + [nan] * 20}, {"losses": [1.0, 0.9] + [nan] * 20})
+    assert out["diverged"] is None and out["reason"] == "the fp32 loss became non-finite at step 3: no curve to compare with"
+    m = Measured(tuned={"precision": "bf16"}, reference={"precision": "fp32"})
+    m.converge = {"tuned": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5),
+                  "baseline": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5)}
+    m.reference = {"precision": "fp32"}
+    lines = texts(report.lines(m, analysis.summary(m)))
+    assert not any("stays within" in x or "raise --max-steps" in x for x in lines), lines
+    assert "convergence: tuned's loss became non-finite at step 1; more steps will not help" in lines
+
+
+def test_every_run_whose_loss_became_nan_is_named_and_becomes_the_failure():
+    from debtorch.verify.failures import nonfinite_loss
+
+    m = Measured(baseline={"precision": "fp32"}, tuned={"precision": "bf16"})
+    m.trials["tuned"] = [trial(10), trial(10, nonfinite_loss_step=4)]
+    m.converge = {"tuned": trial(10, nonfinite_loss_step=2)}
+    events = analysis.summary(m)["nonfinite_loss"]
+    assert events == [{"run": "round 2: tuned", "step": 5, "precision": "bf16"},
+                      {"run": "convergence: tuned", "step": 3, "precision": "bf16"}]
+    f = nonfinite_loss(events)
+    assert (f.kind, f.phase, f.user_input) == ("nonfinite_loss", "round 2: tuned", False)
+    assert f.message == "the loss became non-finite (NaN or infinite) at step 5 (and in 1 more run(s))"
+    assert f.fix.startswith('train in fp32 (precision = "fp32" in [compute]')
+    m.trials["baseline"] = [trial(10, nonfinite_loss_step=0)]
+    assert nonfinite_loss(analysis.summary(m)["nonfinite_loss"]).fix.startswith("the loss diverges whatever")
+    assert "LOSS NOT FINITE in 3 run(s), first round 1: baseline at step 1" in analysis.verdict(analysis.summary(m))

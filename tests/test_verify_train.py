@@ -26,9 +26,11 @@ WORKLOADS = Path(__file__).parent / "verify_workloads"
 TIMEOUT = 600
 
 
-def verify(*args, cwd=None):
+def verify(*args, cwd=None, tmpdir=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run([sys.executable, "-m", "debtorch", "verify-train", *args], capture_output=True,
                           text=True, env=env, cwd=cwd or WORKLOADS, timeout=TIMEOUT)
 
@@ -109,8 +111,11 @@ def test_profile_writes_a_chrome_trace_with_the_step_breakdown(quick_json):
 
 
 def test_two_processes_on_cpu_report_scaling(tmp_path):
-    res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0")
+    res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0", tmpdir=tmp_path)
     assert res.returncode == 0, res.stderr
+    # torch.distributed.run's torchelastic_* folders went with debtorch's own (issue 13, item 7);
+    # torch's compile cache (torchinductor_<user>) is meant to stay.
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
     doc = json.loads(res.stdout)
     sc = doc["summary"]["scaling"]
     assert sc["nproc"] == 2 and sc["backend"] == "gloo" and sc["efficiency"] > 0
@@ -241,3 +246,25 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
     rows, lines = report_of([])
     assert "GPU utilisation (NVML)" not in rows
     assert any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)
+
+
+def test_a_nan_loss_is_a_failed_run_and_the_json_stays_strict():
+    res = verify("--quick", "--workload", "vw:nan_loss", "--json")
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout, parse_constant=lambda word: pytest.fail(f"{word} in the JSON"))
+    assert doc["exit_code"] == 1 and doc["failure"]["kind"] == "nonfinite_loss"
+    assert doc["summary"]["nonfinite_loss"][0]["step"] == 1
+    assert doc["converge"]["tuned"]["loss_last"] is None   # null, never NaN
+    assert "stays within" not in res.stdout and "LOSS NOT FINITE" in doc["verdict"]
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        "debtorch verify-train: the loss became non-finite (NaN or infinite) at step 1")
+
+
+def test_a_worker_that_exits_while_loading_gives_a_whole_line_and_a_json_document():
+    res = verify("--quick", "--workload", "vw:exit_while_loading", "--json")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        "debtorch verify-train: the worker exited with status 3 while loading the workload")
+    doc = json.loads(res.stdout)
+    assert doc["failure"]["kind"] == "died" and doc["verdict"].endswith("while loading the workload")
+    assert doc["facts"]["os"]["id"] == "debian" and doc["exit_code"] == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch import __version__, stats
+from debtorch import __version__, inputs, stats
 from debtorch.lint.hostwaits import report_line
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
@@ -111,10 +111,15 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
             out.append(f"AMP: {amp['precision']} loss stays within {amp['tolerance_rel']:.0%} of fp32's over "
                        f"{amp['compared_steps']} steps" + (f" (largest gap {gap:+.1%})" if gap is not None else ""))
     ct = conv.get("tuned")
-    if ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
+    if ct and ct.get("nonfinite_loss_step") is not None:
+        out.append(f"convergence: tuned's loss became non-finite at step {ct['nonfinite_loss_step'] + 1}; "
+                   "more steps will not help")
+    elif ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
+        last = ct.get("loss_last")
         out.append(f"convergence: tuned did not reach loss {conv['target_loss']:g} within "
-                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps (last loss "
-                   f"{ct.get('loss_last') or float('nan'):.3g}); raise --max-steps or set --target-loss")
+                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps"
+                   + (f" (last loss {last:.3g})" if inputs.finite(last) else "")
+                   + "; raise --max-steps or set --target-loss")
     sc = summary.get("scaling")
     if sc:
         eff = analysis.figure(sc, "efficiency", percent)
@@ -184,4 +189,32 @@ class VerifyView:
         "host_waits": m.host_waits,
             "warnings": o.warnings,
             "facts": o.facts,
+        }
+
+
+class RefusedView:
+    """A verify-train that could not run (bad input, or a worker that failed before the first
+    trial): the one line as text, and with ``--json`` a document with the failure."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, message: str, exit_code: int, failure=None, facts: Optional[dict] = None):
+        self.message, self.exit_code, self.failure, self.facts = message, exit_code, failure, facts
+
+    def lines(self) -> list:
+        return [Line(f"FAILED: {self.message}", "error")]
+
+    def document(self) -> dict:
+        failure = (self.failure.to_json() if self.failure is not None
+                   else {"kind": "refused", "message": self.message, "user_input": self.exit_code == 2})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "debtorch_version": __version__,
+            "command": "verify-train",
+            "exit_code": self.exit_code,
+            "verdict": f"failed: {self.message}",
+            "summary": None,
+            "failure": failure,
+            "interrupted": False,
+            "facts": self.facts,
         }

@@ -44,6 +44,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from debtorch import outputs
 from debtorch.train._proc import die_with_parent
 from debtorch.train.settings import Settings
 from debtorch.train.workloads import Workload
@@ -761,7 +762,13 @@ def _profiler(profile_dir: str, device: torch.device, steps: int):
 
 
 def _export_trace(prof, path: str) -> None:
-    """Write the Chrome trace whole or not at all (temp file, then rename)."""
-    tmp = path + ".tmp"
-    prof.export_chrome_trace(tmp)
-    os.replace(tmp, path)
+    """Write the Chrome trace whole or not at all: into a private folder beside it (made
+    exclusively, so never through a planted link), then put in place over nothing but a
+    regular file (verify-train refused an existing trace without --force before the run)."""
+    folder = outputs.temporary_folder(".trace-", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        tmp = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(tmp)
+        outputs.publish(tmp, path, force=True)
+    finally:
+        outputs.remove_folder(folder)

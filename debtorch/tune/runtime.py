@@ -27,6 +27,7 @@ import contextlib
 import warnings
 from typing import Any, Optional
 
+from debtorch.host import LiveHost, Unavailable
 from debtorch.tune.config import ConfigFile, load_config
 from debtorch.tune import fingerprint as fp_mod
 
@@ -212,13 +213,23 @@ def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
     return diffs
 
 
+def _usable_cpus() -> Optional[int]:
+    """The CPUs this process may use (its affinity), through the one door to the machine."""
+    try:
+        return len(LiveHost().affinity()) or None
+    except Unavailable:
+        return None
+
+
 def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True) -> Config:
     """Load a config written by ``debtorch tune --write``.
 
     Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
-    key) when the file cannot be used.
+    key) when the file cannot be used, including workers, threads or processes
+    beyond what this machine runs (a few times its usable CPUs; ``oversubscribe =
+    true`` in ``[limits]`` allows them, docs/tune.md "Bounds").
     """
-    cfg = Config(load_config(path))
+    cfg = Config(load_config(path, cpus=_usable_cpus()))
     if warn_on_mismatch:
         check_fingerprint(cfg)
     return cfg

@@ -198,6 +198,11 @@ def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
             out.update(diverged=True, step=i + 1,
                        reason=f"{precision} loss became non-finite at step {i + 1} (fp32: {r[i]:.3g})")
             return out
+        if not _finite(r[i]):
+            # fp32 itself diverged: nothing to compare AMP with (the run's failure says so).
+            out.update(diverged=None, step=i + 1,
+                       reason=f"the fp32 loss became non-finite at step {i + 1}: no curve to compare with")
+            return out
     if n < 2 * SMOOTH:
         out.update(diverged=None, reason=f"only {n} steps to compare")
         return out
@@ -302,6 +307,9 @@ def verdict(summary: dict) -> str:
     amp = conv.get("amp")
     if amp and amp.get("diverged"):
         parts.append(f"AMP DIVERGED: {amp['reason']}")
+    bad = summary.get("nonfinite_loss") or []
+    if bad:
+        parts.append(f"LOSS NOT FINITE in {len(bad)} run(s), first {bad[0]['run']} at step {bad[0]['step']}")
     if summary.get("scaling") and summary["scaling"].get("efficiency") is not None:
         sc = summary["scaling"]
         if sc.get("verdict") in RESULTS:
@@ -312,6 +320,28 @@ def verdict(summary: dict) -> str:
     if summary.get("interrupted"):
         line = "interrupted, so far: " + line
     return line
+
+
+def nonfinite_losses(m) -> list:
+    """Every run whose loss became NaN or infinite: ``{"run", "step", "precision"}`` (1-based step,
+    warm-up included), in the order they ran: the trials, then the convergence runs, then the ranks."""
+    out = []
+
+    def look(label: str, result: Optional[dict], settings: Optional[dict]) -> None:
+        step = (result or {}).get("nonfinite_loss_step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            out.append({"run": label, "step": step + 1, "precision": (settings or {}).get("precision", "fp32")})
+
+    for arm in ARMS:
+        for i, r in enumerate(m.trials.get(arm) or []):
+            look(f"round {i + 1}: {arm.replace('_', ' ')}", r, m.baseline if arm.startswith("baseline") else m.tuned)
+    for name, r in (m.converge or {}).items():
+        look(f"convergence: {name}", r, m.reference if name == "reference" else
+             m.baseline if name == "baseline" else m.tuned)
+    for i, d in enumerate(m.ddp or []):
+        for r in d.get("ranks") or []:
+            look(f"{d.get('nproc')} processes, run {i + 1}, rank {r.get('rank', 0)}", r, m.ddp_settings)
+    return out
 
 
 CONVERGE_KEYS = ("target_loss", "target_step", "time_to_target_s", "steps", "steps_requested", "warmup_steps",
@@ -359,6 +389,7 @@ def summary(m) -> dict:
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
             **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
+    out["nonfinite_loss"] = nonfinite_losses(m)
     out["disturbed_rounds"] = disturbed_rounds(m.trials)
     out["interrupted"] = m.interrupted
     out["failed"] = m.failure.line() if m.failure else None
