@@ -9,6 +9,7 @@ measure); 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import contextlib
+import time
 from enum import Enum
 from typing import Optional
 
@@ -33,7 +34,7 @@ def tune(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     measure: bool = typer.Option(False, "--measure", help="Decide what rules cannot by short trials on a workload."),
-    budget: float = typer.Option(120.0, "--budget", metavar="SECONDS", help="Time the whole measurement may take."),
+    budget: float = typer.Option(120.0, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole command may take when measuring (at least 20)."),
     workload: str = typer.Option("builtin:cnn", "--workload", metavar="MODULE:FUNCTION", help="What --measure trains (docs/workloads.md)."),
     device: Optional[Device] = typer.Option(None, "--device", help="Tune for cpu or cuda (default: what the machine has)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", metavar="N", help="Samples per optimizer step, all processes together."),
@@ -48,6 +49,7 @@ def tune(
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Tune for a machine recorded with 'debtorch facts --record DIR', rules only."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
+    started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -80,7 +82,7 @@ def tune(
     request = rules.Request(device=device.value if device else None, global_batch=global_batch,
                             micro_batch=micro_batch, epochs=epochs, steps=steps, compile=compile_,
                             model=model.value if model else None, nproc=nproc)
-    options = MeasureOptions(workload=workload, budget_s=budget, python=python) if measure else None
+    options = MeasureOptions(workload=workload, budget_s=budget, python=python, started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
     bar = TrialsBar() if measure else contextlib.nullcontext()
     try:

@@ -42,6 +42,8 @@ class Options:
     config: Optional[str] = None
     python: Optional[str] = None
     quick: bool = False
+    budget: Optional[float] = None    # None: the plan's default (300 s; --quick 12 s)
+    started: Optional[float] = None   # time.monotonic() at the command's start
     repeats: int = 3
     steps: Optional[int] = None
     warmup: Optional[int] = None
@@ -87,8 +89,9 @@ def plan_of(o: Options) -> Plan:
         raise Refused(f"--timeout must be a positive number of seconds (got {o.timeout:g})")
     kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
           "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
-          "profile_dir": o.profile}
-    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps)):
+          "profile_dir": o.profile, "started": o.started}
+    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps),
+                        ("budget_s", o.budget)):
         if value is not None:
             kw[name] = value
     plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
