@@ -109,12 +109,25 @@ def test_budget_below_the_minimum_runs_nothing():
 
 
 def test_budget_too_small_for_this_workload_says_what_would_do():
+    class Bounded(FakeEngine):
+        """Like EngineTrials: a trial the budget cannot finish is stopped at its end."""
+
+        def trial(self, settings, steps, warmup):
+            before = self.now
+            out = super().trial(settings, steps, warmup)
+            if self.now > 60:
+                self.now = max(before, 60.0)
+                raise measure_mod.BudgetStop("stopped at the end of --budget 60 s in trial 2 (w0 bf16 t2), "
+                                             "timed step 2 of 5: the workload hangs there, or needs a larger budget")
+            return out
+
     rec, facts = vm_rec()
-    engine = FakeEngine(lambda s: 4.0)  # 8 seconds a step
+    engine = Bounded(lambda s: 4.0)  # 8 seconds a step
     with pytest.raises(MeasureUsageError) as exc:
         measure(rec, facts, MeasureOptions(budget_s=60), trials=engine, clock=engine.clock)
     assert str(exc.value).startswith("--budget 60 is too small for this workload: 0 s went to start-up, ")
-    assert engine.now <= 60  # found out within the budget: the calibration trial that could not fit never ran
+    assert "(the calibration trial was trial 2 (w0 bf16 t2), timed step 2 of 5 when it ended)" in str(exc.value)
+    assert engine.now <= 60  # found out within the budget
     assert "\n" not in str(exc.value)
 
 
@@ -267,3 +280,19 @@ def test_the_written_reasons_show_the_split_was_searched():
         assert rec.reasons[name].rule == "tune.M006"
         text = rec.reasons[name].text
         assert text.startswith("threads=1 workers=2: ") and "splits of 2 CPUs raced" in text
+
+
+def test_the_report_says_what_each_changed_choice_contributes_from_the_trials_it_ran():
+    from debtorch.report.tune import TuneView, trials_lines
+    from debtorch.tune.run import Tuned
+
+    rec, facts = vm_rec()  # the rules already choose bf16 and two threads here
+    engine = FakeEngine(like_this_vm)  # channels_last 1.1x: the one change the search makes
+    result = measure(rec, facts, MeasureOptions(budget_s=300), trials=engine, clock=engine.clock)
+    lines = trials_lines(result)
+    at = lines.index("what each changed choice contributes (chosen / the same with the rules' value, trials above):")
+    assert lines[at + 1:] == [lines[at + 1]] and lines[at + 1].startswith(
+        "  channels_last=True (rules: w0 bf16 t2): 1.1")  # a ratio with its interval: resolved
+    assert lines[at + 1].endswith("x)")
+    doc = TuneView(Tuned(rec, {}, result)).document()["measurement"]["contributions"]
+    assert [(c["dimension"], c["verdict"]) for c in doc] == [("channels_last", "faster")]

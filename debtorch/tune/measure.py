@@ -54,9 +54,9 @@ class TooSmall(Exception):
     """The budget cannot pay for calibration and a few trials of this workload: about ``need``
     more seconds after start-up would."""
 
-    def __init__(self, need: float):
+    def __init__(self, need: float, where: str = ""):
         super().__init__(f"need about {need:.0f} s")
-        self.need = need
+        self.need, self.where = need, where
 
 
 class BudgetStop(MeasureError):
@@ -122,10 +122,10 @@ class EngineTrials:
     """
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
-                 host: Optional[Host] = None, budget: Optional[Budget] = None):
+                 host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
         self._error = WorkerError
         self._worker_cls = Worker
-        self.workload, self.device, self.seed = workload, device, seed
+        self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
         self.budget = budget or Budget(None)
         self.where = Where(self.budget.clock)
         self.count = 0
@@ -166,8 +166,8 @@ class EngineTrials:
                 raise BudgetStop(stopped(self.budget, self.where)) from None
             raise
         self.where.doing(f"loading {self.workload}")
-        return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, seed=self.seed,
-                                                           timeout=timeout), TRIAL_TIMEOUT)
+        return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
+                                                           seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
 
     def trial(self, settings, steps: int, warmup: int) -> dict:
         self.count += 1
@@ -244,12 +244,13 @@ class Trialer:
         warm = self.run(settings, 2)
         if warm.samples_per_s is None:
             raise MeasureError(f"the first trial failed: {warm.error}")
-        # The calibration runs 7 steps where the first trial ran 4 (and paid one-time costs too):
-        # when even that cannot fit, say so now rather than be stopped inside it.
-        calib_s = warm.seconds * (CALIBRATION_STEPS + WARMUP_STEPS) / (2 + WARMUP_STEPS)
-        if calib_s > seconds - warm.seconds:
-            raise TooSmall(warm.seconds + calib_s * (1 + MIN_TRIALS))
-        calib = self.run(settings, CALIBRATION_STEPS)
+        try:
+            calib = self.run(settings, CALIBRATION_STEPS)
+        except BudgetStop as exc:
+            # The first trial finished: the workload runs, but too slowly for this budget.  (Its
+            # one-time costs make it a poor estimate of the next, so the calibration is tried.)
+            raise TooSmall(warm.seconds * (CALIBRATION_STEPS + WARMUP_STEPS) / (2 + WARMUP_STEPS)
+                           * (2 + MIN_TRIALS), str(exc)) from None
         if calib.samples_per_s is None:
             raise MeasureError(f"the calibration trial failed: {calib.error}")
         self.batch = (settings.micro_batch or self.info.get("batch_size") or 1) * settings.accumulation_steps
@@ -301,7 +302,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
         try:
             cost = trialer.calibrate(rec.settings, budget.left())
         except TooSmall as small:
-            raise _too_small(opts, before, budget.spent() - before, small.need) from None
+            raise _too_small(opts, before, budget.spent() - before, small.need, small.where) from None
         left = budget.left()
         if left < MIN_TRIALS * cost:
             raise _too_small(opts, before, budget.spent() - before, budget.spent() - before + MIN_TRIALS * cost)
@@ -333,10 +334,12 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
             trials.close()
 
 
-def _too_small(opts: MeasureOptions, startup: float, calibration: float, need: float) -> MeasureUsageError:
+def _too_small(opts: MeasureOptions, startup: float, calibration: float, need: float,
+               where: str = "") -> MeasureUsageError:
     """The budget cannot pay for this workload's calibration and a few trials: what would."""
+    cut = f" (the calibration trial was {where.split(' in ', 1)[-1].split(':')[0]} when it ended)" if where else ""
     return MeasureUsageError(f"--budget {opts.budget_s:g} is too small for this workload: {startup:.0f} s went to "
-                             f"start-up, {calibration:.0f} s to its first trials; give at least "
+                             f"start-up, {calibration:.0f} s to its first trials{cut}; give at least "
                              f"{math.ceil(startup + need)}")
 
 

@@ -65,6 +65,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from debtorch import stats
 from debtorch.train.settings import Settings
 
 
@@ -294,8 +295,32 @@ class Result:
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
 
     def median(self, s: Settings) -> Optional[float]:
-        vals = [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
+        vals = self.samples(s)
         return statistics.median(vals) if vals else None
+
+    def samples(self, s: Settings) -> list:
+        return [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
+
+    def contributions(self) -> list:
+        """What each changed choice contributes where the search ended: the chosen settings over the
+        same with that choice back at the rules' value, when the search measured that point (no
+        extra trial: the ratio of medians with its interval, unpaired).  (dimension, words, Estimate
+        or None when that point was not measured)."""
+        out = []
+        for name, choice in self.choices.items():
+            fields = choice.fields or (name,)
+            if not choice.measured or all(getattr(self.best, f) == getattr(self.start, f) for f in fields):
+                continue
+            back = dict.fromkeys(fields)
+            if "num_workers" in fields and not self.start.num_workers:
+                back.update(dict.fromkeys(("prefetch_factor", "persistent_workers", "start_method")))
+            without = self.best.replace(**{f: getattr(self.start, f) for f in back})
+            words = ", ".join(f"{f}={getattr(self.best, f)}" for f in fields
+                              if getattr(self.best, f) != getattr(self.start, f))
+            mine, theirs = self.samples(self.best), self.samples(without)
+            est = stats.compare(mine, theirs, paired=False) if mine and theirs else None
+            out.append((name, f"{words} (rules: {without.short()})", est))
+        return out
 
     def close_call(self) -> str:
         """'' when the choice leads beyond noise, else 'within noise of <settings> (<median> samples/s)'."""
