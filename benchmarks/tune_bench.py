@@ -368,7 +368,7 @@ def render(results, machine, before, after, args, quiet, took) -> str:
     date = _dt.date.today().isoformat()
     lines = [
         f"Measured {date} on {machine}; load average {before[0]:.2f} before, {after[0]:.2f} after; "
-        f"{took / 60:.0f} min in all. `--measure --budget {args.budget:g}`, {args.measure_runs} runs per workload; "
+        f"{took / 60:.0f} min in all. `--measure --budget {args.budget:g}`, {args.measure_runs} run(s) per workload; "
         f"the grid: {args.grid_repeats} interleaved passes; the final head-to-head: {args.final_repeats} fresh rounds.",
         "",
         "| workload | --measure of re-measured oracle (median, worst) | --measure time of a single-pass grid | "
@@ -399,6 +399,7 @@ def render(results, machine, before, after, args, quiet, took) -> str:
         for row in r["rows"]:
             lines.append(f"| {row['contestant']} | `{row['settings']}` | {_f(row['samples_per_s'], '{:.1f}')} | "
                          f"{_f(row['spread'], '{:.0%}')} | {_f(row['of_oracle'], '{:.0%}')} |")
+        lines.append("")
         for i, run in enumerate(r["measure_runs"]):
             lines.append(f"- --measure run {i + 1}: `{run['label']}` in {run['seconds']:.0f} s "
                          f"({_f(run['time_of_single_pass_grid'], '{:.0%}')} of a single-pass grid, {run['trials']} "

@@ -193,12 +193,12 @@ def test_an_interpreter_without_torch_is_bad_input(tmp_path):
 @pytest.mark.slow
 def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
     out = tmp_path / "debtorch.toml"
-    r = tune_in_workloads("--measure", "--budget", "25", "--workload", "tiny:make", "--write", str(out),
+    r = tune_in_workloads("--measure", "--budget", "40", "--workload", "tiny:make", "--write", str(out),
                           "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["chosen_by"] == "measured" and doc["measurement"]["trials"]
-    assert doc["measurement"]["spent_s"] <= 25 + 5
+    assert doc["measurement"]["spent_s"] <= 40  # the whole command's time, start-up included
     cfg = load_config(str(out))
     assert cfg.tuned["by"] == "measured" and cfg.tuned["workload"] == "tiny:make"
     assert any(r["rule"].startswith("tune.M") for r in doc["reasons"].values())

@@ -423,7 +423,7 @@ def test_a_hang_after_the_first_rounds_keeps_them_and_says_where_it_stopped():
     worker = ClockedWorker(bf16_pays, sigma=0.3, hang_at=20)  # 2 warm-ups, 3 rounds of 5, then a hang
     v = _clocked(worker, repeats=3, converge_steps=0, budget_s=200, attribution=False)
     m = v.run(Settings(), Settings(precision="bf16"))
-    assert m.failure is None and len(m.trials["tuned"]) >= 3
+    assert m.failure is None and len(m.trials["tuned"]) >= 3 and m.budget["rounds"] == 3
     assert any(n.startswith("stopped at the end of --budget 200 s in round 4") for n in m.notes)
     assert worker.now <= 200
 

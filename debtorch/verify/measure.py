@@ -475,6 +475,7 @@ class Verifier:
             job = self._current
             if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
                 m.budget["stopped"] = exc.message
+                m.budget["rounds"] = m.budget["rounds"] or self._complete_rounds()
                 m.notes.append(exc.message + "; the report keeps what was measured before")
                 return self._done()
             if exc.kind == "budget" or job is None:
