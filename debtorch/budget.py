@@ -20,6 +20,7 @@ import time
 from typing import Callable, Optional
 
 SLACK_S = 5.0   # the stated slack: killing the worker's process group and printing the report
+HUNG_S = 5.0    # no progress for this long when the budget ended: the workload hangs, rather than being slow
 
 
 class Budget:
@@ -89,14 +90,25 @@ class Where:
                 self.step = f"{name} step {nxt} of {steps}"
             self.since = self.clock()
 
+    def quiet(self) -> float:
+        """Seconds since the last progress (or since this started)."""
+        return self.clock() - self.since
+
+    def hung(self) -> bool:
+        return self.quiet() >= HUNG_S
+
     def line(self) -> str:
         """'trial 7 (w2 fp32), timed step 3 of 20 (no progress for 12 s)'."""
-        quiet = self.clock() - self.since
+        quiet = self.quiet()
         text = self.what + (f", {self.step}" if self.step else "")
         return text + (f" (no progress for {quiet:.0f} s)" if quiet >= 2 else "")
 
 
 def stopped(budget: Budget, where: Where) -> str:
-    """The one line for a run stopped by its budget while it was somewhere."""
-    return (f"stopped at the end of {budget.words()} in {where.line()}: the workload hangs there, "
-            "or needs a larger budget")
+    """The one line for a run stopped by its budget while it was somewhere: hung (no progress for
+    ``HUNG_S``), or still making progress (too slow for the budget, or a busy machine)."""
+    if where.hung():
+        return (f"stopped at the end of {budget.words()} in {where.line()}: the workload hangs there, "
+                "or needs a larger budget")
+    return (f"stopped at the end of {budget.words()} in {where.line()}, still making progress: "
+            "a larger budget would let it finish (a busy machine slows every step)")

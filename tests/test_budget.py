@@ -46,11 +46,16 @@ def test_where_names_the_step_a_workload_hung_in():
     where.progress({"event": "progress", "phase": "warmup", "step": 1, "steps": 2})
     clock.now += 12
     assert where.line() == "trial 7 (w2 pf2 fp32 t1), warm-up step 2 of 2 (no progress for 12 s)"
+    assert stopped(Budget(20, clock=clock), where) == (
+        "stopped at the end of --budget 20 s in trial 7 (w2 pf2 fp32 t1), warm-up step 2 of 2 (no progress for "
+        "12 s): the workload hangs there, or needs a larger budget")
+    # A trial still making progress when the budget ended is slow, not hung: it is not called hung.
     where.progress({"event": "progress", "phase": "timed", "step": 3, "steps": 20})
+    clock.now += 1
     assert where.line() == "trial 7 (w2 pf2 fp32 t1), timed step 4 of 20"
     assert stopped(Budget(20, clock=clock), where) == (
-        "stopped at the end of --budget 20 s in trial 7 (w2 pf2 fp32 t1), timed step 4 of 20: "
-        "the workload hangs there, or needs a larger budget")
+        "stopped at the end of --budget 20 s in trial 7 (w2 pf2 fp32 t1), timed step 4 of 20, still making "
+        "progress: a larger budget would let it finish (a busy machine slows every step)")
 
 
 # -- the commands, with a workload that hangs ---------------------------------------------------

@@ -258,7 +258,7 @@ def test_quick_runs_no_attribution_arms():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=0, attribution=False)
     arms = {j.arm for j in v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))}
     assert arms == {"prime", "baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"}
-    assert Plan.quick_plan().attribution is False and Plan.quick_plan().budget_s == 12
+    assert Plan.quick_plan().attribution is False and Plan.quick_plan().budget_s == 13
 
 
 def test_amp_gets_an_fp32_reference_unless_the_baseline_trains_the_same_curve():

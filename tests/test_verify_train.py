@@ -26,7 +26,7 @@ WORKLOADS = Path(__file__).parent / "verify_workloads"
 TIMEOUT = 600
 
 
-# --quick's own budget (12 s) holds on a quiet machine; the tests run beside others, so they give
+# --quick's own budget (13 s) holds on a quiet machine; the tests run beside others, so they give
 # more.  The rounds stop when the speed-up resolves, after --quick's 5 at most, or at the budget.
 BUDGET = "120"
 

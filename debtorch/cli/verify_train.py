@@ -32,7 +32,7 @@ def verify_train(
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Tuned settings from 'debtorch tune --write' (default: tuned now, by rules)."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     quick: bool = typer.Option(False, "--quick", help="The real path in seconds: few steps, small built-in workloads (CI)."),
-    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole run may take, start-up included (default 300; --quick 12)."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole run may take, start-up included (default 300; --quick 13)."),
     repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds at least (default 3); more until the speed-up resolves or the budget is spent."),
     steps: Optional[int] = typer.Option(None, "--steps", metavar="N", help="Timed optimizer steps per trial (default 20; --quick 3)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed warm-up steps per trial (default 3; --quick 1)."),

@@ -504,6 +504,10 @@ def run_trial(
         if on_step is not None:
             on_step({"phase": phase, "step": step, "steps": total, "loss": loss, "step_s": step_s})
 
+    # What is alive now (torch's modules, the workload) outlives the trial: frozen, the collection
+    # after the trial scans only the trial's own objects (0.2-0.3 s saved per trial once torch's
+    # lazy imports have filled the heap; https://docs.python.org/3/library/gc.html#gc.freeze).
+    gc.freeze()
     with _torch_state(settings, device, notes):
         trial = _Trial(workload, settings, device, steps, warmup_steps, seed, compute_only, distributed, notes)
         gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None

@@ -223,6 +223,28 @@ class Worker:
 
     def start(self) -> dict:
         """Start the worker and wait for its hello (torch imported)."""
+        if self.proc is None:
+            self.spawn()
+        try:
+            msg = self._read(time.monotonic() + self.start_timeout, "starting")
+        except BaseException:
+            self.kill()
+            raise
+        if msg.get("event") == "fatal":
+            self.kill()
+            kind = msg.get("kind", "start")
+            if kind == "no_torch":
+                raise WorkerError(kind, f"{self.python} has no torch: pip install torch in that venv")
+            raise WorkerError(kind, msg.get("message", "the worker failed to start"))
+        if msg.get("event") != "hello":
+            self.kill()
+            raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
+        self.hello = msg
+        return msg
+
+    def spawn(self) -> None:
+        """Start the worker's process without waiting for it: it imports torch (seconds) while the
+        caller does something else; :meth:`start` then waits for its hello."""
         if not os.path.exists(self.python):
             raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
         self._shim = _Shim()
@@ -244,22 +266,6 @@ class Worker:
         self._rfd = rfd
         self._stderr = _StderrTail(self.proc.stderr, self.on_stderr)
         self._stderr.start()
-        try:
-            msg = self._read(time.monotonic() + self.start_timeout, "starting")
-        except BaseException:
-            self.kill()
-            raise
-        if msg.get("event") == "fatal":
-            self.kill()
-            kind = msg.get("kind", "start")
-            if kind == "no_torch":
-                raise WorkerError(kind, f"{self.python} has no torch: pip install torch in that venv")
-            raise WorkerError(kind, msg.get("message", "the worker failed to start"))
-        if msg.get("event") != "hello":
-            self.kill()
-            raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
-        self.hello = msg
-        return msg
 
     def close(self, grace: float = 10.0) -> None:
         """Ask the worker to exit; kill its process group if it does not."""
