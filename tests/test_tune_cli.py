@@ -140,7 +140,7 @@ def test_budget_too_small_is_refused_before_the_facts_are_collected(monkeypatch)
     monkeypatch.setattr(facts_mod, "collect", collect)
     r = invoke("--measure", "--budget", "3")
     assert r.exit_code == 2
-    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 10 seconds\n"
+    assert r.stderr == "debtorch tune: --budget 3 is too small to measure anything; give at least 20 seconds\n"
     r = invoke("--measure", "--budget", "-1")
     assert r.exit_code == 2 and "--budget must be a number of seconds > 0" in r.stderr
 

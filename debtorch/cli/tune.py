@@ -9,6 +9,7 @@ measure); 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import contextlib
+import time
 from enum import Enum
 from typing import Optional
 
@@ -33,7 +34,7 @@ def tune(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     measure: bool = typer.Option(False, "--measure", help="Decide what rules cannot by short trials on a workload."),
-    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Time the whole measurement may take (--measure; default 120)."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole command may take when measuring (--measure; at least 20, default 120)."),
     workload: Optional[str] = typer.Option(None, "--workload", metavar="MODULE:FUNCTION", help="What --measure trains (docs/workloads.md; default builtin:cnn)."),
     device: Optional[Device] = typer.Option(None, "--device", help="Tune for cpu or cuda (default: what the machine has)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", metavar="N", help="Samples per optimizer step, all processes together."),
@@ -50,6 +51,7 @@ def tune(
     redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the output."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
+    started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -89,7 +91,8 @@ def tune(
         request.check()  # the numbers' ranges, before the facts are read (seconds)
     except rules.RequestError as exc:
         prog.fail(str(exc))
-    options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python) if measure else None
+    options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
+                             started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
     bar = TrialsBar() if measure else contextlib.nullcontext()
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Optional
 
 import typer
@@ -32,7 +33,8 @@ def verify_train(
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Tuned settings from 'debtorch tune --write' (default: tuned now, by rules)."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     quick: bool = typer.Option(False, "--quick", help="The real path in seconds: few steps, small built-in workloads (CI)."),
-    repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds of baseline and tuned (at least 3)."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole run may take, start-up included (default 300; --quick 13)."),
+    repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds at least (default 3); more until the speed-up resolves or the budget is spent."),
     steps: Optional[int] = typer.Option(None, "--steps", metavar="N", help="Timed optimizer steps per trial (default 20; --quick 3)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed warm-up steps per trial (default 3; --quick 1)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", help="Cap of the convergence runs, in optimizer steps (default 400; --quick 12; 0 skips them)."),
@@ -58,6 +60,7 @@ def verify_train(
 
     Exit status: 0 measured (whatever the verdict), 1 the run failed, 2 bad usage or input, 130 interrupted.
     """
+    started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.verify import run  # defer: the trainer's plan, worker and report, only for this command
     from debtorch.report.plot import PlotError, check_plot_path, plot  # defer: as above
     from debtorch.report.progress import StepsBar  # defer: as above
@@ -78,7 +81,7 @@ def verify_train(
     try:
         options = run.Options(
             workload=workload, device=device.value if device else None, config=config, python=python, quick=quick,
-            repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
+            budget=budget, started=started, repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
             profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
             timeout=timeout, force=force, cwd=os.getcwd(), oversubscribe=oversubscribe)
         with contextlib.closing(open_host(prog)) as host:

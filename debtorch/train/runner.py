@@ -225,27 +225,8 @@ class Worker:
 
     def start(self) -> dict:
         """Start the worker and wait for its hello (torch imported)."""
-        if not os.path.exists(self.python):
-            raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
-        self._shim = _Shim()
-        rfd, wfd = os.pipe()
-        env = self._shim.env(self.env)
-        env[PROTOCOL_FD_ENV] = str(wfd)
-        try:
-            self.proc = subprocess.Popen(
-                [self.python, "-c", self._shim.boot(self.module)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                env=env, cwd=self.cwd, pass_fds=(wfd,), start_new_session=True,
-            )
-        except OSError as exc:
-            os.close(rfd)
-            os.close(wfd)
-            self._shim.remove()
-            raise WorkerError("no_python", f"{self.python}: cannot run ({exc.strerror or exc})") from None
-        os.close(wfd)
-        self._rfd = rfd
-        self._stderr = _StderrTail(self.proc.stderr, self.on_stderr)
-        self._stderr.start()
+        if self.proc is None:
+            self.spawn()
         try:
             msg = self._read(time.monotonic() + self.start_timeout, "starting")
         except WorkerError as exc:
@@ -271,6 +252,31 @@ class Worker:
             raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
         self.hello = msg
         return msg
+
+    def spawn(self) -> None:
+        """Start the worker's process without waiting for it: it imports torch (seconds) while the
+        caller does something else; :meth:`start` then waits for its hello."""
+        if not os.path.exists(self.python):
+            raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
+        self._shim = _Shim()
+        rfd, wfd = os.pipe()
+        env = self._shim.env(self.env)
+        env[PROTOCOL_FD_ENV] = str(wfd)
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-c", self._shim.boot(self.module)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                env=env, cwd=self.cwd, pass_fds=(wfd,), start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(rfd)
+            os.close(wfd)
+            self._shim.remove()
+            raise WorkerError("no_python", f"{self.python}: cannot run ({exc.strerror or exc})") from None
+        os.close(wfd)
+        self._rfd = rfd
+        self._stderr = _StderrTail(self.proc.stderr, self.on_stderr)
+        self._stderr.start()
 
     def close(self, grace: float = 10.0) -> None:
         """Ask the worker to exit; kill its process group if it does not."""

@@ -34,6 +34,7 @@ import statistics
 from typing import Optional
 
 from debtorch import stats
+from debtorch.train.settings import Settings
 
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
@@ -121,6 +122,86 @@ def scaling(multi: list, single: list, nproc: int) -> dict:
     the runs were not in the same rounds, so each is resampled on its own).  Above 100% beyond
     noise is a failed measurement."""
     return stats.share(_sps(multi), _sps(single), scale=max(1, nproc or 1), paired=False).to_dict("efficiency")
+
+
+# ---------------------------------------------------------------------------
+# Attribution: what each change of the tuned settings contributes (STYLE.md 9; issue 11 item 3)
+
+# The settings a config changes, in groups that are taken out of tuned one at a time ("tuned
+# without X": X's fields back at the baseline's values), measured in the same interleaved rounds.
+# The schedule changes no throughput: it is attributed by a convergence run of tuned with the
+# baseline's schedule (time to target with the same recipe).
+GROUPS = (
+    ("precision", ("precision", "tf32")),
+    ("loader", ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "start_method",
+                "non_blocking")),
+    ("threads", ("threads",)),
+    ("channels_last", ("channels_last",)),
+    ("fused optimizer", ("fused_optimizer",)),
+    ("kernels", ("cudnn_benchmark", "compile")),
+    ("batch", ("micro_batch", "accumulation_steps")),
+)
+SCHEDULE = ("lr_schedule", "max_lr", "pct_start")
+
+
+def _word(name: str, value) -> str:
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {value if value is not None else 'unset'}"
+
+
+def change_words(baseline: dict, tuned: dict, fields: tuple) -> str:
+    """'precision bf16', 'num_workers 2, prefetch_factor 2, ...': what tuned sets differently."""
+    return ", ".join(_word(f, tuned.get(f)) for f in fields if tuned.get(f) != baseline.get(f))
+
+
+def _key(s: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in s.items()))
+
+
+def attribution_plan(baseline: dict, tuned: dict, default_threads: Optional[int] = None) -> list:
+    """One entry per group of settings that tuned changes: ``group``, ``change`` (in words),
+    and either ``arm`` (the arm that runs tuned without it: ``without <group>``, or
+    ``baseline`` when it is the only change) with its ``settings``, or a ``note`` saying why
+    nothing needs measuring (threads at PyTorch's own count here)."""
+    out, arms = [], {_key(baseline): "baseline", _key(tuned): "tuned"}
+    for group, fields in GROUPS:
+        words = change_words(baseline, tuned, fields)
+        if not words:
+            continue
+        entry = {"group": group, "change": words}
+        if (group == "threads" and baseline.get("threads") is None and default_threads
+                and tuned.get("threads") == default_threads):
+            entry["note"] = f"{default_threads} threads is PyTorch's own choice here: nothing changes"
+            out.append(entry)
+            continue
+        without = {**tuned, **{f: baseline.get(f) for f in fields}}
+        if Settings.from_dict(without).validate():
+            entry["note"] = "cannot be taken out alone (the other settings need it)"
+            out.append(entry)
+            continue
+        arm = arms.setdefault(_key(without), f"without {group}")
+        entry.update(arm=arm, settings=without)
+        out.append(entry)
+    return out
+
+
+def schedule_change(baseline: dict, tuned: dict) -> str:
+    """'lr_schedule onecycle, ...' when tuned's learning-rate schedule differs from the baseline's."""
+    return change_words(baseline, tuned, SCHEDULE)
+
+
+def attribution(plan: list, trials: dict) -> list:
+    """The plan's entries with what each group contributes: tuned over tuned-without-it, paired
+    by round (a ratio with its interval and verdict, like the speed-up)."""
+    out = []
+    tuned = trials.get("tuned") or []
+    for entry in plan:
+        e = {k: v for k, v in entry.items() if k != "settings"}
+        if entry.get("arm"):
+            e.update(stats.compare(_sps(tuned), _sps(trials.get(entry["arm"]) or [])).to_dict("ratio"))
+        out.append(e)
+    return out
 
 
 DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while something else held the machine
@@ -282,7 +363,11 @@ def verdict(summary: dict) -> str:
         rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
                if sp.get("low") is not None
                else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
-        parts.append(f"speed-up inconclusive ({rng}; {stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))})")
+        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))
+        more, round_s, spent = sp.get("more_rounds"), summary.get("round_s"), summary.get("spent_s")
+        if more is not None and more <= 100 and round_s and spent is not None:
+            hint += f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
+        parts.append(f"speed-up inconclusive ({rng}; {hint})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
                      + (f"{base['samples_per_s']:.1f}" if base.get("samples_per_s") else "-") + " samples/s, tuned "
@@ -366,7 +451,8 @@ def summary(m) -> dict:
     if conv:
         target = next((c.get("target_loss") for c in conv.values() if c.get("target_loss") is not None), None)
         c = {"target_loss": target, "baseline": _converge_view(conv.get("baseline")),
-             "tuned": _converge_view(conv.get("tuned")), "reference": None, "amp": None}
+             "tuned": _converge_view(conv.get("tuned")), "same_schedule": _converge_view(conv.get("same_schedule")),
+             "schedule": schedule_change(m.baseline or {}, m.tuned or {}) or None, "reference": None, "amp": None}
         precision = (m.tuned or {}).get("precision", "fp32")
         ref_name = "reference" if "reference" in conv else "baseline"
         if m.reference is not None and conv.get("tuned") and conv.get(ref_name):
@@ -390,6 +476,11 @@ def summary(m) -> dict:
             **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
     out["nonfinite_loss"] = nonfinite_losses(m)
+    out["attribution"] = attribution(m.attribution, m.trials)
+    out["rounds"] = (m.budget or {}).get("rounds")
+    out["rounds_stopped"] = (m.budget or {}).get("stopped")
+    out["round_s"] = (m.budget or {}).get("round_s")
+    out["spent_s"] = (m.budget or {}).get("spent_s")
     out["disturbed_rounds"] = disturbed_rounds(m.trials)
     out["interrupted"] = m.interrupted
     out["failed"] = m.failure.line() if m.failure else None

@@ -45,6 +45,8 @@ class Options:
     config: Optional[str] = None
     python: Optional[str] = None
     quick: bool = False
+    budget: Optional[float] = None    # None: the plan's default (300 s; --quick 13 s)
+    started: Optional[float] = None   # time.monotonic() at the command's start
     repeats: int = 3
     steps: Optional[int] = None
     warmup: Optional[int] = None
@@ -135,8 +137,9 @@ def plan_of(o: Options) -> Plan:
         raise Refused(problem)
     kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
           "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
-          "profile_dir": o.profile}
-    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps)):
+          "profile_dir": o.profile, "started": o.started}
+    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps),
+                        ("budget_s", o.budget)):
         if value is not None:
             kw[name] = value
     plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
@@ -160,7 +163,10 @@ def check_profile_dir(profile: str, force: bool) -> None:
 
 
 def prepare(o: Options, host: Host) -> "Prepared":
-    """Everything before the worker starts.  ``host`` must be the live machine: training runs here."""
+    """Everything before the plan runs.  ``host`` must be the live machine: training runs here.
+
+    The worker's process is started here, so that it imports torch (seconds) while the machine
+    is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) on the result."""
     if not host.live:
         raise Refused(f"verify-train trains on this machine, not a recorded one ({host.label})")
     plan = plan_of(o)
@@ -182,8 +188,18 @@ def prepare(o: Options, host: Host) -> "Prepared":
         plan.python = worker_python(o.python, host)
     except WorkerError as exc:
         raise Refused(str(exc)) from None
-    # The machine's facts (no --deep): the JSON document's and the stale-config check's.
-    ready = Prepared(o, plan, cfg, facts_mod.collect(host, facts_mod.Options(python=plan.python)))
+    verifier = Verifier(plan)
+    try:
+        verifier.spawn()
+    except WorkerError:
+        pass  # starting it again in run() says why, as one line
+    try:
+        # The machine's facts (no --deep): the JSON document's and the stale-config check's.
+        facts = facts_mod.collect(host, facts_mod.Options(python=plan.python))
+    except BaseException:
+        verifier.close(kill=True)
+        raise
+    ready = Prepared(o, plan, cfg, facts, verifier=verifier)
     if cfg is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
@@ -207,12 +223,19 @@ class Prepared:
     facts: dict
     config: Optional[dict] = None
     warnings: list = field(default_factory=list)
+    verifier: Optional[Verifier] = None   # its worker already started by prepare()
+
+    def close(self) -> None:
+        """Stop the worker prepare() started, when the run is not wanted after all."""
+        if self.verifier is not None:
+            self.verifier.close(kill=True)
 
     def run(self, progress: Optional[Progress] = None, warn: Callable[[str], None] = lambda text: None) -> Outcome:
         """Start the worker and run the plan.  A failure during the plan is in the outcome;
         one before it (the worker cannot start, no settings fit) raises :class:`Refused`.
         Ctrl-C ends the run with what was measured so far (``measured.interrupted``)."""
-        verifier = Verifier(self.plan, facts=self.facts, progress=progress)
+        verifier = self.verifier or Verifier(self.plan)
+        verifier.facts, verifier.progress = self.facts, progress or Progress()
         m = verifier.measured
         try:
             # The Verifier closes its worker on the way out and kills it on any exception
@@ -227,6 +250,7 @@ class Prepared:
                 tuned = self._tuned(info, warn)
                 if self.options.nproc is None:
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
+                m.plan = self.plan.to_json()
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
