@@ -119,7 +119,7 @@ def _svg_whole(path: Path) -> None:
 
 @pytest.mark.torch
 @pytest.mark.parametrize("what,args,latest,whole", [
-    ("tune --measure", ["tune", "--measure", "--budget", "10", "--write"], 9.0, _config_whole),
+    ("tune --measure", ["tune", "--measure", "--budget", "20", "--write"], 9.0, _config_whole),
     ("verify-train --quick", ["verify-train", "--quick", "--plot"], 12.0, _svg_whole),
 ])
 def test_training_commands_leave_their_file_whole_or_absent_and_nothing_else(tmp_path, what, args, latest, whole):
