@@ -26,7 +26,7 @@ setup() {
     want="$(cat pyproject.toml dev.sh | cksum)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q "$TORCH" -e ".[test,plot,nvml]"
+        "$VENV/bin/python" -m pip install -q "$TORCH" -e ".[test,plot,nvml,torch]"
         echo "$want" > "$stamp"
     fi
 }

@@ -65,7 +65,7 @@ if d.get("failure"):
 note "debtorch gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) python=$PY"
 "$PY" -c 'import sys, torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "gpus", torch.cuda.device_count())' >> "$SUMMARY" 2>&1
 "$PY" -c 'import pynvml; print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))' >> "$SUMMARY" 2>&1 || note "nvidia-ml-py missing: no NVML utilisation samples"
-"$PY" -c 'import typer, rich, psutil, packaging, tomlkit' >> "$SUMMARY" 2>&1 || note "debtorch's own dependencies are missing from $PY: the debtorch steps below will fail"
+"$PY" -c 'import typer, rich, packaging, tomlkit' >> "$SUMMARY" 2>&1 || note "debtorch's own dependencies are missing from $PY: the debtorch steps below will fail"
 
 step nvidia-smi 15 nvidia-smi
 step nvidia-smi-topo 15 nvidia-smi topo -m

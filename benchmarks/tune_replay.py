@@ -31,9 +31,12 @@ def main() -> int:
     ap.add_argument("json", help="a tune_bench.py --json file")
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--budget-share", type=float, default=0.25, help="search budget as a share of the grid's time")
+    ap.add_argument("--workload", default="cnn", help="which workload of the file (cnn, transformer, images)")
     args = ap.parse_args()
 
     data = json.loads(Path(args.json).read_text())
+    if "workloads" in data:  # the multi-workload benchmark: one workload's grid
+        data = next(w for w in data["workloads"] if w["name"] == args.workload)
     samples: dict = {}
     for row in data["grid"]:
         s = Settings.from_dict(row["settings"])

@@ -46,15 +46,22 @@ class QuietGate:
     """verify-train's Progress hook: before each trial, wait for the machine to be quiet."""
 
     def __init__(self, quiet: float, max_wait: float):
-        import psutil
-
-        self.psutil, self.quiet, self.max_wait = psutil, quiet, max_wait
-        self.ncpu = psutil.cpu_count() or 1
+        self.quiet, self.max_wait = quiet, max_wait
+        self.ncpu = os.cpu_count() or 1
         self.trials: list = []
 
     def busy(self) -> float:
-        """Cores in use by everything on the machine over the next second (our worker is idle now)."""
-        return self.psutil.cpu_percent(interval=1.0) / 100.0 * self.ncpu
+        """Cores in use by everything on the machine over the next second (our worker is idle now),
+        from /proc/stat (a benchmark script, not debtorch: it reads /proc directly)."""
+        def stat() -> tuple:
+            with open("/proc/stat") as fh:
+                vals = [int(x) for x in fh.readline().split()[1:]]
+            return sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)
+
+        t1, i1 = stat()
+        time.sleep(1.0)
+        t2, i2 = stat()
+        return (1.0 - (i2 - i1) / max(1, t2 - t1)) * self.ncpu
 
     def plan(self, total_steps: int) -> None:
         pass
@@ -84,9 +91,10 @@ def run_verify(args) -> dict:
 
     host = LiveHost()
     try:
-        ready = run.prepare(run.Options(workload="builtin:cnn", device="cpu", python=args.python, repeats=args.repeats,
-                                        steps=args.steps, warmup=args.warmup, max_steps=args.max_steps,
-                                        nproc=1, cwd=str(ROOT)), host)
+        ready = run.prepare(run.Options(workload=args.workload, device="cpu", python=args.python,
+                                        repeats=args.repeats, steps=args.steps, warmup=args.warmup,
+                                        max_steps=args.max_steps, budget=args.budget, nproc=1, cwd=str(ROOT)),
+                            host)
     finally:
         host.close()
     gate = QuietGate(args.quiet, args.max_wait)
@@ -155,8 +163,9 @@ def report(doc: dict, load_before, load_after, seconds: float) -> str:
         f"{load_before:.1f} before, {load_after:.1f} after; {seconds:.0f} s in all; each trial started when "
         f"the others used < {doc['bench']['quiet_cores']:g} cores or after {doc['bench']['max_wait_s']:g} s "
         f"(busy at trial starts: median {_busy(doc):.2f} cores, max {_busy(doc, max):.2f}).",
-        f"`verify-train --workload builtin:cnn --device cpu --repeats {plan['repeats']} --steps {plan['steps']} "
-        f"--warmup {plan['warmup']} --max-steps {plan['converge_steps']}`; tuned by "
+        f"`verify-train --workload {plan['workload']} --device cpu --repeats {plan['repeats']} --steps "
+        f"{plan['steps']} --warmup {plan['warmup']} --max-steps {plan['converge_steps']} --budget "
+        f"{plan['budget_s']:g}`: {s.get('rounds')} rounds ({s.get('rounds_stopped')}); tuned by "
         f"{(doc.get('config') or {}).get('source', '?')}: `{tuned.short()}`"
         f" (lr_schedule {tuned.lr_schedule}, fused_optimizer {str(tuned.fused_optimizer).lower()}).",
         "",
@@ -189,6 +198,12 @@ def report(doc: dict, load_before, load_after, seconds: float) -> str:
         amp = conv.get("amp")
         if amp:
             lines.append(f"| AMP vs fp32 loss curve | | {'diverged: ' + amp['reason'] if amp.get('diverged') else 'within tolerance'} | | |")
+    for e in s.get("attribution") or []:
+        what = e.get("note") or analysis.figure(e, "ratio", lambda x: f"{x:.2f}x")
+        lines.append(f"| what {e['change']} contributes (tuned / tuned without it) | | {what} | | |")
+    if conv and conv.get("same_schedule"):
+        lines.append(f"| time to loss {conv['target_loss']:g}, tuned with the baseline's schedule | | "
+                     f"{converge_phrase(conv['same_schedule'])} | | |")
     lines += ["", f"Disturbed rounds (a trial under half its arm's median samples/s: another session took a "
               f"core): {', '.join(map(str, bad)) or 'none'} of {n}."]
     lines += ["", "The command's own report of this run:", "", "```", table_text(doc).rstrip(), "```"]
@@ -209,7 +224,8 @@ def table_text(doc: dict) -> str:
     m = Measured(plan=doc["plan"], workload=doc["workload"], worker=doc["worker"], device=doc["device"],
                  baseline=s["baseline"], tuned=s["tuned"], reference=s["reference"], trials=doc["trials"],
                  converge=doc["converge"], ddp=doc["ddp"], ddp_settings=s["ddp"], profile=doc["profile"],
-                 interrupted=doc["interrupted"], notes=doc["notes"])
+                 interrupted=doc["interrupted"], notes=doc["notes"], attribution=doc.get("attribution") or [],
+                 budget=doc.get("budget") or {})
     out = io.StringIO()
     summary = analysis.summary(m)  # with this checkout's report (the JSON keeps the run's own summary)
     print_view(VerifyView(Outcome(m, summary, analysis.verdict(summary), [], None, {}), 0).lines(), file=out)
@@ -265,7 +281,10 @@ def write_doc(path: str, text: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--workload", default="builtin:cnn", help="builtin:cnn (default), builtin:images, ...")
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds at least (default 7)")
+    ap.add_argument("--budget", type=float, default=3600.0,
+                    help="verify-train's --budget (default 3600: waiting for quiet counts against it)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per trial (default 30)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=0, help="convergence cap (default 0: speed only)")

@@ -35,14 +35,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from debtorch import inputs
+from debtorch import inputs, outputs
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -678,17 +677,32 @@ class RecordingHost(LiveHost):
         # an interrupted recording never leaves a folder that replays as a broken machine.
         try:
             self.final.parent.mkdir(parents=True, exist_ok=True)
-            self.out = Path(tempfile.mkdtemp(prefix=f".{self.final.name}.recording-", dir=self.final.parent))
+            self.out = Path(outputs.temporary_folder(f".{self.final.name}.recording-", dir=str(self.final.parent)))
         except OSError as exc:
             raise Unavailable(f"{folder}: {_reason_for(exc)}") from None
         self.label = "live (recording)"
         self._lock = threading.Lock()
+        self._open = True
         self.meta: dict = {"commands": {}, "statvfs": {}, "rlimits": {}}
         self._trim = trim or {}
 
     def discard(self) -> None:
-        """Remove what was recorded, unless save() moved it into place."""
-        shutil.rmtree(self.out, ignore_errors=True)
+        """Remove what was recorded, unless save() moved it into place.  Nothing is written after:
+        a thread still reading (a signal cut short the wait for it) must not recreate the folder."""
+        with self._lock:
+            self._open = False
+            outputs.remove_folder(str(self.out))
+
+    def _store(self, dest: Path, text: str) -> None:
+        """Write a recorded file: only inside the recording, never through a link."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not (os.path.realpath(dest.parent) + os.sep).startswith(os.path.realpath(self.out) + os.sep):
+            return  # a recorded link leads out of the recording: never write there
+        if os.path.lexists(dest):
+            if os.path.islink(dest) or not os.path.isfile(dest):
+                return
+            os.unlink(dest)
+        outputs.new_file(str(dest), text)
 
     def __enter__(self) -> "RecordingHost":
         return self
@@ -719,66 +733,69 @@ class RecordingHost(LiveHost):
 
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
         text = super().read_text(p, max_bytes)
-        with self._lock:
-            self._copy_links(p)
-            real = os.path.realpath(p)
-            dest = self._dest(real)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            trim = self._trim.get(_norm(p))
-            dest.write_text(trim(text) if trim else text)
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(p)
+                real = os.path.realpath(p)
+                trim = self._trim.get(_norm(p))
+                self._store(self._dest(real), trim(text) if trim else text)
         return text
 
     def listdir(self, p: str) -> list[str]:
         names = super().listdir(p)
-        with self._lock:
-            self._copy_links(p)
-            base = self._dest(os.path.realpath(p))
-            base.mkdir(parents=True, exist_ok=True)
-            for name in names:
-                full = posixpath.join(p, name)
-                if os.path.islink(full):
-                    dest = base / name
-                    if not os.path.lexists(dest):
-                        os.symlink(os.readlink(full), dest)
-                        real = os.path.realpath(full)
-                        if os.path.isdir(real):
-                            self._dest(real).mkdir(parents=True, exist_ok=True)
-                elif os.path.isdir(full):
-                    (base / name).mkdir(exist_ok=True)
-                elif not (base / name).exists():
-                    (base / name).touch()
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(p)
+                base = self._dest(os.path.realpath(p))
+                base.mkdir(parents=True, exist_ok=True)
+                for name in names:
+                    full = posixpath.join(p, name)
+                    if os.path.islink(full):
+                        dest = base / name
+                        if not os.path.lexists(dest):
+                            os.symlink(os.readlink(full), dest)
+                            real = os.path.realpath(full)
+                            if os.path.isdir(real):
+                                self._dest(real).mkdir(parents=True, exist_ok=True)
+                    elif os.path.isdir(full):
+                        (base / name).mkdir(exist_ok=True)
+                    elif not (base / name).exists():
+                        (base / name).touch()
         return names
 
     def readlink(self, p: str) -> str:
         target = super().readlink(p)
-        with self._lock:
-            self._copy_links(posixpath.dirname(p))
-            dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if not os.path.lexists(dest):
-                os.symlink(target, dest)
+        with self._lock:  # a plain lock: a signal's exception cannot leave it held
+            if self._open:  # not discarded
+                self._copy_links(posixpath.dirname(p))
+                dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if not os.path.lexists(dest):
+                    os.symlink(target, dest)
         return target
 
     def exists(self, p: str) -> bool:
         found = super().exists(p)
         if found:
-            with self._lock:
-                self._copy_links(p)
-                dest = self._dest(os.path.realpath(p))
-                if os.path.isdir(p):
-                    dest.mkdir(parents=True, exist_ok=True)
-                elif not dest.exists():
-                    # Existence is all that was asked: an empty stand-in, not a copy.
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    dest.touch()
+            with self._lock:  # a plain lock: a signal's exception cannot leave it held
+                if self._open:  # not discarded
+                    self._copy_links(p)
+                    dest = self._dest(os.path.realpath(p))
+                    if os.path.isdir(p):
+                        dest.mkdir(parents=True, exist_ok=True)
+                    elif not dest.exists():
+                        # Existence is all that was asked: an empty stand-in, not a copy.
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.touch()
         return found
 
     def is_dir(self, p: str) -> bool:
         found = super().is_dir(p)
         if found:
-            with self._lock:
-                self._copy_links(p)
-                self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+            with self._lock:  # a plain lock: a signal's exception cannot leave it held
+                if self._open:  # not discarded
+                    self._copy_links(p)
+                    self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
         return found
 
     def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
@@ -815,21 +832,32 @@ class RecordingHost(LiveHost):
             self.meta.setdefault("resolve", {})[name] = val
         return val
 
-    def save(self) -> Path:
-        """Write ``_host.json`` (and large command outputs) into the folder."""
+    def save(self, rewrite: Optional[Callable[[str], str]] = None) -> Path:
+        """Write ``_host.json`` (and large command outputs) into the folder, then move it into place.
+
+        ``rewrite`` (``facts --record --redact``: the redactor) is applied to every text of the
+        recording before it is moved: file contents, file and folder names, link targets,
+        command outputs and every string (and key) of ``_host.json`` and the NVML recording."""
+        same = rewrite or (lambda text: text)
+        # Our own files first: no recorded path may take their names (a machine with a /_host.json).
+        for name in (HOST_FILE, NVML_FILE, COMMANDS_DIR):
+            if os.path.lexists(self.out / name):
+                _remove(self.out / name)
         meta = dict(self.meta)
         meta["machine"] = self.machine
         meta["python"] = self._own_python()
         meta["user"] = self.user
         meta["environ"] = allowed_environ(os.environ, keep_venv=True)
+        if rewrite:
+            _rewrite_tree(self.out, rewrite)
         commands = {}
         cmd_dir = self.out / COMMANDS_DIR
         for i, (name, rec) in enumerate(sorted(meta["commands"].items())):
             rec = dict(rec)
             if len(rec.get("stdout") or "") > 512:
                 cmd_dir.mkdir(exist_ok=True)
-                fname = f"{i:02d}-{_slug(name)}.out"
-                (cmd_dir / fname).write_text(rec.pop("stdout"))
+                fname = f"{i:02d}-{_slug(same(name))}.out"
+                outputs.new_file(str(cmd_dir / fname), same(rec.pop("stdout")))
                 rec["stdout_file"] = fname
             commands[name] = rec
         meta["commands"] = commands
@@ -840,15 +868,55 @@ class RecordingHost(LiveHost):
             else:
                 from debtorch import nvmlfake  # defer: as in ReplayHost.nvml
 
-                (self.out / NVML_FILE).write_text(json.dumps(nvmlfake.dump(nv[0]), indent=1, sort_keys=True))
+                dump = _rewrite_json(nvmlfake.dump(nv[0]), same)
+                outputs.new_file(str(self.out / NVML_FILE), json.dumps(dump, indent=1, sort_keys=True))
                 meta["nvml"] = {"file": NVML_FILE}
-        (self.out / HOST_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        meta = _rewrite_json(meta, same)
+        outputs.new_file(str(self.out / HOST_FILE), json.dumps(meta, indent=1, sort_keys=True) + "\n")
         # Into place at once: rename(2) replaces an empty folder, and nothing else.
         try:
             os.rename(self.out, self.final)
         except OSError as exc:
             raise Unavailable(f"{self.final}: {_reason_for(exc)} (the recording is in {self.out})") from None
         return self.final / HOST_FILE
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _rewrite_json(obj: Any, rewrite: Callable[[str], str]) -> Any:
+    """Every string of a JSON value, keys included, through ``rewrite``."""
+    if isinstance(obj, dict):
+        return {rewrite(k) if isinstance(k, str) else k: _rewrite_json(v, rewrite) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rewrite_json(v, rewrite) for v in obj]
+    return rewrite(obj) if isinstance(obj, str) else obj
+
+
+def _rewrite_tree(root: Path, rewrite: Callable[[str], str]) -> None:
+    """Every text file, link target and name under ``root`` through ``rewrite`` (deepest first,
+    so that a folder is renamed after what it holds).  Nothing outside ``root`` is touched."""
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames + dirnames:
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                target = os.readlink(path)
+                if rewrite(target) != target:
+                    os.unlink(path)
+                    os.symlink(rewrite(target), path)
+            elif os.path.isfile(path):
+                with open(path, "rb") as fh:
+                    text = fh.read().decode("utf-8", errors="replace")
+                if rewrite(text) != text:
+                    os.unlink(path)
+                    outputs.new_file(path, rewrite(text))
+            new = rewrite(name)
+            if new != name and "/" not in new and not os.path.lexists(os.path.join(dirpath, new)):
+                os.rename(path, os.path.join(dirpath, new))
 
 
 _META = {"machine": str, "python": str, "user": str, "environ": dict, "rlimits": dict, "affinity": list,

@@ -48,6 +48,8 @@ def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> st
     name = "<stdin>" if path == "-" else str(path)
     try:
         if path == "-":
+            if sys.stdin is None:  # started with stdin closed (<&-)
+                raise InputError(f"{name}: standard input is closed")
             data = sys.stdin.buffer.read(max_bytes + 1)
         else:
             with open(path, "rb") as fh:

@@ -332,7 +332,8 @@ class Adaptive:
 
 def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict], Estimate], budget_s: float, *,
                     min_rounds: int = MIN_ROUNDS, max_rounds: int = 30,
-                    clock: Callable[[], float] = time.monotonic) -> Adaptive:
+                    clock: Callable[[], float] = time.monotonic,
+                    reserve: Optional[Callable[[dict], float]] = None) -> Adaptive:
     """Run rounds until ``judge``'s verdict resolves, or the budget is spent.
 
     ``run_round(i)`` runs round i (0-based) of every arm, interleaved, and
@@ -342,7 +343,9 @@ def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict], Es
     ``budget_s`` (the first round, of unknown cost, whenever the budget is
     positive); at least ``min_rounds`` are run when the budget allows, at most
     ``max_rounds``.  A verdict that more rounds cannot change (a point estimate
-    on the boundary) stops early.
+    on the boundary) stops early.  ``reserve(data)``, when given, is time the
+    budget must keep for what comes after the rounds (estimated from the
+    rounds so far): a round starts only when it fits beside it.
     """
     data: dict = {}
     took: list = []
@@ -354,7 +357,7 @@ def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict], Es
         return Adaptive(data, 0, None, 0.0, "no budget")
     while n < max(1, max_rounds):
         spent = clock() - start
-        if took and spent + max(took) > budget_s:
+        if took and spent + max(took) + (reserve(data) if reserve else 0.0) > budget_s:
             stopped = "budget spent"
             break
         t0 = clock()

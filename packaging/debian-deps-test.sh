@@ -1,7 +1,7 @@
 #!/bin/bash
 # The project's test suite on Debian 12's own libraries: catches code that
-# works only with newer PyPI versions (typer 0.7.0, rich 13.3, psutil 5.9.4,
-# packaging 23.0, tomlkit 0.11.7, click 8.1.3 on Python 3.11).
+# works only with newer PyPI versions (typer 0.7.0, rich 13.3, packaging 23.0,
+# tomlkit 0.11.7, click 8.1.3 on Python 3.11).
 #
 #   packaging/debian-deps-test.sh [PYTEST ARGS...]    # as root: installs with apt
 #
@@ -30,7 +30,7 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/home"
 CLEAN_HOME=$WORK/home
 
-modules=(typer click rich psutil packaging tomlkit pytest hypothesis)
+modules=(typer click rich packaging tomlkit pytest hypothesis)
 (cd "$WORK" && clean_env /usr/bin/python3 - "${modules[@]}" <<'PY') || die "a library does not come from Debian's packages (above)"
 import importlib, importlib.metadata as md, sys
 bad = False

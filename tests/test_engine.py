@@ -1,6 +1,7 @@
 """The training-step engine, in process (needs torch)."""
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -244,3 +245,41 @@ def test_cuda_only_settings_are_noted_on_cpu():
 def test_torch_compile_trains():
     res = run_trial(coerce(tiny.make(), "t"), Settings(compile=True), steps=3, warmup_steps=1, sample_memory=False)
     assert all(math.isfinite(x) for x in res["losses"]) and res["losses"][-1] < res["warmup_losses"][0]
+
+
+# -- builtin:images: JPEG files decoded from disk ------------------------------------------------
+
+
+def test_images_are_written_once_and_decoded_from_disk_the_same_in_every_process(tmp_path, monkeypatch):
+    pytest.importorskip("PIL")
+    monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path))
+    opts = {"samples": 24, "size": 16, "raw": 40, "width": 8, "batch_size": 8}
+    wl = load_workload("builtin:images", opts)
+    folder = wl.dataset.folder
+    assert folder.startswith(str(tmp_path)) and sorted(os.listdir(folder))[:2] == ["000000.jpg", "000001.jpg"]
+    assert len(os.listdir(folder)) == 24 and not [p for p in os.listdir(tmp_path) if p.startswith(".writing-")]
+    stamp = os.stat(wl.dataset.path(0)).st_mtime_ns
+    again = load_workload("builtin:images", opts)  # the cache is reused, not written again
+    assert os.stat(again.dataset.path(0)).st_mtime_ns == stamp
+    x, y = wl.dataset[3]
+    assert x.shape == (3, 16, 16) and x.dtype == torch.float32 and torch.equal(x, again.dataset[3][0])
+    assert not torch.equal(x, wl.dataset[4][0])
+    # DataLoader workers decode the same items as the training process.
+    one = run_trial(again, Settings(), steps=2, warmup_steps=1, sample_memory=False)
+    two = run_trial(again, Settings(num_workers=2, prefetch_factor=2), steps=2, warmup_steps=1,
+                    sample_memory=False)
+    assert one["sample_digest"] == two["sample_digest"] and one["losses"] == pytest.approx(two["losses"], rel=1e-4)
+    # Decoding happens in __getitem__, from the file: removing one breaks that item.
+    os.remove(wl.dataset.path(5))
+    with pytest.raises(FileNotFoundError):
+        wl.dataset[5]
+
+
+def test_images_without_pillow_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    monkeypatch.setitem(sys.modules, "PIL.Image", None)
+    with pytest.raises(WorkloadError, match=r"^builtin:images needs Pillow in .+: pip install pillow "
+                                            r"\(or debtorch\[torch\]\)$"):
+        load_workload("builtin:images", {"samples": 8, "raw": 32, "batch_size": 4})
+    assert os.listdir(tmp_path) == []

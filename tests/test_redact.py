@@ -1,12 +1,15 @@
 """--redact: no identifying value survives in either view; versions do."""
 
 import json
+import os
+import re
 
 from hypothesis import given, strategies as st
 from typer.testing import CliRunner
 
 from debtorch.cli import app
 from debtorch.report.redact import Redactor
+from clitools import cli_runner
 from hostkit import make_host
 
 runner = CliRunner()
@@ -92,3 +95,161 @@ def test_redact_keeps_what_the_doctor_could_not_judge():
     assert "Not judged: APT sources" in plain and "Not judged: APT sources" in redacted
     assert json.loads(runner.invoke(app, ["doctor", "--from-collect-env", str(report), "--redact", "--json"]).output)[
         "areas"]["apt"]["state"] != "judged"
+
+
+# ---------------------------------------------------------------------------
+# Every field kind in every output a user may share (issue 13, item 10)
+
+PLANTED = {
+    "host (FQDN and short)": ["nas-head-3.corp.example", "nas-head-3"],
+    "user (any case)": ["alice", "ALICE"],
+    "home path": ["/home/alice"],
+    "GPU UUID": ["19d6d965-2acc-f646-00f8-4c76979aabb4"],
+    "MAC (colons, dashes)": ["00:1b:21:3a:4f:5e", "00-1B-21-3A-4F-5F"],
+    "IPv4": ["10.20.30.40", "10.9.8.7"],
+    "IPv6": ["fe80::1234:5678"],
+    "NFS server": ["filer9.storage.example", "filer9"],
+    "URL credentials": ["s3cr3t-token"],
+}
+SECRET_VALUES = [v for values in PLANTED.values() for v in values]
+ENVIRON = {"MASTER_ADDR": "10.20.30.40", "NCCL_COMM_ID": "[fe80::1234:5678]:29500",
+           "NCCL_DEBUG_SUBSYS": "00:1b:21:3a:4f:5e", "NCCL_IB_HCA": "mlx5_0,00-1B-21-3A-4F-5F",
+           "PIP_INDEX_URL": "https://alice:s3cr3t-token@pypi.corp.example/simple"}
+# Where only a learned name (the user's) tells it is an identifier: a replayed machine's user.
+NAMED = {"TORCH_HOME": "/scratch/ALICE/torch", "VIRTUAL_ENV": "/home/alice/venvs/torch"}
+
+
+def planted_host(tmp_path):
+    """The RTX 3080 workstation (a GPU with its UUID), with an identifier of every kind planted."""
+    base = make_host(tmp_path, base="debian13-workstation-rtx3080", name="base")
+    light = json.loads(base.run(["x"], key=next(k for k in base.meta["commands"] if k.endswith("<probe:light>"))).stdout)
+    light.update(executable="/home/alice/venvs/torch/bin/python", prefix="/home/alice/venvs/torch")
+    mountinfo = (base.root / "proc/self/mountinfo").read_text() if (base.root / "proc/self/mountinfo").exists() else ""
+    return make_host(tmp_path, base="debian13-workstation-rtx3080", files={
+        "/proc/sys/kernel/hostname": "nas-head-3.corp.example\n",
+        "/proc/self/mountinfo": mountinfo + "90 1 0:52 / /data rw,relatime shared:40 - nfs4 "
+                                "filer9.storage.example:/export/alice rw,vers=4.2,addr=10.9.8.7\n",
+        "/data/alice/shard-0": "x"},
+        meta={"user": "alice", "python": "/home/alice/venvs/torch/bin/python", "environ": {**ENVIRON, **NAMED},
+              "statvfs": {"/data/alice": {"total": 10**12, "free": 10**11, "used": 9 * 10**11}}},
+        commands={"/home/alice/venvs/torch/bin/python <probe:light>": json.dumps(light)})
+
+
+srunner = cli_runner()   # stdout and stderr apart, on click 8.1 (Debian 12) and 8.2+
+
+
+def said(res) -> str:
+    """Everything a command printed, report and notes."""
+    return res.stdout + res.stderr
+
+
+def leaked(text: str) -> list:
+    low = text.lower()
+    return [kind for kind, values in PLANTED.items() if any(v.lower() in low for v in values)]
+
+
+def _outputs(host_dir):
+    d = str(host_dir)
+    data = ["--data", "/data/alice"]
+    return {
+        "facts": ["facts", "--host", d, *data], "facts --json": ["facts", "--host", d, "--json", *data],
+        "doctor -v": ["doctor", "--host", d, "-v", *data], "doctor --json": ["doctor", "--host", d, "--json", *data],
+        "tune": ["tune", "--host", d], "tune --json": ["tune", "--host", d, "--json"],
+        "tune --emit env": ["tune", "--host", d, "--emit", "env"],
+    }
+
+
+def test_every_planted_identifier_is_in_the_plain_outputs_and_in_none_redacted(tmp_path):
+    host = planted_host(tmp_path)
+    seen = set()
+    for name, args in _outputs(host.root).items():
+        plain = srunner.invoke(app, args)
+        seen.update(leaked(said(plain)))
+        red = srunner.invoke(app, [*args, "--redact"])
+        assert red.exit_code == plain.exit_code, (name, said(red))
+        assert leaked(said(red)) == [], (name, leaked(said(red)))
+        if "--json" in args:
+            json.loads(red.stdout)   # still a document
+    # The planted values really reach the outputs (the test can fail).
+    assert seen == set(PLANTED), set(PLANTED) - seen
+
+
+def test_verify_train_json_and_text_are_redacted(tmp_path, monkeypatch):
+    """verify-train's document carries the machine's facts, the config's path and the worker's paths."""
+    from debtorch.facts import collect
+    from debtorch.verify import run
+    from debtorch.verify.measure import Measured
+
+    facts = collect(planted_host(tmp_path))
+    m = Measured(plan={"python": "/home/alice/venvs/torch/bin/python", "cwd": "/home/alice/proj"},
+                 workload={"name": "train:make", "file": "/home/alice/proj/train.py"}, device="cpu")
+
+    class Ready:
+        warnings = ["/home/alice/proj/debtorch.toml was tuned on another machine: host nas-head-3"]
+
+        def __init__(self):
+            self.facts = facts
+
+        def run(self, progress, warn):
+            from debtorch.verify import analysis
+            summary = analysis.summary(m)
+            return run.Outcome(m, summary, "no speed-up measured", self.warnings,
+                               {"source": "config", "path": "/home/alice/proj/debtorch.toml"}, facts)
+
+    monkeypatch.setattr(run, "prepare", lambda options, host: Ready())
+    for args in (["--json"], []):
+        plain = srunner.invoke(app, ["verify-train", *args])
+        red = srunner.invoke(app, ["verify-train", "--redact", *args])
+        assert leaked(said(plain)) and leaked(said(red)) == [], (args, leaked(said(red)))
+    # A refusal's document (--json) carries the facts too.
+    def refuse(options, host):
+        raise run.Refused("cannot import train (from train:make): No module named 'train' in /home/alice/proj")
+    monkeypatch.setattr(run, "prepare", refuse)
+    red = srunner.invoke(app, ["verify-train", "--json", "--redact"])
+    assert red.exit_code == 2 and leaked(said(red)) == [] and json.loads(red.stdout)["failure"]["kind"] == "refused"
+
+
+def test_lint_names_no_user_in_its_paths(tmp_path):
+    script = tmp_path / "home" / "alice" / "train.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\nMASTER = '10.20.30.40'\n")
+    for args in (["--json"], []):
+        plain = srunner.invoke(app, ["lint", str(script), *args])
+        assert "/home/alice/train.py" in said(plain)
+        red = srunner.invoke(app, ["lint", str(script), "--redact", *args])
+        assert "alice" not in said(red) and "/home/USER1/train.py" in said(red), said(red)
+
+
+def test_redactor_kinds_one_by_one():
+    r = Redactor()
+    r.learn({"os": {"hostname": "Gpu-Node-17.Example.org", "user": "alice"},
+             "storage": {"data": {"source": "filer9:/export/x", "fstype": "nfs"}}})
+    text = r.text("GPU-NODE-17 ALICE /home/Alice mac 00-1B-21-3A-4F-5E and 00:1b:21:3a:4f:5e "
+                  "filer9:/export/x nas.example.com:/vol https://bob:pw@index.example/simple")
+    for secret in ("gpu-node-17", "alice", "1b-21", "1b:21", "filer9", "nas.example.com", "bob", "pw@"):
+        assert secret not in text.lower(), (secret, text)
+    assert text.count("MAC1") == 2   # the same address written two ways is one token
+
+
+def test_a_redacted_recording_has_no_identifier_and_still_replays(tmp_path, monkeypatch):
+    """facts --record --redact on the live machine: the recording itself is what users attach."""
+    for name, value in ENVIRON.items():
+        monkeypatch.setenv(name, value)
+    dest = tmp_path / "rec"
+    res = srunner.invoke(app, ["facts", "--record", str(dest), "--redact", "--json"])
+    assert res.exit_code == 0, said(res)
+    live_host = open("/proc/sys/kernel/hostname").read().strip()
+    texts = []
+    for path in dest.rglob("*"):
+        texts.append(str(path.relative_to(dest)))
+        if path.is_symlink():
+            texts.append(os.readlink(path))
+        elif path.is_file():
+            texts.append(path.read_text(errors="replace"))
+    everything = "\n".join(texts)
+    assert [v for v in ENVIRON.values() if v.lower() in everything.lower()] == []
+    assert "s3cr3t-token" not in everything and "10.20.30.40" not in everything
+    assert not re.search(rf"(?<![\w-]){re.escape(live_host)}(?![\w-])", everything, re.I), live_host
+    assert (dest / "proc/sys/kernel/hostname").read_text().strip() == "HOST1"
+    replayed = srunner.invoke(app, ["doctor", "--host", str(dest), "--json"])
+    assert replayed.exit_code in (0, 1) and json.loads(replayed.stdout)["facts"]["os"]["hostname"] == "HOST1"

@@ -154,6 +154,13 @@ def test_adaptive_rounds_add_rounds_for_a_close_call_and_never_overrun_the_budge
     assert out.estimate.verdict == stats.INCONCLUSIVE
 
 
+def test_adaptive_rounds_keep_the_reserve_for_what_comes_after():
+    # Each round costs 2 s of the fake clock; 9 s are kept for the convergence runs.
+    m = Machine(1.0, 0.08, seed=3)
+    out = stats.adaptive_rounds(m.round, judge, budget_s=20, clock=m.clock, reserve=lambda data: 9.0)
+    assert out.spent + 9.0 <= 20 and out.rounds == 5 and out.stopped == "budget spent"
+
+
 def test_adaptive_rounds_without_a_budget_run_nothing():
     m = Machine(1.5, 0.03)
     out = stats.adaptive_rounds(m.round, judge, budget_s=0, clock=m.clock)

@@ -177,3 +177,73 @@ def test_example_script_with_workers_accumulation_and_onecycle(tmp_path):
     out = run_example(path, "--steps", "4")
     assert out.returncode == 0, out.stderr
     assert "trained 4 steps (w1 pf2" in out.stdout
+
+
+# -- measured equals applied -------------------------------------------------------
+
+
+STATE_SETTINGS = [dict(tf32=tf32, cudnn_benchmark=bench, threads=threads)
+                  for tf32 in (False, True) for bench in (False, True) for threads in (None, 1, 2)]
+
+
+@pytest.mark.parametrize("changes", STATE_SETTINGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_engine_measures_with_the_torch_state_that_load_applies(tmp_path, changes, device):
+    """What a trial runs under is what debtorch.load().configure_torch() sets, for every setting
+    (with tf32 = false the runtime turned cuDNN's TF32 off while the engine left it on)."""
+    from debtorch.train import apply, engine
+    from debtorch.train.settings import Settings
+
+    saved = apply.state(torch)
+    settings = Settings(**changes)
+    try:
+        with engine._torch_state(settings, torch.device(device), []):
+            measured = apply.state(torch)
+        assert apply.state(torch) == saved  # a trial leaves the process as it found it
+        cfg = runtime.load(write(tmp_path, **changes), warn_on_mismatch=False)
+        cfg.configure_torch()
+        applied = apply.state(torch)
+    finally:
+        apply.restore(torch, saved)
+    assert measured == applied
+    assert applied["cudnn_tf32"] is applied["matmul_tf32"] is changes["tf32"]
+    assert applied["cudnn_benchmark"] is changes["cudnn_benchmark"]
+    assert applied["threads"] == (changes["threads"] or saved["threads"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_engine_trains_the_model_and_inputs_as_load_prepares_them(tmp_path, precision, channels_last):
+    """Precision (the autocast dtype in the forward pass) and memory format (of the weights and the
+    4-D inputs) are the same in a trial and in a script that adopts the config."""
+    from debtorch.train import apply, engine
+    from debtorch.train.settings import Settings
+    from debtorch.train.workloads import coerce
+
+    seen = {}
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            seen.update(dtype=y.dtype, weight_cl=self.conv.weight.is_contiguous(memory_format=torch.channels_last),
+                        input_cl=x.is_contiguous(memory_format=torch.channels_last))
+            return y.float().mean(dim=(2, 3))
+
+    data = [(torch.randn(3, 8, 8), torch.tensor(1)) for _ in range(8)]
+    wl = coerce({"model": Probe(), "dataset": data, "loss_fn": torch.nn.functional.cross_entropy, "batch_size": 4,
+                 "convolutional": True}, "probe")
+    settings = Settings(precision=precision, channels_last=channels_last)
+    engine.run_trial(wl, settings, steps=1, warmup_steps=0, sample_memory=False)
+    in_trial = dict(seen)
+    cfg = runtime.load(write(tmp_path, precision=precision, channels_last=channels_last), warn_on_mismatch=False)
+    model = cfg.prepare_model(Probe())
+    with cfg.autocast("cpu"):
+        model(cfg.to_device(torch.randn(4, 3, 8, 8), "cpu"))
+    assert seen == in_trial
+    assert in_trial["dtype"] == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert in_trial["weight_cl"] is in_trial["input_cl"] is channels_last
+    assert apply.device_type(torch.device("cuda", 1)) == "cuda" and apply.device_type(None) == "cpu"

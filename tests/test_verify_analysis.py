@@ -239,12 +239,26 @@ def _verifier(worker, **plan):
     return v
 
 
-def test_rounds_interleave_baseline_and_tuned_and_swap_the_bare_loop():
+def test_rounds_run_every_arm_once_in_an_order_that_rotates():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=0)
-    arms = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16"))]
-    round1 = ["baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"]
-    round2 = ["baseline", "tuned_bare", "tuned", "baseline_bound", "tuned_bound"]
-    assert arms == ["prime", "prime"] + round1 + round2 + round1
+    jobs = v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))
+    arms = [j.arm for j in jobs]
+    main = {"baseline", "tuned", "tuned_bare", "without precision", "without fused optimizer"}
+    assert arms[:4] == ["prime"] * 4  # baseline, tuned and the two attribution arms, once each
+    rounds = [arms[4 + 7 * r: 4 + 7 * (r + 1)] for r in range(3)]
+    for r in rounds:
+        assert set(r[:5]) == main and r[5:] in (["baseline_bound", "tuned_bound"], ["tuned_bound", "baseline_bound"])
+    assert len({r[0] for r in rounds}) == 3  # a different arm leads each round: drift hits all alike
+    without = {j.arm: j.settings for j in jobs}
+    assert without["without precision"] == Settings(fused_optimizer=True)
+    assert without["without fused optimizer"] == Settings(precision="bf16")
+
+
+def test_quick_runs_no_attribution_arms():
+    v = _verifier(FakeWorker(), repeats=3, converge_steps=0, attribution=False)
+    arms = {j.arm for j in v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))}
+    assert arms == {"prime", "baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"}
+    assert Plan.quick_plan().attribution is False and Plan.quick_plan().budget_s == 13
 
 
 def test_amp_gets_an_fp32_reference_unless_the_baseline_trains_the_same_curve():
@@ -289,9 +303,129 @@ def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
     assert m.failure is None
-    assert {k: len(v) for k, v in m.trials.items()} == {arm: 3 for arm in analysis.ARMS}
-    assert set(m.converge) == {"baseline", "tuned", "reference"}
+    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "without precision": 3}
+    # The schedule changes no throughput: tuned with the baseline's schedule runs to the target instead.
+    assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.converge["tuned"]["target_loss"] == 0.5
+
+
+class ClockedWorker:
+    """The worker's trial API on a fake clock: each trial costs its steps at ``speed(settings)``
+    samples/s, times log-normal noise of ``sigma``; ``hang_at`` (a job label's start) never answers:
+    the request waits out its timeout, as the real worker's does before it is killed."""
+
+    def __init__(self, speed, sigma=0.02, seed=0, batch_size=32, hang_at=None):
+        import random
+
+        self.speed, self.sigma, self.rng, self.batch_size, self.hang_at = speed, sigma, random.Random(seed), \
+            batch_size, hang_at
+        self.now, self.proc, self.labels = 0.0, object(), []
+
+    def clock(self):
+        return self.now
+
+    def request(self, op, on_event=None, timeout=None, **req):
+        if op != "trial":
+            return {"measured": False}
+        s = Settings.from_dict(req["settings"])
+        self.labels.append(req["mode"])
+        if self.hang_at is not None and len(self.labels) >= self.hang_at:
+            if on_event:
+                on_event({"event": "progress", "phase": "warmup", "step": 1, "steps": req["warmup"]})
+            self.now += timeout
+            raise WorkerError("timeout", "the worker did not finish trial within its time limit; killed it")
+        sps = self.speed(s) * math.exp(self.rng.gauss(0, self.sigma))
+        step = self.batch_size / sps
+        self.now += 0.5 + (req["steps"] + req["warmup"]) * step
+        losses = [2.0 * 0.97 ** i for i in range(req["steps"])]
+        return {"samples_per_s": sps, "step_median_s": step, "losses": losses, "warmup_losses": [],
+                "steps": req["steps"], "mode": req["mode"], "target_loss": req.get("target_loss"),
+                "wall_s": req["steps"] * step}
+
+    def close(self):
+        pass
+
+    def kill(self):
+        pass
+
+
+def _clocked(worker, **plan):
+    v = Verifier(Plan(**plan), clock=worker.clock)
+    v.worker = worker
+    v.measured.workload = {"batch_size": worker.batch_size, "target_loss": 0.5}
+    v.measured.device = "cpu"
+    return v
+
+
+def bf16_pays(s):
+    return 100.0 * (1.6 if s.precision == "bf16" else 1.0)
+
+
+def test_noisy_rounds_give_inconclusive_instead_of_a_speedup():
+    """A busy machine (trials vary by half): rounds are added until the budget is spent, and the
+    verdict says inconclusive and what would resolve it, never a speed-up."""
+    worker = ClockedWorker(lambda s: 100.0 * (1.15 if s.precision == "bf16" else 1.0), sigma=0.5, seed=1)
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=400, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    s = analysis.summary(m)
+    assert m.failure is None and m.budget["stopped"] == "budget spent" and m.budget["rounds"] > 3
+    assert s["speedup"]["verdict"] == "inconclusive"
+    line = analysis.verdict(s)
+    assert line.startswith("speed-up inconclusive (tuned/baseline ") and "would likely resolve it" in line
+    assert "tuned is" not in line
+    assert worker.now <= 400  # the rounds never overran the budget
+
+
+def test_a_clear_speedup_resolves_in_the_first_rounds_and_keeps_the_budget_for_the_rest():
+    worker = ClockedWorker(bf16_pays, sigma=0.02)
+    v = _clocked(worker, repeats=3, converge_steps=60, budget_s=300)
+    m = v.run(Settings(), Settings(precision="bf16", fused_optimizer=True, lr_schedule="onecycle"))
+    s = analysis.summary(m)
+    assert m.budget["rounds"] == 3 and m.budget["stopped"] == "resolved"
+    assert analysis.verdict(s).startswith("tuned is 1.6") and s["speedup"]["verdict"] == "faster"
+    assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
+    assert m.budget["spent_s"] <= 300
+
+
+def test_attribution_credits_each_change_with_what_it_contributes():
+    """bf16 makes the speed-up, the fused optimizer nothing: tuned without bf16 is as slow as the
+    baseline, tuned without the fused optimizer as fast as tuned; the schedule is timed to target."""
+    worker = ClockedWorker(bf16_pays, sigma=0.02)
+    v = _clocked(worker, repeats=5, max_rounds=5, converge_steps=40, budget_s=600)
+    v.measured.worker = {"threads": 2}
+    m = v.run(Settings(), Settings(precision="bf16", fused_optimizer=True, threads=2, lr_schedule="onecycle"))
+    s = analysis.summary(m)
+    by = {e["group"]: e for e in s["attribution"]}
+    assert by["precision"]["verdict"] == "faster" and 1.5 < by["precision"]["ratio"] < 1.7
+    assert by["fused optimizer"]["verdict"] == "inconclusive" and 0.95 < by["fused optimizer"]["ratio"] < 1.05
+    assert "PyTorch's own choice here" in by["threads"]["note"] and "arm" not in by["threads"]
+    lines = texts(report.lines(m, s))
+    at = lines.index("what each change contributes (tuned over tuned without it, same rounds):")
+    assert lines[at + 1].startswith("  precision bf16: 1.")
+    assert any(line.startswith("  lr_schedule onecycle: no throughput of its own; time to loss 0.5: ")
+               for line in lines)
+    rows = dict((r[0], r[1:]) for r in report.rows(m, s))
+    assert rows["  baseline's schedule"][1] == analysis.converge_phrase(s["convergence"]["same_schedule"])
+
+
+def test_a_run_that_hangs_is_stopped_at_the_budget_naming_where():
+    worker = ClockedWorker(bf16_pays, hang_at=1)
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=40)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "budget" and not m.failure.user_input
+    assert m.failure.message.startswith("stopped at the end of --budget 40 s in warming up: baseline, warm-up step "
+                                        "2 of ")
+    assert m.failure.line().endswith(": the workload hangs there, or needs a larger budget")
+    assert worker.now <= 40
+
+
+def test_a_hang_after_the_first_rounds_keeps_them_and_says_where_it_stopped():
+    worker = ClockedWorker(bf16_pays, sigma=0.3, hang_at=20)  # 2 warm-ups, 3 rounds of 5, then a hang
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=200, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure is None and len(m.trials["tuned"]) >= 3 and m.budget["rounds"] == 3
+    assert any(n.startswith("stopped at the end of --budget 200 s in round 4") for n in m.notes)
+    assert worker.now <= 200
 
 
 # ---------------------------------------------------------------- bad usage (nothing runs)
@@ -343,11 +477,8 @@ def test_a_one_line_exit_after_the_worker_started_does_not_leave_it_running(monk
         def start(self):
             return {}
 
-        def info(self):
-            return {}
-
-        def load(self, workload, **kw):
-            return {"device": "cpu", "batch_size": 8, "convolutional": True}
+        def request(self, op, on_event=None, timeout=None, **kw):
+            return {"device": "cpu", "batch_size": 8, "convolutional": True} if op == "load" else {}
 
         def close(self):
             self.state = "closed"
@@ -370,7 +501,7 @@ def test_a_config_that_does_not_load_is_named_with_its_line(tmp_path):
     bad.write_text("schema_version = 1\n[loader]\nnum_workers = \"four\"\n")
     res = runner.invoke(app, ["verify-train", "--config", str(bad)])
     assert res.exit_code == 2
-    assert f"{bad}:3: loader.num_workers: must be an integer >= 0" in res.output
+    assert f"{bad}:3: loader.num_workers: must be an integer from 0 to 65536" in res.output
 
 
 def test_plot_without_matplotlib_is_one_line(monkeypatch):
@@ -488,3 +619,37 @@ def test_scaling_above_100_percent_is_a_failed_measurement_and_noise_is_inconclu
     m.trials["tuned"] = [trial(x) for x in (100, 101, 99)]
     m.ddp = [{"samples_per_s": x, "nproc": 2, "backend": "gloo"} for x in (170, 171, 169)]
     assert "2 processes at 85% scaling efficiency" in analysis.verdict(analysis.summary(m))
+
+
+# ---------------------------------------------------------------- a loss that is not finite (issue 13, item 5)
+
+
+def test_a_nan_loss_in_both_curves_is_not_called_within_tolerance():
+    nan = float("nan")
+    out = analysis.compare_curves({"losses": [1.0, 0.9] + [nan] * 20}, {"losses": [1.0, 0.9] + [nan] * 20})
+    assert out["diverged"] is None and out["reason"] == "the fp32 loss became non-finite at step 3: no curve to compare with"
+    m = Measured(tuned={"precision": "bf16"}, reference={"precision": "fp32"})
+    m.converge = {"tuned": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5),
+                  "baseline": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5)}
+    m.reference = {"precision": "fp32"}
+    lines = texts(report.lines(m, analysis.summary(m)))
+    assert not any("stays within" in x or "raise --max-steps" in x for x in lines), lines
+    assert "convergence: tuned's loss became non-finite at step 1; more steps will not help" in lines
+
+
+def test_every_run_whose_loss_became_nan_is_named_and_becomes_the_failure():
+    from debtorch.verify.failures import nonfinite_loss
+
+    m = Measured(baseline={"precision": "fp32"}, tuned={"precision": "bf16"})
+    m.trials["tuned"] = [trial(10), trial(10, nonfinite_loss_step=4)]
+    m.converge = {"tuned": trial(10, nonfinite_loss_step=2)}
+    events = analysis.summary(m)["nonfinite_loss"]
+    assert events == [{"run": "round 2: tuned", "step": 5, "precision": "bf16"},
+                      {"run": "convergence: tuned", "step": 3, "precision": "bf16"}]
+    f = nonfinite_loss(events)
+    assert (f.kind, f.phase, f.user_input) == ("nonfinite_loss", "round 2: tuned", False)
+    assert f.message == "the loss became non-finite (NaN or infinite) at step 5 (and in 1 more run(s))"
+    assert f.fix.startswith('train in fp32 (precision = "fp32" in [compute]')
+    m.trials["baseline"] = [trial(10, nonfinite_loss_step=0)]
+    assert nonfinite_loss(analysis.summary(m)["nonfinite_loss"]).fix.startswith("the loss diverges whatever")
+    assert "LOSS NOT FINITE in 3 run(s), first round 1: baseline at step 1" in analysis.verdict(analysis.summary(m))

@@ -11,8 +11,11 @@ its function (``# defer``), so that ``debtorch doctor`` loads no tuner.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+
+from debtorch.cli.codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
 
 __all__ = ["app", "main"]
 
@@ -55,27 +58,80 @@ def _prestart_probe(args: list) -> None:
         prestart([py, "-c", source("deep")])
 
 
-def _terminated(signum, frame) -> None:
-    # SIGTERM (kill, a batch scheduler's timeout) unwinds like an exit, so the
-    # training worker is stopped and its temporary folder removed.
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that went away is
+    dropped, and Python's last flush at exit cannot fail (the Python documentation's advice
+    for SIGPIPE, library/signal.html#note-on-sigpipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout (a test's runner)
+        pass
+
+
+# Signals that end a run: each unwinds like an exit with 128 + its number, so the training
+# worker is stopped and temporary folders are removed.  SIGINT stays KeyboardInterrupt
+# (verify-train reports what was measured so far).  Once one has arrived, later ones are
+# ignored: the clean-up they would interrupt takes seconds and must finish.
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_ending = []
+
+
+def _on_signal(signum, frame) -> None:
+    if _ending:
+        return
+    _ending.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(128 + signum)
+
+
+def _install_handlers() -> None:
+    for sig in ENDING_SIGNALS:
+        # A signal ignored by whoever started us (nohup ignores SIGHUP) stays ignored.
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _on_signal)
 
 
 def main() -> None:
     """Console-script entry point."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
-    _prestart_probe(sys.argv[1:])
-    import typer  # defer: after the probe started
-
-    from debtorch.cli.program import app  # defer: as above
-    from debtorch.cli.shared import EXIT_INTERRUPTED  # defer: as above
-
+    _install_handlers()
+    code = 0
     try:
+        _prestart_probe(sys.argv[1:])
+        from debtorch.cli.program import app  # defer: typer and every command, after the probe started
+
         app()
-    except KeyboardInterrupt:
-        typer.echo("debtorch: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+    except KeyboardInterrupt:  # before a command started (imports)
+        sys.stderr.write("debtorch: interrupted\n")
+        code = EXIT_INTERRUPTED
+    finally:
+        first = _ending[0] if _ending else None
+        _ending.append(None)  # from here on, no signal interrupts the clean-up ...
+        for sig in ENDING_SIGNALS:  # ... nor the exit (Python's finalisation restores the defaults)
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, signal.SIG_IGN)
+        from debtorch import outputs  # defer: imported by every command that writes; cheap
+
+        outputs.remove_temporary()
+    if first not in (None, signal.SIGINT):  # SIGINT said "interrupted" already
+        try:
+            sys.stderr.write(f"debtorch: stopped by {signal.Signals(first).name}\n")
+        except OSError:  # SIGHUP: the terminal may be gone
+            pass
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = code or EXIT_PIPE
+    except (OSError, ValueError):
+        _quiet_stdout()
+        code = code or EXIT_OUTPUT
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,9 +8,9 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import EXIT_FAILED, EXIT_OK, FailOn, Prog, check_python, choose_format, collect, load_facts, open_host
+from debtorch.cli.shared import (EXIT_FAILED, EXIT_OK, FailOn, Prog, check_answered, check_python, choose_format,
+                                 collect, given_paths, load_facts, open_host, present, redactor)
 from debtorch.host import LiveHost
-from debtorch.report import show
 
 prog = Prog("debtorch")
 
@@ -38,6 +38,8 @@ def doctor(
     from debtorch.report.redact import redact_report  # defer: as above
 
     fmt = choose_format(prog, json_out)
+    given_paths(prog, python=python, data=data, config=config, facts=facts_file, from_collect_env=collect_env,
+                host=replay)
     if len([x for x in (facts_file, collect_env, replay) if x]) > 1:
         prog.fail("use only one of --facts, --from-collect-env and --host")
     if (facts_file or collect_env) and (python or data or deep):
@@ -61,6 +63,7 @@ def doctor(
     else:
         host = open_host(prog, replay)
         doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        check_answered(prog, doc, python, host)
         source = "live" if host.live else "facts"
     try:
         site = siteconfig.load(host if host is not None else LiveHost(), config)
@@ -71,9 +74,10 @@ def doctor(
     except knowledge.KnowledgeError as exc:  # a data file of checks/ is read when first needed
         prog.fail(str(exc))
     site_files = site.files
-    if redact:
-        doc, report, site_files = redact_report(doc, report, site_files)
+    r = redactor(doc) if redact else None
+    if r is not None:
+        doc, report, site_files = redact_report(doc, report, site_files, r)
     code = EXIT_FAILED if report.fails(fail_on.value) else EXIT_OK
-    show(DoctorView(doc, report, fail_on.value, code, site_files, lacking, verbose,
-                    unicode="utf" in (getattr(sys.stdout, "encoding", None) or "").lower()), fmt)
+    present(DoctorView(doc, report, fail_on.value, code, site_files, lacking, verbose,
+                       unicode="utf" in (getattr(sys.stdout, "encoding", None) or "").lower()), fmt, r)
     raise typer.Exit(code)

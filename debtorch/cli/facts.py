@@ -7,8 +7,9 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import Prog, check_python, choose_format, collect, open_host
-from debtorch.report import show
+from debtorch.cli.shared import (Prog, check_answered, check_python, choose_format, collect, given_paths, open_host,
+                                 present, redactor)
+from debtorch.host import Unavailable
 
 prog = Prog("debtorch")
 
@@ -20,18 +21,29 @@ def facts(
     deep: bool = typer.Option(False, "--deep", help="Import torch in the target interpreter and run it on each device (seconds)."),
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Describe a machine recorded in DIR instead of this one."),
     record: Optional[str] = typer.Option(None, "--record", metavar="DIR", help="Also copy everything read into DIR, for replay with --host."),
+    redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses (in a --record DIR too)."),
 ) -> None:
     """Print what is known about this machine, with honest unknowns."""
     from debtorch.report.facts import FactsView  # defer: the readable view, only for this command
 
     fmt = choose_format(prog, json_out)
+    given_paths(prog, data=data, host=replay, record=record, python=python)
     check_python(prog, python, elsewhere=bool(replay))
     host = open_host(prog, replay, record)
     try:
         doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
+        check_answered(prog, doc, python, host)
+        r = redactor(doc) if redact else None
         if record:
-            prog.note(f"recorded this machine in {host.save().parent}")
+            # With --redact the recording itself is redacted (file contents, names, links and
+            # _host.json alike), so that it can be attached to a public bug report.
+            try:
+                saved = host.save(rewrite=r.text if r else None)
+            except Unavailable as exc:
+                prog.fail(f"--record {exc.reason}")
+            prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
+                      + (" (redacted)" if r else ""))
     finally:
         if record:
             host.discard()   # an interrupted recording leaves nothing behind
-    show(FactsView(doc), fmt)
+    present(FactsView(doc), fmt, r)

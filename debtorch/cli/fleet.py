@@ -79,12 +79,12 @@ def _redact_names(nodes, redactor) -> None:
 
 
 def _write_exclude(path: str, verdict, force: bool) -> None:
-    from debtorch.tune.config import ConfigError, write_atomic  # defer: only with --exclude-file
+    from debtorch import outputs  # defer: only with --exclude-file
 
     names = verdict.exclude if verdict is not None else []
     try:
-        write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
-    except ConfigError as exc:
+        outputs.write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
+    except outputs.OutputError as exc:
         _fail(str(exc), 1)
     prog.note(f"wrote {len(names)} node(s) to exclude to {path}")
 
@@ -123,8 +123,13 @@ def fleet(
         _fail("--exclude-file and --force go with --probe")
     if force and not exclude_file:
         _fail("--force only applies to --exclude-file")
-    if exclude_file and os.path.exists(exclude_file) and not force:
-        _fail(f"{exclude_file}: exists; use --force to replace it")
+    if exclude_file:
+        from debtorch import outputs  # defer: only with --exclude-file
+
+        try:
+            outputs.check_destination(exclude_file, force)
+        except outputs.OutputError as exc:
+            _fail(str(exc))
     try:
         fingerprint = offline.load_tuned(tuned) if tuned else None
     except offline.FleetInputError as exc:

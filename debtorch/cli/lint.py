@@ -13,8 +13,8 @@ from typing import List, Optional
 
 import typer
 
-from debtorch.cli.shared import FailOn, Prog, choose_format
-from debtorch.report import show
+from debtorch.cli.shared import FailOn, Prog, choose_format, present, redactor
+from debtorch.host import LiveHost
 
 prog = Prog("debtorch lint")
 
@@ -26,6 +26,7 @@ def lint(
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="ID", help="Silence an id (script.W001) or an area (torchfix); repeatable."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also say why each finding costs time."),
     torchfix: Optional[bool] = typer.Option(None, "--torchfix/--no-torchfix", help="Include TorchFix's findings (default: when it is installed)."),
+    redact: bool = typer.Option(False, "--redact", help="Replace this machine's host and user names, home paths and addresses in the paths and messages."),
 ) -> None:
     """Check training scripts for what makes a loop slow: host waits, DataLoader settings, AMP, accumulation.
 
@@ -44,7 +45,8 @@ def lint(
     except LintUsageError as exc:
         prog.fail(str(exc))
     code = report.exit_code(fail_on.value)
+    r = redactor(host=LiveHost()) if redact else None
     for err in report.errors:
-        prog.note(err.line_text())
-    show(LintView(report, fail_on.value, code, verbose), fmt)
+        prog.note(r.text(err.line_text()) if r else err.line_text())
+    present(LintView(report, fail_on.value, code, verbose), fmt, r)
     raise typer.Exit(code)

@@ -32,12 +32,11 @@ from typing import Optional
 
 import typer.main
 
-from debtorch import __version__, knowledge
+from debtorch import __version__, knowledge, outputs
 from debtorch.cli import app as debtorch_app
 from debtorch.cli.shared import EXIT_CODES
 from debtorch.doctor import siteconfig
 from debtorch.fleet import rendezvous
-from debtorch.tune.config import ConfigError, write_atomic
 
 PROG = "debtorch"
 
@@ -428,8 +427,8 @@ def main(argv: Optional[list] = None) -> int:
     text = render_bash() if args.bash else render_man()
     if args.output:
         try:
-            write_atomic(args.output, text, force=True)
-        except ConfigError as exc:
+            outputs.write_atomic(args.output, text, force=True)
+        except outputs.OutputError as exc:
             print(f"debtorch.cli.manpage: {exc}", file=sys.stderr)
             return 2
     else:

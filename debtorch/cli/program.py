@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import typer
 
 from debtorch import __version__
-from debtorch.cli import doctor, facts, fleet, lint, tune, verify_train
+from debtorch.cli import _quiet_stdout, doctor, facts, fleet, lint, tune, verify_train
+from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
+from debtorch.report import OutputFailed
 
 app = typer.Typer(
     name="debtorch",
@@ -29,9 +33,33 @@ def main_callback(
     """debtorch: doctor, tuner and training benchmark for PyTorch on Debian."""
 
 
-app.command(name="facts")(facts.facts)
-app.command(name="doctor")(doctor.doctor)
-app.command(name="tune")(tune.tune)
-app.command(name="verify-train")(verify_train.verify_train)
-app.command(name="lint")(lint.lint)
-app.command(name="fleet")(fleet.fleet)
+def guarded(module, name: str):
+    """The command ``name`` of ``module`` (its function of that name, its ``prog``), made to end
+    the documented way on what any command may meet: Ctrl-C not handled by the command (130,
+    one line), and a standard output that cannot take the report (a broken pipe: 141, quiet;
+    closed or full: 74, one line).  docs/cli.md lists the codes."""
+    fn = getattr(module, name.replace("-", "_"))
+    prog = module.prog
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            prog.fail("interrupted", EXIT_INTERRUPTED)
+        except BrokenPipeError:  # a progress line on a stderr whose reader went away
+            _quiet_stdout()
+            raise typer.Exit(EXIT_PIPE)
+        except OutputFailed as exc:
+            if exc.pipe:
+                _quiet_stdout()
+                raise typer.Exit(EXIT_PIPE)
+            prog.fail(f"cannot write to standard output: {exc}", EXIT_OUTPUT)
+
+    return command
+
+
+
+for _module, _name in ((facts, "facts"), (doctor, "doctor"), (tune, "tune"), (verify_train, "verify-train"),
+                       (lint, "lint"), (fleet, "fleet")):
+    app.command(name=_name)(guarded(_module, _name))

@@ -16,23 +16,11 @@ from typing import NoReturn, Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.host import Host, LiveHost, RecordingHost, ReplayHost, Unavailable
-from debtorch.report import Format
+from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
+from debtorch.report import Format, show
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
-EXIT_TERMINATED = 143   # 128 + SIGTERM
-
-# The same for every command: docs/cli.md and the man page's EXIT STATUS list these.
-EXIT_CODES = (
-    (EXIT_OK, "fine"),
-    (EXIT_FAILED, "findings at or above --fail-on, or a run that failed"),
-    (EXIT_USAGE, "bad usage or unreadable input"),
-    (EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
-    (EXIT_TERMINATED, "terminated (SIGTERM)"),
-)
+from debtorch.cli.codes import (EXIT_CODES, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
+                                EXIT_OUTPUT, EXIT_PIPE, EXIT_QUIT, EXIT_TERMINATED, EXIT_USAGE)
 
 
 def exit_for(failure) -> int:
@@ -73,7 +61,17 @@ class Prog:
         self.note(f"warning: {message}")
 
     def note(self, message: str) -> None:
-        typer.echo(f"{self.name}: {message}", err=True)
+        typer.echo(f"{self.name}: {one_line(message)}", err=True)
+
+
+# What str.splitlines() and a terminal take for a line break, and other control characters:
+# a key or value quoted from a file ("rlimits.\x1e") must not break the one line.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break and control character written as an escape (``\\n``, ``\\x1e``)."""
+    return str(text).translate(_CONTROL)
 
 
 def choose_format(prog: Prog, json_out: bool, emit: Optional[Emit] = None) -> Format:
@@ -97,6 +95,18 @@ def check_python(prog: Prog, python: Optional[str], elsewhere: bool = False) -> 
             prog.fail(f"--python {python}: not found on PATH")
     elif not (os.path.isfile(python) and os.access(python, os.X_OK)):
         prog.fail(f"--python {python}: not an executable file")
+
+
+def check_answered(prog: Prog, doc: dict, python: Optional[str], host: Host) -> None:
+    """An explicit --python on this machine that ran but did not answer the probe (``/bin/true``,
+    a Python 2) is not an interpreter debtorch can inspect: bad usage (exit 2), not a finding.
+    A probe that timed out stays a finding: the interpreter may only be slow."""
+    p = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    if not python or not host.live or not p.get("requested") or p.get("version") is not None:
+        return
+    reason = str((p.get("unknown") or {}).get("version") or "")
+    if TIMED_OUT not in reason:
+        prog.fail(f"--python {python}: not a Python interpreter debtorch can inspect ({reason})")
 
 
 def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = None) -> Host:
@@ -132,3 +142,33 @@ def load_facts(prog: Prog, path: str) -> dict:
         return facts_mod.load(path)
     except facts_mod.FactsFileError as exc:
         prog.fail(f"--facts {exc}")
+
+
+def given_paths(prog: Prog, **paths: Optional[str]) -> None:
+    """An option naming a file or folder that was given as "" (``--write ""``) names nothing: bad usage."""
+    for name, value in paths.items():
+        if value is not None and not value.strip():
+            prog.fail(f"--{name.replace('_', '-')} needs a path (got an empty one)")
+
+
+def redactor(doc: Optional[dict] = None, host: Optional[Host] = None):
+    """A :class:`~debtorch.report.redact.Redactor` that knows the secrets ``doc`` names
+    (host and user names, serials ...) and, for a command that reads no facts (lint),
+    this machine's host and user names."""
+    from debtorch.report.redact import Redactor  # defer: only --redact
+
+    r = Redactor()
+    if doc:
+        r.learn(doc)
+    if host is not None:
+        r.learn({"hostname": (host.try_read("/proc/sys/kernel/hostname") or "").strip(), "user": host.user or ""})
+    return r
+
+
+def present(view, fmt: Format, redact=None) -> None:
+    """Show ``view`` in ``fmt``; every line, cell and field redacted by ``redact`` (a Redactor) when given."""
+    if redact is not None:
+        from debtorch.report.redact import Redacted  # defer: only --redact
+
+        view = Redacted(view, redact)
+    show(view, fmt)

@@ -9,14 +9,15 @@ measure); 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import contextlib
+import time
 from enum import Enum
 from typing import Optional
 
 import typer
 
-from debtorch.cli.shared import (EXIT_INTERRUPTED, EXIT_OK, Device, Emit, Prog, check_python, choose_format,
-                                 exit_for, load_facts, open_host)
-from debtorch.report import show
+from debtorch import inputs
+from debtorch.cli.shared import (EXIT_INTERRUPTED, EXIT_OK, Device, Emit, Prog, check_answered, check_python,
+                                 choose_format, exit_for, given_paths, load_facts, open_host, present, redactor)
 
 prog = Prog("debtorch tune")
 
@@ -33,8 +34,8 @@ def tune(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of the table."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     measure: bool = typer.Option(False, "--measure", help="Decide what rules cannot by short trials on a workload."),
-    budget: float = typer.Option(120.0, "--budget", metavar="SECONDS", help="Time the whole measurement may take."),
-    workload: str = typer.Option("builtin:cnn", "--workload", metavar="MODULE:FUNCTION", help="What --measure trains (docs/workloads.md)."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole command may take when measuring (--measure; at least 20, default 120)."),
+    workload: Optional[str] = typer.Option(None, "--workload", metavar="MODULE:FUNCTION", help="What --measure trains (docs/workloads.md; default builtin:cnn)."),
     device: Optional[Device] = typer.Option(None, "--device", help="Tune for cpu or cuda (default: what the machine has)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", metavar="N", help="Samples per optimizer step, all processes together."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", metavar="M", help="Samples per forward pass per process."),
@@ -46,8 +47,11 @@ def tune(
     emit: Optional[Emit] = typer.Option(None, "--emit", help="env: print shell exports and the torchrun line."),
     facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Tune for saved facts (debtorch facts --json), rules only."),
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Tune for a machine recorded with 'debtorch facts --record DIR', rules only."),
+    oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc beyond this machine's bound (4 x its usable CPUs); the config says so."),
+    redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the output."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
+    started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -55,23 +59,26 @@ def tune(
     from debtorch.report.tune import TuneView  # defer: as above
 
     fmt = choose_format(prog, json_out, emit)
+    given_paths(prog, write=write, python=python, facts=facts_file, host=replay)
     elsewhere = "--facts" if facts_file else "--host" if replay else None
     if facts_file and replay:
         prog.fail("use only one of --facts and --host")
     if measure and elsewhere:
         prog.fail(f"{elsewhere} tunes for another machine by rules; --measure needs this one")
-    if force and not write:
+    if force and write is None:
         prog.fail("--force only applies to --write")
-    if measure and budget <= 0:
-        prog.fail(f"--budget must be a positive number of seconds (got {budget:g})")
+    for name, value in (("--budget", budget), ("--workload", workload)):
+        if value is not None and not measure:
+            prog.fail(f"{name} only applies to --measure (rules alone measure nothing)")
+    budget = MeasureOptions.budget_s if budget is None else budget
+    if measure and not (inputs.finite(budget) and 0 < budget <= config.BUDGET_MAX_S):
+        prog.fail(f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {budget:g})")
     if measure and budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
         prog.fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
-    if nproc is not None and nproc < 1:
-        prog.fail(f"--nproc must be >= 1 (got {nproc})")
     if epochs is not None and steps is not None:
         prog.fail("give --epochs or --steps, not both")
     check_python(prog, python, elsewhere=bool(elsewhere))
-    if write:
+    if write is not None:
         try:
             config.check_destination(write, force)  # before minutes of measuring
         except config.ConfigError as exc:
@@ -79,12 +86,19 @@ def tune(
 
     request = rules.Request(device=device.value if device else None, global_batch=global_batch,
                             micro_batch=micro_batch, epochs=epochs, steps=steps, compile=compile_,
-                            model=model.value if model else None, nproc=nproc)
-    options = MeasureOptions(workload=workload, budget_s=budget, python=python) if measure else None
+                            model=model.value if model else None, nproc=nproc, oversubscribe=oversubscribe)
+    try:
+        request.check()  # the numbers' ranges, before the facts are read (seconds)
+    except rules.RequestError as exc:
+        prog.fail(str(exc))
+    options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
+                             started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
     bar = TrialsBar() if measure else contextlib.nullcontext()
     try:
         facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
+        if host is not None:
+            check_answered(prog, facts, python, host)
         with bar:
             tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if measure else None)
     except rules.RequestError as exc:
@@ -97,11 +111,12 @@ def tune(
     finally:
         if host is not None:
             host.close()
-    show(TuneView(tuned, settings=not write), fmt)
-    if write:
+    r = redactor(facts) if redact else None
+    present(TuneView(tuned, settings=not write), fmt, r)
+    if write is not None:
         try:
             tuned.write(write, force)
         except config.ConfigError as exc:
             prog.fail(str(exc))
-        prog.note(f"wrote {write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
+        prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
     raise typer.Exit(EXIT_OK)

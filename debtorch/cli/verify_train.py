@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Optional
 
 import typer
 
-from debtorch.cli.shared import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Device, Prog, choose_format, exit_for, open_host
-from debtorch.report import show
+from debtorch.cli.shared import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Device, Prog, choose_format, exit_for,
+                                 given_paths, open_host, present, redactor)
+from debtorch.report import Format
 
 prog = Prog("debtorch verify-train")
 
@@ -31,7 +33,8 @@ def verify_train(
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Tuned settings from 'debtorch tune --write' (default: tuned now, by rules)."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     quick: bool = typer.Option(False, "--quick", help="The real path in seconds: few steps, small built-in workloads (CI)."),
-    repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds of baseline and tuned (at least 3)."),
+    budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole run may take, start-up included (default 300; --quick 13)."),
+    repeats: int = typer.Option(3, "--repeats", metavar="N", help="Interleaved rounds at least (default 3); more until the speed-up resolves or the budget is spent."),
     steps: Optional[int] = typer.Option(None, "--steps", metavar="N", help="Timed optimizer steps per trial (default 20; --quick 3)."),
     warmup: Optional[int] = typer.Option(None, "--warmup", metavar="N", help="Untimed warm-up steps per trial (default 3; --quick 1)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", metavar="N", help="Cap of the convergence runs, in optimizer steps (default 400; --quick 12; 0 skips them)."),
@@ -50,19 +53,23 @@ def verify_train(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="On failure, also print the worker's traceback."),
     facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Not accepted: verify-train trains on this machine (tune --facts tunes for saved facts)."),
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Not accepted: verify-train trains on this machine (tune --host tunes for a recorded one)."),
+    oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc (and a config's workers) beyond this machine's bound (4 x its usable CPUs)."),
+    redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the report and --json."),
 ) -> None:
     """Baseline (PyTorch's defaults) against tuned settings on a real training loop: speed, where time goes, time to target loss.
 
     Exit status: 0 measured (whatever the verdict), 1 the run failed, 2 bad usage or input, 130 interrupted.
     """
+    started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.verify import run  # defer: the trainer's plan, worker and report, only for this command
     from debtorch.report.plot import PlotError, check_plot_path, plot  # defer: as above
     from debtorch.report.progress import StepsBar  # defer: as above
-    from debtorch.report.verify import VerifyView  # defer: as above
+    from debtorch.report.verify import RefusedView, VerifyView  # defer: as above
 
     fmt = choose_format(prog, json_out)
     if facts_file or replay:
         prog.fail(f"{'--facts' if facts_file else '--host'} describes another machine; verify-train trains on this one")
+    given_paths(prog, config=config, python=python, plot=plot_file, profile=profile)
     if force and not (plot_file or profile):
         prog.fail("--force only applies to --plot and --profile")
     try:
@@ -70,34 +77,45 @@ def verify_train(
             check_plot_path(plot_file, force)
     except PlotError as exc:
         prog.fail(str(exc))
-    options = run.Options(
-        workload=workload, device=device.value if device else None, config=config, python=python, quick=quick,
-        repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
-        profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
-        timeout=timeout, force=force, cwd=os.getcwd())
+    facts = None
     try:
+        options = run.Options(
+            workload=workload, device=device.value if device else None, config=config, python=python, quick=quick,
+            budget=budget, started=started, repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
+            profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
+            timeout=timeout, force=force, cwd=os.getcwd(), oversubscribe=oversubscribe)
         with contextlib.closing(open_host(prog)) as host:
             ready = run.prepare(options, host)
+        facts = ready.facts
+        r = redactor(facts) if redact else None
+
+        def warn(text: str) -> None:
+            prog.warn(r.text(text) if r else text)
+
         for w in ready.warnings:
-            prog.warn(w)
+            warn(w)
         with StepsBar() as bar:
-            outcome = ready.run(bar, warn=prog.warn)
+            outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
-        prog.fail(str(exc), exit_for(exc))
+        code = exit_for(exc)
+        r = redactor(facts) if redact else None
+        if fmt is Format.json:  # --json promises a document, a refusal included
+            present(RefusedView(str(exc), code, exc.failure, facts), fmt, r)
+        prog.fail(r.text(str(exc)) if r else str(exc), code)
     m = outcome.measured
     code = EXIT_INTERRUPTED if m.interrupted else exit_for(m.failure) if m.failure is not None else EXIT_OK
     if plot_file and outcome.measured_anything:
         try:
-            plot(m, outcome.summary, plot_file)
-            prog.note(f"wrote {plot_file}")
+            plot(m, outcome.summary, plot_file, force)
+            prog.note(f"wrote {r.text(plot_file) if r else plot_file}")
         except PlotError as exc:
             prog.note(str(exc))
             code = code or EXIT_FAILED
-    show(VerifyView(outcome, code), fmt)
+    present(VerifyView(outcome, code), fmt, r)
     if m.failure is not None:
-        prog.note(m.failure.line())
+        prog.note(r.text(m.failure.line()) if r else m.failure.line())
         if verbose and m.failure.detail.get("traceback"):
-            typer.echo(m.failure.detail["traceback"], err=True)
+            typer.echo(r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"], err=True)
     if code == EXIT_INTERRUPTED:
         prog.note("interrupted; the report shows what was measured so far")
     raise typer.Exit(code)

@@ -99,11 +99,20 @@ def collect(host: Host, options: Optional[Options] = None) -> dict:
     options = options or Options()
     ctx = Context(host, options)
     names = [s for s in SECTIONS if s in options.sections]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(names) or 1) as pool:
-        for name in names:
-            ctx._futures[name] = pool.submit(_run_section, name, ctx)
-        ctx._submitted.set()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(names) or 1)
+    try:
+        try:
+            for name in names:
+                ctx._futures[name] = pool.submit(_run_section, name, ctx)
+        finally:
+            # Even when a signal ends the run here: a section waiting for the others must be
+            # released, or the pool's shutdown below would wait for it forever.
+            ctx._submitted.set()
         results = {name: ctx._futures[name].result() for name in names}
+    finally:
+        # On the way out of an interrupted run, sections not started are dropped; those running
+        # finish within their commands' time limits, so that no command they started outlives us.
+        pool.shutdown(wait=True, cancel_futures=True)
     doc: dict = {
         "schema_version": SCHEMA_VERSION,
         "debtorch_version": __version__,

@@ -49,9 +49,15 @@ def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = Non
     from rich.table import Table as RichTable  # defer: as above
     from rich.text import Text  # defer: as above
 
-    console = Console(file=file, highlight=False, soft_wrap=True)
+    class Quiet(Console):
+        def on_broken_pipe(self) -> None:
+            # rich would exit 1 ("findings"); the command line chooses the code (docs/cli.md).
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = Quiet(file=file, highlight=False, soft_wrap=True)
     if not console.is_terminal:
-        console = Console(file=file, highlight=False, soft_wrap=True, width=LOG_WIDTH)
+        console = Quiet(file=file, highlight=False, soft_wrap=True, width=LOG_WIDTH)
     for item in items:
         if isinstance(item, Table):
             table = RichTable(title=Text(item.title), title_justify="left")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from debtorch.tune.config import ConfigError, check_destination
+from debtorch import outputs
 from debtorch.verify import analysis
 
 PLOT_FORMATS = (".png", ".svg")
@@ -23,8 +23,8 @@ def check_plot_path(path: str, force: bool = False) -> None:
     if ext not in PLOT_FORMATS:
         raise PlotError(f"--plot {path}: the file name must end in .png or .svg")
     try:
-        check_destination(path, force)
-    except ConfigError as exc:
+        outputs.check_destination(path, force)
+    except outputs.OutputError as exc:
         raise PlotError(f"--plot {exc}") from None
     try:
         import matplotlib  # noqa: F401
@@ -33,7 +33,7 @@ def check_plot_path(path: str, force: bool = False) -> None:
                         "(or apt install python3-matplotlib)") from None
 
 
-def plot(m, summary: dict, path: str) -> None:
+def plot(m, summary: dict, path: str, force: bool = False) -> None:
     """Throughput (with spread and the compute-only bounds), the step-time breakdown and the loss curves."""
     import matplotlib
 
@@ -97,13 +97,12 @@ def plot(m, summary: dict, path: str) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"debtorch verify-train: {(m.workload or {}).get('name')} on {m.device}", fontsize=10)
     fig.tight_layout()
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp")
     try:
-        fig.savefig(tmp, format=os.path.splitext(path)[1].lower().lstrip("."))
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise PlotError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+        # A temporary file created exclusively beside it, then linked (or, with --force,
+        # renamed over a regular file): never written through a planted link.
+        outputs.write_with(path, lambda fh: fig.savefig(fh, format=os.path.splitext(path)[1].lower().lstrip(".")),
+                           force)
+    except outputs.OutputError as exc:
+        raise PlotError(f"--plot {exc}") from None
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -68,7 +68,8 @@ class StepsBar(Bar):
         self.expected = self.done = 0
 
     def plan(self, total_steps: int) -> None:
-        self.update(total=max(1, total_steps), completed=0)
+        """The steps of the whole plan; told again when rounds are added (the steps done stay)."""
+        self.update(total=max(1, total_steps))
 
     def begin(self, label: str, steps: int) -> None:
         self.expected, self.done = steps, 0

@@ -1,10 +1,20 @@
 """``--redact``: hide what identifies a machine or a person, consistently.
 
-Host names, user names, home paths, serial numbers, UUIDs, MAC and IP
-addresses are replaced by stable tokens (``HOST1``, ``USER1``, ``UUID1``,
-``IP1`` ...): the same value always gets the same token within one report,
-so the report still reads sensibly when pasted into a public bug report.
-Versions that merely look like IPv4 addresses (cuDNN 9.1.0.70) are kept.
+Host names (the machine's, ``MASTER_ADDR``, a network filesystem's server),
+user names (in any case), home paths, serial numbers, UUIDs, MAC addresses
+(``00:1b:..`` and ``00-1B-..``), IP addresses and the credentials in a URL
+(``https://user:token@index/``) are replaced by stable tokens (``HOST1``,
+``USER1``, ``UUID1``, ``IP1`` ...): the same value always gets the same token
+within one report, so the report still reads sensibly when pasted into a
+public bug report.  Versions that merely look like IPv4 addresses (cuDNN
+9.1.0.70) are kept.
+
+Two passes: :meth:`Redactor.learn` reads a facts document for the values its
+keys name (``hostname``, ``user``, ``serial`` ...), then :meth:`Redactor.text`
+replaces those and every value of a recognisable shape in any text.
+:class:`Redacted` applies it to a whole view (every line, table cell and JSON
+field), so every command's output is redacted the same way.  docs/security.md
+says what it cannot know (a secret named by no key, in no known shape).
 """
 
 from __future__ import annotations
@@ -12,12 +22,16 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from typing import Any
+from typing import Any, Optional
 
-from debtorch.doctor import Report
+from debtorch.report.console import Line, Table
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
-MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5}\b")
+MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(?:\1[0-9a-fA-F]{2}){4}\b")  # 00:1b:.. or 00-1B-..
+# A network filesystem's server: "nas.example.org:/export" (NFS), "//nas/share" (CIFS).
+NET_SOURCE_RE = re.compile(r"^(?:\[([^\]]+)\]|([^\s:/\[\]]+)):/|^//([^/\s]+)/")
+NET_HOST_RE = re.compile(r"(?<![\w.@/-])([A-Za-z0-9][\w-]*(?:\.[\w-]+)+)(?=:/)")
+URL_USERINFO_RE = re.compile(r"(?<=://)[^/\s@]+@")  # https://user:token@index.example/simple
 IPV4_RE = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 IPV6_CANDIDATE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 HOME_RE = re.compile(r"(/home/|/Users/|C:\\\\Users\\\\|C:\\Users\\)([^/\\\s'\"]+)")
@@ -27,6 +41,7 @@ SECRET_KEYS = {"hostname": "HOST", "user": "USER", "serial": "SERIAL", "uuid": "
                "SLURM_STEP_NODELIST": "HOST",
                # network.interfaces: an IPoIB hardware address is 20 bytes, longer than MAC_RE's six.
                "mac": "MAC", "addresses": "IP"}
+SOURCE_KEYS = ("source",)   # a mount's source: a network filesystem names its server
 VERSIONISH_KEY = re.compile(r"version|wheel|cudnn|nccl|driver|release|firmware", re.I)
 
 
@@ -37,10 +52,12 @@ class Redactor:
         self.versions: set[str] = set()
 
     def token(self, kind: str, value: str) -> str:
-        if value not in self.tokens:
+        # Names are matched whatever their case (ALICE is alice; DNS names ignore case).
+        folded = value.lower()
+        if folded not in self.tokens:
             self.counters[kind] = self.counters.get(kind, 0) + 1
-            self.tokens[value] = f"{kind}{self.counters[kind]}"
-        return self.tokens[value]
+            self.tokens[folded] = f"{kind}{self.counters[kind]}"
+        return self.tokens[folded]
 
     # First pass: learn the secrets named by their keys, and the versions to keep.
     def learn(self, obj: Any, key: str = "") -> None:
@@ -52,22 +69,37 @@ class Redactor:
                 self.learn(v, key)
         elif isinstance(obj, str) and obj:
             kind = SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower())
-            if kind and obj not in ("root", "localhost", "N/A", "[N/A]") and len(obj) >= 2:
-                self.token(kind, obj)
-                if kind == "HOST" and "." in obj:
-                    self.token(kind, obj.split(".")[0])
+            if kind:
+                self.secret(kind, obj)
+            elif key.lower() in SOURCE_KEYS:
+                m = NET_SOURCE_RE.match(obj)
+                if m:
+                    self.secret("HOST", next(g for g in m.groups() if g))
             elif VERSIONISH_KEY.search(key):
                 self.versions.add(obj)
+
+    def secret(self, kind: str, value: str) -> None:
+        """Learn ``value`` (a host or user name, a serial ...) as a secret of ``kind``."""
+        value = value.strip()
+        if value.lower() in ("root", "localhost", "n/a", "[n/a]") or len(value) < 2:
+            return
+        self.token(kind, value)
+        if kind == "HOST" and "." in value and not IPV4_RE.fullmatch(value):
+            self.token(kind, value.split(".")[0])
 
     def text(self, s: str) -> str:
         if not s:
             return s
-        # Known values first, longest first so that "node1.example" wins over "node1".
+        # Known values first, longest first so that "node1.example" wins over "node1"; any case.
+        folded = s.lower()
         for value in sorted(self.tokens, key=len, reverse=True):
-            if value in s:
-                s = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", self.tokens[value], s)
+            if value in folded:
+                s = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", self.tokens[value], s, flags=re.IGNORECASE)
+                folded = s.lower()
+        s = URL_USERINFO_RE.sub("CREDENTIALS@", s)
         s = UUID_RE.sub(lambda m: self.token("UUID", m.group(0)), s)
-        s = MAC_RE.sub(lambda m: self.token("MAC", m.group(0).lower()), s)
+        s = MAC_RE.sub(lambda m: self.token("MAC", m.group(0).replace("-", ":")), s)
+        s = NET_HOST_RE.sub(lambda m: m.group(0) if IPV4_RE.fullmatch(m.group(1)) else self.token("HOST", m.group(1)), s)
         known = set(self.tokens.values())
         s = HOME_RE.sub(lambda m: m.group(0) if m.group(2) in known else m.group(1) + self.token("USER", m.group(2)), s)
 
@@ -101,11 +133,37 @@ class Redactor:
         return obj
 
 
-def redact_report(facts: dict, report: Report, site_files=()):
+class Redacted:
+    """``view`` with every line, table cell, JSON field (keys included) and shell line redacted."""
+
+    def __init__(self, view, redactor: Redactor):
+        self.view, self.r = view, redactor
+        self.formats = view.formats
+
+    def lines(self) -> list:
+        out = []
+        for item in self.view.lines():
+            if isinstance(item, Table):
+                out.append(Table(self.r.text(item.title), tuple(self.r.text(c) for c in item.columns),
+                                 [tuple(self.r.text(str(c)) for c in row) for row in item.rows]))
+            else:
+                out.append(Line(self.r.text(item.text), item.kind))
+        return out
+
+    def document(self) -> dict:
+        return self.r.walk(self.view.document())
+
+    def env(self) -> str:
+        return self.r.text(self.view.env())
+
+
+def redact_report(facts: dict, report, site_files=(), r: Optional[Redactor] = None):
     """(redacted facts, redacted report, redacted site config paths): both views are
-    rendered from these (the paths may name a home folder)."""
-    r = Redactor()
-    r.learn(facts)
+    rendered from these (the paths may name a home folder).  ``r``: a Redactor that
+    already learned ``facts``."""
+    if r is None:
+        r = Redactor()
+        r.learn(facts)
     new_facts = r.walk(facts)
     findings = [
         dataclasses.replace(f, message=r.text(f.message), fix=r.text(f.fix), about=r.text(f.about),
@@ -114,4 +172,4 @@ def redact_report(facts: dict, report: Report, site_files=()):
     ]
     silenced = [dataclasses.replace(f, message=r.text(f.message)) for f in report.silenced]
     areas = {a: dataclasses.replace(st, reason=r.text(st.reason)) for a, st in report.areas.items()}
-    return new_facts, Report(findings, silenced, report.checks_run, areas), [r.text(p) for p in site_files]
+    return new_facts, type(report)(findings, silenced, report.checks_run, areas), [r.text(p) for p in site_files]

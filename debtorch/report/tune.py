@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from debtorch.report import Format
+from debtorch.verify.analysis import figure
 from debtorch.report.console import Line
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
@@ -89,7 +90,21 @@ def trials_lines(result) -> list:
                      f"(noise {result.noise:.1%} a trial)")
     for a, b in result.interactions:
         lines.append(f"interaction: the best {a} depends on {b}; they were raced together")
-    return lines
+    return lines + contribution_lines(result)
+
+
+def contribution_lines(result) -> list:
+    """What each changed choice contributes where the search ended (from trials already run)."""
+    out = []
+    for _, words, est in result.contributions():
+        if est is None:
+            out.append(f"  {words}: not measured with the other choices as they ended")
+            continue
+        out.append(f"  {words}: {figure(est.to_dict('ratio'), 'ratio', lambda x: f'{x:.2f}x')}")
+    if out:
+        out.insert(0, "what each changed choice contributes (chosen / the same with the rules' value, trials above):")
+    return out
+
 
 
 class TuneView:
@@ -114,6 +129,8 @@ class TuneView:
             "noise": result.noise,
             "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None,
             "interactions": [list(p) for p in result.interactions],
+            "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}
+                              for n, w, e in result.contributions()],
             "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch import __version__, stats
+from debtorch import __version__, inputs, stats
 from debtorch.lint.hostwaits import report_line
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
@@ -68,6 +68,8 @@ def rows(m, summary: dict) -> list:
     if conv and conv.get("target_loss") is not None:
         out.append((f"time to loss {conv['target_loss']:g}", analysis.converge_phrase(conv.get("baseline") or {}),
                     analysis.converge_phrase(conv.get("tuned") or {}) if conv.get("tuned") else "-"))
+        if conv.get("same_schedule"):
+            out.append(("  baseline's schedule", "", analysis.converge_phrase(conv["same_schedule"])))
     return out
 
 
@@ -91,6 +93,8 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         out.append(f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, 'cost', percent)} of "
                    f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    out.extend(rounds_lines(m, summary))
+    out.extend(attribution_lines(m, summary))
     waits = report_line(m.host_waits)
     if waits:
         out.append(waits)
@@ -111,10 +115,15 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
             out.append(f"AMP: {amp['precision']} loss stays within {amp['tolerance_rel']:.0%} of fp32's over "
                        f"{amp['compared_steps']} steps" + (f" (largest gap {gap:+.1%})" if gap is not None else ""))
     ct = conv.get("tuned")
-    if ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
+    if ct and ct.get("nonfinite_loss_step") is not None:
+        out.append(f"convergence: tuned's loss became non-finite at step {ct['nonfinite_loss_step'] + 1}; "
+                   "more steps will not help")
+    elif ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
+        last = ct.get("loss_last")
         out.append(f"convergence: tuned did not reach loss {conv['target_loss']:g} within "
-                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps (last loss "
-                   f"{ct.get('loss_last') or float('nan'):.3g}); raise --max-steps or set --target-loss")
+                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps"
+                   + (f" (last loss {last:.3g})" if inputs.finite(last) else "")
+                   + "; raise --max-steps or set --target-loss")
     sc = summary.get("scaling")
     if sc:
         eff = analysis.figure(sc, "efficiency", percent)
@@ -140,6 +149,50 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         if f.fix:
             kinded.append(Line(f"  fix: {f.fix}"))
     return kinded
+
+
+def rounds_lines(m, summary: dict) -> list:
+    """How many interleaved rounds ran, why they stopped, and the budget."""
+    b = m.budget or {}
+    if not b.get("rounds"):
+        return []
+    why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
+           "max rounds": "the most rounds allowed", "cannot resolve": "more rounds would not resolve it",
+           }.get(b.get("stopped"), b.get("stopped") or "")
+    spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
+        "budget_s") else ""
+    return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
+
+
+def attribution_lines(m, summary: dict) -> list:
+    """What each change of the tuned settings contributes: tuned over tuned without it, same rounds;
+    and the schedule, by time to target with the baseline's schedule."""
+    if not (m.plan or {}).get("attribution", True):
+        if (m.plan or {}).get("quick"):
+            return ["attribution: not measured (--quick); a full run takes each change out of tuned in the same "
+                    "rounds"]
+        return []
+    out = []
+    for e in summary.get("attribution") or []:
+        if e.get("note"):
+            out.append(f"  {e['change']}: {e['note']}")
+            continue
+        fig = analysis.figure(e, "ratio", lambda x: f"{x:.2f}x")
+        hint = "" if e.get("verdict") in analysis.RESULTS else f"; {_why(e)}"
+        alone = " (the only change: the speed-up itself)" if e.get("arm") == "baseline" else ""
+        out.append(f"  {e['change']}: {fig}{hint}{alone}")
+    conv = summary.get("convergence") or {}
+    if conv.get("schedule"):
+        same, tuned = conv.get("same_schedule"), conv.get("tuned")
+        if same and tuned:
+            out.append(f"  {conv['schedule']}: no throughput of its own; time to loss {conv['target_loss']:g}: "
+                       f"{analysis.converge_phrase(tuned)} with it, {analysis.converge_phrase(same)} with the "
+                       "baseline's schedule")
+        else:
+            out.append(f"  {conv['schedule']}: no throughput of its own; its time to target was not measured")
+    if out:
+        out.insert(0, "what each change contributes (tuned over tuned without it, same rounds):")
+    return out
 
 
 class VerifyView:
@@ -181,7 +234,37 @@ class VerifyView:
             "failure": m.failure.to_json() if m.failure else None,
             "interrupted": m.interrupted,
             "notes": m.notes,
-        "host_waits": m.host_waits,
+            "host_waits": m.host_waits,
+            "attribution": m.attribution,
+            "budget": m.budget,
             "warnings": o.warnings,
             "facts": o.facts,
+        }
+
+
+class RefusedView:
+    """A verify-train that could not run (bad input, or a worker that failed before the first
+    trial): the one line as text, and with ``--json`` a document with the failure."""
+
+    formats = (Format.text, Format.json)
+
+    def __init__(self, message: str, exit_code: int, failure=None, facts: Optional[dict] = None):
+        self.message, self.exit_code, self.failure, self.facts = message, exit_code, failure, facts
+
+    def lines(self) -> list:
+        return [Line(f"FAILED: {self.message}", "error")]
+
+    def document(self) -> dict:
+        failure = (self.failure.to_json() if self.failure is not None
+                   else {"kind": "refused", "message": self.message, "user_input": self.exit_code == 2})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "debtorch_version": __version__,
+            "command": "verify-train",
+            "exit_code": self.exit_code,
+            "verdict": f"failed: {self.message}",
+            "summary": None,
+            "failure": failure,
+            "interrupted": False,
+            "facts": self.facts,
         }

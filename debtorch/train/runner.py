@@ -27,16 +27,15 @@ import collections
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import debtorch
+from debtorch import outputs
 from debtorch.host import kill_group as host_kill_group
 from debtorch.train.worker import PROTOCOL_FD_ENV
 
@@ -100,7 +99,8 @@ class _Shim:
     """A temporary directory holding only ``debtorch -> <our package>``."""
 
     def __init__(self) -> None:
-        self.path = tempfile.mkdtemp(prefix="debtorch-worker-")
+        # Registered: removed at exit however the run ends (debtorch.outputs).
+        self.path = outputs.temporary_folder("debtorch-worker-")
         os.symlink(PACKAGE_DIR, os.path.join(self.path, "debtorch"))
 
     def env(self, base: dict) -> dict:
@@ -126,7 +126,7 @@ class _Shim:
         return path
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        outputs.remove_folder(self.path)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -202,6 +202,7 @@ class Worker:
         self._buf = b""
         self._next_id = 0
         self._stderr: Optional[_StderrTail] = None
+        self._exit_code: Optional[int] = None
 
     # -- life cycle ------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -224,6 +225,37 @@ class Worker:
 
     def start(self) -> dict:
         """Start the worker and wait for its hello (torch imported)."""
+        if self.proc is None:
+            self.spawn()
+        try:
+            msg = self._read(time.monotonic() + self.start_timeout, "starting")
+        except WorkerError as exc:
+            self.kill()
+            if exc.kind == "died" and self._exit_code is not None and self._exit_code >= 0:
+                # It exited before a word of the protocol: not a Python that runs our worker
+                # (--python /bin/true, a Python 2): what the user gave, not a failed run.
+                raise WorkerError("no_python", f"{self.python} did not start debtorch's worker ("
+                                  f"{exc.message.removeprefix('the worker ')}): is it a Python 3 interpreter "
+                                  "(--python)?") from None
+            raise
+        except BaseException:
+            self.kill()
+            raise
+        if msg.get("event") == "fatal":
+            self.kill()
+            kind = msg.get("kind", "start")
+            if kind == "no_torch":
+                raise WorkerError(kind, f"{self.python} has no torch: pip install torch in that venv")
+            raise WorkerError(kind, msg.get("message", "the worker failed to start"))
+        if msg.get("event") != "hello":
+            self.kill()
+            raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
+        self.hello = msg
+        return msg
+
+    def spawn(self) -> None:
+        """Start the worker's process without waiting for it: it imports torch (seconds) while the
+        caller does something else; :meth:`start` then waits for its hello."""
         if not os.path.exists(self.python):
             raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
         self._shim = _Shim()
@@ -245,35 +277,21 @@ class Worker:
         self._rfd = rfd
         self._stderr = _StderrTail(self.proc.stderr, self.on_stderr)
         self._stderr.start()
-        try:
-            msg = self._read(time.monotonic() + self.start_timeout, "starting")
-        except BaseException:
-            self.kill()
-            raise
-        if msg.get("event") == "fatal":
-            self.kill()
-            kind = msg.get("kind", "start")
-            if kind == "no_torch":
-                raise WorkerError(kind, f"{self.python} has no torch: pip install torch in that venv")
-            raise WorkerError(kind, msg.get("message", "the worker failed to start"))
-        if msg.get("event") != "hello":
-            self.kill()
-            raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
-        self.hello = msg
-        return msg
 
     def close(self, grace: float = 10.0) -> None:
         """Ask the worker to exit; kill its process group if it does not."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            try:
-                self._send({"op": "exit"})
-                self._read(time.monotonic() + grace, "exiting")
-                self.proc.wait(timeout=grace)
-            except (WorkerError, OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self._send({"op": "exit"})
+                    self._read(time.monotonic() + grace, "exiting")
+                    self.proc.wait(timeout=grace)
+                except (WorkerError, OSError, subprocess.TimeoutExpired):
+                    pass
+        finally:
+            self.kill()  # even when a signal interrupts the goodbye: no worker, no folder left
 
     def kill(self) -> None:
         """Kill the worker and everything it started (its process group)."""
@@ -389,10 +407,16 @@ class Worker:
                 code = None
         if self._stderr is not None:
             self._stderr.join(timeout=2)
+        self._exit_code = code
         how = _exit_text(code)
         last = self._stderr.last() if self._stderr else ""
         self.kill()
-        return WorkerError("died", f"the worker {how} while {doing}" + (f": {last}" if last else ""))
+        return WorkerError("died", f"the worker {how} while {DOING.get(doing, doing)}" + (f": {last}" if last else ""))
+
+
+# What the worker was doing, by request, for "the worker exited with status 3 while loading the workload".
+DOING = {"load": "loading the workload", "trial": "running a trial", "info": "reporting its torch and devices",
+         "host_waits": "counting host waits", "exit": "exiting"}
 
 
 def _exit_text(code: Optional[int]) -> str:
@@ -428,7 +452,7 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     if hasattr(settings, "to_dict"):
         settings = settings.to_dict()
     shim = _Shim()
-    work = tempfile.mkdtemp(prefix="debtorch-ddp-")
+    work = outputs.temporary_folder("debtorch-ddp-")
     request = {"workload": workload, "options": options or {}, "settings": settings, "steps": steps,
                "warmup": warmup, "seed": seed, "device": device, "out": work}
     req_path = os.path.join(work, "request.json")
@@ -438,6 +462,10 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     argv = [python, "-m", "torch.distributed.run", *args, f"--nproc_per_node={nproc}",
             shim.script("debtorch.train.distributed"), req_path]
     full_env = shim.env(dict(os.environ if env is None else env))
+    # torch.distributed.run makes torchelastic_* folders in the temporary directory and
+    # leaves them there: give it (and its ranks) one inside the work folder, removed after.
+    os.mkdir(os.path.join(work, "tmp"), 0o700)
+    full_env["TMPDIR"] = os.path.join(work, "tmp")
     threads = settings.get("threads")
     if threads:
         full_env["OMP_NUM_THREADS"] = str(threads)
@@ -480,7 +508,7 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
         return aggregate(results)
     finally:
         shim.remove()
-        shutil.rmtree(work, ignore_errors=True)
+        outputs.remove_folder(work)
 
 
 def _stop_launcher(proc: subprocess.Popen) -> None:

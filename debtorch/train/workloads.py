@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
@@ -107,6 +110,8 @@ def load_workload(spec: str, options: Optional[dict] = None, seed: int = 0) -> W
     torch.manual_seed(seed)
     try:
         made = func(**(options or {}))
+    except WorkloadError:
+        raise  # already one line about this workload
     except TypeError as exc:
         raise WorkloadError(f"{spec} could not be called with options {sorted(options or {})}: {_one_line(exc)}") from None
     except Exception as exc:  # noqa: BLE001
@@ -209,18 +214,20 @@ class SyntheticImages(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.latents)
 
-    def __getitem__(self, index: int):
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
+    def decode(self, index: int, g: Optional[torch.Generator] = None) -> torch.Tensor:
+        """The item's raw uint8 image (3, raw, raw), as a decoder would give it."""
+        g = g or torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
         raw = self.raw
         low = torch.einsum("l,lchw->chw", self.latents[index], self.basis)[None]
         img = F.interpolate(low, size=(raw, raw), mode="bicubic", align_corners=False)[0]
         img = img + 0.3 * torch.randn(3, raw, raw, generator=g)
-        img = (img * 40 + 128).clamp(0, 255).to(torch.uint8)
-        # Random resized crop (scale 0.6-1), square.
-        scale = 0.6 + 0.4 * float(torch.rand((), generator=g))
-        side = int(raw * math.sqrt(scale))
-        y0 = int(torch.randint(0, raw - side + 1, (), generator=g))
-        x0 = int(torch.randint(0, raw - side + 1, (), generator=g))
+        return (img * 40 + 128).clamp(0, 255).to(torch.uint8)
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
+        raw = self.raw
+        img = self.decode(index, g)
+        y0, x0, side = _crop_box(g, raw)
         crop = img[:, y0:y0 + side, x0:x0 + side].float()[None]
         out = F.interpolate(crop, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=True)[0]
         if float(torch.rand((), generator=g)) < 0.5:
@@ -233,6 +240,15 @@ class SyntheticImages(torch.utils.data.Dataset):
         out = (out - gray) * sat + gray
         out = (out / 255.0 - 0.5) / 0.25
         return out, self.targets[index]
+
+
+def _crop_box(g: torch.Generator, raw: int) -> tuple:
+    """A random resized crop's box (scale 0.6-1 of the area, square): (top, left, side)."""
+    scale = 0.6 + 0.4 * float(torch.rand((), generator=g))
+    side = int(raw * math.sqrt(scale))
+    y0 = int(torch.randint(0, raw - side + 1, (), generator=g))
+    x0 = int(torch.randint(0, raw - side + 1, (), generator=g))
+    return y0, x0, side
 
 
 class _Block(nn.Module):
@@ -272,16 +288,112 @@ def cnn(samples: int = 4096, size: int = 64, width: int = 32, batch_size: int = 
     """The built-in CNN workload (see the module docstring)."""
     if raw is None:
         raw = size * 2
-    return Workload(
-        model=SmallResNet(width=width),
-        dataset=SyntheticImages(samples=samples, size=size, raw=raw, seed=seed),
-        loss_fn=F.cross_entropy,
-        batch_size=batch_size,
-        name="builtin:cnn",
-        target_loss=1.0,
-        lr=2e-3,
-        convolutional=True,
-    )
+    return _resnet("builtin:cnn", SyntheticImages(samples=samples, size=size, raw=raw, seed=seed), width, batch_size)
+
+
+def _resnet(name: str, dataset: Any, width: int, batch_size: int) -> Workload:
+    """The small ResNet on an image dataset: builtin:cnn and builtin:images differ only in their data."""
+    return Workload(model=SmallResNet(width=width), dataset=dataset, loss_fn=F.cross_entropy, batch_size=batch_size,
+                    name=name, target_loss=1.0, lr=2e-3, convolutional=True)
+
+
+# ---------------------------------------------------------------------------
+# builtin:images: the same network, fed by decoding image files from disk
+
+
+def cache_dir() -> str:
+    """Where built-in workloads keep files they write once: $DEBTORCH_CACHE, else
+    $XDG_CACHE_HOME/debtorch, else ~/.cache/debtorch."""
+    explicit = os.environ.get("DEBTORCH_CACHE")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "debtorch")
+
+
+def _pillow():
+    try:
+        import PIL.Image  # Pillow: optional, only this workload decodes files
+    except ImportError:
+        raise WorkloadError(f"builtin:images needs Pillow in {sys.executable}: pip install pillow "
+                            "(or debtorch[torch])") from None
+    return PIL.Image
+
+
+class ImageFiles(torch.utils.data.Dataset):
+    """JPEG files on disk, decoded with Pillow in ``__getitem__`` and augmented there: a random
+    resized crop to ``size`` pixels (scale 0.6-1), a horizontal flip, normalisation.
+
+    The files are written once into ``folder`` from :class:`SyntheticImages` (the same latent
+    images and teacher labels as ``builtin:cnn``, at ``raw`` pixels); all randomness is seeded
+    by (seed, index), so an item is the same whichever process decodes it.
+    """
+
+    def __init__(self, folder: str, labels: torch.Tensor, size: int = 64, seed: int = 0):
+        self.folder, self.targets, self.size, self.seed = folder, labels, size, seed
+        self.image = _pillow()
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.folder, f"{index:06d}.jpg")
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index) + 17)
+        with self.image.open(self.path(index)) as f:
+            img = f.convert("RGB")
+        y0, x0, side = _crop_box(g, min(img.size))
+        img = img.resize((self.size, self.size), self.image.BILINEAR, box=(x0, y0, x0 + side, y0 + side))
+        if float(torch.rand((), generator=g)) < 0.5:
+            img = img.transpose(self.image.FLIP_LEFT_RIGHT)
+        out = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8).view(self.size, self.size, 3)
+        out = out.permute(2, 0, 1).float()
+        return (out / 255.0 - 0.5) / 0.25, self.targets[index]
+
+
+def write_images(source: SyntheticImages, folder: str, quality: int = 90) -> None:
+    """Write every item of ``source`` as a JPEG into ``folder``, whole or not at all: into a
+    temporary folder beside it, renamed into place (another process that got there first wins)."""
+    image = _pillow()
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".writing-", dir=parent)
+    try:
+        for i in range(len(source)):
+            hwc = source.decode(i).permute(1, 2, 0).contiguous()
+            image.frombytes("RGB", (source.raw, source.raw), _bytes(hwc)).save(os.path.join(tmp, f"{i:06d}.jpg"),
+                                                                               quality=quality)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if not os.path.isdir(folder):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    """A uint8 tensor's bytes: through numpy when torch has it, else a (slower) list."""
+    try:
+        return t.numpy().tobytes()
+    except (RuntimeError, TypeError):  # torch built without numpy support, or numpy missing
+        return bytes(t.flatten().tolist())
+
+
+def images(samples: int = 512, size: int = 64, raw: int = 448, width: int = 32, batch_size: int = 32,
+           seed: int = 0, folder: Optional[str] = None) -> Workload:
+    """The built-in data-bound workload: builtin:cnn's network on JPEG files decoded each step."""
+    _pillow()
+    source = SyntheticImages(samples=samples, size=size, raw=raw, seed=seed)
+    folder = folder or os.path.join(cache_dir(), f"images-{samples}x{raw}-seed{seed}")
+    if not os.path.isdir(folder):
+        try:
+            write_images(source, folder)
+        except OSError as exc:
+            raise WorkloadError(f"builtin:images cannot write its images into {folder}: "
+                                f"{exc.strerror or exc} (set DEBTORCH_CACHE to a writable folder)") from None
+    return _resnet("builtin:images", ImageFiles(folder, source.targets, size=size, seed=seed), width, batch_size)
 
 
 # ---------------------------------------------------------------------------
@@ -344,7 +456,7 @@ def transformer(samples: int = 4096, length: int = 64, dim: int = 128, layers: i
     )
 
 
-BUILTINS: dict = {"cnn": cnn, "transformer": transformer}
+BUILTINS: dict = {"cnn": cnn, "images": images, "transformer": transformer}
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick look: python -m debtorch.train.workloads

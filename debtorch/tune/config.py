@@ -5,9 +5,10 @@ it, environment hints, a fingerprint of the machine it was tuned on, and how
 it was chosen.  docs/tune.md lists every key.
 
 Writing uses tomlkit (python3-tomlkit in Debian 12 is 0.11.7: only its old
-API is used) and is atomic: a temporary file in the same directory, then
-``os.link`` (never replaces an existing file) or, with ``force``,
-``os.replace``.  Loading uses the standard library's tomllib, then checks
+API is used) and :mod:`debtorch.outputs` (atomic: a temporary file created
+exclusively in the same directory, then ``os.link``, which never replaces an
+existing file, or, with ``force``, ``os.replace`` over a regular file only).
+Loading uses the standard library's tomllib, then checks
 every key: an unknown key or a bad value is one line naming the file, the
 line and the key.  Nothing in a config file is ever executed or imported.
 """
@@ -16,17 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import errno
 import json
 import math
-import os
 import re
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from debtorch import __version__
+from debtorch import __version__, outputs
 from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
 
 SCHEMA_VERSION = 1
@@ -44,6 +42,7 @@ TABLE_OF = {name: table for table, names in TABLES.items() for name in names}
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
 TUNED_KEYS = ("by", "date", "debtorch_version", "device", "workload", "budget_s")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # What a setting left out of the file (None) means.
 UNSET = {
     "prefetch_factor": "PyTorch's default, 2 batches per worker",
@@ -53,7 +52,7 @@ UNSET = {
     "micro_batch": "the training script's own batch size",
     "max_lr": "the optimizer's learning rate",
 }
-TOP_LEVEL = ("schema_version",) + tuple(TABLES) + ("env", "tuned", "fingerprint")
+TOP_LEVEL = ("schema_version",) + tuple(TABLES) + ("limits", "env", "tuned", "fingerprint")
 
 
 class ConfigError(Exception):
@@ -71,6 +70,7 @@ class ConfigFile:
     total_steps: Optional[int] = None
     epochs: Optional[int] = None
     path: Optional[str] = None
+    oversubscribe: bool = False   # [limits]: the values are deliberate, whatever the machine
 
     @property
     def device(self) -> str:
@@ -107,9 +107,9 @@ def _is_num(v: Any) -> bool:
     return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
 
 
-def _int_min(lo: int) -> Callable[[Any], Optional[str]]:
+def _int_range(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
-        return None if _is_int(v) and v >= lo else f"must be an integer >= {lo}"
+        return None if _is_int(v) and lo <= v <= hi else f"must be an integer from {lo} to {hi}"
     return check
 
 
@@ -123,8 +123,10 @@ def _choice(*choices: str) -> Callable[[Any], Optional[str]]:
     return check
 
 
-def _positive(v: Any) -> Optional[str]:
-    return None if _is_num(v) and v > 0 else "must be a number > 0"
+def _positive(hi: float) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        return None if _is_num(v) and 0 < v <= hi else f"must be a number > 0 and at most {hi:g}"
+    return check
 
 
 def _fraction(v: Any) -> Optional[str]:
@@ -145,10 +147,56 @@ def _text_list(v: Any) -> Optional[str]:
     return None
 
 
+# ---------------------------------------------------------------------------
+# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use.
+# Workers, threads and processes are also bounded by the machine that runs them:
+# at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
+# processes together (processes x (1 + workers)) included, so that a typo or a
+# hostile file cannot start a storm of processes.  ``oversubscribe = true`` in
+# [limits] (tune and verify-train: --oversubscribe) lifts the machine's bound, never
+# PROCESS_MAX.  Every integer fits a signed 64-bit TOML integer.
+
+COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
+PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
+PREFETCH_MAX = 256        # batches ahead per worker: each one is held in memory
+MAX_LR = 1000.0
+BUDGET_MAX_S = 7 * 24 * 3600.0
+MACHINE_FACTOR = 4
+MACHINE_FLOOR = 32
+MACHINE_BOUND = ("num_workers", "threads", "nproc")
+
+
+def machine_limit(cpus: int) -> int:
+    """The most workers, threads or processes (each, and all processes together) a machine with
+    ``cpus`` usable CPUs is asked to run without ``oversubscribe``."""
+    return max(MACHINE_FLOOR, MACHINE_FACTOR * max(1, int(cpus)))
+
+
+def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
+    """(key, message) when ``values`` (settings fields) ask more of a machine with ``cpus``
+    usable CPUs than :func:`machine_limit`; None when they fit (or ``cpus`` is unknown)."""
+    if not cpus:
+        return None
+    limit = machine_limit(cpus)
+    why = f"at most {limit} here: {MACHINE_FACTOR} x {cpus} usable CPUs"
+    for key in MACHINE_BOUND:
+        v = values.get(key)
+        if _is_int(v) and v > limit:
+            return key, f"{v} is more than this machine can run ({why})"
+    nproc, workers = values.get("nproc") or 1, values.get("num_workers") or 0
+    if _is_int(nproc) and _is_int(workers) and nproc * (1 + workers) > limit:
+        return "num_workers", (f"{nproc} process(es) x (1 + {workers} workers) = {nproc * (1 + workers)} processes, "
+                               f"more than this machine can run ({why})")
+    return None
+
+
+OVERSUBSCRIBE_HINT = "set oversubscribe = true in [limits] to allow it deliberately"
+
+
 CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
-    "num_workers": _int_min(0),
+    "num_workers": _int_range(0, PROCESS_MAX),
     "pin_memory": _bool,
-    "prefetch_factor": _int_min(1),
+    "prefetch_factor": _int_range(1, PREFETCH_MAX),
     "persistent_workers": _bool,
     "start_method": _choice(*START_METHODS),
     "precision": _choice(*PRECISIONS),
@@ -158,27 +206,28 @@ CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
     "fused_optimizer": _bool,
     "compile": _bool,
     "non_blocking": _bool,
-    "threads": _int_min(1),
-    "nproc": _int_min(1),
+    "threads": _int_range(1, PROCESS_MAX),
+    "nproc": _int_range(1, PROCESS_MAX),
     "backend": _choice("nccl", "gloo"),
-    "micro_batch": _int_min(1),
-    "accumulation_steps": _int_min(1),
+    "micro_batch": _int_range(1, COUNT_MAX),
+    "accumulation_steps": _int_range(1, COUNT_MAX),
     "lr_schedule": _choice(*LR_SCHEDULES),
-    "max_lr": _positive,
+    "max_lr": _positive(MAX_LR),
     "pct_start": _fraction,
-    "total_steps": _int_min(1),
-    "epochs": _int_min(1),
+    "total_steps": _int_range(1, COUNT_MAX),
+    "epochs": _int_range(1, COUNT_MAX),
 }
+LIMITS_CHECKS = {"oversubscribe": _bool}
 TUNED_CHECKS = {
     "by": _choice("rules", "measured"),
     "date": _text,
     "debtorch_version": _text,
     "device": _choice("cpu", "cuda"),
     "workload": _text,
-    "budget_s": _positive,
+    "budget_s": _positive(BUDGET_MAX_S),
 }
 FINGERPRINT_CHECKS = {
-    "arch": _text, "cpu_model": _text, "usable_cpus": _int_min(1), "cpu_bf16": _text_list, "gpus": _text_list,
+    "arch": _text, "cpu_model": _text, "usable_cpus": _int_range(1, COUNT_MAX), "cpu_bf16": _text_list, "gpus": _text_list,
     "driver": _text, "python": _text, "torch": _text, "torch_cuda": _text,
 }
 
@@ -268,25 +317,29 @@ def line_of(lines: dict, dotted: str) -> int:
 # Loading
 
 
-def load_config(path: str) -> ConfigFile:
-    """Read and check a config file; raise :class:`ConfigError` (one line) when it cannot be used."""
+def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
+    """Read and check a config file; raise :class:`ConfigError` (one line) when it cannot be used.
+
+    ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
+    threads and processes (see :func:`machine_problem`); None checks the ranges only."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(4 * 1024 * 1024 + 1)
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > 4 * 1024 * 1024:
+    if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: larger than 4 MiB; not a debtorch config")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8")  # TOML is UTF-8 (toml.io, "Spec")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text") from None
-    return parse_config(text, path)
+    return parse_config(text, path, cpus)
 
 
-def parse_config(text: str, name: str = "debtorch.toml") -> ConfigFile:
-    """Check config ``text``; ``name`` is the file name used in error messages."""
+def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = None) -> ConfigFile:
+    """Check config ``text``; ``name`` is the file name used in error messages; ``cpus`` as for
+    :func:`load_config`."""
     try:
         doc = tomllib.loads(text)
     except RecursionError:
@@ -332,6 +385,12 @@ def parse_config(text: str, name: str = "debtorch.toml") -> ConfigFile:
                 raise fail(dotted, f"{err} (got {_show(value)})")
             (values if key in names else extra)[key] = value
 
+    limits = _checked_table(doc, "limits", LIMITS_CHECKS, fail)
+    oversubscribe = bool(limits.get("oversubscribe"))
+    bad = None if oversubscribe else machine_problem(values, cpus)
+    if bad:
+        key, msg = bad
+        raise fail(f"{TABLE_OF[key]}.{key}", f"{msg}; {OVERSUBSCRIBE_HINT}")
     settings = Settings(**values)
     for problem in settings.validate():
         # Settings.validate names the field first: "prefetch_factor needs num_workers > 0".
@@ -343,7 +402,8 @@ def parse_config(text: str, name: str = "debtorch.toml") -> ConfigFile:
     tuned = _checked_table(doc, "tuned", TUNED_CHECKS, fail)
     fingerprint = _checked_table(doc, "fingerprint", FINGERPRINT_CHECKS, fail)
     return ConfigFile(settings=settings, env=env, fingerprint=fingerprint, tuned=tuned,
-                      total_steps=extra.get("total_steps"), epochs=extra.get("epochs"), path=name)
+                      total_steps=extra.get("total_steps"), epochs=extra.get("epochs"), path=name,
+                      oversubscribe=oversubscribe)
 
 
 def _checked_table(doc: dict, table: str, checks: Optional[dict], fail) -> dict:
@@ -416,6 +476,12 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
                 t.add(tomlkit.comment("epochs in the run: cfg.scheduler(opt, steps_per_epoch=len(loader)) uses it"))
                 t.add("epochs", rec.epochs)
         doc.add(table, t)
+    if getattr(rec, "oversubscribe", False):
+        t = tomlkit.table()
+        t.add(tomlkit.comment("asked (--oversubscribe): workers, threads and processes beyond what this machine "
+                              f"runs well ({MACHINE_FACTOR} x its usable CPUs) are deliberate"))
+        t.add("oversubscribe", True)
+        doc.add("limits", t)
     env = tomlkit.table()
     env.add(tomlkit.comment("Environment for job scripts (`debtorch tune --emit env`); never applied by loading."))
     for name in sorted(rec.env):
@@ -440,63 +506,28 @@ def check_destination(path: str, force: bool = False) -> str:
     """Refuse a destination :func:`write_atomic` would refuse; return its directory.
 
     Raises :class:`ConfigError` (one line).  ``debtorch tune`` calls it before
-    measuring (and verify-train for ``--plot``), so that minutes of trials are
-    not lost to a bad destination.
+    measuring, so that minutes of trials are not lost to a bad destination.
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ConfigError(f"{path}: is a directory")
-    if not force and os.path.lexists(path):
-        raise ConfigError(f"{path}: exists; use --force to replace it")
-    if not os.path.isdir(directory):
-        raise ConfigError(f"{path}: cannot write: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ConfigError(f"{path}: cannot write: directory {directory} is read-only for this user")
-    return directory
+    try:
+        return outputs.check_destination(path, force)
+    except outputs.OutputError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all; never replace a file without ``force``.
-
-    Raises :class:`ConfigError` (one line) and leaves no temporary file behind.
-    """
-    directory = check_destination(path, force)
+    """Write ``text`` to ``path`` whole or not at all (:func:`debtorch.outputs.write_atomic`);
+    never replace a file without ``force``, nor anything but a regular file.  Raises :class:`ConfigError`."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".debtorch-", suffix=".toml.tmp", dir=directory)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            if force:
-                os.replace(tmp, path)
-            else:
-                try:
-                    os.link(tmp, path)  # fails if path appeared meanwhile: never overwrite
-                except FileExistsError:
-                    raise ConfigError(f"{path}: exists; use --force to replace it") from None
-                except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                        raise
-                    if os.path.lexists(path):
-                        raise ConfigError(f"{path}: exists; use --force to replace it") from None
-                    os.replace(tmp, path)  # a filesystem without hard links
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        outputs.write_atomic(path, text, force)
+    except outputs.OutputError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def write_config(path: str, rec, fingerprint: dict, tuned: dict, force: bool = False) -> str:
     """Render and write a config atomically; return the text written."""
     text = render_config(rec, fingerprint, tuned)
-    parse_config(text, path)  # what we write must load: a bug here must not reach the user's file
+    # What we write must load, on the machine it was tuned for: a bug here, or a number no
+    # config may hold, must not reach the user's file.
+    parse_config(text, path, fingerprint.get("usable_cpus"))
     write_atomic(path, text, force=force)
     return text

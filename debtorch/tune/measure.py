@@ -16,15 +16,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from debtorch.budget import Budget, Where, stopped
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
-from debtorch.train.runner import Worker, WorkerError, worker_python
+from debtorch.train.runner import START_TIMEOUT, Worker, WorkerError, WorkerTimeout, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
 
-# Below this no search can run: a worker start, a calibration and a handful of trials.
-MIN_BUDGET_S = 10.0
+# Below this no search can run: reading the machine, a worker start (importing torch), loading the
+# workload, a calibration and a handful of trials.  Checked before anything starts.
+MIN_BUDGET_S = 20.0
+TRIAL_TIMEOUT = 600.0                 # one trial, when the budget leaves more
 # The search needs room for about this many trials; trials are sized to fit.
 TRIALS_PLANNED = 45
 MIN_WINDOW_S, MAX_TRIAL_S = 0.3, 8.0   # bounds on a trial's timed window
@@ -47,6 +50,20 @@ class MeasureUsageError(MeasureError):
     user_input = True
 
 
+class TooSmall(Exception):
+    """The budget cannot pay for calibration and a few trials of this workload: about ``need``
+    more seconds after start-up would."""
+
+    def __init__(self, need: float, where: str = ""):
+        super().__init__(f"need about {need:.0f} s")
+        self.need, self.where = need, where
+
+
+class BudgetStop(MeasureError):
+    """The budget ended while the worker was busy (a workload that hangs, or one too slow for the
+    budget): the worker was killed; the message says where."""
+
+
 @dataclass
 class MeasureOptions:
     workload: str = "builtin:cnn"
@@ -54,6 +71,7 @@ class MeasureOptions:
     python: Optional[str] = None
     repeats: int = 3
     seed: int = 0
+    started: Optional[float] = None   # time.monotonic() when the command started (None: when measuring starts)
 
 
 def precisions_for(rec: Recommendation, facts) -> list:
@@ -98,13 +116,19 @@ class EngineTrials:
 
     A worker that dies in a trial (a DataLoader killed by a bus error, the
     OOM killer) is restarted for the next one; the trial counts as failed.
+    Every wait is capped by ``budget``: when it ends inside one (starting
+    the worker, loading the workload, a trial), the worker is killed and
+    :class:`BudgetStop` says where.
     """
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
-                 host: Optional[Host] = None):
+                 host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
         self._error = WorkerError
         self._worker_cls = Worker
-        self.workload, self.device, self.seed = workload, device, seed
+        self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
+        self.budget = budget or Budget(None)
+        self.where = Where(self.budget.clock)
+        self.count = 0
         self.worker = None
         try:
             self.python = worker_python(python, host or LiveHost())
@@ -118,15 +142,40 @@ class EngineTrials:
         cls = MeasureUsageError if exc.user_input else MeasureError
         return cls(str(exc))
 
+    def _wait(self, call: Callable[[float], Any], longest: float) -> Any:
+        """``call(timeout)`` with the timeout capped by the budget; BudgetStop when the budget cut it."""
+        cut = self.budget.binding(longest)
+        try:
+            return call(self.budget.cap(longest))
+        except WorkerTimeout:
+            if cut:
+                if self.worker is not None:
+                    self.worker.kill()
+                raise BudgetStop(stopped(self.budget, self.where)) from None
+            raise
+
     def _start(self) -> dict:
-        self.worker = self._worker_cls(self.python, cwd=os.getcwd())
-        self.worker.start()
-        return self.worker.load(self.workload, device=self.device, seed=self.seed)
+        self.where.doing("starting the worker (importing torch)")
+        self.worker = self._worker_cls(self.python, cwd=os.getcwd(),
+                                       start_timeout=max(0.0, self.budget.cap(START_TIMEOUT)))
+        cut = self.budget.binding(START_TIMEOUT)
+        try:
+            self.worker.start()
+        except WorkerTimeout:
+            if cut:
+                raise BudgetStop(stopped(self.budget, self.where)) from None
+            raise
+        self.where.doing(f"loading {self.workload}")
+        return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
+                                                           seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
 
     def trial(self, settings, steps: int, warmup: int) -> dict:
+        self.count += 1
+        self.where.trial(f"trial {self.count} ({settings.short()})", warmup)
         try:
-            return self.worker.trial(settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed,
-                                     sample_memory=False)
+            return self._wait(lambda timeout: self.worker.trial(
+                settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
+                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT)
         except self._error as exc:
             if exc.kind in ("died", "timeout"):
                 try:
@@ -160,11 +209,18 @@ class Trialer:
         self.batch = 1
         self.steps_for: dict = {}
         self.max_steps = CALIBRATION_STEPS
+        self.searching = False   # set by calibrate(): from then on, a trial the budget stopped is a failed trial
+        self.cut = ""            # where the budget stopped a trial of the search
 
     def run(self, settings, steps: int) -> Outcome:
         start = self.clock()
         try:
             r = self.engine.trial(settings, steps=steps, warmup=WARMUP_STEPS)
+        except BudgetStop as exc:
+            if not self.searching:
+                raise
+            self.cut = str(exc)
+            return Outcome(None, self.clock() - start, error="stopped at the end of the budget")
         except MeasureError:
             raise
         except Exception as exc:  # a failed trial is a finding, not the end of the search
@@ -188,7 +244,13 @@ class Trialer:
         warm = self.run(settings, 2)
         if warm.samples_per_s is None:
             raise MeasureError(f"the first trial failed: {warm.error}")
-        calib = self.run(settings, CALIBRATION_STEPS)
+        try:
+            calib = self.run(settings, CALIBRATION_STEPS)
+        except BudgetStop as exc:
+            # The first trial finished: the workload runs, but too slowly for this budget.  (Its
+            # one-time costs make it a poor estimate of the next, so the calibration is tried.)
+            raise TooSmall(warm.seconds * (CALIBRATION_STEPS + WARMUP_STEPS) / (2 + WARMUP_STEPS)
+                           * (2 + MIN_TRIALS), str(exc)) from None
         if calib.samples_per_s is None:
             raise MeasureError(f"the calibration trial failed: {calib.error}")
         self.batch = (settings.micro_batch or self.info.get("batch_size") or 1) * settings.accumulation_steps
@@ -199,6 +261,7 @@ class Trialer:
                                       - WARMUP_STEPS * self.step_s))
         self.steps = max(MIN_STEPS, round(window / self.step_s))
         self.max_steps = max(self.steps, round(4 * MAX_TRIAL_S / self.step_s))
+        self.searching = True
         return self.overhead + (self.steps + WARMUP_STEPS) * self.step_s
 
     def __call__(self, settings) -> Outcome:
@@ -220,26 +283,32 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
     ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
     ``info``); by default an :class:`EngineTrials` for ``opts.workload`` on ``host``
     (the live machine).
-    The budget covers everything: the worker's start, calibration, the search.
+    The budget is a wall-clock promise from ``opts.started`` (the command's
+    start): the worker's start, loading, calibration, the search and any
+    restart.  When it ends inside a trial of the search, the trial is stopped
+    and the search decides with what it has; when it ends before the search
+    (starting, loading, calibrating), :class:`BudgetStop` says where.
     """
     if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
         raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
                                 f"give at least {MIN_BUDGET_S:g} seconds")
-    t0 = clock()
+    budget = Budget(opts.budget_s, start=opts.started, clock=clock)
     own = trials is None
     if own:
-        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed, host)
+        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed, host, budget=budget)
     try:
         trialer = Trialer(trials, clock)
-        cost = trialer.calibrate(rec.settings, opts.budget_s - (clock() - t0))
-        left = opts.budget_s - (clock() - t0)
+        before = budget.spent()
+        try:
+            cost = trialer.calibrate(rec.settings, budget.left())
+        except TooSmall as small:
+            raise _too_small(opts, before, budget.spent() - before, small.need, small.where) from None
+        left = budget.left()
         if left < MIN_TRIALS * cost:
-            need = (opts.budget_s - left) + MIN_TRIALS * cost
-            raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything: a trial takes "
-                                    f"about {cost:.1f} s here; give at least {math.ceil(need)}")
+            raise _too_small(opts, before, budget.spent() - before, budget.spent() - before + MIN_TRIALS * cost)
         dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts),
                              bool(trialer.info.get("convolutional")), max_workers=rec.max_workers)
-        search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial)
+        search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial, clock=clock)
         try:
             result = search.run(rec.settings, dims)
         except RuntimeError as exc:
@@ -251,9 +320,11 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
                                     f"(trials took {took:.1f} s, calibrated {cost:.1f} s); give at least "
                                     f"{math.ceil(more)}")
         result.budget = opts.budget_s
-        result.spent = clock() - t0
+        result.spent = budget.spent()
         result.steps_per_trial = trialer.steps
         apply_result(rec, result)
+        if trialer.cut:
+            rec.notes.append(f"the search decided with what it had: {trialer.cut}")
         if rec.settings.nproc > 1:
             rec.notes.append(f"measured in one process with {rec.per_process_cpus} CPU(s), the share each of the "
                              f"{rec.settings.nproc} processes gets; verify-train --nproc measures them together")
@@ -261,6 +332,15 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
     finally:
         if own:
             trials.close()
+
+
+def _too_small(opts: MeasureOptions, startup: float, calibration: float, need: float,
+               where: str = "") -> MeasureUsageError:
+    """The budget cannot pay for this workload's calibration and a few trials: what would."""
+    cut = f" (the calibration trial was {where.split(' in ', 1)[-1].split(':')[0]} when it ended)" if where else ""
+    return MeasureUsageError(f"--budget {opts.budget_s:g} is too small for this workload: {startup:.0f} s went to "
+                             f"start-up, {calibration:.0f} s to its first trials{cut}; give at least "
+                             f"{math.ceil(startup + need)}")
 
 
 def _one_line(x: Any) -> str:

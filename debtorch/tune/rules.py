@@ -23,6 +23,7 @@ from typing import Any, Optional
 from debtorch.machine import Machine
 from debtorch.units import human_bytes as human
 from debtorch.train.settings import Settings
+from debtorch.tune.config import COUNT_MAX, PROCESS_MAX, machine_problem
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -107,6 +108,16 @@ class Request:
     model: Optional[str] = None           # "conv", "transformer", "other"; None: unknown
     nproc: Optional[int] = None           # processes per machine; None: one per usable GPU
     batch_bytes: Optional[int] = None     # bytes of one batch in shared memory, when known
+    oversubscribe: bool = False           # processes beyond the machine's bound are deliberate
+
+    def check(self) -> None:
+        """Raise :class:`RequestError` for a number outside its range (docs/tune.md, "Bounds"):
+        before the machine is read, so that a typo costs no probing."""
+        for name, v, hi in (("--global-batch", self.global_batch, COUNT_MAX), ("--micro-batch", self.micro_batch, COUNT_MAX),
+                            ("--epochs", self.epochs, COUNT_MAX), ("--steps", self.steps, COUNT_MAX),
+                            ("--nproc", self.nproc, PROCESS_MAX)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi):
+                raise RequestError(f"{name} must be an integer from 1 to {hi} (got {v!r})")
 
 
 @dataclass
@@ -125,6 +136,7 @@ class Recommendation:
     chosen_by: str = "rules"                         # "rules" or "measured"
     max_workers: Optional[int] = None                # bound from /dev/shm and RLIMIT_NOFILE, if any
     per_process_cpus: int = 1                        # usable CPUs / processes
+    oversubscribe: bool = False                      # asked: beyond the machine's bound (the config's [limits])
 
     def set(self, name: str, value: Any, rule: str, text: str) -> None:
         if rule not in RULES:
@@ -168,8 +180,9 @@ def recommend(facts, request: Optional[Request] = None) -> Recommendation:
         raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
     if req.device is not None and req.device not in ("cpu", "cuda"):
         raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
+    req.check()
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    rec = Recommendation(settings=Settings())
+    rec = Recommendation(settings=Settings(), oversubscribe=req.oversubscribe)
     _device(rec, m, req)
     _processes(rec, m, req)
     _workers(rec, m, req)
@@ -224,6 +237,9 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
         backend, why = "gloo", "gloo, PyTorch's CPU collective backend"
     if nproc < 1:
         raise RequestError(f"nproc must be >= 1 (got {nproc})")
+    bad = None if req.oversubscribe else machine_problem({"nproc": nproc}, m.cpus.usable)
+    if bad:
+        raise RequestError(f"--nproc {bad[1]}; give --oversubscribe to ask for it deliberately")
     if nproc > 1:
         text += f"; {why}"
     rec.set("nproc", nproc, "tune.R020", text)
@@ -368,7 +384,8 @@ def _threads(rec: Recommendation, m: Machine) -> None:
     """tune.R022 and R025."""
     nproc, workers = rec.settings.nproc, rec.settings.num_workers
     threads = max(1, rec.per_process_cpus - workers)
-    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) fit {m.cpus.note}"
+    verb = "fit" if nproc * (threads + workers) <= m.cpus.usable else "share"
+    text = f"{nproc} process(es) x ({threads} thread(s) + {workers} worker(s)) {verb} {m.cpus.note}"
     quota, affinity = m.cpus.quota, m.cpus.affinity
     if quota is not None and affinity and quota < affinity:
         text += f"; PyTorch would start {affinity} threads but the cgroup allows {quota:g} CPUs"
@@ -445,9 +462,16 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
         rec.set("accumulation_steps", acc, "tune.R023", text)
         rec.global_batch = acc * per_step
     elif g is not None:
+        if g < nproc:
+            raise RequestError(f"--global-batch {g} is smaller than one sample per process ({nproc} processes)")
         micro = math.ceil(g / nproc)
-        rec.set("micro_batch", micro, "tune.R023", f"--global-batch {g} / {nproc} process(es); if it does not fit "
-                "in memory, give --micro-batch and accumulate")
+        text = f"--global-batch {g} / {nproc} process(es)"
+        if micro * nproc != g:
+            text += f" (gives {micro * nproc}, the nearest reachable)"
+            rec.notes.append(f"tune.R023: global batch {g} is not a multiple of {nproc} process(es); "
+                             f"using {micro * nproc}")
+        rec.set("micro_batch", micro, "tune.R023", text + "; if it does not fit in memory, give --micro-batch "
+                "and accumulate")
         rec.set("accumulation_steps", 1, "tune.R023", "no --micro-batch: each step is one micro-batch")
         rec.global_batch = micro * nproc
     else:

@@ -27,6 +27,8 @@ import contextlib
 import warnings
 from typing import Any, Optional
 
+from debtorch.host import LiveHost, Unavailable
+from debtorch.train import apply
 from debtorch.tune.config import ConfigFile, load_config
 from debtorch.tune import fingerprint as fp_mod
 
@@ -35,15 +37,6 @@ _warned = False  # the fingerprint warning is given once per process
 
 class FingerprintWarning(UserWarning):
     """The config was tuned on a different machine or environment."""
-
-
-def _device_type(device: Any) -> str:
-    if device is None:
-        return "cpu"
-    kind = getattr(device, "type", None)
-    if kind is not None:
-        return str(kind)
-    return str(device).split(":", 1)[0]
 
 
 class Config:
@@ -103,30 +96,24 @@ class Config:
         return kw
 
     def to_device(self, tensor: Any, device: Any) -> Any:
-        """``tensor.to(device)``: non-blocking from pinned memory; 4-D inputs channels_last when set."""
+        """``tensor.to(device)``: non-blocking from pinned memory; 4-D inputs channels_last when set
+        (tuples, lists and dicts of tensors too)."""
         import torch
 
-        kw: dict = {"non_blocking": bool(self.settings.non_blocking and _device_type(device) == "cuda")}
-        if self.settings.channels_last and getattr(tensor, "dim", lambda: 0)() == 4:
-            kw["memory_format"] = torch.channels_last
-        return tensor.to(device, **kw)
+        return apply.to_device(torch, self.settings, tensor, device)
 
     # -- precision -------------------------------------------------------
     def autocast(self, device: Any = None):
         """A context manager: autocast to bf16 or fp16 as set, nothing for fp32."""
         import torch
 
-        precision = self.settings.precision
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return torch.autocast(device_type=_device_type(device or self.device), dtype=dtype)
+        return apply.autocast(torch, self.settings, apply.device_type(device or self.device))
 
     def scaler(self, device: Any = None):
         """A GradScaler, enabled only for fp16 (otherwise a no-op with the same methods)."""
         import torch
 
-        kind = _device_type(device or self.device)
+        kind = apply.device_type(device or self.device)
         enabled = self.settings.precision == "fp16"
         if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
             return torch.amp.GradScaler(kind, enabled=enabled)
@@ -137,27 +124,13 @@ class Config:
         """Apply TF32, cudnn.benchmark and the thread count; return what was set."""
         import torch
 
-        s = self.settings
-        done: dict = {}
-        torch.set_float32_matmul_precision("high" if s.tf32 else "highest")
-        torch.backends.cudnn.allow_tf32 = bool(s.tf32)
-        done["tf32"] = bool(s.tf32)
-        torch.backends.cudnn.benchmark = bool(s.cudnn_benchmark)
-        done["cudnn_benchmark"] = bool(s.cudnn_benchmark)
-        if s.threads is not None:
-            torch.set_num_threads(s.threads)
-            done["threads"] = s.threads
-        return done
+        return apply.configure(torch, self.settings)
 
     def prepare_model(self, model: Any) -> Any:
         """The model in channels_last memory format and compiled, as the config says."""
         import torch
 
-        if self.settings.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        if self.settings.compile:
-            model = torch.compile(model)
-        return model
+        return apply.prepare_model(torch, self.settings, model)
 
     def optimizer_kwargs(self) -> dict:
         """``{"fused": True}`` when the config asks for a fused optimizer (Adam, AdamW, SGD)."""
@@ -212,13 +185,23 @@ def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
     return diffs
 
 
+def _usable_cpus() -> Optional[int]:
+    """The CPUs this process may use (its affinity), through the one door to the machine."""
+    try:
+        return len(LiveHost().affinity()) or None
+    except Unavailable:
+        return None
+
+
 def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True) -> Config:
     """Load a config written by ``debtorch tune --write``.
 
     Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
-    key) when the file cannot be used.
+    key) when the file cannot be used, including workers, threads or processes
+    beyond what this machine runs (a few times its usable CPUs; ``oversubscribe =
+    true`` in ``[limits]`` allows them, docs/tune.md "Bounds").
     """
-    cfg = Config(load_config(path))
+    cfg = Config(load_config(path, cpus=_usable_cpus()))
     if warn_on_mismatch:
         check_fingerprint(cfg)
     return cfg

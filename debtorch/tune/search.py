@@ -51,7 +51,9 @@ Strategy (docs/tune.md, "Measurement"):
   fastest other settings measured) beyond noise, the result says so
   (``within_noise``, ``runner_up``), and the reasons written to the config
   say "within noise of ...", instead of naming one winner as measured.
-* Every trial's cost is counted; no trial starts that the budget cannot pay.
+* Every trial's cost is counted (with a ``clock``, the wall-clock time since
+  the search started: restarts of a worker and bookkeeping too); no trial
+  starts that the budget cannot pay.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from debtorch import stats
 from debtorch.train.settings import Settings
 
 
@@ -292,8 +295,32 @@ class Result:
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
 
     def median(self, s: Settings) -> Optional[float]:
-        vals = [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
+        vals = self.samples(s)
         return statistics.median(vals) if vals else None
+
+    def samples(self, s: Settings) -> list:
+        return [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
+
+    def contributions(self) -> list:
+        """What each changed choice contributes where the search ended: the chosen settings over the
+        same with that choice back at the rules' value, when the search measured that point (no
+        extra trial: the ratio of medians with its interval, unpaired).  (dimension, words, Estimate
+        or None when that point was not measured)."""
+        out = []
+        for name, choice in self.choices.items():
+            fields = choice.fields or (name,)
+            if not choice.measured or all(getattr(self.best, f) == getattr(self.start, f) for f in fields):
+                continue
+            back = dict.fromkeys(fields)
+            if "num_workers" in fields and not self.start.num_workers:
+                back.update(dict.fromkeys(("prefetch_factor", "persistent_workers", "start_method")))
+            without = self.best.replace(**{f: getattr(self.start, f) for f in back})
+            words = ", ".join(f"{f}={getattr(self.best, f)}" for f in fields
+                              if getattr(self.best, f) != getattr(self.start, f))
+            mine, theirs = self.samples(self.best), self.samples(without)
+            est = stats.compare(mine, theirs, paired=False) if mine and theirs else None
+            out.append((name, f"{words} (rules: {without.short()})", est))
+        return out
 
     def close_call(self) -> str:
         """'' when the choice leads beyond noise, else 'within noise of <settings> (<median> samples/s)'."""
@@ -332,7 +359,7 @@ class Search:
     def __init__(self, trial: TrialFn, budget_s: float, repeats: int = 3, max_repeats: int = 7,
                  min_gain: float = 0.03, z: float = 2.0,
                  on_trial: Optional[Callable[[Trial, float, float], None]] = None, passes: int = 2,
-                 interactions: bool = True, top: int = 3):
+                 interactions: bool = True, top: int = 3, clock: Optional[Callable[[], float]] = None):
         self.trial_fn = trial
         self.budget = float(budget_s)
         self.repeats = max(2, repeats)
@@ -351,7 +378,9 @@ class Search:
         self.ranking: dict = {}   # dimension name -> its values, fastest first, where it was last raced
         self.found: list = []     # interacting pairs of dimension names
         self.best: Optional[Settings] = None   # the best settings decided so far
-        self.spent = 0.0
+        self.spent = 0.0          # seconds: by ``clock`` from the start when given, else the trials' own
+        self.clock = clock
+        self.t0 = clock() if clock is not None else 0.0
         self.phase = "start"
 
     # -- measuring ---------------------------------------------------------
@@ -367,7 +396,8 @@ class Search:
         if self.trials and self.spent + self._cost_estimate(s) > self.budget:
             raise BudgetSpent()
         out = self.trial_fn(s)
-        self.spent += max(0.0, out.seconds)
+        # With a clock, whatever happens between trials (a worker restarted after it died) counts too.
+        self.spent = self.clock() - self.t0 if self.clock is not None else self.spent + max(0.0, out.seconds)
         t = Trial(len(self.trials) + 1, self.phase, s, out.samples_per_s, out.seconds, out.data_wait, out.error)
         self.trials.append(t)
         self.known[key(s)] = s

@@ -34,6 +34,7 @@ import statistics
 from typing import Optional
 
 from debtorch import stats
+from debtorch.train.settings import Settings
 
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
@@ -123,6 +124,86 @@ def scaling(multi: list, single: list, nproc: int) -> dict:
     return stats.share(_sps(multi), _sps(single), scale=max(1, nproc or 1), paired=False).to_dict("efficiency")
 
 
+# ---------------------------------------------------------------------------
+# Attribution: what each change of the tuned settings contributes (STYLE.md 9; issue 11 item 3)
+
+# The settings a config changes, in groups that are taken out of tuned one at a time ("tuned
+# without X": X's fields back at the baseline's values), measured in the same interleaved rounds.
+# The schedule changes no throughput: it is attributed by a convergence run of tuned with the
+# baseline's schedule (time to target with the same recipe).
+GROUPS = (
+    ("precision", ("precision", "tf32")),
+    ("loader", ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "start_method",
+                "non_blocking")),
+    ("threads", ("threads",)),
+    ("channels_last", ("channels_last",)),
+    ("fused optimizer", ("fused_optimizer",)),
+    ("kernels", ("cudnn_benchmark", "compile")),
+    ("batch", ("micro_batch", "accumulation_steps")),
+)
+SCHEDULE = ("lr_schedule", "max_lr", "pct_start")
+
+
+def _word(name: str, value) -> str:
+    if isinstance(value, bool):
+        return f"{name} {'on' if value else 'off'}"
+    return f"{name} {value if value is not None else 'unset'}"
+
+
+def change_words(baseline: dict, tuned: dict, fields: tuple) -> str:
+    """'precision bf16', 'num_workers 2, prefetch_factor 2, ...': what tuned sets differently."""
+    return ", ".join(_word(f, tuned.get(f)) for f in fields if tuned.get(f) != baseline.get(f))
+
+
+def _key(s: dict) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in s.items()))
+
+
+def attribution_plan(baseline: dict, tuned: dict, default_threads: Optional[int] = None) -> list:
+    """One entry per group of settings that tuned changes: ``group``, ``change`` (in words),
+    and either ``arm`` (the arm that runs tuned without it: ``without <group>``, or
+    ``baseline`` when it is the only change) with its ``settings``, or a ``note`` saying why
+    nothing needs measuring (threads at PyTorch's own count here)."""
+    out, arms = [], {_key(baseline): "baseline", _key(tuned): "tuned"}
+    for group, fields in GROUPS:
+        words = change_words(baseline, tuned, fields)
+        if not words:
+            continue
+        entry = {"group": group, "change": words}
+        if (group == "threads" and baseline.get("threads") is None and default_threads
+                and tuned.get("threads") == default_threads):
+            entry["note"] = f"{default_threads} threads is PyTorch's own choice here: nothing changes"
+            out.append(entry)
+            continue
+        without = {**tuned, **{f: baseline.get(f) for f in fields}}
+        if Settings.from_dict(without).validate():
+            entry["note"] = "cannot be taken out alone (the other settings need it)"
+            out.append(entry)
+            continue
+        arm = arms.setdefault(_key(without), f"without {group}")
+        entry.update(arm=arm, settings=without)
+        out.append(entry)
+    return out
+
+
+def schedule_change(baseline: dict, tuned: dict) -> str:
+    """'lr_schedule onecycle, ...' when tuned's learning-rate schedule differs from the baseline's."""
+    return change_words(baseline, tuned, SCHEDULE)
+
+
+def attribution(plan: list, trials: dict) -> list:
+    """The plan's entries with what each group contributes: tuned over tuned-without-it, paired
+    by round (a ratio with its interval and verdict, like the speed-up)."""
+    out = []
+    tuned = trials.get("tuned") or []
+    for entry in plan:
+        e = {k: v for k, v in entry.items() if k != "settings"}
+        if entry.get("arm"):
+            e.update(stats.compare(_sps(tuned), _sps(trials.get(entry["arm"]) or [])).to_dict("ratio"))
+        out.append(e)
+    return out
+
+
 DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while something else held the machine
 
 
@@ -197,6 +278,11 @@ def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
         if not _finite(a[i]) and _finite(r[i]):
             out.update(diverged=True, step=i + 1,
                        reason=f"{precision} loss became non-finite at step {i + 1} (fp32: {r[i]:.3g})")
+            return out
+        if not _finite(r[i]):
+            # fp32 itself diverged: nothing to compare AMP with (the run's failure says so).
+            out.update(diverged=None, step=i + 1,
+                       reason=f"the fp32 loss became non-finite at step {i + 1}: no curve to compare with")
             return out
     if n < 2 * SMOOTH:
         out.update(diverged=None, reason=f"only {n} steps to compare")
@@ -277,7 +363,11 @@ def verdict(summary: dict) -> str:
         rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
                if sp.get("low") is not None
                else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
-        parts.append(f"speed-up inconclusive ({rng}; {stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))})")
+        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))
+        more, round_s, spent = sp.get("more_rounds"), summary.get("round_s"), summary.get("spent_s")
+        if more is not None and more <= 100 and round_s and spent is not None:
+            hint += f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
+        parts.append(f"speed-up inconclusive ({rng}; {hint})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
                      + (f"{base['samples_per_s']:.1f}" if base.get("samples_per_s") else "-") + " samples/s, tuned "
@@ -302,6 +392,9 @@ def verdict(summary: dict) -> str:
     amp = conv.get("amp")
     if amp and amp.get("diverged"):
         parts.append(f"AMP DIVERGED: {amp['reason']}")
+    bad = summary.get("nonfinite_loss") or []
+    if bad:
+        parts.append(f"LOSS NOT FINITE in {len(bad)} run(s), first {bad[0]['run']} at step {bad[0]['step']}")
     if summary.get("scaling") and summary["scaling"].get("efficiency") is not None:
         sc = summary["scaling"]
         if sc.get("verdict") in RESULTS:
@@ -312,6 +405,28 @@ def verdict(summary: dict) -> str:
     if summary.get("interrupted"):
         line = "interrupted, so far: " + line
     return line
+
+
+def nonfinite_losses(m) -> list:
+    """Every run whose loss became NaN or infinite: ``{"run", "step", "precision"}`` (1-based step,
+    warm-up included), in the order they ran: the trials, then the convergence runs, then the ranks."""
+    out = []
+
+    def look(label: str, result: Optional[dict], settings: Optional[dict]) -> None:
+        step = (result or {}).get("nonfinite_loss_step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            out.append({"run": label, "step": step + 1, "precision": (settings or {}).get("precision", "fp32")})
+
+    for arm in ARMS:
+        for i, r in enumerate(m.trials.get(arm) or []):
+            look(f"round {i + 1}: {arm.replace('_', ' ')}", r, m.baseline if arm.startswith("baseline") else m.tuned)
+    for name, r in (m.converge or {}).items():
+        look(f"convergence: {name}", r, m.reference if name == "reference" else
+             m.baseline if name == "baseline" else m.tuned)
+    for i, d in enumerate(m.ddp or []):
+        for r in d.get("ranks") or []:
+            look(f"{d.get('nproc')} processes, run {i + 1}, rank {r.get('rank', 0)}", r, m.ddp_settings)
+    return out
 
 
 CONVERGE_KEYS = ("target_loss", "target_step", "time_to_target_s", "steps", "steps_requested", "warmup_steps",
@@ -336,7 +451,8 @@ def summary(m) -> dict:
     if conv:
         target = next((c.get("target_loss") for c in conv.values() if c.get("target_loss") is not None), None)
         c = {"target_loss": target, "baseline": _converge_view(conv.get("baseline")),
-             "tuned": _converge_view(conv.get("tuned")), "reference": None, "amp": None}
+             "tuned": _converge_view(conv.get("tuned")), "same_schedule": _converge_view(conv.get("same_schedule")),
+             "schedule": schedule_change(m.baseline or {}, m.tuned or {}) or None, "reference": None, "amp": None}
         precision = (m.tuned or {}).get("precision", "fp32")
         ref_name = "reference" if "reference" in conv else "baseline"
         if m.reference is not None and conv.get("tuned") and conv.get(ref_name):
@@ -359,6 +475,12 @@ def summary(m) -> dict:
             "one_process_gpu_util": arms["tuned"]["gpu_util"],
             **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
+    out["nonfinite_loss"] = nonfinite_losses(m)
+    out["attribution"] = attribution(m.attribution, m.trials)
+    out["rounds"] = (m.budget or {}).get("rounds")
+    out["rounds_stopped"] = (m.budget or {}).get("stopped")
+    out["round_s"] = (m.budget or {}).get("round_s")
+    out["spent_s"] = (m.budget or {}).get("spent_s")
     out["disturbed_rounds"] = disturbed_rounds(m.trials)
     out["interrupted"] = m.interrupted
     out["failed"] = m.failure.line() if m.failure else None

@@ -83,6 +83,22 @@ def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Fai
     return fail
 
 
+def nonfinite_loss(events: list) -> Failure:
+    """The failure of a run whose loss became NaN or infinite (``events``: analysis.nonfinite_losses).
+
+    Never a healthy result: the speeds were measured on a model that no longer learns."""
+    first = events[0]
+    precisions = {e["precision"] for e in events}
+    if "fp32" not in precisions:  # only the mixed-precision runs diverged
+        fix = (f"train in fp32 (precision = \"fp32\" in [compute] of the config), or fp16 with its GradScaler; "
+               f"{'/'.join(sorted(precisions))} loses range on this workload")
+    else:
+        fix = "the loss diverges whatever the settings: lower the learning rate, check the data and the loss function"
+    more = f" (and in {len(events) - 1} more run(s))" if len(events) > 1 else ""
+    return Failure(kind="nonfinite_loss", message=f"the loss became non-finite (NaN or infinite) at step "
+                   f"{first['step']}{more}", phase=first["run"], fix=fix, detail={"runs": events})
+
+
 def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict],
                 stopped: Optional[str] = None) -> str:
     """One line for an out-of-memory, with what fits when a smaller micro-batch was found.

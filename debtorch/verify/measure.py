@@ -6,22 +6,31 @@ every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
 run goes through :func:`debtorch.train.runner.launch_distributed`
 (``torch.distributed.run``).  The loop is the engine's: nothing here trains.
 
-The plan (docs/verify-train.md):
+The plan (docs/verify-train.md), all within ``budget_s`` (a wall-clock
+promise from the command's start, :mod:`debtorch.budget`):
 
-0. One short trial of baseline and of tuned, not counted: a fresh worker's
-   first trial pays one-time costs its warm-up steps do not absorb.
-1. ``repeats`` interleaved rounds.  Each round runs baseline, tuned and
-   tuned with the bare loop (their order swapped every other round), then
-   the compute-only bound of each (batches already in memory).  Every trial
-   is a fresh copy of the model, ``warmup`` steps excluded from its timed
+0. One short trial of each settings to be measured, not counted: a fresh
+   worker's first trial pays one-time costs its warm-up steps do not absorb.
+1. Interleaved rounds, at least ``repeats``, more until the speed-up's
+   interval resolves or the budget (less what the later steps need) is spent
+   (:func:`debtorch.stats.adaptive_rounds`).  Each round runs baseline,
+   tuned, tuned with the bare loop and, for attribution, tuned without each
+   group of changed settings (their order rotating every round), then the
+   compute-only bound of each (batches already in memory).  Every trial is
+   a fresh copy of the model, ``warmup`` steps excluded from its timed
    window of ``steps``.
 2. With ``--profile DIR``, a few tuned steps under torch.profiler.
 3. Convergence runs: baseline and tuned from the same weights on the same
    batches until the running-mean loss falls below the target (at most
-   ``converge_steps`` optimizer steps); when tuned uses AMP, an fp32
-   reference with tuned's other settings (or the baseline run, when it
-   trains the same curve) to compare the loss curves.
+   ``converge_steps`` optimizer steps, fewer when the budget cannot pay
+   for them); tuned with the baseline's schedule (the same recipe: speed
+   and schedule apart); when tuned uses AMP, an fp32 reference with tuned's
+   other settings (or the baseline run, when it trains the same curve) to
+   compare the loss curves.
 4. With more than one process, the tuned run under torch.distributed.run.
+
+When the budget ends inside a trial, its worker is killed; the run keeps
+the rounds completed (a failure when none was), and says where it stopped.
 
 Everything measured is kept in a :class:`Measured` as it arrives, so that a
 failure or Ctrl-C still reports what was measured so far.
@@ -32,21 +41,31 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from debtorch import stats
+from debtorch.budget import Budget, Where, stopped
 from debtorch.lint.measured import static_result
 from debtorch.train import runner
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
 
-# --quick: the real path, in seconds (CI).  Built-in workloads also shrink.
-QUICK = {"steps": 3, "warmup": 1, "converge_steps": 12, "profile_steps": 2}
+# --quick: the real path, in seconds (CI): few steps, no attribution, a 13 s budget (the command
+# ends within 15 s, Python's own start-up included).  Built-in workloads also shrink.
+QUICK = {"steps": 3, "warmup": 1, "converge_steps": 12, "profile_steps": 2, "budget_s": 13.0, "attribution": False,
+         "max_rounds": 5}
+DEFAULT_BUDGET_S = 300.0   # a full run: rounds, attribution and convergence runs in five minutes
+AFTER_SHARE = 0.5          # the rounds keep at least half the budget left when they start
+MIN_CONVERGE = 10          # a convergence run shorter than this compares nothing (two running means)
 QUICK_OPTIONS = {
     "builtin:cnn": {"samples": 128, "size": 16, "raw": 32, "width": 8, "batch_size": 8},
     "builtin:transformer": {"samples": 128, "length": 16, "dim": 32, "layers": 1, "batch_size": 8},
+    "builtin:images": {"samples": 64, "size": 16, "raw": 48, "width": 8, "batch_size": 8},
 }
 MIN_REPEATS = 3
 
@@ -60,7 +79,11 @@ class Plan:
     device: Optional[str] = None                  # None: the worker's choice (cuda when it has one)
     steps: int = 20                               # timed optimizer steps per trial
     warmup: int = 3                               # untimed steps before them
-    repeats: int = 3                              # interleaved rounds (at least 3)
+    repeats: int = 3                              # interleaved rounds, at least (more until the speed-up resolves)
+    max_rounds: int = 30                          # interleaved rounds, at most
+    budget_s: Optional[float] = DEFAULT_BUDGET_S  # wall-clock seconds for everything (None: no limit)
+    started: Optional[float] = None               # time.monotonic() at the command's start (None: at Verifier())
+    attribution: bool = True                      # tuned without each changed group, in the same rounds
     converge_steps: int = 400                     # cap of a convergence run (0: no convergence runs)
     target_loss: Optional[float] = None           # None: the workload's target_loss
     seed: int = 0
@@ -95,6 +118,8 @@ class Plan:
             errs.append("--nproc must be >= 1")
         if self.target_loss is not None and not (math.isfinite(self.target_loss)):
             errs.append("--target-loss must be a finite number")
+        if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            errs.append("--budget must be a positive number of seconds")
         return errs
 
     def to_json(self) -> dict:
@@ -112,7 +137,9 @@ class Measured:
     baseline: dict = field(default_factory=dict)     # settings
     tuned: dict = field(default_factory=dict)
     reference: Optional[dict] = None                 # fp32 reference settings, when AMP is compared
-    trials: dict = field(default_factory=lambda: {arm: [] for arm in analysis.ARMS})
+    trials: dict = field(default_factory=lambda: {arm: [] for arm in analysis.ARMS})  # and "without <group>" arms
+    attribution: list = field(default_factory=list)  # analysis.attribution_plan: what each arm takes out of tuned
+    budget: dict = field(default_factory=dict)       # budget_s, spent_s, rounds, stopped, converge_cap
     converge: dict = field(default_factory=dict)     # baseline / tuned / reference -> trial
     ddp: list = field(default_factory=list)          # launch_distributed results
     ddp_settings: Optional[dict] = None
@@ -127,7 +154,8 @@ class Progress:
     """What the command's progress bar is told; this base class shows nothing."""
 
     def plan(self, total_steps: int) -> None:
-        """The number of optimizer steps the whole plan will run (warm-up included)."""
+        """The number of optimizer steps the whole plan will run (warm-up included); told again when
+        rounds are added."""
 
     def begin(self, label: str, steps: int) -> None:
         """A trial of ``steps`` optimizer steps starts."""
@@ -157,22 +185,32 @@ class _Job:
 class Verifier:
     """Runs a :class:`Plan` in one worker; use as a context manager.
 
-    ``worker_factory(python, cwd=..., timeout=...)`` makes the worker
-    (:class:`debtorch.train.runner.Worker`); ``launcher`` is
+    ``worker_factory(python, cwd=..., timeout=..., start_timeout=...)`` makes
+    the worker (:class:`debtorch.train.runner.Worker`); ``launcher`` is
     :func:`debtorch.train.runner.launch_distributed`.  ``facts`` (the
-    machine's, for the doctor's /dev/shm check) is optional.
+    machine's, for the doctor's /dev/shm check) is optional; ``clock`` is
+    the budget's (a fake one in tests).
     """
 
     def __init__(self, plan: Plan, facts: Optional[dict] = None, progress: Optional[Progress] = None,
-                 worker_factory: Optional[Callable] = None, launcher: Optional[Callable] = None):
+                 worker_factory: Optional[Callable] = None, launcher: Optional[Callable] = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()
         self._factory = worker_factory or runner.Worker
         self._launch = launcher or runner.launch_distributed
         self._error = runner.WorkerError
+        self.clock = clock
+        self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
+        self.where = Where(clock)
         self.worker = None
         self.measured = Measured(plan=plan.to_json())
+        self._arms: dict = {}       # arm -> settings of the interleaved rounds
+        self._costs: list = []      # (clock seconds, steps run) of every trial, for estimates
+        self._started_s = 0.0       # what starting the worker and loading took
+        self._planned = 0           # optimizer steps told to the progress bar
+        self._current: Optional[_Job] = None   # the trial running (the one a failure is about)
 
     # -- life cycle --------------------------------------------------------
     def __enter__(self) -> "Verifier":
@@ -190,51 +228,138 @@ class Verifier:
         """Start the worker and load the workload; return its description.
 
         Raises :class:`debtorch.train.runner.WorkerError` (no torch, a workload
-        that cannot be imported, a device this torch cannot use).
+        that cannot be imported, a device this torch cannot use; kind
+        ``budget`` when the budget ended first).
         """
         p = self.plan
-        self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout)
-        self.worker.start()
-        self.measured.worker = self.worker.info()
-        self.measured.workload = self.worker.load(p.workload, device=p.device, options=p.options, seed=p.seed)
+        t0 = self.clock()
+        if self.worker is None:
+            self.spawn()
+        self.where.doing("starting the worker (importing torch)")
+        self.worker.start_timeout = self.budget.cap(runner.START_TIMEOUT)
+        self._bounded(self.worker.start, runner.START_TIMEOUT)
+        self.measured.worker = self._request("info")
+        self.where.doing(f"loading {p.workload}")
+        self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
+                                               seed=p.seed)
         self.measured.device = self.measured.workload.get("device")
+        self._started_s = self.clock() - t0
         return self.measured.workload
 
-    # -- the plan ----------------------------------------------------------
-    def jobs(self, baseline: Settings, tuned: Settings) -> list:
-        """The single-process trials, in the order they run (see the module doc)."""
+    def spawn(self) -> None:
+        """Start the worker's process without waiting for it (it imports torch meanwhile);
+        :meth:`start` waits for it.  A worker without ``spawn`` starts in :meth:`start`."""
         p = self.plan
-        base, tune = _one_process(baseline), _one_process(tuned)
-        # A fresh worker's first trial of each settings pays one-time costs (lazy imports, kernel
-        # creation) that its warm-up steps do not absorb: one short trial each, not counted.
-        out = [_Job("warming up: baseline", "prime", base, "instrumented", 1, max(1, p.warmup)),
-               _Job("warming up: tuned", "prime", tune, "instrumented", 1, max(1, p.warmup))]
-        for r in range(p.repeats):
-            pair = [_Job(f"round {r + 1}/{p.repeats}: tuned", "tuned", tune, "instrumented", p.steps, p.warmup),
-                    _Job(f"round {r + 1}/{p.repeats}: tuned, bare loop", "tuned_bare", tune, "bare", p.steps, p.warmup)]
-            if r % 2:
-                pair.reverse()
-            out.append(_Job(f"round {r + 1}/{p.repeats}: baseline", "baseline", base, "instrumented", p.steps, p.warmup))
-            out.extend(pair)
-            out.append(_Job(f"round {r + 1}/{p.repeats}: baseline, compute only", "baseline_bound", base,
-                            "compute_only", p.steps, p.warmup))
-            out.append(_Job(f"round {r + 1}/{p.repeats}: tuned, compute only", "tuned_bound", tune,
-                            "compute_only", p.steps, p.warmup))
-        if p.profile_dir:
-            out.append(_Job("profile: tuned", "profile", tune, "instrumented", max(2, p.profile_steps), 1,
-                            {"profile_dir": os.path.abspath(p.profile_dir)}))
-        if p.converge_steps > 0 and self._target() is not None:
-            cap = max(1, p.converge_steps - p.warmup)
-            stop = {"stop_at_target": True, "target_loss": self._target()}
-            out.append(_Job("convergence: baseline", "converge:baseline", base, "instrumented", cap, p.warmup, stop))
-            out.append(_Job("convergence: tuned", "converge:tuned", tune, "instrumented", cap, p.warmup, stop))
-            ref = self.reference(base, tune)
-            if ref is not None:
-                self.measured.reference = ref.to_dict()
-                if not self._baseline_is_reference(base, ref):
-                    out.append(_Job("convergence: fp32 reference", "converge:reference", ref, "instrumented",
-                                    cap, p.warmup, stop))
+        self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout,
+                                    start_timeout=self.budget.cap(runner.START_TIMEOUT))
+        if hasattr(self.worker, "spawn"):
+            self.worker.spawn()
+
+    # -- the budget ----------------------------------------------------------
+    def _bounded(self, call: Callable[[], Any], longest: float) -> Any:
+        """``call()``, whose own limit is ``longest`` seconds (or the budget's, when less): a timeout
+        the budget caused becomes a WorkerError of kind ``budget`` that says where it stopped."""
+        cut = self.budget.binding(longest)
+        try:
+            return call()
+        except self._error as exc:
+            if exc.kind == "timeout" and cut:
+                raise self._error("budget", stopped(self.budget, self.where)) from None
+            raise
+
+    def _request(self, op: str, on_event: Optional[Callable] = None, **fields: Any) -> dict:
+        """One request to the worker, within the budget."""
+        longest = self.plan.timeout
+        return self._bounded(lambda: self.worker.request(op, on_event=on_event, timeout=self.budget.cap(longest),
+                                                         **fields), longest)
+
+    # -- the plan ----------------------------------------------------------
+    def prime_jobs(self) -> list:
+        """One short trial of each settings of the rounds, not counted (a fresh worker's first trial
+        of a setting pays one-time costs: lazy imports, kernel creation)."""
+        p = self.plan
+        out, seen = [], set()
+        for arm, s in self._arms.items():
+            if arm.endswith("_bare") or arm.endswith("_bound") or repr(s) in seen:
+                continue
+            seen.add(repr(s))
+            out.append(_Job(f"warming up: {arm}", "prime", s, "instrumented", 1, max(1, p.warmup)))
         return out
+
+    def round_jobs(self, r: int) -> list:
+        """Round ``r`` (0-based): the throughput arms in an order that rotates every other round and is
+        reversed in between (ABBA, then the next arm leads), so drift hits all alike; then the
+        compute-only bounds."""
+        p = self.plan
+        n = f"round {r + 1}"
+        main = [a for a in self._arms if not a.endswith("_bound")]
+        k = (r // 2) % len(main)
+        order = main[k:] + main[:k]
+        if r % 2:
+            order.reverse()
+        out = [_Job(f"{n}: {a.replace('_bare', ', bare loop')}", a, self._arms[a],
+                    "bare" if a.endswith("_bare") else "instrumented", p.steps, p.warmup) for a in order]
+        bounds = ["baseline_bound", "tuned_bound"]
+        for a in (bounds if r % 2 == 0 else bounds[::-1]):
+            out.append(_Job(f"{n}: {a.split('_')[0]}, compute only", a, self._arms[a], "compute_only", p.steps,
+                            p.warmup))
+        return out
+
+    def converge_jobs(self, base: Settings, tune: Settings, cap: int) -> list:
+        """The convergence runs: baseline, tuned, tuned with the baseline's schedule (when it differs
+        and attribution is on), and the fp32 reference (when tuned uses AMP and the baseline does not
+        train the same curve)."""
+        p = self.plan
+        if cap < 1 or self._target() is None:
+            return []
+        steps = max(1, cap - p.warmup)
+        stop = {"stop_at_target": True, "target_loss": self._target()}
+        out = [_Job("convergence: baseline", "converge:baseline", base, "instrumented", steps, p.warmup, stop),
+               _Job("convergence: tuned", "converge:tuned", tune, "instrumented", steps, p.warmup, stop)]
+        if p.attribution and analysis.schedule_change(base.to_dict(), tune.to_dict()):
+            same = tune.replace(**{f: getattr(base, f) for f in analysis.SCHEDULE})
+            out.append(_Job("convergence: tuned, baseline's schedule", "converge:same_schedule", same,
+                            "instrumented", steps, p.warmup, stop))
+        ref = self.reference(base, tune)
+        if ref is not None:
+            self.measured.reference = ref.to_dict()
+            if not self._baseline_is_reference(base, ref):
+                out.append(_Job("convergence: fp32 reference", "converge:reference", ref, "instrumented", steps,
+                                p.warmup, stop))
+        return out
+
+    def jobs(self, baseline: Settings, tuned: Settings) -> list:
+        """Every single-process trial of a run of exactly ``repeats`` rounds, in order (the plan
+        as it would run when no round is added and the budget holds)."""
+        self._set_arms(baseline, tuned)
+        base, tune = _one_process(baseline), _one_process(tuned)
+        out = self.prime_jobs()
+        for r in range(self.plan.repeats):
+            out.extend(self.round_jobs(r))
+        out.extend(self._profile_jobs(tune))
+        out.extend(self.converge_jobs(base, tune, self.plan.converge_steps))
+        return out
+
+    def _profile_jobs(self, tune: Settings) -> list:
+        p = self.plan
+        if not p.profile_dir:
+            return []
+        return [_Job("profile: tuned", "profile", tune, "instrumented", max(2, p.profile_steps), 1,
+                     {"profile_dir": os.path.abspath(p.profile_dir)})]
+
+    def _set_arms(self, baseline: Settings, tuned: Settings) -> None:
+        base, tune = _one_process(baseline), _one_process(tuned)
+        m = self.measured
+        self._arms = {"baseline": base, "tuned": tune, "tuned_bare": tune}
+        m.attribution = []
+        if self.plan.attribution:
+            m.attribution = analysis.attribution_plan(base.to_dict(), tune.to_dict(),
+                                                      default_threads=(m.worker or {}).get("threads"))
+            for entry in m.attribution:
+                if entry.get("arm") and entry["arm"] not in self._arms:
+                    self._arms[entry["arm"]] = Settings.from_dict(entry["settings"])
+                    m.trials.setdefault(entry["arm"], [])
+        self._arms.update(baseline_bound=base, tuned_bound=tune)
 
     def reference(self, base: Settings, tune: Settings) -> Optional[Settings]:
         """fp32 with tuned's other settings, when tuned uses AMP (else None)."""
@@ -265,6 +390,65 @@ class Verifier:
                 f"were tuned for {tuned.nproc} process(es)")
         return s
 
+    # -- estimates -----------------------------------------------------------
+    def _step_s(self, arm: str) -> float:
+        """The median optimizer step of ``arm`` in the rounds so far (of the slowest arm when unknown)."""
+        def median(a: str) -> float:
+            vals = [(r or {}).get("step_median_s") for r in self.measured.trials.get(a) or []]
+            vals = [v for v in vals if isinstance(v, (int, float)) and v > 0]
+            return statistics.median(vals) if vals else 0.0
+
+        return median(arm) or max(median("baseline"), median("tuned"))
+
+    def _overhead_s(self) -> float:
+        """What a trial costs beyond its steps (building the model and the DataLoader, the request)."""
+        extra = [max(0.0, took - steps * step) for took, steps, step in self._costs if step]
+        return statistics.median(extra) if extra else 0.0
+
+    def _converge_cost(self, cap: int, runs: int) -> float:
+        slow = max(self._step_s("baseline"), self._step_s("tuned"))
+        return runs * (self._overhead_s() + cap * slow)
+
+    def _ddp_runs(self) -> int:
+        if self.plan.nproc <= 1:
+            return 0
+        return 1 if self.plan.quick else self.plan.repeats
+
+    def _after_cost(self) -> float:
+        """What the steps after the rounds need: the profile, the convergence runs at their cap and the
+        multi-process runs (each about a worker's start and a trial per process)."""
+        p = self.plan
+        tuned = self._step_s("tuned")
+        cost = 0.0
+        if p.profile_dir:
+            cost += self._overhead_s() + (max(2, p.profile_steps) + 1) * tuned + 2.0
+        if p.converge_steps > 0 and self._target() is not None:
+            cost += self._converge_cost(p.converge_steps, self._converge_runs())
+        cost += self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * tuned * 2)
+        return cost
+
+    def _converge_runs(self) -> int:
+        base, tune = self._arms.get("baseline"), self._arms.get("tuned")
+        if base is None or tune is None:
+            return 2
+        return len(self.converge_jobs(base, tune, 1))
+
+    def _converge_cap(self) -> int:
+        """The convergence runs' cap: ``converge_steps``, or as many steps as the budget left pays for
+        (what the multi-process runs need kept aside)."""
+        p = self.plan
+        cap = p.converge_steps
+        if not self.budget.limited or cap <= 0:
+            return cap
+        runs = self._converge_runs()
+        slow = max(self._step_s("baseline"), self._step_s("tuned"))
+        ddp = self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * self._step_s("tuned") * 2)
+        left = self.budget.left() - ddp - runs * self._overhead_s()
+        if slow > 0:
+            cap = min(cap, int(left / runs / slow))
+        return cap
+
+    # -- running -------------------------------------------------------------
     def run(self, baseline: Settings, tuned: Settings) -> Measured:
         """Run the plan; failures end it and are recorded in ``measured.failure``.
 
@@ -273,58 +457,149 @@ class Verifier:
         """
         m = self.measured
         m.baseline, m.tuned = baseline.to_dict(), tuned.to_dict()
-        jobs = self.jobs(baseline, tuned)
-        ddp_runs = (1 if self.plan.quick else self.plan.repeats) if self.plan.nproc > 1 else 0
-        ddp = self.ddp_settings(tuned) if ddp_runs else None
-        self.progress.plan(sum(j.total for j in jobs) + ddp_runs * (self.plan.steps + self.plan.warmup))
-        for job in jobs:
-            try:
-                result = self._run(job)
-            except self._error as exc:
+        self._set_arms(baseline, tuned)
+        base, tune = _one_process(baseline), _one_process(tuned)
+        p = self.plan
+        m.budget = {"budget_s": p.budget_s, "rounds": 0, "stopped": None, "converge_cap": None, "cut": None}
+        try:
+            self._tell(sum(j.total for j in self.jobs(baseline, tuned)))
+            for job in self.prime_jobs():
+                self._keep(job, self._run(job))
+            m.budget["rounds"], m.budget["stopped"] = self._rounds()
+            for job in self._profile_jobs(tune):
+                self._keep(job, self._run(job))
+            cap = self._converge_cap()
+            m.budget["converge_cap"] = cap
+            if 0 < cap < MIN_CONVERGE:
+                m.notes.append(f"convergence runs skipped: {self.budget.words()} leaves {self.budget.left():.0f} s, "
+                               f"too little for {MIN_CONVERGE} steps each")
+                cap = 0
+            elif 0 < cap < p.converge_steps:
+                m.notes.append(f"convergence runs capped at {cap} steps (of {p.converge_steps}) to fit "
+                               f"{self.budget.words()}")
+            for job in self.converge_jobs(base, tune, cap):
+                self._keep(job, self._run(job))
+            self._current = None
+            m.host_waits = self.host_waits()
+        except self._error as exc:
+            job = self._current
+            if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
+                m.budget["cut"] = exc.message
+                if not m.budget["rounds"]:  # inside the rounds: those completed count
+                    m.budget["rounds"], m.budget["stopped"] = self._complete_rounds(), "budget spent"
+                m.notes.append(exc.message + "; the report keeps what was measured before")
+                return self._done()
+            if exc.kind == "budget" or job is None:
+                m.failure = from_worker_error(exc, "", self.facts)  # the message says where
+            else:
                 m.failure = self._failure(exc, job)
-                return m
-            self._keep(job, result)
-        m.host_waits = self.host_waits()
-        if ddp is not None:
-            m.ddp_settings = ddp.to_dict()
-            for i in range(ddp_runs):
-                label = f"{self.plan.nproc} processes: tuned" + (f" ({i + 1}/{ddp_runs})" if ddp_runs > 1 else "")
-                self.progress.begin(label, self.plan.steps + self.plan.warmup)
-                try:
-                    m.ddp.append(self._launch(
-                        self.plan.python, self.plan.workload, ddp, self.plan.nproc, steps=self.plan.steps,
-                        warmup=self.plan.warmup, seed=self.plan.seed, device=m.device, options=self.plan.options,
-                        launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
-                        timeout=self.plan.timeout, on_event=self.progress.advance))
-                except self._error as exc:
-                    m.failure = from_worker_error(exc, label, self.facts)
-                    return m
-                finally:
-                    self.progress.end()
-        return m
+            return self._done()
+        self._distributed(tuned)
+        return self._done()
+
+    def _done(self) -> Measured:
+        self.measured.budget["spent_s"] = self.budget.spent()
+        return self.measured
+
+    def _tell(self, total: int) -> None:
+        self._planned = total
+        self.progress.plan(total)
+
+    def _rounds(self) -> tuple:
+        """Interleaved rounds until the speed-up resolves or the budget (less what comes after) is
+        spent; (rounds run, why they stopped)."""
+        m, p = self.measured, self.plan
+        limit = self.budget.left() if self.budget.limited else math.inf
+        keep_for_rest = AFTER_SHARE * limit
+
+        def run_round(r: int) -> dict:
+            jobs = self.round_jobs(r)
+            if r >= p.repeats:
+                self._tell(self._planned + sum(j.total for j in jobs))
+            for job in jobs:
+                self._keep(job, self._run(job))
+            return {"tuned": (m.trials["tuned"][-1] or {}).get("samples_per_s"),
+                    "baseline": (m.trials["baseline"][-1] or {}).get("samples_per_s")}
+
+        def judge(data: dict) -> stats.Estimate:
+            return stats.compare(data["tuned"], data["baseline"])
+
+        def reserve(data: dict) -> float:
+            return min(self._after_cost(), keep_for_rest)
+
+        got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
+                                    max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
+        if got.rounds:
+            m.budget["round_s"] = got.spent / got.rounds
+        return got.rounds, got.stopped
+
+    def _complete_rounds(self) -> int:
+        """Rounds in which both baseline and tuned were measured (what the speed-up pairs)."""
+        return min(len(self.measured.trials["baseline"]), len(self.measured.trials["tuned"]))
+
+    def _distributed(self, tuned: Settings) -> None:
+        m = self.measured
+        runs = self._ddp_runs()
+        if not runs:
+            return
+        ddp = self.ddp_settings(tuned)
+        m.ddp_settings = ddp.to_dict()
+        for i in range(runs):
+            if i and not self.budget.fits(self._started_s + (self.plan.steps + self.plan.warmup)
+                                          * self._step_s("tuned") * 2):
+                m.notes.append(f"{i} of {runs} multi-process runs: {self.budget.words()} was spent")
+                return
+            label = f"{self.plan.nproc} processes: tuned" + (f" ({i + 1}/{runs})" if runs > 1 else "")
+            self.progress.begin(label, self.plan.steps + self.plan.warmup)
+            self.where.doing(label)
+            try:
+                m.ddp.append(self._bounded(lambda: self._launch(
+                    self.plan.python, self.plan.workload, ddp, self.plan.nproc, steps=self.plan.steps,
+                    warmup=self.plan.warmup, seed=self.plan.seed, device=m.device, options=self.plan.options,
+                    launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
+                    timeout=self.budget.cap(self.plan.timeout), on_event=self.progress.advance),
+                    self.plan.timeout))
+            except self._error as exc:
+                m.failure = from_worker_error(exc, label, self.facts)
+                return
+            finally:
+                self.progress.end()
 
     def host_waits(self) -> dict:
         """Host waits per step in the workload's code: counted on CUDA, else read from the code (debtorch lint)."""
         if (self.measured.device or "").startswith("cuda"):
+            self.where.doing("counting host waits")
             try:
-                got = self.worker.request("host_waits", timeout=self.plan.timeout, seed=self.plan.seed,
-                                          steps=2 if self.plan.quick else 5)
+                got = self._request("host_waits", seed=self.plan.seed, steps=2 if self.plan.quick else 5)
                 if got.get("measured"):
                     return got
             except self._error as exc:
+                if exc.kind == "budget":
+                    raise
                 self.measured.notes.append(f"host waits per step not counted ({exc}); read from the code instead")
         return static_result(self.measured.workload.get("file"))
 
     # -- one trial ---------------------------------------------------------
     def _run(self, job: _Job) -> dict:
+        self._current = job
         self.progress.begin(job.label, job.total)
+        self.where.trial(job.label, job.warmup)
+
+        def on_event(ev: dict) -> None:
+            self.progress.advance(ev)
+            self.where.progress(ev)
+
+        t0 = self.clock()
         try:
-            return self.worker.request(
-                "trial", on_event=self.progress.advance, timeout=self.plan.timeout,
-                settings=job.settings.to_dict(), steps=job.steps, warmup=job.warmup, mode=job.mode,
-                seed=self.plan.seed, sample_memory=True, progress=True, **job.extra)
+            out = self._request("trial", on_event=on_event, settings=job.settings.to_dict(), steps=job.steps,
+                                warmup=job.warmup, mode=job.mode, seed=self.plan.seed, sample_memory=True,
+                                progress=True, **job.extra)
         finally:
             self.progress.end()
+        step = out.get("step_median_s") if isinstance(out, dict) else None
+        ran = (out.get("steps") or job.steps) + job.warmup if isinstance(out, dict) else job.total
+        self._costs.append((self.clock() - t0, ran, step if isinstance(step, (int, float)) else 0.0))
+        return out
 
     def _keep(self, job: _Job, result: dict) -> None:
         m = self.measured
@@ -358,9 +633,9 @@ class Verifier:
             trial = job.settings.replace(micro_batch=mb, accumulation_steps=acc)
             self.progress.begin(f"out of memory: trying micro-batch {mb}", 2)
             try:
-                self.worker.request("trial", timeout=self.plan.timeout, settings=trial.to_dict(), steps=1,
-                                    warmup=1, mode="instrumented", seed=self.plan.seed, sample_memory=False,
-                                    progress=False)
+                self.where.doing(f"out of memory: trying micro-batch {mb}")
+                self._request("trial", settings=trial.to_dict(), steps=1, warmup=1, mode="instrumented",
+                              seed=self.plan.seed, sample_memory=False, progress=False)
                 fit = {"micro_batch": mb, "accumulation_steps": acc}
             except self._error as again:
                 if again.kind != "oom":

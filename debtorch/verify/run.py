@@ -15,22 +15,25 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
-from debtorch.host import Host
+from debtorch import inputs
+from debtorch.host import Host, Unavailable
 from debtorch.train.runner import WorkerError, worker_python
 from debtorch.train.settings import Settings
-from debtorch.tune import fingerprint, rules
+from debtorch.tune import config, fingerprint, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config
 from debtorch.verify import analysis
-from debtorch.verify.failures import from_worker_error, stale_config
+from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
 from debtorch.verify.measure import Measured, Plan, Progress, Verifier
 
 
 class Refused(Exception):
-    """The run cannot go ahead; one line.  ``user_input``: about what the user gave."""
+    """The run cannot go ahead; one line.  ``user_input``: about what the user gave.
+    ``failure``: the worker's failure, when it failed before the plan (loading the workload)."""
 
-    def __init__(self, message: str, user_input: bool = True):
+    def __init__(self, message: str, user_input: bool = True, failure=None):
         super().__init__(message)
         self.user_input = user_input
+        self.failure = failure
 
 
 @dataclass
@@ -42,6 +45,8 @@ class Options:
     config: Optional[str] = None
     python: Optional[str] = None
     quick: bool = False
+    budget: Optional[float] = None    # None: the plan's default (300 s; --quick 13 s)
+    started: Optional[float] = None   # time.monotonic() at the command's start
     repeats: int = 3
     steps: Optional[int] = None
     warmup: Optional[int] = None
@@ -54,13 +59,57 @@ class Options:
     timeout: float = 900.0
     force: bool = False
     cwd: Optional[str] = None
+    oversubscribe: bool = False   # workers and processes beyond this machine's bound are deliberate
+
+
+# Ranges of the numeric options (docs/verify-train.md): what a run can use, and what the
+# libraries underneath accept (a seed numpy takes, a TCP port).
+MAX_REPEATS = 1000
+MAX_STEPS = 1_000_000
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+SEED_MAX = 2**32 - 1
 
 
 def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
                   master_port: Optional[int]) -> list:
-    """torch.distributed.run's multi-node options, passed through as given."""
+    """torch.distributed.run's multi-node options, checked, then passed through as given.
+
+    Raises :class:`Refused` for values torchrun would hang on or reject late: a node
+    rank outside ``0 .. nnodes - 1``, a port outside 1-65535, an address that is not one word."""
+    if nnodes is not None and not 1 <= nnodes <= config.PROCESS_MAX:
+        raise Refused(f"--nnodes must be from 1 to {config.PROCESS_MAX} (got {nnodes})")
+    if node_rank is not None and not 0 <= node_rank < (nnodes or 1):
+        raise Refused(f"--node-rank {node_rank} is not a rank of {nnodes or 1} node(s): it must be from 0 to "
+                      f"{(nnodes or 1) - 1}" + ("" if nnodes else " (give --nnodes)"))
+    if master_port is not None and not 1 <= master_port <= 65535:
+        raise Refused(f"--master-port must be a TCP port, 1 to 65535 (got {master_port})")
+    if master_addr is not None and (not master_addr.strip() or any(c.isspace() for c in master_addr)):
+        raise Refused(f"--master-addr must be a host name or address (got {master_addr!r})")
     given = (("nnodes", nnodes), ("node_rank", node_rank), ("master_addr", master_addr), ("master_port", master_port))
     return [f"--{name}={value}" for name, value in given if value is not None]
+
+
+def _range_problem(o: Options) -> Optional[str]:
+    """The first numeric option outside its range (docs/verify-train.md), or None."""
+    if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
+        return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
+    if not 0 <= o.seed <= SEED_MAX:
+        return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
+    if o.repeats > MAX_REPEATS:
+        return f"--repeats must be at most {MAX_REPEATS} (got {o.repeats})"
+    for name, value in (("--steps", o.steps), ("--warmup", o.warmup), ("--max-steps", o.max_steps)):
+        if value is not None and value > MAX_STEPS:
+            return f"{name} must be at most {MAX_STEPS} (got {value})"
+    if o.nproc is not None and not 1 <= o.nproc <= config.PROCESS_MAX:
+        return f"--nproc must be from 1 to {config.PROCESS_MAX} (got {o.nproc})"
+    return None
+
+
+def _usable_cpus(host: Host) -> Optional[int]:
+    try:
+        return len(host.affinity()) or None
+    except Unavailable:
+        return None
 
 
 @dataclass
@@ -83,12 +132,14 @@ def plan_of(o: Options) -> Plan:
     """The plan for these options; :class:`Refused` names the first problem."""
     if o.launcher_args and not (o.nproc and o.nproc > 1):
         raise Refused("--nnodes, --node-rank, --master-addr and --master-port need --nproc N (N > 1)")
-    if o.timeout <= 0:
-        raise Refused(f"--timeout must be a positive number of seconds (got {o.timeout:g})")
+    problem = _range_problem(o)
+    if problem:
+        raise Refused(problem)
     kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
           "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
-          "profile_dir": o.profile}
-    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps)):
+          "profile_dir": o.profile, "started": o.started}
+    for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps),
+                        ("budget_s", o.budget)):
         if value is not None:
             kw[name] = value
     plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
@@ -112,7 +163,10 @@ def check_profile_dir(profile: str, force: bool) -> None:
 
 
 def prepare(o: Options, host: Host) -> "Prepared":
-    """Everything before the worker starts.  ``host`` must be the live machine: training runs here."""
+    """Everything before the plan runs.  ``host`` must be the live machine: training runs here.
+
+    The worker's process is started here, so that it imports torch (seconds) while the machine
+    is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) on the result."""
     if not host.live:
         raise Refused(f"verify-train trains on this machine, not a recorded one ({host.label})")
     plan = plan_of(o)
@@ -121,15 +175,31 @@ def prepare(o: Options, host: Host) -> "Prepared":
     cfg = None
     if o.config:
         try:
-            cfg = load_config(o.config)
+            cfg = load_config(o.config, cpus=None if o.oversubscribe else _usable_cpus(host))
         except ConfigError as exc:
             raise Refused(f"--config {exc}") from None
+    if o.nproc is not None and not o.oversubscribe:
+        workers = cfg.settings.num_workers if cfg is not None else 0
+        bad = config.machine_problem({"nproc": o.nproc, "num_workers": workers}, _usable_cpus(host))
+        if bad:
+            what = f"--nproc {bad[1]}" if bad[0] == "nproc" else f"--nproc {o.nproc} with {o.config}'s workers: {bad[1]}"
+            raise Refused(f"{what}; give --oversubscribe to allow it deliberately")
     try:
         plan.python = worker_python(o.python, host)
     except WorkerError as exc:
         raise Refused(str(exc)) from None
-    # The machine's facts (no --deep): the JSON document's and the stale-config check's.
-    ready = Prepared(o, plan, cfg, facts_mod.collect(host, facts_mod.Options(python=plan.python)))
+    verifier = Verifier(plan)
+    try:
+        verifier.spawn()
+    except WorkerError:
+        pass  # starting it again in run() says why, as one line
+    try:
+        # The machine's facts (no --deep): the JSON document's and the stale-config check's.
+        facts = facts_mod.collect(host, facts_mod.Options(python=plan.python))
+    except BaseException:
+        verifier.close(kill=True)
+        raise
+    ready = Prepared(o, plan, cfg, facts, verifier=verifier)
     if cfg is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
@@ -153,12 +223,19 @@ class Prepared:
     facts: dict
     config: Optional[dict] = None
     warnings: list = field(default_factory=list)
+    verifier: Optional[Verifier] = None   # its worker already started by prepare()
+
+    def close(self) -> None:
+        """Stop the worker prepare() started, when the run is not wanted after all."""
+        if self.verifier is not None:
+            self.verifier.close(kill=True)
 
     def run(self, progress: Optional[Progress] = None, warn: Callable[[str], None] = lambda text: None) -> Outcome:
         """Start the worker and run the plan.  A failure during the plan is in the outcome;
         one before it (the worker cannot start, no settings fit) raises :class:`Refused`.
         Ctrl-C ends the run with what was measured so far (``measured.interrupted``)."""
-        verifier = Verifier(self.plan, facts=self.facts, progress=progress)
+        verifier = self.verifier or Verifier(self.plan)
+        verifier.facts, verifier.progress = self.facts, progress or Progress()
         m = verifier.measured
         try:
             # The Verifier closes its worker on the way out and kills it on any exception
@@ -169,14 +246,19 @@ class Prepared:
                 except WorkerError as exc:
                     failure = from_worker_error(exc, "starting", self.facts)
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
-                                  failure.user_input) from None
+                                  failure.user_input, failure) from None
                 tuned = self._tuned(info, warn)
                 if self.options.nproc is None:
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
+                m.plan = self.plan.to_json()
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
         summary = analysis.summary(m)
+        if m.failure is None and summary["nonfinite_loss"]:
+            # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
+            m.failure = nonfinite_loss(summary["nonfinite_loss"])
+            summary["failed"] = m.failure.line()
         verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"

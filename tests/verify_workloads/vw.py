@@ -53,3 +53,20 @@ class _ShmFull(Points):
 def shm_full():
     return {"model": nn.Linear(8, 3), "dataset": _ShmFull(), "loss_fn": F.cross_entropy, "batch_size": 8,
             "target_loss": 0.5}
+
+
+class _Diverging(nn.Linear):
+    """A model whose output is NaN from the first step: the loss is never finite."""
+
+    def forward(self, x):
+        return super().forward(x) * float("nan")
+
+
+def nan_loss():
+    return {"model": _Diverging(8, 3), "dataset": Points(), "loss_fn": F.cross_entropy, "batch_size": 8,
+            "target_loss": 0.5}
+
+
+def exit_while_loading():
+    """Leaves the worker with os._exit while it loads the workload (a C extension aborting)."""
+    os._exit(3)

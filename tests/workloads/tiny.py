@@ -69,3 +69,33 @@ class _Stuck(Points):
 
 def stuck():
     return {"model": nn.Linear(8, 3), "dataset": _Stuck(64), "loss_fn": F.cross_entropy, "batch_size": 8}
+
+
+def hang_in_load():
+    """A workload function that never returns (a dataset download stuck on a dead mount)."""
+    time.sleep(3600)
+
+
+class _HangsAfter(nn.Linear):
+    """Hangs in its ``after``-th forward pass in this process (a deadlock in a step)."""
+
+    calls = 0
+
+    def __init__(self, after):
+        super().__init__(8, 3)
+        self.after = after
+
+    def forward(self, x):
+        _HangsAfter.calls += 1
+        if _HangsAfter.calls >= self.after:
+            time.sleep(3600)
+        return super().forward(x)
+
+
+def hang_in_step(after=1):
+    return {"model": _HangsAfter(after), "dataset": Points(64), "loss_fn": F.cross_entropy, "batch_size": 8}
+
+
+def hang_later():
+    """Trains for a while (calibration and the first trials of a search), then hangs in a step."""
+    return hang_in_step(after=150)

@@ -1,0 +1,114 @@
+"""Budgets that are wall-clock promises (``tune --measure --budget``, ``verify-train --budget``).
+
+A :class:`Budget` counts from the command's start (after Python's own start-up
+and debtorch's imports): reading the machine, starting the worker, loading the
+workload, calibration, every trial and every restart of a worker that died.
+Every wait on the worker is capped by what is left (:meth:`Budget.cap`), so a
+workload that hangs (in loading, in warm-up, in trial N) is killed when the
+budget ends, and the command says where it hung (:class:`Where`).  The command
+ends at most ``SLACK_S`` seconds after its budget: the time to kill the
+worker's process group and print the report.
+
+Standard library only; the clock is injectable, so tests run budgets on a
+fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Optional
+
+SLACK_S = 5.0   # the stated slack: killing the worker's process group and printing the report
+HUNG_S = 5.0    # no progress for this long when the budget ended: the workload hangs, rather than being slow
+
+
+class Budget:
+    """``seconds`` of wall-clock time from ``start`` (default: now); ``None`` is no limit."""
+
+    def __init__(self, seconds: Optional[float], start: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.seconds = None if seconds is None else float(seconds)
+        self.clock = clock
+        self.start = clock() if start is None else start
+
+    @property
+    def limited(self) -> bool:
+        return self.seconds is not None and math.isfinite(self.seconds)
+
+    def spent(self) -> float:
+        return max(0.0, self.clock() - self.start)
+
+    def left(self) -> float:
+        """Seconds left (infinite without a limit; never negative)."""
+        if not self.limited:
+            return math.inf
+        return max(0.0, self.seconds - self.spent())
+
+    def fits(self, seconds: float) -> bool:
+        """Whether something expected to take ``seconds`` ends within the budget."""
+        return seconds <= self.left()
+
+    def cap(self, seconds: float) -> float:
+        """A wait of ``seconds``, shortened to what is left."""
+        return min(seconds, self.left())
+
+    def binding(self, seconds: float) -> bool:
+        """Whether a wait of ``seconds`` starting now would be cut by the budget."""
+        return self.left() < seconds
+
+    def words(self) -> str:
+        return f"--budget {self.seconds:g} s" if self.limited else "no budget"
+
+
+class Where:
+    """What a run is doing now, in words, for the line that says where it hung:
+    "loading tiny:stuck", "trial 7 (w2 pf2 fp32 t1), warm-up step 1 of 2"."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.what = "starting"
+        self.step = ""
+        self.since = clock()
+
+    def doing(self, what: str, step: str = "") -> None:
+        self.what, self.step, self.since = what, step, self.clock()
+
+    def trial(self, what: str, warmup: int) -> None:
+        """A trial starts: it is in its first warm-up step (or its first timed one)."""
+        self.doing(what, "warm-up step 1" if warmup else "timed step 1")
+
+    def progress(self, event: dict) -> None:
+        """An engine progress event (``phase``, ``step``, ``steps``): the step reached so far."""
+        phase, step, steps = event.get("phase"), event.get("step"), event.get("steps")
+        if isinstance(step, int) and isinstance(steps, int):
+            name = "warm-up" if phase == "warmup" else "timed"
+            nxt = step + 1
+            if nxt > steps:
+                self.step = f"after {name} step {step} of {steps}"
+            else:
+                self.step = f"{name} step {nxt} of {steps}"
+            self.since = self.clock()
+
+    def quiet(self) -> float:
+        """Seconds since the last progress (or since this started)."""
+        return self.clock() - self.since
+
+    def hung(self) -> bool:
+        return self.quiet() >= HUNG_S
+
+    def line(self) -> str:
+        """'trial 7 (w2 fp32), timed step 3 of 20 (no progress for 12 s)'."""
+        quiet = self.quiet()
+        text = self.what + (f", {self.step}" if self.step else "")
+        return text + (f" (no progress for {quiet:.0f} s)" if quiet >= 2 else "")
+
+
+def stopped(budget: Budget, where: Where) -> str:
+    """The one line for a run stopped by its budget while it was somewhere: hung (no progress for
+    ``HUNG_S``), or still making progress (too slow for the budget, or a busy machine)."""
+    if where.hung():
+        return (f"stopped at the end of {budget.words()} in {where.line()}: the workload hangs there, "
+                "or needs a larger budget")
+    return (f"stopped at the end of {budget.words()} in {where.line()}, still making progress: "
+            "a larger budget would let it finish (a busy machine slows every step)")

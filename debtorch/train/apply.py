@@ -1,0 +1,130 @@
+"""Settings applied to PyTorch, in one place: what is measured is what is applied.
+
+The measuring engine (:mod:`debtorch.train.engine`, for ``tune --measure`` and
+``verify-train``) and the runtime API (``debtorch.load(...).configure_torch()``,
+``autocast``, ``prepare_model``, ``to_device``) both call these functions, so a
+setting cannot mean one thing while it is measured and another once a training
+script adopts it (issue 11: with ``tf32 = false`` the runtime turned cuDNN's
+TF32 off while the engine left PyTorch's default on).
+
+Every function takes the ``torch`` module as its first argument: this module
+imports nothing of torch itself, so debtorch's own process (which never imports
+torch) can import the package, and tests can compare the state that the engine
+and the runtime leave behind (:func:`state`).
+
+Process-wide state (:func:`configure`):
+
+* ``threads``: ``torch.set_num_threads`` when set; unset leaves PyTorch's own
+  choice alone.
+* ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and
+  ``torch.backends.cudnn.allow_tf32``, both to the setting: ``false`` turns
+  TF32 off for convolutions too (PyTorch's default allows it there).  Only the
+  CUDA flags are touched: ``torch.set_float32_matmul_precision`` would also
+  change oneDNN's CPU matmul precision, which no setting asks for.
+* ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark``.
+
+Per model and batch: ``channels_last`` (:func:`prepare_model`,
+:func:`to_device`: 4-D tensors only), ``compile``, ``precision``
+(:func:`autocast`: bf16 or fp16 autocast, nothing for fp32), ``non_blocking``
+(copies to a GPU only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Optional
+
+from debtorch.train.settings import Settings
+
+
+def configure(torch: Any, s: Settings) -> dict:
+    """Apply the process-wide settings; return what was set (``tf32``, ``cudnn_benchmark``, ``threads``)."""
+    done: dict = {}
+    torch.backends.cuda.matmul.allow_tf32 = bool(s.tf32)
+    torch.backends.cudnn.allow_tf32 = bool(s.tf32)
+    done["tf32"] = bool(s.tf32)
+    torch.backends.cudnn.benchmark = bool(s.cudnn_benchmark)
+    done["cudnn_benchmark"] = bool(s.cudnn_benchmark)
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+        done["threads"] = s.threads
+    return done
+
+
+def state(torch: Any) -> dict:
+    """The process-wide state the settings touch (and the related precisions), for comparing and restoring."""
+    mkldnn = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    return {
+        "threads": torch.get_num_threads(),
+        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "mkldnn_matmul_precision": getattr(mkldnn, "fp32_precision", None),
+    }
+
+
+def restore(torch: Any, saved: dict) -> None:
+    """Put back what :func:`configure` changes, as :func:`state` read it."""
+    torch.set_num_threads(saved["threads"])
+    torch.backends.cuda.matmul.allow_tf32 = saved["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+    torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
+
+
+@contextlib.contextmanager
+def applied(torch: Any, s: Settings):
+    """:func:`configure` for the duration of a block (one trial), then the state as it was."""
+    saved = state(torch)
+    configure(torch, s)
+    try:
+        yield
+    finally:
+        restore(torch, saved)
+
+
+def autocast(torch: Any, s: Settings, kind: str):
+    """Autocast to bf16 or fp16 as set on device ``kind`` ("cpu", "cuda"); nothing for fp32."""
+    if s.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if s.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=kind, dtype=dtype)
+
+
+def prepare_model(torch: Any, s: Settings, model: Any, convolutional: bool = True) -> Any:
+    """The model in channels_last memory format (convolutional models only) and compiled, as set.
+
+    The runtime cannot know whether a model is convolutional: it converts any
+    model when asked (a no-op for models without 4-D weights)."""
+    if s.channels_last and convolutional:
+        model = model.to(memory_format=torch.channels_last)
+    if s.compile:
+        model = torch.compile(model)
+    return model
+
+
+def to_device(torch: Any, s: Settings, obj: Any, device: Any, channels_last: Optional[bool] = None) -> Any:
+    """Tensors (also in tuples, lists and dicts) moved to ``device``: non-blocking to a GPU when set,
+    4-D tensors in channels_last when set (``channels_last`` overrides the setting: targets never)."""
+    cl = s.channels_last if channels_last is None else channels_last
+    nb = bool(s.non_blocking and device_type(device) == "cuda")
+    if isinstance(obj, torch.Tensor):
+        obj = obj.to(device, non_blocking=nb)
+        if cl and obj.dim() == 4:
+            obj = obj.contiguous(memory_format=torch.channels_last)
+        return obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(torch, s, x, device, cl) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(torch, s, v, device, cl) for k, v in obj.items()}
+    return obj
+
+
+def device_type(device: Any) -> str:
+    """"cpu", "cuda" ... of a torch.device, a string like "cuda:1", or None (the CPU)."""
+    if device is None:
+        return "cpu"
+    kind = getattr(device, "type", None)
+    if kind is not None:
+        return str(kind)
+    return str(device).split(":", 1)[0]

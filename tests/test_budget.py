@@ -1,0 +1,95 @@
+"""Budgets are wall-clock promises: the pieces on a fake clock, and both commands with a workload that hangs.
+
+The commands' tests run ``python -m debtorch`` as a user would and time it from outside: the
+command must end within its budget plus the stated slack (``debtorch.budget.SLACK_S``, which
+also covers the interpreter's own start), and say in one line where the workload hung.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from debtorch.budget import SLACK_S, Budget, Where, stopped
+
+from conftest import ROOT
+
+TESTS = Path(__file__).parent
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_budget_counts_from_the_commands_start_and_caps_every_wait():
+    clock = Clock()
+    b = Budget(30, start=95.0, clock=clock)  # the command started 5 s before measuring began
+    assert b.spent() == 5 and b.left() == 25
+    assert b.cap(600) == 25 and b.binding(600) and not b.binding(10)
+    clock.now = 140.0
+    assert b.left() == 0 and b.cap(600) == 0 and not b.fits(0.5)
+    free = Budget(None, clock=clock)
+    assert not free.limited and free.cap(600) == 600 and not free.binding(600)
+
+
+def test_where_names_the_step_a_workload_hung_in():
+    clock = Clock()
+    where = Where(clock)
+    where.doing("trial 7 (w2 pf2 fp32 t1)")
+    where.progress({"event": "progress", "phase": "warmup", "step": 1, "steps": 2})
+    clock.now += 12
+    assert where.line() == "trial 7 (w2 pf2 fp32 t1), warm-up step 2 of 2 (no progress for 12 s)"
+    assert stopped(Budget(20, clock=clock), where) == (
+        "stopped at the end of --budget 20 s in trial 7 (w2 pf2 fp32 t1), warm-up step 2 of 2 (no progress for "
+        "12 s): the workload hangs there, or needs a larger budget")
+    # A trial still making progress when the budget ended is slow, not hung: it is not called hung.
+    where.progress({"event": "progress", "phase": "timed", "step": 3, "steps": 20})
+    clock.now += 1
+    assert where.line() == "trial 7 (w2 pf2 fp32 t1), timed step 4 of 20"
+    assert stopped(Budget(20, clock=clock), where) == (
+        "stopped at the end of --budget 20 s in trial 7 (w2 pf2 fp32 t1), timed step 4 of 20, still making "
+        "progress: a larger budget would let it finish (a busy machine slows every step)")
+
+
+# -- the commands, with a workload that hangs ---------------------------------------------------
+
+_has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+needs_torch = pytest.mark.skipif(not _has_torch, reason=f"{sys.executable} has no torch")
+
+
+def timed(args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "debtorch", *args], capture_output=True, text=True, cwd=cwd, env=env,
+                       timeout=300)
+    return r, time.monotonic() - t0
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("command,workload,where", [
+    ("tune", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
+    ("tune", "tiny:hang_in_step", "in trial 1 (w0 "),
+    ("verify-train", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
+    ("verify-train", "tiny:hang_in_step", "in warming up: baseline, warm-up step 1"),
+])
+def test_a_hanging_workload_is_stopped_at_the_budget_naming_where(command, workload, where):
+    budget = 20
+    args = ["--measure"] if command == "tune" else []
+    r, took = timed([command, "--python", sys.executable, *args, "--budget", str(budget), "--workload", workload],
+                    TESTS / "workloads")
+    assert r.returncode == 1, r.stderr
+    assert took <= budget + SLACK_S, f"{took:.1f} s for --budget {budget}"
+    failed = "measurement failed: " if command == "tune" else ""
+    line = f"debtorch {command}: {failed}stopped at the end of --budget {budget} s {where}"
+    assert [x for x in r.stderr.splitlines() if x.startswith(line)], r.stderr
+    assert r.stderr.rstrip().endswith("the workload hangs there, or needs a larger budget")
+    assert "Traceback" not in r.stderr
