@@ -607,7 +607,8 @@ class Machine:
         debian_version."""
         codename = (_str(o.get("codename")) or "").lower() or None
         version_id = _str(o.get("version_id"))
-        point = dv if dv and versions.numeric(dv) is not None else None
+        full = _str(o.get("debian_version_full"))   # os-release's own point release (Debian 13+)
+        point = next((v for v in (dv, full) if v and versions.numeric(v) is not None), None)
         if version_id and versions.numeric(version_id) is not None:
             return _release(version_id.split(".")[0], codename, point or (version_id if "." in version_id else None))
         if point:

@@ -68,6 +68,9 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
         "codename": codename,
         "ubuntu_codename": os_release.get("UBUNTU_CODENAME") or None,
         "debian_codename": (os_release.get("DEBIAN_CODENAME") or "").strip().lower() or None,
+        # Debian 13's base-files also writes the point release here (DEBIAN_VERSION_FULL=13.1,
+        # tests/corpus/os-release/distro-debian13), for trees without /etc/debian_version.
+        "debian_version_full": (os_release.get("DEBIAN_VERSION_FULL") or "").strip() or None,
     }
 
 

@@ -38,7 +38,7 @@ GPU = {
 
 SCHEMA: dict = {
     "os": {"id": STR, "id_like": STR, "pretty_name": STR, "version": STR, "version_id": STR, "codename": STR,
-           "ubuntu_codename": STR, "debian_codename": STR, "debian_version": STR, "platform": STR, "kernel": STR, "arch": STR,
+           "ubuntu_codename": STR, "debian_codename": STR, "debian_version": STR, "debian_version_full": STR, "platform": STR, "kernel": STR, "arch": STR,
            "hostname": STR, "user": STR, "wsl": INT, "glibc": STR, "container": STR,
            "container_evidence": _list(STR), "externally_managed": BOOL,
            "externally_managed_pythons": _list(STR), "system_python": STR, "release": STR, "unknown": UNKNOWN},
