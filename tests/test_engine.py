@@ -265,9 +265,12 @@ def test_images_are_written_once_and_decoded_from_disk_the_same_in_every_process
     assert x.shape == (3, 16, 16) and x.dtype == torch.float32 and torch.equal(x, again.dataset[3][0])
     assert not torch.equal(x, wl.dataset[4][0])
     # DataLoader workers decode the same items as the training process.
-    one = run_trial(again, Settings(), steps=2, warmup_steps=1, sample_memory=False)
-    two = run_trial(again, Settings(num_workers=2, prefetch_factor=2), steps=2, warmup_steps=1,
+    # (With workers a trial settles their prefetch queue for 8 untimed steps first: the trial
+    # without them warms up as long.)
+    one = run_trial(again, Settings(), steps=8, warmup_steps=9, sample_memory=False)
+    two = run_trial(again, Settings(num_workers=2, prefetch_factor=2), steps=8, warmup_steps=1,
                     sample_memory=False)
+    assert two["settle_steps"] == 8
     assert one["sample_digest"] == two["sample_digest"] and one["losses"] == pytest.approx(two["losses"], rel=1e-4)
     # Decoding happens in __getitem__, from the file: removing one breaks that item.
     os.remove(wl.dataset.path(5))
@@ -283,3 +286,34 @@ def test_images_without_pillow_is_one_line(tmp_path, monkeypatch):
                                             r"\(or debtorch\[torch\]\)$"):
         load_workload("builtin:images", {"samples": 8, "raw": 32, "batch_size": 4})
     assert os.listdir(tmp_path) == []
+
+
+class _SlowFirstStep(torch.nn.Linear):
+    """A model whose first forward pass takes 0.5 s (torch's own first steps are slow too):
+    meanwhile the DataLoader's workers fill their whole prefetch queue."""
+
+    def __init__(self):
+        super().__init__(8, 3)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 1:
+            import time
+            time.sleep(0.5)
+        return super().forward(x)
+
+
+def test_a_full_prefetch_queue_is_not_read_as_loader_speed():
+    # Each sample takes 5 ms to load: 2 workers can give at most 2 * 4 / 0.020 = 400 samples/s,
+    # however fast the model is.  The queue (2 workers x prefetch 4 = 8 batches) is full when the
+    # timed window starts; timing 3 steps of it would read thousands of samples/s.
+    made = tiny.make(delay=0.005, n=256, batch_size=4)
+    made["model"] = _SlowFirstStep()
+    wl = coerce(made, "tiny:slow_first")
+    s = Settings(num_workers=2, prefetch_factor=4)
+    assert engine.settle_steps(s) == 16 and engine.settle_steps(Settings()) == 0
+    assert engine.settle_steps(Settings(num_workers=2, prefetch_factor=4, accumulation_steps=4)) == 4
+    r = run_trial(wl, s, steps=3, warmup_steps=1, sample_memory=False)
+    assert r["settle_steps"] == 16 and r["steps"] == 16 and r["steps_requested"] == 16
+    assert r["samples_per_s"] < 1.5 * 400, r["samples_per_s"]   # a bound a busy machine only lowers

@@ -455,6 +455,29 @@ class _Trial:
         self.cached.clear()
 
 
+def settle_steps(settings: Settings) -> int:
+    """Optimizer steps to run untimed after the warm-up so that the timed window starts
+    with the DataLoader's queue as it is in steady state, not full; the timed window is
+    made at least as long (a trial asked for fewer steps runs this many).
+
+    With workers, the loader keeps ``num_workers * prefetch_factor`` micro-batches in flight
+    (PyTorch's default prefetch_factor is 2).  The warm-up ends with them ready, and a loader
+    slower than the model hands them out at compute speed at the start of the timed window.
+    tune's trials time 5-8 steps: on builtin:images (2026-12-02, 2-CPU EPYC) `w4 pf4 t2`
+    read 174-222 samples/s in 5-step windows and 137 in 20-step ones, and tune_bench
+    crowned it the oracle at 231.  While the model eats the queue the workers refill it at
+    the ratio rho (loader speed / model speed) < 1: a slow loader's queue is gone after a
+    turn or two; a loader nearly as fast as the model keeps much of it for long, which
+    biases a window not much longer than the queue.  Two turns of the queue untimed, and a
+    timed window at least as long, bound both.  Without workers nothing is prefetched.
+    """
+    workers = settings.num_workers or 0
+    if workers <= 0:
+        return 0
+    in_flight = workers * (settings.prefetch_factor or 2)
+    return math.ceil(2 * in_flight / max(1, settings.accumulation_steps or 1))
+
+
 def run_trial(
     workload: Workload,
     settings: Any,
@@ -509,16 +532,22 @@ def run_trial(
     # after the trial scans only the trial's own objects (0.2-0.3 s saved per trial once torch's
     # lazy imports have filled the heap; https://docs.python.org/3/library/gc.html#gc.freeze).
     gc.freeze()
+    # Untimed steps after the warm-up that let the DataLoader's prefetch queue settle (see
+    # settle_steps); they train like warm-up steps, so the schedule counts them.
+    settle = 0 if compute_only else settle_steps(settings)
+    # A timed window shorter than the queue reads the queue, not the loader (see settle_steps).
+    steps = max(steps, settle)
     with _torch_state(settings, device, notes):
-        trial = _Trial(workload, settings, device, steps, warmup_steps, seed, compute_only, distributed, notes)
+        trial = _Trial(workload, settings, device, steps, warmup_steps + settle, seed, compute_only,
+                       distributed, notes)
         gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         try:
             warmup_losses = []
-            for s in range(warmup_steps):
+            for s in range(warmup_steps + settle):
                 warmup_losses.append(_mean_loss(trial.step()))
-                progress("warmup", s + 1, warmup_steps, warmup_losses[-1])
+                progress("warmup", s + 1, warmup_steps + settle, warmup_losses[-1])
                 if gauges is not None:
                     gauges.between_steps()
             trial.counting = True
@@ -538,6 +567,7 @@ def run_trial(
             trial.close()
         result = _result(trial, timed, warmup_losses, steps, warmup_steps, seed, notes, goal)
         result.update({
+            "settle_steps": settle,
             "mode": "compute_only" if compute_only else ("instrumented" if instrument else "bare"),
             "peak_host_bytes": gauges.peak_host() if gauges is not None else None,
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
