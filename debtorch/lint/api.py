@@ -2,8 +2,7 @@
 
 Static: the standard library's ``ast``; no torch import, nothing executed.
 
-    from debtorch.lint.api import lint_paths
-    report = lint_paths(["train.py", "src/"])
+    report = lint_paths(["train.py", "src/"])     # this module's entry point
     for f in report.findings: print(f.path, f.line, f.id, f.finding.message)
 
 A file given by name is always parsed (a syntax error is reported); files
