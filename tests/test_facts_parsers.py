@@ -160,3 +160,38 @@ def test_an_arm_cpu_is_named_by_its_implementer_code(code, vendor):
     prints); a code no list knows stays the code."""
     text = f"processor\t: 0\nBogoMIPS\t: 200.00\nFeatures\t: fp asimd\nCPU implementer\t: {code}\nCPU part\t: 0x0a1\n"
     assert cpu.parse_cpuinfo(text)["vendor"] == vendor
+
+
+# dpkg status text: stanzas of the packages debtorch wants and others, with the odd
+# separators, comments, continuation lines and line breaks that _stanzas handles.
+DPKG_BREAK = st.sampled_from(["\n", "\r\n", "\r", "\x0b", "\x1c", "\x85", "\u2028"])
+DPKG_NAME = st.sampled_from(["nvidia-driver", "libc6", "python3", "cuda-toolkit-12-4", "bash", "nvidia-driver foo",
+                             "libc6x", "", "libnccl2 "])
+DPKG_EXTRA = st.one_of(st.sampled_from(
+    ["Version: 1.2-3", "Architecture: amd64", " continued", " .", "# comment", "Package : libc6", "\tPackage: python3",
+     "", " ", "\t \t", "\x0c", "Description: x", "Package:nvidia-smi", "Status: deinstall ok config-files"]),
+    st.text(max_size=12))
+DPKG_STANZA = st.builds(
+    lambda name, status, extra: [f"Package: {name}"] + (["Status: install ok installed"] if status else []) + extra,
+    DPKG_NAME, st.booleans(), st.lists(DPKG_EXTRA, max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(stanzas=st.lists(st.tuples(DPKG_STANZA, st.lists(DPKG_BREAK, min_size=3, max_size=3)), max_size=8),
+       between=st.sampled_from(["\n", "\n\n", "\n \n", "\r\n\r\n", "\n\x0c\n"]))
+def test_dpkg_status_skips_unwanted_stanzas_without_changing_the_answer(stanzas, between):
+    """The fast path (unwanted stanzas skipped unread) keeps exactly the packages that reading
+    every stanza keeps."""
+    text = between.join("".join(line + breaks[i % 3] for i, line in enumerate(lines)) for lines, breaks in stanzas)
+    every = apt.parse_dpkg_status(text, wanted=None)
+    assert apt.parse_dpkg_status(text) == {k: v for k, v in every.items() if apt.RELEVANT.match(k)}
+
+
+def test_dpkg_status_of_a_real_machine_reads_the_wanted_packages():
+    text = "".join(
+        f"Package: {name}\nStatus: install ok installed\nPriority: optional\nVersion: {ver}\n"
+        f"Architecture: amd64\nDescription: one\n two\n .\n three\n\n"
+        for name, ver in [("bash", "5.2"), ("nvidia-driver", "535.261.03-1"), ("libc6", "2.36-9"), ("zsh", "5.9")] * 3)
+    assert apt.parse_dpkg_status(text) == {
+        "nvidia-driver": {"version": "535.261.03-1", "arch": "amd64", "status": "installed"},
+        "libc6": {"version": "2.36-9", "arch": "amd64", "status": "installed"}}
