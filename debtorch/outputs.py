@@ -23,10 +23,8 @@ from __future__ import annotations
 import atexit
 import errno
 import os
-import secrets
 import shutil
 import stat
-import tempfile
 import threading
 from typing import BinaryIO, Callable, Optional, Union
 
@@ -85,6 +83,8 @@ def write_with(path: str, fill: Callable[[BinaryIO], object], force: bool = Fals
     """Like :func:`write_atomic`, the content written by ``fill(binary file)`` (matplotlib's savefig)."""
     directory = check_destination(path, force)
     base = os.path.basename(path)
+    import tempfile  # defer: only a command that writes a file needs it (doctor stays fast)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{base[:40]}.", suffix=".tmp", dir=directory)  # O_EXCL | O_NOFOLLOW
     except OSError as exc:
@@ -144,6 +144,18 @@ def new_file(path: str, data: Union[str, bytes]) -> None:
         fh.write(blob)
 
 
+def cache_dir() -> str:
+    """Where debtorch keeps what it can rebuild (the built-in workloads' image files, the parsed
+    knowledge files): $DEBTORCH_CACHE, else $XDG_CACHE_HOME/debtorch, else ~/.cache/debtorch."""
+    explicit = os.environ.get("DEBTORCH_CACHE")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base or not os.path.isabs(base):  # the XDG base directory spec: a relative path is invalid
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "debtorch")
+
+
 # ---------------------------------------------------------------------------
 # Temporary folders, removed however the process ends
 
@@ -154,9 +166,11 @@ _lock = threading.Lock()
 def temporary_folder(prefix: str, dir: Optional[str] = None) -> str:
     """A new private folder (mode 0700, created exclusively, as ``mkdtemp`` does), registered for
     removal *before* it exists: a signal at any moment cannot leave it unregistered."""
+    import tempfile  # defer: as in write_with
+
     base = os.path.abspath(dir or tempfile.gettempdir())
     for _ in range(100):
-        path = os.path.join(base, prefix + secrets.token_hex(4))
+        path = os.path.join(base, prefix + os.urandom(4).hex())
         with _lock:
             _temporary.add(path)
         try:

@@ -115,9 +115,10 @@ apt_in_root satisfy -y -qq --no-install-recommends "$(dpkg-deb -f "$DEB" Depends
 }
 T_DEPS=$(took "$t")
 
-snapshot() { # every path with its type, minus state that apt, dpkg and logs keep
+snapshot() { # every path with its type, minus state that apt, dpkg and logs keep, and the user's
+    # cache (root's ~/.cache: what debtorch doctor caches there is the user's, as any program's is)
     (cd "$R" && find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./run -o -path ./tmp \
-        -o -path ./var/lib/apt -o -path ./var/lib/dpkg -o -path ./var/cache -o -path ./var/log \) -prune \
+        -o -path ./var/lib/apt -o -path ./var/lib/dpkg -o -path ./var/cache -o -path ./var/log -o -path ./root/.cache \) -prune \
         -o -printf '%y %p\n' | sort)
 }
 snapshot >"$WORK/before"

@@ -6,6 +6,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# What debtorch caches (parsed knowledge files, workload images) goes to a folder of this run,
+# never the user's ~/.cache, and every run starts with an empty cache.
+if "DEBTORCH_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["DEBTORCH_CACHE"] = tempfile.mkdtemp(prefix="debtorch-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["DEBTORCH_CACHE"], True)
 HOSTS = ROOT / "tests" / "hosts"
 REAL_FILES = ROOT / "tests" / "real"   # copies of /work/shared/fixtures/real, see SOURCES.md there
 

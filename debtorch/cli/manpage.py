@@ -232,19 +232,22 @@ def build_date(environ=None) -> str:
 
 
 def _first_line(doc: Optional[str]) -> str:
-    return (doc or "").strip().split("\n\n")[0].replace("\n", " ").replace("``", "").strip()
+    return " ".join((doc or "").strip().split("\n\n")[0].replace("``", "").split())
 
 
 def known_files() -> list:
     """[(path, what)] of the files debtorch reads, from the modules that read them."""
     return [(str(knowledge.SYSTEM_DIR), _first_line(knowledge.__doc__)),
-            (str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional.")]
+            (str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional."),
+            ("~/.cache/debtorch", _first_line(outputs.cache_dir.__doc__) + " Safe to delete.")]
 
 
 def known_environment() -> list:
     """[(variable, what)] that change where debtorch looks."""
     return [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected."),
             (knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."),
+            ("DEBTORCH_CACHE", "The folder to keep what debtorch can rebuild in, instead of $XDG_CACHE_HOME/debtorch "
+                               "or ~/.cache/debtorch."),
             *rendezvous.ENVIRONMENT]
 
 

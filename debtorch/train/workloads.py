@@ -45,6 +45,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from debtorch import outputs
+
 REQUIRED = ("model", "dataset", "loss_fn", "batch_size")
 EXPECTED = "expected a Workload or dict with model, dataset, loss_fn, batch_size"
 
@@ -301,16 +303,6 @@ def _resnet(name: str, dataset: Any, width: int, batch_size: int) -> Workload:
 # builtin:images: the same network, fed by decoding image files from disk
 
 
-def cache_dir() -> str:
-    """Where built-in workloads keep files they write once: $DEBTORCH_CACHE, else
-    $XDG_CACHE_HOME/debtorch, else ~/.cache/debtorch."""
-    explicit = os.environ.get("DEBTORCH_CACHE")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "debtorch")
-
-
 def _pillow():
     try:
         import PIL.Image  # Pillow: optional, only this workload decodes files
@@ -386,7 +378,7 @@ def images(samples: int = 512, size: int = 64, raw: int = 448, width: int = 32, 
     """The built-in data-bound workload: builtin:cnn's network on JPEG files decoded each step."""
     _pillow()
     source = SyntheticImages(samples=samples, size=size, raw=raw, seed=seed)
-    folder = folder or os.path.join(cache_dir(), f"images-{samples}x{raw}-seed{seed}")
+    folder = folder or os.path.join(outputs.cache_dir(), f"images-{samples}x{raw}-seed{seed}")
     if not os.path.isdir(folder):
         try:
             write_images(source, folder)
