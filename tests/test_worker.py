@@ -187,6 +187,25 @@ def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
 
 
 @needs_torch
+def test_what_a_killed_worker_leaves_in_the_temporary_directory_goes_with_it(tmp_path):
+    """A worker killed mid-trial never runs its exit handlers (multiprocessing's pymp-* folders
+    stay): its temporary directory is one of debtorch's own folders, removed after it."""
+    w = Worker(PYTHON, cwd=WORKLOADS, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
+    w.start()
+    try:
+        w.load("tiny:littering")
+        own = (Path(f"/proc/{w.pid}/environ").read_bytes().split(b"\0"))
+        tmp = next(v.split(b"=", 1)[1].decode() for v in own if v.startswith(b"TMPDIR="))
+        assert Path(tmp).parent.name.startswith("debtorch-worker-") and any(os.scandir(tmp))
+        with pytest.raises(WorkerTimeout):
+            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=5)
+    finally:
+        w.kill()
+    assert not os.path.exists(tmp)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
+
+
+@needs_torch
 def test_ctrl_c_in_the_caller_kills_the_worker_group():
     w = Worker(PYTHON, cwd=WORKLOADS, timeout=120)
     w.start()

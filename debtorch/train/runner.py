@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -93,6 +94,28 @@ def worker_python(python_option: Optional[str], host) -> str:
     if not host.exists(path):
         raise WorkerError("no_python", f"{path}: no such Python interpreter (--python names one)")
     return path
+
+
+def private_tmp(env: dict, folder: str) -> dict:
+    """``env`` with a temporary directory of its own inside ``folder`` (one of debtorch's registered
+    temporary folders): what the training processes leave there when they are killed (the
+    DataLoader's multiprocessing folders, torchelastic's) goes with ``folder`` however the run
+    ends.  torch.compile's cache stays where torch would have put it, so that it is kept between
+    runs (torch's default is torchinductor_<user> in the temporary directory)."""
+    import getpass  # defer: only a training run needs the user name
+    import tempfile  # defer: as above
+
+    env = dict(env)
+    if "TORCHINDUCTOR_CACHE_DIR" not in env:
+        try:
+            user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+        except (KeyError, OSError):  # no user name (a container without one): torch's own choice
+            pass
+    tmp = os.path.join(folder, "tmp")
+    os.mkdir(tmp, 0o700)
+    env["TMPDIR"] = tmp
+    return env
 
 
 class _Shim:
@@ -260,7 +283,7 @@ class Worker:
             raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
         self._shim = _Shim()
         rfd, wfd = os.pipe()
-        env = self._shim.env(self.env)
+        env = private_tmp(self._shim.env(self.env), self._shim.path)
         env[PROTOCOL_FD_ENV] = str(wfd)
         try:
             self.proc = subprocess.Popen(
@@ -461,11 +484,9 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     args = list(launcher_args) if launcher_args else ["--standalone"]
     argv = [python, "-m", "torch.distributed.run", *args, f"--nproc_per_node={nproc}",
             shim.script("debtorch.train.distributed"), req_path]
-    full_env = shim.env(dict(os.environ if env is None else env))
     # torch.distributed.run makes torchelastic_* folders in the temporary directory and
-    # leaves them there: give it (and its ranks) one inside the work folder, removed after.
-    os.mkdir(os.path.join(work, "tmp"), 0o700)
-    full_env["TMPDIR"] = os.path.join(work, "tmp")
+    # leaves them there: it (and its ranks) get one inside the work folder, removed after.
+    full_env = private_tmp(shim.env(dict(os.environ if env is None else env)), work)
     threads = settings.get("threads")
     if threads:
         full_env["OMP_NUM_THREADS"] = str(threads)

@@ -71,6 +71,14 @@ def stuck():
     return {"model": nn.Linear(8, 3), "dataset": _Stuck(64), "loss_fn": F.cross_entropy, "batch_size": 8}
 
 
+def littering():
+    """Leaves a folder in the temporary directory, as a killed DataLoader's multiprocessing does."""
+    import tempfile
+
+    tempfile.mkdtemp(prefix="pymp-left-")
+    return stuck()
+
+
 def hang_in_load():
     """A workload function that never returns (a dataset download stuck on a dead mount)."""
     time.sleep(3600)
