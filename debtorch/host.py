@@ -28,11 +28,9 @@ import concurrent.futures
 import errno
 import json
 import os
-import platform
 import posixpath
 import signal
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -430,6 +428,8 @@ class LiveHost(Host):
     def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
         # getaddrinfo has no timeout of its own and a dead DNS server hangs it: ask in a
         # thread and stop waiting (the thread ends when the resolver gives up).
+        import socket  # defer: only a name to resolve needs it (doctor stays fast)
+
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
             infos = pool.submit(socket.getaddrinfo, name, None, 0, socket.SOCK_STREAM).result(timeout=timeout)
@@ -444,7 +444,7 @@ class LiveHost(Host):
 
     @property
     def machine(self) -> str:
-        return platform.machine()
+        return os.uname().machine  # what platform.machine() answers on Linux, without importing it
 
     def _own_python(self) -> str:
         return sys.executable

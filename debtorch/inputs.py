@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import tomllib
 from typing import Any
 
 MAX_BYTES = 8 * 1024 * 1024
@@ -78,6 +77,8 @@ def parse_json(text: str, name: str) -> Any:
 
 
 def parse_toml(text: str, name: str) -> dict:
+    import tomllib  # defer: only a TOML input needs the parser (doctor stays fast)
+
     try:
         return tomllib.loads(text)
     except RecursionError:

@@ -119,3 +119,19 @@ def test_answers_are_plain_data_for_any_document():
                 {"nvidia": {"gpus": [{"name": "NVIDIA A100-SXM4-80GB"}, "junk"]}, "python": {"torch": {"installed": True}}}):
         a = Machine.from_facts(doc).answers()
         json.dumps(a)
+
+
+def test_the_parts_show_as_dataclasses_show():
+    """The parts share one repr (start-up time); it must read as @dataclass's own would."""
+    import dataclasses
+
+    from debtorch import machine
+
+    parts = [c for c in vars(machine).values() if isinstance(c, type) and issubclass(c, machine._Part) and c is not machine._Part]
+    assert len(parts) >= 15
+    for cls in parts:
+        twin = dataclasses.make_dataclass(cls.__name__, [(f.name, f.type, dataclasses.field(repr=f.repr))
+                                                         for f in dataclasses.fields(cls)], frozen=True)
+        values = {f.name: ("v", i) if i % 2 else None for i, f in enumerate(dataclasses.fields(cls))}
+        assert repr(cls(**values)) == repr(twin(**values))
+        assert cls(**values) == cls(**values) and hash(cls(**values)) == hash(cls(**values))

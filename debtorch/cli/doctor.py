@@ -1,7 +1,5 @@
 """``debtorch doctor``: is this machine set up right for PyTorch training?"""
 
-from __future__ import annotations
-
 import sys
 from typing import Optional
 
@@ -35,7 +33,6 @@ def doctor(
     from debtorch import knowledge  # defer: the checks and their data, only for this command
     from debtorch.doctor import Context, diagnose, siteconfig  # defer: as above
     from debtorch.report.doctor import DoctorView  # defer: as above
-    from debtorch.report.redact import redact_report  # defer: as above
 
     fmt = choose_format(prog, json_out)
     given_paths(prog, python=python, data=data, config=config, facts=facts_file, from_collect_env=collect_env,
@@ -76,6 +73,8 @@ def doctor(
     site_files = site.files
     r = redactor(doc) if redact else None
     if r is not None:
+        from debtorch.report.redact import redact_report  # defer: only --redact
+
         doc, report, site_files = redact_report(doc, report, site_files, r)
     code = EXIT_FAILED if report.fails(fail_on.value) else EXIT_OK
     present(DoctorView(doc, report, fail_on.value, code, site_files, lacking, verbose,

@@ -1,7 +1,5 @@
 """``debtorch facts``: what is known about the machine, with honest unknowns."""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

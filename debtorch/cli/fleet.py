@@ -6,8 +6,6 @@ unreadable counts as an error), or this rank could not take part; 2 bad usage or
 130 interrupted.  In gathered mode every rank exits with rank 0's code.
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 import sys

@@ -7,8 +7,6 @@ file that is not valid Python or cannot be read; the other files are still
 linted and reported), 130 interrupted.
 """
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """The typer program: the app with every command registered (one module per command in this package)."""
 
-from __future__ import annotations
-
 import functools
 
 import typer

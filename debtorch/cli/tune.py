@@ -6,8 +6,6 @@ cannot be written, an unreadable facts file, a recorded machine to
 measure); 130 interrupted (Ctrl-C).
 """
 
-from __future__ import annotations
-
 import contextlib
 import time
 from enum import Enum

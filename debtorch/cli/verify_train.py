@@ -11,8 +11,6 @@ a machine other than this one); 130 interrupted (Ctrl-C), after printing
 what was measured so far.
 """
 
-from __future__ import annotations
-
 import contextlib
 import os
 import time

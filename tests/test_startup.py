@@ -1,0 +1,65 @@
+"""What `debtorch doctor` loads when it starts (issue 9: at most 10% of collect_env's time).
+
+The time itself is measured by benchmarks/speed_vs_collect_env.py, side by side with
+collect_env (docs/performance.md); these tests keep the causes of a slow start from coming back.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, HOSTS
+
+PACKAGE = ROOT / "debtorch"
+
+# Run the doctor as the console script does, on a recorded machine (nothing live), and
+# report which modules it loaded.
+PROBE = """
+import json, sys
+from debtorch.cli import main
+sys.argv = ["debtorch"] + sys.argv[1:]
+try:
+    main()
+except SystemExit:
+    pass
+sys.stderr.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n")
+"""
+
+
+def modules_loaded(*args: str, env=None) -> set:
+    full = dict(os.environ)
+    full["PYTHONPATH"] = str(ROOT)
+    full.update(env or {})
+    res = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=full, timeout=120)
+    line = [ln for ln in res.stderr.splitlines() if ln.startswith("MODULES ")]
+    assert line, res.stderr
+    return set(json.loads(line[-1][len("MODULES "):]))
+
+
+def test_the_doctor_loads_only_what_it_uses(tmp_path):
+    env = {"DEBTORCH_CACHE": str(tmp_path / "cache")}
+    host = str(HOSTS / "debian12-vm-2core")
+    first = modules_loaded("doctor", "--host", host, env=env)
+    again = modules_loaded("doctor", "--host", host, env=env)
+    assert "debtorch.doctor" in first and "debtorch.machine" in first
+    heavy = {"torch", "numpy", "rich", "matplotlib", "debtorch.tune", "debtorch.train", "debtorch.verify",
+             "debtorch.lint", "debtorch.fleet.gather", "debtorch.report.redact", "debtorch.facts.collectenv"}
+    assert not heavy & first, heavy & first
+    # The knowledge files were parsed once; the second start reads them from the cache.
+    assert "tomllib" in first
+    assert not {"tomllib", "tempfile", "secrets", "socket"} & again, {"tomllib", "tempfile", "secrets", "socket"} & again
+    assert list((tmp_path / "cache" / "knowledge").iterdir())
+
+
+def test_command_modules_keep_their_annotations_as_objects():
+    """typer reads each command's annotations at every start; as strings
+    (``from __future__ import annotations``) they are compiled again each time."""
+    commands = ["doctor", "facts", "fleet", "lint", "tune", "verify_train", "program"]
+    for name in commands:
+        tree = ast.parse((PACKAGE / "cli" / f"{name}.py").read_text())
+        future = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                  and any(a.name == "annotations" for a in n.names)]
+        assert not future, f"debtorch/cli/{name}.py: from __future__ import annotations slows every start"
