@@ -18,8 +18,9 @@ Where the files are, first match wins:
 Parsing TOML is slow next to the rest of the doctor (the PCI table alone takes
 tens of milliseconds), so a file's validated tables are kept as JSON in the
 cache folder (:func:`debtorch.outputs.cache_dir`), under a key made of the
-file's bytes, the schema and debtorch's version: an edited file, another
-schema or another debtorch reads the TOML again.  A cache that cannot be read
+file's bytes, the schema and the code that validates it, and debtorch's
+version: an edited file, another schema or validator, or another debtorch
+reads the TOML again.  A cache that cannot be read
 or written costs only the time.
 """
 

@@ -109,7 +109,8 @@ def private_tmp(env: dict, folder: str) -> dict:
     if "TORCHINDUCTOR_CACHE_DIR" not in env:
         try:
             user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
-            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+            tmp_before = env.get("TMPDIR") or tempfile.gettempdir()  # the processes' own, not ours
+            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp_before, "torchinductor_" + user)
         except (KeyError, OSError):  # no user name (a container without one): torch's own choice
             pass
     tmp = os.path.join(folder, "tmp")
