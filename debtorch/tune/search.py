@@ -31,7 +31,10 @@ Strategy (docs/tune.md, "Measurement"):
   within ``min_gain`` (3%) of the leader and a difference of twice that would
   have shown; at most ``max_repeats``.
 * A winner replaces the incumbent when its median leads by at least
-  ``min_gain``; otherwise the rule's value stays (tune.M005).
+  ``min_gain``; otherwise the rule's value stays (tune.M005).  (``switch_z``
+  also asks for that many standard errors: a replay knob, 0 in tune.  On the
+  grids measured so far it made repeated runs agree more often and reach the
+  best less often: docs/tune.md, "Replays".)
 * **Interactions.**  A setting *interacts* with another when its best value
   changes when the other changes.  Two checks, within the budget:
   a setting decided before another one changed is raced again in the new
@@ -359,13 +362,15 @@ class Search:
     def __init__(self, trial: TrialFn, budget_s: float, repeats: int = 3, max_repeats: int = 7,
                  min_gain: float = 0.03, z: float = 2.0,
                  on_trial: Optional[Callable[[Trial, float, float], None]] = None, passes: int = 2,
-                 interactions: bool = True, top: int = 3, clock: Optional[Callable[[], float]] = None):
+                 interactions: bool = True, top: int = 3, clock: Optional[Callable[[], float]] = None,
+                 switch_z: float = 0.0):
         self.trial_fn = trial
         self.budget = float(budget_s)
         self.repeats = max(2, repeats)
         self.max_repeats = max(self.repeats, max_repeats)
         self.z = z
         self.min_gain = min_gain
+        self.switch_z = switch_z
         self.on_trial = on_trial
         self.passes = passes
         self.interactions = interactions
@@ -461,10 +466,15 @@ class Search:
         return math.log(ma) - math.log(mb) > 2 * self.gap(a, b)
 
     def ahead(self, a: Settings, b: Settings) -> bool:
-        """Is ``a``'s median ahead of ``b``'s by at least ``min_gain``?  After a race that could not
-        separate them further, the higher median is the better bet."""
+        """Is ``a``'s median ahead of ``b``'s by at least ``min_gain`` (and ``switch_z`` standard errors)?
+        After a race that could not separate them further, the higher median is the better bet."""
         ma, mb = self.med(a), self.med(b)
-        return ma is not None and mb is not None and ma > mb * (1 + self.min_gain)
+        if ma is None or mb is None or ma <= 0 or mb <= 0:
+            return False
+        need = math.log1p(self.min_gain)
+        if self.switch_z:
+            need = max(need, self.switch_z * self._se(max(1, self.n(a)), max(1, self.n(b))))
+        return math.log(ma) - math.log(mb) > need
 
     # -- a race between candidates ----------------------------------------
     def race(self, cands: list) -> list:
