@@ -325,6 +325,8 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
     best_fixed = max(fixed_equal, key=lambda n: med[n] or 0) if fixed_equal else None
     first_pick = pick_label[runs[0]["settings"].short()]
     margin = stats.compare(final[first_pick], final[best_fixed]).to_dict("ratio") if best_fixed else None
+    if margin and key(contestants[first_pick]) == key(contestants[best_fixed]):
+        margin["verdict"] = "the same settings"   # --measure kept them: no margin to measure
     return {
         "workload": workload, "name": name, "precision": precision, "rows": rows,
         "measure_runs": [{**r, "settings": r["settings"].to_dict(), "label": r["settings"].short(),
@@ -432,9 +434,16 @@ def render(results, machine, before, after, args, quiet, took) -> str:
     for r in results:
         t = r["targets"]
         m = t["margin_over_best_fixed_rule"]
-        margin = "-" if not m else (f"{m['ratio']:.2f}x ({m['low']:.2f}-{m['high']:.2f})" if m["verdict"] == "faster"
-                                    else f"none ({m['verdict']}, {m['low']:.2f}-{m['high']:.2f})"
-                                    if m.get("low") is not None else f"none ({m['verdict']})")
+        if not m:
+            margin = "-"
+        elif m["verdict"] == "the same settings":
+            margin = "none (the same settings)"
+        elif m["verdict"] == "faster":
+            margin = f"{m['ratio']:.2f}x ({m['low']:.2f}-{m['high']:.2f})"
+        elif m.get("low") is not None:
+            margin = f"none ({m['verdict']}, {m['low']:.2f}-{m['high']:.2f})"
+        else:
+            margin = f"none ({m['verdict']})"
         sr = t["same_region"]
         lines.append(f"| `{r['workload']}` | {_f(t['measure_of_oracle_median'], '{:.0%}')}, "
                      f"{_f(t['measure_of_oracle_worst'], '{:.0%}')} | {_share(t.get('share_target'))} | "

@@ -46,7 +46,7 @@ def region(s: Settings) -> str:
 
 
 def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_share: float = 0.25,
-           search_options: dict = None) -> dict:
+           search_options: dict = None, order: str = "") -> dict:
     """Run the search ``runs`` times on one workload's grid; what it found, as numbers."""
     samples: dict = {}
     for row in data["grid"]:
@@ -56,6 +56,9 @@ def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_shar
     start = Settings.from_dict(data["rules_settings"])
     dims = default_space(start, "cpu", data["per_process_cpus"], data["precisions"], data["convolutional"],
                          max_workers=data.get("max_workers"))
+    if order:  # another order of the dimensions (names, comma-separated; the rest keep theirs, after)
+        names = [n.strip() for n in order.split(",")]
+        dims = sorted(dims, key=lambda d: names.index(d.name) if d.name in names else len(names))
     medians = {k: statistics.median(v for v, _ in vals) for k, vals in samples.items()}
     best = max(medians.values())
     passes = max(1, max(len(v) for v in samples.values()))
@@ -95,6 +98,7 @@ def main() -> int:
     ap.add_argument("--workload", default="cnn", help="which workload of the file (cnn, transformer, images, all)")
     ap.add_argument("--search", action="append", default=[], metavar="NAME=VALUE",
                     help="a Search option (switch_z=1, min_gain=0.05, repeats=3 ...); repeatable")
+    ap.add_argument("--order", default="", help="race the dimensions in this order (split,precision,channels_last...)")
     ap.add_argument("--json-out", help="write the numbers here")
     args = ap.parse_args()
 
@@ -115,7 +119,7 @@ def main() -> int:
             return 2
     out = []
     for w in sets:
-        r = replay(w, args.runs, args.noise, args.budget, args.budget_share, options)
+        r = replay(w, args.runs, args.noise, args.budget, args.budget_share, options, args.order)
         out.append(r)
         rules = f"; the rules' settings {r['rules']:.0%}" if r["rules"] else ""
         print(f"{r['workload']}: {r['runs']} replayed searches over {r['configurations']} configurations "

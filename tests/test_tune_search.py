@@ -352,3 +352,37 @@ def test_switch_z_keeps_the_rules_on_a_flat_noisy_surface_and_still_takes_a_clea
     assert moved(2.0) < moved(0.0)
     gain = Search(Surface(two_core_cpu, noise=0.10, seed=1), budget_s=300, switch_z=2.0).run(fp32, CPU_DIMS)
     assert gain.best.precision == "bf16"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_first_race_cut_short_by_the_budget_does_not_fence_the_split_in(seed):
+    # A data-bound workload: every extra loader worker pays, up to 4, with both threads computing.
+    # A small budget races only the three most promising splits (w0 t2, w1 t1, w1 t2); the
+    # refinement must go beyond the largest worker count raced, not only between raced values.
+    def loader_bound(s):
+        return 100.0 * (1 + 0.2 * s.num_workers) * (1.0 if (s.threads or 2) == 2 else 0.7)
+
+    start = Settings(num_workers=0, precision="fp32", threads=2)
+    dims = default_space(start, "cpu", 2, ["fp32"], conv=False)
+    surface = Surface(loader_bound, noise=0.02, seed=seed, outliers=0, cost=lambda s: 1.0 + 0.2 * s.num_workers)
+    result = Search(surface, budget_s=40).run(start, dims)
+    first = [t.settings for t in result.trials if t.phase == "split"][:3]
+    assert {(s.threads, s.num_workers) for s in first} <= {(2, 0), (1, 1), (2, 1)}
+    assert result.best.num_workers == 4 and result.best.threads == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cheap_settings_are_raced_before_the_expensive_split(seed):
+    # Worker trials cost several times one without workers (start-up, the settled queue); channels-
+    # last pays 20% everywhere and the split little.  Raced first, at the rules' split (no workers),
+    # channels-last is found within a tight budget; raced after the split, the budget was gone.
+    def surface_f(s):
+        return 100.0 * (1.2 if s.channels_last else 1.0) * (1 + 0.02 * s.num_workers) * (
+            1.0 if (s.threads or 2) == 2 else 0.8)
+
+    start = Settings(num_workers=0, precision="fp32", threads=2)
+    dims = default_space(start, "cpu", 2, ["fp32"], conv=True)
+    assert [d.name for d in dims][:3] == ["channels_last", "split", "prefetch_factor"]
+    surface = Surface(surface_f, noise=0.05, seed=seed, cost=lambda s: 1.0 + 2.0 * s.num_workers)
+    result = Search(surface, budget_s=45).run(start, dims)
+    assert result.best.channels_last

@@ -4,7 +4,16 @@ on synthetic, noisy response surfaces.
 
 Strategy (docs/tune.md, "Measurement"):
 
-* **The CPU split first, as one decision.**  A process's CPUs are shared by
+* **Precision and memory format first, at the rules' split.**  They are
+  cheap to measure there (the rules start without loader workers: no
+  worker start-up, no queue to settle) and their effect mostly carries to
+  every split (bf16 1.7x, channels-last 5-30% on the conv workloads), so the
+  split is then raced with them in place.  Replays of the grids measured on
+  a 2-CPU EPYC (docs/tune.md, "Replays"): with the split raced first, the
+  budget went to expensive worker trials before channels-last was seen
+  (images: median 69% of the grid's best; after the change 77%; CNN: 3% of
+  replays within 95% of the best, after it 95%); no grid got worse.
+* **The CPU split as one decision.**  A process's CPUs are shared by
   its intra-op (compute) threads and its DataLoader workers: workers only pay
   once compute gives up a core, so neither can be chosen alone (a search that
   changes one at a time sees 2 threads + 0 workers beat both 1 + 0 and 2 + 2,
@@ -14,11 +23,11 @@ Strategy (docs/tune.md, "Measurement"):
   (threads 1, 2, 4 ... the CPUs, on a GPU at most 4: the GPU computes;
   workers 0, 1, 2, 4 ... 2 x the CPUs; the pairs nearest to using every CPU
   once), refined afterwards towards the winner along each axis while a
-  neighbour leads by ``min_gain``.  A small budget races only the splits the
-  model ranks most promising: as many as ``repeats`` rounds of fit a third of
-  the budget left.
-* **Then the other settings around the best split**, one at a time, most
-  influential first: precision, memory format, prefetch, pinned memory.
+  neighbour leads by ``min_gain`` (beyond the values raced too, when the
+  winner is the largest or smallest raced).  A small budget races only the
+  splits the model ranks most promising: as many as ``repeats`` rounds of
+  fit half the budget left.
+* **Then prefetch and pinned memory around the best split.**
 * **Each decision is a race** (successive halving): every candidate is
   measured once per round, in an order that rotates each round so that drift
   in the machine hits every candidate alike.  After the first round the
@@ -217,6 +226,19 @@ def promise(cpus: int) -> Callable[[tuple], tuple]:
     return lambda tw: (abs(math.log((tw[0] + tw[1]) / cpus)), -tw[0], tw[1])
 
 
+def outward(values: list, tried: set, v: Any) -> list:
+    """When ``v`` is the largest (smallest) value tried and ``values`` go further, the next coarse
+    value beyond it (2 -> 4 workers): a first race cut short by the budget must not fence the
+    search in (on a data-bound workload the best split had more workers than any raced first)."""
+    ladder = coarse(values)
+    out = []
+    if v >= max(tried, default=v):
+        out += [x for x in ladder if x > v][:1]
+    if v <= min(tried, default=v):
+        out += [x for x in reversed(ladder) if x < v][:1]
+    return out
+
+
 def _split_refine(every: list) -> Callable[[set, Any], list]:
     feasible = set(every)
     ts = sorted({t for t, _ in every})
@@ -224,8 +246,9 @@ def _split_refine(every: list) -> Callable[[set, Any], list]:
 
     def refine(tried: set, winner: tuple) -> list:
         t, w = winner
-        out = [(x, w) for x in bisect(ts, {a for a, _ in tried}, t)]
-        out += [(t, x) for x in bisect(ws, {b for _, b in tried}, w)]
+        tt, tw = {a for a, _ in tried}, {b for _, b in tried}
+        out = [(x, w) for x in bisect(ts, tt, t) + outward(ts, tt, t)]
+        out += [(t, x) for x in bisect(ws, tw, w) + outward(ws, tw, w)]
         return [v for v in out if v in feasible]
     return refine
 
@@ -247,13 +270,14 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
 
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
-    """The dimensions ``--measure`` explores: the CPU split first, then the rest, most
-    influential first.  Processes stay as the rules chose them: trials run one process."""
-    dims = [split_dimension(per_proc_cpus, device, max_workers)]
+    """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
+    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules chose them: trials run one process."""
+    dims = []
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
     if conv:
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
+    dims.append(split_dimension(per_proc_cpus, device, max_workers))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
     if device == "cuda":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
@@ -356,7 +380,7 @@ def unique(items: list) -> list:
 
 
 class Search:
-    """The split first, then the rest one at a time, then interactions, with interleaved,
+    """One dimension at a time (precision, memory format, the split, the rest), then interactions, with interleaved,
     repeated races.  See the module doc."""
 
     def __init__(self, trial: TrialFn, budget_s: float, repeats: int = 3, max_repeats: int = 7,
@@ -515,7 +539,7 @@ class Search:
 
     # -- the search ---------------------------------------------------------
     def run(self, start: Settings, dims: list) -> Result:
-        """The split, then each other dimension, then interactions, within the budget."""
+        """Each dimension in order, then interactions, then close calls, within the budget."""
         self.best = start
         choices: dict = {}
         stopped = "no dimension left to improve"
@@ -645,7 +669,7 @@ class Search:
         took = statistics.median(t.seconds for t in self.trials) if self.trials else 0.0
         if took <= 0 or not math.isfinite(self.budget):
             return n
-        return max(2, min(n, int((self.budget - self.spent) / 3 / (took * self.repeats))))
+        return max(2, min(n, int((self.budget - self.spent) / 2 / (took * self.repeats))))
 
     # -- interactions ---------------------------------------------------------
     def _runner_value(self, dim: Dimension, best: Settings) -> Any:
