@@ -68,3 +68,32 @@ def test_the_same_settings_under_two_names_are_measured_once_per_round():
     assert len(calls) == 6  # two distinct settings, three rounds
     assert out["rules"] == out["pick"] == out["oracle"] != out["other"]
     assert tune_bench.share_estimate(out["pick"], out["oracle"])["target"] == "met"
+
+
+_rspec = importlib.util.spec_from_file_location("tune_replay", ROOT / "benchmarks" / "tune_replay.py")
+tune_replay = importlib.util.module_from_spec(_rspec)
+_rspec.loader.exec_module(tune_replay)
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def test_a_replayed_real_grid_without_noise_never_ends_below_the_rules():
+    # Without noise a trial reads the grid's value: the search moves only to what measured faster,
+    # so its choice is at least the rules' settings on every real grid we keep.
+    import json
+
+    paths = sorted(RESULTS.glob("tune-bench-*.json"))
+    assert len(paths) >= 4
+    for path in paths:
+        for workload in json.loads(path.read_text())["workloads"]:
+            r = tune_replay.replay(workload, runs=2, noise=0.0, budget=73)
+            assert r["worst"] >= r["rules"], (path.name, workload["name"])
+            assert 0 < r["spent_of_single_pass"] and r["same_region"] == 1.0
+
+
+def test_replay_noise_spreads_the_choices():
+    import json
+
+    data = json.loads((RESULTS / "tune-bench-2026-12-02-epyc-run1-images.json").read_text())["workloads"][0]
+    calm = tune_replay.replay(data, runs=20, noise=0.0, budget=112)
+    noisy = tune_replay.replay(data, runs=20, noise=0.15, budget=112)
+    assert len(calm["regions"]) == 1 and len(noisy["regions"]) > 1

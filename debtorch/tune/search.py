@@ -11,8 +11,9 @@ Strategy (docs/tune.md, "Measurement"):
   split is then raced with them in place.  Replays of the grids measured on
   a 2-CPU EPYC (docs/tune.md, "Replays"): with the split raced first, the
   budget went to expensive worker trials before channels-last was seen
-  (images: median 69% of the grid's best; after the change 77%; CNN: 3% of
-  replays within 95% of the best, after it 95%); no grid got worse.
+  (images: median 69% of the grid's best, after the change 77%; a CNN grid:
+  3% of replays within 95% of the best, after it 94%).  The price: runs
+  agree less often where regions lie within noise of each other.
 * **The CPU split as one decision.**  A process's CPUs are shared by
   its intra-op (compute) threads and its DataLoader workers: workers only pay
   once compute gives up a core, so neither can be chosen alone (a search that
@@ -271,7 +272,8 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
     """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
-    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules chose them: trials run one process."""
+    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules
+    chose them: trials run one process."""
     dims = []
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
@@ -380,8 +382,8 @@ def unique(items: list) -> list:
 
 
 class Search:
-    """One dimension at a time (precision, memory format, the split, the rest), then interactions, with interleaved,
-    repeated races.  See the module doc."""
+    """One dimension at a time (precision, memory format, the split, the rest), then interactions,
+    with interleaved, repeated races.  See the module doc."""
 
     def __init__(self, trial: TrialFn, budget_s: float, repeats: int = 3, max_repeats: int = 7,
                  min_gain: float = 0.03, z: float = 2.0,
