@@ -312,11 +312,11 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
                      "of_oracle": med[n] / best if med[n] and best else None, "runs": len(v),
                      "rounds": list(final[n])})
     pick_label = {s: label for s, (label, _) in picks.items()}
-    shares = [med[pick_label[r["settings"].short()]] / best for r in runs
-              if best and med.get(pick_label[r["settings"].short()])]
     # Each pick against the oracle over the paired final rounds: the share with its 95% interval, and
     # whether the interval lies above the target (met), below it (missed) or across it (unresolved).
     share_of = {label: share_estimate(final[label], final["grid (oracle)"]) for label in pick_label.values()}
+    run_share = [share_of[pick_label[r["settings"].short()]]["share"] for r in runs]
+    shares = [x for x in run_share if x is not None]
     times = [r["seconds"] / single_pass_s for r in runs if single_pass_s]
     regions = collections.Counter(region(r["settings"]) for r in runs)
     top, count = regions.most_common(1)[0]
@@ -330,11 +330,10 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
     return {
         "workload": workload, "name": name, "precision": precision, "rows": rows,
         "measure_runs": [{**r, "settings": r["settings"].to_dict(), "label": r["settings"].short(),
-                          "of_oracle": med.get(pick_label[r["settings"].short()]) / best
-                          if best and med.get(pick_label[r["settings"].short()]) else None,
+                          "of_oracle": share,
                           "time_of_single_pass_grid": r["seconds"] / single_pass_s if single_pass_s else None,
                           "of_oracle_interval": share_of[pick_label[r["settings"].short()]]}
-                         for r in runs],
+                         for r, share in zip(runs, run_share)],
         "targets": {
             "measure_of_oracle_median": statistics.median(shares) if shares else None,
             "measure_of_oracle_worst": min(shares) if shares else None,

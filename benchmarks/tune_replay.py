@@ -35,14 +35,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune.search import Outcome, Search, default_space, key  # noqa: E402
-
-
-def region(s: Settings) -> str:
-    """The same coarse region as tune_bench.py: threads, loader workers or none, precision."""
-    return f"t{s.threads or '-'} {'workers' if s.num_workers else 'no workers'} {s.precision}"
+from tune_bench import region  # noqa: E402  (the benchmark's own regions)
 
 
 def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_share: float = 0.25,

@@ -136,11 +136,10 @@ class Dimension:
     rule: str
     apply: Optional[Callable[[Settings, Any], Settings]] = None
     needs: Optional[Callable[[Settings], bool]] = None   # when the dimension means anything
-    numeric: bool = False                                # coarse-to-fine when the range is wide
     read: Optional[Callable[[Settings], Any]] = None     # the value in a Settings (default: the field)
     fields: tuple = ()                                   # the settings fields it decides (default: its name)
-    first: Optional[list] = None                         # the values of the first race (default: all, or coarse)
-    refine: Optional[Callable[[set, Any], list]] = None  # more values to race near the winner, given those tried
+    first: Optional[list] = None                         # the values of the first race (default: all)
+    refine: Optional[Callable[[set, Any], list]] = None  # coarse-to-fine: more values near the winner, given those tried
     show: Optional[Callable[[Any], str]] = None          # a value in words (default: name=value)
     unit: str = ""                                       # "splits of 2 CPUs": the reason counts what was raced
 
@@ -160,21 +159,17 @@ class Dimension:
         return self.fields or (self.name,)
 
     def first_values(self) -> list:
-        if self.first is not None:
-            return list(self.first)
-        return coarse(self.values) if self.numeric else list(self.values)
+        return list(self.first if self.first is not None else self.values)
 
     def more(self, tried: set, winner: Any) -> list:
-        """Values to race next to ``winner`` (coarse-to-fine); none for categorical dimensions."""
+        """Values to race next to ``winner`` (coarse-to-fine, the split); none for the others."""
         if self.refine is not None:
             return [v for v in self.refine(tried, winner) if v not in tried]
-        if self.numeric:
-            return [v for v in bisect(self.values, tried, winner) if v not in tried]
         return []
 
 
 def coarse(values: list) -> list:
-    """0, 1, 2, 4, 8 ... and the last value: the first race over a wide numeric range."""
+    """0, 1, 2, 4, 8 ... and the last value: the split's lattice on a wide axis, and its steps outward."""
     if len(values) <= 5:
         return list(values)
     keep = {values[0], values[-1]}
