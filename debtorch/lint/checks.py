@@ -17,8 +17,8 @@ from typing import Callable, Iterator, List, Optional, Set, Tuple
 from debtorch.lint import rules as R
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
-    _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
-    _device_arg, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
+    CPU, DEVICE, LOADERISH, LOOPS, LOSSISH, MODEL, MODELISH, NOT_CONSTANT, OTHER, TENSOR_METHODS, Flow, Script,
+    constant, device_arg, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]
@@ -59,7 +59,7 @@ _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le 
 
 def _chain_has_cpu(node: ast.AST) -> bool:
     while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
-        if method(node) == "cpu" or (method(node) == "to" and node.args and _device_arg(node.args[0]) is False):
+        if method(node) == "cpu" or (method(node) == "to" and node.args and device_arg(node.args[0]) is False):
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
@@ -81,9 +81,9 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
                         continue
                     flagged_items = True
                     yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "cpu" or (m == "to" and n.args and _device_arg(n.args[0]) is False):
+                elif m == "cpu" or (m == "to" and n.args and device_arg(n.args[0]) is False):
                     k = kind(recv)
-                    if k in (CPU, OTHER, MODEL) or _MODELISH.match(identifier(recv) or "") or _chain_has_cpu(recv):
+                    if k in (CPU, OTHER, MODEL) or MODELISH.match(identifier(recv) or "") or _chain_has_cpu(recv):
                         continue
                     if k != DEVICE and not _tensorish_chain(recv):
                         continue
@@ -182,7 +182,7 @@ def _truthy_pin(value: ast.AST) -> bool:
     c = constant(value)
     if c is True:
         return True
-    if c is not _NOT_CONSTANT:
+    if c is not NOT_CONSTANT:
         return False
     return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
 
@@ -209,13 +209,13 @@ def check_copies(script: Script) -> Iterator[Located]:
                 m = method(n)
                 if m == "to":
                     target = n.args[0] if n.args else keyword(n, "device")
-                    if target is None or _device_arg(target) is not True:
+                    if target is None or device_arg(target) is not True:
                         continue
                 elif m != "cuda":
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
-                if _MODELISH.match(name) or _LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
+                if MODELISH.match(name) or LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
                     continue
                 if _fresh(script, recv, step.scope):
                     continue  # a tensor made on the host just now is not pinned: non_blocking would not help
@@ -253,7 +253,7 @@ def _unwrap_iter(node: ast.AST) -> ast.AST:
         if not isinstance(node, ast.Call) or not node.args or identifier(node.func).endswith("DataLoader"):
             break
         loaderish = [a for a in node.args if isinstance(a, (ast.Name, ast.Attribute))
-                     and _LOADERISH.search(identifier(a) or "")]
+                     and LOADERISH.search(identifier(a) or "")]
         if loaderish:
             node = loaderish[0]
         elif identifier(node.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "Bar", "track", "progress",
@@ -782,7 +782,7 @@ def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]
     """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
     every_names = set(names_in(every))
     has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
-                  _LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
+                  LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
     divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
         or bool(every_names & set(names_in(size)))
     if has_len and not divided:

@@ -37,16 +37,16 @@ MODEL = "model"        # an nn.Module (calling it gives DEVICE)
 MIXED = "mixed"        # assigned different kinds: unknown
 
 _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
-_MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
+MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
                        r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
-_LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
+LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
                        r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
 _COUNTER = re.compile(r"^(?:i|j|k|it|itr|idx|step|steps|iter|iters|iteration|epoch|batch_idx|batch_id|batch_i"
                       r"|global_step|num_steps|n_iter|curr_step|cur_step|total_steps|count|counter|iter_num"
                       r"|step_num|batch_num|nb|ib|b_idx|bi|ii|t)$|step|iter|epoch", re.I)
-_LOADERISH = re.compile(r"loader|dataloader|batches|data_iter|train_iter|prefetcher", re.I)
+LOADERISH = re.compile(r"loader|dataloader|batches|data_iter|train_iter|prefetcher", re.I)
 _DEVICE_ARG = re.compile(r"device|dev$|^dev|gpu|cuda|rank|local_rank", re.I)
 
 # Tensor methods whose result is a tensor where the receiver is.
@@ -130,10 +130,10 @@ def constant(node: Optional[ast.AST]):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
             and isinstance(node.operand.value, (int, float)):
         return -node.operand.value
-    return _NOT_CONSTANT
+    return NOT_CONSTANT
 
 
-_NOT_CONSTANT = object()
+NOT_CONSTANT = object()
 
 
 def all_children(node: ast.AST) -> list:
@@ -267,7 +267,7 @@ class Script:
                     moves = True
                 elif m == "to":
                     target = n.args[0] if n.args else keyword(n, "device")
-                    if target is not None and _device_arg(target):
+                    if target is not None and device_arg(target):
                         moves = True
                 elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
@@ -389,7 +389,7 @@ class Script:
             for loop in self.training_loops():
                 scope = self.scope_of.get(loop, self.tree)
                 region = Region(loop, scope)
-                _Walker(self, region).run(loop)
+                Walker(self, region).run(loop)
                 self._regions.append(region)
         return self._regions
 
@@ -433,7 +433,7 @@ def _loop_header(loop: ast.AST) -> list:
     return [loop.iter]
 
 
-class _Walker:
+class Walker:
     """Collects a training loop's per-step statements, in order, with their guards."""
 
     def __init__(self, script: Script, region: Region):
@@ -710,10 +710,10 @@ def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
         if name.endswith("tqdm") and node.args:
             return _is_loader_expr(script, node.args[0], lookup)
         return False
-    return bool(_LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
+    return bool(LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
 
 
-def _device_arg(node: ast.AST) -> Optional[bool]:
+def device_arg(node: ast.AST) -> Optional[bool]:
     """True: this argument of .to() names a GPU device; False: the CPU; None: not a device (a dtype...)."""
     c = constant(node)
     if isinstance(c, str):
@@ -723,7 +723,7 @@ def _device_arg(node: ast.AST) -> Optional[bool]:
             return False
         return None
     if isinstance(node, ast.Call) and identifier(node.func) == "device" and node.args:
-        return _device_arg(node.args[0])
+        return device_arg(node.args[0])
     if isinstance(node, ast.JoinedStr):
         text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
         return True if "cuda" in text else None
@@ -746,7 +746,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return MODEL if rec(recv) == MODEL else DEVICE
         if m == "to":
             target = node.args[0] if node.args else keyword(node, "device")
-            where = _device_arg(target) if target is not None else None
+            where = device_arg(target) if target is not None else None
             rk = rec(recv)
             if rk == MODEL:
                 return MODEL
@@ -793,7 +793,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if short in FACTORIES:
             dev = keyword(node, "device")
             if dev is not None:
-                return DEVICE if _device_arg(dev) else (CPU if _device_arg(dev) is False else None)
+                return DEVICE if device_arg(dev) else (CPU if device_arg(dev) is False else None)
             return CPU
         if "." not in short:
             kinds = {rec(a) for a in node.args}
@@ -813,9 +813,9 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if fk == MODEL:
         return DEVICE
     ident = identifier(func)
-    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _MODELISH.match(ident) and fk is None:
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and MODELISH.match(ident) and fk is None:
         return DEVICE
-    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _LOSSISH.search(ident) and fk is None \
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and LOSSISH.search(ident) and fk is None \
             and not script.functions.get(ident):
         return DEVICE
     return None
