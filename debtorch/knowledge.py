@@ -38,7 +38,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from debtorch import __version__, outputs, versions
+from debtorch.__about__ import __version__
+from debtorch import outputs, versions
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
 SYSTEM_DIR = Path("/usr/share/debtorch/checks")

@@ -19,7 +19,8 @@ from debtorch.cli import app
 from debtorch.facts import collectenv
 from debtorch.host import ReplayHost
 from debtorch.machine import Machine
-from debtorch.tune import fingerprint, rules
+from debtorch import fingerprint
+from debtorch.tune import rules
 
 from conftest import HOSTS
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.tune import config, fingerprint, runtime
+from debtorch import fingerprint
+from debtorch.tune import config, runtime
 from debtorch.tune.rules import Request, recommend
 
 from conftest import ROOT, run_debtorch

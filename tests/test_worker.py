@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.train import runner
-from debtorch.train.runner import Worker, WorkerError, WorkerTimeout, launch_distributed, worker_python
+from debtorch.train.runner import TrainingWorker as Worker
+from debtorch.train.runner import launch_distributed
+from debtorch.transport import client
+from debtorch.transport.client import WorkerError, WorkerTimeout, worker_python
 from debtorch.train.settings import Settings
 
 pytestmark = pytest.mark.torch
@@ -63,7 +65,7 @@ def _gone(pids, seconds=10.0):
 @needs_torch
 def test_worker_uses_this_checkout_of_debtorch(worker):
     info = worker.info()
-    assert os.path.realpath(info["debtorch"]) == str(runner.PACKAGE_DIR)
+    assert os.path.realpath(info["debtorch"]) == str(client.PACKAGE_DIR)
     assert info["torch"] and info["python"] == PYTHON
 
 

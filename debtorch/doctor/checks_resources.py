@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from debtorch import knowledge
+from debtorch.doctor import fixes
 from debtorch.doctor.registry import check
 from debtorch.findings import error, info, warning
 from debtorch.doctor.limits import limit
@@ -15,12 +16,6 @@ GiB = 1024 * MiB
 def _gib_up(n: int) -> int:
     """Whole GiB for ``mount -o size=``, rounded up (never below what is asked)."""
     return max(1, -(-int(n) // GiB))
-
-
-def planned_workers(m) -> int:
-    """DataLoader workers a tuned run would start on this machine (all processes together)."""
-    usable = m.cpus.usable if m.cpus.known else 1
-    return max(1, min(usable - 1, int(limit("shm_planned_workers_max"))))
 
 
 # ---------------------------------------------------------------- CPU
@@ -97,26 +92,18 @@ def check_usable(m, ctx):
 # ---------------------------------------------------------------- memory
 @check("memory")
 def check_shm(m, ctx):
-    total = m.get("memory.shm_total")
-    free = m.get("memory.shm_free")
+    shm = m.shm
+    total, free, workers, needed = shm.total, shm.free, shm.workers, shm.needed
     if total is None:
         return []
-    per_worker = int(limit("shm_per_worker_bytes"))
-    workers = planned_workers(m)
-    needed = per_worker * workers
     minimum = ctx.site.minimums.get("shm") if ctx.site else None
-    container = m.get("os.container")
-    facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
-    if container and total <= int(limit("docker_default_shm_bytes")):
-        fix = ("docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with "
-               "medium: Memory at /dev/shm")
+    facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": shm.container}
+    if shm.docker_default:
         return [error("memory.E002", f"container runs with the default {human_bytes(total)} /dev/shm",
-                      fix=fix, facts=facts_used)]
-    if total < per_worker:
+                      fix=fixes.SHM_DOCKER, facts=facts_used)]
+    if shm.too_small:
         return [error("memory.E001", f"/dev/shm ({human_bytes(total)}) cannot hold one DataLoader worker's batches",
-                      fix=f"sudo mount -o remount,size={max(1, needed // (1024 ** 3) + 1)}G /dev/shm\n"
-                          "(persist it with a tmpfs line for /dev/shm in /etc/fstab)",
-                      facts=facts_used)]
+                      fix=fixes.shm_too_small(shm), facts=facts_used)]
     if free is not None and free < needed:
         return [warning("memory.W001", f"/dev/shm has {human_bytes(free)} free; {workers} workers may need {human_bytes(needed)}",
                         fix="Free /dev/shm (stale files of crashed runs) or enlarge it: "

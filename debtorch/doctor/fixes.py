@@ -12,6 +12,13 @@ from debtorch import knowledge, versions
 from debtorch.machine import Machine
 
 COMPONENT_ORDER = ["main", "contrib", "non-free", "non-free-firmware"]
+SHM_DOCKER = "docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm"
+
+
+def shm_too_small(shm) -> str:
+    """memory.E001's fix: a /dev/shm for the workers a tuned run would start (``shm``: ``Machine.shm``)."""
+    return (f"sudo mount -o remount,size={max(1, shm.needed // (1024 ** 3) + 1)}G /dev/shm\n"
+            "(persist it with a tmpfs line for /dev/shm in /etc/fstab)")
 
 
 def driver_components(m: Machine) -> list:

@@ -1,7 +1,7 @@
 """The torch side of ``debtorch fleet``: one process per rank, in the user's interpreter.
 
 :mod:`debtorch.fleet.gather` starts this module through
-:class:`debtorch.train.runner.Worker` and speaks the worker's protocol
+:class:`debtorch.transport.client.Worker` and speaks the transport's protocol
 (docs/engine.md): JSON requests on stdin, results on the protocol
 descriptor.  Everything that touches torch.distributed is here; debtorch's
 own process never imports torch.  Standard library only at import time.
@@ -34,8 +34,8 @@ import sys
 import time
 from datetime import timedelta
 
-from debtorch.train.worker import BadRequest
-from debtorch.train.worker import main as worker_main
+from debtorch.transport import server
+from debtorch.transport.server import BadRequest
 
 POLL_S = 0.05
 
@@ -44,24 +44,20 @@ def _ranks(text: bytes) -> list:
     return sorted({int(x) for x in text.decode().split(",") if x.strip().isdigit()})
 
 
-class FleetSession:
+class FleetSession(server.Session):
     """What one rank's torch side holds between requests: the store and where it is."""
 
     def __init__(self, proto):
-        self.proto = proto
+        super().__init__(proto)
         self.store = None
         self.rank = 0
         self.world = 1
         self.started = time.monotonic()
 
     def handle(self, req: dict) -> dict:
-        op = req.get("op")
-        fn = getattr(self, f"op_{op}", None)
-        if fn is None:
-            raise BadRequest(f"unknown op {op!r}")
-        if op != "join" and self.store is None:
+        if req.get("op") != "join" and self.store is None and hasattr(self, f"op_{req.get('op')}"):
             raise BadRequest("join first")
-        return fn(req)
+        return super().handle(req)
 
     # -- the rendezvous ----------------------------------------------------
     def op_join(self, req: dict) -> dict:
@@ -271,7 +267,7 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
 
 
 def main() -> int:
-    return worker_main(FleetSession)
+    return server.main(FleetSession)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ per step: in the script's own training loops, and in what the training
 engine runs per step of a ``--workload``: the ``forward`` of every module
 class in the file and the function given as ``loss_fn``, with what they call
 in the same file.  On CUDA the worker counts them instead
-(:mod:`debtorch.lint.hostwaits`).
+(:mod:`debtorch.hostwaits`).
 """
 
 from __future__ import annotations

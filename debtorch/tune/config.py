@@ -24,7 +24,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from debtorch import __version__, outputs
+from debtorch.__about__ import __version__
+from debtorch import outputs
 from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
 
 SCHEMA_VERSION = 1

@@ -1,7 +1,7 @@
 """``debtorch tune --measure``: short trials on a real workload, within a budget.
 
 Torch-free: the trials run in a worker process of the target interpreter
-(:class:`debtorch.train.runner.Worker`, the engine shared with
+(:class:`debtorch.train.runner.TrainingWorker`, the engine shared with
 verify-train); this module calibrates the trial length, hands the search
 (:mod:`debtorch.tune.search`) a trial function, and writes what was
 measured into the recommendation's reasons.
@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional
 from debtorch.budget import Budget, Where, stopped
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
-from debtorch.train.runner import START_TIMEOUT, Worker, WorkerError, WorkerTimeout, worker_python
+from debtorch.train.runner import TrainingWorker
+from debtorch.transport.client import START_TIMEOUT, WorkerError, WorkerTimeout, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -124,7 +125,7 @@ class EngineTrials:
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
                  host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
         self._error = WorkerError
-        self._worker_cls = Worker
+        self._worker_cls = TrainingWorker
         self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
         self.budget = budget or Budget(None)
         self.where = Where(self.budget.clock)

@@ -1,7 +1,7 @@
 """The verify-train plan and its execution through the training engine's worker.
 
 Torch-free.  One worker process of the target interpreter
-(:class:`debtorch.train.runner.Worker`) loads the workload once and runs
+(:class:`debtorch.train.runner.TrainingWorker`) loads the workload once and runs
 every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
 run goes through :func:`debtorch.train.runner.launch_distributed`
 (``torch.distributed.run``).  The loop is the engine's: nothing here trains.
@@ -51,6 +51,7 @@ from debtorch import stats
 from debtorch.budget import Budget, Where, stopped
 from debtorch.lint.measured import static_result
 from debtorch.train import runner
+from debtorch.transport.client import START_TIMEOUT, WorkerError
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
@@ -186,7 +187,7 @@ class Verifier:
     """Runs a :class:`Plan` in one worker; use as a context manager.
 
     ``worker_factory(python, cwd=..., timeout=..., start_timeout=...)`` makes
-    the worker (:class:`debtorch.train.runner.Worker`); ``launcher`` is
+    the worker (:class:`debtorch.train.runner.TrainingWorker`); ``launcher`` is
     :func:`debtorch.train.runner.launch_distributed`.  ``facts`` (the
     machine's, for the doctor's /dev/shm check) is optional; ``clock`` is
     the budget's (a fake one in tests).
@@ -198,9 +199,9 @@ class Verifier:
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()
-        self._factory = worker_factory or runner.Worker
+        self._factory = worker_factory or runner.TrainingWorker
         self._launch = launcher or runner.launch_distributed
-        self._error = runner.WorkerError
+        self._error = WorkerError
         self.clock = clock
         self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
         self.where = Where(clock)
@@ -227,7 +228,7 @@ class Verifier:
     def start(self) -> dict:
         """Start the worker and load the workload; return its description.
 
-        Raises :class:`debtorch.train.runner.WorkerError` (no torch, a workload
+        Raises :class:`debtorch.transport.client.WorkerError` (no torch, a workload
         that cannot be imported, a device this torch cannot use; kind
         ``budget`` when the budget ended first).
         """
@@ -236,8 +237,8 @@ class Verifier:
         if self.worker is None:
             self.spawn()
         self.where.doing("starting the worker (importing torch)")
-        self.worker.start_timeout = self.budget.cap(runner.START_TIMEOUT)
-        self._bounded(self.worker.start, runner.START_TIMEOUT)
+        self.worker.start_timeout = self.budget.cap(START_TIMEOUT)
+        self._bounded(self.worker.start, START_TIMEOUT)
         self.measured.worker = self._request("info")
         self.where.doing(f"loading {p.workload}")
         self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
@@ -251,7 +252,7 @@ class Verifier:
         :meth:`start` waits for it.  A worker without ``spawn`` starts in :meth:`start`."""
         p = self.plan
         self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout,
-                                    start_timeout=self.budget.cap(runner.START_TIMEOUT))
+                                    start_timeout=self.budget.cap(START_TIMEOUT))
         if hasattr(self.worker, "spawn"):
             self.worker.spawn()
 
