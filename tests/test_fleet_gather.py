@@ -112,7 +112,7 @@ def test_missing_dead_and_unreadable_nodes_are_named_and_every_rank_exits_with_t
         hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
     common = {"WORLD_SIZE": "6", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     ranks = [subprocess.Popen([sys.executable, "-m", "debtorch", "fleet", "--json", "--host", str(tmp_path / "r{rank}"),
-                               "--timeout", "25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               "--timeout", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=_env(dict(common, RANK=str(r)))) for r in (0, 1)]
     peers = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleet_peer.py"), "127.0.0.1", str(port),
                               "debtorch-fleet/env/0/", "2:died", "3:malformed", "4:schema"],

@@ -14,7 +14,7 @@ from debtorch.cli import app
 from debtorch.facts import schema
 from debtorch.host import ReplayHost
 
-from conftest import HOSTS
+from clitools import HOSTS
 
 runner = CliRunner()
 VM_FACTS = facts_mod.collect(ReplayHost(HOSTS / "debian13-workstation-rtx3080"))

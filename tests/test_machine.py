@@ -22,7 +22,7 @@ from debtorch.machine import Machine
 from debtorch import fingerprint
 from debtorch.tune import rules
 
-from conftest import HOSTS
+from clitools import HOSTS
 
 HOST_DIRS = sorted(p for p in HOSTS.iterdir() if (p / "_host.json").exists())
 REPORTS = sorted((Path(__file__).parent / "collect_env").glob("*.txt"))

@@ -12,10 +12,9 @@ from debtorch import fingerprint
 from debtorch.tune import config, runtime
 from debtorch.tune.rules import Request, recommend
 
-from conftest import ROOT, run_debtorch
+from clitools import ROOT, run_debtorch
 from tune_facts import make_facts
 
-torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 EXAMPLE = ROOT / "docs" / "examples" / "train_with_debtorch.py"
@@ -30,6 +29,13 @@ def write(tmp_path, doc=None, request=None, fp=None, device=None, **changes):
     config.write_config(str(path), rec, fp if fp is not None else {}, config.tuned_table("rules", rec.device),
                         force=True)
     return str(path)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch():
+    """torch, imported when the first test of this file runs (never at collection)."""
+    global torch
+    import torch
 
 
 @pytest.fixture(autouse=True)
@@ -162,6 +168,7 @@ def run_example(config_path, *args):
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
+@pytest.mark.slow
 def test_example_script_trains_with_a_config_written_by_the_cli(tmp_path):
     path = tmp_path / "debtorch.toml"
     res = run_debtorch("tune", "--write", str(path), "--steps", "6", "--python", sys.executable)
@@ -172,6 +179,7 @@ def test_example_script_trains_with_a_config_written_by_the_cli(tmp_path):
     assert "FingerprintWarning" not in out.stderr
 
 
+@pytest.mark.slow
 def test_example_script_with_workers_accumulation_and_onecycle(tmp_path):
     path = write(tmp_path, request=Request(global_batch=32, micro_batch=16, steps=4), num_workers=1,
                  prefetch_factor=2, persistent_workers=True, start_method="fork", channels_last=True)
@@ -212,6 +220,7 @@ def test_the_engine_measures_with_the_torch_state_that_load_applies(tmp_path, ch
     assert applied["threads"] == (changes["threads"] or saved["threads"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_the_engine_trains_the_model_and_inputs_as_load_prepares_them(tmp_path, precision, channels_last):
