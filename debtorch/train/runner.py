@@ -82,7 +82,8 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     with open(req_path, "w") as fh:
         json.dump(request, fh)
     args = list(launcher_args) if launcher_args else ["--standalone"]
-    argv = [python, "-m", "torch.distributed.run", *args, f"--nproc_per_node={nproc}",
+    # torchrun started like the worker, so that nothing is imported from the working folder.
+    argv = [python, "-c", shim.boot("torch.distributed.run"), *args, f"--nproc_per_node={nproc}",
             shim.script("debtorch.train.distributed"), req_path]
     # torch.distributed.run makes torchelastic_* folders in the temporary directory and
     # leaves them there: it (and its ranks) get one inside the work folder, removed after.

@@ -6,7 +6,8 @@ in a *worker*: a subprocess of the target interpreter (``--python``) that
 imports one of debtorch's torch-side modules (its ``main()`` runs
 :func:`debtorch.transport.server.main`) through a temporary directory holding
 only a symlink ``debtorch -> <this package>``, put first on its path.  Nothing
-else of debtorch's site-packages is exposed to the venv.
+else of debtorch's site-packages is exposed to the venv, and the working
+folder is never on its path (docs/security.md).
 
 This module is the one place besides :class:`debtorch.host.Host` that starts
 processes.  ``Host.run`` runs a command to completion and returns its
@@ -135,19 +136,17 @@ class Shim:
         return env
 
     def boot(self, module: str) -> str:
-        # -c puts the working directory first on sys.path (the user's workload
-        # module lives there); our shim goes before it.
-        return f"import sys; sys.path.insert(0, {self.path!r}); from {module} import main; sys.exit(main())"
+        """``python -c`` code that runs ``module``'s ``main()``.  -c puts the working folder first on
+        sys.path, where a ``statistics.py`` would replace Python's own: the shim takes its place."""
+        return (f"import sys; sys.path[:] = [{self.path!r}] + [p for p in sys.path if p]; "
+                f"from {module} import main; sys.exit(main())")
 
     def script(self, module: str) -> str:
-        """A script file that boots ``module`` (for launchers that take a script path).
-
-        Python puts a script's own folder (the shim) first on sys.path; the
-        working directory goes second, for the user's workload module.
-        """
+        """A script file that runs ``module``'s ``main()``, for launchers that take a script path
+        (Python puts a script's own folder, the shim, first on sys.path, and not the working folder)."""
         path = os.path.join(self.path, "debtorch_" + module.rsplit(".", 1)[-1] + ".py")
         with open(path, "w") as fh:
-            fh.write(f"import os, sys\nsys.path.insert(1, os.getcwd())\nfrom {module} import main\nsys.exit(main())\n")
+            fh.write(f"import sys\nfrom {module} import main\nsys.exit(main())\n")
         return path
 
     def remove(self) -> None:
