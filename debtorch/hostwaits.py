@@ -1,12 +1,7 @@
-"""Host waits per step counted on CUDA: the host-sync counter of the training worker (verify-train's
-"host waits per step"), beside lint's static reading of the same places (:mod:`debtorch.lint.measured`).
-
-:func:`count_host_waits` runs some steps under
-``torch.cuda.set_sync_debug_mode("warn")``, which warns at every
-synchronising CUDA call, and maps each warning to the innermost frame in the
-workload's file (its ``file:line``).  torch is passed in; this module never
-imports it, and imports nothing but the standard library: it runs in the
-user's interpreter, which need not have debtorch's dependencies.
+"""The host-sync counter: host waits per step counted on CUDA, in the user's interpreter (verify-train;
+lint reads the same places from the code, :mod:`debtorch.lint.measured`).  :func:`count_host_waits`
+runs steps under ``torch.cuda.set_sync_debug_mode("warn")`` and maps each warning to the innermost
+frame in the workload's file.  torch is passed in; standard library only.
 """
 
 from __future__ import annotations

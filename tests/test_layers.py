@@ -1,4 +1,4 @@
-"""Layers import one way (STYLE.md section 8; docs/architecture.md).
+"""Layers import one way (docs/architecture.md, "The layers").
 
 Walks every module of debtorch, function-local imports included, and fails on
 an import of a higher layer; a function-local import between debtorch modules

@@ -1,11 +1,6 @@
-"""Training from debtorch's own process (torch-free): the training worker and the distributed launcher.
-
-Both run through the transport (:mod:`debtorch.transport.client`): a
-:class:`TrainingWorker` is the transport's worker running
-:mod:`debtorch.train.worker`; :func:`launch_distributed` runs a whole
-multi-process trial under PyTorch's own launcher.  Protocol and result keys:
-docs/engine.md.
-"""
+"""Training from debtorch's own process (torch-free), through the transport: :class:`TrainingWorker`
+runs :mod:`debtorch.train.worker`; :func:`launch_distributed` runs a multi-process trial under
+PyTorch's launcher.  Protocol and result keys: docs/engine.md."""
 
 from __future__ import annotations
 
@@ -21,15 +16,7 @@ from debtorch.transport.client import Shim, StderrTail, Worker, WorkerError, Wor
 
 
 class TrainingWorker(Worker):
-    """The training worker in the target interpreter.
-
-    Use as a context manager::
-
-        with TrainingWorker(python) as w:
-            w.load("builtin:cnn", device="cpu")
-            result = w.trial(Settings(precision="bf16").to_dict(), steps=20, warmup=3,
-                             on_progress=lambda ev: ...)
-    """
+    """The training worker: ``with TrainingWorker(python) as w: w.load(spec); w.trial(settings)``."""
 
     DOING = {"load": "loading the workload", "trial": "running a trial", "info": "reporting its torch and devices",
              "host_waits": "counting host waits", "exit": "exiting"}

@@ -1,14 +1,6 @@
-"""The training worker: a long-lived process of the target interpreter.
-
-debtorch's own process never imports torch; :class:`debtorch.train.runner.TrainingWorker`
-starts this module in the user's interpreter and talks to it through the
-transport (:mod:`debtorch.transport.server`, docs/engine.md).  Requests:
-``{"id": 1, "op": "info"}``, ``{"op": "load", "workload": "builtin:cnn",
-"device": "cpu"}``, ``{"op": "trial", "settings": {...}, "steps": 20,
-"warmup": 3, "mode": "instrumented", "seed": 0}``, ``{"op": "host_waits"}``.
-A failed request's error may carry a ``finding`` and a ``suggestion``.
-
-Standard library only at import time; torch is imported by the transport's start-up.
+"""The training worker, in the target interpreter: a transport session (:mod:`debtorch.transport.server`)
+answering ``info``, ``load``, ``trial`` and ``host_waits`` (docs/engine.md); a failed request's error
+may carry a ``finding`` and a ``suggestion``.  Standard library only at import time.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
-"""Running code in the target interpreter, from debtorch's own process (torch-free).
+"""Running code in the target interpreter, from debtorch's own process (torch-free; docs/engine.md).
 
-debtorch never imports torch, and the packaged debtorch runs on Debian's
-system Python while torch lives in the user's venv.  So what needs torch runs
-in a *worker*: a subprocess of the target interpreter (``--python``) that
-imports one of debtorch's torch-side modules (its ``main()`` runs
-:func:`debtorch.transport.server.main`) through a temporary directory holding
-only a symlink ``debtorch -> <this package>``, put first on its path.  Nothing
-else of debtorch's site-packages is exposed to the venv, and the working
-folder is never on its path (docs/security.md).
+What needs torch runs in a *worker*: a subprocess of the target interpreter (``--python``) running one
+of debtorch's torch-side modules (whose ``main()`` is :func:`debtorch.transport.server.main`), imported
+through a temporary folder holding only a symlink ``debtorch -> <this package>``, first on its path;
+nothing else of debtorch's site-packages, and never the working folder (docs/security.md).
 
-This module is the one place besides :class:`debtorch.host.Host` that starts
-processes.  ``Host.run`` runs a command to completion and returns its
-output; a worker is interactive (requests in, a stream of events out, for
-minutes), and the training's distributed launcher runs a whole job
-(:func:`debtorch.train.runner.launch_distributed`, with this module's
-parts), so neither fits.  Both follow Host's rules all the same: a new
-session (so that a timeout or Ctrl-C kills the whole process group,
-DataLoader workers included), a deadline on every wait, and failures
-returned as one-line errors, never tracebacks.  Each torch-side process also
-asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``), which
-reaches the ranks that torchrun starts in sessions of their own.
-
-Protocol and result keys: docs/engine.md.
+Besides :class:`debtorch.host.Host` (commands run to completion), this module (and
+:func:`debtorch.train.runner.launch_distributed`, with its parts) is the one place that starts
+processes, under Host's rules: a new session (a timeout or Ctrl-C kills the whole process group,
+DataLoader workers included), a deadline on every wait, failures as one-line errors.  Each torch-side
+process also dies with its parent (``PR_SET_PDEATHSIG``), which reaches torchrun's ranks.
 """
 
 from __future__ import annotations
@@ -173,19 +161,16 @@ class StderrTail(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._read()
+            for raw in iter(self.stream.readline, b""):
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self.lines.append(line)
+                if self.sink is not None:
+                    try:
+                        self.sink(line)
+                    except Exception:  # noqa: BLE001 - a display hook must not kill the reader
+                        pass
         except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
             pass
-
-    def _read(self) -> None:
-        for raw in iter(self.stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            self.lines.append(line)
-            if self.sink is not None:
-                try:
-                    self.sink(line)
-                except Exception:  # noqa: BLE001 - a display hook must not kill the reader
-                    pass
 
     def last(self) -> str:
         for line in reversed(self.lines):

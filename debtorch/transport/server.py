@@ -1,21 +1,11 @@
 """The target interpreter's side of the transport: start-up, the request loop, errors (docs/engine.md).
 
-:class:`debtorch.transport.client.Worker` starts a torch-side module of debtorch
-(``debtorch.train.worker``, ``debtorch.fleet.torchside``) whose ``main()`` calls
-:func:`main` with its :class:`Session`, and talks to it in JSON lines:
-
-* requests, one per line, on **stdin**: ``{"id": 1, "op": "..."}``, ``{"op": "exit"}``;
-* events and results on the **protocol file descriptor** named by
-  ``DEBTORCH_PROTOCOL_FD``, never on stdout: at start-up stdout is pointed
-  at stderr, so that what the user's code prints (Python's or C's) cannot
-  corrupt the protocol.
-
-Every failure becomes a result with ``"ok": false`` and an ``error`` object
-(``kind``, one-line ``message``); the traceback travels in ``error.traceback``
-for ``--verbose``, never onto the user's terminal.
-
-Standard library only: this runs in the user's interpreter, which need not
-have debtorch's dependencies; torch is imported in :func:`main`.
+A torch-side module (``debtorch.train.worker``, ``debtorch.fleet.torchside``) calls :func:`main` with
+its :class:`Session`.  Requests come one JSON object per line on stdin; events and results go to the
+descriptor named by ``DEBTORCH_PROTOCOL_FD``, never stdout (pointed at stderr, so that the user's
+prints cannot corrupt the protocol).  Every failure is a result with ``"ok": false`` and an ``error``
+(``kind``, one-line ``message``, the traceback for ``--verbose``).  Standard library only: the user's
+interpreter need not have debtorch's dependencies; torch is imported in :func:`main`.
 """
 
 from __future__ import annotations

@@ -157,15 +157,13 @@ class EngineTrials:
 
     def _start(self) -> dict:
         self.where.doing("starting the worker (importing torch)")
-        self.worker = self._worker_cls(self.python, cwd=os.getcwd(),
-                                       start_timeout=max(0.0, self.budget.cap(START_TIMEOUT)))
-        cut = self.budget.binding(START_TIMEOUT)
-        try:
-            self.worker.start()
-        except WorkerTimeout:
-            if cut:
-                raise BudgetStop(stopped(self.budget, self.where)) from None
-            raise
+        self.worker = self._worker_cls(self.python, cwd=os.getcwd())
+
+        def start(timeout: float) -> dict:
+            self.worker.start_timeout = timeout
+            return self.worker.start()
+
+        self._wait(start, START_TIMEOUT)
         self.where.doing(f"loading {self.workload}")
         return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
                                                            seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
