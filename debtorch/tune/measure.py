@@ -124,8 +124,6 @@ class EngineTrials:
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
                  host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
-        self._error = WorkerError
-        self._worker_cls = TrainingWorker
         self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
         self.budget = budget or Budget(None)
         self.where = Where(self.budget.clock)
@@ -157,7 +155,7 @@ class EngineTrials:
 
     def _start(self) -> dict:
         self.where.doing("starting the worker (importing torch)")
-        self.worker = self._worker_cls(self.python, cwd=os.getcwd())
+        self.worker = TrainingWorker(self.python, cwd=os.getcwd())
 
         def start(timeout: float) -> dict:
             self.worker.start_timeout = timeout
@@ -175,12 +173,12 @@ class EngineTrials:
             return self._wait(lambda timeout: self.worker.trial(
                 settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
                 on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT)
-        except self._error as exc:
+        except WorkerError as exc:
             if exc.kind in ("died", "timeout"):
                 try:
                     self.worker.kill()
                     self._start()
-                except self._error as again:
+                except WorkerError as again:
                     raise MeasureError(f"the worker cannot be restarted: {again}") from None
             raise
 

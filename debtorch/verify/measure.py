@@ -201,7 +201,6 @@ class Verifier:
         self.progress = progress or Progress()
         self._factory = worker_factory or runner.TrainingWorker
         self._launch = launcher or runner.launch_distributed
-        self._error = WorkerError
         self.clock = clock
         self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
         self.where = Where(clock)
@@ -263,9 +262,9 @@ class Verifier:
         cut = self.budget.binding(longest)
         try:
             return call()
-        except self._error as exc:
+        except WorkerError as exc:
             if exc.kind == "timeout" and cut:
-                raise self._error("budget", stopped(self.budget, self.where)) from None
+                raise WorkerError("budget", stopped(self.budget, self.where)) from None
             raise
 
     def _request(self, op: str, on_event: Optional[Callable] = None, **fields: Any) -> dict:
@@ -482,7 +481,7 @@ class Verifier:
                 self._keep(job, self._run(job))
             self._current = None
             m.host_waits = self.host_waits()
-        except self._error as exc:
+        except WorkerError as exc:
             job = self._current
             if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
                 m.budget["cut"] = exc.message
@@ -560,7 +559,7 @@ class Verifier:
                     launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
                     timeout=self.budget.cap(self.plan.timeout), on_event=self.progress.advance),
                     self.plan.timeout))
-            except self._error as exc:
+            except WorkerError as exc:
                 m.failure = from_worker_error(exc, label, self.facts)
                 return
             finally:
@@ -574,7 +573,7 @@ class Verifier:
                 got = self._request("host_waits", seed=self.plan.seed, steps=2 if self.plan.quick else 5)
                 if got.get("measured"):
                     return got
-            except self._error as exc:
+            except WorkerError as exc:
                 if exc.kind == "budget":
                     raise
                 self.measured.notes.append(f"host waits per step not counted ({exc}); read from the code instead")
@@ -638,7 +637,7 @@ class Verifier:
                 self._request("trial", settings=trial.to_dict(), steps=1, warmup=1, mode="instrumented",
                               seed=self.plan.seed, sample_memory=False, progress=False)
                 fit = {"micro_batch": mb, "accumulation_steps": acc}
-            except self._error as again:
+            except WorkerError as again:
                 if again.kind != "oom":
                     stopped = f"micro-batch {mb}: {again.message}"
                     break
