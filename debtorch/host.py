@@ -158,20 +158,15 @@ class Host:
         raise NotImplementedError
 
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
-        # Read in small chunks: procfs sysctl files refuse one huge read (ENOMEM).
-        chunks: list[bytes] = []
-        size = 0
+        """The first ``max_bytes`` of a regular file (through the one door: a FIFO or a device
+        planted in a recording is refused at once, never waited on)."""
         try:
-            with open(self.path(p), "rb", buffering=0) as fh:
-                while size < max_bytes:
-                    chunk = fh.read(min(65536, max_bytes - size))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
+            data = inputs.read_bytes(self.path(p), max_bytes)
+        except inputs.NotRegular as exc:
+            raise Unavailable(f"is {exc.kind}, not a regular file") from None
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return data[:max_bytes].decode("utf-8", errors="replace")
 
     def try_read(self, p: str, max_bytes: int = MAX_READ) -> Optional[str]:
         try:

@@ -1,22 +1,36 @@
-"""Files a user names on the command line (facts, configs, reports), read safely.
+"""The one door for reading a file: every file a user names (facts, configs, reports,
+scripts, fleet documents, ``debtorch.load()``) and every file of a recorded machine.
 
-Every such input is capped in size (``/dev/zero`` is not read until memory runs
-out), decoded whatever editor or shell wrote it (UTF-8 with or without a BOM,
-UTF-16 as PowerShell's ``>`` writes it), refused when it is binary, and parsed
-without letting a pathological nesting (``[`` 100,000 times) raise
-RecursionError.  Every failure is an :class:`InputError` whose message is one
-line naming the file.  Pure (the files are the user's, not the machine's: the
-Host is for the described machine); every layer may import it.
+Only a regular file is read: it is opened with ``O_NONBLOCK`` and checked with
+``fstat`` before any read, so that a FIFO, a device or a socket is refused at
+once instead of waiting for a writer or reading ``/dev/zero`` forever.  Every
+input is capped in size (a cap per kind, docs/security.md), decoded whatever
+editor or shell wrote it (UTF-8 with or without a BOM, UTF-16 as PowerShell's
+``>`` writes it), refused when it is binary, and parsed without letting a
+pathological nesting (``[`` 100,000 times) raise RecursionError.  Reads happen
+in the caller's thread, a chunk at a time, so a signal is honoured between
+chunks.  Every failure is an :class:`InputError` whose message is one line
+naming the file.  Pure; every layer may import it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import sys
 from typing import Any
 
-MAX_BYTES = 8 * 1024 * 1024
+MIB = 1024 * 1024
+MAX_BYTES = 8 * MIB          # a facts document, a collect_env report, a recording's file, a fleet document
+MAX_CONFIG = 4 * MIB         # a debtorch.toml, a doctor.toml
+CHUNK = 65536                # procfs refuses one huge read (ENOMEM)
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
 
 
 class InputError(ValueError):
@@ -42,8 +56,50 @@ def decode(data: bytes, name: str) -> str:
     return text.lstrip("\ufeff")
 
 
+def size_text(n: int) -> str:
+    return f"{n // MIB} MiB" if n % MIB == 0 else f"{n // 1024} KiB"
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` is, for a message: "a FIFO", "a character device" ..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegular(InputError):
+    """The path is not a regular file (``kind`` says what it is)."""
+
+    def __init__(self, path: str, kind_: str):
+        super().__init__(f"{path}: is {kind_}")
+        self.kind = kind_
+
+
+def read_bytes(path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file ``path`` (one more than the cap tells a
+    caller the file is larger).  Raises :class:`NotRegular` before any read, or OSError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket cannot be opened: say what it is
+            raise NotRegular(str(path), kind(os.stat(path).st_mode)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(str(path), kind(mode))
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> str:
-    """The text of ``path`` (``-`` reads standard input), at most ``max_bytes``."""
+    """The text of ``path`` (``-`` reads standard input, which may be a pipe), at most ``max_bytes``."""
     name = "<stdin>" if path == "-" else str(path)
     try:
         if path == "-":
@@ -51,14 +107,13 @@ def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> st
                 raise InputError(f"{name}: standard input is closed")
             data = sys.stdin.buffer.read(max_bytes + 1)
         else:
-            with open(path, "rb") as fh:
-                data = fh.read(max_bytes + 1)
-    except IsADirectoryError:
-        raise InputError(f"{name}: is a directory, not {what}") from None
+            data = read_bytes(path, max_bytes)
+    except NotRegular as exc:
+        raise InputError(f"{name}: is {exc.kind}, not {what}") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
-        raise InputError(f"{name}: larger than {max_bytes // (1024 * 1024)} MiB; not {what}")
+        raise InputError(f"{name}: larger than {size_text(max_bytes)}; not {what}")
     return decode(data, name)
 
 

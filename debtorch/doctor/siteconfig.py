@@ -118,12 +118,12 @@ def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
         if xdg:
             places.append(f"{xdg}/debtorch/doctor.toml")
         for p in places:
-            text = host.try_read(p)
+            text = host.try_read(p, inputs.MAX_CONFIG)
             if text is not None:
                 parse(text, p, cfg)
     if explicit:
         try:
-            text = inputs.read_text(explicit, 1024 * 1024, what="a doctor config")
+            text = inputs.read_text(explicit, inputs.MAX_CONFIG, what="a doctor config")
         except inputs.InputError as exc:
             raise SiteConfigError(str(exc)) from None
         parse(text, explicit, cfg)

@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from debtorch import __version__, outputs
+from debtorch import __version__, inputs, outputs
 from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
 
 SCHEMA_VERSION = 1
@@ -42,7 +42,6 @@ TABLE_OF = {name: table for table, names in TABLES.items() for name in names}
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
 TUNED_KEYS = ("by", "date", "debtorch_version", "device", "workload", "budget_s")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # What a setting left out of the file (None) means.
 UNSET = {
     "prefetch_factor": "PyTorch's default, 2 batches per worker",
@@ -323,17 +322,9 @@ def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
     ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
     threads and processes (see :func:`machine_problem`); None checks the ranges only."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than 4 MiB; not a debtorch config")
-    try:
-        text = data.decode("utf-8")  # TOML is UTF-8 (toml.io, "Spec")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text") from None
+        text = inputs.read_text(path, inputs.MAX_CONFIG, what="a debtorch config")
+    except inputs.InputError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(text, path, cpus)
 
 
