@@ -73,9 +73,10 @@ class NotRegular(InputError):
         self.kind = kind_
 
 
-def read_bytes(path, limit: int) -> bytes:
+def read_bytes(path, limit: int, owner_only: bool = False) -> bytes:
     """At most ``limit + 1`` bytes of the regular file ``path`` (one more than the cap tells a
-    caller the file is larger).  Raises :class:`NotRegular` before any read, or OSError."""
+    caller the file is larger).  Raises :class:`NotRegular` before any read, or OSError.
+    ``owner_only``: the file must be this user's and nobody else's to read (a secret)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -83,9 +84,12 @@ def read_bytes(path, limit: int) -> bytes:
             raise NotRegular(str(path), kind(os.stat(path).st_mode)) from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegular(str(path), kind(mode))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(str(path), kind(st.st_mode))
+        if owner_only and (st.st_uid != os.geteuid() or st.st_mode & 0o077):
+            raise InputError(f"{path}: must belong to this user and be readable by nobody else "
+                             f"(mode {stat.S_IMODE(st.st_mode):o}: chmod 600 it)")
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(CHUNK, limit + 1 - size))
@@ -138,8 +142,8 @@ def parse_toml(text: str, name: str) -> dict:
         return tomllib.loads(text)
     except RecursionError:
         raise InputError(f"{name}: not valid TOML (nested too deeply)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{name}: not valid TOML ({exc})") from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than int() takes
+        raise InputError(f"{name}: not valid TOML ({str(exc).splitlines()[0][:120]})") from None
 
 
 def finite(value: Any) -> bool:

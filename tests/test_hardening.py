@@ -74,13 +74,18 @@ def test_every_number_of_a_config_has_a_range(tmp_path, body, said):
 def test_workers_and_processes_are_bounded_by_this_machine_unless_deliberate(tmp_path):
     storm = f"[loader]\nnum_workers = {LIMIT + 1}\n"
     with pytest.raises(ConfigError, match=rf"loader.num_workers: {LIMIT + 1} is more than this machine can run "
-                                          rf"\(at most {LIMIT} here: 4 x {CPUS} usable CPUs\); set oversubscribe"):
+                                          rf"\(at most {LIMIT} here: 4 x {CPUS} usable CPUs\); load it with "
+                                          rf"debtorch.load\(..., oversubscribe=True\)"):
         debtorch.load(write_cfg(tmp_path, storm), warn_on_mismatch=False)
     # Processes x (1 + workers) is what starts processes: each alone may fit, together not.
     together = "[loader]\nnum_workers = 8\n[distributed]\nnproc = 8\n"
     with pytest.raises(ConfigError, match=r"8 process\(es\) x \(1 \+ 8 workers\) = 72 processes"):
         parse_config("schema_version = 1\n" + together, "t.toml", cpus=2)
-    cfg = debtorch.load(write_cfg(tmp_path, storm + "[limits]\noversubscribe = true\n"), warn_on_mismatch=False)
+    # Issue 23: the file cannot lift its own bound; only the code (or command line) that loads it.
+    lifted = write_cfg(tmp_path, storm + "[limits]\noversubscribe = true\n")
+    with pytest.raises(ConfigError, match="more than this machine can run"):
+        debtorch.load(lifted, warn_on_mismatch=False)
+    cfg = debtorch.load(lifted, warn_on_mismatch=False, oversubscribe=True)
     assert cfg.settings.num_workers == LIMIT + 1
     # Without a machine (a file checked elsewhere) only the ranges apply.
     assert parse_config("schema_version = 1\n" + together, "t.toml").settings.nproc == 8
@@ -104,8 +109,10 @@ def test_tune_refuses_processes_beyond_the_machine_and_writes_only_what_loads(tm
     assert not out.exists()
     res = runner.invoke(app, ["tune", "--facts", facts_file, "--nproc", "33", "--oversubscribe", "--write", str(out)])
     assert res.exit_code == 0, res.stderr
-    cfg = load_config(str(out), cpus=2)   # the deliberate choice travels with the file
+    cfg = load_config(str(out))   # the deliberate choice is recorded in the file ...
     assert cfg.oversubscribe and cfg.settings.nproc == 33
+    with pytest.raises(ConfigError, match="33 is more than this machine can run"):
+        load_config(str(out), cpus=2)   # ... but lifts nothing on a machine without its loader's word
     for name in ("--global-batch", "--micro-batch", "--epochs", "--steps"):
         said = one_line(runner.invoke(app, ["tune", "--facts", facts_file, name, str(2**63)]))
         assert f"{name} must be an integer from 1 to 2147483647" in said

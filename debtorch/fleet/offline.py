@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from debtorch import inputs
+from debtorch import hostlist, inputs
 from debtorch.fleet import compare
 from debtorch.fleet.nodes import MALFORMED, failed, read_node
 from debtorch.tune.config import ConfigError, load_config
@@ -25,8 +25,10 @@ def document_paths(args: Iterable[str]) -> list:
         p = Path(arg)
         try:
             mode = p.stat().st_mode
+        except FileNotFoundError:
+            raise FleetInputError(f"{arg}: no such file or folder") from None
         except OSError as exc:
-            raise FleetInputError(f"{arg}: {exc.strerror or 'cannot read'}") from None
+            raise FleetInputError(f"{arg}: cannot read ({exc.strerror or exc})") from None
         if stat.S_ISDIR(mode):
             files = sorted(x for x in p.iterdir() if x.suffix == ".json" and x.is_file())
             if not files:
@@ -37,7 +39,7 @@ def document_paths(args: Iterable[str]) -> list:
         else:
             raise FleetInputError(f"{arg}: is {inputs.kind(mode)}, not a facts document")
     stems = [f.stem for f in found]
-    return [(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix("")), str(f)) for f in found]
+    return [(hostlist.safe(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix(""))), str(f)) for f in found]
 
 
 def reader(tuned: Optional[dict] = None):

@@ -151,9 +151,10 @@ def _text_list(v: Any) -> Optional[str]:
 # Workers, threads and processes are also bounded by the machine that runs them:
 # at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
 # processes together (processes x (1 + workers)) included, so that a typo or a
-# hostile file cannot start a storm of processes.  ``oversubscribe = true`` in
-# [limits] (tune and verify-train: --oversubscribe) lifts the machine's bound, never
-# PROCESS_MAX.  Every integer fits a signed 64-bit TOML integer.
+# hostile file cannot start a storm of processes.  Only the code or command line that
+# loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
+# verify-train --oversubscribe), never PROCESS_MAX; ``oversubscribe = true`` in [limits]
+# records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
 
 COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
 PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
@@ -189,7 +190,8 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     return None
 
 
-OVERSUBSCRIBE_HINT = "set oversubscribe = true in [limits] to allow it deliberately"
+OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or verify-train --oversubscribe "
+                      "to allow it deliberately")
 
 
 CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
@@ -335,7 +337,7 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
         doc = tomllib.loads(text)
     except RecursionError:
         raise ConfigError(f"{name}: not valid TOML (nested too deeply)") from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than int() takes
         msg = str(exc).replace("\n", " ")
         m = re.search(r"\s*\(at line (\d+), column \d+\)\s*$", msg)
         line = int(m.group(1)) if m else 1
@@ -378,7 +380,7 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
 
     limits = _checked_table(doc, "limits", LIMITS_CHECKS, fail)
     oversubscribe = bool(limits.get("oversubscribe"))
-    bad = None if oversubscribe else machine_problem(values, cpus)
+    bad = machine_problem(values, cpus)   # the file's own [limits] never lifts it: only its loader may
     if bad:
         key, msg = bad
         raise fail(f"{TABLE_OF[key]}.{key}", f"{msg}; {OVERSUBSCRIBE_HINT}")
@@ -519,6 +521,6 @@ def write_config(path: str, rec, fingerprint: dict, tuned: dict, force: bool = F
     text = render_config(rec, fingerprint, tuned)
     # What we write must load, on the machine it was tuned for: a bug here, or a number no
     # config may hold, must not reach the user's file.
-    parse_config(text, path, fingerprint.get("usable_cpus"))
+    parse_config(text, path, None if getattr(rec, "oversubscribe", False) else fingerprint.get("usable_cpus"))
     write_atomic(path, text, force=force)
     return text
