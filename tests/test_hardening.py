@@ -263,3 +263,45 @@ def test_a_global_batch_that_does_not_split_evenly_gets_its_note(facts_file):
     assert doc["settings"]["micro_batch"] == 2 and doc["global_batch"] == 8
     assert "tune.R023: global batch 7 is not a multiple of 4 process(es); using 8" in doc["notes"]
     assert "(gives 8, the nearest reachable)" in doc["reasons"]["micro_batch"]["text"]
+
+
+# ---------------------------------------------------------------------------
+# Issue 23: the small ones
+
+
+@pytest.mark.parametrize("args,said", [
+    (["fleet", "--timeout", "nan"], "debtorch fleet: --timeout must be a number of seconds > 0 and at most 604800 (got nan)"),
+    (["fleet", "--timeout", "inf"], "debtorch fleet: --timeout must be a number of seconds > 0 and at most 604800 (got inf)"),
+    (["fleet", "--probe", "--budget", "nan"], "debtorch fleet: --budget must be a number of seconds from 5 to 604800 to probe (got nan)"),
+    (["fleet", "--probe", "--budget", "inf"], "debtorch fleet: --budget must be a number of seconds from 5 to 604800 to probe (got inf)"),
+    (["fleet", "/dev/zero"], "debtorch fleet: /dev/zero: is a character device, not a facts document"),
+    (["verify-train", "--quick", "--budget", "1e308"],
+     "debtorch verify-train: --budget must be a number of seconds > 0 and at most 604800 (got 1e+308)"),
+    (["verify-train", "--budget", "nan"], "debtorch verify-train: --budget must be a number of seconds > 0 and at most 604800 (got nan)"),
+])
+def test_every_option_is_bounded_before_any_work(args, said):
+    assert one_line(runner.invoke(app, args)) == said
+
+
+def test_a_name_too_long_for_the_filesystem_is_one_line(tmp_path):
+    said = one_line(runner.invoke(app, ["facts", "--record", str(tmp_path / ("x" * 300))]))
+    assert said.endswith("x: File name too long")
+
+
+@pytest.mark.parametrize("body", ['[minimums]\ndriver = "1.{digits}"\n', "[minimums]\ndriver = {digits}\n"])
+def test_a_number_of_5000_digits_in_a_site_config_is_one_line(tmp_path, body):
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_text(body.format(digits="9" * 5001))
+    said = one_line(runner.invoke(app, ["doctor", "--host", str(HOSTS / "debian12-vm-2core"), "--config", str(cfg)]))
+    assert str(cfg) in said and len(said) < 300
+
+
+def test_a_number_of_5000_digits_in_a_config_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        debtorch.load(write_cfg(tmp_path, f"[loader]\nnum_workers = {'9' * 5001}\n"))
+
+
+def test_a_relative_cache_folder_is_never_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEBTORCH_CACHE", "cache")
+    assert os.path.isabs(outputs.cache_dir()) and not outputs.cache_dir().startswith(str(tmp_path))

@@ -99,23 +99,19 @@ def _install_handlers() -> None:
             signal.signal(sig, _on_signal)
 
 
-def _is_null(fd: int) -> bool:
+def _is_null() -> bool:
+    """Whether stdout is /dev/null: rich makes it so when its reader went away (--help | head)."""
     try:
-        return os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
     except OSError:
         return False
-
-
-def _pipe_broke(null_before: bool) -> bool:
-    """Whether click (its PacifyFlushWrapper) or rich (stdout made /dev/null) met a broken pipe."""
-    return type(sys.stdout).__name__ == "PacifyFlushWrapper" or (not null_before and _is_null(1))
 
 
 def main() -> None:
     """Console-script entry point."""
     _install_handlers()
     code = 0
-    null_before = _is_null(1)
+    null_before = _is_null()
     try:
         gc.disable()  # start-up makes ~10^5 objects that live until exit: collecting them is wasted time
         try:
@@ -127,7 +123,7 @@ def main() -> None:
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
-        if code == EXIT_FAILED and _pipe_broke(null_before):
+        if code == EXIT_FAILED and (type(sys.stdout).__name__ == "PacifyFlushWrapper" or _is_null() > null_before):
             _quiet_stdout()  # click's and rich's answer to a reader that went away (--help | head) is 1
             code = EXIT_PIPE
     except OSError as exc:  # what click does not catch: --help or --version on a full disk

@@ -16,7 +16,7 @@ import typer
 
 from debtorch import facts as facts_mod
 from debtorch import hostlist, inputs
-from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, choose_format
+from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, check_python, choose_format
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
 
@@ -34,19 +34,6 @@ def _marks() -> dict:
 
     enc = (getattr(sys.stdout, "encoding", None) or "").lower()
     return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
-
-
-def _python(python: Optional[str]) -> str:
-    """The live interpreter whose torch.distributed carries the gather (not a replayed machine's)."""
-    path = python or LiveHost().default_python
-    if os.sep not in path:
-        found = shutil.which(path)
-        if found is None:
-            _fail(f"--python {path}: not found on PATH")
-        return found
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        _fail(f"--python {path}: not an executable file")
-    return path
 
 
 def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict):
@@ -170,7 +157,9 @@ def fleet(
             ReplayHost(replay)
         except Unavailable as exc:
             _fail(f"--host {exc.reason}")
-    interpreter = _python(python)
+    interpreter = python or host.default_python   # the live one, whose torch.distributed gathers
+    check_python(prog, interpreter)
+    interpreter = shutil.which(interpreter) or interpreter
     listen = None
     if rdzv.rank == 0 and not rdzv.agent_store:
         listen, note = listen_address(rdzv, host.resolve)

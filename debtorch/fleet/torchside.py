@@ -254,9 +254,11 @@ class FleetSession:
             try:
                 return {"value": json.loads(self._open(key, value[:MAX_SMALL]))}
             except ValueError as exc:
-                if self.secret is None or left <= 0:
+                if self.secret is None:
                     raise RuntimeError(f"rank 0's {key} cannot be used: {exc}") from None
                 why = f"sent no {key} that verifies ({exc})"
+                if left <= 0:
+                    raise RuntimeError(f"rank 0 {why} within {timeout:g} s") from None
                 time.sleep(POLL_S)
     def op_ack(self, req: dict) -> dict:
         self.store.add("acks", 1)
