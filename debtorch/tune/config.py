@@ -471,8 +471,8 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
         doc.add(table, t)
     if getattr(rec, "oversubscribe", False):
         t = tomlkit.table()
-        t.add(tomlkit.comment("asked (--oversubscribe): workers, threads and processes beyond what this machine "
-                              f"runs well ({MACHINE_FACTOR} x its usable CPUs) are deliberate"))
+        t.add(tomlkit.comment(f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
+                              "usable CPUs); load with debtorch.load(path, oversubscribe=True)"))
         t.add("oversubscribe", True)
         doc.add("limits", t)
     env = tomlkit.table()
