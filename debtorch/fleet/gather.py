@@ -95,15 +95,10 @@ class _Bounded:
         self.worker, self.rank, self.bound = worker, rank, bound_s
         self.end = time.monotonic() + bound_s
 
-    def left(self) -> float:
+    def __call__(self, op: str, limit: Optional[float] = None, **fields) -> dict:
         left = self.end - time.monotonic()
         if left <= 1:
-            raise GatherError(f"rank {self.rank}: stopped at its bound of {self.bound:g} s "
-                              "(docs/fleet.md, \"How the gather works\")", 1)
-        return left
-
-    def __call__(self, op: str, limit: Optional[float] = None, **fields) -> dict:
-        left = self.left()
+            raise GatherError(f"rank {self.rank}: stopped at its bound of {self.bound:g} s", 1)
         for name in ("timeout_s", "deadline_s"):
             if name in fields:
                 fields[name] = min(float(fields[name]), left - 1)
@@ -162,8 +157,9 @@ def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
         results = {}
         try:
             ask("probe", options.budget + GRACE_S, plan=the_plan)
+            # The probe's deadline is counted like the gather's, from when rank 0 joined.
             got = ask("collect", options.budget + GRACE_S, out_dir=work, key="probe",
-                      deadline_s=_since(got, options.budget))
+                      deadline_s=float(got.get("waited_s") or 0.0) + options.budget)
         except WorkerError as exc:
             # Rank 0's own torch side failed or hung past the budget (and was killed): the report
             # still comes, without the verdict the others wait for (they give up, exit 1).
@@ -226,11 +222,6 @@ def read_gathered(world: int, got: dict, name_of: Callable[[int], str], read: Ca
         nodes.append(node)
     _unique_names(nodes)
     return nodes, {n.rank: n.name for n in nodes}
-
-
-def _since(got: dict, budget: float) -> float:
-    """The probe's deadline, counted like the gather's from when rank 0 joined."""
-    return float(got.get("waited_s") or 0.0) + budget
 
 
 def _unique_names(nodes: list) -> None:

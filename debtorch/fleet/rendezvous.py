@@ -148,19 +148,16 @@ def listen_address(rdzv: Rendezvous, resolve: Callable[[str], list]) -> tuple:
 def load_secret(environ: Mapping, path: Optional[str]) -> Optional[bytes]:
     """The fleet's shared secret: ``--secret-file PATH`` (a regular file of this user that nobody
     else may read, as ssh asks of a key) or $DEBTORCH_FLEET_SECRET; None when neither is given."""
-    if path:
-        try:
-            text = inputs.read_bytes(path, SECRET_BYTES[1], owner_only=True).strip()
-        except inputs.InputError as exc:
-            raise RendezvousError(f"--secret-file {exc}") from None
-        except OSError as exc:
-            raise RendezvousError(f"--secret-file {path}: cannot read ({exc.strerror or exc})") from None
-        where = f"--secret-file {path}"
-    else:
-        text = os.fsencode(str(environ.get(FLEET_SECRET) or "")).strip()
-        where = FLEET_SECRET
-        if not text:
-            return None
+    where = f"--secret-file {path}" if path else FLEET_SECRET
+    try:
+        text = (inputs.read_bytes(path, SECRET_BYTES[1], owner_only=True) if path
+                else os.fsencode(str(environ.get(FLEET_SECRET) or ""))).strip()
+    except inputs.InputError as exc:
+        raise RendezvousError(f"--secret-file {exc}") from None
+    except OSError as exc:
+        raise RendezvousError(f"--secret-file {path}: cannot read ({exc.strerror or exc})") from None
+    if not (text or path):
+        return None
     if not SECRET_BYTES[0] <= len(text) <= SECRET_BYTES[1]:
         raise RendezvousError(f"{where}: a secret of {SECRET_BYTES[0]} to {SECRET_BYTES[1]} characters is needed "
                               f"(got {len(text)})")

@@ -25,16 +25,8 @@ Ops: ``join``, ``send``, ``collect`` (rank 0; with ``key: probe`` it collects
 the probe's results), ``publish`` (rank 0), ``await``, ``ack``, ``finish``
 (rank 0), ``caps``, ``probe``.
 
-The store is an untrusted channel (torch.distributed's TCPStore has no
-authentication; docs/security.md): rank 0's store listens on the address
-MASTER_ADDR names, and rank 0 takes from it only a document of a rank in range
-that said hello, no larger than :data:`MAX_SENT` as sent and :data:`MAX_DOC`
-once decompressed (decompressed a bounded piece at a time, never all at once),
-whose envelope names the rank and the node that said hello.  With a shared
-secret every value a rank sends (documents, probe results, the plan and the
-verdict) is signed with HMAC-SHA256 over the run's prefix, the key, rank 0's
-nonce of this run and the value; an unsigned or altered value is refused, and
-a rank waiting for the plan or the verdict waits on for a signed one.
+The store is not trusted (docs/security.md, "fleet's store"): every value is
+bounded and checked where it is read; with a secret every value is signed.
 """
 
 from __future__ import annotations
@@ -77,13 +69,8 @@ class FleetSession:
     """What one rank's torch side holds between requests: the store and where it is."""
 
     def __init__(self, proto):
-        self.proto = proto
-        self.store = None
-        self.rank = 0
-        self.world = 1
-        self.started = time.monotonic()
-        self.secret = None
-        self.nonce = None
+        self.proto, self.store, self.rank, self.world, self.started = proto, None, 0, 1, time.monotonic()
+        self.secret = self.nonce = None
         self.prefix = ""
         self.flooded: set = set()    # lists someone filled with junk: read rank by rank instead
 
@@ -101,8 +88,7 @@ class FleetSession:
         msg = b"\0".join((self.prefix.encode(), key.encode(), self._nonce(), value))
         return hmac.new(self.secret, msg, hashlib.sha256).digest()
 
-    def _nonce(self) -> bytes:
-        """Rank 0's random word for this run (signatures of another run do not verify)."""
+    def _nonce(self) -> bytes:   # rank 0's random word for this run: another run's signatures fail
         if self.nonce is None:
             self.store.wait(["nonce"], timedelta(seconds=max(1.0, self.deadline - time.monotonic())))
             self.nonce = self.store.get("nonce")[:64]
