@@ -600,3 +600,10 @@ def test_a_name_that_is_no_host_name_is_never_written_for_srun(tmp_path, monkeyp
     verdict.exclude = ["gpu07", "gpu01:3", "gpu01:4"]
     cli_fleet._write_exclude(str(tmp_path / "good"), verdict, False)
     assert (tmp_path / "good").read_text() == "gpu[01,07]\n"
+
+
+def test_a_store_that_went_away_is_not_called_silence():
+    """Issue 23: "rank 0 said nothing within 45 s" was printed 1-3 s after rank 0 died."""
+    s = session(rank=1, world=2)
+    with pytest.raises(RuntimeError, match=r"^rank 0's store went away before it said plan \(0 s\)$"):
+        s.op_await({"key": "plan", "timeout_s": 45})
