@@ -1,16 +1,12 @@
-"""The one door for reading a file: every file a user names (facts, configs, reports,
-scripts, fleet documents, ``debtorch.load()``) and every file of a recorded machine.
+"""The one door for reading a file: every file a user names (facts, configs, reports, scripts,
+fleet documents, ``debtorch.load()``) and every file of a recorded machine (docs/security.md).
 
-Only a regular file is read: it is opened with ``O_NONBLOCK`` and checked with
-``fstat`` before any read, so that a FIFO, a device or a socket is refused at
-once instead of waiting for a writer or reading ``/dev/zero`` forever.  Every
-input is capped in size (a cap per kind, docs/security.md), decoded whatever
-editor or shell wrote it (UTF-8 with or without a BOM, UTF-16 as PowerShell's
-``>`` writes it), refused when it is binary, and parsed without letting a
-pathological nesting (``[`` 100,000 times) raise RecursionError.  Reads happen
-in the caller's thread, a chunk at a time, so a signal is honoured between
-chunks.  Every failure is an :class:`InputError` whose message is one line
-naming the file.  Pure; every layer may import it.
+A regular file only (opened ``O_NONBLOCK`` and checked with ``fstat`` before any read: a FIFO,
+a device or a socket is refused at once, never waited on or read forever), read a chunk at a
+time in the caller's thread (a signal is honoured), capped (a cap per kind), decoded whatever
+wrote it (UTF-8 with or without a BOM, UTF-16 as PowerShell's ``>`` writes it), refused when
+binary, parsed with nesting and numbers bounded.  Every failure is an :class:`InputError`, one
+line naming the file.  Pure; every layer may import it.
 """
 
 from __future__ import annotations

@@ -194,11 +194,9 @@ def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
 
 def read_gathered(world: int, got: dict, name_of: Callable[[int], str], read: Callable,
                   end: Optional[float] = None) -> tuple:
-    """Rank 0's reading of what the torch side collected: ``got["files"]`` rank -> the document's
-    file (deleted once read), ``got["bad"]`` rank -> why its document was refused, ``got["joined"]``
-    rank -> the name it said hello with (escaped: names are data).  One document in memory at a
-    time; past ``end`` (time.monotonic()) the rest are named, not read.
-    Returns ([Node] in rank order, {rank: name})."""
+    """([Node] in rank order, {rank: name}) from what the torch side collected: ``files`` (rank ->
+    its document's file, deleted once read, one in memory at a time), ``bad`` (rank -> why it was
+    refused), ``joined`` (rank -> its hello, escaped: names are data).  Past ``end`` nothing is read."""
     files = {int(r): p for r, p in got["files"].items()}
     bad = {int(r): why for r, why in (got.get("bad") or {}).items()}
     joined = {int(r): n for r, n in got["joined"].items()}

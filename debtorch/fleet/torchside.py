@@ -246,6 +246,7 @@ class FleetSession:
                 if left <= 0:
                     raise RuntimeError(f"rank 0 {why} within {timeout:g} s") from None
                 time.sleep(POLL_S)
+
     def op_ack(self, req: dict) -> dict:
         self.store.add("acks", 1)
         return {}

@@ -69,7 +69,7 @@ class ConfigFile:
     total_steps: Optional[int] = None
     epochs: Optional[int] = None
     path: Optional[str] = None
-    oversubscribe: bool = False   # [limits]: the values are deliberate, whatever the machine
+    oversubscribe: bool = False   # [limits]: tune was told --oversubscribe (a record: only a loader lifts the bound)
 
     @property
     def device(self) -> str:
