@@ -271,6 +271,9 @@ class Script:
                         moves = True
                 elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
+                elif identifier(n.func) in ("autocast", "GradScaler") and \
+                        self.qualname(n.func).startswith("torch.cuda.amp"):
+                    moves = cuda = True  # CUDA's own AMP: the script trains on CUDA
             elif isinstance(n, ast.Attribute) and n.attr == "cuda":
                 cuda = True
             elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda") \
@@ -303,18 +306,36 @@ class Script:
             if func.id in self.classes:  # a constructor: __init__ runs once, not per step
                 return []
             return list(self.functions.get(func.id, ()))
-        if isinstance(func, ast.Attribute):
-            recv = func.value
-            if isinstance(recv, ast.Name) and recv.id == "self":
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            recv = func.value.id
+            if recv == "self":  # the class's own or inherited method, and its overrides in subclasses
                 cls = self.owner.get(scope)
-                if cls is not None and func.attr in self.methods.get(cls, {}):
-                    return [self.methods[cls][func.attr]]
-                return []
-            if isinstance(recv, ast.Name):
-                cls = self.kinds(scope).instance_of(recv.id)
-                if cls is not None and func.attr in self.methods.get(cls, {}):
-                    return [self.methods[cls][func.attr]]
+                if cls is None:
+                    return []
+                found = self.method_of(cls, func.attr)
+                subs = [c for c in self.classes.values() if cls in self._bases(c)]
+                return ([found] if found else []) + [self.methods[c][func.attr] for c in subs
+                                                     if func.attr in self.methods.get(c, {})]
+            cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
+            found = self.method_of(cls, func.attr) if cls is not None else None
+            return [found] if found else []
         return []
+
+    def _bases(self, cls: ast.ClassDef, depth: int = 0) -> List[ast.ClassDef]:
+        """The same-file classes ``cls`` derives from, nearest first."""
+        out = []
+        for b in cls.bases:
+            base = self.classes.get(identifier(b)) if isinstance(b, (ast.Name, ast.Attribute)) else None
+            if base is not None and base is not cls and depth < 5:
+                out += [base] + self._bases(base, depth + 1)
+        return out
+
+    def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
+        """``cls``'s method ``name``, its own or inherited from a same-file base."""
+        for c in [cls] + self._bases(cls):
+            if name in self.methods.get(c, {}):
+                return self.methods[c][name]
+        return None
 
     def is_backward(self, call: ast.AST) -> bool:
         if not isinstance(call, ast.Call):
@@ -333,8 +354,18 @@ class Script:
         # scaler.step(optimizer), loss_scaler.step(opt)
         return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
 
+    def is_step_wrapper(self, call: ast.AST) -> bool:
+        """A callable given the loss and the optimizer, ``loss_scaler(loss, optimizer, clip_grad=...)``
+        (timm's, DeiT's and MAE's NativeScaler): it runs backward and the optimizer step."""
+        if not (isinstance(call, ast.Call) and call.args and isinstance(call.func, (ast.Name, ast.Attribute))):
+            return False
+        if not _LOSSISH.search(identifier(call.args[0])) or re.search(r"print|log|info|warn|save|write|dump|record|append|update", identifier(call.func), re.I):
+            return False
+        return any(_OPTIMIZER.search(identifier(a)) and isinstance(a, (ast.Name, ast.Attribute))
+                   for a in call.args[1:] + [k.value for k in call.keywords])
+
     def is_training_call(self, call: ast.AST) -> bool:
-        return self.is_backward(call) or self.is_optimizer_step(call)
+        return self.is_backward(call) or self.is_optimizer_step(call) or self.is_step_wrapper(call)
 
     def _direct(self, body: list, scope: ast.AST, seen: Set[ast.AST]) -> bool:
         """Does ``body`` train outside nested loops: a training call, or a call of a step function?"""
@@ -426,6 +457,51 @@ class Script:
                 return True
         return False
 
+    def only_if_not(self, test: ast.AST) -> bool:
+        """Is the code that runs when ``test`` is false occasional: ``not should_log``, ``step % k != 0``,
+        ``step % k``? (What follows ``if test: continue`` or ``return``.)"""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.periodic(test.operand)
+        if isinstance(test, ast.BoolOp):  # `a or b`: the rest runs under not a and not b
+            parts = [self.only_if_not(v) for v in test.values]
+            return any(parts) if isinstance(test.op, ast.Or) else all(parts)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
+            return any(_is_mod(x) for x in (test.left, test.comparators[0]))
+        return _is_mod(test)
+
+
+_EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
+
+
+def _jump(body: list) -> Optional[str]:
+    """How a block ends: 'return', 'continue', 'break', 'raise' (raise or sys.exit()), or None."""
+    last = body[-1] if body else None
+    if isinstance(last, ast.Return):
+        return "return"
+    if isinstance(last, (ast.Continue, ast.Break)):
+        return "continue" if isinstance(last, ast.Continue) else "break"
+    if isinstance(last, ast.Raise) or (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+                                       and _dotted(last.value.func) in _EXITS):
+        return "raise"
+    return None
+
+
+def _is_mod(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not isinstance(node.left, (ast.Constant, ast.JoinedStr))
+
+
+def _once(body: list) -> bool:
+    """A branch that ends the run (raise, sys.exit()) runs at most once: it is never per step."""
+    return _jump(body) == "raise"
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join(([node.id] if isinstance(node, ast.Name) else ["?"]) + parts[::-1])
+
 
 def _loop_header(loop: ast.AST) -> list:
     if isinstance(loop, ast.While):
@@ -464,31 +540,38 @@ class _Walker:
                     self.visited.add(f)
                     self.block(f.body, False, f, 0)
 
-    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> None:
+    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> Optional[str]:
+        """Walk ``body``; returns 'continue' or 'return' when an early exit made the rest of it occasional
+        (``if not should_log: return``), for the enclosing blocks that the exit also leaves."""
         if depth > 40:
-            return
+            return None
+        left = None
         for stmt in body:
+            exit_ = None
             if isinstance(stmt, DEFS):
                 continue
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
                 inner = guarded or self.script.periodic(stmt.test)
-                self.block(stmt.body, inner, scope, depth + 1)
-                self.block(stmt.orelse, inner, scope, depth + 1)
+                self.block(stmt.body, inner or _once(stmt.body), scope, depth + 1)
+                self.block(stmt.orelse, inner or _once(stmt.orelse), scope, depth + 1)
+                jump = _jump(stmt.body)
+                if jump in ("return", "continue", "break") and not stmt.orelse and self.script.only_if_not(stmt.test):
+                    exit_ = "return" if jump == "return" else "continue"
             elif isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self.add(for_header(stmt), guarded, scope)
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
                 self.block(stmt.orelse, True, scope, depth + 1)
             elif isinstance(stmt, ast.While):
                 self.add(stmt.test, guarded, scope, test=True)
-                self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
                 self.block(stmt.orelse, True, scope, depth + 1)
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     self.add(item.context_expr, guarded, scope)
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
             elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
                 for h in stmt.handlers:
                     self.block(h.body, True, scope, depth + 1)
                 self.block(stmt.orelse, guarded, scope, depth + 1)
@@ -499,6 +582,9 @@ class _Walker:
                     self.block(case.body, True, scope, depth + 1)
             else:
                 self.add(stmt, guarded, scope)
+            if exit_ and not (exit_ == "continue" and isinstance(stmt, LOOPS)):
+                guarded, left = True, exit_  # what follows runs only when the exit was not taken
+        return left
 
 
 class Kinds:
@@ -644,7 +730,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if _is_loader_expr(script, node.iter, lookup):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
-        if re.search(r"param", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+        if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
             return DEVICE if script.cuda_path else None
         return None
     if isinstance(node, ast.Name):
@@ -695,9 +781,24 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     if isinstance(node, ast.IfExp):
         a, b = rec(node.body), rec(node.orelse)
         return a if a == b else None
-    if isinstance(node, ast.NamedExpr):
-        return rec(node.value)
+    if isinstance(node, (ast.NamedExpr, ast.Starred)):  # *t unpacks t's elements: where t is
+        k = rec(node.value)
+        return k if k in (DEVICE, CPU) or isinstance(node, ast.NamedExpr) else None
     return None
+
+
+def _elements(node: ast.AST, rec) -> Optional[str]:
+    """Where the elements of a collection live: ``d.values()`` and ``(v for v in d.values())`` of a
+    model's outputs are on the device."""
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp)) and len(node.generators) == 1:
+        target = node.generators[0].target
+        if isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id:
+            return _elements(node.generators[0].iter, rec)
+        return None
+    if method(node) == "values":
+        node = node.func.value
+    k = rec(node)
+    return k if k in (DEVICE, CPU) else None
 
 
 def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
@@ -765,10 +866,14 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if m in TENSOR_METHODS and rk in (DEVICE, CPU):
             return rk
     name = script.qualname(func)
+    if identifier(func) in ("clip_grad_norm_", "clip_grad_norm"):
+        return DEVICE  # the total norm, a tensor where the parameters are
     if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
         if func.id in ("abs",) and node.args:
             k = rec(node.args[0])
             return k if k in (DEVICE, CPU) else OTHER
+        if func.id == "sum" and node.args:
+            return _elements(node.args[0], rec)  # sum(loss_dict.values()): a tensor where its parts are
         if func.id in ("min", "max", "sum"):
             return None
         return OTHER
