@@ -18,7 +18,7 @@ from debtorch.lint import rules as R
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
-    _device_arg, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
+    _device_arg, _is_mod, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]
@@ -73,30 +73,18 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
     for n in local_nodes(node):
         if isinstance(n, ast.Call):
             m = method(n)
-            if m and m != "synchronize":
-                recv = n.func.value
-                if m == "item":
-                    k = kind(recv)
-                    if k in (CPU, OTHER, MODEL) or _chain_has_cpu(recv):
-                        continue
+            recv = n.func.value if m else None
+            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and _device_arg(n.args[0]) is False):
+                k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
+                wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
+                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not _MODELISH.match(identifier(recv))
+                if wait and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "cpu" or (m == "to" and n.args and _device_arg(n.args[0]) is False):
-                    k = kind(recv)
-                    if k in (CPU, OTHER, MODEL) or _MODELISH.match(identifier(recv) or "") or _chain_has_cpu(recv):
-                        continue
-                    if k != DEVICE and not _tensorish_chain(recv):
-                        continue
-                    flagged_items = True
-                    yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "tolist":
-                    if kind(recv) == DEVICE and not _chain_has_cpu(recv):
-                        flagged_items = True
-                        yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
-                    if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
-                        yield R.SYNC_CONVERT, n, segment(script, n)
-            elif script.qualname(n.func) == "torch.cuda.synchronize":
+            elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
+                if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
+                    yield R.SYNC_CONVERT, n, segment(script, n)
+            elif m in ("", "synchronize") and script.qualname(n.func) == "torch.cuda.synchronize":
                 yield R.SYNCHRONIZE, n, segment(script, n)
             elif isinstance(n.func, ast.Name) and n.func.id in _CONVERT and n.func.id not in script.functions:
                 if any(kind(a) == DEVICE and not isinstance(a, ast.JoinedStr) for a in n.args):
@@ -315,7 +303,7 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
             if isinstance(src, ast.Subscript):  # loaders[phase], loaders["train"]: what the dict holds
                 for d in found:
                     held = _held(script, d, constant(src.slice))
-                    direct += [v for v in held if isinstance(v, ast.Call) and script.call_name(v).endswith("DataLoader")]
+                    direct += [v for v in held if script.call_name(v).endswith("DataLoader")]
                     names.update(identifier(v) for v in held if isinstance(v, (ast.Name, ast.Attribute)))
             else:
                 names.update(found)
@@ -403,12 +391,7 @@ def training_loaders(script: Script) -> List[ast.Call]:
             got = returns.get(identifier(n.value.func)) or []
             if len(got) == len(parts) and got[i] is not None:
                 out.append(got[i])
-    seen, unique = set(), []
-    for c in out:
-        if id(c) not in seen:
-            seen.add(id(c))
-            unique.append(c)
-    return unique
+    return list({id(c): c for c in out}.values())
 
 
 def _in_memory(script: Script, call: ast.Call) -> bool:
@@ -616,12 +599,18 @@ def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
     return None
 
 
-_FRAMEWORK = re.compile(r"accelerat|lightning|deepspeed|apex|fabric|colossalai|\bTrainer\b")
+_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai")
+
+
+def _framework(script: Script, *more: str) -> bool:
+    """Does the script import a framework that scales the loss and syncs DDP itself (and ``more``)?"""
+    return any(q.split(".")[0] in _FRAMEWORKS + more or (q.startswith("transformers.") and q.endswith("Trainer"))
+               for q in script.aliases.values())
 
 
 def check_fp16_unscaled(script: Script) -> Iterator[Located]:
     if "autocast" not in script.text or "GradScaler" in script.text or re.search(r"scaler", script.text, re.I) \
-            or _FRAMEWORK.search(script.text) or not script.regions():
+            or _framework(script, "apex") or not script.regions():
         return
     for call, name in _calls(script):
         if name in _AUTOCASTS and _autocast_dtype(script, call, name) == "fp16" and not _in_inference(script, call):
@@ -714,10 +703,7 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
 
 
 def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
-    for n in local_nodes(test):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
-            return n.right
-    return None
+    return next((n.right for n in local_nodes(test) if _is_mod(n)), None)
 
 
 def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
@@ -805,7 +791,7 @@ def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
 
 
 def check_accumulation(script: Script) -> Iterator[Located]:
-    if _FRAMEWORK.search(script.text):
+    if _framework(script, "apex"):
         return  # accelerate, DeepSpeed, Lightning scale the loss themselves
     for acc in accumulations(script):
         scope = script.scope_of.get(acc.loop, script.tree)
@@ -819,7 +805,6 @@ def check_accumulation(script: Script) -> Iterator[Located]:
             yield at(script, b, R.ACCUM_UNDIVIDED, every=every)
 
 
-_SYNCS_ITSELF = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "colossalai", "transformers.Trainer")
 
 
 def _wraps_ddp(script: Script) -> bool:
@@ -830,8 +815,7 @@ def _wraps_ddp(script: Script) -> bool:
 def check_ddp_accumulation(script: Script) -> Iterator[Located]:
     """W012: accumulation under DistributedDataParallel without no_sync(): every micro-batch all-reduces."""
     text = script.text
-    if "no_sync" in text or "require_backward_grad_sync" in text or not _wraps_ddp(script) or \
-            any(q == f or q.startswith(f + ".") for q in script.aliases.values() for f in _SYNCS_ITSELF):
+    if "no_sync" in text or "require_backward_grad_sync" in text or not _wraps_ddp(script) or _framework(script):
         return  # no_sync or its flag is used; frameworks skip the sync themselves
     seen = set()
     for acc in accumulations(script, broad=True):
@@ -939,7 +923,8 @@ def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[as
 
 CHECKS: Tuple[Check, ...] = (
     check_syncs, check_copies, check_loaders, check_data_parallel, check_deprecated_amp, check_fp16_unscaled,
-    check_bf16_scaled, check_accumulation, check_schedule, check_ddp_accumulation, check_profiler, check_nvprof, check_cudnn_benchmark,
+    check_bf16_scaled, check_accumulation, check_schedule, check_ddp_accumulation, check_profiler, check_nvprof,
+    check_cudnn_benchmark,
 )
 
 

@@ -40,6 +40,7 @@ _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
 _MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
                        r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
 _LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
+_NOT_A_STEP = re.compile(r"print|log|info|warn|save|write|dump|record|append|update", re.I)  # f(loss, optimizer)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
                        r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
@@ -61,7 +62,6 @@ view_as float_ squeeze_ unsqueeze_ data_ptr_ sort topk median mode kthvalue chun
 # Methods whose result is not a tensor.
 PLAIN_METHODS = frozenset("item tolist numpy size dim numel nelement element_size stride is_contiguous "
                           "data_ptr get_device keys values items dtype".split())
-TUPLE_METHODS = frozenset("sort topk median mode kthvalue max min chunk split unbind".split())
 # torch.* functions that build a tensor from nothing (on the CPU unless device= says otherwise).
 FACTORIES = frozenset("tensor as_tensor from_numpy zeros ones empty full arange linspace logspace rand randn "
                       "randint randperm eye zeros_like ones_like empty_like full_like rand_like randn_like "
@@ -180,7 +180,6 @@ class Step:
     node: ast.AST
     guarded: bool
     scope: ast.AST          # the function (or module) the node belongs to
-    loop: ast.AST           # the training loop it runs under
     header: bool = False    # the training loop's own ``for`` target (assigned per step, evaluated once)
     test: bool = False      # the condition of an ``if`` or ``while``
 
@@ -208,6 +207,7 @@ class Script:
         self.scope_of: Dict[ast.AST, ast.AST] = {}  # loop -> the function (or module) holding it
         self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
         self._kind: Dict[ast.AST, str] = {}
+        self._bases: Dict[ast.ClassDef, List[ast.ClassDef]] = {}
         self.nodes: List[ast.AST] = []
         self._index()
         self.uses_torch = "torch" in text.lower()
@@ -313,29 +313,29 @@ class Script:
                 if cls is None:
                     return []
                 found = self.method_of(cls, func.attr)
-                subs = [c for c in self.classes.values() if cls in self._bases(c)]
-                return ([found] if found else []) + [self.methods[c][func.attr] for c in subs
-                                                     if func.attr in self.methods.get(c, {})]
+                return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
+                                                     if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
             cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
             found = self.method_of(cls, func.attr) if cls is not None else None
             return [found] if found else []
         return []
 
-    def _bases(self, cls: ast.ClassDef, depth: int = 0) -> List[ast.ClassDef]:
+    def bases(self, cls: ast.ClassDef, depth: int = 0) -> List[ast.ClassDef]:
         """The same-file classes ``cls`` derives from, nearest first."""
+        if depth == 0 and cls in self._bases:
+            return self._bases[cls]
         out = []
         for b in cls.bases:
             base = self.classes.get(identifier(b)) if isinstance(b, (ast.Name, ast.Attribute)) else None
             if base is not None and base is not cls and depth < 5:
-                out += [base] + self._bases(base, depth + 1)
+                out += [base] + self.bases(base, depth + 1)
+        if depth == 0:
+            self._bases[cls] = out
         return out
 
     def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
         """``cls``'s method ``name``, its own or inherited from a same-file base."""
-        for c in [cls] + self._bases(cls):
-            if name in self.methods.get(c, {}):
-                return self.methods[c][name]
-        return None
+        return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
 
     def is_backward(self, call: ast.AST) -> bool:
         if not isinstance(call, ast.Call):
@@ -359,7 +359,7 @@ class Script:
         (timm's, DeiT's and MAE's NativeScaler): it runs backward and the optimizer step."""
         if not (isinstance(call, ast.Call) and call.args and isinstance(call.func, (ast.Name, ast.Attribute))):
             return False
-        if not _LOSSISH.search(identifier(call.args[0])) or re.search(r"print|log|info|warn|save|write|dump|record|append|update", identifier(call.func), re.I):
+        if not _LOSSISH.search(identifier(call.args[0])) or _NOT_A_STEP.search(identifier(call.func)):
             return False
         return any(_OPTIMIZER.search(identifier(a)) and isinstance(a, (ast.Name, ast.Attribute))
                    for a in call.args[1:] + [k.value for k in call.keywords])
@@ -443,7 +443,7 @@ class Script:
     def periodic(self, test: ast.AST) -> bool:
         """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
         for n in local_nodes(test):
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
+            if _is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)):
                 name = n.id if isinstance(n, ast.Name) else n.attr
@@ -473,34 +473,20 @@ class Script:
 _EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
 
 
-def _jump(body: list) -> Optional[str]:
-    """How a block ends: 'return', 'continue', 'break', 'raise' (raise or sys.exit()), or None."""
+def _jump(body: list, script: "Script") -> Optional[str]:
+    """How a block ends: 'return', 'continue' (or break), 'raise' (raise or sys.exit()), or None."""
     last = body[-1] if body else None
-    if isinstance(last, ast.Return):
-        return "return"
-    if isinstance(last, (ast.Continue, ast.Break)):
-        return "continue" if isinstance(last, ast.Continue) else "break"
-    if isinstance(last, ast.Raise) or (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
-                                       and _dotted(last.value.func) in _EXITS):
+    if isinstance(last, (ast.Return, ast.Continue, ast.Break)):
+        return "return" if isinstance(last, ast.Return) else "continue"
+    if isinstance(last, ast.Raise) or (isinstance(last, ast.Expr) and script.call_name(last.value) in _EXITS):
         return "raise"
     return None
 
 
 def _is_mod(node: ast.AST) -> bool:
-    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and not isinstance(node.left, (ast.Constant, ast.JoinedStr))
-
-
-def _once(body: list) -> bool:
-    """A branch that ends the run (raise, sys.exit()) runs at most once: it is never per step."""
-    return _jump(body) == "raise"
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return ".".join(([node.id] if isinstance(node, ast.Name) else ["?"]) + parts[::-1])
+    """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
+        not isinstance(node.left, (ast.Constant, ast.JoinedStr))
 
 
 def _loop_header(loop: ast.AST) -> list:
@@ -525,7 +511,7 @@ class _Walker:
         self.block(loop.body, False, self.region.scope, 0)
 
     def add(self, node: ast.AST, guarded: bool, scope: ast.AST, header: bool = False, test: bool = False) -> None:
-        self.region.steps.append(Step(node, guarded, scope, self.region.loop, header, test))
+        self.region.steps.append(Step(node, guarded, scope, header, test))
         if not header:
             self.calls(node, guarded, scope)
 
@@ -553,11 +539,11 @@ class _Walker:
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
                 inner = guarded or self.script.periodic(stmt.test)
-                self.block(stmt.body, inner or _once(stmt.body), scope, depth + 1)
-                self.block(stmt.orelse, inner or _once(stmt.orelse), scope, depth + 1)
-                jump = _jump(stmt.body)
-                if jump in ("return", "continue", "break") and not stmt.orelse and self.script.only_if_not(stmt.test):
-                    exit_ = "return" if jump == "return" else "continue"
+                for branch in (stmt.body, stmt.orelse):  # a branch that ends the run runs at most once
+                    self.block(branch, inner or _jump(branch, self.script) == "raise", scope, depth + 1)
+                jump = _jump(stmt.body, self.script)
+                if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
+                    exit_ = jump
             elif isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self.add(for_header(stmt), guarded, scope)
                 exit_ = self.block(stmt.body, guarded, scope, depth + 1)
@@ -639,9 +625,7 @@ class Kinds:
                 break
 
     def instance_of(self, name: str) -> Optional[ast.ClassDef]:
-        if name in self.instances:
-            return self.instances[name]
-        return self.outer.instance_of(name) if self.outer is not None else None
+        return self.instances.get(name) or (self.outer.instance_of(name) if self.outer is not None else None)
 
     def of(self, name: str) -> Optional[str]:
         if name in self.names:
@@ -745,46 +729,37 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
             return OTHER  # "%.3f" % x: a string
         kinds = {rec(node.left), rec(node.right)}
-        if DEVICE in kinds:
-            return DEVICE
-        if CPU in kinds:
-            return CPU
-        if kinds == {OTHER}:
-            return OTHER
-        return None
+        return _where(kinds) or (OTHER if kinds == {OTHER} else None)
     if isinstance(node, ast.UnaryOp):
         k = rec(node.operand)
         return k if k in (DEVICE, CPU, OTHER) else None
     if isinstance(node, ast.Compare):
         if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
             return OTHER
-        kinds = {rec(n) for n in [node.left] + node.comparators}
-        if DEVICE in kinds:
-            return DEVICE
-        if CPU in kinds:
-            return CPU
-        return None
+        return _where({rec(n) for n in [node.left] + node.comparators})
     if isinstance(node, ast.Subscript):
-        k = rec(node.value)
-        if k == MODEL:
-            return None
-        return k if k in (DEVICE, CPU) else None
+        return _where({rec(node.value)})
     if isinstance(node, ast.Attribute):
         if node.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
             return OTHER
         if node.attr in ("data", "grad", "T", "mT", "real", "imag"):
-            k = rec(node.value)
-            return k if k in (DEVICE, CPU) else None
+            return _where({rec(node.value)})
         if node.attr in ("loss", "logits") and isinstance(node.value, ast.Name) and rec(node.value) == DEVICE:
             return DEVICE
         return None
     if isinstance(node, ast.IfExp):
         a, b = rec(node.body), rec(node.orelse)
         return a if a == b else None
-    if isinstance(node, (ast.NamedExpr, ast.Starred)):  # *t unpacks t's elements: where t is
-        k = rec(node.value)
-        return k if k in (DEVICE, CPU) or isinstance(node, ast.NamedExpr) else None
+    if isinstance(node, ast.NamedExpr):
+        return rec(node.value)
+    if isinstance(node, ast.Starred):  # *t unpacks t's elements: where t is
+        return _where({rec(node.value)})
     return None
+
+
+def _where(kinds: set) -> Optional[str]:
+    """Where a value computed from values of these kinds lives: on the device if any is, else the host."""
+    return DEVICE if DEVICE in kinds else CPU if CPU in kinds else None
 
 
 def _elements(node: ast.AST, rec) -> Optional[str]:
@@ -795,10 +770,7 @@ def _elements(node: ast.AST, rec) -> Optional[str]:
         if isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id:
             return _elements(node.generators[0].iter, rec)
         return None
-    if method(node) == "values":
-        node = node.func.value
-    k = rec(node)
-    return k if k in (DEVICE, CPU) else None
+    return _where({rec(node.func.value if method(node) == "values" else node)})
 
 
 def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
@@ -849,13 +821,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             target = node.args[0] if node.args else keyword(node, "device")
             where = _device_arg(target) if target is not None else None
             rk = rec(recv)
-            if rk == MODEL:
-                return MODEL
-            if where is True:
-                return DEVICE
-            if where is False:
-                return CPU
-            return rk if rk in (DEVICE, CPU) else None
+            return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
         rk = rec(recv)
         if rk == MODEL:
             if m in ("forward", "__call__"):
@@ -869,26 +835,20 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if identifier(func) in ("clip_grad_norm_", "clip_grad_norm"):
         return DEVICE  # the total norm, a tensor where the parameters are
     if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
-        if func.id in ("abs",) and node.args:
-            k = rec(node.args[0])
-            return k if k in (DEVICE, CPU) else OTHER
+        if func.id == "abs" and node.args:
+            return _where({rec(node.args[0])}) or OTHER
         if func.id == "sum" and node.args:
             return _elements(node.args[0], rec)  # sum(loss_dict.values()): a tensor where its parts are
         if func.id in ("min", "max", "sum"):
             return None
         return OTHER
     if name.startswith("torch.nn.functional."):
-        kinds = {rec(a) for a in node.args}
-        if CPU in kinds and DEVICE not in kinds:
-            return CPU
-        return DEVICE
+        return CPU if _where({rec(a) for a in node.args}) == CPU else DEVICE
     if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper():
         return MODEL
-    if name.startswith("torch.nn.parallel.") or name.endswith(("DistributedDataParallel", "DataParallel")):
-        return MODEL
-    if name == "torch.compile":
-        return MODEL
-    if name.startswith(MODEL_FACTORIES) or (name.endswith("from_pretrained") and "Model" in name):
+    if name.startswith(("torch.nn.parallel.",) + MODEL_FACTORIES) or name == "torch.compile" or \
+            name.endswith(("DistributedDataParallel", "DataParallel")) or \
+            (name.endswith("from_pretrained") and "Model" in name):
         return MODEL
     if name.startswith("torch."):
         short = name[6:]
@@ -900,14 +860,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             if dev is not None:
                 return DEVICE if _device_arg(dev) else (CPU if _device_arg(dev) is False else None)
             return CPU
-        if "." not in short:
-            kinds = {rec(a) for a in node.args}
-            if DEVICE in kinds:
-                return DEVICE
-            if CPU in kinds:
-                return CPU
-            return None
-        return None
+        return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         cls = script.classes[func.id]
         if any(script.qualname(b).endswith(("Module", "nn.Module")) or "Module" in script.qualname(b)
@@ -961,10 +914,7 @@ class Flow:
         cls = lambda v, _=None: classify(self.script, v, look)  # noqa: E731
         pairs = []
         if isinstance(stmt, ast.Assign):
-            value = stmt.value
-            if isinstance(value, ast.expr) and stmt.targets and getattr(stmt, "lineno", None) is not None \
-                    and _is_for_header(stmt):
-                value = _IterOf(value)
+            value = _IterOf(stmt.value) if getattr(stmt, "for_header", False) else stmt.value
             for t in stmt.targets:
                 pairs.extend(bind(t, value, cls))
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
@@ -974,10 +924,6 @@ class Flow:
             pairs.append((stmt.target.id, k))
         for name, kind in pairs:
             env[name] = kind
-
-
-def _is_for_header(stmt: ast.Assign) -> bool:
-    return getattr(stmt, "for_header", False)
 
 
 def for_header(loop: ast.AST) -> ast.Assign:
