@@ -496,12 +496,9 @@ def check_loaders(script: Script) -> Iterator[Located]:
                 if per_epoch:
                     persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
                     yield at(script, call, R.WORKERS_RESTART, persist=persist)
-        fixed = []
-        if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0:
-            fixed.append(f"num_workers={nwc}")
-        pf = keyword(call, "prefetch_factor")
-        if pf is not None and isinstance(constant(pf), int):
-            fixed.append(f"prefetch_factor={constant(pf)}")
+        pf = constant(keyword(call, "prefetch_factor"))
+        fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
+            ([f"prefetch_factor={pf}"] if isinstance(pf, int) else [])
         if fixed:
             yield at(script, call, R.HARDCODED_LOADER, detail=", ".join(fixed))
 
@@ -609,7 +606,7 @@ def _framework(script: Script, *more: str) -> bool:
 
 
 def check_fp16_unscaled(script: Script) -> Iterator[Located]:
-    if "autocast" not in script.text or "GradScaler" in script.text or re.search(r"scaler", script.text, re.I) \
+    if "autocast" not in script.text or re.search(r"scaler", script.text, re.I) \
             or _framework(script, "apex") or not script.regions():
         return
     for call, name in _calls(script):
@@ -618,19 +615,11 @@ def check_fp16_unscaled(script: Script) -> Iterator[Located]:
 
 
 def _in_inference(script: Script, node: ast.AST) -> bool:
-    for func in _functions_holding(script, node):
-        if re.search(r"eval|valid|test|infer|predict|generat|sample", func.name, re.I):
-            return True
-    return False
-
-
-def _functions_holding(script: Script, node: ast.AST) -> List[ast.AST]:
-    out = []
-    for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
-        for f in fs:
-            if f.lineno <= node.lineno <= (f.end_lineno or f.lineno):
-                out.append(f)
-    return out
+    """Is ``node`` in a function whose name says evaluation or inference?"""
+    return any(f.lineno <= node.lineno <= (f.end_lineno or f.lineno) and
+               re.search(r"eval|valid|test|infer|predict|generat|sample", f.name, re.I)
+               for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]
+               for f in fs)
 
 
 def check_bf16_scaled(script: Script) -> Iterator[Located]:
