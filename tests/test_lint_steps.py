@@ -169,6 +169,8 @@ for i, (x, y) in enumerate(loader):
 
 def test_accumulation_under_ddp_without_no_sync():
     assert found(DDP_ACCUM) == [("script.W012", 4)]
+    # fairseq's and ConvNeXt's name for N: a frequency, but of updates, not of logging
+    assert found(DDP_ACCUM.replace("% 4 == 0", "% update_freq == 0")) == [("script.W012", 4)]
     res = lint_text(HEAD + DDP_ACCUM, "t.py")
     assert "the optimizer steps every 4 micro-batches" in res.findings[0].finding.message
     assert "no_sync()" in res.findings[0].finding.fix

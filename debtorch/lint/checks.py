@@ -771,7 +771,8 @@ def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
             continue
         guard = next(i for i in guarded[0][1] if accumulates(i.test))
         every = _mod_operand(guard.test)
-        if every is not None and re.search(r"log|print|eval|save|interval|freq", " ".join(names_in(every)), re.I):
+        said = " ".join(names_in(every)) if every is not None else ""
+        if re.search(r"log|print|eval|save|interval|freq", said, re.I) and not _ACCUM.search(said):
             continue
         free = [b for b, ifs in backwards if guard not in ifs]
         if free:
