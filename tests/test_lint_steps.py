@@ -172,7 +172,8 @@ def test_accumulation_under_ddp_without_no_sync():
     # fairseq's and ConvNeXt's name for N: a frequency, but of updates, not of logging
     assert found(DDP_ACCUM.replace("% 4 == 0", "% update_freq == 0")) == [("script.W012", 4)]
     res = lint_text(HEAD + DDP_ACCUM, "t.py")
-    assert "the optimizer steps every 4 micro-batches" in res.findings[0].finding.message
+    assert res.findings[0].finding.message == \
+        "DDP all-reduces the gradients at every micro-batch (loss.backward()); the optimizer steps every 4 micro-batches"
     assert "no_sync()" in res.findings[0].finding.fix
     with_no_sync = DDP_ACCUM.replace("    loss.backward()\n", "    with model.no_sync():\n        loss.backward()\n")
     assert found(with_no_sync) == []
@@ -225,6 +226,8 @@ def test_fixes_say_what_cfg_is_and_messages_are_not_cut_mid_expression():
     long = "model = torch.nn.DataParallel(model, device_ids=[0, 1, 2, 3], output_device=0, dim=0)\n"
     (f,) = lint_text(HEAD + long, "t.py").findings
     assert f.finding.message.startswith("torch.nn.DataParallel(...): DataParallel is slower")
+    fmt = lint_text(HEAD + LOOP + "    s = ('%10s' * 2 + '%10.4g' * 3) % (step, 'gpu', *out.mean(0))\n", "t.py")
+    assert fmt.findings[0].finding.message.startswith("('%10s' * 2 + '%10.4g' * 3) % (...) reads a GPU tensor")
 
 
 def test_a_deprecated_amp_import_is_reported_at_its_line():

@@ -37,6 +37,11 @@ def segment(script: Script, node: ast.AST, limit: int = 48) -> str:
     return text
 
 
+def callee(script: Script, call: ast.Call) -> str:
+    """A call as a message names it, never cut mid-expression: ``torch.nn.DataParallel(...)``."""
+    return segment(script, call.func, 60) + ("(...)" if call.args or call.keywords else "()")
+
+
 def column(script: Script, node: ast.AST) -> int:
     """1-based column in characters (ast counts UTF-8 bytes)."""
     line = script.code(getattr(node, "lineno", 0))
@@ -95,7 +100,9 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
         elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and _is_text(n.left):
             parts = n.right.elts if isinstance(n.right, ast.Tuple) else [n.right]
             if any(kind(p) == DEVICE for p in parts):
-                yield R.SYNC_CONVERT, n, segment(script, n)
+                fmt = segment(script, n.left, 40)
+                yield R.SYNC_CONVERT, n, (f"({fmt})" if isinstance(n.left, ast.BinOp) else fmt) + " % " + \
+                    ("(...)" if isinstance(n.right, ast.Tuple) else segment(script, n.right, 30))
         elif isinstance(n, (ast.IfExp, ast.Assert)) and _truth_waits(script, n.test, kind):
             yield R.SYNC_BRANCH, n.test, segment(script, n.test)
         elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and \
@@ -520,7 +527,7 @@ def check_data_parallel(script: Script) -> Iterator[Located]:
     for call, name in _calls(script):
         if name in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                     "torch.nn.parallel.data_parallel.DataParallel"):
-            yield at(script, call, R.DATA_PARALLEL, call=segment(script, call.func, 40) + "(...)")
+            yield at(script, call, R.DATA_PARALLEL, call=callee(script, call))
 
 
 _DEPRECATED_AMP = {
@@ -812,9 +819,9 @@ def check_ddp_accumulation(script: Script) -> Iterator[Located]:
         call = acc.backwards[0]
         if id(call) not in seen:
             seen.add(id(call))
-            when = f"every {segment(script, acc.every, 30)} micro-batches" if acc.every is not None else \
-                f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 40)}"
-            yield at(script, call, R.DDP_ACCUM_SYNC, call=segment(script, call, 30), when=when)
+            when = f"every {segment(script, acc.every, 60)} micro-batches" if acc.every is not None else \
+                f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
+            yield at(script, call, R.DDP_ACCUM_SYNC, call=callee(script, call), when=when)
 
 
 _SCHEDULERS = {
