@@ -1,0 +1,354 @@
+"""``cfg.watch(loader)``: data wait, host syncs and a verdict from the user's own training loop.
+
+Per step, the time the loop waited for its next batch and the rest of the step.  On CUDA (the
+process has initialised CUDA by the end of the first step) both come from CUDA events recorded on
+the current stream before and after each fetch, read a step or more later with ``Event.query()``:
+the GPU's idle time waiting for the batch, with no host-device sync added.  Elsewhere, the host's
+clock.  The first step (worker start-up, lazy initialisation) is not counted.  Steps are summed in
+windows; the data-wait share's interval is over the windows (:func:`debtorch.stats.ratio_of_sums`).
+On CUDA the host syncs per step are counted with verify-train's counter.  docs/runtime.md.
+
+torch is never imported here: the module the training script imported is used (``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Iterable, Optional
+
+from debtorch import findings, knowledge, stats
+from debtorch.lint.hostwaits import syncs_reported  # the one import of the sync counter
+
+WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
+MAX_WINDOWS = 64
+MIN_SYNC_STEPS = 5         # watch.W002 needs a sync in each of at least this many steps
+LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
+INPUT_FIX = ("more data-loading parallelism: DataLoader num_workers, prefetch_factor, persistent_workers=True, "
+             "pin_memory=True{now}; measure them here: debtorch tune --measure --workload MODULE:FUNCTION "
+             "--write debtorch.toml (docs/workloads.md), then cfg.loader_kwargs()")
+SYNC_FIX = ("find them: debtorch lint train.py (.item(), .cpu(), printing a tensor every step); copy batches "
+            "with .to(device, non_blocking=True) from pinned memory (pin_memory=True, or cfg.to_device)")
+
+_open: "weakref.WeakSet[Watch]" = weakref.WeakSet()     # iterations not yet reported, for the atexit verdict
+
+
+def _threshold() -> float:
+    """The data-wait share above which a loop is input-bound (checks/thresholds.toml)."""
+    return float(knowledge.threshold("dataloader_time_fraction_warn"))
+
+
+def _every(value: Any) -> tuple:
+    """(steps, seconds) from ``every``: an int counts steps, "30s" or "5m" is a duration; 0 is off."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value, 0.0
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([sm])\s*", value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"watch: every must be a number of steps (0: off) or a duration like '60s' or '5m' "
+                         f"(got {value!r})")
+    return 0, float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
+def count_samples(batch: Any) -> Optional[int]:
+    """Samples in a batch: the first dimension of its first tensor or array (into dicts, tuples and
+    lists), or the length of a list of plain items; None when it cannot tell."""
+    for _ in range(8):
+        shape = getattr(batch, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else None
+        if isinstance(batch, dict):
+            batch = next(iter(batch.values()), None)
+        elif isinstance(batch, (list, tuple)) and batch:
+            if not isinstance(batch[0], (list, tuple, dict)) and getattr(batch[0], "shape", None) is None:
+                return len(batch)
+            batch = batch[0]
+        else:
+            return None
+    return None
+
+
+def _pct(x: Optional[float]) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def judge(s: dict, threshold: float) -> list:
+    """The findings of one summary (``Watch.summary``): watch.W001, watch.W002, else watch.I001 or watch.I002."""
+    d, out = s["data_wait"], []
+    ci = f"95%: {_pct(d['low'])}-{_pct(d['high'])} over {d['windows']} windows"
+    if d["low"] is not None and d["low"] > threshold:
+        knobs = ", ".join(f"{k}={v}" for k, v in (s.get("loader") or {}).items())
+        out.append(findings.warning("watch.W001", f"input-bound: data wait {_pct(d['share'])} of step time ({ci}), "
+                                    f"above {_pct(threshold)}", INPUT_FIX.format(now=f" (now {knobs})" if knobs else "")))
+    if s["syncs_per_step"] is not None and s["steps"] >= MIN_SYNC_STEPS and s["steps_with_sync"] == s["steps"]:
+        out.append(findings.warning("watch.W002", f"host syncs every step: {s['syncs_per_step']:.1f} per step, "
+                                    "each makes the CPU wait for the GPU", SYNC_FIX))
+    if out:
+        return out
+    if d["high"] is not None and d["high"] < threshold:
+        syncs = "no host sync every step" if s["syncs_per_step"] is not None else "host syncs not counted (no CUDA)"
+        return [findings.info("watch.I001", f"fine: data wait {_pct(d['share'])} ({ci}), below {_pct(threshold)}; "
+                              f"{syncs}")]
+    why = (f"data wait {_pct(d['share'])} ({ci}) spans {_pct(threshold)}" if d["low"] is not None
+           else f"{s['steps']} steps make fewer than 2 windows")
+    return [findings.info("watch.I002", f"not resolved: {why}; a longer run resolves it")]
+
+
+def render(s: dict, final: bool) -> str:
+    """The line (and, at the verdict, the findings with their fixes)."""
+    d = s["data_wait"]
+    rate = f", {s['samples_per_s']:.0f} samples/s" if s["samples_per_s"] is not None else ""
+    wait = f"data wait {_pct(d['share'])}" + (f" ({_pct(d['low'])}-{_pct(d['high'])})" if d["low"] is not None else "")
+    syncs = "host syncs not counted" if s["syncs_per_step"] is None else f"{s['syncs_per_step']:.1f} host syncs/step"
+    head = "watch" + (" (left early)" if s.get("left_early") else " (end)" if final else "")
+    lines = [f"{head}: {s['steps']} steps, {s['steps_per_s']:.2f} steps/s{rate}, {wait}, {syncs} [{s['timing']}]"]
+    ranks = s.get("ranks")
+    if ranks:
+        worst = max(ranks, key=lambda r: r["data_wait"]["share"] or 0.0)
+        total = sum(r["samples_per_s"] or 0.0 for r in ranks)
+        lines.append(f"watch ranks: {len(ranks)}, data wait {_pct(min(r['data_wait']['share'] or 0 for r in ranks))}"
+                     f"-{_pct(worst['data_wait']['share'])} (slowest: rank {worst['rank']})"
+                     + (f", {total:.0f} samples/s in all" if total else ""))
+    if final:
+        for f in s["findings"]:
+            lines.append(f"{f['id']} {f['message']}" + (f"\n  fix: {f['fix']}" if f["fix"] else ""))
+    return "\n".join(lines)
+
+
+class Watch:
+    """An iterable that yields what ``iterable`` yields and measures each step; see :func:`watch`."""
+
+    def __init__(self, iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None,
+                 verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False):
+        if not hasattr(iterable, "__iter__"):
+            raise TypeError(f"watch: {type(iterable).__name__} is not iterable")
+        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                       or batch_size < 1):
+            raise ValueError(f"watch: batch_size must be a positive integer (got {batch_size!r})")
+        self.iterable, self.verdict, self.fixed_size = iterable, bool(verdict), batch_size
+        self.every_steps, self.every_s = _every(every)
+        if timer and not self.every_s:
+            raise ValueError("watch: timer=True needs every as a duration ('60s')")
+        self.timer, self.file, self.json = bool(timer), file, json
+        self.steps = self._seen = self._synced = self._syncs = self._syncs_at = 0
+        self.samples: Optional[int] = 0
+        self.busy = 0.0                                  # host seconds of the counted steps
+        self._wins: list = []                            # (wait, step) seconds per closed window
+        self._cur = [0.0, 0.0, 0]                        # the window being filled: wait, step, steps
+        self._wsize = WINDOW_STEPS
+        self._cuda: Any = None                           # torch.cuda once the loop runs there
+        self._counting = False                           # host syncs counted (CUDA, set_sync_debug_mode)
+        self._pending: collections.deque = collections.deque()   # [start event, fetched event or None]
+        self._pool: list = []
+        self._last_line = time.perf_counter()
+
+    def __len__(self) -> int:
+        return len(self.iterable)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:               # loader.sampler, loader.dataset, ...
+        if name.startswith("_") or "iterable" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.iterable, name)
+
+    # -- the loop --------------------------------------------------------------------------
+    def __iter__(self):
+        it, stack, prev, ended, stop = iter(self.iterable), contextlib.ExitStack(), None, False, threading.Event()
+        self._reported = False
+        _open.add(self)
+        if self.timer:
+            threading.Thread(target=self._tick, args=(stop,), daemon=True, name="debtorch-watch").start()
+        try:
+            while True:
+                end = time.perf_counter()
+                if prev is not None:
+                    self._account(prev, end, stack)
+                    prev = None
+                self._mark()
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    ended = True
+                    return
+                prev = (t0, time.perf_counter(), self.fixed_size or count_samples(batch))
+                self._mark(fetched=True)
+                yield batch
+        finally:  # nothing here may raise over the loop's own exception
+            stop.set()
+            with contextlib.suppress(Exception):
+                getattr(it, "close", lambda: None)()     # a generator's own cleanup; a DataLoader's workers go with `it`
+            del it
+            with contextlib.suppress(Exception):
+                if prev is not None:
+                    self._mark()
+                    self._account(prev, time.perf_counter(), stack)
+            with contextlib.suppress(Exception):
+                stack.close()                             # the sync counter off: the debug mode and filters put back
+            self._finish(gather=ended)
+
+    def _account(self, fetch: tuple, end: float, stack: contextlib.ExitStack) -> None:
+        """Close a step: fetch = (start, batch in hand, samples) on the host clock, ``end`` the next fetch's start."""
+        self._seen += 1
+        if self._seen == 1:                               # warm-up, not counted; is the loop on CUDA?
+            torch = sys.modules.get("torch")
+            cuda = getattr(torch, "cuda", None)
+            if cuda is not None and cuda.is_initialized():
+                self._cuda = cuda
+                with contextlib.suppress(Exception):
+                    stack.enter_context(syncs_reported(torch, self._on_sync))
+                    self._counting = True
+            self._pending.clear()
+            return
+        self.steps += 1
+        self.busy += end - fetch[0]
+        self.samples = None if self.samples is None or fetch[2] is None else self.samples + fetch[2]
+        if self._syncs > self._syncs_at:
+            self._synced += 1
+        self._syncs_at = self._syncs
+        if self._cuda is None:
+            self._add(fetch[1] - fetch[0], end - fetch[0])
+        else:
+            self._drain()
+        if (self.every_steps and self.steps % self.every_steps == 0) or (
+                self.every_s and not self.timer and end - self._last_line >= self.every_s):
+            self._emit(final=False)
+
+    def _on_sync(self) -> None:
+        self._syncs += 1
+
+    def _mark(self, fetched: bool = False) -> None:
+        """On CUDA: an event on the current stream before a fetch (a new step) or after it."""
+        if self._cuda is None:
+            return
+        ev = self._pool.pop() if self._pool else self._cuda.Event(enable_timing=True)
+        ev.record()
+        if fetched:
+            self._pending[-1][1] = ev
+        else:
+            self._pending.append([ev, None])
+
+    def _drain(self, wait: bool = False) -> None:
+        """Read the steps whose events the GPU has passed: wait = start..fetched, step = start..next start."""
+        q = self._pending
+        if wait and q:
+            q[-1][0].synchronize()                        # once, at the verdict
+        while len(q) > 1 and q[0][1] is not None and q[1][0].query():
+            start, fetched = q.popleft()
+            self._add(start.elapsed_time(fetched) / 1e3, start.elapsed_time(q[0][0]) / 1e3)
+            self._pool += (start, fetched)
+
+    def _add(self, wait: float, step: float) -> None:
+        c = self._cur
+        c[0] += wait
+        c[1] += step
+        c[2] += 1
+        if c[2] >= self._wsize:
+            self._wins.append((c[0], c[1]))
+            self._cur = [0.0, 0.0, 0]
+            if len(self._wins) >= MAX_WINDOWS:           # keep the windows few: merge neighbours
+                w = self._wins
+                self._wins = [(a[0] + b[0], a[1] + b[1]) for a, b in zip(w[::2], w[1::2])]
+                self._wsize *= 2
+
+    # -- the verdict -----------------------------------------------------------------------
+    def summary(self) -> dict:
+        """What has been measured so far, as the JSON lines hold it (without ``findings``)."""
+        wins = list(self._wins) + ([tuple(self._cur[:2])] if self._cur[2] else [])
+        share, low, high = stats.ratio_of_sums([w for w, _ in wins], [s for _, s in wins])
+        rate = (lambda n: n / self.busy if self.busy > 0 and n is not None else None)
+        loader = {k: getattr(self.iterable, k) for k in LOADER_KNOBS if hasattr(self.iterable, k)}
+        return {"schema_version": 1, "steps": self.steps, "seconds": self.busy, "steps_per_s": rate(self.steps) or 0.0,
+                "samples_per_s": rate(self.samples),
+                "data_wait": {"share": share, "low": None if low is None else max(0.0, low),
+                              "high": None if high is None else min(1.0, high), "windows": len(wins)},
+                "syncs_per_step": (self._syncs / self.steps if self.steps else 0.0) if self._counting else None,
+                "steps_with_sync": self._synced, "timing": "cuda events" if self._cuda is not None else "host clock",
+                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))}}
+
+    def _emit(self, final: bool, s: Optional[dict] = None) -> None:
+        self._last_line = time.perf_counter()
+        if _rank()[0] != 0:
+            return
+        s = s or self.summary()
+        s.setdefault("findings", [f.to_json() for f in judge(s, _threshold())])
+        s["final"] = final
+        if self.verdict or not final:
+            _write(self.file, render(s, final))
+        if self.json is not None:
+            _write(self.json, json.dumps(s, sort_keys=True, default=str))
+
+    def _finish(self, gather: bool) -> None:
+        """The verdict at the end of an iteration (``gather``: it ran out, so every rank is here too), or
+        when the loop was left early (break, exception, exit): this rank alone.  Never raises."""
+        _open.discard(self)
+        if self._reported:
+            return
+        self._reported = True
+        try:
+            if self._cuda is not None:
+                self._drain(wait=True)
+            if not (self.verdict or self.json is not None):
+                return
+            s = self.summary()
+            s["left_early"] = not gather
+            s["findings"] = [f.to_json() for f in judge(s, _threshold())]
+            rank, world, dist = _rank()
+            if gather and world > 1:
+                got: list = [None] * world
+                dist.all_gather_object(got, {**s, "rank": rank})      # one collective per verdict
+                s["ranks"] = got
+                worst = max(got, key=lambda r: r["data_wait"]["share"] or 0.0)
+                s["findings"] = [{**f, "message": f"rank {worst['rank']}: {f['message']}"} for f in worst["findings"]]
+            self._emit(final=True, s=s)
+        except Exception as exc:  # a report must never hide the training's own error
+            with contextlib.suppress(Exception):
+                _write(self.file, f"watch: no verdict ({type(exc).__name__}: {exc})")
+
+    def _tick(self, stop: threading.Event) -> None:
+        while not stop.wait(self.every_s):
+            with contextlib.suppress(Exception):
+                self._emit(final=False)
+
+
+def _rank() -> tuple:
+    """(rank, world size, torch.distributed) of a process group, or (0, 1, None)."""
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), dist
+    return 0, 1, None
+
+
+def _write(dest: Any, text: str) -> None:
+    """A line to stderr (None), a text stream, or appended to a file by path (never truncated)."""
+    if dest is None:
+        dest = sys.stderr
+    if hasattr(dest, "write"):
+        dest.write(text + "\n")
+        dest.flush()
+        return
+    fd = os.open(os.fspath(dest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Loops left suspended (``next(it)`` by hand) report at exit, rank-locally."""
+    for w in list(_open):
+        w._finish(gather=False)
+
+
+def watch(iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None, verdict: bool = True,
+          batch_size: Optional[int] = None, timer: bool = False) -> Watch:
+    """Wrap a training loader: every ``every`` (steps, or a duration; 0: off) a line with steps/s,
+    samples/s, the data-wait share with its interval and host syncs per step, and at the end of each
+    pass over it the verdict (``verdict=False``: none), on stderr or appended to ``file``; JSON lines
+    appended to ``json``.  ``timer=True`` prints on a thread of its own even while a step hangs."""
+    return Watch(iterable, every=every, file=file, json=json, verdict=verdict, batch_size=batch_size, timer=timer)
