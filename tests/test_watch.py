@@ -229,27 +229,30 @@ def test_on_cuda_the_share_comes_from_events_read_lazily_and_syncs_are_counted(m
     gpu = FakeGpu()
     monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=gpu))
 
-    def loader():
-        for i in range(41):
-            gpu.now += 0.010              # the GPU idles 10 ms while the batch comes
-            yield {"x": SimpleNamespace(shape=(16, 3))}
+    class Loader:
+        def __iter__(self):
+            for i in range(21):
+                gpu.now += 0.010          # the GPU idles 10 ms while the batch comes
+                yield {"x": SimpleNamespace(shape=(16, 3))}
 
-    out, pending = io.StringIO(), []
-    w = debtorch.watch(loader(), every=0, json=out, file=io.StringIO())
-    for _ in w:
-        gpu.now += 0.030                  # the step's kernels
-        gpu.op_that_syncs()
-        pending.append(len(w._pending))
-        with pytest.warns(UserWarning, match="unrelated"):
-            warnings.warn("unrelated")    # the user's own warnings still show
-    final = json.loads(out.getvalue().splitlines()[-1])
-    assert final["timing"] == "cuda events" and final["steps"] == 40
+    out, pending, modes = io.StringIO(), [], []
+    w = debtorch.watch(Loader(), every=0, json=out, file=io.StringIO())
+    for epoch in range(2):
+        for _ in w:
+            gpu.now += 0.030              # the step's kernels
+            gpu.op_that_syncs()
+            pending.append(len(w._pending))
+            with pytest.warns(UserWarning, match="unrelated"):
+                warnings.warn("unrelated")    # the user's own warnings still show
+        modes.append(gpu.mode)
+    first, final = (json.loads(x) for x in out.getvalue().splitlines())
+    assert first["timing"] == final["timing"] == "cuda events" and (first["steps"], final["steps"]) == (20, 41)
     assert final["data_wait"]["share"] == pytest.approx(0.25)      # 10 / (10 + 30), not the host's clock
-    assert final["syncs_per_step"] == 1.0 and final["steps_with_sync"] == 40
+    assert final["syncs_per_step"] == 1.0 and final["steps_with_sync"] == 41   # the second pass counted too
     assert [f["id"] for f in final["findings"]] == ["watch.W001", "watch.W002"]
-    assert gpu.synchronized == 1 and gpu.unready_reads == 0          # one sync, at the verdict; never a blocking read
-    assert max(pending) <= 3                                          # read a step or two late, during the loop
-    assert gpu.mode == 0                                              # the debug mode is put back
+    assert gpu.synchronized == 2 and gpu.unready_reads == 0          # one sync per verdict; never a blocking read
+    assert max(pending) <= watch_mod.CHUNK + 2                        # read a few steps late, during the loop
+    assert modes == [0, 0]                                            # the debug mode is put back after each pass
 
 
 # -- with PyTorch ------------------------------------------------------------------------------------
@@ -309,3 +312,17 @@ def test_ddp_rank_0_prints_the_spread_across_ranks(tmp_path):
     assert spread and int(spread[1]) < 20 and int(spread[2]) > 60, lines[1]   # 0.04 / (0.04 + 0.01) = 80%
     assert lines[1].endswith("samples/s in all")
     assert lines[2].startswith("watch.W001 rank 1: input-bound")
+
+
+def test_a_line_that_cannot_be_written_never_stops_the_loop(capsys):
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+    steps = sum(1 for _ in debtorch.watch([[0]] * 25, every=10, file=Full()))
+    assert steps == 25 and "watch: no line (OSError: [Errno 28] No space left on device)" in capsys.readouterr().err
+
+
+def test_a_log_in_a_missing_folder_is_refused_at_once(tmp_path):
+    with pytest.raises(ValueError, match="no such directory"):
+        debtorch.watch([], file=str(tmp_path / "nowhere" / "watch.log"))

@@ -30,6 +30,8 @@ from debtorch.lint.hostwaits import syncs_reported  # the one import of the sync
 
 WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
 MAX_WINDOWS = 64
+SIZE_EVERY = 8             # samples/s from the size of one batch in this many
+CHUNK = 8                  # steps booked at once (and CUDA events read): less code runs each step
 MIN_SYNC_STEPS = 5         # watch.W002 needs a sync in each of at least this many steps
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
 INPUT_FIX = ("more data-loading parallelism: DataLoader num_workers, prefetch_factor, persistent_workers=True, "
@@ -136,9 +138,14 @@ class Watch:
         self.every_steps, self.every_s = _every(every)
         if timer and not self.every_s:
             raise ValueError("watch: timer=True needs every as a duration ('60s')")
+        for name, dest in (("file", file), ("json", json)):
+            if not (dest is None or hasattr(dest, "write") or isinstance(dest, (str, os.PathLike))):
+                raise TypeError(f"watch: {name} must be a path or a text stream (got {type(dest).__name__})")
+            if isinstance(dest, (str, os.PathLike)) and not os.path.isdir(os.path.dirname(os.path.abspath(dest))):
+                raise ValueError(f"watch: {name}: no such directory for {os.fspath(dest)!r}")
         self.timer, self.file, self.json = bool(timer), file, json
-        self.steps = self._seen = self._synced = self._syncs = self._syncs_at = 0
-        self.samples: Optional[int] = 0
+        self.steps = self._seen = self._synced = self._syncs = self._syncs_closed = 0
+        self._sized: Optional[tuple] = (0, 0)             # (samples, batches) of the batches sized; None: unknown
         self.busy = 0.0                                  # host seconds of the counted steps
         self._wins: list = []                            # (wait, step) seconds per closed window
         self._cur = [0.0, 0.0, 0]                        # the window being filled: wait, step, steps
@@ -159,26 +166,30 @@ class Watch:
 
     # -- the loop --------------------------------------------------------------------------
     def __iter__(self):
-        it, stack, prev, ended, stop = iter(self.iterable), contextlib.ExitStack(), None, False, threading.Event()
-        self._reported = False
+        it, stack, log, ended, stop = iter(self.iterable), contextlib.ExitStack(), [], False, threading.Event()
+        self._reported, n = False, 0
         _open.add(self)
+        if self._counting:                                # a later pass of a loop found on CUDA
+            self._count_syncs(stack)
         if self.timer:
             threading.Thread(target=self._tick, args=(stop,), daemon=True, name="debtorch-watch").start()
         try:
             while True:
-                end = time.perf_counter()
-                if prev is not None:
-                    self._account(prev, end, stack)
-                    prev = None
-                self._mark()
-                t0 = time.perf_counter()
+                if self._cuda is not None:
+                    self._mark()
+                t0 = time.perf_counter()                  # the previous step ends, this one starts with its fetch
                 try:
                     batch = next(it)
                 except StopIteration:
                     ended = True
                     return
-                prev = (t0, time.perf_counter(), self.fixed_size or count_samples(batch))
-                self._mark(fetched=True)
+                t1 = time.perf_counter()
+                if self._cuda is not None:
+                    self._mark(fetched=True)
+                n += 1                                    # the size of one batch in SIZE_EVERY: sizing costs
+                log.append((t0, t1, self._syncs, (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1))
+                if len(log) > CHUNK or n == 2:            # book-keeping in chunks: little code runs each step
+                    self._account(log, stack)
                 yield batch
         finally:  # nothing here may raise over the loop's own exception
             stop.set()
@@ -186,51 +197,57 @@ class Watch:
                 getattr(it, "close", lambda: None)()     # a generator's own cleanup; a DataLoader's workers go with `it`
             del it
             with contextlib.suppress(Exception):
-                if prev is not None:
-                    self._mark()
-                    self._account(prev, time.perf_counter(), stack)
+                if log:                                   # the step in flight ends: at the last fetch, or now
+                    if not ended and self._cuda is not None:
+                        self._mark()
+                    log.append((t0 if ended else time.perf_counter(), 0.0, self._syncs, -1))
+                    self._account(log, stack)
             with contextlib.suppress(Exception):
                 stack.close()                             # the sync counter off: the debug mode and filters put back
             self._finish(gather=ended)
 
-    def _account(self, fetch: tuple, end: float, stack: contextlib.ExitStack) -> None:
-        """Close a step: fetch = (start, batch in hand, samples) on the host clock, ``end`` the next fetch's start."""
-        self._seen += 1
-        if self._seen == 1:                               # warm-up, not counted; is the loop on CUDA?
-            torch = sys.modules.get("torch")
-            cuda = getattr(torch, "cuda", None)
-            if cuda is not None and cuda.is_initialized():
-                self._cuda = cuda
-                with contextlib.suppress(Exception):
-                    stack.enter_context(syncs_reported(torch, self._on_sync))
-                    self._counting = True
-            self._pending.clear()
-            return
-        self.steps += 1
-        self.busy += end - fetch[0]
-        self.samples = None if self.samples is None or fetch[2] is None else self.samples + fetch[2]
-        if self._syncs > self._syncs_at:
-            self._synced += 1
-        self._syncs_at = self._syncs
-        if self._cuda is None:
-            self._add(fetch[1] - fetch[0], end - fetch[0])
-        else:
+    def _account(self, log: list, stack: contextlib.ExitStack) -> None:
+        """Close every step of ``log`` but the last, in flight: (fetch start, batch in hand, syncs so far,
+        samples or -1) on the host clock; a step ends where the next one's fetch starts."""
+        for (t0, t1, syncs, size), nxt in zip(log, log[1:]):
+            self._seen += 1
+            if self._seen == 1:                           # warm-up, not counted; is the loop on CUDA?
+                torch = sys.modules.get("torch")
+                cuda = getattr(torch, "cuda", None)
+                if cuda is not None and cuda.is_initialized():
+                    self._cuda = cuda
+                    self._count_syncs(stack)
+                continue
+            self.steps += 1
+            self.busy += nxt[0] - t0
+            self._synced += nxt[2] > syncs
+            self._syncs_closed = nxt[2]
+            if size != -1 and self._sized is not None:
+                self._sized = None if size is None else (self._sized[0] + size, self._sized[1] + 1)
+            if self._cuda is None:
+                self._add(t1 - t0, nxt[0] - t0)
+            if (self.every_steps and self.steps % self.every_steps == 0) or (
+                    self.every_s and not self.timer and nxt[0] - self._last_line >= self.every_s):
+                self._emit(final=False)
+        del log[:-1]
+        if self._cuda is not None:
             self._drain()
-        if (self.every_steps and self.steps % self.every_steps == 0) or (
-                self.every_s and not self.timer and end - self._last_line >= self.every_s):
-            self._emit(final=False)
+
+    def _count_syncs(self, stack: contextlib.ExitStack) -> None:
+        with contextlib.suppress(Exception):
+            stack.enter_context(syncs_reported(sys.modules["torch"], self._on_sync))
+            self._counting = True
 
     def _on_sync(self) -> None:
         self._syncs += 1
 
     def _mark(self, fetched: bool = False) -> None:
         """On CUDA: an event on the current stream before a fetch (a new step) or after it."""
-        if self._cuda is None:
-            return
         ev = self._pool.pop() if self._pool else self._cuda.Event(enable_timing=True)
         ev.record()
         if fetched:
-            self._pending[-1][1] = ev
+            if self._pending:                             # (none for the step CUDA was found in)
+                self._pending[-1][1] = ev
         else:
             self._pending.append([ev, None])
 
@@ -239,10 +256,15 @@ class Watch:
         q = self._pending
         if wait and q:
             q[-1][0].synchronize()                        # once, at the verdict
-        while len(q) > 1 and q[0][1] is not None and q[1][0].query():
+        while len(q) > 1 and q[1][0].query():
             start, fetched = q.popleft()
-            self._add(start.elapsed_time(fetched) / 1e3, start.elapsed_time(q[0][0]) / 1e3)
-            self._pool += (start, fetched)
+            if fetched is not None:
+                self._add(start.elapsed_time(fetched) / 1e3, start.elapsed_time(q[0][0]) / 1e3)
+                self._pool.append(fetched)
+            self._pool.append(start)
+        if wait:                                          # the pass is over: its end mark goes too
+            self._pool += [e for pair in q for e in pair if e is not None]
+            q.clear()
 
     def _add(self, wait: float, step: float) -> None:
         c = self._cur
@@ -263,26 +285,32 @@ class Watch:
         wins = list(self._wins) + ([tuple(self._cur[:2])] if self._cur[2] else [])
         share, low, high = stats.ratio_of_sums([w for w, _ in wins], [s for _, s in wins])
         rate = (lambda n: n / self.busy if self.busy > 0 and n is not None else None)
+        samples = self.steps * self._sized[0] / self._sized[1] if self._sized and self._sized[1] else None
         loader = {k: getattr(self.iterable, k) for k in LOADER_KNOBS if hasattr(self.iterable, k)}
         return {"schema_version": 1, "steps": self.steps, "seconds": self.busy, "steps_per_s": rate(self.steps) or 0.0,
-                "samples_per_s": rate(self.samples),
+                "samples_per_s": rate(samples),
                 "data_wait": {"share": share, "low": None if low is None else max(0.0, low),
                               "high": None if high is None else min(1.0, high), "windows": len(wins)},
-                "syncs_per_step": (self._syncs / self.steps if self.steps else 0.0) if self._counting else None,
+                "syncs_per_step": (self._syncs_closed / self.steps if self.steps else 0.0) if self._counting else None,
                 "steps_with_sync": self._synced, "timing": "cuda events" if self._cuda is not None else "host clock",
                 "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))}}
 
     def _emit(self, final: bool, s: Optional[dict] = None) -> None:
+        """Write the line (and the JSON record) on rank 0; a failure is a note on stderr, never the loop's."""
         self._last_line = time.perf_counter()
-        if _rank()[0] != 0:
-            return
-        s = s or self.summary()
-        s.setdefault("findings", [f.to_json() for f in judge(s, _threshold())])
-        s["final"] = final
-        if self.verdict or not final:
-            _write(self.file, render(s, final))
-        if self.json is not None:
-            _write(self.json, json.dumps(s, sort_keys=True, default=str))
+        try:
+            if _rank()[0] != 0:
+                return
+            s = s or self.summary()
+            s.setdefault("findings", [f.to_json() for f in judge(s, _threshold())])
+            s["final"] = final
+            if self.verdict or not final:
+                _write(self.file, render(s, final))
+            if self.json is not None:
+                _write(self.json, json.dumps(s, sort_keys=True, default=str))
+        except Exception as exc:  # a report must never stop the training, nor hide its own error
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"watch: no {'verdict' if final else 'line'} ({type(exc).__name__}: {exc})\n")
 
     def _finish(self, gather: bool) -> None:
         """The verdict at the end of an iteration (``gather``: it ran out, so every rank is here too), or
@@ -306,15 +334,15 @@ class Watch:
                 s["ranks"] = got
                 worst = max(got, key=lambda r: r["data_wait"]["share"] or 0.0)
                 s["findings"] = [{**f, "message": f"rank {worst['rank']}: {f['message']}"} for f in worst["findings"]]
-            self._emit(final=True, s=s)
-        except Exception as exc:  # a report must never hide the training's own error
+        except Exception as exc:  # CUDA broken by the loop's own error, say: a note, never a traceback
             with contextlib.suppress(Exception):
-                _write(self.file, f"watch: no verdict ({type(exc).__name__}: {exc})")
+                sys.stderr.write(f"watch: no verdict ({type(exc).__name__}: {exc})\n")
+            return
+        self._emit(final=True, s=s)
 
     def _tick(self, stop: threading.Event) -> None:
         while not stop.wait(self.every_s):
-            with contextlib.suppress(Exception):
-                self._emit(final=False)
+            self._emit(final=False)
 
 
 def _rank() -> tuple:
