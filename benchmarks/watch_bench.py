@@ -12,14 +12,13 @@ workloads: each built-in workload trained in a plain loop (AdamW, PyTorch's Data
 0 and 2 workers) wrapped with ``debtorch.watch``; prints its verdict lines (docs/runtime.md).
 
     nice python benchmarks/watch_bench.py overhead [--pairs 150] [--block 16] [--step sleep|spin] [--json OUT]
-    python benchmarks/watch_bench.py workloads [--steps 60] [--workloads cnn,transformer]
+    python benchmarks/watch_bench.py workloads [--steps 40] [--workloads cnn,transformer]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import itertools
 import json
 import os
 import statistics
@@ -123,11 +122,12 @@ def workloads(args) -> None:
     for name in args.workloads.split(","):
         for workers in (0, 2):
             w = load_workload(f"builtin:{name}")
-            loader = torch.utils.data.DataLoader(w.dataset, batch_size=w.batch_size, shuffle=True, drop_last=True,
+            data = torch.utils.data.Subset(w.dataset, range((args.steps + 1) * w.batch_size))  # + 1: the warm-up step
+            loader = torch.utils.data.DataLoader(data, batch_size=w.batch_size, shuffle=True, drop_last=True,
                                                  num_workers=workers, collate_fn=w.collate_fn)
             opt = torch.optim.AdamW(w.model.parameters(), lr=w.lr or 1e-3)
             print(f"--- builtin:{name}, num_workers={workers}, {args.steps} steps", flush=True)
-            for x, y in watch(itertools.islice(loader, args.steps + 1), every=0):   # + 1: the warm-up step
+            for x, y in watch(loader, every=0):
                 out = w.model(*x) if isinstance(x, (tuple, list)) else w.model(x)
                 w.loss_fn(out, y).backward()
                 opt.step()
@@ -144,7 +144,7 @@ def main() -> int:
     o.add_argument("--step", choices=("sleep", "spin"), default="sleep")
     o.add_argument("--json", default=None, help="also write the numbers here")
     w = sub.add_parser("workloads")
-    w.add_argument("--steps", type=int, default=60)
+    w.add_argument("--steps", type=int, default=40)
     w.add_argument("--workloads", default="cnn,transformer")
     args = ap.parse_args()
     if args.part == "workloads":

@@ -1,14 +1,9 @@
-"""``cfg.watch(loader)``: data wait, host syncs and a verdict from the user's own training loop.
+"""``cfg.watch(loader)``: data wait, host syncs and a verdict from the user's own loop (docs/runtime.md).
 
-Per step, the time the loop waited for its next batch and the rest of the step.  On CUDA (the
-process has initialised CUDA by the end of the first step) both come from CUDA events recorded on
-the current stream before and after each fetch, read a step or more later with ``Event.query()``:
-the GPU's idle time waiting for the batch, with no host-device sync added.  Elsewhere, the host's
-clock.  The first step (worker start-up, lazy initialisation) is not counted.  Steps are summed in
-windows; the data-wait share's interval is over the windows (:func:`debtorch.stats.ratio_of_sums`).
-On CUDA the host syncs per step are counted with verify-train's counter.  docs/runtime.md.
-
-torch is never imported here: the module the training script imported is used (``sys.modules``).
+Per step, the wait for the next batch and the whole step: on CUDA from events recorded on the current
+stream around each fetch and read steps later with ``Event.query()`` (the GPU's idle time, no sync
+added), elsewhere the host's clock; host syncs per step with verify-train's counter.  torch is never
+imported here: the training script's own is used (``sys.modules``).
 """
 
 from __future__ import annotations
@@ -41,11 +36,6 @@ SYNC_FIX = ("find them: debtorch lint train.py (.item(), .cpu(), printing a tens
             "with .to(device, non_blocking=True) from pinned memory (pin_memory=True, or cfg.to_device)")
 
 _open: "weakref.WeakSet[Watch]" = weakref.WeakSet()     # iterations not yet reported, for the atexit verdict
-
-
-def _threshold() -> float:
-    """The data-wait share above which a loop is input-bound (checks/thresholds.toml)."""
-    return float(knowledge.threshold("dataloader_time_fraction_warn"))
 
 
 def _every(value: Any) -> tuple:
@@ -81,9 +71,9 @@ def _pct(x: Optional[float]) -> str:
     return "?" if x is None else f"{100 * x:.0f}%"
 
 
-def judge(s: dict, threshold: float) -> list:
+def judge(s: dict) -> list:
     """The findings of one summary (``Watch.summary``): watch.W001, watch.W002, else watch.I001 or watch.I002."""
-    d, out = s["data_wait"], []
+    d, out, threshold = s["data_wait"], [], float(knowledge.threshold("dataloader_time_fraction_warn"))
     ci = f"95%: {_pct(d['low'])}-{_pct(d['high'])} over {d['windows']} windows"
     if d["low"] is not None and d["low"] > threshold:
         knobs = ", ".join(f"{k}={v}" for k, v in (s.get("loader") or {}).items())
@@ -125,7 +115,10 @@ def render(s: dict, final: bool) -> str:
 
 
 class Watch:
-    """An iterable that yields what ``iterable`` yields and measures each step; see :func:`watch`."""
+    """``watch(iterable, every="60s", file=None, json=None, verdict=True, batch_size=None, timer=False)``:
+    yields what ``iterable`` yields and measures each step.  Every ``every`` (steps, or a duration; 0:
+    off) a line, and at the end of each pass the verdict (``verdict=False``: none), on stderr or
+    appended to ``file``; JSON lines to ``json``; ``timer=True``: the lines on a thread of its own."""
 
     def __init__(self, iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None,
                  verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False):
@@ -302,7 +295,7 @@ class Watch:
             if _rank()[0] != 0:
                 return
             s = s or self.summary()
-            s.setdefault("findings", [f.to_json() for f in judge(s, _threshold())])
+            s.setdefault("findings", [f.to_json() for f in judge(s)])
             s["final"] = final
             if self.verdict or not final:
                 _write(self.file, render(s, final))
@@ -326,7 +319,7 @@ class Watch:
                 return
             s = self.summary()
             s["left_early"] = not gather
-            s["findings"] = [f.to_json() for f in judge(s, _threshold())]
+            s["findings"] = [f.to_json() for f in judge(s)]
             rank, world, dist = _rank()
             if gather and world > 1:
                 got: list = [None] * world
@@ -355,15 +348,12 @@ def _rank() -> tuple:
 
 def _write(dest: Any, text: str) -> None:
     """A line to stderr (None), a text stream, or appended to a file by path (never truncated)."""
-    if dest is None:
-        dest = sys.stderr
-    if hasattr(dest, "write"):
-        dest.write(text + "\n")
-        dest.flush()
-        return
-    fd = os.open(os.fspath(dest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text + "\n")
+    if isinstance(dest, (str, os.PathLike)):
+        with open(os.open(os.fspath(dest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), "w") as f:
+            f.write(text + "\n")
+    else:
+        (dest or sys.stderr).write(text + "\n")
+        (dest or sys.stderr).flush()
 
 
 @atexit.register
@@ -373,10 +363,4 @@ def _at_exit() -> None:
         w._finish(gather=False)
 
 
-def watch(iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None, verdict: bool = True,
-          batch_size: Optional[int] = None, timer: bool = False) -> Watch:
-    """Wrap a training loader: every ``every`` (steps, or a duration; 0: off) a line with steps/s,
-    samples/s, the data-wait share with its interval and host syncs per step, and at the end of each
-    pass over it the verdict (``verdict=False``: none), on stderr or appended to ``file``; JSON lines
-    appended to ``json``.  ``timer=True`` prints on a thread of its own even while a step hangs."""
-    return Watch(iterable, every=every, file=file, json=json, verdict=verdict, batch_size=batch_size, timer=timer)
+watch = Watch
