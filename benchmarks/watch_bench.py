@@ -1,12 +1,13 @@
 """What ``cfg.watch`` costs a training loop, and what it says on the built-in workloads.
 
 overhead: a loop of 10 ms steps, bare and watched (the defaults: a line a minute, the verdict at
-the end of the pass, written to memory) driven side by side in blocks of 16 steps (whole chunks of
-the wrapper's book-keeping), the order alternating, so that the machine's drift hits both alike; the
-cost is 1 - watched / bare steps per second over the pairs of blocks, a paired ratio of medians with its 95% bootstrap interval (debtorch.stats.cost),
-judged against the 1% target.  Beside it, the wrapper's own time per step, measured on an empty step
-(the best of several blocks), and the verdict's time at the end of a pass.  The step is a sleep by
-default (``--step spin``: a busy wait): the wrapper's work adds to either.
+the end of the pass, written to memory), driven side by side in blocks of 16 steps (whole chunks of
+the wrapper's book-keeping), the order alternating, so that the machine's drift hits both alike.
+The cost is 1 - watched / bare steps/s over the pairs of blocks, a paired ratio of medians with its
+95% bootstrap interval (debtorch.stats.cost), judged against the 1% target.  Beside it: the time
+spent inside the watched iterator beyond the bare one (the wrapper's cost without the steps'
+noise), its own time in a tight loop, and the verdict's time at the end of a pass.  The step is a
+sleep by default (``--step spin``: a busy wait): the wrapper's work adds to either.
 
 workloads: each built-in workload trained in a plain loop (AdamW, PyTorch's DataLoader with
 0 and 2 workers) wrapped with ``debtorch.watch``; prints its verdict lines (docs/runtime.md).

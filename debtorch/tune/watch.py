@@ -78,7 +78,7 @@ def judge(s: dict) -> list:
     if d["low"] is not None and d["low"] > threshold:
         knobs = ", ".join(f"{k}={v}" for k, v in (s.get("loader") or {}).items())
         out.append(findings.warning("watch.W001", f"input-bound: data wait {_pct(d['share'])} of step time ({ci}), "
-                                    f"above {_pct(threshold)}", INPUT_FIX.format(now=f" (now {knobs})" if knobs else "")))
+                                    f"above {_pct(threshold)}", INPUT_FIX.format(now=knobs and f" (now {knobs})")))
     if s["syncs_per_step"] is not None and s["steps"] >= MIN_SYNC_STEPS and s["steps_with_sync"] == s["steps"]:
         out.append(findings.warning("watch.W002", f"host syncs every step: {s['syncs_per_step']:.1f} per step, "
                                     "each makes the CPU wait for the GPU", SYNC_FIX))
@@ -180,14 +180,15 @@ class Watch:
                 if self._cuda is not None:
                     self._mark(fetched=True)
                 n += 1                                    # the size of one batch in SIZE_EVERY: sizing costs
-                log.append((t0, t1, self._syncs, (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1))
+                size = (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1
+                log.append((t0, t1, self._syncs, size))
                 if len(log) > CHUNK or n == 2:            # book-keeping in chunks: little code runs each step
                     self._account(log, stack)
                 yield batch
         finally:  # nothing here may raise over the loop's own exception
             stop.set()
             with contextlib.suppress(Exception):
-                getattr(it, "close", lambda: None)()     # a generator's own cleanup; a DataLoader's workers go with `it`
+                getattr(it, "close", lambda: None)()     # a generator's cleanup; a DataLoader's workers go with `it`
             del it
             with contextlib.suppress(Exception):
                 if log:                                   # the step in flight ends: at the last fetch, or now
