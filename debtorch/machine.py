@@ -712,7 +712,7 @@ class Machine:
         if listed:
             said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
             return ArchList(listed, said, True)
-        row = knowledge.wheel(t.version or "", t.variant) if t.version else None
+        row = knowledge.wheel(t.version, t.variant) if versions.is_release(t.version) else None
         if row and row.get("arch_list"):
             return ArchList(row["arch_list"], f"the official {row['series']} {row['variant']} wheel", True)
         built = knowledge.cuda_builds_sass(t.cuda)
@@ -785,6 +785,20 @@ class Machine:
         if not arch or self.os.platform != "linux":
             return None
         return knowledge.wheel_machine(arch) or {}
+
+    @property
+    def wheel_platform(self) -> Optional[str]:
+        """The platform of checks/torch_wheels.toml whose wheels install here ("linux-aarch64"); None
+        where PyTorch publishes none.  Windows, macOS and an unknown architecture read the x86_64 rows
+        (the same index names)."""
+        row = self.wheels_for_arch
+        return None if row == {} else f"linux-{row['machine']}" if row else "linux-x86_64"
+
+    @functools.cached_property
+    def python_version(self) -> Optional[str]:
+        """The target interpreter's CPython release ("3.11"), or None."""
+        mm = versions.major_minor(self.get("python.version"))
+        return f"{mm[0]}.{mm[1]}" if mm else None
 
     @functools.cached_property
     def cudnn(self) -> Version:

@@ -123,16 +123,38 @@ def test_windows_xml_makes_the_driver_windows():
 
 
 @pytest.mark.parametrize("version, cuda, cc, judged", [
-    ("1.2.0", "10.0", "1.2", "none"),       # older than anything CUDA 10.0 builds
-    ("1.5.0", "10.2", "8.6", "none"),       # Ampere: CUDA 10.2 stops at sm_75
-    ("1.5.0", "10.2", "3.0", "sass"),       # CUDA 10.2 builds sm_30; whether the wheel did is not known
-    ("1.7.1", "11.0", "8.6", "sass"),       # 11.0 builds sm_80, which runs on 8.6
+    ("1.2.0a0+b527e48", "10.0", "1.2", "none"),    # older than anything CUDA 10.0 builds
+    ("1.5.0a0+c63c82e", "10.2", "8.6", "none"),    # Ampere: CUDA 10.2 stops at sm_75
+    ("1.5.0a0+c63c82e", "10.2", "3.0", "sass"),    # CUDA 10.2 builds sm_30; whether this build did is not known
+    ("1.8.0a0+af2250e", "11.0", "8.6", "sass"),    # 11.0 builds sm_80, which runs on 8.6
+    ("0.4.1", "9.2", "7.0", "sass"),               # older than the wheel table
 ])
-def test_an_old_wheel_is_judged_by_what_its_cuda_can_build(version, cuda, cc, judged):
+def test_a_build_the_wheel_table_does_not_describe_is_judged_by_what_its_cuda_can_build(version, cuda, cc, judged):
+    """Source builds (their versions from real reports: pytorch/pytorch#21710, #35565, #51833)
+    chose their own architectures: only what their CUDA could build is known."""
     doc = {"python": {"torch": {"installed": True, "version": version, "cuda": cuda}}}
     arch = Machine.from_facts(doc).torch_arch
     assert arch is not None and not arch.exact and "cuda_arch.toml" in arch.source
     assert knowledge.arch_support(cc, arch.arch)[0] == judged
+
+
+@pytest.mark.parametrize("version, cuda, gpu, verdict", [
+    ("1.3.0", "10.1.243", "Tesla K40c", "sass"),      # 1.3.0 still built sm_35
+    ("1.3.1", "10.1.243", "Tesla K40c", "none"),      # 1.3.1 moved to sm_37 (pytorch/pytorch#31319)
+    ("1.4.0", "10.1", "Tesla K40m", "none"),
+    ("1.2.0", "9.2.148", "GeForce GTX TITAN X", "sass"),
+    ("1.6.0", "10.2", "GeForce RTX 3090", "none"),    # Ampere under a CUDA 10 wheel
+    ("1.7.1", "11.0", "GeForce RTX 3090", "sass"),    # sm_80 code runs on 8.6
+    ("1.0.1", "10.0.130", "GeForce RTX 2080 Ti", "sass"),
+])
+def test_every_release_back_to_1_0_is_judged_by_its_own_arch_list(version, cuda, gpu, verdict):
+    """Issue 22: a wheel older than 1.8 is judged by the architectures it was built for
+    (checks/torch_wheels.toml), not only by what its CUDA could build."""
+    doc = {"python": {"torch": {"installed": True, "version": version, "cuda": cuda}},
+           "nvidia": {"gpus": [{"index": 0, "name": gpu}]}}
+    m = Machine.from_facts(doc)
+    assert m.torch_arch.exact and m.torch_arch.source.startswith(f"the official {version[:3]} ")
+    assert knowledge.arch_support(m.gpus[0].cc, m.torch_arch.arch)[0] == verdict
 
 
 @pytest.mark.parametrize("files, release, relation", [
