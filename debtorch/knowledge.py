@@ -711,7 +711,8 @@ STATUS_RANK = {"stable": 2, "legacy": 1}
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
                             driver_platform: str = "linux", python: Optional[str] = None) -> Optional[Dict[str, Any]]:
-    """The official CUDA variant of a release that runs on this driver and GPU.
+    """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
+    of a list of compute capabilities).
 
     Candidates are the release's CUDA variants (or the nearest release the table
     knows: the newest one not newer than asked) published for ``platform`` and
@@ -727,7 +728,8 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
     that Windows serves (WSL 2).
     """
     parsed = versions.torch_version(torch_version)
-    if parsed is None or versions.parse_cc(compute_capability) is None:
+    ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
+    if parsed is None or not ccs or any(versions.parse_cc(cc) is None for cc in ccs):
         return None
     if driver_version is not None and versions.numeric(driver_version) is None:
         return None
@@ -744,7 +746,8 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
             continue
         dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version
                        else ("unknown", "the driver is unknown"))
-        av, adetail = arch_support(compute_capability, row["arch_list"])
+        # Every GPU must have code in the wheel; the one served worst decides.
+        av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0))
         if dv not in ("full", "minor-compat", "unknown") or av not in ("sass", "ptx"):
             continue
         key = (rank[av], rank[dv], STATUS_RANK.get(row["status"], 0), versions.numeric(row["cuda"]))

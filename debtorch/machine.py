@@ -694,8 +694,9 @@ class Machine:
         # Which build this is: CUDA or ROCm when named, else CPU-only, unless the facts leave it
         # open: a report whose copy of collect_env has no "CUDA used to build PyTorch" line
         # (python.torch.cpu_only unknown), or one under which CUDA is available (so not CPU-only).
+        # A build that printed CUDA architectures (cpu_only False) but not its CUDA is not CPU-only either.
         build_known = bool(cuda or hip) or (
-            self.get("python.deep.cuda_available") is not True
+            self.get("python.deep.cuda_available") is not True and t.get("cpu_only") is not False
             and not (t.get("cpu_only") is None and self.unknown("python.torch.cpu_only")))
         return Torch(known=True, installed=True, version=version, series=parsed["series"] if parsed else None,
                      cuda=cuda, hip=hip, variant=variant, executable=exe, build_known=build_known)
@@ -705,13 +706,15 @@ class Machine:
         """The architectures the installed CUDA build has code for (see :class:`ArchList`);
         None for a CPU or ROCm build, or when nothing tells."""
         t = self.torch
-        if not t.installed or not t.cuda:
+        if not t.installed or t.hip or t.cpu_only:
             return None
         deep = self.get("python.deep")
         listed = deep.get("arch_list") if isinstance(deep, dict) else None
         if listed:
             said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
             return ArchList(listed, said, True)
+        if not t.cuda:
+            return None
         row = knowledge.wheel(t.version, t.variant) if versions.is_release(t.version) else None
         if row and row.get("arch_list"):
             return ArchList(row["arch_list"], f"the official {row['series']} {row['variant']} wheel", True)

@@ -158,10 +158,10 @@ def target_wheel(m: Machine) -> Optional[dict]:
     platform = "windows" if m.driver.platform == "windows" else "linux"
     if not ccs:
         return answer(_by_driver_only(release, driver, m.driver.cuda, platform, plat, py), kind, note)
-    cc = min(ccs, key=versions.parse_cc)       # the variant must suit the oldest GPU
+    ccs = sorted(set(ccs), key=versions.parse_cc)      # the variant must suit every GPU
 
-    def best(s, skip=(), python=py):
-        return knowledge.best_variant_for_driver(s, driver, cc, platform=plat, exclude=skip,
+    def best(s, skip=(), python=py, drv=""):
+        return knowledge.best_variant_for_driver(s, driver if drv == "" else drv, ccs, platform=plat, exclude=skip,
                                                  driver_platform=platform, python=python)
 
     row = best(release, (have_variant,) if have_variant and keep else ())
@@ -174,19 +174,20 @@ def target_wheel(m: Machine) -> Optional[dict]:
     if row is None and versions.below(series, latest):
         row, kind = best(latest), "newer"
     if row is None:
-        for s in reversed([s for s in knowledge.known_series(plat) if versions.below(s, series)]):
+        known = knowledge.known_series(plat)
+        for s in reversed([s for s in known if versions.below(s, series)]):
             row = best(s)
             if row is not None:
-                kind = "older"
-                if best(series, python=None) and not best(series):
-                    note = f"release {row['series']}: the newest with wheels for Python {py}"
-                elif driver and knowledge.best_variant_for_driver(series, None, cc, platform=plat, python=py):
-                    # The GPU would run the newer release: the driver is what holds it back.
+                kind, newer = "older", [x for x in known if versions.below(s, x)]
+                # What holds the machine back from a newer release: its driver, or its Python.
+                if driver and any(best(x, drv=None) for x in newer):
                     note = f"release {row['series']}: the newest that driver {driver} runs"
+                elif any(best(x, python=None) for x in newer):
+                    note = f"release {row['series']}: the newest with wheels for Python {py}"
                 break
     if row is None:
         row, kind = _cpu_row(release, plat, py), "cpu"
-        note = f"no official CUDA wheel has code for {versions.sm_name(cc)}"
+        note = f"no official CUDA wheel has code for {', '.join(versions.sm_name(c) for c in ccs)}"
     elif not driver:
         need = knowledge.min_driver(row["cuda"], platform) or {}
         wants = need.get("minor_compat_driver") or need.get("toolkit_driver")
