@@ -211,6 +211,8 @@ def check_driver_for_torch(m, ctx):
         row = target_wheel(m)
         if row is not None and row["kind"] == "cpu":
             fix = "No CUDA build of PyTorch runs this GPU, whatever the driver: " + torch_fix(m)
+        elif row is not None and row["kind"] == "cpu-driver":
+            fix = driver_upgrade(m) + "; until then only the CPU build runs:\n" + torch_fix(m)
         else:
             fix = driver_upgrade(m) + ", or install the variant this driver runs:\n" + torch_fix(m)
         if m.cuda.from_torch and m.cuda.failure == "driver-too-old":
@@ -222,7 +224,7 @@ def check_driver_for_torch(m, ctx):
         row = target_wheel(m)
         other = (f", or install {row['series']}'s {row['variant']} (CUDA {row['cuda']}), which it runs fully:\n"
                  + torch_fix(m)) if row and row.get("driver_verdict") == "full" else \
-            " (no other official wheel for this GPU and Python runs fully on it)."
+            f" (no other {m.torch.series} wheel for this GPU runs fully on it)."
         out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
                            fix="PTX JIT (torch.compile/Triton, +PTX archs) may fail. " + driver_upgrade(m)
                                + " to the toolkit's" + other, facts=f))

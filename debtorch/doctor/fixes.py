@@ -126,7 +126,8 @@ def target_wheel(m: Machine) -> Optional[dict]:
     fix line, or "") and ``kind``: "same" (the installed release), "newer" (the
     installed release has no wheel for this GPU, driver or Python), "older" (the newest
     release that has one), "latest" (no torch, or one too old or of unknown version),
-    "cpu" (no NVIDIA GPU, or none any known wheel runs).
+    "cpu" (no NVIDIA GPU, or none any wheel for this Python has code for), "cpu-driver"
+    (only wheels a newer driver runs have code for the GPU).
 
     Only wheels published for the machine (its CPU architecture, checks/torch_wheels.toml
     ``platform``, and its Python, ``python``) are answers, and never the installed build:
@@ -186,8 +187,13 @@ def target_wheel(m: Machine) -> Optional[dict]:
                     note = f"release {row['series']}: the newest with wheels for Python {py}"
                 break
     if row is None:
-        row, kind = _cpu_row(release, plat, py), "cpu"
-        note = f"no official CUDA wheel has code for {', '.join(versions.sm_name(c) for c in ccs)}"
+        # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
+        # none of those the driver runs does ("cpu-driver": a newer driver would run one).
+        sms = ", ".join(versions.sm_name(c) for c in ccs)
+        held = bool(driver) and any(best(s, drv=None) for s in knowledge.known_series(plat))
+        row, kind = _cpu_row(release, plat, py), "cpu-driver" if held else "cpu"
+        note = (f"no wheel for Python {py} that driver {driver} runs has code for {sms}" if held
+                else f"no official CUDA wheel{f' for Python {py}' if py else ''} has code for {sms}")
     elif not driver:
         need = knowledge.min_driver(row["cuda"], platform) or {}
         wants = need.get("minor_compat_driver") or need.get("toolkit_driver")
@@ -216,13 +222,24 @@ def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that match
     (PEP 668-aware), else ``generic``."""
     row = target_wheel(m)
     if row is None:
-        return generic
+        return _no_wheel_for_python(m) or generic
     have = (m.torch.version or "").split("+")[0]
     note = row["why"] or {"newer": f"no other {have} variant fits; release {row['series']} does",
                           "older": f"release {row['series']}: the newest with code for this GPU",
                           "nearest": f"release {row['series']}: the nearest one debtorch knows",
                           }.get(row["kind"], "")
     return pip_command(m, row["pip"] + (f"  # {note}" if note else ""))
+
+
+def _no_wheel_for_python(m: Machine) -> Optional[str]:
+    """What to say where no release publishes wheels for the machine's Python (a newer CPython
+    than any release, or an old one), else None."""
+    plat, py = m.wheel_platform, m.python_version
+    if not plat or not py or _cpu_row(knowledge.latest_series(plat) or "", plat, py):
+        return None
+    newest = max(knowledge.wheel(knowledge.latest_series(plat), "cpu", plat)["python"], key=versions.major_minor)
+    return (f"PyTorch publishes no wheels for Python {py} (checks/torch_wheels.toml): make a venv with a Python "
+            f"its wheels are built for (Python {newest} for the newest release)")
 
 
 def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str], platform: str,

@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 
 from debtorch import __version__, inputs, versions
 from debtorch.facts import torch_messages
-from debtorch.facts.cpu import FEATURES
+from debtorch.facts.cpu import FEATURES, arm_simd
 from debtorch.host import is_allowed
 
 NOT_IN_TEXT = "not in the collect_env text"
@@ -489,7 +489,7 @@ def _cpu_section(rd: _Reader) -> dict:
         sec.put("sockets", sockets)
         sec.put("physical_cores", cps * sockets if cps and sockets else (logical // tpc if logical and tpc else None))
         sec.put("numa_nodes", num("numa node(s)"))
-        flags = set(kv.get("flags", "").split())
+        flags = arm_simd(set(kv.get("flags", "").split()))
         if flags:
             sec["features"] = {f: (f in flags) for f in FEATURES}
         else:
