@@ -710,9 +710,10 @@ STATUS_RANK = {"stable": 2, "legacy": 1}
 
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
-                            driver_platform: str = "linux", python: Optional[str] = None) -> Optional[Dict[str, Any]]:
+                            driver_platform: str = "linux", python: Optional[str] = None,
+                            driver_cuda: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
-    of a list of compute capabilities).
+    of a list of compute capabilities; an empty list: the GPU is not known).
 
     Candidates are the release's CUDA variants (or the nearest release the table
     knows: the newest one not newer than asked) published for ``platform`` and
@@ -723,13 +724,14 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
     ``driver_verdict``, ``arch_verdict``, ``detail`` and ``nearest`` (True when
     another release was used), or None when no variant fits or an input is not
     understood.  ``exclude`` names variants not to answer (the one installed, when it
-    is the problem).  A ``driver_version`` of None judges by the GPU alone
-    (``driver_verdict`` "unknown").  ``driver_platform`` is "windows" for a driver
-    that Windows serves (WSL 2).
+    is the problem).  A ``driver_version`` of None judges by the newest CUDA the driver
+    runs (``driver_cuda``: nvidia-smi's "CUDA Version", torch's "found version 11040"),
+    else by the GPU alone (``driver_verdict`` "unknown").  ``driver_platform`` is
+    "windows" for a driver that Windows serves (WSL 2).
     """
     parsed = versions.torch_version(torch_version)
     ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
-    if parsed is None or not ccs or any(versions.parse_cc(cc) is None for cc in ccs):
+    if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
         return None
     if driver_version is not None and versions.numeric(driver_version) is None:
         return None
@@ -744,10 +746,12 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
         if (not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude
                 or not python_fits(row, python)):
             continue
-        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version
-                       else ("unknown", "the driver is unknown"))
+        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version else
+                       (driver_cuda_supports(driver_cuda, row["cuda"]), f"the driver runs CUDA {driver_cuda}")
+                       if driver_cuda else ("unknown", "the driver is unknown"))
         # Every GPU must have code in the wheel; the one served worst decides.
-        av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0))
+        av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0),
+                          default=("sass", "the GPU is not known"))
         if dv not in ("full", "minor-compat", "unknown") or av not in ("sass", "ptx"):
             continue
         key = (rank[av], rank[dv], STATUS_RANK.get(row["status"], 0), versions.numeric(row["cuda"]))

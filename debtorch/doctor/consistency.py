@@ -70,14 +70,11 @@ def _no_such_wheel(m: Machine, req: str, index: Optional[str]) -> Optional[str]:
     if plat is None:
         return f"names a torch wheel for {m.os.arch}, for which PyTorch publishes none"
     pins = [req.split("==", 1)[1].replace(".*", "")] if "==" in req else knowledge.known_series(plat)
-    pin = pins[0] if len(pins) == 1 else "(any release)"
     variant = index.rstrip("/").rsplit("/", 1)[-1] if index else None
-    rows = [knowledge.wheel(p, v, plat) for p in pins for v in ([variant] if variant else knowledge.variants(p, plat))]
-    rows = [r for r in rows if r]
-    if not rows:
-        return f"names torch {pin} ({variant or 'PyPI'}), which has no wheel for {plat}"
-    if not any(knowledge.python_fits(r, py) for r in rows):
-        return f"names torch {pin} ({variant or 'PyPI'}), which has no wheel for Python {py}"
+    rows = [r for p in pins for v in ([variant] if variant else knowledge.variants(p, plat)) if (r := knowledge.wheel(p, v, plat))]
+    name = f"torch {pins[0] if len(pins) == 1 else '(any release)'} ({variant or 'PyPI'})"
+    if not rows or not any(knowledge.python_fits(r, py) for r in rows):
+        return f"names {name}, which has no wheel for " + (f"Python {py}" if rows else plat)
     return None
 
 

@@ -111,15 +111,6 @@ def pip_command(m: Machine, line: str) -> str:
     return line
 
 
-def installed_build(m: Machine) -> tuple:
-    """(version without its local tag, variant) of the installed torch, or (None, None)."""
-    t = m.torch
-    if not t.installed or not t.version:
-        return None, None
-    parsed = versions.torch_version(t.version)
-    return (parsed["version"] if parsed else None), t.variant
-
-
 def target_wheel(m: Machine) -> Optional[dict]:
     """The one official wheel every finding of a report names (issue 10: fixes never
     contradict each other): a knowledge row with ``pip``, plus ``why`` (a note for the
@@ -135,69 +126,64 @@ def target_wheel(m: Machine) -> Optional[dict]:
     name it says so.  None also where PyTorch publishes no wheels for the architecture, or
     nothing is known to choose by (issue 22)."""
     t, plat, py = m.torch, m.wheel_platform, m.python_version
-    if plat is None:
-        return None
-    have_version, have_variant = installed_build(m)
     old = t.installed and versions.below(t.version, str(knowledge.threshold("torch_min_version") or "0"))
     keep = bool(t.installed and t.version and t.series and not old)
-    latest = knowledge.latest_series(plat)
+    latest = knowledge.latest_series(plat) if plat else None
     series = t.series if keep else latest
-    if not series:
+    if not series or not plat:
         return None
     release = t.version if keep else series          # pins the installed version in the pip line
-    kind = "same" if keep else "latest"
+    kind, mine = ("same", t.variant) if keep else ("latest", None)
 
     def answer(row, kind, note=""):
-        return None if row is None or _is_installed(row, have_version, have_variant) else dict(row, kind=kind, why=note)
+        same = row and t.installed and (row.get("series"), row["variant"]) == (t.series, t.variant)
+        return None if not row or same else dict(row, kind=kind, why=note)
 
     if not m.gpus and m.has_nvidia_gpu is False:
         return answer(_cpu_row(release, plat, py), "cpu")
-    ccs = [g.cc for g in m.gpus if g.cc]
+    ccs = sorted({g.cc for g in m.gpus if g.cc}, key=versions.parse_cc)     # the variant must suit every GPU
     driver, note = m.driver.version, ""
     if not driver and not m.driver.cuda and m.debian_driver:
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
     platform = "windows" if m.driver.platform == "windows" else "linux"
-    if not ccs:
-        return answer(_by_driver_only(release, driver, m.driver.cuda, platform, plat, py), kind, note)
-    ccs = sorted(set(ccs), key=versions.parse_cc)      # the variant must suit every GPU
 
     def best(s, skip=(), python=py, drv=""):
         return knowledge.best_variant_for_driver(s, driver if drv == "" else drv, ccs, platform=plat, exclude=skip,
-                                                 driver_platform=platform, python=python)
+                                                 driver_platform=platform, python=python,
+                                                 driver_cuda=m.driver.cuda if drv == "" else None)
 
-    row = best(release, (have_variant,) if have_variant and keep else ())
-    if row is None and keep and have_variant and (best(release) or {}).get("variant") == have_variant:
+    row = best(release, (mine,) if mine else ())
+    if row is None and mine and (best(release) or {}).get("variant") == mine:
         return None            # the installed build is the best its release offers
     if row is not None and row.get("nearest"):
         kind = "nearest"                       # a release newer than the table: its nearest known one
     if row is None and keep and best(release, python=None) and not best(release):
-        note = f"{have_version} has no wheels for Python {py}"
+        note = f"{t.version} has no wheels for Python {py}"
     if row is None and versions.below(series, latest):
         row, kind = best(latest), "newer"
-    if row is None:
-        known = knowledge.known_series(plat)
-        for s in reversed([s for s in known if versions.below(s, series)]):
-            row = best(s)
-            if row is not None:
-                kind, newer = "older", [x for x in known if versions.below(s, x)]
-                # What holds the machine back from a newer release: its driver, or its Python.
-                if driver and any(best(x, drv=None) for x in newer):
-                    note = f"release {row['series']}: the newest that driver {driver} runs"
-                elif any(best(x, python=None) for x in newer):
-                    note = f"release {row['series']}: the newest with wheels for Python {py}"
-                break
-    if row is None:
+    known = knowledge.known_series(plat)
+    for s in reversed([s for s in known if versions.below(s, series)] if row is None else []):
+        row = best(s)
+        if row is not None:
+            kind, newer = "older", [x for x in known if versions.below(s, x)]
+            # What holds the machine back from a newer release: its driver, or its Python.
+            if (driver or m.driver.cuda) and (not ccs or any(best(x, drv=None) for x in newer)):
+                note = f"release {row['series']}: the newest that {f'driver {driver}' if driver else 'this driver'} runs"
+            elif any(best(x, python=None) for x in newer):
+                note = f"release {row['series']}: the newest with wheels for Python {py}"
+            break
+    if row is None and ccs:
         # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
         # none of those the driver runs does ("cpu-driver": a newer driver would run one).
         sms = ", ".join(versions.sm_name(c) for c in ccs)
-        held = bool(driver) and any(best(s, drv=None) for s in knowledge.known_series(plat))
+        held = bool(driver) and any(best(s, drv=None) for s in known)
         row, kind = _cpu_row(release, plat, py), "cpu-driver" if held else "cpu"
         note = (f"no wheel for Python {py} that driver {driver} runs has code for {sms}" if held
                 else f"no official CUDA wheel{f' for Python {py}' if py else ''} has code for {sms}")
-    elif not driver:
+    elif row is not None and not driver:
         need = knowledge.min_driver(row["cuda"], platform) or {}
         wants = need.get("minor_compat_driver") or need.get("toolkit_driver")
-        note = note or (f"needs driver >= {wants}" if wants else "")
+        note = note or (f"needs driver >= {wants}" if wants and not m.driver.cuda else "")
     return answer(row, kind, note)
 
 
@@ -208,12 +194,6 @@ def _cpu_row(release: str, plat: str, py: Optional[str]) -> Optional[dict]:
         if row and knowledge.python_fits(row, py):
             return row
     return None
-
-
-def _is_installed(row: dict, version: Optional[str], variant: Optional[str]) -> bool:
-    """The row is the installed build: its release series and variant."""
-    return bool(version and versions.torch_version(version) and row.get("variant") == variant
-                and versions.torch_version(version)["series"] == row.get("series"))
 
 
 def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that matches your driver and GPU "
@@ -240,25 +220,3 @@ def _no_wheel_for_python(m: Machine) -> Optional[str]:
     newest = max(knowledge.wheel(knowledge.latest_series(plat), "cpu", plat)["python"], key=versions.major_minor)
     return (f"PyTorch publishes no wheels for Python {py} (checks/torch_wheels.toml): make a venv with a Python "
             f"its wheels are built for (Python {newest} for the newest release)")
-
-
-def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str], platform: str,
-                    plat: str, py: Optional[str]) -> Optional[dict]:
-    """The CUDA variant of ``series`` that the driver runs when the GPU is not known: fully before
-    minor-version compatibility, stable before legacy and experimental, then the newest CUDA."""
-    best = None
-    for variant in knowledge.variants(series, plat):
-        row = knowledge.wheel(series, variant, plat)
-        if not row or not row.get("cuda") or not variant.startswith("cu") or not knowledge.python_fits(row, py):
-            continue
-        if driver:
-            verdict = knowledge.driver_supports(driver, row["cuda"], platform)[0]
-        elif driver_cuda:
-            verdict = knowledge.driver_cuda_supports(driver_cuda, row["cuda"])
-        else:
-            return None
-        if verdict in ("full", "minor-compat"):
-            key = (verdict == "full", knowledge.STATUS_RANK.get(row["status"], 0), versions.major_minor(row["cuda"]))
-            if best is None or key > best[0]:
-                best = (key, dict(row, driver_verdict=verdict))
-    return best[1] if best else None
