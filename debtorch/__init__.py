@@ -6,7 +6,7 @@ training scripts (``debtorch.load``) imports torch only when it is called.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "load", "watch"]
 
 
 def load(path="debtorch.toml", *, warn_on_mismatch=True, oversubscribe=False):
@@ -14,3 +14,10 @@ def load(path="debtorch.toml", *, warn_on_mismatch=True, oversubscribe=False):
     from debtorch.tune.runtime import load as _load  # defer: `import debtorch` stays cheap
 
     return _load(path, warn_on_mismatch=warn_on_mismatch, oversubscribe=oversubscribe)
+
+
+def watch(iterable, **options):
+    """Wrap a training loader: data wait, host syncs per step and a verdict (see docs/runtime.md)."""
+    from debtorch.tune.watch import watch as _watch  # defer: `import debtorch` stays cheap
+
+    return _watch(iterable, **options)

@@ -40,7 +40,7 @@ CONFIDENCE = ("confirmed", "unconfirmed", "derived")
 
 __all__ = [
     "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
-    "wheel", "variants", "best_variant_for_driver", "parse_arch_list", "arch_support", "older_than_all",
+    "wheel", "variants", "best_variant_for_driver", "python_fits", "parse_arch_list", "arch_support", "older_than_all",
     "capability_for_name", "debian_release", "threshold", "latest_series", "known_series",
 ]
 
@@ -99,9 +99,12 @@ SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
         "caveat": {"id": ("str", True), "applies_to": ("str", True), "text": ("str", True)},
     },
     "torch_wheels.toml": {
+        # torch_wheels.toml [[wheel]] (issue 22): ``python`` the CPython versions ("3.11") the row's
+        # wheels are published for; ``releases`` narrows a row to some releases of its series ("1.3.1").
         "wheel": {"torch": ("serieslist", True), "variant": ("str", True), "platform": ("str", False),
                   "cuda": ("version", False), "arch_list": ("archlist", True), "cudnn": ("version", False),
-                  "nccl": ("version", False), "status": ("str", True)},
+                  "nccl": ("version", False), "status": ("str", True), "python": ("strlist", True),
+                  "releases": ("strlist", False)},
         "machine": {"machine": ("str", True), "aliases": ("strlist", False), "builds": ("strlist", True)},
     },
     "gpus.toml": {
@@ -561,16 +564,45 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
 
 
 # --------------------------------------------------------------------------
-# PyTorch wheels
+# PyTorch wheels (torch_wheels.toml; docs/knowledge.md).  A row covers every release of its
+# series, or only its ``releases`` (1.3.0 and 1.3.1 were built for different GPUs), on its
+# ``platform``, for the CPython versions in ``python``.
 
 def _norm_platform(platform: str) -> str:
     p = str(platform).lower().replace("_", "-")
+    if "s390x" in p:
+        return "linux-s390x"
     return "linux-aarch64" if ("aarch64" in p or "arm64" in p or "sbsa" in p) else "linux-x86_64"
 
 
-def _wheel_rows(kb: Knowledge, series: str, platform: str) -> List[Dict[str, Any]]:
-    plat = _norm_platform(platform)
-    return [r for r in kb.wheels if series in r["torch"] and r.get("platform", "linux-x86_64") == plat]
+def _wheel_index(kb: Knowledge) -> Dict[Tuple[str, str], List[Tuple[Optional[str], Dict[str, Any]]]]:
+    """(platform, series) -> [(release or None for the whole series, row)], built once per Knowledge."""
+    index = kb.__dict__.get("_wheel_index")
+    if index is None:
+        index = {}
+        for row in kb.wheels:
+            for series in row["torch"]:
+                for rel in row.get("releases") or [None]:
+                    parsed = versions.torch_version(rel) if rel else None
+                    if rel is None or (parsed and parsed["series"] == series):
+                        index.setdefault((row.get("platform", "linux-x86_64"), series), []).append((rel, row))
+        kb.__dict__["_wheel_index"] = index
+    return index
+
+
+def _wheel_rows(kb: Knowledge, series: str, platform: str, version: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The rows of a series, or of one release of it: where rows name releases, the newest named
+    release not newer than ``version`` (with no version, the newest: what ``torch==X.Y.*`` installs)."""
+    entries = _wheel_index(kb).get((_norm_platform(platform), series), [])
+    named = sorted({rel for rel, _ in entries if rel}, key=Version)
+    fit = [r for r in named if version is None or Version(r) <= Version(version)]
+    pick = (fit or named or [None])[-1 if fit else 0]
+    return [row for rel, row in entries if rel is None or rel == pick]
+
+
+def python_fits(row: Dict[str, Any], python: Optional[str]) -> bool:
+    """The row publishes wheels for CPython ``python`` ("3.11"); True when the Python is unknown."""
+    return python is None or python in row.get("python", ())
 
 
 def _pip(version: Optional[str], series: str, variant: str) -> str:
@@ -592,7 +624,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
 
     ``torch_version`` as torch reports it ("2.5.1+cu124") or plain ("2.13.0", "2.13");
     ``variant`` ("cu126", "cpu") defaults to the version's local part.  Returns the
-    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, source,
+    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, python, source,
     confidence, note) plus ``series`` and ``pip``, or None.
     """
     parsed = versions.torch_version(torch_version)
@@ -601,7 +633,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
     want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
     if not want:
         return None
-    for row in _wheel_rows(load(), parsed["series"], platform):
+    for row in _wheel_rows(load(), parsed["series"], platform, parsed["version"]):
         if row["variant"] == want:
             return _wheel_answer(row, parsed["series"], parsed["version"])
     return None
@@ -612,25 +644,21 @@ def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
     parsed = versions.torch_version(torch_version)
     if parsed is None:
         return []
-    return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform)})
-
-
-def _nearest_series(kb: Knowledge, series: str, platform: str) -> Optional[str]:
-    plat = _norm_platform(platform)
-    known = sorted({s for r in kb.wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]}, key=Version)
-    if not known:
-        return None
-    if series in known:
-        return series
-    older = [s for s in known if Version(s) <= Version(series)]
-    return older[-1] if older else known[0]
+    return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform, parsed["version"])})
 
 
 def known_series(platform: str = "linux-x86_64") -> List[str]:
-    """The PyTorch release series the table knows, oldest first ("1.8" ... "2.14")."""
+    """The PyTorch release series the table knows, oldest first ("1.0" ... "2.14")."""
     plat = _norm_platform(platform)
-    return sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
-                  key=Version)
+    return sorted({s for p, s in _wheel_index(load()) if p == plat}, key=Version)
+
+
+def _nearest_series(series: str, platform: str) -> Optional[str]:
+    known = known_series(platform)
+    if not known or series in known:
+        return series if known else None
+    older = [s for s in known if Version(s) <= Version(series)]
+    return older[-1] if older else known[0]
 
 
 def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
@@ -639,48 +667,62 @@ def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
     return known[-1] if known else None
 
 
+# Stable variants before legacy ones, legacy before experimental (RELEASE.md's labels): where
+# the driver does not decide (unknown, or it runs several), the tested build is the answer.
+STATUS_RANK = {"stable": 2, "legacy": 1}
+
+
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
-                            driver_platform: str = "linux") -> Optional[Dict[str, Any]]:
-    """The official CUDA variant of a release that runs on this driver and GPU.
+                            driver_platform: str = "linux", python: Optional[str] = None,
+                            driver_cuda: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
+    of a list of compute capabilities; an empty list: the GPU is not known).
 
     Candidates are the release's CUDA variants (or the nearest release the table
-    knows: the newest one not newer than asked) whose CUDA the driver runs (not
-    "too-old") and whose arch list has code for the GPU.  Preference: SASS over PTX,
-    then full driver support over minor-version compatibility, then the newer CUDA.
-    Returns the wheel row (see :func:`wheel`) plus ``driver_verdict``, ``arch_verdict``,
-    ``detail`` and ``nearest`` (True when another release was used), or None when
-    no variant fits or an input is not understood.  ``exclude`` names variants not to
-    answer (the one installed, when it is the problem).  A ``driver_version`` of None
-    judges by the GPU alone (``driver_verdict`` "unknown"): the newest CUDA with code
-    for it.  ``driver_platform`` is "windows" for a driver that Windows serves (WSL 2).
+    knows: the newest one not newer than asked) published for ``platform`` and
+    CPython ``python`` (None: any), whose CUDA the driver runs (not "too-old") and
+    whose arch list has code for the GPU.  Preference: SASS over PTX, then full
+    driver support over minor-version compatibility, then stable over legacy over
+    experimental, then the newer CUDA.  Returns the wheel row (see :func:`wheel`) plus
+    ``driver_verdict``, ``arch_verdict``, ``detail`` and ``nearest`` (True when
+    another release was used), or None when no variant fits or an input is not
+    understood.  ``exclude`` names variants not to answer (the one installed, when it
+    is the problem).  A ``driver_version`` of None judges by the newest CUDA the driver
+    runs (``driver_cuda``: nvidia-smi's "CUDA Version", torch's "found version 11040"),
+    else by the GPU alone (``driver_verdict`` "unknown").  ``driver_platform`` is
+    "windows" for a driver that Windows serves (WSL 2).
     """
     parsed = versions.torch_version(torch_version)
-    if parsed is None or versions.parse_cc(compute_capability) is None:
+    ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
+    if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
         return None
     if driver_version is not None and versions.numeric(driver_version) is None:
         return None
     kb = load()
-    series = _nearest_series(kb, parsed["series"], platform)
+    series = _nearest_series(parsed["series"], platform)
     if series is None:
         return None
+    same = series == parsed["series"]
     rank = {"full": 2, "minor-compat": 1, "unknown": 1, "sass": 2, "ptx": 1}
     best, best_key = None, None
-    for row in _wheel_rows(kb, series, platform):
-        if not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude:
+    for row in _wheel_rows(kb, series, platform, parsed["version"] if same else None):
+        if (not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude
+                or not python_fits(row, python)):
             continue
-        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version
-                       else ("unknown", "the driver is unknown"))
-        av, adetail = arch_support(compute_capability, row["arch_list"])
+        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version else
+                       (driver_cuda_supports(driver_cuda, row["cuda"]), f"the driver runs CUDA {driver_cuda}")
+                       if driver_cuda else ("unknown", "the driver is unknown"))
+        # Every GPU must have code in the wheel; the one served worst decides.
+        av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0),
+                          default=("sass", "the GPU is not known"))
         if dv not in ("full", "minor-compat", "unknown") or av not in ("sass", "ptx"):
             continue
-        key = (rank[av], rank[dv], versions.numeric(row["cuda"]))
+        key = (rank[av], rank[dv], STATUS_RANK.get(row["status"], 0), versions.numeric(row["cuda"]))
         if best_key is None or key > best_key:
             best_key = key
-            version = parsed["version"] if series == parsed["series"] else None
-            best = _wheel_answer(row, series, version)
-            best.update(driver_verdict=dv, arch_verdict=av, detail=f"{ddetail}; {adetail}",
-                        nearest=series != parsed["series"])
+            best = _wheel_answer(row, series, parsed["version"] if same else None)
+            best.update(driver_verdict=dv, arch_verdict=av, detail=f"{ddetail}; {adetail}", nearest=not same)
     return best
 
 

@@ -137,6 +137,20 @@ def _t_interval(la: list, lb: list, paired: bool) -> Optional[tuple]:
     return m - h, m + h
 
 
+def ratio_of_sums(part: Sequence[float], whole: Sequence[float]) -> tuple:
+    """sum(part) / sum(whole) with its 95% interval over the pairs (windows of steps, say): Student's t
+    on the residuals part - R x whole, the ratio estimator's delta method.  (estimate, low, high);
+    the interval is None below two pairs, everything None when ``whole`` sums to nothing."""
+    n, total = len(part), float(sum(whole))
+    if not n or not total > 0:
+        return None, None, None
+    r = sum(part) / total
+    if n < 2:
+        return r, None, None
+    h = t975(n - 1) * statistics.stdev([p - r * w for p, w in zip(part, whole)]) / (total / n) / math.sqrt(n)
+    return r, r - h, r + h
+
+
 @dataclass
 class _LogRatio:
     """log(median(num) / (scale x median(den))) with its bootstrap interval, in logs."""

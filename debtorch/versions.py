@@ -193,6 +193,14 @@ def torch_version(text: Any) -> Optional[dict]:
             "local": local.split(".")[0].lower() if local else None}
 
 
+def is_release(text: Any) -> bool:
+    """A released build's version ("1.7.1", "2.5.1+cu124"): no pre-release, nightly or source-build
+    part ("1.8.0a0+af2250e", "2.6.0.dev20241126+cu124"), so an official wheel's row may describe it."""
+    m = _TORCH.match(text) if isinstance(text, str) else None
+    return bool(m and m.group(3) is not None and not m.group(4)
+                and (m.group(5) is None or re.fullmatch(r"cu\d+|cpu|rocm[\d.]+|xpu", m.group(5).lower())))
+
+
 def series(text: Any) -> Optional[str]:
     """"2.6" -> "2.6" (exactly a release series), else None."""
     m = _SERIES.fullmatch(text) if isinstance(text, str) else None

@@ -431,3 +431,43 @@ def test_a_data_file_that_is_not_utf8_is_one_line(tmp_path):
     (folder / "debian.toml").write_bytes(b"[[release]]\nversion = \"\xff\"\n")
     with pytest.raises(k.KnowledgeError, match=r"debian.toml: not UTF-8 text \(invalid start byte at byte 23\)$"):
         k.Knowledge(folder).tables["debian.toml"]
+
+
+# --- issue 22: every release back to 1.0, the Python column, rows by release ------------------
+
+def test_every_wheel_row_names_its_pythons_and_releases_of_its_own_series():
+    seen = set()
+    for row in k.load().wheels:
+        assert row["python"] and all(re.fullmatch(r"[23]\.\d{1,2}", p) for p in row["python"]), row
+        for rel in row.get("releases", []):
+            assert re.fullmatch(r"\d+\.\d+\.\d+", rel) and rel.rsplit(".", 1)[0] in row["torch"], row
+        for series in row["torch"]:
+            for rel in row.get("releases") or [None]:
+                key = (row.get("platform", "linux-x86_64"), series, rel, row["variant"])
+                assert key not in seen, key          # one row per release (or series) and variant
+                seen.add(key)
+
+
+def test_every_release_from_1_0_is_known():
+    assert k.known_series()[0] == "1.0" and {"1.3", "1.5", "1.7", "2.14"} <= set(k.known_series())
+
+
+def test_1_3_0_and_1_3_1_differ_and_a_series_means_its_newest_release():
+    assert k.wheel("1.3.0", "cu101")["arch_list"].startswith("3.5;")
+    assert k.wheel("1.3.1", "cu101")["arch_list"].startswith("3.7+PTX;")
+    assert k.wheel("1.3", "cu101")["arch_list"] == k.wheel("1.3.1", "cu101")["arch_list"]
+    assert k.arch_support("3.5", k.wheel("1.3.1+cu101")["arch_list"])[0] == "none"     # a K40 under 1.3.1
+    assert k.arch_support("3.5", k.wheel("1.3.0+cu101")["arch_list"])[0] == "sass"
+
+
+def test_the_python_column_filters_and_status_orders():
+    # 2.13 on an Ampere GPU, driver unknown: the stable cu130 before the experimental cu132
+    assert k.best_variant_for_driver("2.13.0", None, "8.6")["variant"] == "cu130"
+    assert k.best_variant_for_driver("2.13.0", None, "8.6", python="3.9") is None      # 2.13 starts at 3.10
+    assert k.best_variant_for_driver("2.4.1", "535.261.03", "8.6", python="3.8")["variant"] == "cu121"
+    assert k.python_fits(k.wheel("1.8.1", "cu111"), "3.11") is False
+
+
+def test_every_gpu_of_a_list_must_have_code():
+    assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6", "12.0"])["variant"] == "cu128"
+    assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6"])["variant"] != "cu128"   # stable before experimental

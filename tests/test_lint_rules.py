@@ -225,7 +225,8 @@ def test_deprecated_amp_spellings_wherever_they_are_used():
     flavours = (torch.cuda.amp.autocast, torch.cpu.amp.autocast)
     legacy = fn is torch.cuda.amp.autocast
     """
-    assert found(src) == [("script.W007", 3), ("script.W007", 4), ("script.W007", 6), ("script.W007", 7)]
+    # the import line as well as each use
+    assert found(src) == [("script.W007", 1), ("script.W007", 3), ("script.W007", 4), ("script.W007", 6), ("script.W007", 7)]
 
 
 def test_fp16_autocast_without_a_scaler_and_a_scaler_with_bf16():
@@ -351,6 +352,13 @@ PIECES = st.sampled_from([
     "def f(a):\n", "    return f(a)\n", "    f(x)\n", "scaler = torch.cuda.amp.GradScaler()\n",
     "loader = DataLoader(ds)\n", "    if (i + 1) % n == 0:\n", "        scheduler.step()\n", "    pass\n",
     "class M(nn.Module):\n", "    def forward(self, x):\n", "        return x.sum().item()\n",
+    # issue 22: wrappers, early exits, dict loaders, argparse defaults, DDP accumulation
+    "    loss_scaler(loss, optimizer, update_grad=(i + 1) % n == 0)\n", "    if not should_log:\n",
+    "        continue\n", "        return\n", "        sys.exit(1)\n", "loaders = {p: DataLoader(ds) for p in s}\n",
+    "for x in loaders[p]:\n", "model = DDP(model)\n", "parser.add_argument('--workers', default=0)\n",
+    "loader = DataLoader(ds, num_workers=args.workers)\n", "class S(M):\n", "    def run_step(self):\n",
+    "        self.run_step()\n", "        S.run_step()\n", "    print('%f' % (*t,))\n", "    n = sum(d.values())\n",
+    "    g = clip_grad_norm_(ps, 1.0)\n", "from torch.cuda.amp import GradScaler\n",
 ])
 
 

@@ -115,8 +115,9 @@ def check_cudnn(m, ctx):
 def check_arch(m, ctx):
     t = _torch(m)
     arch = m.torch_arch
-    if not t.get("installed") or not t.get("cuda") or arch is None:
+    if arch is None:
         return []
+    version = t.get("version") or "(version not known)"
     out = []
     for g in m.gpus:
         if not g.cc:
@@ -129,18 +130,18 @@ def check_arch(m, ctx):
             if not arch.exact:
                 built = knowledge.cuda_builds_sass(t["cuda"]) or {}
                 msg = (f"{g.name} ({g.sm}) is older than anything CUDA {built.get('cuda')} builds" if old else
-                       f"CUDA {built.get('cuda')} (PyTorch {t.get('version')}) cannot build code for {g.name} ({g.sm})")
+                       f"CUDA {built.get('cuda')} (PyTorch {version}) cannot build code for {g.name} ({g.sm})")
                 detail = (f"nvcc of CUDA {built.get('cuda')} builds {versions.sm_name(built.get('oldest'))} to "
                           f"{versions.sm_name(built.get('newest'))} only (checks/cuda_arch.toml)")
             else:
-                msg = (f"{g.name} ({g.sm}) is older than every arch in PyTorch {t.get('version')}"
-                       if old else f"PyTorch {t.get('version')} has no kernels for {g.name} ({g.sm})")
+                msg = (f"{g.name} ({g.sm}) is older than every arch in PyTorch {version}"
+                       if old else f"PyTorch {version} has no kernels for {g.name} ({g.sm})")
             out.append(error("torch.E003", msg, about=g.label, fix=torch_fix(m) + f"\n({detail})", facts=facts))
         elif verdict == "ptx" and arch.exact:
             row = target_wheel(m)
             better = (torch_fix(m) if row and row.get("arch_verdict") == "sass" else
                       f"No other official variant of PyTorch {m.torch.series} has machine code for {g.sm}.")
-            out.append(warning("torch.W003", f"{g.name} runs PyTorch {t.get('version')} only through PTX JIT",
+            out.append(warning("torch.W003", f"{g.name} runs PyTorch {version} only through PTX JIT",
                                about=g.label,
                                fix="Expect a slow first start; the driver must be at least the toolkit's. " + better,
                                facts=facts))
@@ -210,16 +211,23 @@ def check_driver_for_torch(m, ctx):
         row = target_wheel(m)
         if row is not None and row["kind"] == "cpu":
             fix = "No CUDA build of PyTorch runs this GPU, whatever the driver: " + torch_fix(m)
+        elif row is not None and row["kind"] == "cpu-driver":
+            fix = driver_upgrade(m) + "; until then only the CPU build runs:\n" + torch_fix(m)
         else:
             fix = driver_upgrade(m) + ", or install the variant this driver runs:\n" + torch_fix(m)
         if m.cuda.from_torch and m.cuda.failure == "driver-too-old":
             f = dict(f, evidence=m.cuda.evidence)
         out.append(error("cuda.E001", f"driver {driver} is too old for PyTorch's CUDA {tcuda}", fix=fix, facts=f))
     elif verdict == "minor-compat":
+        # The alternative is a wheel this driver runs fully, named from the table (never the installed
+        # one, nor one of the same CUDA); where none has code for the GPU, only the driver helps.
+        row = target_wheel(m)
+        other = (f", or install {row['series']}'s {row['variant']} (CUDA {row['cuda']}), which it runs fully:\n"
+                 + torch_fix(m)) if row and row.get("driver_verdict") == "full" else \
+            f" (no other {m.torch.series} wheel for this GPU runs fully on it)."
         out.append(warning("cuda.W001", f"driver {driver} runs CUDA {tcuda} only through minor-version compatibility",
                            fix="PTX JIT (torch.compile/Triton, +PTX archs) may fail. " + driver_upgrade(m)
-                               + " to the toolkit's, or install a variant built for an older CUDA:\n" + torch_fix(m),
-                           facts=f))
+                               + " to the toolkit's" + other, facts=f))
     dd = m.debian_driver
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)

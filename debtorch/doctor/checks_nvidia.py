@@ -255,6 +255,31 @@ def check_memory_in_use(m, ctx):
     return out
 
 
+# Why a link is narrower than the GPU can run (issue 22): a laptop's GPU is wired so by its maker
+# (names: "Laptop GPU", "Max-Q Design", "GTX 980M"), a virtual machine sees what its host gives it
+# (nvidia-smi's virtualization mode; the kernels of cloud images: Ubuntu's -aws/-gcp/-azure flavours,
+# https://ubuntu.com/kernel/variants, Debian's -cloud-amd64), and desktop boards split the CPU's 16
+# graphics lanes x8/x8 when two slots are used.  Only a card alone in a narrow link is worth reseating.
+LAPTOP_GPU = re.compile(r"\b(Laptop|Mobile|Max-Q Design)\b|\b\d{3,4}MX?\b", re.I)
+CLOUD_KERNEL = re.compile(r"-(aws|gcp|gke|azure|oracle|ibm)\b|-cloud-(amd64|arm64)$")
+
+
+def _width_fix(m, gpu, cw: int) -> str:
+    narrow = [g for g in m.listed_gpus if g.value("pcie_current_width") == cw and (g.value("pcie_max_width") or 0) > cw]
+    if LAPTOP_GPU.search(gpu.name or ""):
+        return f"A laptop's GPU has the lanes its maker wired (x{cw}): nothing to reseat; keep tensors on the GPU."
+    if str(gpu.value("virtualization_mode", "")).lower() in ("pass-through", "vgpu") or CLOUD_KERNEL.search(m.os.kernel or ""):
+        return (f"A virtual machine (a cloud instance, a GPU passed through) runs the link its host gives it (x{cw}): "
+                "nothing to reseat; an instance type whose GPUs run x16 if host-to-device copies bound training.")
+    if cw == 1:
+        return "An x1 link: a riser or an x1 slot (as mining rigs use); put the GPU in a full x16 slot for training."
+    if len(narrow) > 1:
+        return (f"{len(narrow)} GPUs run x{cw} each: the board shares the CPU's lanes between its slots (x8/x8 on "
+                "desktop platforms), by design; a CPU with more PCIe lanes (workstation, server) gives each x16.")
+    return ("Width does not drop at idle: reseat the card, use a full x16 slot, check the "
+            "BIOS lane settings (sudo lspci -vv: LnkSta vs LnkCap).")
+
+
 @check("gpu")
 def check_pcie(m, ctx):
     out = []
@@ -265,8 +290,7 @@ def check_pcie(m, ctx):
         f = {"current": f"gen{cg} x{cw}", "max": f"gen{mg} x{mw}"}
         if cw and mw and cw < mw:
             out.append(warning("gpu.W006", f"PCIe link runs x{cw} of x{mw} lanes", about=lab,
-                               fix="Width does not drop at idle: reseat the card, use a full x16 slot, check the "
-                                   "BIOS lane settings (sudo lspci -vv: LnkSta vs LnkCap).", facts=f))
+                               fix=_width_fix(m, gpu, cw), facts=f))
         if cg and mg and cg < mg:
             busy = (g.get("utilization_gpu") or 0) >= 50 and "gpu_idle" not in (g.get("throttle_reasons") or [])
             if busy:

@@ -10,7 +10,7 @@ carry ``{placeholders}`` filled at the place found (``{call}``: the code).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from debtorch.findings import ERROR, INFO, WARNING, Finding
 
@@ -40,6 +40,12 @@ SYNC_CALL = Rule(
     "The CPU stops queueing kernels until the GPU has finished all queued work and copied the value back; "
     "the GPU then idles while the host catches up, every step.",
     TUNING_GUIDE + "#avoid-unnecessary-cpu-gpu-synchronization",
+)
+# W001 for torch.cuda.synchronize(), with its own fix: the call is the wait, there is no value to keep.
+SYNCHRONIZE = replace(
+    SYNC_CALL,
+    fix="drop it from the step: kernels are queued in order without it; to time steps, synchronize only on the "
+        "steps you time (under 'if step % log_every == 0') or use torch.cuda.Event(enable_timing=True)",
 )
 SYNC_CONVERT = Rule(
     "script.W002", WARNING,
@@ -146,6 +152,17 @@ SCHEDULE_MISMATCH = Rule(
     "(Tried to step ... times) and others end early.",
     "https://pytorch.org/docs/stable/generated/torch.optim.lr_scheduler.OneCycleLR.html",
 )
+DDP_ACCUM_SYNC = Rule(
+    "script.W012", WARNING,
+    "DDP all-reduces the gradients at every micro-batch ({call}); the optimizer steps {when}",
+    "run the forward and backward of the micro-batches that do not step under model.no_sync() "
+    "(contextlib.nullcontext() on the one that steps); the gradients are then all-reduced once per optimizer step",
+    "Every backward of a DistributedDataParallel model all-reduces the gradients across the ranks; with "
+    "gradient accumulation only the last micro-batch before optimizer.step() needs it, the others are "
+    "network traffic and waiting for nothing.",
+    "https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html"
+    " (DistributedDataParallel.no_sync)",
+)
 OLD_PROFILER = Rule(
     "script.I004", INFO,
     "{call} is the legacy autograd profiler",
@@ -166,7 +183,8 @@ NVPROF = Rule(
 CUDNN_BENCHMARK = Rule(
     "script.I006", INFO,
     "convolutional model trained on CUDA without torch.backends.cudnn.benchmark",
-    "torch.backends.cudnn.benchmark = True when input shapes are fixed; or cfg.configure_torch()",
+    "torch.backends.cudnn.benchmark = True when input shapes are fixed; or cfg.configure_torch(), where "
+    'cfg = debtorch.load("debtorch.toml") (docs/runtime.md)',
     "With fixed input shapes, cuDNN's autotuner picks the fastest convolution algorithm once; "
     "without it the default heuristics may choose a slower one for every step.",
     TUNING_GUIDE + "#enable-cudnn-auto-tuner",
@@ -181,7 +199,7 @@ CRASHED = Rule(
 
 RULES = (SYNC_CALL, SYNC_CONVERT, SYNC_BRANCH, BLOCKING_COPY, NO_WORKERS, NO_PIN, WORKERS_RESTART,
          HARDCODED_LOADER, DATA_PARALLEL, DEPRECATED_AMP, FP16_UNSCALED, BF16_SCALED, ACCUM_UNDIVIDED,
-         SCHEDULE_MISMATCH, OLD_PROFILER, NVPROF, CUDNN_BENCHMARK, CRASHED)
+         SCHEDULE_MISMATCH, DDP_ACCUM_SYNC, OLD_PROFILER, NVPROF, CUDNN_BENCHMARK, CRASHED)
 BY_ID = {r.id: r for r in RULES}
 
 # The rules that say "the host waits for the GPU here" (verify-train's host waits).

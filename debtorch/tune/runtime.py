@@ -31,6 +31,7 @@ from debtorch.host import LiveHost, Unavailable
 from debtorch.train import apply
 from debtorch.tune.config import ConfigFile, load_config
 from debtorch.tune import fingerprint as fp_mod
+from debtorch.tune import watch as watch_mod
 
 _warned = False  # the fingerprint warning is given once per process
 
@@ -135,6 +136,11 @@ class Config:
     def optimizer_kwargs(self) -> dict:
         """``{"fused": True}`` when the config asks for a fused optimizer (Adam, AdamW, SGD)."""
         return {"fused": True} if self.settings.fused_optimizer else {}
+
+    # -- watching the run ----------------------------------------------------
+    def watch(self, iterable: Any, **options: Any) -> Any:
+        """The loader, measured: data wait, host syncs and a verdict (``debtorch.watch``, docs/runtime.md)."""
+        return watch_mod.watch(iterable, **options)
 
     # -- schedule ----------------------------------------------------------
     def scheduler(self, optimizer: Any, total_steps: Optional[int] = None, steps_per_epoch: Optional[int] = None):
