@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 import debtorch
 from debtorch import facts as facts_mod
-from debtorch import inputs
 from debtorch.cli import app
 from debtorch.facts import schema
 from debtorch.host import ReplayHost
