@@ -9,11 +9,11 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "load", "watch"]
 
 
-def load(path="debtorch.toml", *, warn_on_mismatch=True):
+def load(path="debtorch.toml", *, warn_on_mismatch=True, oversubscribe=False):
     """Load a config written by ``debtorch tune --write`` (see docs/runtime.md)."""
     from debtorch.tune.runtime import load as _load  # defer: `import debtorch` stays cheap
 
-    return _load(path, warn_on_mismatch=warn_on_mismatch)
+    return _load(path, warn_on_mismatch=warn_on_mismatch, oversubscribe=oversubscribe)
 
 
 def watch(iterable, **options):

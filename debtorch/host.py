@@ -77,10 +77,11 @@ ENV_ALLOWED = (
     "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURMD_NODENAME", "SLURM_JOB_PARTITION",
 )
 ENV_ALLOWED_PREFIXES = ("NCCL_", "TORCH_", "TORCHINDUCTOR_", "GLOO_", "DEBTORCH_")
+FLEET_SECRET = "DEBTORCH_FLEET_SECRET"   # debtorch fleet's shared secret: never read as a fact
 
 
 def is_allowed(name: str) -> bool:
-    return name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES)
+    return name != FLEET_SECRET and (name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES))
 
 
 def allowed_environ(environ, keep_venv: bool = True) -> dict:
@@ -158,20 +159,15 @@ class Host:
         raise NotImplementedError
 
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
-        # Read in small chunks: procfs sysctl files refuse one huge read (ENOMEM).
-        chunks: list[bytes] = []
-        size = 0
+        """The first ``max_bytes`` of a regular file (through the one door: a FIFO or a device
+        planted in a recording is refused at once, never waited on)."""
         try:
-            with open(self.path(p), "rb", buffering=0) as fh:
-                while size < max_bytes:
-                    chunk = fh.read(min(65536, max_bytes - size))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
+            data = inputs.read_bytes(self.path(p), max_bytes)
+        except inputs.NotRegular as exc:
+            raise Unavailable(f"is {exc.kind}, not a regular file") from None
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return data[:max_bytes].decode("utf-8", errors="replace")
 
     def try_read(self, p: str, max_bytes: int = MAX_READ) -> Optional[str]:
         try:
@@ -669,13 +665,13 @@ class RecordingHost(LiveHost):
         self.final = Path(folder)
         # A new or empty folder only: a recording must not overwrite a user's files,
         # nor mix with an older recording that replay would then believe.
-        if self.final.exists() and not self.final.is_dir():
-            raise Unavailable(f"{folder}: not a folder")
-        if self.final.is_dir() and any(self.final.iterdir()):
-            raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
-        # Everything goes into a hidden folder beside it, renamed into place by save():
-        # an interrupted recording never leaves a folder that replays as a broken machine.
         try:
+            if self.final.exists() and not self.final.is_dir():
+                raise Unavailable(f"{folder}: not a folder")
+            if self.final.is_dir() and any(self.final.iterdir()):
+                raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
+            # Everything goes into a hidden folder beside it, renamed into place by save():
+            # an interrupted recording never leaves a folder that replays as a broken machine.
             self.final.parent.mkdir(parents=True, exist_ok=True)
             self.out = Path(outputs.temporary_folder(f".{self.final.name}.recording-", dir=str(self.final.parent)))
         except OSError as exc:

@@ -15,30 +15,23 @@ Where the files are, first match wins:
 3. ``debtorch/_data/checks`` in an installed wheel (pyproject force-includes it);
 4. ``/usr/share/debtorch/checks`` for the Debian package.
 
-Parsing TOML is slow next to the rest of the doctor (the PCI table alone takes
-tens of milliseconds), so a file's validated tables are kept as JSON in the
-cache folder (:func:`debtorch.outputs.cache_dir`), under a key made of the
-file's bytes, the schema and the code that validates it, and debtorch's
-version: an edited file, another schema or validator, or another debtorch
-reads the TOML again.  A cache that cannot be read
-or written costs only the time.
+A file is parsed when a check first asks for its tables (the doctor on a
+machine without GPUs never parses the PCI table), and never cached: parsing
+every file costs about 40 ms, a point of collect_env's time (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import marshal
 import os
 import re
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from debtorch import __version__, outputs, versions
+from debtorch import inputs, versions
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
 SYSTEM_DIR = Path("/usr/share/debtorch/checks")
@@ -216,39 +209,17 @@ def _validate_file(path: Path, data: Dict[str, Any]) -> None:
             raise KnowledgeError(f"{path}: no [[{table}]] rows")
 
 
-@functools.lru_cache(maxsize=1)
-def _validator_sum() -> int:
-    """What a cached file's validity depends on besides its bytes: the schema and the code that
-    checked it against the schema (another version of either reads the TOML again)."""
-    code = b"".join(marshal.dumps(f.__code__) for f in (_check_value, _validate_file, parse_arch_list,
-                                                          versions.numeric, versions.parse_cc, versions.series))
-    return zlib.crc32(repr((SCHEMA, _COMMON, _ROW_ID, CONFIDENCE)).encode() + code)
-
-
-def _cache_path(path: Path) -> str:
-    where = zlib.crc32(os.fsencode(os.path.abspath(path)))  # one entry per data file, wherever it lies
-    return os.path.join(outputs.cache_dir(), "knowledge", f"{path.stem}-{where:08x}.json")
-
-
 def _read_tables(path: Path) -> Dict[str, List[Dict[str, Any]]]:
-    """The validated tables of one data file: from the cache when it holds this file's bytes
-    under this schema and this debtorch, else parsed, validated and cached."""
+    """The validated tables of one data file (read through the one door, :mod:`debtorch.inputs`)."""
     try:
-        raw = path.read_bytes()
+        raw = inputs.read_bytes(path, inputs.MAX_BYTES)
     except FileNotFoundError:
         raise KnowledgeError(f"{path}: missing") from None
+    except inputs.NotRegular as exc:
+        raise KnowledgeError(str(exc)) from None
     except OSError as exc:
         raise KnowledgeError(f"{path}: {exc.strerror or exc}") from None
-    key = f"{__version__} {_validator_sum():08x} {zlib.crc32(raw):08x} {len(raw)}"
-    cache = _cache_path(path)
-    try:
-        with open(cache, encoding="utf-8") as fh:
-            kept = json.load(fh)
-        if isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("tables"), dict):
-            return kept["tables"]
-    except (OSError, ValueError):
-        pass
-    import tomllib  # defer: a cached file needs no parser (doctor stays fast)
+    import tomllib  # defer: parsed only when a check first asks for this file's tables
 
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -257,13 +228,6 @@ def _read_tables(path: Path) -> Dict[str, List[Dict[str, Any]]]:
     except tomllib.TOMLDecodeError as exc:
         raise KnowledgeError(f"{path}: {exc}") from None
     _validate_file(path, data)
-    text = json.dumps({"key": key, "tables": data}, ensure_ascii=False)
-    if json.loads(text)["tables"] == data:  # only what JSON gives back unchanged (no dates)
-        try:
-            os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-            outputs.write_atomic(cache, text, force=True)
-        except (OSError, outputs.OutputError):
-            pass
     return data
 
 
@@ -295,7 +259,7 @@ class Knowledge:
     def __init__(self, folder: Path):
         self.folder = folder
         self.tables = _Tables(folder)
-        missing = [name for name in SCHEMA if not (folder / name).is_file()]
+        missing = [name for name in SCHEMA if not (folder / name).exists()]
         if missing:
             raise KnowledgeError(f"{folder / missing[0]}: missing")
 

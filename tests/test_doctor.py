@@ -150,7 +150,7 @@ def test_site_config_in_another_encoding_is_read(tmp_path, data):
 
 @pytest.mark.parametrize("data,said", [(b"\x00\x01\x02binary", "binary data, not text"),
                                        (b"[" * 100_000, "not valid TOML"),
-                                       (b"x" * (1024 * 1024 + 1), "larger than 1 MiB")])
+                                       (b"x" * (4 * 1024 * 1024 + 1), "larger than 4 MiB")])
 def test_bad_site_config_file_exits_2_with_one_line(tmp_path, data, said):
     cfg = tmp_path / "doctor.toml"
     cfg.write_bytes(data)

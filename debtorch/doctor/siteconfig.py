@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from debtorch import inputs
 from debtorch.units import parse_size
@@ -96,13 +96,13 @@ def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig
         if key == "shm":
             size = parse_size(str(value))
             if size is None:
-                raise fail(f"minimums.{key}", f"{value!r} is not a size like \"8G\"", "minimums")
+                raise fail(f"minimums.{key}", f"{str(value)[:40]!r} is not a size like \"8G\"", "minimums")
             cfg.minimums[key] = size
             continue
         try:
             Version(str(value))
-        except InvalidVersion:
-            raise fail(f"minimums.{key}", f"{value!r} is not a version", "minimums") from None
+        except ValueError:  # InvalidVersion, or more digits than int() takes
+            raise fail(f"minimums.{key}", f"{str(value)[:40]!r} is not a version", "minimums") from None
         cfg.minimums[key] = str(value)
     cfg.files.append(path)
     return cfg
@@ -118,12 +118,12 @@ def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
         if xdg:
             places.append(f"{xdg}/debtorch/doctor.toml")
         for p in places:
-            text = host.try_read(p)
+            text = host.try_read(p, inputs.MAX_CONFIG)
             if text is not None:
                 parse(text, p, cfg)
     if explicit:
         try:
-            text = inputs.read_text(explicit, 1024 * 1024, what="a doctor config")
+            text = inputs.read_text(explicit, inputs.MAX_CONFIG, what="a doctor config")
         except inputs.InputError as exc:
             raise SiteConfigError(str(exc)) from None
         parse(text, explicit, cfg)

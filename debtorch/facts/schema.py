@@ -90,6 +90,14 @@ SCHEMA: dict = {
                         "exercise": {"*": {"*": STR}}},
                "unknown": UNKNOWN},
     "env": {"variables": {"*": STR}, "ld_library_path": _list(STR), "unknown": UNKNOWN},
+    "network": {"interfaces": _list({"name": STR, "operstate": STR, "flags": INT, "carrier": BOOL, "speed_mbps": NUM,
+                                     "mtu": INT, "mac": STR, "link_type": STR, "virtual": BOOL,
+                                     "addresses": _list(STR)}),
+                "infiniband": _list({"device": STR, "port": INT, "hca_type": STR, "fw_ver": STR, "state": STR,
+                                     "phys_state": STR, "rate": STR, "rate_gbps": NUM, "link_layer": STR,
+                                     "netdevs": _list(STR)}),
+                "ofed_version": STR, "master_addr": {"name": STR, "addresses": _list(STR), "error": STR},
+                "unknown": UNKNOWN},
 }
 
 _KINDS = {

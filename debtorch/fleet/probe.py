@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Optional
 
-from debtorch import hostlist
+from debtorch import hostlist, inputs
 from debtorch.findings import ERROR, WARNING, Finding
 from debtorch.fleet.compare import FleetFinding, Group
 
@@ -102,6 +102,10 @@ class Verdict:
                 "exclude": hostlist.compress(self.exclude)}
 
 
+def _rate(x) -> bool:
+    return inputs.finite(x) and x >= 0
+
+
 def _median(values: list) -> Optional[float]:
     return statistics.median(values) if values else None
 
@@ -115,13 +119,13 @@ def judge(results: dict, names: dict, world: int, budget_s: float) -> Verdict:
         s = NodeScore(rank=r, name=names.get(r, f"rank {r}"))
         if res is None:
             s.error, s.verdict = f"no result within the budget ({budget_s:g} s)", "failed"
-        elif res.get("error"):
-            s.error, s.verdict = str(res["error"]), "failed"
-        else:
-            comp = res.get("compute") or {}
-            s.gflops = comp.get("gflops") if isinstance(comp.get("gflops"), (int, float)) else None
-            for p in res.get("pairs") or []:
-                if isinstance(p.get("busbw_gbs"), (int, float)) and isinstance(p.get("partner"), int):
+        elif not isinstance(res, dict) or res.get("error"):
+            s.error, s.verdict = str(res.get("error") if isinstance(res, dict) else "unreadable result")[:200], "failed"
+        else:   # what a rank sent: every number checked (a hostile one may send anything)
+            comp = res.get("compute") if isinstance(res.get("compute"), dict) else {}
+            s.gflops = comp.get("gflops") if _rate(comp.get("gflops")) else None
+            for p in res.get("pairs") if isinstance(res.get("pairs"), list) else []:
+                if isinstance(p, dict) and _rate(p.get("busbw_gbs")) and p.get("partner") in range(world):
                     key = tuple(sorted((r, p["partner"])))
                     # Both sides time the same all-reduces; keep the slower view.
                     pair_bw[key] = min(pair_bw.get(key, float("inf")), float(p["busbw_gbs"]))

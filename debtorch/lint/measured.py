@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional
 
-from debtorch.lint.api import parse
+from debtorch.lint.api import parse, read_script
 from debtorch.lint.checks import at, sync_hits
 from debtorch.lint.result import Located
 from debtorch.lint.script import DEVICE, Flow, Region, Script, _Walker, identifier
@@ -40,10 +40,8 @@ def static_waits(path: str) -> List[Located]:
 
     A file that cannot be read or parsed gives no places.
     """
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
+    data, error = read_script(path)
+    if error is not None:
         return []
     tree, text, error = parse(data, path)
     if tree is None:

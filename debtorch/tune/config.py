@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from debtorch import __version__, outputs
+from debtorch import __version__, inputs, outputs
 from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
 
 SCHEMA_VERSION = 1
@@ -42,7 +42,6 @@ TABLE_OF = {name: table for table, names in TABLES.items() for name in names}
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
 TUNED_KEYS = ("by", "date", "debtorch_version", "device", "workload", "budget_s")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # What a setting left out of the file (None) means.
 UNSET = {
     "prefetch_factor": "PyTorch's default, 2 batches per worker",
@@ -70,7 +69,7 @@ class ConfigFile:
     total_steps: Optional[int] = None
     epochs: Optional[int] = None
     path: Optional[str] = None
-    oversubscribe: bool = False   # [limits]: the values are deliberate, whatever the machine
+    oversubscribe: bool = False   # [limits]: tune was told --oversubscribe (a record: only a loader lifts the bound)
 
     @property
     def device(self) -> str:
@@ -152,9 +151,10 @@ def _text_list(v: Any) -> Optional[str]:
 # Workers, threads and processes are also bounded by the machine that runs them:
 # at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
 # processes together (processes x (1 + workers)) included, so that a typo or a
-# hostile file cannot start a storm of processes.  ``oversubscribe = true`` in
-# [limits] (tune and verify-train: --oversubscribe) lifts the machine's bound, never
-# PROCESS_MAX.  Every integer fits a signed 64-bit TOML integer.
+# hostile file cannot start a storm of processes.  Only the code or command line that
+# loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
+# verify-train --oversubscribe), never PROCESS_MAX; ``oversubscribe = true`` in [limits]
+# records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
 
 COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
 PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
@@ -190,7 +190,8 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     return None
 
 
-OVERSUBSCRIBE_HINT = "set oversubscribe = true in [limits] to allow it deliberately"
+OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or verify-train --oversubscribe "
+                      "to allow it deliberately")
 
 
 CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
@@ -323,17 +324,9 @@ def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
     ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
     threads and processes (see :func:`machine_problem`); None checks the ranges only."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than 4 MiB; not a debtorch config")
-    try:
-        text = data.decode("utf-8")  # TOML is UTF-8 (toml.io, "Spec")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text") from None
+        text = inputs.read_text(path, inputs.MAX_CONFIG, what="a debtorch config")
+    except inputs.InputError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(text, path, cpus)
 
 
@@ -344,7 +337,7 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
         doc = tomllib.loads(text)
     except RecursionError:
         raise ConfigError(f"{name}: not valid TOML (nested too deeply)") from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than int() takes
         msg = str(exc).replace("\n", " ")
         m = re.search(r"\s*\(at line (\d+), column \d+\)\s*$", msg)
         line = int(m.group(1)) if m else 1
@@ -387,7 +380,7 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
 
     limits = _checked_table(doc, "limits", LIMITS_CHECKS, fail)
     oversubscribe = bool(limits.get("oversubscribe"))
-    bad = None if oversubscribe else machine_problem(values, cpus)
+    bad = machine_problem(values, cpus)   # the file's own [limits] never lifts it: only its loader may
     if bad:
         key, msg = bad
         raise fail(f"{TABLE_OF[key]}.{key}", f"{msg}; {OVERSUBSCRIBE_HINT}")
@@ -478,8 +471,8 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
         doc.add(table, t)
     if getattr(rec, "oversubscribe", False):
         t = tomlkit.table()
-        t.add(tomlkit.comment("asked (--oversubscribe): workers, threads and processes beyond what this machine "
-                              f"runs well ({MACHINE_FACTOR} x its usable CPUs) are deliberate"))
+        t.add(tomlkit.comment(f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
+                              "usable CPUs); load with debtorch.load(path, oversubscribe=True)"))
         t.add("oversubscribe", True)
         doc.add("limits", t)
     env = tomlkit.table()
@@ -528,6 +521,6 @@ def write_config(path: str, rec, fingerprint: dict, tuned: dict, force: bool = F
     text = render_config(rec, fingerprint, tuned)
     # What we write must load, on the machine it was tuned for: a bug here, or a number no
     # config may hold, must not reach the user's file.
-    parse_config(text, path, fingerprint.get("usable_cpus"))
+    parse_config(text, path, None if getattr(rec, "oversubscribe", False) else fingerprint.get("usable_cpus"))
     write_atomic(path, text, force=force)
     return text

@@ -199,15 +199,15 @@ def _usable_cpus() -> Optional[int]:
         return None
 
 
-def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True) -> Config:
+def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True, oversubscribe: bool = False) -> Config:
     """Load a config written by ``debtorch tune --write``.
 
     Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
     key) when the file cannot be used, including workers, threads or processes
-    beyond what this machine runs (a few times its usable CPUs; ``oversubscribe =
-    true`` in ``[limits]`` allows them, docs/tune.md "Bounds").
+    beyond what this machine runs (a few times its usable CPUs), unless the caller
+    says ``oversubscribe=True``: a file cannot lift that bound by itself (docs/tune.md "Bounds").
     """
-    cfg = Config(load_config(path, cpus=_usable_cpus()))
+    cfg = Config(load_config(path, cpus=None if oversubscribe else _usable_cpus()))
     if warn_on_mismatch:
         check_fingerprint(cfg)
     return cfg

@@ -93,6 +93,8 @@ def _range_problem(o: Options) -> Optional[str]:
     """The first numeric option outside its range (docs/verify-train.md), or None."""
     if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
         return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
+    if o.budget is not None and not (inputs.finite(o.budget) and 0 < o.budget <= config.BUDGET_MAX_S):
+        return f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {o.budget:g})"
     if not 0 <= o.seed <= SEED_MAX:
         return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
     if o.repeats > MAX_REPEATS:
