@@ -155,7 +155,8 @@ def check_deep_import(m, ctx):
         bad = {k: v for k, v in res.items() if v != "ok"}
         if bad:
             k, v = next(iter(bad.items()))
-            out.append(finding("torch.E006", what=k, device=dev, error=v[:100], about=dev, facts={"device": dev, **bad}))
+            out.append(finding("torch.E006", what=k, device=dev, error=v[:100], about=dev,
+                               facts={"device": dev, **bad}))
     return out
 
 
@@ -206,7 +207,8 @@ def check_driver_for_torch(m, ctx):
             m.cuda.available is True and m.cuda.failure is None)
         if dverdict == "too-old" and not current_ok:
             out.append(finding("cuda.E002", release=dd["release"], driver=dd["version"], cuda=tcuda,
-                               install=torch_fix(m), facts={"debian_driver": dd["version"], "python.torch.cuda": tcuda}))
+                               install=torch_fix(m),
+                               facts={"debian_driver": dd["version"], "python.torch.cuda": tcuda}))
     return out
 
 

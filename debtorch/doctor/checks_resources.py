@@ -103,7 +103,7 @@ def check_shm(m, ctx):
     if container and total <= int(limit("docker_default_shm_bytes")):
         return [finding("memory.E002", size=human_bytes(total), facts=facts_used)]
     if total < per_worker:
-        return [finding("memory.E001", size=human_bytes(total), gib=max(1, needed // (1024 ** 3) + 1), facts=facts_used)]
+        return [finding("memory.E001", size=human_bytes(total), gib=max(1, needed // GiB + 1), facts=facts_used)]
     if free is not None and free < needed:
         return [finding("memory.W001", free=human_bytes(free), workers=workers, needed=human_bytes(needed),
                         gib=_gib_up(total - free + needed), facts=facts_used)]
@@ -124,7 +124,8 @@ def check_nofile(m, ctx):
         variant, n = "", floor if 0 <= hard < floor * 16 else floor * 16
     else:
         variant, n = "hard", floor * 16
-    return [finding("memory.W002", variant=variant, soft=soft, limit=n, hard=hard if hard is None or hard >= 0 else "unlimited",
+    return [finding("memory.W002", variant=variant, soft=soft, limit=n,
+                    hard=hard if hard is None or hard >= 0 else "unlimited",
                     facts={"memory.nofile_soft": soft, "memory.nofile_hard": hard})]
 
 
@@ -138,7 +139,8 @@ def check_memlock(m, ctx):
         return []
     where = m.get("os.container") or ("WSL" if m.get("os.wsl") else None)
     return [finding("memory.W003" if where else "memory.I001", variant="container" if m.get("os.container") else "",
-                    size=human_bytes(soft), where=where, facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
+                    size=human_bytes(soft), where=where,
+                    facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
 
 
 @check("memory")

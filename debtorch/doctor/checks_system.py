@@ -17,7 +17,8 @@ def check_release(m, ctx):
     numbered = ", ".join(r for r in str(supported).split() if r.isdigit())
     if o.derivative:
         base = f" (based on {o.debian.title})" if o.debian else ""
-        out = [finding("os.I001", name=o.name or o.id, base=base, facts={"os.id": o.id, "os.id_like": m.get("os.id_like")})]
+        out = [finding("os.I001", name=o.name or o.id, base=base,
+                       facts={"os.id": o.id, "os.id_like": m.get("os.id_like")})]
         if o.debian is not None and o.debian.relation == "older":
             # Warned like the Debian release it is built on: its driver and Python are that old.
             out.append(finding("os.W002", variant="derivative", name=o.name or o.id, release=o.debian.title,
@@ -26,7 +27,8 @@ def check_release(m, ctx):
         return out
     if not o.is_debian:
         if o.platform not in ("linux", "unknown"):
-            return [finding("os.I002", variant="not_linux", name=o.name or o.platform, facts={"os.platform": o.platform})]
+            return [finding("os.I002", variant="not_linux", name=o.name or o.platform,
+                            facts={"os.platform": o.platform})]
         return [finding("os.I002", name=o.name or o.id, facts={"os.id": o.id})]
     deb = o.debian
     if deb is not None and deb.relation == "older":
@@ -66,7 +68,8 @@ def check_interpreter(m, ctx):
     if p.get("version") is None:
         if ctx.source == "collect_env":
             return []
-        return [finding("python.E001", about=p.get("executable") or "", facts={"python.version": m.unknown("python.version")})]
+        return [finding("python.E001", about=p.get("executable") or "",
+                        facts={"python.version": m.unknown("python.version")})]
     out = []
     exe = p.get("executable") or ""
     is_system = exe.startswith("/usr/bin/python") and not p.get("venv")

@@ -230,7 +230,8 @@ def _tuned(nodes: list, path: str) -> list:
 
 
 def _status(nodes: list, timeout: Optional[float]) -> list:
-    specs = ((MISSING, "fleet.E001", "did not join within the timeout"), (DIED, "fleet.E002", "joined but sent no document"),
+    specs = ((MISSING, "fleet.E001", "did not join within the timeout"),
+             (DIED, "fleet.E002", "joined but sent no document"),
              (MALFORMED, "fleet.E003", "sent a document that cannot be read"),
              (SCHEMA, "fleet.E004", "sent facts of another schema version"))
     out = []
@@ -239,7 +240,7 @@ def _status(nodes: list, timeout: Optional[float]) -> list:
         if bad:
             detail = "" if status != MISSING or timeout is None else f" ({timeout:g} s)"
             out.append(_finding(id_, "nodes", _groups((n.name, n.detail or what) for n in bad), "nodes",
-                                count=len(bad), nodes=len(nodes), timeout=detail))
+                                count=len(bad), nodes=len(nodes), what=what, timeout=detail))
     return out
 
 

@@ -179,8 +179,8 @@ def _findings(v: Verdict, by_rank: dict) -> None:
                   if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
     if slow_pairs:
         v.findings.append(FleetFinding(
-            finding("fleet.W018", "probe", area="fleet", count=len(slow_pairs), plural="s" if len(slow_pairs) != 1 else "",
-                    bar=f"{SLOW_PAIR:.0%}"),
+            finding("fleet.W018", "probe", area="fleet", count=len(slow_pairs),
+                    plural="s" if len(slow_pairs) != 1 else "", bar=f"{SLOW_PAIR:.0%}"),
             tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
                         (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
     v.exclude = sorted({s.name for s in failed + slow_c + slow_b})

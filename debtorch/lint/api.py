@@ -108,7 +108,8 @@ def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix
     try:
         script = Script(tree, text, path)
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crash is a finding, never a traceback
-        found = [Located(path, 1, 1, finding("script.E001", about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120]))]
+        crash = finding("script.E001", about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120])
+        found = [Located(path, 1, 1, crash)]
     else:
         found = run_checks(script)
         if torchfix:

@@ -935,5 +935,6 @@ def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Locat
             out.extend(check(script))
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
             text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
-            out.append(Located(script.path, 1, 1, finding("script.E001", about=script.path, error=text), script.code(1)))
+            crash = finding("script.E001", about=script.path, error=text)
+            out.append(Located(script.path, 1, 1, crash, script.code(1)))
     return out

@@ -49,8 +49,8 @@ def findings(script) -> Iterator[Located]:
     try:
         results = list(mod.TorchChecker(script.tree, lines).run())
     except Exception as exc:  # noqa: BLE001 - TorchFix failing on a file is a finding, not a traceback
-        yield Located(script.path, 1, 1, finding("script.E001", about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120]),
-                      script.code(1))
+        crash = finding("script.E001", about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120])
+        yield Located(script.path, 1, 1, crash, script.code(1))
         return
     for item in results:
         try:
