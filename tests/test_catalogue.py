@@ -80,17 +80,23 @@ def test_generated_blocks_are_current():
     assert not stale, f"docs out of date with checks/findings/: run python tests/catalogue_docs.py ({stale})"
 
 
-def _id_headings(text: str) -> list:
-    """The headings of a page that name an id, outside the generated blocks."""
-    inside, out = False, []
+def _outside_blocks(text: str) -> tuple:
+    """(headings that name an id, ids in a table row's first cell) of a page, outside its generated blocks."""
+    inside, headings, cells = False, [], []
     for line in text.split("\n"):
         inside = (inside or line.startswith(BEGIN)) and not line.startswith("<!-- end ids")
         words = line.split()
-        if not inside and line.startswith("#") and len(words) > 1 and is_id(words[1].rstrip(":")):
-            out.append(line)
-    return out
+        if inside or len(words) < 2:
+            continue
+        if line.startswith("#") and is_id(words[1].rstrip(":")):
+            headings.append(line)
+        if line.startswith("| ") and is_id(words[1]):
+            cells.append(words[1])
+    return headings, cells
 
 
-def test_no_page_documents_an_id_by_hand():
+def test_no_page_documents_an_id_by_hand_and_its_tables_name_catalogued_ids():
     for page in sorted((ROOT / "docs").glob("*.md")):
-        assert not _id_headings(page.read_text()), f"docs/{page.name}: an id documented outside checks/findings/"
+        headings, cells = _outside_blocks(page.read_text())
+        assert not headings, f"docs/{page.name}: an id documented outside checks/findings/: {headings}"
+        assert set(cells) <= set(catalogue()), f"docs/{page.name}: a table names unknown ids"

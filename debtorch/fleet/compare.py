@@ -6,7 +6,7 @@ facts do not tell (an unknown is never a difference).  :func:`read` gives a
 node's answers; :func:`summarise` groups the nodes by each answer and returns
 the fleet's findings, each naming the values and the nodes that have them.
 Nodes that agree on everything are one group, so 1,000 nodes give a short
-report.  Finding ids are documented in docs/checks.md and docs/fleet.md and
+report.  Finding ids are declared in checks/findings/fleet.toml (documented in docs/fleet.md) and
 never renumbered.
 """
 
