@@ -41,9 +41,9 @@ def check_cpu_only_on_gpu(m, ctx):
     where = "on a machine with an NVIDIA GPU" if m.has_nvidia_gpu else f"where {hint}"
     return [finding("torch.E002", version=t.get("version"), kind=kind, where=where,
                     fix=_uninstall(m) + torch_fix(m) + ("" if m.has_nvidia_gpu else
-                                                     "\n(if this machine has no NVIDIA GPU, the CPU build is right)"),
-                  facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
-                         "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
+                                                       "\n(if this machine has no NVIDIA GPU, the CPU build is right)"),
+                    facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
+                           "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
 
 
 def _uninstall(m) -> str:

@@ -191,7 +191,7 @@ class FleetFinding(Placed):
 
 
 def _finding(id_: str, about: str, groups: Iterable[Group], section: str, **values) -> FleetFinding:
-    return FleetFinding(finding(id_, about, area="fleet", **values), tuple(groups), section)
+    return FleetFinding(finding(id_, about, **values), tuple(groups), section)
 
 
 def _groups(pairs: Iterable[tuple]) -> list:

@@ -161,16 +161,16 @@ def _findings(v: Verdict, by_rank: dict) -> None:
     slow_b = [s for s in v.scores if s.verdict == "slow all-reduce"]
     n = len(v.scores)
     if failed:
-        v.findings.append(FleetFinding(finding("fleet.E010", "probe", area="fleet", count=len(failed), nodes=n),
+        v.findings.append(FleetFinding(finding("fleet.E010", "probe", count=len(failed), nodes=n),
                                        tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
     if slow_c:
         v.findings.append(FleetFinding(
-            finding("fleet.W016", "probe", area="fleet", count=len(slow_c), nodes=n, bar=f"{SLOW:.0%}"),
+            finding("fleet.W016", "probe", count=len(slow_c), nodes=n, bar=f"{SLOW:.0%}"),
             tuple(Group(f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median "
                         f"{v.median_gflops:.1f})", (s.name,)) for s in slow_c), "probe"))
     if slow_b:
         v.findings.append(FleetFinding(
-            finding("fleet.W017", "probe", area="fleet", count=len(slow_b), nodes=n, bar=f"{SLOW:.0%}"),
+            finding("fleet.W017", "probe", count=len(slow_b), nodes=n, bar=f"{SLOW:.0%}"),
             tuple(Group(f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
                         f"{v.median_busbw:.2f}), slow with all {s.partners} partners", (s.name,)) for s in slow_b),
             "probe"))
@@ -179,7 +179,7 @@ def _findings(v: Verdict, by_rank: dict) -> None:
                   if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
     if slow_pairs:
         v.findings.append(FleetFinding(
-            finding("fleet.W018", "probe", area="fleet", count=len(slow_pairs),
+            finding("fleet.W018", "probe", count=len(slow_pairs),
                     plural="s" if len(slow_pairs) != 1 else "", bar=f"{SLOW_PAIR:.0%}"),
             tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
                         (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
