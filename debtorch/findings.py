@@ -3,7 +3,7 @@
 Every id any command reports (the doctor's, fleet's, lint's, cfg.watch's, tune's rules) is
 declared once, as data, in ``checks/findings/*.toml`` (ruff's codes table): its title, the
 message and fix templates, why it matters, the page that documents it, retired or not.
-A check fills an entry with what it saw: ``finding("cpu.W001", gov=gov, facts={...})``.
+A check fills an entry with what it saw: ``finding("cpu.W001", governor=gov, facts={...})``.
 """
 
 from __future__ import annotations
@@ -31,12 +31,6 @@ DATA_DIRS = (_PKG.parent / "checks", _PKG / "_data" / "checks", Path("/usr/share
 
 def rank(level: str) -> int:
     return _RANK[level]
-
-
-def is_id(text: str) -> bool:
-    """Shaped like a catalogue id: ``area.LNNN`` (``driver.E001``, ``tune.R020``)."""
-    area, _, code = text.partition(".")
-    return area.isalpha() and area.islower() and len(code) == 4 and code[0].isupper() and code[1:].isdigit()
 
 
 @dataclass(frozen=True)
@@ -81,10 +75,6 @@ def catalogue() -> Dict[str, Entry]:
             for code, fields in entries.items():
                 out[f"{area}.{code}"] = Entry(f"{area}.{code}", page=page, **fields)
     return out
-
-
-def entry(id: str) -> Entry:
-    return catalogue()[id]
 
 
 def _freeze(value: Any) -> Any:
@@ -150,7 +140,7 @@ def finding(id: str, about: str = "", facts: Optional[dict] = None, *, variant: 
     """The catalogue's ``id`` filled with what a check saw: ``values`` fill the templates (of
     ``variant``, where given); ``message`` or ``fix`` given whole replace them (a fix tailored to
     the machine)."""
-    e = entry(id)
+    e = catalogue()[id]
     v = e.variants[variant] if variant else {}
     if message is None:
         message = v.get("message", e.message or e.title).format(**values)

@@ -7,13 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.findings import LETTER_LEVELS, catalogue, finding, is_id
+from debtorch.findings import LETTER_LEVELS, catalogue, finding
 
 from catalogue_docs import BEGIN, blocks, pages, regenerate, selects
 
 ROOT = Path(__file__).resolve().parent.parent
 # What each kind of id is: findings (E, W, I) everywhere, tune's reasons (R rules, M measured).
 LETTERS = {"tune": "RM"}
+
+
+def is_id(text: str) -> bool:
+    """Shaped like a catalogue id: ``area.LNNN`` (``driver.E001``, ``tune.R020``)."""
+    area, _, code = text.partition(".")
+    return area.isalpha() and area.islower() and len(code) == 4 and code[0].isupper() and code[1:].isdigit()
 
 
 def fields(template: str) -> set:

@@ -6,7 +6,7 @@ tests/test_lint_corpus.py (REAL_CASES)."""
 import textwrap
 
 from debtorch.lint.api import lint_text
-from debtorch.findings import catalogue, entry
+from debtorch.findings import catalogue
 
 from test_lint_rules import HEAD, LOOP, found
 
@@ -214,7 +214,7 @@ def test_accumulation_under_ddp_through_a_loss_scaler_or_a_named_count():
 def test_synchronize_has_its_own_fix_and_the_catalogue_keeps_one_w001():
     res = lint_text(HEAD + LOOP + "    torch.cuda.synchronize()\n    v = loss.item()\n", "t.py")
     sync, item = res.findings
-    w001 = entry("script.W001")
+    w001 = catalogue()["script.W001"]
     assert sync.id == item.id == "script.W001"
     assert sync.finding.fix == w001.variants["synchronize"]["fix"] != item.finding.fix == w001.fix
     assert "drop it" in sync.finding.fix and ".detach()" not in sync.finding.fix
