@@ -64,7 +64,7 @@ def test_the_same_settings_under_two_names_are_measured_once_per_round():
 
     same = Settings(threads=2)
     out = tune_bench.head_to_head(trialer, {"rules": same, "pick": Settings(threads=2), "oracle": same,
-                                            "other": Settings(threads=1)}, rounds=3)
+                                            "other": Settings(threads=1)}, rounds=3).data
     assert len(calls) == 6  # two distinct settings, three rounds
     assert out["rules"] == out["pick"] == out["oracle"] != out["other"]
     assert tune_bench.share_estimate(out["pick"], out["oracle"])["target"] == "met"

@@ -161,6 +161,12 @@ def rounds_lines(m, summary: dict) -> list:
            }.get(b.get("stopped"), b.get("stopped") or "")
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""
+    seq = summary.get("sequential") or {}
+    if seq.get("most_looks", 1) > 1:
+        looks = (f"look {seq['looks']} of at most {seq['most_looks']}" if seq.get("looks")
+                 else f"no look yet: fewer than {seq['first']} rounds")
+        why += (f" at {looks}; Pocock's boundary: every look's interval at {seq['confidence']:.2%}, so that "
+                f"stopping at the first verdict keeps 95%")
     return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
 
 
