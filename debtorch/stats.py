@@ -1,60 +1,36 @@
 """Statistics that say "inconclusive": intervals, verdicts and adaptive rounds
-for interleaved measurements.  Pure standard library (``random``,
-``statistics``, ``math``), a fixed seed: the same numbers give the same
-interval every time.
+for interleaved measurements (docs/verify-train.md, "Statistics").  Pure
+standard library, a fixed seed: the same numbers give the same interval.
 
-The method (docs/verify-train.md, "Statistics"):
-
-* Two arms (tuned and baseline, instrumented and bare, a run and its bound)
-  are measured in interleaved *rounds*: round i of one arm ran right beside
-  round i of the other, so drift on the machine hits both alike.
-* The figure is a **ratio of medians**: median(A) / median(B) over the rounds
-  where both arms gave a number (of an even count, the median is the geometric
-  mean of the middle two: everything is computed in logarithms, so no input
-  can overflow).
-* Its interval is a **paired percentile bootstrap**: the rounds are resampled
-  with replacement (a round's two numbers stay together), the ratio of medians
-  is recomputed ``RESAMPLES`` times from the fixed ``SEED``, and the 2.5th and
-  97.5th percentiles bound a 95% interval.  Arms that did not run in the same
-  rounds (a multi-process run against single-process rounds) are resampled
-  each on its own.  The interval is widened, if need be, to hold the point
-  estimate (a percentile interval of a small, discrete bootstrap can miss it).
-* **Student's t too**: the bootstrap alone is overconfident with few rounds
-  (on identical arms with log-normal noise it excluded "no difference" in 26%
-  of 3-round comparisons: it cannot see the uncertainty of so few values) and
-  in its far tails (the repeated intervals below), so the interval is widened
-  to hold Student's t interval of the mean log-ratio (Welch's, unpaired),
-  which keeps its level at any count when the noise is roughly log-normal.
-  A verdict therefore needs both to agree (tests/test_stats.py checks the rate).
-* A **verdict** only when the whole interval lies on one side: "faster" when
-  it lies above 1 (plus an optional equivalence ``margin``), "slower" below;
-  with a margin, "equivalent" when it lies inside 1 +- margin.  Otherwise
-  "inconclusive", with an estimate of how many more rounds would likely
-  resolve it: the interval's half-width shrinks as 1/sqrt(rounds), so
-  n x (half-width / distance to the boundary)^2 rounds would put the
-  boundary outside it.  Fewer than ``MIN_ROUNDS`` rounds are always
-  inconclusive.
-* **Physically impossible figures**: a cost below zero (the instrumented loop
-  faster than the bare one), a share of a bound above 100%, a scaling
-  efficiency above 100%.  When the whole interval is impossible the verdict
-  is "failed measurement"; when only the point estimate is, "inconclusive"
-  (``impossible`` is set either way): never a result.
-
-**Sequential looks.**  ``adaptive_rounds`` adds rounds until the verdict
-resolves or the time budget is spent, as pyperf and hyperfine do.  Stopping at
-the first 95% interval that excludes 1 would be optional stopping: each look
-is another chance for noise to cross, and over rounds 3 to 30 identical arms
-got a verdict in about a quarter of runs (benchmarks/aa_bench.py).  So every
-look of a run is tested at **Pocock's constant nominal level** for the most
-looks the run may take (:class:`Looks`): Pocock, S. J. (1977), "Group
-sequential methods in the design and analysis of clinical trials",
-Biometrika 64(2):191-199.  The intervals are then *repeated confidence
-intervals* (Jennison & Turnbull (1989), JRSS B 51(3):305-361): all of them
-hold together with 95% probability, so a verdict at any look keeps the 95%.
-Pocock's constants assume a known variance; with few rounds the same nominal
-level is applied to Student's t (the "significance level" approach; exact
-t calculations: Jennison & Turnbull (1991), Biometrika 78(1):133-141), and
-tests/test_stats.py and benchmarks/aa_bench.py measure the rate that results.
+* Two arms are measured in interleaved *rounds* (round i of one beside round
+  i of the other: drift hits both alike).  The figure is a **ratio of
+  medians** over the rounds where both gave a number, computed in logarithms
+  (no input can overflow).
+* Its interval is the union of a **paired percentile bootstrap** (rounds
+  resampled ``RESAMPLES`` times from the fixed ``SEED``; unpaired arms each on
+  its own) and **Student's t** interval of the mean log-ratio (Welch's,
+  unpaired), and holds the point estimate.  The bootstrap alone is
+  overconfident with few rounds (on identical arms it excluded "no
+  difference" in 26% of 3-round comparisons) and in its far tails.
+* A **verdict** only when the whole interval lies on one side (of 1, or of
+  1 +- an equivalence ``margin``); otherwise "inconclusive", with the rounds
+  that would likely resolve it (the half-width shrinks as 1/sqrt(rounds)).
+  Fewer than ``MIN_ROUNDS`` rounds are always inconclusive.  A **physically
+  impossible** figure (a negative cost, a share of a bound above 100%) is a
+  "failed measurement" beyond noise, else inconclusive: never a result.
+* **Sequential looks.**  ``adaptive_rounds`` adds rounds until the verdict
+  resolves or the budget is spent (as pyperf and hyperfine do).  Stopping at
+  the first 95% interval that excludes 1 is optional stopping: over rounds 3
+  to 30 identical arms got a verdict in 18% of runs (benchmarks/aa_bench.py).
+  So every look is judged at **Pocock's constant nominal level** for the most
+  looks the run may take (:class:`Looks`; Pocock (1977), "Group sequential
+  methods in the design and analysis of clinical trials", Biometrika
+  64:191-199): *repeated confidence intervals* that hold together with 95%
+  probability (Jennison & Turnbull (1989), JRSS B 51:305-361), so a verdict at
+  any look keeps its 95%.  With few rounds the same nominal level is applied
+  to Student's t (the "significance level" approach; exact t calculations:
+  Jennison & Turnbull (1991), Biometrika 78:133-141); tests/test_stats.py and
+  benchmarks/aa_bench.py measure the rate that results.
 """
 
 from __future__ import annotations
@@ -67,7 +43,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Sequence
 
-CONFIDENCE = 0.95        # of every interval (the Student-t table below is for 95%)
+CONFIDENCE = 0.95        # of every interval (a sequential look's is higher: Looks)
 RESAMPLES = 2000
 SEED = 20261130          # fixed: the same rounds always give the same interval
 MIN_ROUNDS = 3           # fewer rounds never give a verdict
@@ -111,74 +87,47 @@ def _valid(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def _median(xs: list) -> float:
-    return statistics.median(xs)
+_median = statistics.median
 
 
 def _exp(x: float) -> float:
     return math.exp(max(-MAX_LOG, min(MAX_LOG, x)))
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularised incomplete beta function (Lentz's method,
-    Numerical Recipes 6.4)."""
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d or 1e-300)
-    h = d
-    for m in range(1, 300):
-        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 / ((1.0 + num * d) or 1e-300)
-            c = (1.0 + num / c) or 1e-300
-            h *= c * d
-        if abs(c * d - 1.0) < 1e-12:
-            break
-    return h
-
-
 @functools.lru_cache(maxsize=4096)
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile at ``p`` (0.5 < p < 1) with ``df`` degrees of freedom (any df > 0):
-    the tail P(T > t) = I_x(df/2, 1/2) / 2 with x = df / (df + t^2), inverted by bisection."""
-    def tail(t: float) -> float:
-        x, a = df / (df + t * t), df / 2
-        front = math.exp(math.lgamma(a + 0.5) - math.lgamma(a) - math.lgamma(0.5) + a * math.log(x)
-                         + 0.5 * math.log1p(-x))
-        if x < (a + 1) / (a + 2.5):
-            return front * _betacf(a, 0.5, x) / a / 2
-        return (1.0 - front * _betacf(0.5, a, 1 - x) / 0.5) / 2
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile at ``p`` (0.5 < p < 1) with ``df`` whole degrees of freedom (beyond 1000,
+    1000: a little wider): P(|T| <= t) in closed form (Abramowitz & Stegun 26.7.3-4), inverted by bisection."""
+    df = max(1, min(1000, int(df)))
+
+    def within(t: float) -> float:
+        th = math.atan(t / math.sqrt(df))
+        c2, term, total, odd = math.cos(th) ** 2, 1.0, 1.0, df % 2
+        for j in range(1, (df - 1) // 2 if odd else df // 2):
+            term *= c2 * (2 * j - 1 + odd) / (2 * j + odd)
+            total += term
+        if not odd:
+            return math.sin(th) * total
+        return 2 / math.pi * (th + (math.sin(th) * math.cos(th) * total if df > 1 else 0.0))
     lo, hi = 0.0, 1.0
-    while tail(hi) > 1 - p:
+    while within(hi) < 2 * p - 1:
         lo, hi = hi, 2 * hi
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if tail(mid) > 1 - p else (lo, mid)
+        lo, hi = (mid, hi) if within(mid) < 2 * p - 1 else (lo, mid)
     return hi
 
 
-def _mean_var(xs: list) -> tuple:
-    m = math.fsum(xs) / len(xs)
-    return m, math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-
-
 def _t_interval(la: list, lb: list, paired: bool, confidence: float) -> Optional[tuple]:
-    """Student's t interval of the mean log-ratio (paired) or of the difference of mean logs
-    (Welch, unpaired); None when an arm has fewer than two values."""
-    q = (1 + confidence) / 2
-    if paired:
-        if len(la) < 2:
-            return None
-        m, v = _mean_var([x - y for x, y in zip(la, lb)])
-        h = t_quantile(q, len(la) - 1) * math.sqrt(v / len(la))
-        return m - h, m + h
-    if len(la) < 2 or len(lb) < 2:
+    """Student's t interval of the mean log-ratio (paired) or of the difference of mean logs (Welch's,
+    unpaired: its degrees of freedom rounded down, a little wider); None with fewer than two values."""
+    arms = [[x - y for x, y in zip(la, lb)]] if paired else [la, lb]
+    if min(len(x) for x in arms) < 2:
         return None
-    (ma, va), (mb, vb) = _mean_var(la), _mean_var(lb)
-    va, vb, m = va / len(la), vb / len(lb), ma - mb
-    if va + vb == 0:
-        return m, m
-    df = (va + vb) ** 2 / ((va * va / (len(la) - 1)) + (vb * vb / (len(lb) - 1)))
-    h = t_quantile(q, max(1, math.floor(df))) * math.sqrt(va + vb)   # whole degrees, rounded down: a wider interval
+    means = [math.fsum(x) / len(x) for x in arms]
+    v = [math.fsum((y - m) ** 2 for y in x) / (len(x) - 1) / len(x) for x, m in zip(arms, means)]
+    df = len(la) - 1 if paired or not sum(v) else sum(v) ** 2 / sum(w * w / (len(x) - 1) for w, x in zip(v, arms))
+    m, h = means[0] - sum(means[1:]), t_quantile((1 + confidence) / 2, max(1, math.floor(df))) * math.sqrt(sum(v))
     return m - h, m + h
 
 
@@ -233,13 +182,8 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     t = _t_interval(la, lb, paired, confidence)
     if t is None:
         return out
-    # With few rounds the bootstrap cannot see its own uncertainty (on identical arms with three
-    # rounds it excludes "no difference" a quarter of the time), nor in its far tails; Student's t
-    # holds its level at any count when the noise is roughly log-normal: the wider of the two is kept.
     out.low, out.high = min(out.est, t[0] - shift), max(out.est, t[1] - shift)
-    rng = random.Random(seed) if resamples > 0 else None
-    stats = []
-    n = len(la)
+    rng, n, stats = random.Random(seed) if resamples > 0 else None, len(la), []
     for _ in range(max(0, resamples)):
         if paired:
             pick = rng.choices(range(n), k=n)
@@ -248,10 +192,9 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
             stats.append(_median(rng.choices(la, k=len(la))) - _median(rng.choices(lb, k=len(lb))) - shift)
     if stats:
         stats.sort()
-        alpha = 1.0 - confidence
-        lo_i = min(len(stats) - 1, max(0, math.floor(alpha / 2 * len(stats))))
-        hi_i = min(len(stats) - 1, max(0, math.ceil((1 - alpha / 2) * len(stats)) - 1))
-        out.low, out.high = min(stats[lo_i], out.low), max(stats[hi_i], out.high)
+        tail = (1.0 - confidence) / 2
+        lo_i, hi_i = max(0, math.floor(tail * len(stats))), min(len(stats), math.ceil((1 - tail) * len(stats))) - 1
+        out.low, out.high = min(stats[min(lo_i, len(stats) - 1)], out.low), max(stats[max(hi_i, 0)], out.high)
     return out
 
 
@@ -318,13 +261,9 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
     m = _margin(margin)
     r = log_ratio_interval(instrumented, bare, paired=paired, seed=seed, resamples=resamples)
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
-    regions = [(FAILED, 0.0, math.inf, "a negative cost beyond noise: the instrumented loop cannot be faster"),
-               (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
-               (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}")]
-    if m == 0:
-        regions.pop()
-    verdict, more, impossible, why = _judge(r, regions, 0.0)
-    e = _estimate("cost", r, verdict, more, impossible, why, lambda x: 1.0 - _exp(x))
+    e = _at_most_one("cost", r, "a negative cost beyond noise: the instrumented loop cannot be faster",
+                     (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
+                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m, lambda x: 1.0 - _exp(x))
     # 1 - ratio reverses the order: the ratio's high end is the cost's low end.
     if e.low is not None:
         e = Estimate(**{**asdict(e), "low": e.high, "high": e.low})
@@ -344,13 +283,16 @@ def share(part: Sequence, whole: Sequence, *, scale: float = 1.0, margin: float 
     """
     m = _margin(margin)
     r = log_ratio_interval(part, whole, paired=paired, scale=scale, seed=seed, resamples=resamples)
-    regions = [(FAILED, 0.0, math.inf, "above 100% beyond noise: a share of a bound cannot exceed it"),
-               (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
-               (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%")]
-    if m == 0:
-        regions.pop()
-    verdict, more, impossible, why = _judge(r, regions, 0.0)
-    return _estimate("share", r, verdict, more, impossible, why, lambda x: _exp(x))
+    return _at_most_one("share", r, "above 100% beyond noise: a share of a bound cannot exceed it",
+                        (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
+                        (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%"), m, _exp)
+
+
+def _at_most_one(kind: str, r: _LogRatio, failed: str, result: tuple, within: tuple, m: float, f) -> Estimate:
+    """A figure whose ratio cannot exceed 1 (above it beyond noise: a failed measurement): its verdict
+    among ``result`` and, with a margin ``m``, ``within``."""
+    verdict, more, impossible, why = _judge(r, [(FAILED, 0.0, math.inf, failed), result] + ([within] if m else []), 0.0)
+    return _estimate(kind, r, verdict, more, impossible, why, f)
 
 
 def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why: str, f,
@@ -392,40 +334,33 @@ NORMAL = statistics.NormalDist()
 
 @dataclass(frozen=True)
 class Looks:
-    """A sequential design: a verdict may be claimed after every round from ``first`` to ``last``
-    (a look), each look's interval at Pocock's nominal level for that many looks, so that all
-    looks together claim a difference between identical arms at most 5% of the time."""
+    """A sequential design: a look after every round from ``first`` to ``last``, each judged at
+    Pocock's nominal level for that many looks, so that all of them together claim a difference
+    between identical arms at most 5% of the time."""
 
     first: int
     last: int
 
     @property
     def most(self) -> int:
-        """Looks the design allows."""
         return max(1, self.last - self.first + 1)
 
     @property
     def z(self) -> float:
-        """The critical value every look shares (normal scale).  Beyond the table's 100 looks,
-        Bonferroni's, valid for any number of looks."""
-        k = self.most
-        return next((c for n, c in POCOCK.items() if n >= k), None) or NORMAL.inv_cdf(1 - (1 - CONFIDENCE) / 2 / k)
+        """The normal critical value every look shares (beyond the table, Bonferroni's: valid for any looks)."""
+        return next((c for k, c in POCOCK.items() if k >= self.most), None) or NORMAL.inv_cdf(
+            1 - (1 - CONFIDENCE) / 2 / self.most)
 
     @property
     def confidence(self) -> float:
         """Each look's nominal confidence (95% with one look)."""
         return 2 * NORMAL.cdf(self.z) - 1
 
-    def taken(self, rounds: int) -> int:
-        """Looks taken by ``rounds`` rounds."""
-        return max(0, min(rounds, self.last) - self.first + 1)
-
     def to_dict(self, rounds: Optional[int] = None) -> dict:
-        d = {"procedure": "pocock" if self.most > 1 else "fixed", "first": self.first, "last": self.last,
-             "most_looks": self.most, "z": round(self.z, 3), "confidence": round(self.confidence, 5)}
-        if rounds is not None:
-            d["looks"] = self.taken(rounds)
-        return d
+        """The design, and with ``rounds`` the looks they took."""
+        return {"procedure": "pocock" if self.most > 1 else "fixed", "first": self.first, "last": self.last,
+                "most_looks": self.most, "z": round(self.z, 3), "confidence": round(self.confidence, 5),
+                "looks": None if rounds is None else max(0, min(rounds, self.last) - self.first + 1)}
 
 
 @dataclass
@@ -446,21 +381,14 @@ def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict, flo
                     reserve: Optional[Callable[[dict], float]] = None) -> Adaptive:
     """Run rounds until ``judge``'s verdict resolves, or the budget is spent.
 
-    ``run_round(i)`` runs round i (0-based) of every arm, interleaved, and
-    returns ``{arm: value}``; ``judge(data, confidence)`` turns ``{arm: [values]}``
-    into an :class:`Estimate` at that confidence (for instance
-    ``lambda d, c: compare(d["tuned"], d["baseline"], confidence=c)``), or a list of them that
-    resolves when every one does (an empty list never does): every look,
-    from ``min_rounds`` to ``max_rounds``, is judged at the design's level
-    (:class:`Looks`, also in the result), so that stopping at the first
-    verdict keeps the 95% (the module doc).
-    A round starts only when the time spent plus the longest round so far fits
-    ``budget_s`` (the first round, of unknown cost, whenever the budget is
-    positive); at least ``min_rounds`` are run when the budget allows, at most
-    ``max_rounds``.  A verdict that more rounds cannot change (a point estimate
-    on the boundary) stops early.  ``reserve(data)``, when given, is time the
-    budget must keep for what comes after the rounds (estimated from the
-    rounds so far): a round starts only when it fits beside it.
+    ``run_round(i)`` runs round i (0-based) of every arm, interleaved, and returns ``{arm: value}``;
+    ``judge(data, confidence)`` turns ``{arm: [values]}`` into an :class:`Estimate` at that confidence
+    (``lambda d, c: compare(d["tuned"], d["baseline"], confidence=c)``), or a list of them that resolves
+    when every one does (an empty list never does).  Every look, from ``min_rounds`` to ``max_rounds``,
+    is judged at the level of their :class:`Looks` (in the result): stopping at the first verdict keeps
+    the 95%.  A round starts only when the time spent plus the longest round so far (and
+    ``reserve(data)``, what comes after the rounds) fits ``budget_s``; the first whenever the budget is
+    positive.  A verdict that more rounds cannot change (an estimate on the boundary) stops early.
     """
     data: dict = {}
     took: list = []

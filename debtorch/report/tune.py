@@ -85,9 +85,8 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
-    if result.looks is not None:
-        lines.append(f"beyond noise: Pocock's boundary for up to {result.looks.most} looks at a pair (every round "
-                     f"of its races), each a {result.looks.confidence:.2%} interval of pooled noise")
+    lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
+              f"{result.looks.confidence:.2%}"] if result.looks else []
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")

@@ -163,10 +163,8 @@ def rounds_lines(m, summary: dict) -> list:
         "budget_s") else ""
     seq = summary.get("sequential") or {}
     if seq.get("most_looks", 1) > 1:
-        looks = (f"look {seq['looks']} of at most {seq['most_looks']}" if seq.get("looks")
-                 else f"no look yet: fewer than {seq['first']} rounds")
-        why += (f" at {looks}; Pocock's boundary: every look's interval at {seq['confidence']:.2%}, so that "
-                f"stopping at the first verdict keeps 95%")
+        why += (f" at look {seq['looks'] or 0} of at most {seq['most_looks']}; Pocock's boundary: every look's "
+                f"interval at {seq['confidence']:.2%}, 95% over all of them")
     return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
 
 

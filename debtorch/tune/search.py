@@ -34,12 +34,8 @@ Strategy (docs/tune.md, "Measurement"):
   in the machine hits every candidate alike.  After the first round the
   hopeless are dropped (below half the leader, and below what the noise seen
   so far could explain); after later rounds, those the leader beats beyond
-  noise (:meth:`Search.better`: a difference of medians over its standard
-  error, the noise pooled from every repeated measurement, against Student's
-  t at the nominal level of Pocock's boundary, ``debtorch.stats.Looks``, as
-  verify-train's rounds: a race looks after every round, and two standard
-  errors at every look claimed a difference between identical settings in
-  a quarter of A/A races, benchmarks/aa_bench.py); from ``repeats``
+  noise (:meth:`Search.better`: Student's t on the pooled noise at the level
+  of Pocock's boundary, ``stats.Looks``: a race looks after every round); from ``repeats``
   rounds on, a field of more than two keeps only its better half.  A race
   runs at least ``repeats`` rounds and stops early only when what is left is
   within ``min_gain`` (3%) of the leader and a difference of twice that would
@@ -456,9 +452,8 @@ class Search:
         return self._noise()[0]
 
     def _noise(self) -> tuple:
-        """(sigma, the pooled standard deviation of log samples/s around each config's mean with every
-        residual clipped at 3 sigma (Huber's winsorising: a trial another process slowed counts
-        as a 3-sigma one), its degrees of freedom); (0.05, 0.05, 0) before anything was measured twice."""
+        """(sigma, the pooled standard deviation of log samples/s with every residual clipped at 3 sigma
+        (Huber's winsorising: a trial another process slowed counts as a 3-sigma one), its degrees of freedom)."""
         groups = [[math.log(v) for v in vals if v > 0] for vals in self.samples.values()]
         groups = [g for g in groups if len(g) >= 2]
         res = [abs(x - m) * math.sqrt(len(g) / (len(g) - 1)) for g in groups for m in [statistics.median(g)]
@@ -475,10 +470,8 @@ class Search:
         return 1.2533 * (sigma or self.sigma()) * math.sqrt(1 / na + 1 / nb)
 
     def better(self, a: Settings, b: Settings, margin: float = 0.0) -> bool:
-        """Is ``a`` faster than ``b`` beyond noise, and by at least ``min_gain``?  The difference of
-        their medians (in logs) less Student's t at the nominal level of ``self.looks`` times its
-        standard error (the pooled noise: the machine's, so every config's repeats tell of it)
-        must exceed ``margin``.  In A/A races it claimed a difference in about 1% (benchmarks/aa_bench.py)."""
+        """Is ``a`` faster than ``b`` beyond noise (and by ``min_gain``)?  Their difference of medians (in logs)
+        less Student's t at the level of ``self.looks`` times its standard error must exceed ``margin``."""
         ma, mb = self.med(a), self.med(b)
         _, sd, df = self._noise()
         if ma is None or mb is None or ma <= 0 or mb <= 0 or df < 1:

@@ -11,10 +11,8 @@ How the numbers are made (docs/verify-train.md, "Honesty rules"):
 * every arm is summarised by the median over its repeats and the spread
   (min to max);
 * the speed-up is the ratio of medians, with an interval from the paired
-  rounds (:mod:`debtorch.stats`: trials of one round ran back to back, so
-  drift hits both alike) at the level of the rounds' sequential design (the
-  rounds stop at the first verdict: Pocock's repeated interval, 95% over
-  every look); a verdict only when the interval excludes 1,
+  rounds (:mod:`debtorch.stats`: drift hits both alike) at the level of the
+  rounds' :class:`~debtorch.stats.Looks`; a verdict only when the interval excludes 1,
   otherwise "inconclusive" and how many more rounds would likely resolve it;
 * the instrumentation's cost is paired the same way: 1 - instrumented/bare
   samples per second, for the tuned settings in the same round; a negative
@@ -445,8 +443,7 @@ def summary(m) -> dict:
     """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
     arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
     out = dict(arms)
-    looks = (m.budget or {}).get("looks")   # the rounds' sequential design (stats.Looks), when rounds ran
-    looks = stats.Looks(looks["first"], looks["last"]) if looks else stats.Looks(1, 1)
+    looks = stats.Looks(**{k: ((m.budget or {}).get("looks") or {}).get(k, 1) for k in ("first", "last")})
     out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [], looks.confidence)
     out["sequential"] = looks.to_dict(out["speedup"]["rounds"])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])

@@ -13,8 +13,7 @@ promise from the command's start, :mod:`debtorch.budget`):
    worker's first trial pays one-time costs its warm-up steps do not absorb.
 1. Interleaved rounds, at least ``repeats``, more until the speed-up's
    interval resolves or the budget (less what the later steps need) is spent
-   (:func:`debtorch.stats.adaptive_rounds`: every look at Pocock's nominal
-   level, so that stopping at the first verdict keeps the 95%).  Each round runs baseline,
+   (:func:`debtorch.stats.adaptive_rounds`, every look at Pocock's level).  Each round runs baseline,
    tuned, tuned with the bare loop and, for attribution, tuned without each
    group of changed settings (their order rotating every round), then the
    compute-only bound of each (batches already in memory).  Every trial is
