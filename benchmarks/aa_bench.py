@@ -27,9 +27,9 @@ trial), and ``recorded`` (residuals of real repeated measurements: every JSON gi
 ``--recorded``: tune_bench.py's final rounds, verify-train --json documents, this script's own
 ``verify --json``; each setting's log samples/s less their mean, scaled by sqrt(n/(n-1))).
 
-    python benchmarks/aa_bench.py offline --sequences 400 --recorded benchmarks/results/*.json
-    python benchmarks/aa_bench.py offline --sequences 200 --effect 1.2          # the power cost
-    python benchmarks/aa_bench.py verify --runs 40 --json aa-verify.json      # ~40 x 15 s
+    python benchmarks/aa_bench.py offline --sequences 5000 --recorded benchmarks/results/tune-bench-*.json
+    python benchmarks/aa_bench.py offline --sequences 400 --effect 1.2 --recorded benchmarks/results/tune-bench-*.json
+    python benchmarks/aa_bench.py verify --runs 40 --json aa-verify.json      # about 6 min on a quiet machine
     python benchmarks/aa_bench.py tune --runs 40 --small --json aa-tune.json
 """
 
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from debtorch import stats  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
-from debtorch.tune.search import Outcome, Search  # noqa: E402
+from debtorch.tune.search import Outcome, Search, key  # noqa: E402
 
 MODELS = ("lognormal", "heavy", "drift", "recorded")
 DESIGNS = {"full": (3, 30), "quick": (3, 5)}    # verify-train's rounds: at least 3, at most 30 (--quick: 5)
@@ -67,7 +67,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple:
     if n == 0:
         return 0.0, 1.0
     p = k / n
-    mid, half = (p + z * z / (2 * n)) / (1 + z * z / n), z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
@@ -238,15 +239,16 @@ def verify_runs(args) -> dict:
                          "document": {"trials": {arm: [{"samples_per_s": (t or {}).get("samples_per_s")}
                                                        for t in (doc.get("trials") or {}).get(arm) or []]
                                                  for arm in ("baseline", "tuned")}}})
-            log(f"run {i + 1}/{args.runs}: {sp.get('verdict')} {sp.get('low')}-{sp.get('high')} after "
-                f"{budget.get('rounds')} rounds ({budget.get('stopped')}), {wall:.1f} s")
+            log(f"run {i + 1}/{args.runs}: exit {out.returncode}, {sp.get('verdict')} {sp.get('low')}-{sp.get('high')} "
+                f"after {budget.get('rounds')} rounds ({budget.get('stopped')}), {wall:.1f} s")
     return real_summary("verify-train " + " ".join(args.extra), runs, threads)
 
 
 def tune_runs(args) -> dict:
     from debtorch.tune.measure import EngineTrials, Trialer  # noqa: E402  (starts a worker: only here)
     from debtorch.verify.measure import QUICK_OPTIONS  # noqa: E402
-    engine = EngineTrials(args.workload, "cpu", args.python, options=QUICK_OPTIONS.get(args.workload) if args.small else None)
+    engine = EngineTrials(args.workload, "cpu", args.python,
+                          options=QUICK_OPTIONS.get(args.workload) if args.small else None)
     runs = []
     try:
         threads = engine.worker.info().get("threads")
@@ -260,27 +262,25 @@ def tune_runs(args) -> dict:
             search.race([a, b])
             verdict = (stats.FASTER if search.better(a, b) else stats.SLOWER if search.better(b, a)
                        else stats.INCONCLUSIVE)
+            trials = {arm: [{"samples_per_s": v} for v in search.samples.get(key(s), [])]
+                      for arm, s in (("baseline", a), ("tuned", b))}
             runs.append({"verdict": verdict, "rounds": max(search.n(a), search.n(b)), "wall_s": time.monotonic() - t0,
-                         "document": {"trials": {"baseline": [{"samples_per_s": v} for v in search.samples.get(
-                             search_key(a), [])], "tuned": [{"samples_per_s": v} for v in search.samples.get(
-                             search_key(b), [])]}}})
+                         "document": {"trials": trials}})
             log(f"race {i + 1}/{args.runs}: {verdict} after {runs[-1]['rounds']} rounds")
     finally:
         engine.close()
     return real_summary(f"tune --measure race ({args.workload}{', small' if args.small else ''})", runs, threads)
 
 
-def search_key(s: Settings) -> tuple:
-    from debtorch.tune.search import key
-    return key(s)
-
-
 def real_summary(what: str, runs: list, threads) -> dict:
-    done = [r for r in runs if r["verdict"] is not None]
+    # Only a run with at least 3 paired rounds could claim anything: fewer (the budget ended first)
+    # are inconclusive by rule and would flatter the rate; they are counted apart.
+    done = [r for r in runs if r["verdict"] is not None and (r.get("rounds") or 0) >= stats.MIN_ROUNDS]
     claimed = sum(r["verdict"] != stats.INCONCLUSIVE for r in done)
     low, high = wilson(claimed, len(done))
     rounds = [r["rounds"] for r in done if r.get("rounds") is not None]
     return {"mode": "real", "what": what, "threads": threads, "runs": runs, "completed": len(done),
+            "too_few_rounds": len(runs) - len(done),
             "claimed": claimed, "rate": claimed / len(done) if done else None, "low": low, "high": high,
             "rounds": rounds, "wall_s": [r["wall_s"] for r in runs], "load_average": os.getloadavg()}
 
@@ -301,7 +301,8 @@ def render(result: dict) -> str:
         return "\n".join(lines)
     rate = f"{result['rate']:.1%}" if result["rate"] is not None else "-"
     walls = result["wall_s"]
-    return (f"{result['what']}: {result['completed']} A/A runs (threads = {result['threads']}, PyTorch's own), "
+    return (f"{result['what']}: {result['completed']} A/A runs with at least 3 rounds ({result['too_few_rounds']} "
+            f"others ended with fewer; threads = {result['threads']}, PyTorch's own), "
             f"{result['claimed']} verdicts: false-alarm rate {rate} (Wilson 95% {result['low']:.1%}-"
             f"{result['high']:.1%}); rounds {sorted(result['rounds'])}; wall time median "
             f"{statistics.median(walls) if walls else 0:.1f} s, {sum(walls) / 60:.1f} min in all; load average "

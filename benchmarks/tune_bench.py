@@ -23,9 +23,9 @@ built-in Transformer, the data-bound `builtin:images`), on this machine:
 Targets (issues 4, 11 and 14): on every workload `--measure` reaches >= 95% of the re-measured
 oracle, spending <= 25% of a single-pass grid's time; repeated runs choose the same region.  The
 share is a claim with noise: each pick's share of the oracle is also given as a ratio of medians
-over the paired final rounds with its interval (debtorch.stats; repeated, at the final rounds' level), and the share target is
-"met" only when every pick's interval lies above 95%, "missed" when one lies below, otherwise
-"unresolved" (the rounds cannot tell 95% from 100%).
+over the paired final rounds with its interval (debtorch.stats; repeated, at the final rounds' level),
+and the share target is "met" only when every pick's interval lies above 95%, "missed" when one
+lies below, otherwise "unresolved" (the rounds cannot tell 95% from 100%).
 
     # the published table (hours on a quiet 2-core machine):
     python benchmarks/tune_bench.py --budget 180 --measure-runs 5 --doc docs/tune.md --json out.json
@@ -204,7 +204,8 @@ def head_to_head(trialer: Trialer, contestants: dict, rounds: int, judge=lambda 
             vals.update(dict.fromkeys(groups[key(contestants[n])], out.samples_per_s))
             log(f"final {r + 1}/{rounds}: {' = '.join(groups[key(contestants[n])])}: {out.samples_per_s or out.error}")
         return vals
-    return stats.adaptive_rounds(run_round, judge, math.inf, min_rounds=min(stats.MIN_ROUNDS, rounds), max_rounds=rounds)
+    return stats.adaptive_rounds(run_round, judge, math.inf, min_rounds=min(stats.MIN_ROUNDS, rounds),
+                                 max_rounds=rounds)
 
 
 def final_judge(picks: list, fixed: list, oracle: str = "grid (oracle)"):
@@ -348,7 +349,8 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, rounds, 
                    and contestants[n].precision == precision]
     best_fixed = max(fixed_equal, key=lambda n: med[n] or 0) if fixed_equal else None
     first_pick = pick_label[runs[0]["settings"].short()]
-    margin = stats.compare(final[first_pick], final[best_fixed], confidence=confidence).to_dict("ratio") if best_fixed else None
+    margin = (stats.compare(final[first_pick], final[best_fixed], confidence=confidence).to_dict("ratio")
+              if best_fixed else None)
     if margin and key(contestants[first_pick]) == key(contestants[best_fixed]):
         margin["verdict"] = "the same settings"   # --measure kept them: no margin to measure
     return {

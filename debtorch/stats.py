@@ -263,7 +263,8 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
     e = _at_most_one("cost", r, "a negative cost beyond noise: the instrumented loop cannot be faster",
                      (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
-                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m, lambda x: 1.0 - _exp(x))
+                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m,
+                     lambda x: 1.0 - _exp(x))
     # 1 - ratio reverses the order: the ratio's high end is the cost's low end.
     if e.low is not None:
         e = Estimate(**{**asdict(e), "low": e.high, "high": e.low})

@@ -527,7 +527,7 @@ class Verifier:
         def reserve(data: dict) -> float:
             return min(self._after_cost(), keep_for_rest)
 
-        m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # also if the budget cuts a round
+        m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # before: a cut round too
         got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
                                     max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
         if got.rounds:
