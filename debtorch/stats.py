@@ -1,36 +1,19 @@
-"""Statistics that say "inconclusive": intervals, verdicts and adaptive rounds
-for interleaved measurements (docs/verify-train.md, "Statistics").  Pure
-standard library, a fixed seed: the same numbers give the same interval.
+"""Statistics that say "inconclusive": intervals, verdicts and adaptive rounds for interleaved
+measurements; the method and its sources are in docs/verify-train.md ("Statistics").  Standard
+library only, a fixed seed: the same numbers always give the same interval.
 
-* Two arms are measured in interleaved *rounds* (round i of one beside round
-  i of the other: drift hits both alike).  The figure is a **ratio of
-  medians** over the rounds where both gave a number, computed in logarithms
-  (no input can overflow).
-* Its interval is the union of a **paired percentile bootstrap** (rounds
-  resampled ``RESAMPLES`` times from the fixed ``SEED``; unpaired arms each on
-  its own) and **Student's t** interval of the mean log-ratio (Welch's,
-  unpaired), and holds the point estimate.  The bootstrap alone is
-  overconfident with few rounds (on identical arms it excluded "no
-  difference" in 26% of 3-round comparisons) and in its far tails.
-* A **verdict** only when the whole interval lies on one side (of 1, or of
-  1 +- an equivalence ``margin``); otherwise "inconclusive", with the rounds
-  that would likely resolve it (the half-width shrinks as 1/sqrt(rounds)).
-  Fewer than ``MIN_ROUNDS`` rounds are always inconclusive.  A **physically
-  impossible** figure (a negative cost, a share of a bound above 100%) is a
-  "failed measurement" beyond noise, else inconclusive: never a result.
-* **Sequential looks.**  ``adaptive_rounds`` adds rounds until the verdict
-  resolves or the budget is spent (as pyperf and hyperfine do).  Stopping at
-  the first 95% interval that excludes 1 is optional stopping: over rounds 3
-  to 30 identical arms got a verdict in 18% of runs (benchmarks/aa_bench.py).
-  So every look is judged at **Pocock's constant nominal level** for the most
-  looks the run may take (:class:`Looks`; Pocock (1977), "Group sequential
-  methods in the design and analysis of clinical trials", Biometrika
-  64:191-199): *repeated confidence intervals* that hold together with 95%
-  probability (Jennison & Turnbull (1989), JRSS B 51:305-361), so a verdict at
-  any look keeps its 95%.  With few rounds the same nominal level is applied
-  to Student's t (the "significance level" approach; exact t calculations:
-  Jennison & Turnbull (1991), Biometrika 78:133-141); tests/test_stats.py and
-  benchmarks/aa_bench.py measure the rate that results.
+* A figure is a **ratio of medians** over interleaved rounds (in logs: nothing overflows); its
+  interval is the union of a paired percentile bootstrap and Student's t interval of the mean
+  log-ratio (Welch's, unpaired): the bootstrap alone is overconfident with few rounds and with
+  heavy tails.  A **verdict** only when the whole interval lies on one side; otherwise
+  "inconclusive", with the rounds that would likely resolve it; a physically impossible figure
+  beyond noise is a "failed measurement", never a result.
+* **Sequential looks**: ``adaptive_rounds`` adds rounds until the verdict resolves (as pyperf and
+  hyperfine do), so every look is judged at Pocock's constant nominal level for the most looks the
+  run may take (:class:`Looks`; Pocock 1977, Biometrika 64:191-199): repeated confidence intervals
+  that hold together with 95% probability (Jennison & Turnbull 1989, JRSS B 51:305-361), where
+  stopping at the first 95% interval that excludes 1 gave identical arms a verdict in a fifth of
+  runs (benchmarks/aa_bench.py; tests/test_stats.py checks the rate).
 """
 
 from __future__ import annotations
@@ -106,13 +89,10 @@ def t_quantile(p: float, df: int) -> float:
         for j in range(1, (df - 1) // 2 if odd else df // 2):
             term *= c2 * (2 * j - 1 + odd) / (2 * j + odd)
             total += term
-        if not odd:
-            return math.sin(th) * total
-        return 2 / math.pi * (th + (math.sin(th) * math.cos(th) * total if df > 1 else 0.0))
-    lo, hi = 0.0, 1.0
-    while within(hi) < 2 * p - 1:
-        lo, hi = hi, 2 * hi
-    for _ in range(60):
+        return (2 / math.pi * (th + (math.sin(th) * math.cos(th) * total if df > 1 else 0.0)) if odd
+                else math.sin(th) * total)
+    lo, hi = 0.0, 1e7   # beyond the quantile of any level used (df 1 at 1 - 1e-7: 3e6)
+    for _ in range(90):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if within(mid) < 2 * p - 1 else (lo, mid)
     return hi
@@ -252,12 +232,8 @@ def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = Tru
 
 def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired: bool = True,
          seed: int = SEED, resamples: int = RESAMPLES) -> Estimate:
-    """What instrumentation costs: 1 - instrumented / bare speed (samples per second).
-
-    "costs" when the interval lies above ``margin``; "negligible" when it lies
-    below it (only with a margin); a cost below zero beyond noise (the
-    instrumented loop faster than the bare one) is a "failed measurement".
-    """
+    """What instrumentation costs: 1 - instrumented / bare speed.  "costs" above ``margin``, "negligible"
+    below it (with a margin); below zero beyond noise (the instrumented loop faster) a "failed measurement"."""
     m = _margin(margin)
     r = log_ratio_interval(instrumented, bare, paired=paired, seed=seed, resamples=resamples)
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
@@ -273,15 +249,9 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
 
 def share(part: Sequence, whole: Sequence, *, scale: float = 1.0, margin: float = 0.0, paired: bool = True,
           seed: int = SEED, resamples: int = RESAMPLES) -> Estimate:
-    """A share that cannot exceed 1: part / (scale x whole), as a ratio of medians.
-
-    A run's share of its compute-only bound (``part``: the run, ``whole``: the
-    bound, paired by round), or scaling efficiency (``part``: N processes'
-    samples per second, ``whole``: one process's, ``scale`` N, unpaired).
-    "below" when the interval lies under 1; "reached" when it lies within
-    ``margin`` of 1 (only with a margin); above 1 beyond noise is a "failed
-    measurement".
-    """
+    """A share that cannot exceed 1: part / (scale x whole), as a ratio of medians: a run's share of its
+    compute-only bound (paired by round), or scaling efficiency (N processes' speed over one's, ``scale``
+    N, unpaired).  "below" under 1, "reached" within ``margin`` of 1; above 1 beyond noise "failed measurement"."""
     m = _margin(margin)
     r = log_ratio_interval(part, whole, paired=paired, scale=scale, seed=seed, resamples=resamples)
     return _at_most_one("share", r, "above 100% beyond noise: a share of a bound cannot exceed it",
