@@ -121,7 +121,8 @@ def ratio_of_sums(part: Sequence[float], whole: Sequence[float]) -> tuple:
     r = sum(part) / total
     if n < 2:
         return r, None, None
-    h = t975(n - 1) * statistics.stdev([p - r * w for p, w in zip(part, whole)]) / (total / n) / math.sqrt(n)
+    sd = statistics.stdev([p - r * w for p, w in zip(part, whole)])
+    h = t_quantile(0.975, n - 1) * sd / (total / n) / math.sqrt(n)
     return r, r - h, r + h
 
 
