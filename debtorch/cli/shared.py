@@ -1,5 +1,5 @@
 """What the commands share: the exit codes and their meaning, the one-line
-failure, the ``--device`` choice, the output format, the ``--python`` check,
+failure, the ``--device`` option, the output format, the ``--python`` check,
 and the machine a command reads (``--host``, ``--record``, ``--facts``).
 
 Only the command line leaves the process with an exit code (``typer.Exit``).
@@ -15,9 +15,10 @@ from typing import NoReturn, Optional
 
 import typer
 
-from debtorch import facts as facts_mod
+from debtorch import facts as facts_mod, knowledge
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
+from debtorch.train import sim
 
 from debtorch.cli.codes import (EXIT_CODES, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
                                 EXIT_OUTPUT, EXIT_PIPE, EXIT_QUIT, EXIT_TERMINATED, EXIT_USAGE)
@@ -30,9 +31,22 @@ def exit_for(failure) -> int:
     return EXIT_USAGE if getattr(failure, "user_input", False) else EXIT_FAILED
 
 
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
+DEVICE_HELP = "cpu, cuda, or sim:RATE: an accelerator of RATE samples/s simulated on this machine (docs/engine.md)"
+
+
+def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
+    """``--device``: cpu, cuda, or ``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec,
+    with the defaults and presets of checks/thresholds.toml."""
+    if value is None or value in ("cpu", "cuda"):
+        return value
+    if not sim.is_sim(value):
+        prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
+    rows = knowledge.load().thresholds
+    presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
+    try:
+        return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
+    except ValueError as exc:
+        prog.fail(f"--device {exc}")
 
 
 class FailOn(str, Enum):

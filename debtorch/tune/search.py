@@ -267,8 +267,8 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
     """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
-    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules
-    chose them: trials run one process."""
+    rules' split), the CPU split, then prefetch, pinned memory (any accelerator) and persistent
+    workers (a simulated one).  Processes stay as the rules chose them: trials run one process."""
     dims = []
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
@@ -276,9 +276,11 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
     dims.append(split_dimension(per_proc_cpus, device, max_workers))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
-    if device == "cuda":
+    if device != "cpu":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
                               fields=("pin_memory", "non_blocking")))
+    if device.startswith("sim:"):  # short trials span epochs: worker restarts show (docs/engine.md)
+        dims.append(Dimension("persistent_workers", [True, False], "tune.M001", needs=lambda s: s.num_workers > 0))
     return dims
 
 
