@@ -198,3 +198,79 @@ def test_loader_workers_feed_the_device_together():
     two = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, **PINNED}
     assert _run(_job(0.080), 100, steps=24, **two)["samples_per_s"] == pytest.approx(100, rel=0.10)
     assert _run(_job(0.080), 750, steps=24, **two)["samples_per_s"] == pytest.approx(250, rel=0.10)
+
+
+# ---------------------------------------------------------------------------
+# verify-train on a simulated device: the plan and the report (no torch: made-up trials)
+
+SPEC = "sim:300,launch=1,gbps=25,ahead=3,sync=0"
+
+
+def test_verify_plan_on_a_simulated_device_reads_the_loss_every_step_instead_of_bounds_and_convergence():
+    from debtorch.train.settings import Settings
+    from debtorch.verify.measure import Plan, Verifier
+
+    v = Verifier(Plan(device=SPEC, repeats=3, converge_steps=100))
+    v.measured.workload = {"batch_size": 32, "target_loss": 0.5}
+    jobs = v.jobs(Settings(), Settings(num_workers=2, prefetch_factor=2, pin_memory=True, non_blocking=True, threads=1))
+    arms = {j.arm for j in jobs}
+    assert arms == {"prime", "baseline", "tuned", "tuned_sync", "without loader", "without threads"}
+    assert all(j.extra == {"sync_each_step": True} for j in jobs if j.arm == "tuned_sync")
+
+
+def _trial(sps, wait, busy, steps=20, batch=32, workers=2, data_share=0.1):
+    wall = steps * batch / sps
+    return {"samples_per_s": sps, "steps": steps, "wall_s": wall, "step_median_s": wall / steps,
+            "data_wait_share": data_share, "data_wait_s": [data_share * wall / steps] * steps,
+            "settings": {"num_workers": workers}, "accumulation_steps": 1,
+            "sim": {"device_busy_s": busy, "device_wait_s": wait, "staging_s": 0.0}}
+
+
+def _measured(base, tuned, synced):
+    from debtorch.verify.measure import Measured
+
+    m = Measured(device=SPEC, baseline={}, tuned={})
+    m.trials.update(baseline=base, tuned=tuned, tuned_sync=synced)
+    m.budget = {"rounds": len(tuned)}
+    return m
+
+
+def test_report_states_the_simulated_device_its_bound_and_what_a_per_step_sync_costs():
+    from debtorch.report.verify import lines, rows
+    from debtorch.verify import analysis
+
+    # A device of 300/s (107 ms per 32-sample step) that tuned keeps busy: 290/s.  Every step synced, the
+    # host's own 25 ms (1 of them the launch, which overlaps the device's work) add to the device's 107 ms.
+    tuned = [_trial(290 + i, 0.05, 0.1067) for i in range(-2, 3)]
+    synced = [_trial(32 / (0.1067 + 0.024) + i, 0.1057, 0.1067) for i in range(-2, 3)]
+    base = [_trial(150 + i, 0.0, 0.1067, workers=0, data_share=0.6) for i in range(-2, 3)]
+    m = _measured(base, tuned, synced)
+    s = analysis.summary(m)
+    sd = s["sim"]
+    assert sd["words"] == "simulated accelerator (300 samples/s)" and "input_bound" not in sd
+    assert 0.95 < sd["bound_fraction"]["tuned"]["share"] < 0.98
+    cost = sd["sync_cost"]
+    assert cost["verdict"] == "costs" and cost["model"] == "within"
+    assert cost["predicted"] == pytest.approx(1 - (32 / 290) / (0.1067 + 0.024), abs=0.01)
+    text = "\n".join(str(x) for x in lines(m, s))
+    assert "per-step sync (the loss read every step, as .item() does): costs" in text
+    assert "the model (the queue drained every step) predicts" in text and "within the interval" in text
+    assert ("device bound (simulated)", "300", "300") in rows(m, s)
+    v = analysis.verdict(s)
+    assert v.startswith("simulated accelerator (300 samples/s): tuned is ") and "of the device" in v
+
+
+def test_an_input_bound_run_says_the_loaders_ceiling_and_the_cpus_it_would_take():
+    from debtorch.report.verify import lines
+    from debtorch.verify import analysis
+
+    tuned = [_trial(200 + i, 0.0, 0.1067, data_share=0.3) for i in range(-2, 3)]
+    base = [_trial(100 + i, 0.0, 0.1067, workers=0, data_share=0.7) for i in range(-2, 3)]
+    m = _measured(base, tuned, [_trial(195 + i, 0.1, 0.1067) for i in range(-2, 3)])
+    s = analysis.summary(m)
+    assert s["sim"]["input_bound"] == {"ceiling": 200, "one_process": 100, "cpus": 3}
+    text = "\n".join(str(x) for x in lines(m, s))
+    assert ("input-bound: the device waits for data; this machine's loader ceiling is 200 samples/s (tuned), one "
+            "loading process gives 100 (the baseline, loading in the training process): feeding 300 samples/s takes "
+            "about 3 CPUs of loading") in text
+    assert analysis.verdict(s).endswith("of the device, input-bound")

@@ -35,18 +35,23 @@ DEVICE_HELP = "cpu, cuda, or sim:RATE: an accelerator of RATE samples/s simulate
 
 
 def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
-    """``--device``: cpu, cuda, or ``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec,
-    with the defaults and presets of checks/thresholds.toml."""
+    """``--device``: cpu, cuda, or a simulated accelerator as its canonical spec (:func:`sim_device`)."""
     if value is None or value in ("cpu", "cuda"):
         return value
     if not sim.is_sim(value):
         prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
-    rows = knowledge.load().thresholds
-    presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
     try:
-        return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
+        return sim_device(value)
     except ValueError as exc:
         prog.fail(f"--device {exc}")
+
+
+def sim_device(value: str) -> str:
+    """``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec, with the defaults and presets of
+    checks/thresholds.toml; ValueError (one line) when it is not one."""
+    rows = knowledge.load().thresholds
+    presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
+    return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
 
 
 class FailOn(str, Enum):

@@ -57,6 +57,10 @@ Strategy (docs/tune.md, "Measurement"):
   a reason must not come from noise).  Then their best values are raced
   together (every combination of each one's best two or three), and the
   settings decided earlier are revisited.
+* **A small space** (one pass over every point fits half the budget left, at the
+  longest trial so far) is measured whole, once, and its best ``2 x top`` race
+  with the rest: the benchmark's time target there is one pass plus the
+  repeats that resolve the leaders (docs/tune.md).
 * With budget left, close calls are settled where the search ended up: the
   chosen value against its alternatives in the final context, with up to
   twice as many rounds.
@@ -550,9 +554,10 @@ class Search:
             self.phase = "start"
             if self.measure(start) is None:
                 raise RuntimeError(f"the starting settings failed: {self.errors[key(start)]}")
-            self._passes(dims, choices)
-            if self.interactions:
-                self._probe_pairs(dims, choices)
+            if not self._small_space(start, dims, choices):
+                self._passes(dims, choices)
+                if self.interactions:
+                    self._probe_pairs(dims, choices)
             self._refine(dims, choices)
         except BudgetSpent:
             stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
@@ -565,6 +570,29 @@ class Search:
                         looks=self.looks)
         result.runner_up, result.within_noise = self._runner_up(best)
         return result
+
+    def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
+        """A space whose one pass fits half the budget left (at the longest trial so far) is measured
+        whole, once, and its ``2 x top`` best race with the rest: no order of decisions can miss a point."""
+        points = grid_points(start, dims)
+        if len(points) * max(t.seconds for t in self.trials) > (self.budget - self.spent) / 2:
+            return False
+        leaders: list = []
+        try:
+            self.phase = "grid"
+            for p in points:
+                self.measure(p)
+            self.phase = "leaders"
+            leaders = self.race(sorted((p for p in points if self.med(p)), key=lambda p: -self.med(p))[: 2 * self.top])
+        finally:  # the budget may end in the pass: decide with what was measured
+            pool = leaders or [p for p in points if self.n(p) >= 2] or [p for p in points if self.med(p)]
+            best = self.best = self._leader(pool) or start
+            for dim in dims:
+                self._rank(dim, best)
+                choices[dim.name] = (self._choose(dim, best, dim.set(best, dim.get(start)), best)[1] if dim.active(best)
+                                     else Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
+                                                 f"effect with {best.short()}", False, measured=False, fields=dim.decides()))
+        return True
 
     def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
         """One dimension at a time from ``self.best``; later passes revisit a dimension only when
