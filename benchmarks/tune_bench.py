@@ -275,7 +275,8 @@ def subsample(points: list, most: int) -> list:
 def loader_rate(args, quiet: Quiet, workload: str, trials: int = 3) -> float:
     """Samples/s one loader process decodes here: the training process loading alone (no workers, one
     thread) for a simulated device far faster than it, median of ``trials``."""
-    engine = EngineTrials(workload, sim_device("sim:1e6"), args.python)
+    engine = EngineTrials(workload, sim_device("sim:1e6"), args.python,
+                          options=QUICK_OPTIONS.get(workload) if args.small else None)
     try:
         gated = Gated(engine, quiet)
         trialer = Trialer(gated, clock=quiet.clock)
