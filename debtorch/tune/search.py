@@ -288,6 +288,12 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
     return dims
 
 
+def dim_value(dim: Dimension, s: Settings) -> Any:
+    """``dim``'s value in the rules' settings ``s``, or where it means nothing there (prefetch without
+    workers), its first candidate (the rules' companion: prefetch 2, persistent workers)."""
+    return dim.get(s) if dim.active(s) and dim.get(s) in dim.values else dim.values[0]
+
+
 def joint(a: Dimension, b: Dimension, values: list) -> Dimension:
     """Two dimensions raced together: their values are pairs."""
     return Dimension(f"{a.name}+{b.name}", values, a.rule, apply=lambda s, v: b.set(a.set(s, v[0]), v[1]),
@@ -573,25 +579,39 @@ class Search:
 
     def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
         """A space whose one pass fits half the budget left (at the longest trial so far) is measured
-        whole, once, and its ``2 x top`` best race with the rest: no order of decisions can miss a point."""
+        whole, once; its ``2 x top`` best race, and the winner races each of its settings back at the
+        rules' value (kept unless the winner's leads by ``min_gain``): no order of decisions can miss
+        a point, and no noise moves a setting away from the rules."""
         points = grid_points(start, dims)
         if len(points) * max(t.seconds for t in self.trials) > (self.budget - self.spent) / 2:
             return False
-        leaders: list = []
+        best, leaders, todo = start, [], list(dims)
         try:
             self.phase = "grid"
             for p in points:
-                self.measure(p)
+                if not self.n(p):
+                    self.measure(p)
             self.phase = "leaders"
             leaders = self.race(sorted((p for p in points if self.med(p)), key=lambda p: -self.med(p))[: 2 * self.top])
-        finally:  # the budget may end in the pass: decide with what was measured
-            pool = leaders or [p for p in points if self.n(p) >= 2] or [p for p in points if self.med(p)]
-            best = self.best = self._leader(pool) or start
+            best = self._leader(leaders) or start
+            while todo:
+                dim, rule = todo[0], dim_value(todo[0], start)
+                if dim.active(best) and dim.get(best) != rule:
+                    self.phase = dim.name
+                    self.race([best, dim.set(best, rule)])
+                    self._rank(dim, best)
+                    best, choices[dim.name] = self._choose(dim, best, dim.set(best, rule), best)
+                todo.pop(0)
+        finally:  # the budget may end on the way: what was not raced back is decided on what was measured
+            best = self.best = best if leaders else self._leader([p for p in points if self.med(p)]) or start
             for dim in dims:
-                self._rank(dim, best)
-                choices[dim.name] = (self._choose(dim, best, dim.set(best, dim.get(start)), best)[1] if dim.active(best)
-                                     else Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
-                                                 f"effect with {best.short()}", False, measured=False, fields=dim.decides()))
+                if dim.name not in choices or dim in todo:
+                    self._rank(dim, best)
+                    measured = dim.active(best) and len(self._tried(dim, best)) > 1
+                    choices[dim.name] = (self._choose(dim, best, best, best)[1] if measured else
+                                         Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
+                                                f"effect with {best.short()}", False, measured=False,
+                                                fields=dim.decides()))
         return True
 
     def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
