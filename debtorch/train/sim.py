@@ -64,12 +64,15 @@ def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = 
     if presets and head in presets:
         values.update(rate=float(presets[head]), name=head)
     else:
-        values["rate"] = _number(head, f"{PREFIX}RATE", 0.0, MAX_RATE, text, presets)
+        known = f"; presets: {', '.join(sorted(presets))}" if presets else ""
+        values["rate"] = _number(head, float, lambda x: 0 < x <= MAX_RATE, f"{text!r}: {PREFIX}RATE must be a "
+                                 f"number above 0 to {MAX_RATE:g} (got {head!r}){known}")
     for opt in opts:
         key, _, val = (x.strip() for x in opt.partition("="))
         if key in NUMBERS:
             field, lo, hi = NUMBERS[key]
-            values[field] = _number(val, key, lo, hi, text, integer=isinstance(lo, int))
+            values[field] = _number(val, type(lo), lambda x: lo <= x <= hi,
+                                    f"{text!r}: {key} must be a number from {lo:g} to {hi:g} (got {val!r})")
         elif key == "sync" and val in ("0", "1", "on", "off"):
             values["sync"] = val in ("1", "on")
         elif key == "name" and val.replace("-", "").replace(".", "").isalnum():
@@ -83,17 +86,14 @@ def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = 
     return SimSpec(**values)
 
 
-def _number(val: str, what: str, lo, hi, text: str, presets: Optional[dict] = None, integer: bool = False):
-    """``val`` as a number in ``lo .. hi`` (RATE: above ``lo``)."""
-    rate = presets is not None or what.endswith("RATE")
+def _number(val: str, kind, ok, problem: str):
+    """``val`` as ``kind`` (int or float), finite and ``ok``; else ValueError(``problem``)."""
     try:
-        x = int(val) if integer else float(val)
+        x = kind(val)
     except ValueError:
         x = None
-    if x is None or not math.isfinite(x) or not (lo < x <= hi if rate else lo <= x <= hi):
-        known = f"; presets: {', '.join(sorted(presets))}" if presets else ""
-        raise ValueError(f"{text!r}: {what} must be a number {'above' if rate else 'from'} {lo:g} to {hi:g} "
-                         f"(got {val!r}){known}")
+    if x is None or not math.isfinite(x) or not ok(x):
+        raise ValueError(problem)
     return x
 
 
@@ -123,8 +123,8 @@ class SimDevice:
             self.sleep(t - now)
             self.waited += self.clock() - now
 
-    def _queue(self, seconds: float, not_before: float = 0.0) -> None:
-        self.free_at = max(max(self.clock(), self.free_at) + seconds, not_before)
+    def _queue(self, seconds: float) -> None:
+        self.free_at = max(self.clock(), self.free_at) + seconds
         self.busy += seconds
 
     def copy(self, tensor, pinned: bool, non_blocking: bool):
@@ -150,8 +150,7 @@ class SimDevice:
 
     def compute(self, samples: int) -> None:
         """Launch one micro-batch: its device work starts with the launch and ends no earlier."""
-        start = self.clock()
-        end = start + self.spec.launch_ms / 1000.0
+        end = self.clock() + self.spec.launch_ms / 1000.0
         self._queue(samples / self.spec.rate)
         while self.clock() < end:
             pass
