@@ -254,7 +254,8 @@ def test_report_states_the_simulated_device_its_bound_and_what_a_per_step_sync_c
     assert cost["predicted"] == pytest.approx(1 - (32 / 290) / (0.1067 + 0.024), abs=0.01)
     text = "\n".join(str(x) for x in lines(m, s))
     assert "per-step sync (the loss read every step, as .item() does): costs" in text
-    assert "the model (the queue drained every step) predicts" in text and "within the interval" in text
+    assert "the model (a drained queue: the synced steps' host time plus the device's) gives" in text
+    assert "within the interval" in text
     assert ("device bound (simulated)", "300", "300") in rows(m, s)
     v = analysis.verdict(s)
     assert v.startswith("simulated accelerator (300 samples/s): tuned is ") and "of the device" in v

@@ -165,8 +165,10 @@ def sim_lines(summary: dict) -> list:
     if c.get("cost") is not None:
         out.append(f"per-step sync (the loss read every step, as .item() does): costs {analysis.figure(c, 'cost', percent)}"
                    f" of tuned's throughput ({_why(c)})" + (
-                       f"; the model (the queue drained every step) predicts {percent(c['predicted'])}"
-                       + (f", {c['model']} the interval" if c.get("model") else "") if c.get("predicted") is not None else ""))
+                       f"; the model (a drained queue: the synced steps' host time plus the device's) gives "
+                       f"{percent(c['predicted'])}" + (f", {c['model']} the interval" if c.get("model") else "")
+                       if c.get("predicted") is not None else "; the model's figure is impossible here (a disturbed "
+                       "round)"))
     if ib:
         one = f"{ib['one_process']:.0f}" if ib.get("one_process") else "-"
         out.append(f"input-bound: the device waits for data; this machine's loader ceiling is {ib['ceiling']:.0f} samples/s "

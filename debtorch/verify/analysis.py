@@ -268,7 +268,9 @@ def simulated(m, arms: dict) -> Optional[dict]:
     spec = sim.parse(m.device)
     tuned, sync = m.trials.get("tuned") or [], m.trials.get("tuned_sync") or []
     cost = stats.cost(_sps(sync), _sps(tuned)).to_dict("cost")
-    cost["predicted"] = predicted_sync_cost(tuned, sync, spec.launch_ms / 1000)
+    predicted = predicted_sync_cost(tuned, sync, spec.launch_ms / 1000)
+    # Below 0 the unsynced trials ran slower than the model allows: a disturbed round, not a figure.
+    cost["predicted"] = predicted if predicted is not None and 0 <= predicted < 1 else None
     if cost["predicted"] is not None and cost.get("low") is not None:
         cost["model"] = "within" if cost["low"] <= cost["predicted"] <= cost["high"] else "outside"
     out = {"device": m.device, "words": spec.words(), "rate": spec.rate, "sync_cost": cost,
