@@ -279,7 +279,7 @@ class Prepared:
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
-        request = rules.Request(device=device, steps=self.plan.converge_steps or None,
+        request = rules.Request(device=device, steps=None if sim.is_sim(device) else self.plan.converge_steps or None,
                                 model="conv" if info.get("convolutional") else "other")
         try:
             rec = rules.recommend(self.facts, request)
