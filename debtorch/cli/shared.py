@@ -15,10 +15,9 @@ from typing import NoReturn, Optional
 
 import typer
 
-from debtorch import facts as facts_mod, knowledge
+from debtorch import facts as facts_mod
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
-from debtorch.train import sim
 
 from debtorch.cli.codes import (EXIT_CODES, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
                                 EXIT_OUTPUT, EXIT_PIPE, EXIT_QUIT, EXIT_TERMINATED, EXIT_USAGE)
@@ -38,7 +37,7 @@ def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
     """``--device``: cpu, cuda, or a simulated accelerator as its canonical spec (:func:`sim_device`)."""
     if value is None or value in ("cpu", "cuda"):
         return value
-    if not sim.is_sim(value):
+    if not value.startswith("sim:"):
         prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
     try:
         return sim_device(value)
@@ -49,6 +48,9 @@ def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
 def sim_device(value: str) -> str:
     """``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec, with the defaults and presets of
     checks/thresholds.toml; ValueError (one line) when it is not one."""
+    from debtorch import knowledge  # defer: the doctor loads none of the training side
+    from debtorch.train import sim  # defer: as above
+
     rows = knowledge.load().thresholds
     presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
     return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
