@@ -33,6 +33,19 @@ lies below, otherwise "unresolved" (the rounds cannot tell 95% from 100%).
     python benchmarks/tune_bench.py --workloads cnn --small --budget 30 --measure-runs 1 --grid-repeats 1 \\
         --max-points 4 --final-repeats 2 --quiet 1 --max-wait 0
 
+On a simulated accelerator (`--device sim`, docs/engine.md), where the loader's settings decide
+whether the device waits: `builtin:images` at 1.5x and 3x what one loader process decodes here
+(measured first, printed; `--device sim:RATE` names one rate instead).  Each contestant's share
+of the device's rate is given beside its share of the oracle, and where even the oracle cannot
+feed the device, the loader's ceiling and the CPUs it would take.  Precision, memory format and
+the other model settings do nothing there (no model runs).  A space whose single grid pass fits
+the budget is measured whole by `--measure` first (debtorch.tune.search, "small space"): its
+time target is then one pass plus the repeats that resolve the leaders.
+
+    # issue 20's table (about 1.5 hours on a quiet 2-core machine):
+    python benchmarks/tune_bench.py --device sim --workloads images --budget 240 --measure-runs 5 \
+        --grid-repeats 1 --final-repeats 5 --json sim.json
+
 Each trial waits until the machine is quiet (`--quiet`, `--max-wait`) and is run again when
 other processes took the CPUs meanwhile; waiting is not counted as measuring time.  The load
 average before and after is printed: other processes on a shared machine move every number.
@@ -55,7 +68,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from debtorch import facts as facts_mod, stats  # noqa: E402
+from debtorch.cli.shared import sim_device  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
+from debtorch.train import sim  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune import rules  # noqa: E402
 from debtorch.tune.measure import EngineTrials, MeasureOptions, Trialer, measure, precisions_for  # noqa: E402
@@ -257,9 +272,26 @@ def subsample(points: list, most: int) -> list:
     return [points[int(i * step)] for i in range(most)]
 
 
-def bench_workload(args, facts: dict, quiet: Quiet, name: str) -> dict:
+def loader_rate(args, quiet: Quiet, workload: str, trials: int = 3) -> float:
+    """Samples/s one loader process decodes here: the training process loading alone (no workers, one
+    thread) for a simulated device far faster than it, median of ``trials``."""
+    engine = EngineTrials(workload, sim_device("sim:1e6"), args.python,
+                          options=QUICK_OPTIONS.get(workload) if args.small else None)
+    try:
+        gated = Gated(engine, quiet)
+        trialer = Trialer(gated, clock=quiet.clock)
+        trialer.calibrate(Settings(threads=1), args.budget)
+        rates = [trialer(Settings(threads=1)).samples_per_s for _ in range(trials)]
+    finally:
+        engine.close()
+    return statistics.median(r for r in rates if r)
+
+
+def bench_workload(args, facts: dict, quiet: Quiet, name: str, device: str = "cpu") -> dict:
     workload = WORKLOADS.get(name, name)
-    rec = rules.recommend(facts, rules.Request(model="conv" if name in ("cnn", "images") else "other"))
+    simulated = sim.is_sim(device)
+    rec = rules.recommend(facts, rules.Request(device=device if simulated else None,
+                                               model="conv" if name in ("cnn", "images") else "other"))
     precisions = precisions_for(rec, facts)
     precision = "bf16" if "bf16" in precisions else precisions[0]
     options = QUICK_OPTIONS.get(workload) if args.small else None
@@ -268,9 +300,10 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str) -> dict:
     # 1. tune --measure, as a user runs it, several times.
     runs = []
     for i in range(args.measure_runs):
-        measured_rec = rules.recommend(facts, rules.Request(model="conv" if name in ("cnn", "images") else "other"))
+        measured_rec = rules.recommend(facts, rules.Request(device=device if simulated else None,
+                                                            model="conv" if name in ("cnn", "images") else "other"))
         t0 = time.monotonic()
-        engine = EngineTrials(workload, "cpu", args.python, options=options)
+        engine = EngineTrials(workload, device, args.python, options=options)
         start_s = time.monotonic() - t0
         gates.append(Gated(engine, quiet))
         try:
@@ -283,21 +316,22 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str) -> dict:
         finally:
             engine.close()
         runs.append({"settings": measured_rec.settings, "seconds": start_s + result.spent, "trials": len(result.trials),
+                     "grid_first_s": sum(t.seconds for t in result.trials if t.phase == "grid"),
                      "steps_per_trial": result.steps_per_trial,
                      "reasons": {k: str(v) for k, v in measured_rec.reasons.items()},
                      "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None})
         log(f"{name}: --measure run {i + 1} chose {measured_rec.settings.short()} in {runs[-1]['seconds']:.0f} s")
 
     # 2. The grid, and 3. the head-to-head, in one worker, trials sized as --measure sized its own.
-    engine = EngineTrials(workload, "cpu", args.python, options=options)
+    engine = EngineTrials(workload, device, args.python, options=options)
     try:
         gates.append(Gated(engine, quiet))
         trialer = Trialer(gates[-1], clock=quiet.clock)
         trialer.calibrate(rec.settings, args.budget)
         trialer.steps = runs[0]["steps_per_trial"] or trialer.steps
         trialer.max_steps = max(trialer.max_steps, trialer.steps)
-        dims = default_space(rec.settings, "cpu", rec.per_process_cpus, precisions,
-                             bool(trialer.info.get("convolutional")), max_workers=rec.max_workers)
+        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions,
+                             bool(trialer.info.get("convolutional")) and not simulated, max_workers=rec.max_workers)
         every = grid_points(rec.settings, dims)
         points = subsample(every, args.max_points)
         log(f"{name}: grid of {len(points)} of {len(every)} points x {args.grid_repeats}")
@@ -319,8 +353,23 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str) -> dict:
                              final_judge([label for label, _ in picks.values()], fixed))
     finally:
         engine.close()
-    return summarise(name, workload, rec, precision, runs, picks, contestants, final, grid, oracle, single_pass_s,
-                     len(every), len(points), gates)
+    out = summarise(name, workload, rec, precision, runs, picks, contestants, final, grid, oracle, single_pass_s,
+                    len(every), len(points), gates)
+    if simulated:
+        out["sim"] = device_shares(out, sim.parse(device), args.loader_rate)
+    return out
+
+
+def device_shares(result: dict, spec, one_process) -> dict:
+    """Each contestant's share of the simulated device's rate, and where even the oracle cannot feed it
+    (below 95% of it), the loader's ceiling here and the CPUs of loading the rate would take."""
+    for row in result["rows"]:
+        row["of_device"] = row["samples_per_s"] / spec.rate if row["samples_per_s"] else None
+    best = result["targets"]["oracle_remeasured"]
+    out = {"device": spec.text(), "words": spec.words(), "rate": spec.rate, "one_process": one_process}
+    if best and best < 0.95 * spec.rate:
+        out["input_bound"] = {"ceiling": best, "cpus": math.ceil(spec.rate / one_process) if one_process else None}
+    return out
 
 
 def summarise(name, workload, rec, precision, runs, picks, contestants, rounds, grid, oracle, single_pass_s,
@@ -400,6 +449,8 @@ def main() -> int:
     ap.add_argument("--quiet", type=float, default=0.25,
                     help="start a trial only when the CPUs were at most this busy (0-1) with other work; 1: never wait")
     ap.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for quiet before a trial")
+    ap.add_argument("--device", default="cpu", help="cpu; sim: a simulated accelerator at 1.5x and 3x what one loader "
+                    "process decodes here (measured first); sim:RATE[,...]: at that rate (docs/engine.md)")
     args = ap.parse_args()
     if args.measure_runs < 5:
         log(f"--measure-runs {args.measure_runs}: fewer than 5 runs say little about how often the region repeats")
@@ -414,7 +465,16 @@ def main() -> int:
                f"{facts_mod.get(facts, 'os.pretty_name')}, PyTorch {facts_mod.get(facts, 'python.torch.version')}")
     log(f"machine: {machine}; load average {load_before[0]:.2f}")
     quiet = Quiet(threshold=args.quiet, max_wait=args.max_wait)
-    results = [bench_workload(args, facts, quiet, w.strip()) for w in args.workloads.split(",") if w.strip()]
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    devices, args.loader_rate = [args.device], None
+    if args.device.startswith("sim"):
+        first = WORKLOADS.get(names[0], names[0])
+        args.loader_rate = loader_rate(args, quiet, first)
+        log(f"one loader process decodes {args.loader_rate:.1f} samples/s of {first} here (no workers, one thread)")
+        devices = ([sim_device(f"sim:{f * args.loader_rate:.0f}") for f in (1.5, 3.0)] if args.device == "sim"
+                   else [sim_device(args.device)])
+        machine += f"; one loader process decodes {args.loader_rate:.1f} samples/s of {first}"
+    results = [bench_workload(args, facts, quiet, w, d) for d in devices for w in names]
     load_after = os.getloadavg()
     text = render(results, machine, load_before, load_after, args, quiet, time.monotonic() - started)
     print(text)
@@ -472,28 +532,39 @@ def render(results, machine, before, after, args, quiet, took) -> str:
         else:
             margin = f"none ({m['verdict']})"
         sr = t["same_region"]
-        lines.append(f"| `{r['workload']}` | {_f(t['measure_of_oracle_median'], '{:.0%}')}, "
+        where = f" on {r['sim']['words']}" if r.get("sim") else ""
+        lines.append(f"| `{r['workload']}`{where} | {_f(t['measure_of_oracle_median'], '{:.0%}')}, "
                      f"{_f(t['measure_of_oracle_worst'], '{:.0%}')} | {_share(t.get('share_target'))} | "
                      f"{_f(t['measure_time_of_single_pass_grid_median'], '{:.0%}')} | "
                      f"{sr['runs']} of {sr['of']}: {sr['region']} | {margin} vs {t['best_fixed_rule_at_equal_precision']} |")
     for r in results:
-        t = r["targets"]
+        t, sd = r["targets"], r.get("sim")
         fr = r["final_rounds"]
-        lines += ["", f"`{r['workload']}` (precision {r['precision']}): samples per second, median of "
+        where = f" on a {sd['words']}" if sd else ""
+        lines += ["", f"`{r['workload']}`{where} (precision {r['precision']}): samples per second, median of "
                       f"{fr['rounds']} fresh interleaved rounds ({fr['stopped']}: look {fr['looks']} of at most "
                       f"{fr['most_looks']}, intervals at {fr['confidence']:.1%}); the oracle `{t['oracle']}` was chosen on the "
                       f"grid's {args.grid_repeats} pass(es) of {r['grid_points']} points "
                       f"(of {r['grid_points_all']}) at {_f(t['oracle_median_in_grid'], '{:.1f}')} samples/s; "
                       f"a single pass took {r['single_pass_grid_s']:.0f} s of measuring.",
                   "",
-                  "| contestant | settings | samples/s | spread | of oracle |",
-                  "|---|---|---:|---:|---:|"]
+                  "| contestant | settings | samples/s | spread | of oracle |" + (" of device |" if sd else ""),
+                  "|---|---|---:|---:|---:|" + ("---:|" if sd else "")]
         for row in r["rows"]:
             lines.append(f"| {row['contestant']} | `{row['settings']}` | {_f(row['samples_per_s'], '{:.1f}')} | "
-                         f"{_f(row['spread'], '{:.0%}')} | {_f(row['of_oracle'], '{:.0%}')} |")
+                         f"{_f(row['spread'], '{:.0%}')} | {_f(row['of_oracle'], '{:.0%}')} |"
+                         + (f" {_f(row.get('of_device'), '{:.0%}')} |" if sd else ""))
         lines.append("")
+        if sd and sd.get("input_bound"):
+            ib = sd["input_bound"]
+            lines += [f"Input-bound: even the oracle feeds the device {ib['ceiling'] / sd['rate']:.0%} of its "
+                      f"{sd['rate']:g} samples/s; this machine's loader ceiling is {ib['ceiling']:.0f} samples/s, one "
+                      f"loading process decodes {sd['one_process']:.0f}: feeding the device takes about {ib['cpus']} "
+                      "CPUs of loading beside the training loop.", ""]
         for i, run in enumerate(r["measure_runs"]):
-            lines.append(f"- --measure run {i + 1}: `{run['label']}` in {run['seconds']:.0f} s "
+            grid_first = (f"; the whole space once first ({run['grid_first_s']:.0f} s), then its leaders"
+                          if run.get("grid_first_s") else "")
+            lines.append(f"- --measure run {i + 1}: `{run['label']}` in {run['seconds']:.0f} s{grid_first} "
                          f"({_f(run['time_of_single_pass_grid'], '{:.0%}')} of a single-pass grid, {run['trials']} "
                          f"trials), {_f(run['of_oracle'], '{:.0%}')} of the oracle"
                          + (f" (interval {run['of_oracle_interval']['low']:.0%}-"

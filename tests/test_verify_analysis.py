@@ -304,7 +304,7 @@ def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
     assert m.failure is None
-    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "without precision": 3}
+    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "tuned_sync": 0, "without precision": 3}
     # The schedule changes no throughput: tuned with the baseline's schedule runs to the target instead.
     assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.converge["tuned"]["target_loss"] == 0.5

@@ -8,6 +8,7 @@ from typing import Any
 from debtorch.report import Format
 from debtorch.verify.analysis import figure
 from debtorch.report.console import Line
+from debtorch.train import sim
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
 
@@ -25,7 +26,8 @@ def _value(v: Any) -> str:
 def settings_lines(rec, width: int = 100) -> list:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
-    lines = [f"debtorch tune: {rec.device} training, chosen by {rec.chosen_by}"]
+    device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
+    lines = [f"debtorch tune: {device}, chosen by {rec.chosen_by}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
         for name in names:

@@ -57,6 +57,10 @@ Strategy (docs/tune.md, "Measurement"):
   a reason must not come from noise).  Then their best values are raced
   together (every combination of each one's best two or three), and the
   settings decided earlier are revisited.
+* **A small space** (one pass over every point fits half the budget left, at the
+  longest trial so far) is measured whole, once, and its best ``2 x top`` race
+  with the rest: the benchmark's time target there is one pass plus the
+  repeats that resolve the leaders (docs/tune.md).
 * With budget left, close calls are settled where the search ended up: the
   chosen value against its alternatives in the final context, with up to
   twice as many rounds.
@@ -267,8 +271,8 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
     """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
-    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules
-    chose them: trials run one process."""
+    rules' split), the CPU split, then prefetch, pinned memory (any accelerator) and persistent
+    workers (a simulated one).  Processes stay as the rules chose them: trials run one process."""
     dims = []
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
@@ -276,10 +280,18 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
     dims.append(split_dimension(per_proc_cpus, device, max_workers))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
-    if device == "cuda":
+    if device != "cpu":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
                               fields=("pin_memory", "non_blocking")))
+    if device.startswith("sim:"):  # short trials span epochs: worker restarts show (docs/engine.md)
+        dims.append(Dimension("persistent_workers", [True, False], "tune.M001", needs=lambda s: s.num_workers > 0))
     return dims
+
+
+def dim_value(dim: Dimension, s: Settings) -> Any:
+    """``dim``'s value in the rules' settings ``s``, or where it means nothing there (prefetch without
+    workers), its first candidate (the rules' companion: prefetch 2, persistent workers)."""
+    return dim.get(s) if dim.active(s) and dim.get(s) in dim.values else dim.values[0]
 
 
 def joint(a: Dimension, b: Dimension, values: list) -> Dimension:
@@ -548,9 +560,10 @@ class Search:
             self.phase = "start"
             if self.measure(start) is None:
                 raise RuntimeError(f"the starting settings failed: {self.errors[key(start)]}")
-            self._passes(dims, choices)
-            if self.interactions:
-                self._probe_pairs(dims, choices)
+            if not self._small_space(start, dims, choices):
+                self._passes(dims, choices)
+                if self.interactions:
+                    self._probe_pairs(dims, choices)
             self._refine(dims, choices)
         except BudgetSpent:
             stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
@@ -563,6 +576,43 @@ class Search:
                         looks=self.looks)
         result.runner_up, result.within_noise = self._runner_up(best)
         return result
+
+    def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
+        """A space whose one pass fits half the budget left (at the longest trial so far) is measured
+        whole, once; its ``2 x top`` best race, and the winner races each of its settings back at the
+        rules' value (kept unless the winner's leads by ``min_gain``): no order of decisions can miss
+        a point, and no noise moves a setting away from the rules."""
+        points = grid_points(start, dims)
+        if len(points) * max(t.seconds for t in self.trials) > (self.budget - self.spent) / 2:
+            return False
+        best, leaders, todo = start, [], list(dims)
+        try:
+            self.phase = "grid"
+            for p in points:
+                if not self.n(p):
+                    self.measure(p)
+            self.phase = "leaders"
+            leaders = self.race(sorted((p for p in points if self.med(p)), key=lambda p: -self.med(p))[: 2 * self.top])
+            best = self._leader(leaders) or start
+            while todo:
+                dim, rule = todo[0], dim_value(todo[0], start)
+                if dim.active(best) and dim.get(best) != rule:
+                    self.phase = dim.name
+                    self.race([best, dim.set(best, rule)])
+                    self._rank(dim, best)
+                    best, choices[dim.name] = self._choose(dim, best, dim.set(best, rule), best)
+                todo.pop(0)
+        finally:  # the budget may end on the way: what was not raced back is decided on what was measured
+            best = self.best = best if leaders else self._leader([p for p in points if self.med(p)]) or start
+            for dim in dims:
+                if dim.name not in choices or dim in todo:
+                    self._rank(dim, best)
+                    measured = dim.active(best) and len(self._tried(dim, best)) > 1
+                    choices[dim.name] = (self._choose(dim, best, best, best)[1] if measured else
+                                         Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
+                                                f"effect with {best.short()}", False, measured=False,
+                                                fields=dim.decides()))
+        return True
 
     def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
         """One dimension at a time from ``self.best``; later passes revisit a dimension only when
