@@ -94,10 +94,12 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def short(self) -> str:
-        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl'."""
+        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl' ('np': workers not persistent)."""
         parts = [f"w{self.num_workers}"]
         if self.prefetch_factor is not None:
             parts.append(f"pf{self.prefetch_factor}")
+        if self.num_workers and not self.persistent_workers:
+            parts.append("np")
         if self.pin_memory:
             parts.append("pin")
         parts.append(self.precision)

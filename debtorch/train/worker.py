@@ -31,6 +31,7 @@ import traceback
 from typing import Any, Optional
 
 from debtorch.lint.hostwaits import count_host_waits, workload_file
+from debtorch.train import sim
 from debtorch.train._proc import die_with_parent
 
 PROTOCOL_VERSION = 1
@@ -208,6 +209,7 @@ class Session:
             sample_memory=bool(req.get("sample_memory", True)), profile_dir=req.get("profile_dir"),
             on_step=on_step, compute_only=(mode == "compute_only"),
             target_loss=req.get("target_loss"), stop_at_target=bool(req.get("stop_at_target", False)),
+            sync_each_step=bool(req.get("sync_each_step", False)),
         )
 
 
@@ -219,6 +221,12 @@ def check_device(device: str) -> None:
     """Raise a one-line error when this torch cannot use ``device``."""
     import torch
 
+    if sim.is_sim(device):
+        try:
+            sim.parse(device)
+        except ValueError as exc:
+            raise DeviceError(str(exc)) from None
+        return
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -230,7 +238,7 @@ def check_device(device: str) -> None:
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise DeviceError(f"device {device} requested but only {torch.cuda.device_count()} GPU(s) are visible")
     elif dev.type != "cpu":
-        raise DeviceError(f"device {device}: only cpu and cuda are supported")
+        raise DeviceError(f"device {device}: only cpu, cuda and sim:RATE are supported")
 
 
 class DeviceError(Exception):

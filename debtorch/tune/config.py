@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from debtorch import __version__, inputs, outputs
+from debtorch.train import sim
 from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
 
 SCHEMA_VERSION = 1
@@ -140,6 +141,17 @@ def _text(v: Any) -> Optional[str]:
     return None
 
 
+def _device(v: Any) -> Optional[str]:
+    """cpu, cuda, or a simulated accelerator's full spec (as tune writes it)."""
+    if v in ("cpu", "cuda"):
+        return None
+    try:
+        sim.parse(v)
+    except (ValueError, TypeError):
+        return 'must be "cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec'
+    return None
+
+
 def _text_list(v: Any) -> Optional[str]:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         return "must be an array of strings"
@@ -223,7 +235,7 @@ TUNED_CHECKS = {
     "by": _choice("rules", "measured"),
     "date": _text,
     "debtorch_version": _text,
-    "device": _choice("cpu", "cuda"),
+    "device": _device,
     "workload": _text,
     "budget_s": _positive(BUDGET_MAX_S),
 }

@@ -23,6 +23,7 @@ from typing import Any, Optional
 from debtorch.findings import catalogue
 from debtorch.machine import Machine
 from debtorch.units import human_bytes as human
+from debtorch.train import sim
 from debtorch.train.settings import Settings
 from debtorch.tune.config import COUNT_MAX, PROCESS_MAX, machine_problem
 
@@ -61,7 +62,7 @@ class Reason:
 class Request:
     """What the user asked for (the CLI's options), beyond the machine's facts."""
 
-    device: Optional[str] = None          # "cpu" or "cuda"; None: cuda when a usable GPU is known
+    device: Optional[str] = None          # "cpu", "cuda" or "sim:..."; None: cuda when a usable GPU is known
     global_batch: Optional[int] = None    # samples per optimizer step, all processes together
     micro_batch: Optional[int] = None     # samples per forward pass per process
     epochs: Optional[int] = None          # run length, for the schedule
@@ -148,8 +149,8 @@ def recommend(facts, request: Optional[Request] = None) -> Recommendation:
     req = request or Request()
     if req.model is not None and req.model not in MODEL_KINDS:
         raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
-    if req.device is not None and req.device not in ("cpu", "cuda"):
-        raise RequestError(f"device must be cpu or cuda (got {req.device!r})")
+    if req.device is not None and req.device not in ("cpu", "cuda") and not sim.is_sim(req.device):
+        raise RequestError(f"device must be cpu, cuda or sim:RATE (got {req.device!r})")
     req.check()
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     rec = Recommendation(settings=Settings(), oversubscribe=req.oversubscribe)
@@ -157,8 +158,11 @@ def recommend(facts, request: Optional[Request] = None) -> Recommendation:
     _processes(rec, m, req)
     _workers(rec, m, req)
     _pinned(rec, m)
-    _precision(rec, m)
-    _kernels(rec, m, req)
+    if sim.is_sim(rec.device):
+        _no_model(rec)
+    else:
+        _precision(rec, m)
+        _kernels(rec, m, req)
     _threads(rec, m)
     _nccl(rec, m)
     _batch(rec, req, rec.settings.nproc)
@@ -172,6 +176,8 @@ def _device(rec: Recommendation, m: Machine, req: Request) -> None:
         rec.device = req.device
         if req.device == "cuda" and not gpus:
             rec.notes.append("--device cuda but the facts list no usable GPU: GPU rules assume what they cannot see")
+        elif sim.is_sim(req.device):
+            rec.notes.append(f"{sim.parse(req.device).words()}: the GPU rules for what feeds it; no model runs")
         return
     torch_cpu_only = m.get("python.torch.cpu_only")
     rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
@@ -189,14 +195,16 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R020 (and R026's note)."""
     if m.cpus.unknown:
         rec.note("tune.R026", f"usable CPUs unknown ({m.cpus.unknown}); assuming {m.cpus.usable}")
-    if rec.device == "cuda":
+    if sim.is_sim(rec.device) and (req.nproc or 1) > 1:
+        raise RequestError("a simulated accelerator is one device: --nproc 1")
+    if rec.device != "cpu":
         nproc = req.nproc or max(1, len(m.compute_gpus))
         if req.nproc:
             text = f"--nproc {nproc} asked ({len(m.compute_gpus)} usable GPUs in nvidia.gpus)"
-        elif m.compute_gpus:
+        elif m.compute_gpus and rec.device == "cuda":
             text = f"one DDP process per usable GPU: {len(m.compute_gpus)} x {m.gpu_names} (nvidia.gpus)"
         else:
-            text = "no GPU in the facts: one process"
+            text = f"{'one simulated accelerator' if rec.device != 'cuda' else 'no GPU in the facts'}: one process"
         backend, why = "nccl", "nccl, NVIDIA's collective library for GPUs"
     else:
         nproc = req.nproc or 1
@@ -269,7 +277,7 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
 
 def _pinned(rec: Recommendation, m: Machine) -> None:
     """tune.R006."""
-    if rec.device == "cuda":
+    if rec.device != "cpu":
         text = "GPU training: page-locked batches copy to the GPU asynchronously"
         rec.set("pin_memory", True, "tune.R006", text)
         rec.set("non_blocking", True, "tune.R006", text + " (non_blocking=True)")
@@ -316,6 +324,13 @@ def _precision(rec: Recommendation, m: Machine) -> None:
                 "bf16 would be emulated, slower than fp32")
     rec.set("tf32", False, "tune.R015", "TF32 is a GPU feature (compute capability 8.0 and newer)")
     rec.set("cudnn_benchmark", False, "tune.R016", "cuDNN is CUDA's; CPU training does not use it")
+
+
+def _no_model(rec: Recommendation) -> None:
+    """A simulated accelerator runs no model: precision and kernels stay PyTorch's defaults (R012-R019)."""
+    for name, rule in (("precision", "tune.R012"), ("tf32", "tune.R015"), ("cudnn_benchmark", "tune.R016"),
+                       ("channels_last", "tune.R017"), ("fused_optimizer", "tune.R018"), ("compile", "tune.R019")):
+        rec.set(name, getattr(Settings(), name), rule, "a simulated accelerator runs no model: PyTorch's default")
 
 
 def _kernels(rec: Recommendation, m: Machine, req: Request) -> None:

@@ -56,7 +56,7 @@ class Config:
 
     @property
     def device(self) -> str:
-        """The device type the settings were tuned for ("cpu" or "cuda")."""
+        """The device the settings were tuned for ("cpu", "cuda", or a simulated accelerator's "sim:..." spec)."""
         return self.file.device
 
     @property

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from debtorch import facts as facts_mod
 from debtorch import inputs
 from debtorch.host import Host, Unavailable
+from debtorch.train import sim
 from debtorch.train.runner import WorkerError, worker_python
 from debtorch.train.settings import Settings
 from debtorch.tune import config, fingerprint, rules
@@ -137,6 +138,8 @@ def plan_of(o: Options) -> Plan:
     problem = _range_problem(o)
     if problem:
         raise Refused(problem)
+    if sim.is_sim(o.device) and (o.nproc or 1) > 1:
+        raise Refused("--nproc: a simulated accelerator is one device in one process")
     kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
           "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
           "profile_dir": o.profile, "started": o.started}
@@ -250,7 +253,7 @@ class Prepared:
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
                 tuned = self._tuned(info, warn)
-                if self.options.nproc is None:
+                if self.options.nproc is None and not sim.is_sim(self.plan.device):
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
                 m.plan = self.plan.to_json()
                 verifier.run(Settings(), tuned)
@@ -268,14 +271,15 @@ class Prepared:
 
     def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
         """The config's settings, or the rules' for this machine and the loaded workload."""
-        device = (info.get("device") or "cpu").split(":")[0]
+        device = info.get("device") or "cpu"
+        device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
             if self.cfg.device != device:
                 self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
-        request = rules.Request(device=device, steps=self.plan.converge_steps or None,
+        request = rules.Request(device=device, steps=None if sim.is_sim(device) else self.plan.converge_steps or None,
                                 model="conv" if info.get("convolutional") else "other")
         try:
             rec = rules.recommend(self.facts, request)
