@@ -15,12 +15,15 @@ from debtorch import schema as _schema
 STR, INT, NUM, BOOL, ANY = _schema.text(), _schema.integer(), _schema.number(), _schema.BOOL, _schema.ANY
 UNKNOWN = {"*": STR}
 
+# One GPU (facts/nvidia.py's GPU_FIELDS, whose every field has its type here: a test checks it).
 GPU = {
     "index": INT, "name": STR, "uuid": STR, "pci_bus_id": STR, "pci_address": STR, "compute_capability": STR,
     "memory_total": NUM, "memory_used": NUM, "memory_free": NUM, "pcie_current_gen": INT, "pcie_max_gen": INT,
     "pcie_current_width": INT, "pcie_max_width": INT, "persistence_mode": BOOL, "ecc_mode_current": BOOL,
     "ecc_mode_pending": BOOL, "ecc_uncorrected_volatile": INT, "ecc_uncorrected_aggregate": INT,
-    "retired_pages_pending": BOOL, "remapped_rows_pending": BOOL, "remapped_rows_failure": BOOL,
+    "retired_pages_pending": BOOL, "retired_pages_single_bit": INT, "retired_pages_double_bit": INT,
+    "remapped_rows_pending": BOOL, "remapped_rows_failure": BOOL, "remapped_rows_correctable": INT,
+    "remapped_rows_uncorrectable": INT,
     "throttle_reasons": [STR], "temperature_c": NUM, "power_draw_w": NUM, "power_limit_w": NUM,
     "mig_mode_current": BOOL, "mig_mode_pending": BOOL, "compute_mode": STR, "pci_device_id": STR,
     "driver_model": STR, "virtualization_mode": STR, "mig_device_count": INT,
