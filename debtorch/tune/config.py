@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from debtorch import __version__, inputs, outputs, schema
-from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
+from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
 
 SCHEMA_VERSION = 1
 
@@ -72,19 +72,15 @@ class ConfigFile:
 
 
 # ---------------------------------------------------------------------------
-# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use.
-# Workers, threads and processes are also bounded by the machine that runs them:
+# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use (the settings':
+# train/settings.FIELDS).  Workers, threads and processes are also bounded by the machine that runs them:
 # at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
 # processes together (processes x (1 + workers)) included, so that a typo or a
 # hostile file cannot start a storm of processes.  Only the code or command line that
 # loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
-# verify-train --oversubscribe), never PROCESS_MAX; ``oversubscribe = true`` in [limits]
+# verify-train --oversubscribe), never settings.PROCESS_MAX; ``oversubscribe = true`` in [limits]
 # records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
 
-COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
-PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
-PREFETCH_MAX = 256        # batches ahead per worker: each one is held in memory
-MAX_LR = 1000.0
 BUDGET_MAX_S = 7 * 24 * 3600.0
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32
@@ -121,26 +117,14 @@ OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or ve
 
 TEXT = schema.text(max_len=4096, one_line=True)
 TEXTS = schema.List(TEXT, max_len=4096, expect="an array of strings")
-COUNT = schema.integer(1, COUNT_MAX)
-FIELDS: dict[str, schema.Spec] = {     # [loader] ... [schedule]: settings fields and the run's length
-    **dict.fromkeys(("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark", "channels_last",
-                     "fused_optimizer", "compile", "non_blocking"), schema.BOOL),
-    **dict.fromkeys(("micro_batch", "accumulation_steps", "total_steps", "epochs"), COUNT),
-    "num_workers": schema.integer(0, PROCESS_MAX), "threads": schema.integer(1, PROCESS_MAX),
-    "nproc": schema.integer(1, PROCESS_MAX), "prefetch_factor": schema.integer(1, PREFETCH_MAX),
-    "start_method": schema.one_of(*START_METHODS), "precision": schema.one_of(*PRECISIONS),
-    "backend": schema.one_of("nccl", "gloo"), "lr_schedule": schema.one_of(*LR_SCHEDULES),
-    "max_lr": schema.number(f"a number > 0 and at most {MAX_LR:g}", lambda v: 0 < v <= MAX_LR),
-    "pct_start": schema.number("a number between 0 and 1", lambda v: 0 < v < 1),
-}
 SCHEMA: dict[str, schema.Spec] = {
     "schema_version": schema.ANY,        # checked first, with its own words
-    **{table: {k: FIELDS[k] for k in names + (SCHEDULE_EXTRA if table == "schedule" else ())}
+    **{table: {k: FIELDS.get(k, COUNT) for k in names + (SCHEDULE_EXTRA if table == "schedule" else ())}
        for table, names in TABLES.items()},
     "limits": {"oversubscribe": schema.BOOL},
     "env": schema.Table({"*": TEXT}, keys=("an environment variable name (A-Z, 0-9, _)", ENV_NAME.match)),
     "tuned": {"by": schema.one_of("rules", "measured"), "date": TEXT, "debtorch_version": TEXT,
-              "device": schema.one_of("cpu", "cuda"), "workload": TEXT,
+              "device": schema.one_of(*DEVICES), "workload": TEXT,
               "budget_s": schema.number(f"a number > 0 and at most {BUDGET_MAX_S:g}", lambda v: 0 < v <= BUDGET_MAX_S)},
     "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,
                     "driver": TEXT, "python": TEXT, "torch": TEXT, "torch_cuda": TEXT},
