@@ -90,11 +90,12 @@ def _installed_dir() -> Optional[Path]:
 # unless ``optional`` names it; every row has a source, a confidence and a note.
 
 STR = schema.Value(("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip())))
-VERSION = schema.Value(("a version like 12.4 or 535.261.03", lambda v: isinstance(v, str) and bool(versions.numeric(v))))
+VERSION = schema.Value(("a version like 12.4 or 535.261.03",
+                        lambda v: isinstance(v, str) and bool(versions.numeric(v))))
 CC = schema.Value(("a compute capability like 8.6", lambda v: isinstance(v, str) and bool(versions.parse_cc(v))))
 STRS = schema.List(STR, min_len=1, expect="an array of strings")
-SERIES = schema.List(schema.Value(('a release series like "2.6"', lambda v: isinstance(v, str) and bool(versions.series(v)))),
-                     min_len=1)
+SERIES = schema.List(schema.Value(('a release series like "2.6"',
+                                   lambda v: isinstance(v, str) and bool(versions.series(v)))), min_len=1)
 ARCHS = schema.Value(('a string like "7.5;8.0;9.0+PTX" (empty for CPU builds)', lambda v: isinstance(v, str)),
                      ("an arch list", lambda v: parse_arch_list(v, strict=True)))
 _COMMON = {"source": STR, "confidence": schema.one_of(*CONFIDENCE), "note": STR}
@@ -138,8 +139,8 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
         "archived": _rows(version=STR, codename=STR),
     },
     "thresholds.toml": {
-        "threshold": _rows(name=STR, value=schema.Value(("a string or number", lambda v: isinstance(v, (str, int, float))
-                                                         and not isinstance(v, bool))), unit=STR),
+        "threshold": _rows(name=STR, unit=STR, value=schema.Value(
+            ("a string or number", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)))),
     },
     "pci.toml": {
         "device": _rows(id=STR, name=STR, chip=STR, cc=CC),

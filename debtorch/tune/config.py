@@ -178,8 +178,9 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
         raise fail(f"{TABLE_OF.get(fname, 'loader')}.{fname}", problem[len(fname):].strip())
     schedule = doc.get("schedule", {})
     return ConfigFile(settings=settings, env=doc.get("env", {}), fingerprint=doc.get("fingerprint", {}),
-                      tuned=doc.get("tuned", {}), total_steps=schedule.get("total_steps"), epochs=schedule.get("epochs"),
-                      path=name, oversubscribe=bool(doc.get("limits", {}).get("oversubscribe")))
+                      tuned=doc.get("tuned", {}), total_steps=schedule.get("total_steps"),
+                      epochs=schedule.get("epochs"), path=name,
+                      oversubscribe=bool(doc.get("limits", {}).get("oversubscribe")))
 
 
 # ---------------------------------------------------------------------------
