@@ -53,7 +53,7 @@ class Table:
     keys: Optional[Rule] = None        # what a key that ``"*"`` stands for must be
 
 
-Spec = Union[Value, List, Table, Dict[str, Any], list]
+Spec = Union[Value, List, Table, Dict[str, Any], list[Any]]
 ANY = Value()
 BOOL = Value(("true or false", lambda v: isinstance(v, bool)))
 
@@ -81,7 +81,7 @@ def one_of(*choices: str) -> Value:
 def text(max_len: Optional[int] = None, one_line: bool = False, pattern: Optional[str] = None,
          expect: str = "a string") -> Value:
     """A string: at most ``max_len`` characters, without line breaks, matching ``pattern``."""
-    rules: list = [("a string", lambda v: isinstance(v, str))]
+    rules: list[Rule] = [("a string", lambda v: isinstance(v, str))]
     if max_len is not None:
         rules.append((f"at most {max_len} characters", lambda v: len(v) <= max_len))
     if one_line:
@@ -192,7 +192,7 @@ def place(exc: Invalid, name: str, text: Optional[str] = None) -> str:
 _SEGMENT = r"""\s*(?:"(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*"""
 
 
-def _split_key(text: str) -> Optional[list]:
+def _split_key(text: str) -> Optional[list[str]]:
     """'a."b.c".d' -> ['a', 'b.c', 'd']; None when ``text`` is not a key."""
     if not re.fullmatch(rf"{_SEGMENT}(?:\.{_SEGMENT})*", text):
         return None

@@ -2,10 +2,12 @@
 document, however odd, gives anything but a value or one line."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from debtorch import schema
-from debtorch.facts import nvidia, schema as facts_schema
+from debtorch.facts import nvidia
+from debtorch.facts import schema as facts_schema
 
 SPEC = {
     "count": schema.integer(0, 10),

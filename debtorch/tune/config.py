@@ -15,7 +15,6 @@ line naming the file, the line and the key.  Nothing in a config file is ever ex
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import re
 from dataclasses import dataclass, field
