@@ -128,6 +128,7 @@ SCHEMA: dict[str, schema.Spec] = {
     "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,
                     "driver": TEXT, "python": TEXT, "torch": TEXT, "torch_cuda": TEXT},
 }
+ORDER = {key: i for i, key in enumerate(SCHEMA)}      # the order problems are looked for in
 
 
 # ---------------------------------------------------------------------------
@@ -144,7 +145,6 @@ def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
     except inputs.InputError as exc:
         raise ConfigError(str(exc)) from None
     return parse_config(text, path, cpus)
-ORDER = {key: i for i, key in enumerate(SCHEMA)}
 
 
 def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = None) -> ConfigFile:
