@@ -9,22 +9,23 @@ built-in Transformer, the data-bound `builtin:images`), on this machine:
    is the grid's best median: chosen on these repeats only.  `--measure`'s time is compared
    with a **single pass** of the grid (the grid's measuring time / its passes): what one
    measurement of every point costs.
-3. A final head-to-head on **fresh** repeats (`--final-repeats` interleaved rounds, the order
-   rotating): the oracle and every `--measure` pick are measured again, so that neither keeps
+3. A final head-to-head on **fresh** repeats (interleaved rounds, the order rotating, from 3
+   until every verdict below resolves, at most `--final-repeats`: debtorch.stats.adaptive_rounds,
+   each look at Pocock's level, as verify-train's rounds): the oracle and every `--measure` pick are measured again, so that neither keeps
    the luck that selected it (selection bias), beside the fixed rules: PyTorch's defaults,
    the article's rule (workers = 2 x cores, pinned memory), Lightning's rule (workers = usable
    CPUs // devices - 1), each also **at debtorch's precision** (bf16 where the CPU has it), so
    that "beats every rule" is about the settings tune chooses and not about precision alone;
    and debtorch's rules.  Shares of the oracle are of its re-measured median; `--measure`'s
-   margin over the best fixed rule at equal precision is a ratio of medians with its 95%
+   margin over the best fixed rule at equal precision is a ratio of medians with its
    interval over the paired rounds (debtorch.stats), "none" when the interval holds 1.
 
 Targets (issues 4, 11 and 14): on every workload `--measure` reaches >= 95% of the re-measured
 oracle, spending <= 25% of a single-pass grid's time; repeated runs choose the same region.  The
 share is a claim with noise: each pick's share of the oracle is also given as a ratio of medians
-over the paired final rounds with its 95% interval (debtorch.stats), and the share target is
-"met" only when every pick's interval lies above 95%, "missed" when one lies below, otherwise
-"unresolved" (the rounds cannot tell 95% from 100%).
+over the paired final rounds with its interval (debtorch.stats; repeated, at the final rounds' level),
+and the share target is "met" only when every pick's interval lies above 95%, "missed" when one
+lies below, otherwise "unresolved" (the rounds cannot tell 95% from 100%).
 
     # the published table (hours on a quiet 2-core machine):
     python benchmarks/tune_bench.py --budget 180 --measure-runs 5 --doc docs/tune.md --json out.json
@@ -43,6 +44,7 @@ import argparse
 import collections
 import datetime as _dt
 import json
+import math
 import os
 import statistics
 import sys
@@ -181,35 +183,53 @@ def region(s: Settings) -> str:
     return f"t{s.threads or '-'} {'workers' if s.num_workers else 'no workers'} {s.precision}"
 
 
-def head_to_head(trialer: Trialer, contestants: dict, rounds: int) -> dict:
-    """Each distinct setting measured ``rounds`` times, the order rotating every round (reversed every
-    other).  Contestants with the same settings (a --measure pick that is the oracle, or the rules)
-    share one measurement per round: the same configuration under two names must not read as two
-    speeds (a pick equal to the oracle is exactly 100% of it, not 83% by the rounds' noise)."""
+def head_to_head(trialer: Trialer, contestants: dict, rounds: int, judge=lambda data, confidence: []) -> stats.Adaptive:
+    """Each distinct setting measured once a round, the order rotating every round (reversed every
+    other), until ``judge``'s verdicts resolve (from round 3, at most ``rounds``: stats.adaptive_rounds;
+    ``.data`` holds every contestant's values).  Contestants with the same settings (a --measure pick
+    that is the oracle, or the rules) share one measurement per round: the same configuration under
+    two names must not read as two speeds (a pick equal to the oracle is exactly 100% of it, not 83%
+    by the rounds' noise)."""
     groups: dict = {}
     for n, s in contestants.items():
         groups.setdefault(key(s), []).append(n)
     names = [members[0] for members in groups.values()]
-    vals: dict = {n: [None] * rounds for n in contestants}
-    for r in range(rounds):
+
+    def run_round(r: int) -> dict:
+        vals = {}
         k = (r // 2) % len(names)
         order = names[k:] + names[:k]
         for n in (order if r % 2 == 0 else list(reversed(order))):
             out = trialer(contestants[n])
-            for same in groups[key(contestants[n])]:
-                vals[same][r] = out.samples_per_s
+            vals.update(dict.fromkeys(groups[key(contestants[n])], out.samples_per_s))
             log(f"final {r + 1}/{rounds}: {' = '.join(groups[key(contestants[n])])}: {out.samples_per_s or out.error}")
-    return vals
+        return vals
+    return stats.adaptive_rounds(run_round, judge, math.inf, min_rounds=min(stats.MIN_ROUNDS, rounds),
+                                 max_rounds=rounds)
+
+
+def final_judge(picks: list, fixed: list, oracle: str = "grid (oracle)"):
+    """The head-to-head's verdicts at a look: each pick's share of the oracle against the 95% target
+    (a ratio against 0.95 x the oracle: "faster" is met, "slower" missed), and the first pick's margin
+    over the best fixed rule so far (unless they are the same settings)."""
+    def judge(data: dict, confidence: float) -> list:
+        target = [v * SHARE_TARGET if v else None for v in data[oracle]]
+        out = [stats.compare(data[p], target, confidence=confidence) for p in picks]
+        best = max(fixed, key=lambda n: statistics.median([v for v in data[n] if v] or [0]), default=None)
+        if best is not None and data[best] != data[picks[0]]:
+            out.append(stats.compare(data[picks[0]], data[best], confidence=confidence))
+        return out
+    return judge
 
 
 SHARE_TARGET = 0.95
 
 
-def share_estimate(pick: list, oracle: list) -> dict:
+def share_estimate(pick: list, oracle: list, confidence: float = stats.CONFIDENCE) -> dict:
     """A pick's share of the oracle over the paired final rounds (debtorch.stats: ratio of medians,
-    paired bootstrap widened to Student's t with few rounds), and where its interval lies against
-    the 95% target: "met" (above), "missed" (below), "unresolved" (across it)."""
-    est = stats.compare(pick, oracle).to_dict("share")
+    paired bootstrap widened to Student's t, at the final rounds' ``confidence``), and where its
+    interval lies against the 95% target: "met" (above), "missed" (below), "unresolved" (across it)."""
+    est = stats.compare(pick, oracle, confidence=confidence).to_dict("share")
     low, high = est.get("low"), est.get("high")
     if low is None or high is None:
         est["target"] = "unresolved"
@@ -293,15 +313,19 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str) -> dict:
         for label, s in picks.values():
             contestants[label] = s
         contestants["grid (oracle)"] = oracle
-        final = head_to_head(trialer, contestants, args.final_repeats)
+        fixed = [n for n in contestants if n not in dict(picks.values()) and n != "grid (oracle)"
+                 and contestants[n].precision == precision]
+        final = head_to_head(trialer, contestants, args.final_repeats,
+                             final_judge([label for label, _ in picks.values()], fixed))
     finally:
         engine.close()
     return summarise(name, workload, rec, precision, runs, picks, contestants, final, grid, oracle, single_pass_s,
                      len(every), len(points), gates)
 
 
-def summarise(name, workload, rec, precision, runs, picks, contestants, final, grid, oracle, single_pass_s,
+def summarise(name, workload, rec, precision, runs, picks, contestants, rounds, grid, oracle, single_pass_s,
               n_every, n_points, gates) -> dict:
+    final, confidence = rounds.data, rounds.looks.confidence
     med = {n: statistics.median([v for v in vals if v]) if any(vals) else None for n, vals in final.items()}
     best = med["grid (oracle)"]
     rows = []
@@ -312,9 +336,10 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
                      "of_oracle": med[n] / best if med[n] and best else None, "runs": len(v),
                      "rounds": list(final[n])})
     pick_label = {s: label for s, (label, _) in picks.items()}
-    # Each pick against the oracle over the paired final rounds: the share with its 95% interval, and
+    # Each pick against the oracle over the paired final rounds: the share with its interval, and
     # whether the interval lies above the target (met), below it (missed) or across it (unresolved).
-    share_of = {label: share_estimate(final[label], final["grid (oracle)"]) for label in pick_label.values()}
+    share_of = {label: share_estimate(final[label], final["grid (oracle)"], confidence)
+                for label in pick_label.values()}
     run_share = [share_of[pick_label[r["settings"].short()]]["share"] for r in runs]
     shares = [x for x in run_share if x is not None]
     times = [r["seconds"] / single_pass_s for r in runs if single_pass_s]
@@ -324,7 +349,8 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
                    and contestants[n].precision == precision]
     best_fixed = max(fixed_equal, key=lambda n: med[n] or 0) if fixed_equal else None
     first_pick = pick_label[runs[0]["settings"].short()]
-    margin = stats.compare(final[first_pick], final[best_fixed]).to_dict("ratio") if best_fixed else None
+    margin = (stats.compare(final[first_pick], final[best_fixed], confidence=confidence).to_dict("ratio")
+              if best_fixed else None)
     if margin and key(contestants[first_pick]) == key(contestants[best_fixed]):
         margin["verdict"] = "the same settings"   # --measure kept them: no margin to measure
     return {
@@ -353,6 +379,7 @@ def summarise(name, workload, rec, precision, runs, picks, contestants, final, g
         "precisions": [precision] if precision == "fp32" else ["fp32", precision],
         "convolutional": name in ("cnn", "images"), "max_workers": rec.max_workers,
         "rerun": sum(g.contaminated for g in gates),
+        "final_rounds": {"rounds": rounds.rounds, "stopped": rounds.stopped, **rounds.looks.to_dict(rounds.rounds)},
     }
 
 
@@ -423,9 +450,10 @@ def render(results, machine, before, after, args, quiet, took) -> str:
     lines = [
         f"Measured {date} on {machine}; load average {before[0]:.2f} before, {after[0]:.2f} after; "
         f"{took / 60:.0f} min in all. `--measure --budget {args.budget:g}`, {args.measure_runs} run(s) per workload; "
-        f"the grid: {args.grid_repeats} interleaved passes; the final head-to-head: {args.final_repeats} fresh rounds.",
+        f"the grid: {args.grid_repeats} interleaved passes; the final head-to-head: fresh rounds from 3 until every "
+        f"verdict resolves, at most {args.final_repeats}, each look's interval at Pocock's level (intervals below).",
         "",
-        "| workload | --measure of re-measured oracle (median, worst) | worst pick's share, 95% interval: "
+        "| workload | --measure of re-measured oracle (median, worst) | worst pick's share, repeated interval: "
         ">= 95%? | --measure time of a single-pass grid | same region | "
         "margin over the best fixed rule at equal precision |",
         "|---|---:|---|---:|---|---|",
@@ -450,8 +478,10 @@ def render(results, machine, before, after, args, quiet, took) -> str:
                      f"{sr['runs']} of {sr['of']}: {sr['region']} | {margin} vs {t['best_fixed_rule_at_equal_precision']} |")
     for r in results:
         t = r["targets"]
+        fr = r["final_rounds"]
         lines += ["", f"`{r['workload']}` (precision {r['precision']}): samples per second, median of "
-                      f"{args.final_repeats} fresh interleaved rounds; the oracle `{t['oracle']}` was chosen on the "
+                      f"{fr['rounds']} fresh interleaved rounds ({fr['stopped']}: look {fr['looks']} of at most "
+                      f"{fr['most_looks']}, intervals at {fr['confidence']:.1%}); the oracle `{t['oracle']}` was chosen on the "
                       f"grid's {args.grid_repeats} pass(es) of {r['grid_points']} points "
                       f"(of {r['grid_points_all']}) at {_f(t['oracle_median_in_grid'], '{:.1f}')} samples/s; "
                       f"a single pass took {r['single_pass_grid_s']:.0f} s of measuring.",
@@ -466,7 +496,7 @@ def render(results, machine, before, after, args, quiet, took) -> str:
             lines.append(f"- --measure run {i + 1}: `{run['label']}` in {run['seconds']:.0f} s "
                          f"({_f(run['time_of_single_pass_grid'], '{:.0%}')} of a single-pass grid, {run['trials']} "
                          f"trials), {_f(run['of_oracle'], '{:.0%}')} of the oracle"
-                         + (f" (95% interval {run['of_oracle_interval']['low']:.0%}-"
+                         + (f" (interval {run['of_oracle_interval']['low']:.0%}-"
                             f"{run['of_oracle_interval']['high']:.0%})"
                             if (run.get("of_oracle_interval") or {}).get("low") is not None else "")
                          + (f"; within noise of `{run['within_noise_of']}`" if run["within_noise_of"] else ""))

@@ -88,7 +88,8 @@ def per_step_cost(n: int = 20000, repeats: int = 7) -> float:
 
 def overhead(args) -> dict:
     bare, watched, inside, verdict_s = pairs(args.pairs, args.block, args.step)
-    mean, half = statistics.fmean(inside), stats.t975(len(inside) - 1) * statistics.stdev(inside) / len(inside) ** 0.5
+    mean = statistics.fmean(inside)
+    half = stats.t_quantile(0.975, len(inside) - 1) * statistics.stdev(inside) / len(inside) ** 0.5
     est = stats.cost([1 / s for s in watched], [1 / s for s in bare], margin=TARGET)
     own = per_step_cost()
     return {"step_s": STEP_S, "step": args.step, "pairs": args.pairs, "block": args.block,

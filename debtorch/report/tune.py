@@ -85,6 +85,8 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
+              f"{result.looks.confidence:.2%}"] if result.looks else []
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")
@@ -127,6 +129,7 @@ class TuneView:
             "budget_s": result.budget,
             "stopped": result.stopped,
             "noise": result.noise,
+            "sequential": result.looks.to_dict() if result.looks else None,
             "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None,
             "interactions": [list(p) for p in result.interactions],
             "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}

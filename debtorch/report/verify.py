@@ -161,6 +161,10 @@ def rounds_lines(m, summary: dict) -> list:
            }.get(b.get("stopped"), b.get("stopped") or "")
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""
+    seq = summary.get("sequential") or {}
+    if seq.get("most_looks", 1) > 1:
+        why += (f" at look {seq['looks'] or 0} of at most {seq['most_looks']}; Pocock's boundary: every look's "
+                f"interval at {seq['confidence']:.2%}, 95% over all of them")
     return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
 
 

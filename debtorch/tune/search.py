@@ -34,8 +34,8 @@ Strategy (docs/tune.md, "Measurement"):
   in the machine hits every candidate alike.  After the first round the
   hopeless are dropped (below half the leader, and below what the noise seen
   so far could explain); after later rounds, those the leader beats beyond
-  noise (two standard errors of a difference of medians, the noise pooled
-  from every repeated measurement; medians, never means); from ``repeats``
+  noise (:meth:`Search.better`: Student's t on the pooled noise at the level
+  of Pocock's boundary, ``stats.Looks``: a race looks after every round); from ``repeats``
   rounds on, a field of more than two keeps only its better half.  A race
   runs at least ``repeats`` rounds and stops early only when what is left is
   within ``min_gain`` (3%) of the leader and a difference of twice that would
@@ -317,6 +317,7 @@ class Result:
     noise: float = 0.0                              # relative noise of one trial (robust sigma of log samples/s)
     interactions: list = field(default_factory=list)  # (dimension, dimension) pairs found to interact
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
+    looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
 
     def median(self, s: Settings) -> Optional[float]:
         vals = self.samples(s)
@@ -389,7 +390,8 @@ class Search:
         self.budget = float(budget_s)
         self.repeats = max(2, repeats)
         self.max_repeats = max(self.repeats, max_repeats)
-        self.z = z
+        self.z = z                # "practically equal": a difference of twice ``min_gain`` would show by z se
+        self.looks = stats.Looks(2, 3 * self.max_repeats)   # a pair's race, a revisit and the settle race (2x)
         self.min_gain = min_gain
         self.switch_z = switch_z
         self.on_trial = on_trial
@@ -447,44 +449,46 @@ class Search:
         """Robust relative noise: the spread of log(samples/s) around each config's
         median, pooled over configs measured at least twice (MAD x 1.4826).
         5% until something has been measured twice; never below 1%."""
-        res = []
-        for vals in self.samples.values():
-            logs = [math.log(v) for v in vals if v > 0]
-            n = len(logs)
-            if n >= 2:
-                m = statistics.median(logs)
-                res.extend(abs(x - m) * math.sqrt(n / (n - 1)) for x in logs if x != m)
-        return max(0.01, 1.4826 * statistics.median(res)) if res else 0.05
+        return self._noise()[0]
 
-    def _se(self, na: int, nb: int) -> float:
+    def _noise(self) -> tuple:
+        """(sigma, the pooled standard deviation of log samples/s with every residual clipped at 3 sigma
+        (Huber's winsorising: a trial another process slowed counts as a 3-sigma one), its degrees of freedom)."""
+        groups = [[math.log(v) for v in vals if v > 0] for vals in self.samples.values()]
+        groups = [g for g in groups if len(g) >= 2]
+        res = [abs(x - m) * math.sqrt(len(g) / (len(g) - 1)) for g in groups for m in [statistics.median(g)]
+               for x in g if x != m]
+        if not res:
+            return 0.05, 0.05, 0
+        sigma = max(0.01, 1.4826 * statistics.median(res))
+        ss = math.fsum(min(3 * sigma, abs(x - mu)) ** 2 for g in groups for mu in [math.fsum(g) / len(g)] for x in g)
+        df = sum(len(g) - 1 for g in groups)
+        return sigma, max(0.01, math.sqrt(ss / df)), df
+
+    def _se(self, na: int, nb: int, sigma: Optional[float] = None) -> float:
         """Standard error of a difference of two medians (in logs): a median's is 1.25x a mean's."""
-        return 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)
+        return 1.2533 * (sigma or self.sigma()) * math.sqrt(1 / na + 1 / nb)
 
-    def gap(self, a: Settings, b: Settings) -> float:
-        """How far apart (in log samples/s) the medians of ``a`` and ``b`` must be to count:
-        z standard errors of a difference of medians, and at least ``min_gain``."""
-        na, nb = self.n(a), self.n(b)
-        if not na or not nb:
-            return float("inf")
-        return max(math.log1p(self.min_gain), self.z * self._se(na, nb))
-
-    def better(self, a: Settings, b: Settings) -> bool:
-        """Is ``a`` clearly faster than ``b``?"""
+    def better(self, a: Settings, b: Settings, margin: float = 0.0) -> bool:
+        """Is ``a`` faster than ``b`` beyond noise (and by ``min_gain``)?  Their difference of medians (in logs)
+        less Student's t at the level of ``self.looks`` times its standard error must exceed ``margin``."""
         ma, mb = self.med(a), self.med(b)
-        if ma is None or mb is None or ma <= 0 or mb <= 0:
+        _, sd, df = self._noise()
+        if ma is None or mb is None or ma <= 0 or mb <= 0 or df < 1:
             return False
-        return math.log(ma) - math.log(mb) > self.gap(a, b)
+        d = math.log(ma) - math.log(mb)
+        t = stats.t_quantile((1 + self.looks.confidence) / 2, df)
+        return d > math.log1p(self.min_gain) and d - t * self._se(self.n(a), self.n(b), sd) > math.log1p(margin)
 
     def confirmed(self, a: Settings, b: Settings) -> bool:
         """Is ``a`` faster than ``b`` by enough to claim it in a reason (an interaction)?  Both are
         first brought to ``repeats`` samples (a median of two cannot outvote an outlier), and the
-        gap is twice a race's: many pairs are probed, and a claim must not come from noise."""
+        interval must lie above 1 + ``min_gain``: many pairs are probed, and a claim must not come from noise."""
         while min(self.n(a), self.n(b)) < self.repeats:
             for c in (a, b) if self.n(a) <= self.n(b) else (b, a):
                 if self.n(c) < self.repeats and self.measure(c) is None:
                     return False
-        ma, mb = self.med(a), self.med(b)
-        return math.log(ma) - math.log(mb) > 2 * self.gap(a, b)
+        return self.better(a, b, self.min_gain)
 
     def ahead(self, a: Settings, b: Settings) -> bool:
         """Is ``a``'s median ahead of ``b``'s by at least ``min_gain`` (and ``switch_z`` standard errors)?
@@ -555,7 +559,8 @@ class Search:
             if dim.name in choices:
                 choices[dim.name].changed = dim.get(best) != dim.get(start)
         result = Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
-                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found))
+                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found),
+                        looks=self.looks)
         result.runner_up, result.within_noise = self._runner_up(best)
         return result
 

@@ -10,9 +10,9 @@ How the numbers are made (docs/verify-train.md, "Honesty rules"):
 
 * every arm is summarised by the median over its repeats and the spread
   (min to max);
-* the speed-up is the ratio of medians, with a 95% interval from the paired
-  rounds (:mod:`debtorch.stats`: trials of one round ran back to back, so
-  drift hits both alike); a verdict only when the interval excludes 1,
+* the speed-up is the ratio of medians, with an interval from the paired
+  rounds (:mod:`debtorch.stats`: drift hits both alike) at the level of the
+  rounds' :class:`~debtorch.stats.Looks`; a verdict only when the interval excludes 1,
   otherwise "inconclusive" and how many more rounds would likely resolve it;
 * the instrumentation's cost is paired the same way: 1 - instrumented/bare
   samples per second, for the tuned settings in the same round; a negative
@@ -100,10 +100,10 @@ def _sps(results: list) -> list:
     return [(r or {}).get("samples_per_s") for r in results]
 
 
-def speedup(tuned: list, baseline: list) -> dict:
-    """Tuned over baseline: the ratio of medians over the paired rounds, its 95% interval
-    (``low``, ``high``) and ``verdict`` (faster, slower or inconclusive, see debtorch.stats)."""
-    out = stats.compare(_sps(tuned), _sps(baseline)).to_dict("ratio")
+def speedup(tuned: list, baseline: list, confidence: float = stats.CONFIDENCE) -> dict:
+    """Tuned over baseline: the ratio of medians over the paired rounds, its interval at
+    ``confidence`` (``low``, ``high``) and ``verdict`` (faster, slower or inconclusive, see debtorch.stats)."""
+    out = stats.compare(_sps(tuned), _sps(baseline), confidence=confidence).to_dict("ratio")
     out["pairs"] = paired_ratios(tuned, baseline)
     return out
 
@@ -443,7 +443,9 @@ def summary(m) -> dict:
     """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
     arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
     out = dict(arms)
-    out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [])
+    looks = stats.Looks(**{k: ((m.budget or {}).get("looks") or {}).get(k, 1) for k in ("first", "last")})
+    out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [], looks.confidence)
+    out["sequential"] = looks.to_dict(out["speedup"]["rounds"])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
     out["bound_fraction"] = {arm: bound_fraction(m.trials.get(arm) or [], m.trials.get(arm + "_bound") or [])
                              for arm in ("baseline", "tuned")}

@@ -13,7 +13,7 @@ promise from the command's start, :mod:`debtorch.budget`):
    worker's first trial pays one-time costs its warm-up steps do not absorb.
 1. Interleaved rounds, at least ``repeats``, more until the speed-up's
    interval resolves or the budget (less what the later steps need) is spent
-   (:func:`debtorch.stats.adaptive_rounds`).  Each round runs baseline,
+   (:func:`debtorch.stats.adaptive_rounds`, every look at Pocock's level).  Each round runs baseline,
    tuned, tuned with the bare loop and, for attribution, tuned without each
    group of changed settings (their order rotating every round), then the
    compute-only bound of each (batches already in memory).  Every trial is
@@ -521,12 +521,13 @@ class Verifier:
             return {"tuned": (m.trials["tuned"][-1] or {}).get("samples_per_s"),
                     "baseline": (m.trials["baseline"][-1] or {}).get("samples_per_s")}
 
-        def judge(data: dict) -> stats.Estimate:
-            return stats.compare(data["tuned"], data["baseline"])
+        def judge(data: dict, confidence: float) -> stats.Estimate:
+            return stats.compare(data["tuned"], data["baseline"], confidence=confidence)
 
         def reserve(data: dict) -> float:
             return min(self._after_cost(), keep_for_rest)
 
+        m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # before: a cut round too
         got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
                                     max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
         if got.rounds:
