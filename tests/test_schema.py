@@ -128,3 +128,23 @@ def test_any_text_gives_key_lines_and_a_value_or_one_line(text):
         schema.load_toml(text, "p.toml", {"*": schema.ANY}, Bad)
     except Bad as exc:
         assert "\n" not in str(exc) and str(exc).startswith("p.toml:")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([
+    "[[gpu]]", "[[chip]]", "[gpu]", 'name = "NVIDIA A100"', 'cc = "8.0"', "cc = 8.0", 'cc = "x"', 'arch = "Ampere"',
+    'segment = "dc"', 'match = ["a100"]', "match = []", 'source = "https://x"', 'confidence = "unconfirmed"',
+    'note = "n"', "colour = 1", 'silence = ["cpu.W001"]', "[minimums]", 'driver = "5.5"', "shm = 'lots'", "x = [",
+]), max_size=12))
+def test_any_data_file_or_site_config_gives_a_value_or_one_line(lines):
+    """The knowledge loader's and the site config's specs, on arbitrary files made of their own lines."""
+    from debtorch import knowledge
+    from debtorch.doctor import siteconfig
+
+    text = "\n".join(lines)
+    for read, error in ((lambda: schema.load_toml(text, "f.toml", knowledge.SCHEMA["gpus.toml"], knowledge.KnowledgeError),
+                         knowledge.KnowledgeError), (lambda: siteconfig.parse(text, "f.toml"), siteconfig.SiteConfigError)):
+        try:
+            read()
+        except error as exc:
+            assert "\n" not in str(exc) and str(exc).startswith("f.toml:"), str(exc)
