@@ -23,8 +23,8 @@ from typing import Any, Optional
 from debtorch.machine import Machine
 from debtorch.units import human_bytes as human
 from debtorch.train import sim
-from debtorch.train.settings import Settings
-from debtorch.tune.config import COUNT_MAX, PROCESS_MAX, machine_problem
+from debtorch.train.settings import COUNT_MAX, PROCESS_MAX, Settings
+from debtorch.tune.config import machine_problem
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
