@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from debtorch import inputs, outputs
+from debtorch import inputs, outputs, schema
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -915,34 +915,22 @@ def _rewrite_tree(root: Path, rewrite: Callable[[str], str]) -> None:
                 os.rename(path, os.path.join(dirpath, new))
 
 
-_META = {"machine": str, "python": str, "user": str, "environ": dict, "rlimits": dict, "affinity": list,
-         "statvfs": dict, "commands": dict, "nvml": dict, "missing_command_reason": str}
+_STR, _INT = schema.text(), schema.integer()
+_META = {   # a recording's _host.json (open: a newer recording's fields are allowed)
+    "machine": _STR, "python": _STR, "user": _STR, "missing_command_reason": _STR, "environ": {"*": _STR},
+    "rlimits": {"*": schema.Value(("[soft, hard]", lambda v: isinstance(v, list) and len(v) == 2
+                                   and all(schema.is_int(x) for x in v)))},
+    "affinity": [_INT], "statvfs": {"*": {"*": schema.number()}}, "nvml": {"*": schema.ANY},
+    "commands": {"*": {"stdout": _STR, "stderr": _STR, "stdout_file": _STR, "error": _STR, "returncode": _INT}},
+}
 
 
 def _meta_problem(meta: Any) -> Optional[str]:
-    """What is wrong with a recording's _host.json, in a few words, or None."""
-    if not isinstance(meta, dict):
-        return "not a JSON object"
-    for key, kind in _META.items():
-        if meta.get(key) is not None and not isinstance(meta[key], kind):
-            return f"'{key}' is not a{'n' if kind in (dict, list) else ''} {kind.__name__.replace('dict', 'object')}"
-    for name, rec in (meta.get("commands") or {}).items():
-        if not isinstance(rec, dict):
-            return f"commands.{name}: not an object"
-        for key, kind in (("stdout", str), ("stderr", str), ("stdout_file", str), ("error", str),
-                          ("returncode", int)):
-            if rec.get(key) is not None and (not isinstance(rec[key], kind) or isinstance(rec[key], bool)):
-                return f"commands.{name}.{key}: wrong type"
-    if not all(isinstance(v, str) for v in (meta.get("environ") or {}).values()):
-        return "environ: every value must be a string"
-    for name, val in (meta.get("rlimits") or {}).items():
-        if not (isinstance(val, list) and len(val) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in val)):
-            return f"rlimits.{name}: expected [soft, hard]"
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in meta.get("affinity") or []):
-        return "affinity: expected a list of CPU numbers"
-    for name, val in (meta.get("statvfs") or {}).items():
-        if not isinstance(val, dict) or not all(inputs.finite(v) for v in val.values()):
-            return f"statvfs.{name}: expected numbers"
+    """What is wrong with a recording's _host.json, in one line, or None."""
+    try:
+        schema.check(meta, _META, open=True)
+    except schema.Invalid as exc:
+        return str(exc)
     return None
 
 

@@ -131,17 +131,6 @@ def parse_json(text: str, name: str) -> Any:
         raise InputError(f"{name}: not JSON ({exc})") from None
 
 
-def parse_toml(text: str, name: str) -> dict:
-    import tomllib  # defer: only a TOML input needs the parser (doctor stays fast)
-
-    try:
-        return tomllib.loads(text)
-    except RecursionError:
-        raise InputError(f"{name}: not valid TOML (nested too deeply)") from None
-    except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than int() takes
-        raise InputError(f"{name}: not valid TOML ({str(exc).splitlines()[0][:120]})") from None
-
-
 def finite(value: Any) -> bool:
     """A real number that is neither NaN nor infinite (bools are not numbers here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

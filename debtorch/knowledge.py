@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from debtorch import inputs, versions
+from debtorch import inputs, schema, versions
 from debtorch.findings import DATA_DIRS
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
@@ -84,148 +84,91 @@ def _installed_dir() -> Optional[Path]:
 
 
 # --------------------------------------------------------------------------
-# Schema: per file, per table, column -> (kind, required)
+# Schema (debtorch/schema.py): each file's arrays of tables; a column is required
+# unless ``optional`` names it; every row has a source, a confidence and a note.
 
-_COMMON = {"source": ("str", True), "confidence": ("confidence", False), "note": ("str", False)}
+STR = schema.Value(("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip())))
+VERSION = schema.Value(("a version like 12.4 or 535.261.03",
+                        lambda v: isinstance(v, str) and bool(versions.numeric(v))))
+CC = schema.Value(("a compute capability like 8.6", lambda v: isinstance(v, str) and bool(versions.parse_cc(v))))
+STRS = schema.List(STR, min_len=1, expect="an array of strings")
+SERIES = schema.List(schema.Value(('a release series like "2.6"',
+                                   lambda v: isinstance(v, str) and bool(versions.series(v)))), min_len=1)
+ARCHS = schema.Value(('a string like "7.5;8.0;9.0+PTX" (empty for CPU builds)', lambda v: isinstance(v, str)),
+                     ("an arch list", lambda v: parse_arch_list(v, strict=True)))
+_COMMON = {"source": STR, "confidence": schema.one_of(*CONFIDENCE), "note": STR}
 
-SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
+
+def _rows(optional: str = "", **columns: schema.Spec) -> schema.List:
+    required = tuple(c for c in columns if c not in optional.split()) + ("source",)
+    return schema.List(schema.Table({**columns, **_COMMON}, required), expect="an array of tables")
+
+
+_FILES: Dict[str, Dict[str, schema.List]] = {
     "cuda_driver.toml": {
-        "toolkit": {"cuda": ("version", True), "release": ("str", True), "driver_linux": ("version", True),
-                    "driver_windows": ("version", False)},
-        "minor_compat": {"major": ("int", True), "supported": ("bool", True), "min_driver_linux": ("version", False),
-                         "min_driver_windows": ("version", False), "max_driver_exclusive": ("version", False)},
-        "caveat": {"id": ("str", True), "applies_to": ("str", True), "text": ("str", True)},
+        "toolkit": _rows("driver_windows", cuda=VERSION, release=STR, driver_linux=VERSION, driver_windows=VERSION),
+        "minor_compat": _rows("min_driver_linux min_driver_windows max_driver_exclusive", major=schema.integer(),
+                              supported=schema.BOOL, min_driver_linux=VERSION, min_driver_windows=VERSION,
+                              max_driver_exclusive=VERSION),
+        "caveat": _rows(id=STR, applies_to=STR, text=STR),
     },
     "torch_wheels.toml": {
-        # torch_wheels.toml [[wheel]] (issue 22): ``python`` the CPython versions ("3.11") the row's
-        # wheels are published for; ``releases`` narrows a row to some releases of its series ("1.3.1").
-        "wheel": {"torch": ("serieslist", True), "variant": ("str", True), "platform": ("str", False),
-                  "cuda": ("version", False), "arch_list": ("archlist", True), "cudnn": ("version", False),
-                  "nccl": ("version", False), "status": ("str", True), "python": ("strlist", True),
-                  "releases": ("strlist", False)},
-        "machine": {"machine": ("str", True), "aliases": ("strlist", False), "builds": ("strlist", True)},
+        # [[wheel]] (issue 22): ``python`` the CPython versions ("3.11") the row's wheels are
+        # published for; ``releases`` narrows a row to some releases of its series ("1.3.1").
+        "wheel": _rows("platform cuda cudnn nccl releases", torch=SERIES, variant=STR, platform=STR, cuda=VERSION,
+                       arch_list=ARCHS, cudnn=VERSION, nccl=VERSION, status=STR, python=STRS, releases=STRS),
+        "machine": _rows("aliases", machine=STR, aliases=STRS, builds=STRS),
     },
     "gpus.toml": {
-        "gpu": {"name": ("str", True), "cc": ("cc", True), "arch": ("str", True), "segment": ("str", True),
-                "match": ("strlist", True), "examples": ("strlist", False)},
+        "gpu": _rows("examples", name=STR, cc=CC, arch=STR, segment=STR, match=STRS, examples=STRS),
     },
     "debian.toml": {
-        "release": {"version": ("str", True), "codename": ("str", True), "aliases": ("strlist", False),
-                    "point_release": ("str", False), "checked": ("str", False), "python": ("version", True),
-                    "nvidia_driver": ("version", True), "nvidia_driver_debian": ("str", False),
-                    "nvidia_driver_component": ("str", True), "nvidia_driver_security": ("version", False),
-                    "nvidia_driver_backports": ("version", False), "tesla_drivers": ("strlist", False),
-                    "open_kernel_package": ("str", False), "open_kernel_component": ("str", False),
-                    "firmware_packages": ("strlist", False), "firmware_component": ("str", False),
-                    "nvidia_cuda_toolkit": ("version", False), "nvidia_cudnn": ("version", False),
-                    "python3_torch": ("version", False), "python3_torch_cuda": ("version", False),
-                    "max_cuda_full": ("version", False), "max_cuda_minor_compat": ("str", False)},
-        "archived": {"version": ("str", True), "codename": ("str", True)},
+        "release": _rows("aliases point_release checked nvidia_driver_debian nvidia_driver_security "
+                         "nvidia_driver_backports tesla_drivers open_kernel_package open_kernel_component "
+                         "firmware_packages firmware_component nvidia_cuda_toolkit nvidia_cudnn python3_torch "
+                         "python3_torch_cuda max_cuda_full max_cuda_minor_compat",
+                         version=STR, codename=STR, aliases=STRS, point_release=STR, checked=STR, python=VERSION,
+                         nvidia_driver=VERSION, nvidia_driver_debian=STR, nvidia_driver_component=STR,
+                         nvidia_driver_security=VERSION, nvidia_driver_backports=VERSION, tesla_drivers=STRS,
+                         open_kernel_package=STR, open_kernel_component=STR, firmware_packages=STRS,
+                         firmware_component=STR, nvidia_cuda_toolkit=VERSION, nvidia_cudnn=VERSION,
+                         python3_torch=VERSION, python3_torch_cuda=VERSION, max_cuda_full=VERSION,
+                         max_cuda_minor_compat=STR),
+        "archived": _rows(version=STR, codename=STR),
     },
     "thresholds.toml": {
-        "threshold": {"name": ("str", True), "value": ("scalar", True), "unit": ("str", True)},
+        "threshold": _rows(name=STR, unit=STR, value=schema.Value(
+            ("a string or number", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)))),
     },
     "pci.toml": {
-        "device": {"id": ("str", True), "name": ("str", True), "chip": ("str", True), "cc": ("cc", True)},
-        "chip": {"chip": ("str", True), "arch": ("str", True), "cc": ("cc", True)},
+        "device": _rows(id=STR, name=STR, chip=STR, cc=CC),
+        "chip": _rows(chip=STR, arch=STR, cc=CC),
     },
     "cuda_arch.toml": {
-        "nvcc": {"cuda": ("version", True), "sass": ("archlist", True), "added": ("archlist", False),
-                 "dropped": ("archlist", False)},
+        "nvcc": _rows("added dropped", cuda=VERSION, sass=ARCHS, added=ARCHS, dropped=ARCHS),
     },
 }
-
-_ROW_ID = {"toolkit": "cuda", "minor_compat": "major", "caveat": "id", "wheel": "variant", "gpu": "name",
-           "release": "codename", "threshold": "name",
-           "device": "id", "chip": "chip", "nvcc": "cuda", "machine": "machine", "archived": "codename"}
-
-
-def _check_value(kind: str, value: Any) -> Optional[str]:
-    """None if ``value`` is of ``kind``, else what is wrong with it."""
-    if kind in ("str", "confidence"):
-        if not isinstance(value, str) or not value.strip():
-            return "must be a non-empty string"
-        if kind == "confidence" and value not in CONFIDENCE:
-            return "must be one of " + ", ".join(CONFIDENCE)
-        return None
-    if kind == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
-    if kind == "scalar":
-        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "must be a string or number"
-    if kind == "version":
-        return None if isinstance(value, str) and versions.numeric(value) is not None else "must be a version like 12.4 or 535.261.03"
-    if kind == "cc":
-        return None if isinstance(value, str) and versions.parse_cc(value) is not None else "must be a compute capability like 8.6"
-    if kind == "strlist":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
-            return "must be a non-empty list of strings"
-        return None
-    if kind == "serieslist":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and versions.series(v) for v in value):
-            return "must be a non-empty list of release series like \"2.6\""
-        return None
-    if kind == "archlist":
-        if not isinstance(value, str):
-            return "must be a string like \"7.5;8.0;9.0+PTX\" (empty for CPU builds)"
-        try:
-            parse_arch_list(value, strict=True)
-        except ValueError as exc:
-            return str(exc)
-        return None
-    raise AssertionError(kind)
-
-
-def _validate_file(path: Path, data: Dict[str, Any]) -> None:
-    name = path.name
-    schema = SCHEMA[name]
-    for table, rows in data.items():
-        if table not in schema:
-            raise KnowledgeError(f"{path}: unknown table [[{table}]] (expected: {', '.join(schema)})")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise KnowledgeError(f"{path}: {table} must be an array of tables ([[{table}]])")
-        columns = {**schema[table], **_COMMON}
-        for i, row in enumerate(rows, 1):
-            ident = row.get(_ROW_ID[table])
-            where = f"{path}: [[{table}]] row {i}" + (f" ({_ROW_ID[table]} = {ident!r})" if ident is not None else "")
-            for col, (kind, required) in columns.items():
-                if col not in row:
-                    if required:
-                        raise KnowledgeError(f"{where}: missing '{col}'")
-                    continue
-                problem = _check_value(kind, row[col])
-                if problem:
-                    raise KnowledgeError(f"{where}: '{col}' {problem}")
-            unknown = sorted(set(row) - set(columns))
-            if unknown:
-                raise KnowledgeError(f"{where}: unknown column '{unknown[0]}'")
-            if row.get("confidence") == "unconfirmed" and "note" not in row:
-                raise KnowledgeError(f"{where}: an unconfirmed row needs a 'note' saying what is unconfirmed")
-    for table in schema:
-        if table not in data:
-            raise KnowledgeError(f"{path}: no [[{table}]] rows")
+SCHEMA: Dict[str, schema.Table] = {name: schema.Table(tables, tuple(tables)) for name, tables in _FILES.items()}
 
 
 def _read_tables(path: Path) -> Dict[str, List[Dict[str, Any]]]:
-    """The validated tables of one data file (read through the one door, :mod:`debtorch.inputs`)."""
+    """The checked tables of one data file (read through the one door, :mod:`debtorch.inputs`)."""
     try:
-        raw = inputs.read_bytes(path, inputs.MAX_BYTES)
+        text = inputs.read_bytes(path, inputs.MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise KnowledgeError(f"{path}: missing") from None
     except inputs.NotRegular as exc:
         raise KnowledgeError(str(exc)) from None
     except OSError as exc:
         raise KnowledgeError(f"{path}: {exc.strerror or exc}") from None
-    import tomllib  # defer: parsed only when a check first asks for this file's tables
-
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise KnowledgeError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise KnowledgeError(f"{path}: {exc}") from None
-    _validate_file(path, data)
+    data = schema.load_toml(text, str(path), SCHEMA[path.name], KnowledgeError)
+    for table, rows in data.items():
+        for i, row in enumerate(rows):
+            if row.get("confidence") == "unconfirmed" and "note" not in row:
+                bad = schema.Invalid(f"{table}[{i}].note", "missing: an unconfirmed row says what is unconfirmed")
+                raise KnowledgeError(schema.place(bad, str(path), text))
     return data
 
 
@@ -295,11 +238,12 @@ class Knowledge:
     @functools.cached_property
     def gpu_keys(self) -> List[Tuple[Tuple[str, ...], str, str]]:
         keys = []
-        for row in self.tables["gpus.toml"]["gpu"]:
+        for i, row in enumerate(self.tables["gpus.toml"]["gpu"]):
             for key in row["match"]:
                 tokens = tuple(_gpu_tokens(key))
                 if not tokens:
-                    raise KnowledgeError(f"{self.folder / 'gpus.toml'}: [[gpu]] {row['name']!r}: match key {key!r} is empty")
+                    bad = schema.Invalid(f"gpu[{i}].match", f"must name a GPU in every entry (got {schema.show(key)})")
+                    raise KnowledgeError(schema.place(bad, str(self.folder / "gpus.toml")))
                 keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
         return keys
 

@@ -120,10 +120,10 @@ def test_site_config_silences_and_adds_minimums(tmp_path):
 
 @pytest.mark.parametrize("text,needle", [
     ('silence = ["cpu.W001"]\ncolour = "red"\n', "x.toml:2: colour: unknown key"),
-    ('silence = ["not an id"]\n', "x.toml:1: silence: 'not an id' is not an id"),
-    ('[minimums]\ndriver = "five-three-five"\n', "x.toml:2: minimums.driver: 'five-three-five' is not a version"),
+    ('silence = ["not an id"]\n', 'x.toml:1: silence[0]: must be an id like cpu.W001, gpu.E* or gpu.* (got "not an id")'),
+    ('[minimums]\ndriver = "five-three-five"\n', 'x.toml:2: minimums.driver: must be a version (got "five-three-five")'),
     ('[minimums]\nram = "1"\n', "x.toml:2: minimums.ram: unknown key"),
-    ('silence = [', "x.toml: not valid TOML"),
+    ('silence = [', "x.toml:1: not valid TOML"),
 ])
 def test_site_config_errors_name_file_line_and_key(text, needle):
     with pytest.raises(SiteConfigError) as exc:
@@ -183,7 +183,7 @@ def test_broken_checks_data_exits_2_with_one_line(tmp_path, monkeypatch, damage)
     assert res.exit_code == 2 and CRASH_ID not in res.output
     assert res.output.count("\n") == 1 and str(folder) in res.output
     if damage == "row without source":
-        assert "thresholds.toml" in res.output and "missing 'source'" in res.output
+        assert "thresholds.toml:" in res.output and "threshold[0].source: missing" in res.output
 
 
 def test_site_driver_minimum_applies_when_only_nvidia_smi_gives_the_driver(tmp_path):

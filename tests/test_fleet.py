@@ -475,7 +475,7 @@ def test_rank_0_reads_what_arrived_a_wrong_typed_or_refused_document_is_a_node_n
     assert [(n.name, n.status) for n in nodes] == [
         ("n0", "ok"), ("n1", "malformed"), ("evil\\x1b\\x5b2J\\x2cgpu01", "malformed"), ("n3", "died"),
         ("rank 4", "missing")]
-    assert nodes[1].detail == "network.infiniband: expected a list, got an integer"
+    assert nodes[1].detail == "network.infiniband: must be an array (got 5)"
     assert nodes[2].detail == "larger than 8 MiB once decompressed"
     assert not list(tmp_path.glob("doc-*.json"))   # each file is deleted once read
 

@@ -174,7 +174,7 @@ def test_fuzz_facts_documents(tmp_path_factory, monkeypatch, no_live, reads, mut
 
 NET_BASE = facts_mod.collect(ReplayHost(HOSTS / "debian12-server-8xa100-nvlink"))
 NET_KEYS = sorted(schema.SCHEMA["network"]) + ["*"]
-NET_FIELDS = sorted({k for v in schema.SCHEMA["network"].values() if isinstance(v, list) for k in v[1]}
+NET_FIELDS = sorted({k for v in schema.SCHEMA["network"].values() if isinstance(v, list) for k in v[0]}
                     | set(schema.SCHEMA["network"]["master_addr"]))
 
 
@@ -210,7 +210,7 @@ def test_fuzz_network_facts(tmp_path_factory, no_live, muts):
 
 
 KEYS = sorted(config_mod.TABLE_OF) + list(config_mod.SCHEDULE_EXTRA) + ["oversubscribe", "x", "OMP_NUM_THREADS"]
-TABLES = list(config_mod.TOP_LEVEL) + ["other"]
+TABLES = list(config_mod.SCHEMA) + ["other"]
 CONFIG = st.dictionaries(st.sampled_from(TABLES), st.one_of(
     st.dictionaries(st.sampled_from(KEYS), LEAF.filter(lambda v: v is not None), max_size=4), LEAF), max_size=6)
 

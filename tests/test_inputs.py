@@ -37,12 +37,12 @@ def _one_line_exit_2(res, said):
 
 
 @pytest.mark.parametrize("path,value,said", [
-    (("cpu", "features"), "avx2", "cpu.features: expected an object, got a string"),
-    (("os", "pretty_name"), 5, "os.pretty_name: expected a string, got an integer"),
-    (("nvidia", "unknown"), ["x"], "nvidia.unknown: expected an object, got a list"),
-    (("env", "variables"), "PATH=/bin", "env.variables: expected an object, got a string"),
-    (("nvidia", "gpus"), [{"index": "zero"}], "nvidia.gpus[0].index: expected an integer, got a string"),
-    (("cpu", "usable_cpus"), True, "cpu.usable_cpus: expected an integer, got true/false"),
+    (("cpu", "features"), "avx2", 'cpu.features: must be a table (got "avx2")'),
+    (("os", "pretty_name"), 5, "os.pretty_name: must be a string (got 5)"),
+    (("nvidia", "unknown"), ["x"], "nvidia.unknown: must be a table (got an array)"),
+    (("env", "variables"), "PATH=/bin", 'env.variables: must be a table (got "PATH=/bin")'),
+    (("nvidia", "gpus"), [{"index": "zero"}], 'nvidia.gpus[0].index: must be an integer (got "zero")'),
+    (("cpu", "usable_cpus"), True, "cpu.usable_cpus: must be an integer (got true)"),
 ])
 def test_a_wrong_typed_field_is_named(tmp_path, path, value, said):
     doc = json.loads(json.dumps(VM_FACTS))

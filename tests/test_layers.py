@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "debtorch"
 # Lowest first.  A module may import its own layer and the layers before it.
 LAYERS = [
     ("base", ("debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs", "debtorch.stats",
-              "debtorch.findings", "debtorch.hostlist", "debtorch.budget")),
+              "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.schema")),
     ("host", ("debtorch.nvmlfake", "debtorch.host")),
     ("probes", ("debtorch.probes",)),
     ("facts", ("debtorch.facts",)),

@@ -19,7 +19,7 @@ from debtorch import inputs
 from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.runner import WorkerError, worker_python
-from debtorch.train.settings import Settings
+from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.tune import config, fingerprint, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config
 from debtorch.verify import analysis
@@ -77,8 +77,8 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
     Raises :class:`Refused` for values torchrun would hang on or reject late: a node
     rank outside ``0 .. nnodes - 1``, a port outside 1-65535, an address that is not one word."""
-    if nnodes is not None and not 1 <= nnodes <= config.PROCESS_MAX:
-        raise Refused(f"--nnodes must be from 1 to {config.PROCESS_MAX} (got {nnodes})")
+    if nnodes is not None and not 1 <= nnodes <= PROCESS_MAX:
+        raise Refused(f"--nnodes must be from 1 to {PROCESS_MAX} (got {nnodes})")
     if node_rank is not None and not 0 <= node_rank < (nnodes or 1):
         raise Refused(f"--node-rank {node_rank} is not a rank of {nnodes or 1} node(s): it must be from 0 to "
                       f"{(nnodes or 1) - 1}" + ("" if nnodes else " (give --nnodes)"))
@@ -103,8 +103,8 @@ def _range_problem(o: Options) -> Optional[str]:
     for name, value in (("--steps", o.steps), ("--warmup", o.warmup), ("--max-steps", o.max_steps)):
         if value is not None and value > MAX_STEPS:
             return f"{name} must be at most {MAX_STEPS} (got {value})"
-    if o.nproc is not None and not 1 <= o.nproc <= config.PROCESS_MAX:
-        return f"--nproc must be from 1 to {config.PROCESS_MAX} (got {o.nproc})"
+    if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
+        return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
     return None
 
 
