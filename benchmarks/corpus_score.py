@@ -45,6 +45,7 @@ from debtorch.facts import collectenv  # noqa: E402
 from debtorch.machine import Machine  # noqa: E402
 from debtorch import facts as facts_mod  # noqa: E402
 from debtorch.doctor import Context, diagnose  # noqa: E402
+from debtorch.doctor.consistency import contradictions  # noqa: E402
 from debtorch.findings import CRASH_ID, ERROR  # noqa: E402
 from debtorch.facts.cpu import FEATURES, parse_cpuinfo  # noqa: E402
 from debtorch.facts.nvidia import parse_smi_xml  # noqa: E402
@@ -80,6 +81,12 @@ SETTING_IDS = {"wsl": {"os.E001", "os.I003", "os.W003"}, "non-debian": {"os.I001
 NON_DEBIAN = {"ubuntu", "other-linux", "macos", "windows"}
 # Findings saying PyTorch publishes no wheels for the machine's architecture (issue 10, class 6).
 NO_WHEELS_IDS: set = {"cpu.W004", "cpu.I002"}
+
+
+def missing_wheels(doc: dict, findings) -> int:
+    """Pip lines of the findings that name a torch wheel checks/torch_wheels.toml does not list for
+    the machine's architecture and Python (consistency rule 6, issue 22)."""
+    return sum("no wheel for" in c or "publishes none" in c for c in contradictions(Machine.from_facts(doc), findings))
 
 
 def _facts_of(finding) -> dict:
@@ -216,7 +223,8 @@ def score_reports(folders=REPORT_DIRS) -> list:
             facts.update({f"collect_env.{k}": v for k, v in exp.get("collect_env", {}).items() if k == "platform"})
             row.update(parsed=True, fields=_fields(doc, facts, exp.get("unknown", []), exp.get("pending_facts", [])),
                        ids=sorted({f.id for f in report.findings}), crashed=[f.message for f in report.crashed],
-                       predicted=verdict_class(report.findings), container=bool((doc.get("os") or {}).get("container")))
+                       predicted=verdict_class(report.findings), container=bool((doc.get("os") or {}).get("container")),
+                       no_wheel=missing_wheels(doc, report.findings))
             rows.append(row)
     return rows
 
@@ -252,7 +260,7 @@ def score_smi(corpus: Path = CORPUS) -> list:
             doc = facts_mod.collect(_replay_smi(path, Path(tmp)), facts_mod.Options())
             report = diagnose(doc, Context(source="facts"))
             row.update(ids=sorted({f.id for f in report.findings}), crashed=[f.message for f in report.crashed],
-                       gpus_seen=len((doc.get("nvidia") or {}).get("gpus") or []))
+                       gpus_seen=len((doc.get("nvidia") or {}).get("gpus") or []), no_wheel=missing_wheels(doc, report.findings))
             rows.append(row)
     return rows
 
@@ -268,7 +276,7 @@ def score_os(corpus: Path = CORPUS) -> list:
         rows.append({"kind": "os-release", "file": _name(tree), "expected": exp,
                      "parsed": "*" not in ((doc.get("os") or {}).get("unknown") or {}),
                      "fields": _fields(doc, exp.get("facts", {}), (), exp.get("pending_facts", [])),
-                     "ids": ids, "crashed": [f.message for f in report.crashed],
+                     "ids": ids, "crashed": [f.message for f in report.crashed], "no_wheel": missing_wheels(doc, report.findings),
                      "verdict_right": set(ids) == set(exp["verdict"]["ids"])})
     return rows
 
@@ -292,6 +300,7 @@ def score_cpuinfo(corpus: Path = CORPUS) -> list:
             rows.append({"kind": "cpuinfo", "file": _name(path), "expected": exp, "parsed": True,
                          "fields": _fields(got, exp.get("facts", {}), (), exp.get("pending_facts", [])),
                          "crashed": [f.message for f in report.crashed], "ids": sorted(ids),
+                         "no_wheel": missing_wheels(doc, report.findings),
                          "no_wheels_flagged": bool(ids & NO_WHEELS_IDS)})
     return rows
 
@@ -341,6 +350,8 @@ def summarise(rows: list) -> dict:
         "os_verdicts": {"trees": len(os_rows), "right": sum(r["verdict_right"] for r in os_rows)},
         "cpu_no_wheels": {"files": len(no_wheels), "flagged": sum(r["no_wheels_flagged"] for r in no_wheels),
                           "others": len(with_wheels), "others_flagged": sum(r["no_wheels_flagged"] for r in with_wheels)},
+        "missing_wheels": {"lines": sum(r.get("no_wheel", 0) for r in rows),
+                           "files": sum(bool(r.get("no_wheel")) for r in rows)},
     }
 
 
@@ -386,6 +397,8 @@ def render(s: dict, markdown: bool) -> str:
         ["os-release trees given exactly the expected os findings", f"{ov['right']} of {ov['trees']}"],
         ["cpuinfo of architectures without PyTorch wheels that the doctor flags", f"{cn['flagged']} of {cn['files']}"],
         ["cpuinfo of architectures with wheels that the doctor flags (wrongly)", f"{cn['others_flagged']} of {cn['others']}"],
+        ["pip lines naming a wheel that does not exist for the machine (files)",
+         f"{s['missing_wheels']['lines']} ({s['missing_wheels']['files']})"],
     ])
     return "\n".join(out)
 

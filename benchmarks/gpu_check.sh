@@ -1,6 +1,6 @@
 #!/bin/sh
 # The CUDA path of debtorch, for real, on a lent GPU machine: one run of at most
-# about 8.5 minutes that leaves its evidence in $OUT (a folder given by the
+# about 14 minutes (8.5 without the truth check) that leaves its evidence in $OUT (a folder given by the
 # environment; ./gpu-check-out when unset).
 #
 #   OUT=/some/dir PYTHON=/path/to/venv/bin/python sh benchmarks/gpu_check.sh
@@ -16,8 +16,14 @@
 #     (the halving search for what fits);
 #   verify-train counting host waits per step with torch.cuda.set_sync_debug_mode on a workload
 #     that waits on three known lines (debtorch lint's measured side, issue 15);
-#   verify-train --nproc N with nccl when N >= 2 GPUs are visible.
-# $OUT/summary.txt lists every step, its exit code and its verdict line.
+#   verify-train --nproc N with nccl when N >= 2 GPUs are visible;
+#   the simulated accelerator's truth check (issue 20, about 5 minutes; alone: `sh benchmarks/gpu_check.sh truth`):
+#     benchmarks/sim_truth.py measures the GPU's compute rate for builtin:images, the host's launch time and the
+#     pinned copy bandwidth, compares data-wait shares and shares of that rate on the GPU and on sim:RATE, and
+#     names the parameter that is wrong when they differ by more than 10 points; then verify-train on the GPU
+#     and on sim:RATE with the same loader-only config, their data-wait shares side by side.
+# $OUT/summary.txt lists every step, its exit code and its verdict line.  Without a GPU the truth check
+# fails loudly (exit 77 from sim_truth.py, "FAILED" in the summary).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -62,10 +68,44 @@ if d.get("failure"):
 ' "$1" | tee -a "$SUMMARY"
 }
 
+# The simulated accelerator against the real GPU (issue 20).
+truth() {
+  step sim-truth 330 "$PY" benchmarks/sim_truth.py --out "$OUT/truth"
+  sed -n '/^GPU compute rate/,/^verdict/p' "$OUT/sim-truth.out" | tee -a "$SUMMARY"
+  if ! [ -s "$OUT/truth/sim-rate" ]; then
+    note "sim-truth: FAILED: no rate measured (no GPU, or the check broke: $OUT/sim-truth.err)"
+    return 1
+  fi
+  RATE=$(cat "$OUT/truth/sim-rate")
+  for dev in cuda "sim:$RATE"; do
+    name=verify-truth-$(echo "$dev" | cut -d: -f1)
+    step "$name" 150 "$PY" -m debtorch verify-train --device "$dev" --workload builtin:images --json --repeats 3 \
+      --steps 20 --max-steps 0 --budget 120 --config "$OUT/truth/loader.toml"
+    cp "$OUT/$name.out" "$OUT/$name.json" 2>/dev/null
+  done
+  "$PY" -c 'import json,sys
+def shares(path):
+    try:
+        s = json.load(open(path)).get("summary") or {}
+    except Exception as e:
+        return {"error": str(e)}
+    return {arm: (s.get(arm) or {}).get("data_wait_share") for arm in ("baseline", "tuned", "tuned_sync")}
+gpu, sim = shares(sys.argv[1]), shares(sys.argv[2])
+print("  verify-train data wait, GPU (every step synced by its clocks) vs sim: baseline %s vs %s, tuned %s vs %s "
+      "(sim, loss read every step: %s)" % (gpu.get("baseline"), sim.get("baseline"), gpu.get("tuned"), sim.get("tuned"),
+                                           sim.get("tuned_sync")))
+' "$OUT/verify-truth-cuda.json" "$OUT/verify-truth-sim.json" | tee -a "$SUMMARY"
+}
+
 note "debtorch gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) python=$PY"
 "$PY" -c 'import sys, torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "gpus", torch.cuda.device_count())' >> "$SUMMARY" 2>&1
 "$PY" -c 'import pynvml; print("nvidia-ml-py", getattr(pynvml, "__version__", "?"))' >> "$SUMMARY" 2>&1 || note "nvidia-ml-py missing: no NVML utilisation samples"
 "$PY" -c 'import typer, rich, packaging, tomlkit' >> "$SUMMARY" 2>&1 || note "debtorch's own dependencies are missing from $PY: the debtorch steps below will fail"
+if [ "${1:-}" = truth ]; then
+  truth; rc=$?
+  note "done $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  exit $rc
+fi
 
 step nvidia-smi 15 nvidia-smi
 step nvidia-smi-topo 15 nvidia-smi topo -m
@@ -124,4 +164,5 @@ if [ "${NGPU:-0}" -ge 2 ]; then
 else
   note "verify-ddp: skipped ($NGPU GPU visible; nccl needs one GPU per process)"
 fi
+truth
 note "done $(date -u +%Y-%m-%dT%H:%M:%SZ)"

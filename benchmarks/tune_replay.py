@@ -51,8 +51,9 @@ def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_shar
         if row["samples_per_s"] is not None:
             samples.setdefault(key(s), []).append((row["samples_per_s"], row["seconds"]))
     start = Settings.from_dict(data["rules_settings"])
-    dims = default_space(start, "cpu", data["per_process_cpus"], data["precisions"], data["convolutional"],
-                         max_workers=data.get("max_workers"))
+    device = (data.get("sim") or {}).get("device", "cpu")   # tune_bench --device sim: a simulated accelerator
+    dims = default_space(start, device, data["per_process_cpus"], data["precisions"],
+                         data["convolutional"] and device == "cpu", max_workers=data.get("max_workers"))
     if order:  # another order of the dimensions (names, comma-separated; the rest keep theirs, after)
         names = [n.strip() for n in order.split(",")]
         dims = sorted(dims, key=lambda d: names.index(d.name) if d.name in names else len(names))

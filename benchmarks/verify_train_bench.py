@@ -13,6 +13,11 @@ hand-picked here) and its JSON document give:
 
     python benchmarks/verify_train_bench.py --repeats 7 --doc docs/verify-train.md --json out.json
 
+On a simulated accelerator (issue 20: `--device sim:RATE`, usually with `--config` from `debtorch
+tune --measure --device sim:RATE --write`) the targets are tuned's share of the device's rate
+(>= 85% at 1.5x what one loader process decodes), the speed-up resolving, the input-bound
+statement where no setting feeds the device, and the per-step sync's cost against the model.
+
 It runs what the command runs (facts, tune's rules, the Verifier, the report),
 in-process, so that it can hold each trial back until the machine is quiet:
 this 2-core machine is shared with other sessions, and 2-thread PyTorch slows
@@ -89,9 +94,12 @@ def run_verify(args) -> dict:
     from debtorch.report import plot, verify as report
     from debtorch.verify import run
 
+    from debtorch.cli.shared import sim_device
+
+    args.device = sim_device(args.device) if args.device.startswith("sim:") else args.device
     host = LiveHost()
     try:
-        ready = run.prepare(run.Options(workload=args.workload, device="cpu", python=args.python,
+        ready = run.prepare(run.Options(workload=args.workload, device=args.device, config=args.config, python=args.python,
                                         repeats=args.repeats, steps=args.steps, warmup=args.warmup,
                                         max_steps=args.max_steps, budget=args.budget, nproc=1, cwd=str(ROOT)),
                             host)
@@ -139,8 +147,41 @@ def machine_line(doc: dict) -> str:
             + f", {os_.get('pretty_name') or os_.get('id')}, Python {w.get('python_version')}, torch {w.get('torch')}")
 
 
+def sim_report(doc: dict, head: str) -> str:
+    """On a simulated accelerator: each arm's share of the device, the speed-up, the sync's cost."""
+    from debtorch.verify import analysis
+
+    s = doc["summary"]
+    sd, sp, b, t = s["sim"], s["speedup"], s["baseline"], s["tuned"]
+    bf, c, ib = sd["bound_fraction"], sd["sync_cost"], sd.get("input_bound")
+    share = bf["tuned"]
+    met = "yes" if share.get("low") is not None and share["low"] >= 0.85 else "NO" if (share.get("high") or 0) < 0.85 else "unresolved"
+    lines = [head, "", "| measure | baseline | tuned | target | met |", "|---|---|---|---|---|",
+             f"| samples/s, median (min-max) | {_rate(b)} | {_rate(t)} | | |",
+             f"| speed-up (95% interval, {sp.get('verdict')}) | 1.00x | {_ratio(sp)} | interval excludes 1 | "
+             f"{'yes' if sp.get('verdict') in ('faster', 'slower') else 'NO'} |",
+             f"| share of the device's {sd['rate']:g} samples/s | {analysis.figure(bf['baseline'], 'share', fmt_pct)} | "
+             f"{analysis.figure(share, 'share', fmt_pct)} | >= 85% at 1.5x | {met} |",
+             f"| data-wait share | {fmt_pct(b['data_wait_share'])} | {fmt_pct(t['data_wait_share'])} | | |",
+             f"| per-step sync cost (tuned, loss read every step; 95% interval) | | "
+             f"{analysis.figure(c, 'cost', fmt_pct)} | the model's {fmt_pct(c.get('predicted'))} within it | "
+             f"{'yes' if c.get('model') == 'within' else 'NO'} |"]
+    if ib:
+        lines.append(f"| input-bound: loader ceiling, one process, CPUs of loading to feed it | "
+                     f"{ib['one_process']:.0f} samples/s | {ib['ceiling']:.0f} samples/s | stated | {ib['cpus']} CPUs |")
+    lines += ["", "The command's own report of this run:", "", "```", table_text(doc).rstrip(), "```"]
+    return "\n".join(lines)
+
+
 def report(doc: dict, load_before, load_after, seconds: float) -> str:
     s = doc["summary"]
+    if s.get("sim"):
+        plan = doc["plan"]
+        return sim_report(doc, f"Measured {_dt.date.today().isoformat()} on {machine_line(doc)}; load average "
+                          f"{load_before:.1f} before, {load_after:.1f} after; {seconds:.0f} s in all. `verify-train "
+                          f"--workload {plan['workload']} --device {s['sim']['device']} --repeats {plan['repeats']} "
+                          f"--steps {plan['steps']} --budget {plan['budget_s']:g}`: {s.get('rounds')} rounds "
+                          f"({s.get('rounds_stopped')}); tuned: `{_short(doc)}`.")
     b, t = s["baseline"], s["tuned"]
     sp, ic, bf = s["speedup"], s["instrumentation"], s["bound_fraction"]
     from debtorch.train.settings import Settings
@@ -232,6 +273,12 @@ def table_text(doc: dict) -> str:
     return out.getvalue()
 
 
+def _short(doc: dict) -> str:
+    from debtorch.train.settings import Settings
+
+    return Settings.from_dict(doc["settings"]["tuned"]).short()
+
+
 def _between(doc: dict):
     from debtorch.verify import analysis
 
@@ -282,6 +329,8 @@ def write_doc(path: str, text: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="builtin:cnn", help="builtin:cnn (default), builtin:images, ...")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or a simulated accelerator, sim:RATE")
+    ap.add_argument("--config", help="tuned settings (debtorch tune --write); default: the rules")
     ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds at least (default 7)")
     ap.add_argument("--budget", type=float, default=3600.0,
                     help="verify-train's --budget (default 3600: waiting for quiet counts against it)")

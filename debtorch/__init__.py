@@ -8,11 +8,18 @@ debtorch imports it (docs/architecture.md).
 
 from debtorch.__about__ import __version__
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "load", "watch"]
 
 
-def load(path="debtorch.toml", *, warn_on_mismatch=True):
+def load(path="debtorch.toml", *, warn_on_mismatch=True, oversubscribe=False):
     """Load a config written by ``debtorch tune --write`` (see docs/runtime.md)."""
     from debtorch.tune.runtime import load as _load  # defer: `import debtorch` stays cheap
 
-    return _load(path, warn_on_mismatch=warn_on_mismatch)
+    return _load(path, warn_on_mismatch=warn_on_mismatch, oversubscribe=oversubscribe)
+
+
+def watch(iterable, **options):
+    """Wrap a training loader: data wait, host syncs per step and a verdict (see docs/runtime.md)."""
+    from debtorch.tune.watch import watch as _watch  # defer: `import debtorch` stays cheap
+
+    return _watch(iterable, **options)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from debtorch import inputs, outputs
+from debtorch import inputs, outputs, schema
 
 # Reasons, as short phrases a user can read.
 NOT_PRESENT = "not present"
@@ -77,10 +77,11 @@ ENV_ALLOWED = (
     "SLURM_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURMD_NODENAME", "SLURM_JOB_PARTITION",
 )
 ENV_ALLOWED_PREFIXES = ("NCCL_", "TORCH_", "TORCHINDUCTOR_", "GLOO_", "DEBTORCH_")
+FLEET_SECRET = "DEBTORCH_FLEET_SECRET"   # debtorch fleet's shared secret: never read as a fact
 
 
 def is_allowed(name: str) -> bool:
-    return name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES)
+    return name != FLEET_SECRET and (name in ENV_ALLOWED or name.startswith(ENV_ALLOWED_PREFIXES))
 
 
 def allowed_environ(environ, keep_venv: bool = True) -> dict:
@@ -158,20 +159,15 @@ class Host:
         raise NotImplementedError
 
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
-        # Read in small chunks: procfs sysctl files refuse one huge read (ENOMEM).
-        chunks: list[bytes] = []
-        size = 0
+        """The first ``max_bytes`` of a regular file (through the one door: a FIFO or a device
+        planted in a recording is refused at once, never waited on)."""
         try:
-            with open(self.path(p), "rb", buffering=0) as fh:
-                while size < max_bytes:
-                    chunk = fh.read(min(65536, max_bytes - size))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
+            data = inputs.read_bytes(self.path(p), max_bytes)
+        except inputs.NotRegular as exc:
+            raise Unavailable(f"is {exc.kind}, not a regular file") from None
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
-        return b"".join(chunks).decode("utf-8", errors="replace")
+        return data[:max_bytes].decode("utf-8", errors="replace")
 
     def try_read(self, p: str, max_bytes: int = MAX_READ) -> Optional[str]:
         try:
@@ -669,13 +665,13 @@ class RecordingHost(LiveHost):
         self.final = Path(folder)
         # A new or empty folder only: a recording must not overwrite a user's files,
         # nor mix with an older recording that replay would then believe.
-        if self.final.exists() and not self.final.is_dir():
-            raise Unavailable(f"{folder}: not a folder")
-        if self.final.is_dir() and any(self.final.iterdir()):
-            raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
-        # Everything goes into a hidden folder beside it, renamed into place by save():
-        # an interrupted recording never leaves a folder that replays as a broken machine.
         try:
+            if self.final.exists() and not self.final.is_dir():
+                raise Unavailable(f"{folder}: not a folder")
+            if self.final.is_dir() and any(self.final.iterdir()):
+                raise Unavailable(f"{folder}: not empty (record into a new or empty folder)")
+            # Everything goes into a hidden folder beside it, renamed into place by save():
+            # an interrupted recording never leaves a folder that replays as a broken machine.
             self.final.parent.mkdir(parents=True, exist_ok=True)
             self.out = Path(outputs.temporary_folder(f".{self.final.name}.recording-", dir=str(self.final.parent)))
         except OSError as exc:
@@ -919,34 +915,22 @@ def _rewrite_tree(root: Path, rewrite: Callable[[str], str]) -> None:
                 os.rename(path, os.path.join(dirpath, new))
 
 
-_META = {"machine": str, "python": str, "user": str, "environ": dict, "rlimits": dict, "affinity": list,
-         "statvfs": dict, "commands": dict, "nvml": dict, "missing_command_reason": str}
+_STR, _INT = schema.text(), schema.integer()
+_META = {   # a recording's _host.json (open: a newer recording's fields are allowed)
+    "machine": _STR, "python": _STR, "user": _STR, "missing_command_reason": _STR, "environ": {"*": _STR},
+    "rlimits": {"*": schema.Value(("[soft, hard]", lambda v: isinstance(v, list) and len(v) == 2
+                                   and all(schema.is_int(x) for x in v)))},
+    "affinity": [_INT], "statvfs": {"*": {"*": schema.number()}}, "nvml": {"*": schema.ANY},
+    "commands": {"*": {"stdout": _STR, "stderr": _STR, "stdout_file": _STR, "error": _STR, "returncode": _INT}},
+}
 
 
 def _meta_problem(meta: Any) -> Optional[str]:
-    """What is wrong with a recording's _host.json, in a few words, or None."""
-    if not isinstance(meta, dict):
-        return "not a JSON object"
-    for key, kind in _META.items():
-        if meta.get(key) is not None and not isinstance(meta[key], kind):
-            return f"'{key}' is not a{'n' if kind in (dict, list) else ''} {kind.__name__.replace('dict', 'object')}"
-    for name, rec in (meta.get("commands") or {}).items():
-        if not isinstance(rec, dict):
-            return f"commands.{name}: not an object"
-        for key, kind in (("stdout", str), ("stderr", str), ("stdout_file", str), ("error", str),
-                          ("returncode", int)):
-            if rec.get(key) is not None and (not isinstance(rec[key], kind) or isinstance(rec[key], bool)):
-                return f"commands.{name}.{key}: wrong type"
-    if not all(isinstance(v, str) for v in (meta.get("environ") or {}).values()):
-        return "environ: every value must be a string"
-    for name, val in (meta.get("rlimits") or {}).items():
-        if not (isinstance(val, list) and len(val) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in val)):
-            return f"rlimits.{name}: expected [soft, hard]"
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in meta.get("affinity") or []):
-        return "affinity: expected a list of CPU numbers"
-    for name, val in (meta.get("statvfs") or {}).items():
-        if not isinstance(val, dict) or not all(inputs.finite(v) for v in val.values()):
-            return f"statvfs.{name}: expected numbers"
+    """What is wrong with a recording's _host.json, in one line, or None."""
+    try:
+        schema.check(meta, _META, open=True)
+    except schema.Invalid as exc:
+        return str(exc)
     return None
 
 

@@ -5,6 +5,11 @@
 several bracket groups multiply); ``compress`` writes a list back in that
 syntax so that a report names 1,000 nodes in one short string, and so that
 ``srun --exclude`` takes it as written.  Both are pure and never raise.
+
+Node names are data (a fleet's ranks say their own): :func:`safe` is a name as
+it may be shown, every character that is not a host name's escaped, so that a
+newline, a comma or a terminal's escape code never reaches a report or a host
+list as it is; :func:`is_host` says whether a name may go to ``srun --exclude``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,25 @@ import re
 from typing import Iterable
 
 MAX_HOSTS = 100_000   # a malformed range like a[0-999999999] must not exhaust memory
+MAX_NAME = 255
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_RANK = re.compile(r"rank \d+(?::\d+)?")      # debtorch's name for a rank that has none
+_PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:"\\')
+
+
+def is_host(name) -> bool:
+    """A host name (letters, digits, '.', '-', '_'; at most 255 characters)."""
+    return isinstance(name, str) and len(name) <= MAX_NAME and _HOST.fullmatch(name) is not None
+
+
+def safe(name) -> str:
+    """``name`` as a report may show it: as it is when it is a host name (or debtorch's "rank 3",
+    "gpu01:3"), else with every other character escaped (``\\x1b``, ``\\x2c``); never empty."""
+    name = str(name)
+    if name and len(name) <= 6 * MAX_NAME and (set(name) <= _PLAIN or _RANK.fullmatch(name)):
+        return name   # (an escaped name is shown as it is: safe(safe(x)) == safe(x))
+    return "".join(c if c in _PLAIN else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                   for c in name[:MAX_NAME]) or '""'
 
 
 def _split_top(text: str) -> list[str]:
@@ -86,14 +110,14 @@ def first(text) -> str | None:
 def compress(names: Iterable[str]) -> str:
     """``['node01', 'node02', 'node03', 'node07', 'login1']`` -> ``login1,node[01-03,07]``.
 
-    Names with the same prefix and digit width are merged; the result is sorted
-    and expands back to the same set of names."""
+    Names with the same prefix and digit width are merged; the result is sorted and expands
+    back to the same set of names (each as :func:`safe` shows it)."""
     groups: dict = {}
     plain: set = set()
     for name in names:
-        name = str(name)
+        name = safe(name)
         m = re.fullmatch(r"(.*?)(\d+)", name)
-        if not m or "[" in name or "]" in name or "," in name:
+        if not m:
             plain.add(name)
             continue
         prefix, digits = m.group(1), m.group(2)

@@ -1,16 +1,18 @@
-"""The host-sync counter: host waits per step counted on CUDA, in the user's interpreter (verify-train;
-lint reads the same places from the code, :mod:`debtorch.lint.measured`).  :func:`count_host_waits`
-runs steps under ``torch.cuda.set_sync_debug_mode("warn")`` and maps each warning to the innermost
-frame in the workload's file.  torch is passed in; standard library only.
+"""The host-sync counter: host waits per step counted on CUDA, in the user's interpreter (verify-train's
+worker and ``cfg.watch``; lint reads the same places from the code, :mod:`debtorch.lint.measured`).
+:func:`syncs_reported` reports every synchronising call under ``torch.cuda.set_sync_debug_mode("warn")``;
+:func:`count_host_waits` maps each to the innermost frame in the workload's file.  torch is passed in;
+standard library only.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import sys
 import warnings
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync
 
@@ -23,6 +25,30 @@ def workload_file(spec: str) -> Optional[str]:
     mod = sys.modules.get(module)
     path = getattr(mod, "__file__", None)
     return os.path.realpath(path) if path else None
+
+
+@contextlib.contextmanager
+def syncs_reported(torch: Any, on_sync: Callable[[], None]) -> Iterator[None]:
+    """Inside, ``on_sync()`` runs at every synchronising CUDA call torch reports (``set_sync_debug_mode("warn")``;
+    verify-train's worker and ``cfg.watch`` both count with it).  Other warnings are shown as before; the
+    debug mode and the warning filters are put back on the way out."""
+    before = getattr(torch.cuda, "get_sync_debug_mode", lambda: 0)()
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):  # warnings.showwarning's signature
+            if SYNC_WARNING in str(message):
+                on_sync()
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.filterwarnings("always", message=".*" + SYNC_WARNING)
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(before)
 
 
 def count_host_waits(run: Callable[[Callable[[dict], None]], Any], files: Iterable[str], torch: Any) -> dict:
@@ -44,21 +70,12 @@ def count_host_waits(run: Callable[[Callable[[dict], None]], Any], files: Iterab
             state["steps"] += 1
         state["counting"] = True
 
-    def show(message, category, filename, lineno, file=None, line=None):  # warnings.showwarning's signature
-        if not state["counting"] or SYNC_WARNING not in str(message):
-            return
-        counts[_user_frame(wanted)] += 1
+    def on_sync() -> None:
+        if state["counting"]:
+            counts[_user_frame(wanted)] += 1
 
-    get = getattr(torch.cuda, "get_sync_debug_mode", lambda: 0)
-    before = get()
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = show
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            run(on_step)
-        finally:
-            torch.cuda.set_sync_debug_mode(before)
+    with syncs_reported(torch, on_sync):
+        run(on_step)
     steps = state["steps"]
     per = (lambda n: n / steps) if steps else (lambda n: float(n))
     lines = [{"path": p, "line": n, "per_step": per(c)} for (p, n), c in sorted(

@@ -1,22 +1,32 @@
-"""Files a user names on the command line (facts, configs, reports), read safely.
+"""The one door for reading a file: every file a user names (facts, configs, reports, scripts,
+fleet documents, ``debtorch.load()``) and every file of a recorded machine (docs/security.md).
 
-Every such input is capped in size (``/dev/zero`` is not read until memory runs
-out), decoded whatever editor or shell wrote it (UTF-8 with or without a BOM,
-UTF-16 as PowerShell's ``>`` writes it), refused when it is binary, and parsed
-without letting a pathological nesting (``[`` 100,000 times) raise
-RecursionError.  Every failure is an :class:`InputError` whose message is one
-line naming the file.  Pure (the files are the user's, not the machine's: the
-Host is for the described machine); every layer may import it.
+A regular file only (opened ``O_NONBLOCK`` and checked with ``fstat`` before any read: a FIFO,
+a device or a socket is refused at once, never waited on or read forever), read a chunk at a
+time in the caller's thread (a signal is honoured), capped (a cap per kind), decoded whatever
+wrote it (UTF-8 with or without a BOM, UTF-16 as PowerShell's ``>`` writes it), refused when
+binary, parsed with nesting and numbers bounded.  Every failure is an :class:`InputError`, one
+line naming the file.  Pure; every layer may import it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import sys
 from typing import Any
 
-MAX_BYTES = 8 * 1024 * 1024
+MIB = 1024 * 1024
+MAX_BYTES = 8 * MIB          # a facts document, a collect_env report, a recording's file, a fleet document
+MAX_CONFIG = 4 * MIB         # a debtorch.toml, a doctor.toml
+CHUNK = 65536                # procfs refuses one huge read (ENOMEM)
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
 
 
 class InputError(ValueError):
@@ -42,8 +52,54 @@ def decode(data: bytes, name: str) -> str:
     return text.lstrip("\ufeff")
 
 
+def size_text(n: int) -> str:
+    return f"{n // MIB} MiB" if n % MIB == 0 else f"{n // 1024} KiB"
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` is, for a message: "a FIFO", "a character device" ..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegular(InputError):
+    """The path is not a regular file (``kind`` says what it is)."""
+
+    def __init__(self, path: str, kind_: str):
+        super().__init__(f"{path}: is {kind_}")
+        self.kind = kind_
+
+
+def read_bytes(path, limit: int, owner_only: bool = False) -> bytes:
+    """At most ``limit + 1`` bytes of the regular file ``path`` (one more than the cap tells a
+    caller the file is larger).  Raises :class:`NotRegular` before any read, or OSError.
+    ``owner_only``: the file must be this user's and nobody else's to read (a secret)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket cannot be opened: say what it is
+            raise NotRegular(str(path), kind(os.stat(path).st_mode)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(str(path), kind(st.st_mode))
+        if owner_only and (st.st_uid != os.geteuid() or st.st_mode & 0o077):
+            raise InputError(f"{path}: must belong to this user and be readable by nobody else "
+                             f"(mode {stat.S_IMODE(st.st_mode):o}: chmod 600 it)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> str:
-    """The text of ``path`` (``-`` reads standard input), at most ``max_bytes``."""
+    """The text of ``path`` (``-`` reads standard input, which may be a pipe), at most ``max_bytes``."""
     name = "<stdin>" if path == "-" else str(path)
     try:
         if path == "-":
@@ -51,14 +107,13 @@ def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> st
                 raise InputError(f"{name}: standard input is closed")
             data = sys.stdin.buffer.read(max_bytes + 1)
         else:
-            with open(path, "rb") as fh:
-                data = fh.read(max_bytes + 1)
-    except IsADirectoryError:
-        raise InputError(f"{name}: is a directory, not {what}") from None
+            data = read_bytes(path, max_bytes)
+    except NotRegular as exc:
+        raise InputError(f"{name}: is {exc.kind}, not {what}") from None
     except OSError as exc:
         raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
-        raise InputError(f"{name}: larger than {max_bytes // (1024 * 1024)} MiB; not {what}")
+        raise InputError(f"{name}: larger than {size_text(max_bytes)}; not {what}")
     return decode(data, name)
 
 
@@ -74,17 +129,6 @@ def parse_json(text: str, name: str) -> Any:
         raise InputError(f"{name}: not JSON (nested too deeply)") from None
     except ValueError as exc:
         raise InputError(f"{name}: not JSON ({exc})") from None
-
-
-def parse_toml(text: str, name: str) -> dict:
-    import tomllib  # defer: only a TOML input needs the parser (doctor stays fast)
-
-    try:
-        return tomllib.loads(text)
-    except RecursionError:
-        raise InputError(f"{name}: not valid TOML (nested too deeply)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{name}: not valid TOML ({exc})") from None
 
 
 def finite(value: Any) -> bool:

@@ -15,40 +15,33 @@ Where the files are, first match wins:
 3. ``debtorch/_data/checks`` in an installed wheel (pyproject force-includes it);
 4. ``/usr/share/debtorch/checks`` for the Debian package.
 
-Parsing TOML is slow next to the rest of the doctor (the PCI table alone takes
-tens of milliseconds), so a file's validated tables are kept as JSON in the
-cache folder (:func:`debtorch.outputs.cache_dir`), under a key made of the
-file's bytes, the schema and the code that validates it, and debtorch's
-version: an edited file, another schema or validator, or another debtorch
-reads the TOML again.  A cache that cannot be read
-or written costs only the time.
+A file is parsed when a check first asks for its tables (the doctor on a
+machine without GPUs never parses the PCI table), and never cached: parsing
+every file costs about 40 ms, a point of collect_env's time (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import marshal
 import os
 import re
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from packaging.version import Version
 
-from debtorch.__about__ import __version__
-from debtorch import outputs, versions
+from debtorch import inputs, schema, versions
+from debtorch.findings import DATA_DIRS
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
-SYSTEM_DIR = Path("/usr/share/debtorch/checks")
+SYSTEM_DIR = DATA_DIRS[-1]
 PIP_INDEX = "https://download.pytorch.org/whl/"
 CONFIDENCE = ("confirmed", "unconfirmed", "derived")
 
 __all__ = [
     "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
-    "wheel", "variants", "best_variant_for_driver", "parse_arch_list", "arch_support", "older_than_all",
+    "wheel", "variants", "best_variant_for_driver", "python_fits", "parse_arch_list", "arch_support", "older_than_all",
     "capability_for_name", "debian_release", "threshold", "latest_series", "known_series",
 ]
 
@@ -61,12 +54,9 @@ class KnowledgeError(ValueError):
 # Where the data is
 
 
-_HERE = Path(__file__).resolve().parent     # resolved once: load() is asked for every check of every node
-
-
 def candidate_dirs() -> List[Path]:
     """The folders searched for the data files, in order (the env variable aside)."""
-    return [_HERE.parent / "checks", _HERE / "_data" / "checks", SYSTEM_DIR]
+    return list(DATA_DIRS)
 
 
 def checks_dir() -> Path:
@@ -94,174 +84,91 @@ def _installed_dir() -> Optional[Path]:
 
 
 # --------------------------------------------------------------------------
-# Schema: per file, per table, column -> (kind, required)
+# Schema (debtorch/schema.py): each file's arrays of tables; a column is required
+# unless ``optional`` names it; every row has a source, a confidence and a note.
 
-_COMMON = {"source": ("str", True), "confidence": ("confidence", False), "note": ("str", False)}
+STR = schema.Value(("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip())))
+VERSION = schema.Value(("a version like 12.4 or 535.261.03",
+                        lambda v: isinstance(v, str) and bool(versions.numeric(v))))
+CC = schema.Value(("a compute capability like 8.6", lambda v: isinstance(v, str) and bool(versions.parse_cc(v))))
+STRS = schema.List(STR, min_len=1, expect="an array of strings")
+SERIES = schema.List(schema.Value(('a release series like "2.6"',
+                                   lambda v: isinstance(v, str) and bool(versions.series(v)))), min_len=1)
+ARCHS = schema.Value(('a string like "7.5;8.0;9.0+PTX" (empty for CPU builds)', lambda v: isinstance(v, str)),
+                     ("an arch list", lambda v: parse_arch_list(v, strict=True)))
+_COMMON = {"source": STR, "confidence": schema.one_of(*CONFIDENCE), "note": STR}
 
-SCHEMA: Dict[str, Dict[str, Dict[str, Tuple[str, bool]]]] = {
+
+def _rows(optional: str = "", **columns: schema.Spec) -> schema.List:
+    required = tuple(c for c in columns if c not in optional.split()) + ("source",)
+    return schema.List(schema.Table({**columns, **_COMMON}, required), expect="an array of tables")
+
+
+_FILES: Dict[str, Dict[str, schema.List]] = {
     "cuda_driver.toml": {
-        "toolkit": {"cuda": ("version", True), "release": ("str", True), "driver_linux": ("version", True),
-                    "driver_windows": ("version", False)},
-        "minor_compat": {"major": ("int", True), "supported": ("bool", True), "min_driver_linux": ("version", False),
-                         "min_driver_windows": ("version", False), "max_driver_exclusive": ("version", False)},
-        "caveat": {"id": ("str", True), "applies_to": ("str", True), "text": ("str", True)},
+        "toolkit": _rows("driver_windows", cuda=VERSION, release=STR, driver_linux=VERSION, driver_windows=VERSION),
+        "minor_compat": _rows("min_driver_linux min_driver_windows max_driver_exclusive", major=schema.integer(),
+                              supported=schema.BOOL, min_driver_linux=VERSION, min_driver_windows=VERSION,
+                              max_driver_exclusive=VERSION),
+        "caveat": _rows(id=STR, applies_to=STR, text=STR),
     },
     "torch_wheels.toml": {
-        "wheel": {"torch": ("serieslist", True), "variant": ("str", True), "platform": ("str", False),
-                  "cuda": ("version", False), "arch_list": ("archlist", True), "cudnn": ("version", False),
-                  "nccl": ("version", False), "status": ("str", True)},
-        "machine": {"machine": ("str", True), "aliases": ("strlist", False), "builds": ("strlist", True)},
+        # [[wheel]] (issue 22): ``python`` the CPython versions ("3.11") the row's wheels are
+        # published for; ``releases`` narrows a row to some releases of its series ("1.3.1").
+        "wheel": _rows("platform cuda cudnn nccl releases", torch=SERIES, variant=STR, platform=STR, cuda=VERSION,
+                       arch_list=ARCHS, cudnn=VERSION, nccl=VERSION, status=STR, python=STRS, releases=STRS),
+        "machine": _rows("aliases", machine=STR, aliases=STRS, builds=STRS),
     },
     "gpus.toml": {
-        "gpu": {"name": ("str", True), "cc": ("cc", True), "arch": ("str", True), "segment": ("str", True),
-                "match": ("strlist", True), "examples": ("strlist", False)},
+        "gpu": _rows("examples", name=STR, cc=CC, arch=STR, segment=STR, match=STRS, examples=STRS),
     },
     "debian.toml": {
-        "release": {"version": ("str", True), "codename": ("str", True), "aliases": ("strlist", False),
-                    "point_release": ("str", False), "checked": ("str", False), "python": ("version", True),
-                    "nvidia_driver": ("version", True), "nvidia_driver_debian": ("str", False),
-                    "nvidia_driver_component": ("str", True), "nvidia_driver_security": ("version", False),
-                    "nvidia_driver_backports": ("version", False), "tesla_drivers": ("strlist", False),
-                    "open_kernel_package": ("str", False), "open_kernel_component": ("str", False),
-                    "firmware_packages": ("strlist", False), "firmware_component": ("str", False),
-                    "nvidia_cuda_toolkit": ("version", False), "nvidia_cudnn": ("version", False),
-                    "python3_torch": ("version", False), "python3_torch_cuda": ("version", False),
-                    "max_cuda_full": ("version", False), "max_cuda_minor_compat": ("str", False)},
-        "archived": {"version": ("str", True), "codename": ("str", True)},
+        "release": _rows("aliases point_release checked nvidia_driver_debian nvidia_driver_security "
+                         "nvidia_driver_backports tesla_drivers open_kernel_package open_kernel_component "
+                         "firmware_packages firmware_component nvidia_cuda_toolkit nvidia_cudnn python3_torch "
+                         "python3_torch_cuda max_cuda_full max_cuda_minor_compat",
+                         version=STR, codename=STR, aliases=STRS, point_release=STR, checked=STR, python=VERSION,
+                         nvidia_driver=VERSION, nvidia_driver_debian=STR, nvidia_driver_component=STR,
+                         nvidia_driver_security=VERSION, nvidia_driver_backports=VERSION, tesla_drivers=STRS,
+                         open_kernel_package=STR, open_kernel_component=STR, firmware_packages=STRS,
+                         firmware_component=STR, nvidia_cuda_toolkit=VERSION, nvidia_cudnn=VERSION,
+                         python3_torch=VERSION, python3_torch_cuda=VERSION, max_cuda_full=VERSION,
+                         max_cuda_minor_compat=STR),
+        "archived": _rows(version=STR, codename=STR),
     },
     "thresholds.toml": {
-        "threshold": {"name": ("str", True), "value": ("scalar", True), "unit": ("str", True)},
+        "threshold": _rows(name=STR, unit=STR, value=schema.Value(
+            ("a string or number", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)))),
     },
     "pci.toml": {
-        "device": {"id": ("str", True), "name": ("str", True), "chip": ("str", True), "cc": ("cc", True)},
-        "chip": {"chip": ("str", True), "arch": ("str", True), "cc": ("cc", True)},
+        "device": _rows(id=STR, name=STR, chip=STR, cc=CC),
+        "chip": _rows(chip=STR, arch=STR, cc=CC),
     },
     "cuda_arch.toml": {
-        "nvcc": {"cuda": ("version", True), "sass": ("archlist", True), "added": ("archlist", False),
-                 "dropped": ("archlist", False)},
+        "nvcc": _rows("added dropped", cuda=VERSION, sass=ARCHS, added=ARCHS, dropped=ARCHS),
     },
 }
-
-_ROW_ID = {"toolkit": "cuda", "minor_compat": "major", "caveat": "id", "wheel": "variant", "gpu": "name",
-           "release": "codename", "threshold": "name",
-           "device": "id", "chip": "chip", "nvcc": "cuda", "machine": "machine", "archived": "codename"}
-
-
-def _check_value(kind: str, value: Any) -> Optional[str]:
-    """None if ``value`` is of ``kind``, else what is wrong with it."""
-    if kind in ("str", "confidence"):
-        if not isinstance(value, str) or not value.strip():
-            return "must be a non-empty string"
-        if kind == "confidence" and value not in CONFIDENCE:
-            return "must be one of " + ", ".join(CONFIDENCE)
-        return None
-    if kind == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an integer"
-    if kind == "bool":
-        return None if isinstance(value, bool) else "must be true or false"
-    if kind == "scalar":
-        return None if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "must be a string or number"
-    if kind == "version":
-        return None if isinstance(value, str) and versions.numeric(value) is not None else "must be a version like 12.4 or 535.261.03"
-    if kind == "cc":
-        return None if isinstance(value, str) and versions.parse_cc(value) is not None else "must be a compute capability like 8.6"
-    if kind == "strlist":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
-            return "must be a non-empty list of strings"
-        return None
-    if kind == "serieslist":
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and versions.series(v) for v in value):
-            return "must be a non-empty list of release series like \"2.6\""
-        return None
-    if kind == "archlist":
-        if not isinstance(value, str):
-            return "must be a string like \"7.5;8.0;9.0+PTX\" (empty for CPU builds)"
-        try:
-            parse_arch_list(value, strict=True)
-        except ValueError as exc:
-            return str(exc)
-        return None
-    raise AssertionError(kind)
-
-
-def _validate_file(path: Path, data: Dict[str, Any]) -> None:
-    name = path.name
-    schema = SCHEMA[name]
-    for table, rows in data.items():
-        if table not in schema:
-            raise KnowledgeError(f"{path}: unknown table [[{table}]] (expected: {', '.join(schema)})")
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise KnowledgeError(f"{path}: {table} must be an array of tables ([[{table}]])")
-        columns = {**schema[table], **_COMMON}
-        for i, row in enumerate(rows, 1):
-            ident = row.get(_ROW_ID[table])
-            where = f"{path}: [[{table}]] row {i}" + (f" ({_ROW_ID[table]} = {ident!r})" if ident is not None else "")
-            for col, (kind, required) in columns.items():
-                if col not in row:
-                    if required:
-                        raise KnowledgeError(f"{where}: missing '{col}'")
-                    continue
-                problem = _check_value(kind, row[col])
-                if problem:
-                    raise KnowledgeError(f"{where}: '{col}' {problem}")
-            unknown = sorted(set(row) - set(columns))
-            if unknown:
-                raise KnowledgeError(f"{where}: unknown column '{unknown[0]}'")
-            if row.get("confidence") == "unconfirmed" and "note" not in row:
-                raise KnowledgeError(f"{where}: an unconfirmed row needs a 'note' saying what is unconfirmed")
-    for table in schema:
-        if table not in data:
-            raise KnowledgeError(f"{path}: no [[{table}]] rows")
-
-
-@functools.lru_cache(maxsize=1)
-def _validator_sum() -> int:
-    """What a cached file's validity depends on besides its bytes: the schema and the code that
-    checked it against the schema (another version of either reads the TOML again)."""
-    code = b"".join(marshal.dumps(f.__code__) for f in (_check_value, _validate_file, parse_arch_list,
-                                                          versions.numeric, versions.parse_cc, versions.series))
-    return zlib.crc32(repr((SCHEMA, _COMMON, _ROW_ID, CONFIDENCE)).encode() + code)
-
-
-def _cache_path(path: Path) -> str:
-    where = zlib.crc32(os.fsencode(os.path.abspath(path)))  # one entry per data file, wherever it lies
-    return os.path.join(outputs.cache_dir(), "knowledge", f"{path.stem}-{where:08x}.json")
+SCHEMA: Dict[str, schema.Table] = {name: schema.Table(tables, tuple(tables)) for name, tables in _FILES.items()}
 
 
 def _read_tables(path: Path) -> Dict[str, List[Dict[str, Any]]]:
-    """The validated tables of one data file: from the cache when it holds this file's bytes
-    under this schema and this debtorch, else parsed, validated and cached."""
+    """The checked tables of one data file (read through the one door, :mod:`debtorch.inputs`)."""
     try:
-        raw = path.read_bytes()
+        text = inputs.read_bytes(path, inputs.MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise KnowledgeError(f"{path}: missing") from None
+    except inputs.NotRegular as exc:
+        raise KnowledgeError(str(exc)) from None
     except OSError as exc:
         raise KnowledgeError(f"{path}: {exc.strerror or exc}") from None
-    key = f"{__version__} {_validator_sum():08x} {zlib.crc32(raw):08x} {len(raw)}"
-    cache = _cache_path(path)
-    try:
-        with open(cache, encoding="utf-8") as fh:
-            kept = json.load(fh)
-        if isinstance(kept, dict) and kept.get("key") == key and isinstance(kept.get("tables"), dict):
-            return kept["tables"]
-    except (OSError, ValueError):
-        pass
-    import tomllib  # defer: a cached file needs no parser (doctor stays fast)
-
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise KnowledgeError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise KnowledgeError(f"{path}: {exc}") from None
-    _validate_file(path, data)
-    text = json.dumps({"key": key, "tables": data}, ensure_ascii=False)
-    if json.loads(text)["tables"] == data:  # only what JSON gives back unchanged (no dates)
-        try:
-            os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
-            outputs.write_atomic(cache, text, force=True)
-        except (OSError, outputs.OutputError):
-            pass
+    data = schema.load_toml(text, str(path), SCHEMA[path.name], KnowledgeError)
+    for table, rows in data.items():
+        for i, row in enumerate(rows):
+            if row.get("confidence") == "unconfirmed" and "note" not in row:
+                bad = schema.Invalid(f"{table}[{i}].note", "missing: an unconfirmed row says what is unconfirmed")
+                raise KnowledgeError(schema.place(bad, str(path), text))
     return data
 
 
@@ -293,7 +200,7 @@ class Knowledge:
     def __init__(self, folder: Path):
         self.folder = folder
         self.tables = _Tables(folder)
-        missing = [name for name in SCHEMA if not (folder / name).is_file()]
+        missing = [name for name in SCHEMA if not (folder / name).exists()]
         if missing:
             raise KnowledgeError(f"{folder / missing[0]}: missing")
 
@@ -331,11 +238,12 @@ class Knowledge:
     @functools.cached_property
     def gpu_keys(self) -> List[Tuple[Tuple[str, ...], str, str]]:
         keys = []
-        for row in self.tables["gpus.toml"]["gpu"]:
+        for i, row in enumerate(self.tables["gpus.toml"]["gpu"]):
             for key in row["match"]:
                 tokens = tuple(_gpu_tokens(key))
                 if not tokens:
-                    raise KnowledgeError(f"{self.folder / 'gpus.toml'}: [[gpu]] {row['name']!r}: match key {key!r} is empty")
+                    bad = schema.Invalid(f"gpu[{i}].match", f"must name a GPU in every entry (got {schema.show(key)})")
+                    raise KnowledgeError(schema.place(bad, str(self.folder / "gpus.toml")))
                 keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
         return keys
 
@@ -598,16 +506,45 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
 
 
 # --------------------------------------------------------------------------
-# PyTorch wheels
+# PyTorch wheels (torch_wheels.toml; docs/knowledge.md).  A row covers every release of its
+# series, or only its ``releases`` (1.3.0 and 1.3.1 were built for different GPUs), on its
+# ``platform``, for the CPython versions in ``python``.
 
 def _norm_platform(platform: str) -> str:
     p = str(platform).lower().replace("_", "-")
+    if "s390x" in p:
+        return "linux-s390x"
     return "linux-aarch64" if ("aarch64" in p or "arm64" in p or "sbsa" in p) else "linux-x86_64"
 
 
-def _wheel_rows(kb: Knowledge, series: str, platform: str) -> List[Dict[str, Any]]:
-    plat = _norm_platform(platform)
-    return [r for r in kb.wheels if series in r["torch"] and r.get("platform", "linux-x86_64") == plat]
+def _wheel_index(kb: Knowledge) -> Dict[Tuple[str, str], List[Tuple[Optional[str], Dict[str, Any]]]]:
+    """(platform, series) -> [(release or None for the whole series, row)], built once per Knowledge."""
+    index = kb.__dict__.get("_wheel_index")
+    if index is None:
+        index = {}
+        for row in kb.wheels:
+            for series in row["torch"]:
+                for rel in row.get("releases") or [None]:
+                    parsed = versions.torch_version(rel) if rel else None
+                    if rel is None or (parsed and parsed["series"] == series):
+                        index.setdefault((row.get("platform", "linux-x86_64"), series), []).append((rel, row))
+        kb.__dict__["_wheel_index"] = index
+    return index
+
+
+def _wheel_rows(kb: Knowledge, series: str, platform: str, version: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The rows of a series, or of one release of it: where rows name releases, the newest named
+    release not newer than ``version`` (with no version, the newest: what ``torch==X.Y.*`` installs)."""
+    entries = _wheel_index(kb).get((_norm_platform(platform), series), [])
+    named = sorted({rel for rel, _ in entries if rel}, key=Version)
+    fit = [r for r in named if version is None or Version(r) <= Version(version)]
+    pick = (fit or named or [None])[-1 if fit else 0]
+    return [row for rel, row in entries if rel is None or rel == pick]
+
+
+def python_fits(row: Dict[str, Any], python: Optional[str]) -> bool:
+    """The row publishes wheels for CPython ``python`` ("3.11"); True when the Python is unknown."""
+    return python is None or python in row.get("python", ())
 
 
 def _pip(version: Optional[str], series: str, variant: str) -> str:
@@ -629,7 +566,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
 
     ``torch_version`` as torch reports it ("2.5.1+cu124") or plain ("2.13.0", "2.13");
     ``variant`` ("cu126", "cpu") defaults to the version's local part.  Returns the
-    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, source,
+    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, python, source,
     confidence, note) plus ``series`` and ``pip``, or None.
     """
     parsed = versions.torch_version(torch_version)
@@ -638,7 +575,7 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
     want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
     if not want:
         return None
-    for row in _wheel_rows(load(), parsed["series"], platform):
+    for row in _wheel_rows(load(), parsed["series"], platform, parsed["version"]):
         if row["variant"] == want:
             return _wheel_answer(row, parsed["series"], parsed["version"])
     return None
@@ -649,25 +586,21 @@ def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
     parsed = versions.torch_version(torch_version)
     if parsed is None:
         return []
-    return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform)})
-
-
-def _nearest_series(kb: Knowledge, series: str, platform: str) -> Optional[str]:
-    plat = _norm_platform(platform)
-    known = sorted({s for r in kb.wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]}, key=Version)
-    if not known:
-        return None
-    if series in known:
-        return series
-    older = [s for s in known if Version(s) <= Version(series)]
-    return older[-1] if older else known[0]
+    return sorted({r["variant"] for r in _wheel_rows(load(), parsed["series"], platform, parsed["version"])})
 
 
 def known_series(platform: str = "linux-x86_64") -> List[str]:
-    """The PyTorch release series the table knows, oldest first ("1.8" ... "2.14")."""
+    """The PyTorch release series the table knows, oldest first ("1.0" ... "2.14")."""
     plat = _norm_platform(platform)
-    return sorted({s for r in load().wheels if r.get("platform", "linux-x86_64") == plat for s in r["torch"]},
-                  key=Version)
+    return sorted({s for p, s in _wheel_index(load()) if p == plat}, key=Version)
+
+
+def _nearest_series(series: str, platform: str) -> Optional[str]:
+    known = known_series(platform)
+    if not known or series in known:
+        return series if known else None
+    older = [s for s in known if Version(s) <= Version(series)]
+    return older[-1] if older else known[0]
 
 
 def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
@@ -676,48 +609,62 @@ def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
     return known[-1] if known else None
 
 
+# Stable variants before legacy ones, legacy before experimental (RELEASE.md's labels): where
+# the driver does not decide (unknown, or it runs several), the tested build is the answer.
+STATUS_RANK = {"stable": 2, "legacy": 1}
+
+
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
-                            driver_platform: str = "linux") -> Optional[Dict[str, Any]]:
-    """The official CUDA variant of a release that runs on this driver and GPU.
+                            driver_platform: str = "linux", python: Optional[str] = None,
+                            driver_cuda: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
+    of a list of compute capabilities; an empty list: the GPU is not known).
 
     Candidates are the release's CUDA variants (or the nearest release the table
-    knows: the newest one not newer than asked) whose CUDA the driver runs (not
-    "too-old") and whose arch list has code for the GPU.  Preference: SASS over PTX,
-    then full driver support over minor-version compatibility, then the newer CUDA.
-    Returns the wheel row (see :func:`wheel`) plus ``driver_verdict``, ``arch_verdict``,
-    ``detail`` and ``nearest`` (True when another release was used), or None when
-    no variant fits or an input is not understood.  ``exclude`` names variants not to
-    answer (the one installed, when it is the problem).  A ``driver_version`` of None
-    judges by the GPU alone (``driver_verdict`` "unknown"): the newest CUDA with code
-    for it.  ``driver_platform`` is "windows" for a driver that Windows serves (WSL 2).
+    knows: the newest one not newer than asked) published for ``platform`` and
+    CPython ``python`` (None: any), whose CUDA the driver runs (not "too-old") and
+    whose arch list has code for the GPU.  Preference: SASS over PTX, then full
+    driver support over minor-version compatibility, then stable over legacy over
+    experimental, then the newer CUDA.  Returns the wheel row (see :func:`wheel`) plus
+    ``driver_verdict``, ``arch_verdict``, ``detail`` and ``nearest`` (True when
+    another release was used), or None when no variant fits or an input is not
+    understood.  ``exclude`` names variants not to answer (the one installed, when it
+    is the problem).  A ``driver_version`` of None judges by the newest CUDA the driver
+    runs (``driver_cuda``: nvidia-smi's "CUDA Version", torch's "found version 11040"),
+    else by the GPU alone (``driver_verdict`` "unknown").  ``driver_platform`` is
+    "windows" for a driver that Windows serves (WSL 2).
     """
     parsed = versions.torch_version(torch_version)
-    if parsed is None or versions.parse_cc(compute_capability) is None:
+    ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
+    if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
         return None
     if driver_version is not None and versions.numeric(driver_version) is None:
         return None
     kb = load()
-    series = _nearest_series(kb, parsed["series"], platform)
+    series = _nearest_series(parsed["series"], platform)
     if series is None:
         return None
+    same = series == parsed["series"]
     rank = {"full": 2, "minor-compat": 1, "unknown": 1, "sass": 2, "ptx": 1}
     best, best_key = None, None
-    for row in _wheel_rows(kb, series, platform):
-        if not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude:
+    for row in _wheel_rows(kb, series, platform, parsed["version"] if same else None):
+        if (not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude
+                or not python_fits(row, python)):
             continue
-        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version
-                       else ("unknown", "the driver is unknown"))
-        av, adetail = arch_support(compute_capability, row["arch_list"])
+        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version else
+                       (driver_cuda_supports(driver_cuda, row["cuda"]), f"the driver runs CUDA {driver_cuda}")
+                       if driver_cuda else ("unknown", "the driver is unknown"))
+        # Every GPU must have code in the wheel; the one served worst decides.
+        av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0),
+                          default=("sass", "the GPU is not known"))
         if dv not in ("full", "minor-compat", "unknown") or av not in ("sass", "ptx"):
             continue
-        key = (rank[av], rank[dv], versions.numeric(row["cuda"]))
+        key = (rank[av], rank[dv], STATUS_RANK.get(row["status"], 0), versions.numeric(row["cuda"]))
         if best_key is None or key > best_key:
             best_key = key
-            version = parsed["version"] if series == parsed["series"] else None
-            best = _wheel_answer(row, series, version)
-            best.update(driver_verdict=dv, arch_verdict=av, detail=f"{ddetail}; {adetail}",
-                        nearest=series != parsed["series"])
+            best = _wheel_answer(row, series, parsed["version"] if same else None)
+            best.update(driver_verdict=dv, arch_verdict=av, detail=f"{ddetail}; {adetail}", nearest=not same)
     return best
 
 

@@ -152,6 +152,11 @@ class Shm(_Part):
         """Cannot hold one worker's batches (memory.E001)."""
         return self.total is not None and self.total < self.per_worker
 
+    @property
+    def remount_gib(self) -> int:
+        """The size memory.E001's fix remounts /dev/shm with: what the workers need, in whole GiB, plus one."""
+        return max(1, self.needed // 1024 ** 3 + 1)
+
 
 @dataclass(frozen=True, repr=False)
 class DebianRelease(_Part):
@@ -725,8 +730,9 @@ class Machine:
         # Which build this is: CUDA or ROCm when named, else CPU-only, unless the facts leave it
         # open: a report whose copy of collect_env has no "CUDA used to build PyTorch" line
         # (python.torch.cpu_only unknown), or one under which CUDA is available (so not CPU-only).
+        # A build that printed CUDA architectures (cpu_only False) but not its CUDA is not CPU-only either.
         build_known = bool(cuda or hip) or (
-            self.get("python.deep.cuda_available") is not True
+            self.get("python.deep.cuda_available") is not True and t.get("cpu_only") is not False
             and not (t.get("cpu_only") is None and self.unknown("python.torch.cpu_only")))
         return Torch(known=True, installed=True, version=version, series=parsed["series"] if parsed else None,
                      cuda=cuda, hip=hip, variant=variant, executable=exe, build_known=build_known)
@@ -736,14 +742,16 @@ class Machine:
         """The architectures the installed CUDA build has code for (see :class:`ArchList`);
         None for a CPU or ROCm build, or when nothing tells."""
         t = self.torch
-        if not t.installed or not t.cuda:
+        if not t.installed or t.hip or t.cpu_only:
             return None
         deep = self.get("python.deep")
         listed = deep.get("arch_list") if isinstance(deep, dict) else None
         if listed:
             said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
             return ArchList(listed, said, True)
-        row = knowledge.wheel(t.version or "", t.variant) if t.version else None
+        if not t.cuda:
+            return None
+        row = knowledge.wheel(t.version, t.variant) if versions.is_release(t.version) else None
         if row and row.get("arch_list"):
             return ArchList(row["arch_list"], f"the official {row['series']} {row['variant']} wheel", True)
         built = knowledge.cuda_builds_sass(t.cuda)
@@ -816,6 +824,20 @@ class Machine:
         if not arch or self.os.platform != "linux":
             return None
         return knowledge.wheel_machine(arch) or {}
+
+    @property
+    def wheel_platform(self) -> Optional[str]:
+        """The platform of checks/torch_wheels.toml whose wheels install here ("linux-aarch64"); None
+        where PyTorch publishes none.  Windows, macOS and an unknown architecture read the x86_64 rows
+        (the same index names)."""
+        row = self.wheels_for_arch
+        return None if row == {} else f"linux-{row['machine']}" if row else "linux-x86_64"
+
+    @functools.cached_property
+    def python_version(self) -> Optional[str]:
+        """The target interpreter's CPython release ("3.11"), or None."""
+        mm = versions.major_minor(self.get("python.version"))
+        return f"{mm[0]}.{mm[1]}" if mm else None
 
     @functools.cached_property
     def cudnn(self) -> Version:

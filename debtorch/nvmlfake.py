@@ -31,10 +31,10 @@ says "not recorded in the NVML fake" (so a replay never pretends).
 from __future__ import annotations
 
 import inspect
-import json
 import string
-from pathlib import Path
 from typing import Any, Optional
+
+from debtorch import inputs
 
 FORMAT = "debtorch-nvml-fake/1"
 
@@ -447,9 +447,8 @@ def _shape(value: Any, shape: str) -> Any:
 
 
 def load(path) -> FakeNVML:
-    """The fake recorded in ``path`` (a JSON file)."""
-    with open(Path(path), encoding="utf-8") as fh:
-        return FakeNVML(json.load(fh))
+    """The fake recorded in ``path`` (a JSON file, read through :mod:`debtorch.inputs`)."""
+    return FakeNVML(inputs.parse_json(inputs.read_text(str(path), what="an NVML recording"), str(path)))
 
 
 def loads(data: dict) -> FakeNVML:

@@ -28,18 +28,11 @@ import stat
 import threading
 from typing import BinaryIO, Callable, Optional, Union
 
+from debtorch.inputs import kind as _kind
+
 
 class OutputError(Exception):
     """A file cannot be written; ``str()`` is one line naming the path."""
-
-
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def check_destination(path: str, force: bool = False) -> str:
@@ -145,10 +138,10 @@ def new_file(path: str, data: Union[str, bytes]) -> None:
 
 
 def cache_dir() -> str:
-    """Where debtorch keeps what it can rebuild (the built-in workloads' image files, the parsed
-    knowledge files): $DEBTORCH_CACHE, else $XDG_CACHE_HOME/debtorch, else ~/.cache/debtorch."""
+    """Where debtorch keeps what it can rebuild (the built-in workloads' image files):
+    $DEBTORCH_CACHE, else $XDG_CACHE_HOME/debtorch, else ~/.cache/debtorch (a relative path is ignored)."""
     explicit = os.environ.get("DEBTORCH_CACHE")
-    if explicit:
+    if explicit and os.path.isabs(explicit):
         return explicit
     base = os.environ.get("XDG_CACHE_HOME")
     if not base or not os.path.isabs(base):  # the XDG base directory spec: a relative path is invalid

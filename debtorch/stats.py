@@ -1,63 +1,35 @@
-"""Statistics that say "inconclusive": intervals, verdicts and adaptive rounds
-for interleaved measurements.  Pure standard library (``random``,
-``statistics``, ``math``), a fixed seed: the same numbers give the same
-interval every time.
+"""Statistics that say "inconclusive": intervals, verdicts and adaptive rounds for interleaved
+measurements; the method and its sources are in docs/verify-train.md ("Statistics").  Standard
+library only, a fixed seed: the same numbers always give the same interval.
 
-The method (docs/verify-train.md, "Statistics"):
-
-* Two arms (tuned and baseline, instrumented and bare, a run and its bound)
-  are measured in interleaved *rounds*: round i of one arm ran right beside
-  round i of the other, so drift on the machine hits both alike.
-* The figure is a **ratio of medians**: median(A) / median(B) over the rounds
-  where both arms gave a number (of an even count, the median is the geometric
-  mean of the middle two: everything is computed in logarithms, so no input
-  can overflow).
-* Its interval is a **paired percentile bootstrap**: the rounds are resampled
-  with replacement (a round's two numbers stay together), the ratio of medians
-  is recomputed ``RESAMPLES`` times from the fixed ``SEED``, and the 2.5th and
-  97.5th percentiles bound a 95% interval.  Arms that did not run in the same
-  rounds (a multi-process run against single-process rounds) are resampled
-  each on its own.  The interval is widened, if need be, to hold the point
-  estimate (a percentile interval of a small, discrete bootstrap can miss it).
-* **Few rounds**: below ``SMALL_ROUNDS`` (10) rounds the bootstrap alone is
-  overconfident (on identical arms with log-normal noise it excluded "no
-  difference" in 26% of 3-round comparisons, 12% of 4-round ones: it cannot
-  see the uncertainty of so few values), so the interval is widened to hold
-  Student's t interval of the mean log-ratio (Welch's, unpaired), which keeps
-  its 95% at any count when the noise is roughly log-normal.  With the guard,
-  6% at 3 rounds and about 5% from 4 on (tests/test_stats.py checks it).
-* A **verdict** only when the whole interval lies on one side: "faster" when
-  it lies above 1 (plus an optional equivalence ``margin``), "slower" below;
-  with a margin, "equivalent" when it lies inside 1 +- margin.  Otherwise
-  "inconclusive", with an estimate of how many more rounds would likely
-  resolve it: the interval's half-width shrinks as 1/sqrt(rounds), so
-  n x (half-width / distance to the boundary)^2 rounds would put the
-  boundary outside it.  Fewer than ``MIN_ROUNDS`` rounds are always
-  inconclusive.
-* **Physically impossible figures**: a cost below zero (the instrumented loop
-  faster than the bare one), a share of a bound above 100%, a scaling
-  efficiency above 100%.  When the whole interval is impossible the verdict
-  is "failed measurement"; when only the point estimate is, "inconclusive"
-  (``impossible`` is set either way): never a result.
-
-``adaptive_rounds`` adds rounds until the verdict resolves or the time budget
-is spent, as pyperf and hyperfine do.
+* A figure is a **ratio of medians** over interleaved rounds (in logs: nothing overflows); its
+  interval is the union of a paired percentile bootstrap and Student's t interval of the mean
+  log-ratio (Welch's, unpaired): the bootstrap alone is overconfident with few rounds and with
+  heavy tails.  A **verdict** only when the whole interval lies on one side; otherwise
+  "inconclusive", with the rounds that would likely resolve it; a physically impossible figure
+  beyond noise is a "failed measurement", never a result.
+* **Sequential looks**: ``adaptive_rounds`` adds rounds until the verdict resolves (as pyperf and
+  hyperfine do), so every look is judged at Pocock's constant nominal level for the most looks the
+  run may take (:class:`Looks`; Pocock 1977, Biometrika 64:191-199): repeated confidence intervals
+  that hold together with 95% probability (Jennison & Turnbull 1989, JRSS B 51:305-361), where
+  stopping at the first 95% interval that excludes 1 gave identical arms a verdict in a fifth of
+  runs (benchmarks/aa_bench.py; tests/test_stats.py checks the rate).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-CONFIDENCE = 0.95        # of every interval (the Student-t table below is for 95%)
+CONFIDENCE = 0.95        # of every interval (a sequential look's is higher: Looks)
 RESAMPLES = 2000
 SEED = 20261130          # fixed: the same rounds always give the same interval
 MIN_ROUNDS = 3           # fewer rounds never give a verdict
-SMALL_ROUNDS = 10        # below this, the interval is never narrower than Student's t interval
 MAX_LOG = 700.0          # exp() of more than this overflows a float: ratios are clamped here
 
 # Verdicts
@@ -98,43 +70,60 @@ def _valid(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
-def _median(xs: list) -> float:
-    return statistics.median(xs)
+_median = statistics.median
 
 
 def _exp(x: float) -> float:
     return math.exp(max(-MAX_LOG, min(MAX_LOG, x)))
 
 
-# Student's t, 97.5th percentile, 1 to 30 degrees of freedom (any statistics table).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+@functools.lru_cache(maxsize=4096)
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile at ``p`` (0.5 < p < 1) with ``df`` whole degrees of freedom (beyond 1000,
+    1000: a little wider): P(|T| <= t) in closed form (Abramowitz & Stegun 26.7.3-4), inverted by bisection."""
+    df = max(1, min(1000, int(df)))
+
+    def within(t: float) -> float:
+        th = math.atan(t / math.sqrt(df))
+        c2, term, total, odd = math.cos(th) ** 2, 1.0, 1.0, df % 2
+        for j in range(1, (df - 1) // 2 if odd else df // 2):
+            term *= c2 * (2 * j - 1 + odd) / (2 * j + odd)
+            total += term
+        return (2 / math.pi * (th + (math.sin(th) * math.cos(th) * total if df > 1 else 0.0)) if odd
+                else math.sin(th) * total)
+    lo, hi = 0.0, 1e7   # beyond the quantile of any level used (df 1 at 1 - 1e-7: 3e6)
+    for _ in range(90):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if within(mid) < 2 * p - 1 else (lo, mid)
+    return hi
 
 
-def t975(df: float) -> float:
-    """Student's t 97.5th percentile (beyond 30 degrees of freedom, 1.96 + 2.4 / df: within 0.3%)."""
-    k = max(1, math.floor(df))
-    return T975[k - 1] if k <= len(T975) else 1.96 + 2.4 / k
-
-
-def _t_interval(la: list, lb: list, paired: bool) -> Optional[tuple]:
-    """Student's t interval of the mean log-ratio (paired) or of the difference of mean logs
-    (Welch, unpaired); None when an arm has fewer than two values."""
-    if paired:
-        d = [x - y for x, y in zip(la, lb)]
-        if len(d) < 2:
-            return None
-        m, h = statistics.fmean(d), t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
-        return m - h, m + h
-    if len(la) < 2 or len(lb) < 2:
+def _t_interval(la: list, lb: list, paired: bool, confidence: float) -> Optional[tuple]:
+    """Student's t interval of the mean log-ratio (paired) or of the difference of mean logs (Welch's,
+    unpaired: its degrees of freedom rounded down, a little wider); None with fewer than two values."""
+    arms = [[x - y for x, y in zip(la, lb)]] if paired else [la, lb]
+    if min(len(x) for x in arms) < 2:
         return None
-    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
-    m = statistics.fmean(la) - statistics.fmean(lb)
-    if va + vb == 0:
-        return m, m
-    df = (va + vb) ** 2 / ((va * va / (len(la) - 1)) + (vb * vb / (len(lb) - 1)))
-    h = t975(df) * math.sqrt(va + vb)
+    means = [math.fsum(x) / len(x) for x in arms]
+    v = [math.fsum((y - m) ** 2 for y in x) / (len(x) - 1) / len(x) for x, m in zip(arms, means)]
+    df = len(la) - 1 if paired or not sum(v) else sum(v) ** 2 / sum(w * w / (len(x) - 1) for w, x in zip(v, arms))
+    m, h = means[0] - sum(means[1:]), t_quantile((1 + confidence) / 2, max(1, math.floor(df))) * math.sqrt(sum(v))
     return m - h, m + h
+
+
+def ratio_of_sums(part: Sequence[float], whole: Sequence[float]) -> tuple:
+    """sum(part) / sum(whole) with its 95% interval over the pairs (windows of steps, say): Student's t
+    on the residuals part - R x whole, the ratio estimator's delta method.  (estimate, low, high);
+    the interval is None below two pairs, everything None when ``whole`` sums to nothing."""
+    n, total = len(part), float(sum(whole))
+    if not n or not total > 0:
+        return None, None, None
+    r = sum(part) / total
+    if n < 2:
+        return r, None, None
+    sd = statistics.stdev([p - r * w for p, w in zip(part, whole)])
+    h = t_quantile(0.975, n - 1) * sd / (total / n) / math.sqrt(n)
+    return r, r - h, r + h
 
 
 @dataclass
@@ -148,9 +137,10 @@ class _LogRatio:
 
 
 def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, scale: float = 1.0,
-                       resamples: int = RESAMPLES, seed: int = SEED) -> _LogRatio:
-    """The ratio of medians num / (scale x den) in logs, with its 95% interval: the percentile
-    bootstrap, and below ``SMALL_ROUNDS`` rounds at least Student's t interval of the log-ratios.
+                       resamples: int = RESAMPLES, seed: int = SEED, confidence: float = CONFIDENCE) -> _LogRatio:
+    """The ratio of medians num / (scale x den) in logs, with its interval at ``confidence``:
+    the percentile bootstrap widened to hold Student's t interval of the log-ratios
+    (``resamples=0``: Student's t alone, whose verdicts include every verdict of the two).
 
     Values that are not finite positive numbers (a failed trial's None, 0, NaN)
     are left out; paired, the round is left out for both arms.
@@ -170,31 +160,22 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
         return out
     shift = math.log(scale)
     out.est = _median(la) - _median(lb) - shift
-    if out.n < 2:
+    t = _t_interval(la, lb, paired, confidence)
+    if t is None:
         return out
-    rng = random.Random(seed)
-    stats = []
-    if paired:
-        n = len(la)
-        idx = range(n)
-        for _ in range(max(1, resamples)):
-            pick = rng.choices(idx, k=n)
+    out.low, out.high = min(out.est, t[0] - shift), max(out.est, t[1] - shift)
+    rng, n, stats = random.Random(seed) if resamples > 0 else None, len(la), []
+    for _ in range(max(0, resamples)):
+        if paired:
+            pick = rng.choices(range(n), k=n)
             stats.append(_median([la[i] for i in pick]) - _median([lb[i] for i in pick]) - shift)
-    else:
-        for _ in range(max(1, resamples)):
+        else:
             stats.append(_median(rng.choices(la, k=len(la))) - _median(rng.choices(lb, k=len(lb))) - shift)
-    stats.sort()
-    alpha = 1.0 - CONFIDENCE
-    lo_i = min(len(stats) - 1, max(0, math.floor(alpha / 2 * len(stats))))
-    hi_i = min(len(stats) - 1, max(0, math.ceil((1 - alpha / 2) * len(stats)) - 1))
-    out.low, out.high = min(stats[lo_i], out.est), max(stats[hi_i], out.est)
-    if out.n < SMALL_ROUNDS:
-        # With few rounds the bootstrap cannot see its own uncertainty: on identical arms with
-        # three rounds it excludes "no difference" a quarter of the time.  Student's t holds its
-        # 95% at any count when the noise is roughly log-normal; the wider of the two is kept.
-        t = _t_interval(la, lb, paired)
-        if t is not None:
-            out.low, out.high = min(out.low, t[0] - shift), max(out.high, t[1] - shift)
+    if stats:
+        stats.sort()
+        tail = (1.0 - confidence) / 2
+        lo_i, hi_i = max(0, math.floor(tail * len(stats))), min(len(stats), math.ceil((1 - tail) * len(stats))) - 1
+        out.low, out.high = min(stats[min(lo_i, len(stats) - 1)], out.low), max(stats[max(hi_i, 0)], out.high)
     return out
 
 
@@ -234,40 +215,33 @@ def _margin(m) -> float:
 
 
 def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = True, seed: int = SEED,
-            resamples: int = RESAMPLES) -> Estimate:
+            resamples: int = RESAMPLES, confidence: float = CONFIDENCE) -> Estimate:
     """Speed ``a`` over speed ``b`` (samples per second, higher is faster): the ratio of medians.
 
-    "faster" / "slower" only when the interval excludes 1 +- ``margin``;
-    "equivalent" when it lies inside it (only with a margin).
+    "faster" / "slower" only when the interval (at ``confidence``: a look's, :class:`Looks`)
+    excludes 1 +- ``margin``; "equivalent" when it lies inside it (only with a margin).
     """
     m = math.log1p(_margin(margin))
-    r = log_ratio_interval(a, b, paired=paired, seed=seed, resamples=resamples)
+    r = log_ratio_interval(a, b, paired=paired, seed=seed, resamples=resamples, confidence=confidence)
     regions = [(FASTER, m, math.inf, f"the interval lies above {1 + _margin(margin):g}"),
                (SLOWER, -math.inf, -m, f"the interval lies below {1 / (1 + _margin(margin)):g}")]
     if m > 0:
         regions.append((EQUIVALENT, -m, m, f"the interval lies within {_margin(margin):.0%} of 1"))
     verdict, more, _, why = _judge(r, regions, None)
-    return _estimate("ratio", r, verdict, more, False, why, lambda x: _exp(x))
+    return _estimate("ratio", r, verdict, more, False, why, lambda x: _exp(x), confidence)
 
 
 def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired: bool = True,
          seed: int = SEED, resamples: int = RESAMPLES) -> Estimate:
-    """What instrumentation costs: 1 - instrumented / bare speed (samples per second).
-
-    "costs" when the interval lies above ``margin``; "negligible" when it lies
-    below it (only with a margin); a cost below zero beyond noise (the
-    instrumented loop faster than the bare one) is a "failed measurement".
-    """
+    """What instrumentation costs: 1 - instrumented / bare speed.  "costs" above ``margin``, "negligible"
+    below it (with a margin); below zero beyond noise (the instrumented loop faster) a "failed measurement"."""
     m = _margin(margin)
     r = log_ratio_interval(instrumented, bare, paired=paired, seed=seed, resamples=resamples)
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
-    regions = [(FAILED, 0.0, math.inf, "a negative cost beyond noise: the instrumented loop cannot be faster"),
-               (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
-               (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}")]
-    if m == 0:
-        regions.pop()
-    verdict, more, impossible, why = _judge(r, regions, 0.0)
-    e = _estimate("cost", r, verdict, more, impossible, why, lambda x: 1.0 - _exp(x))
+    e = _at_most_one("cost", r, "a negative cost beyond noise: the instrumented loop cannot be faster",
+                     (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
+                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m,
+                     lambda x: 1.0 - _exp(x))
     # 1 - ratio reverses the order: the ratio's high end is the cost's low end.
     if e.low is not None:
         e = Estimate(**{**asdict(e), "low": e.high, "high": e.low})
@@ -276,31 +250,29 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
 
 def share(part: Sequence, whole: Sequence, *, scale: float = 1.0, margin: float = 0.0, paired: bool = True,
           seed: int = SEED, resamples: int = RESAMPLES) -> Estimate:
-    """A share that cannot exceed 1: part / (scale x whole), as a ratio of medians.
-
-    A run's share of its compute-only bound (``part``: the run, ``whole``: the
-    bound, paired by round), or scaling efficiency (``part``: N processes'
-    samples per second, ``whole``: one process's, ``scale`` N, unpaired).
-    "below" when the interval lies under 1; "reached" when it lies within
-    ``margin`` of 1 (only with a margin); above 1 beyond noise is a "failed
-    measurement".
-    """
+    """A share that cannot exceed 1: part / (scale x whole), as a ratio of medians: a run's share of its
+    compute-only bound (paired by round), or scaling efficiency (N processes' speed over one's, ``scale``
+    N, unpaired).  "below" under 1, "reached" within ``margin`` of 1; above 1 beyond noise "failed measurement"."""
     m = _margin(margin)
     r = log_ratio_interval(part, whole, paired=paired, scale=scale, seed=seed, resamples=resamples)
-    regions = [(FAILED, 0.0, math.inf, "above 100% beyond noise: a share of a bound cannot exceed it"),
-               (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
-               (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%")]
-    if m == 0:
-        regions.pop()
-    verdict, more, impossible, why = _judge(r, regions, 0.0)
-    return _estimate("share", r, verdict, more, impossible, why, lambda x: _exp(x))
+    return _at_most_one("share", r, "above 100% beyond noise: a share of a bound cannot exceed it",
+                        (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
+                        (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%"), m, _exp)
 
 
-def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why: str, f) -> Estimate:
+def _at_most_one(kind: str, r: _LogRatio, failed: str, result: tuple, within: tuple, m: float, f) -> Estimate:
+    """A figure whose ratio cannot exceed 1 (above it beyond noise: a failed measurement): its verdict
+    among ``result`` and, with a margin ``m``, ``within``."""
+    verdict, more, impossible, why = _judge(r, [(FAILED, 0.0, math.inf, failed), result] + ([within] if m else []), 0.0)
+    return _estimate(kind, r, verdict, more, impossible, why, f)
+
+
+def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why: str, f,
+              confidence: float = CONFIDENCE) -> Estimate:
     return Estimate(kind=kind, estimate=None if r.est is None else f(r.est),
                     low=None if r.low is None else f(r.low), high=None if r.high is None else f(r.high),
                     rounds=r.n, verdict=verdict, more_rounds=more if verdict == INCONCLUSIVE else None,
-                    impossible=impossible, reason=why)
+                    impossible=impossible, reason=why, confidence=confidence)
 
 
 def resolve_hint(verdict: str, more_rounds: Optional[int]) -> str:
@@ -316,7 +288,51 @@ def resolve_hint(verdict: str, more_rounds: Optional[int]) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Adaptive rounds
+# Sequential looks and adaptive rounds
+
+# Pocock's constant C_P(K): the normal critical value that K equally spaced looks share so that
+# the chance that any of them crosses it, with no difference, is 5% (two-sided).  Computed by the
+# recursive numerical integration of Armitage, McPherson & Rowe (1969, JRSS A 132:235-244) on a
+# grid of 0.005, rounded up; it reproduces Jennison & Turnbull's Table 2.1 (Group Sequential
+# Methods, 2000: 2.178, 2.289, 2.361, 2.413 ... 2.555 for K = 2, 3, 4, 5 ... 10).  A run that looks
+# at every round from a to b (K = b - a + 1) is more correlated from look to look than K equally
+# spaced looks from zero, so C_P(K) is conservative for it (rounds 3-30: 2.722 against an exact 2.667).
+POCOCK = {1: 1.960, 2: 2.178, 3: 2.291, 4: 2.362, 5: 2.414, 6: 2.454, 7: 2.486, 8: 2.513, 9: 2.536, 10: 2.556,
+          11: 2.573, 12: 2.589, 13: 2.603, 14: 2.616, 15: 2.626, 16: 2.637, 17: 2.647, 18: 2.656, 19: 2.665,
+          20: 2.673, 21: 2.680, 22: 2.687, 23: 2.694, 24: 2.700, 25: 2.706, 26: 2.711, 27: 2.717, 28: 2.722,
+          29: 2.726, 30: 2.731, 40: 2.770, 50: 2.798, 60: 2.819, 80: 2.851, 100: 2.875}
+NORMAL = statistics.NormalDist()
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A sequential design: a look after every round from ``first`` to ``last``, each judged at
+    Pocock's nominal level for that many looks, so that all of them together claim a difference
+    between identical arms at most 5% of the time."""
+
+    first: int
+    last: int
+
+    @property
+    def most(self) -> int:
+        return max(1, self.last - self.first + 1)
+
+    @property
+    def z(self) -> float:
+        """The normal critical value every look shares (beyond the table, Bonferroni's: valid for any looks)."""
+        return next((c for k, c in POCOCK.items() if k >= self.most), None) or NORMAL.inv_cdf(
+            1 - (1 - CONFIDENCE) / 2 / self.most)
+
+    @property
+    def confidence(self) -> float:
+        """Each look's nominal confidence (95% with one look)."""
+        return 2 * NORMAL.cdf(self.z) - 1
+
+    def to_dict(self, rounds: Optional[int] = None) -> dict:
+        """The design, and with ``rounds`` the looks they took."""
+        return {"procedure": "pocock" if self.most > 1 else "fixed", "first": self.first, "last": self.last,
+                "most_looks": self.most, "z": round(self.z, 3), "confidence": round(self.confidence, 5),
+                "looks": None if rounds is None else max(0, min(rounds, self.last) - self.first + 1)}
 
 
 @dataclass
@@ -325,37 +341,37 @@ class Adaptive:
 
     data: dict                       # arm -> values, in round order (None where a round gave none)
     rounds: int
-    estimate: Optional[Estimate]
+    estimate: Any                    # the judge's last Estimate (or list of them)
     spent: float                     # seconds, by the clock given
     stopped: str                     # "resolved", "budget spent", "max rounds", "cannot resolve", "no budget"
+    looks: Optional[Looks] = None    # the sequential design the verdict was judged by
 
 
-def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict], Estimate], budget_s: float, *,
+def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict, float], Estimate], budget_s: float, *,
                     min_rounds: int = MIN_ROUNDS, max_rounds: int = 30,
                     clock: Callable[[], float] = time.monotonic,
                     reserve: Optional[Callable[[dict], float]] = None) -> Adaptive:
     """Run rounds until ``judge``'s verdict resolves, or the budget is spent.
 
-    ``run_round(i)`` runs round i (0-based) of every arm, interleaved, and
-    returns ``{arm: value}``; ``judge(data)`` turns ``{arm: [values]}`` into an
-    :class:`Estimate` (for instance ``lambda d: compare(d["tuned"], d["baseline"])``).
-    A round starts only when the time spent plus the longest round so far fits
-    ``budget_s`` (the first round, of unknown cost, whenever the budget is
-    positive); at least ``min_rounds`` are run when the budget allows, at most
-    ``max_rounds``.  A verdict that more rounds cannot change (a point estimate
-    on the boundary) stops early.  ``reserve(data)``, when given, is time the
-    budget must keep for what comes after the rounds (estimated from the
-    rounds so far): a round starts only when it fits beside it.
+    ``run_round(i)`` runs round i (0-based) of every arm, interleaved, and returns ``{arm: value}``;
+    ``judge(data, confidence)`` turns ``{arm: [values]}`` into an :class:`Estimate` at that confidence
+    (``lambda d, c: compare(d["tuned"], d["baseline"], confidence=c)``), or a list of them that resolves
+    when every one does (an empty list never does).  Every look, from ``min_rounds`` to ``max_rounds``,
+    is judged at the level of their :class:`Looks` (in the result): stopping at the first verdict keeps
+    the 95%.  A round starts only when the time spent plus the longest round so far (and
+    ``reserve(data)``, what comes after the rounds) fits ``budget_s``; the first whenever the budget is
+    positive.  A verdict that more rounds cannot change (an estimate on the boundary) stops early.
     """
     data: dict = {}
     took: list = []
     start = clock()
-    est: Optional[Estimate] = None
+    est: Any = None
     stopped = "max rounds"
     n = 0
+    looks = Looks(max(1, min_rounds), max(1, min_rounds, max_rounds))
     if not (isinstance(budget_s, (int, float)) and budget_s > 0):
-        return Adaptive(data, 0, None, 0.0, "no budget")
-    while n < max(1, max_rounds):
+        return Adaptive(data, 0, None, 0.0, "no budget", looks)
+    while n < looks.last:
         spent = clock() - start
         if took and spent + max(took) + (reserve(data) if reserve else 0.0) > budget_s:
             stopped = "budget spent"
@@ -366,14 +382,15 @@ def adaptive_rounds(run_round: Callable[[int], dict], judge: Callable[[dict], Es
         for arm in set(data) | set(values):
             data.setdefault(arm, [None] * n).append(values.get(arm))
         n += 1
-        if n >= min_rounds:
-            est = judge(data)
-            if est.resolved:
+        if n >= looks.first:
+            est = judge(data, looks.confidence)
+            group = est if isinstance(est, list) else [est]
+            if group and all(e.resolved for e in group):
                 stopped = "resolved"
                 break
-            if est.more_rounds is None:
+            if any(e.more_rounds is None and not e.resolved for e in group):
                 stopped = "cannot resolve"
                 break
     if est is None and n:
-        est = judge(data)
-    return Adaptive(data, n, est, clock() - start, stopped)
+        est = judge(data, looks.confidence)
+    return Adaptive(data, n, est, clock() - start, stopped, looks)

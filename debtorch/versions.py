@@ -106,8 +106,8 @@ def cudnn_from_int(value: Any) -> Optional[str]:
 
 # ---------------------------------------------------------------- versions in text and file names
 
-_NUMERIC = re.compile(r"^\s*v?(\d+(?:\.\d+){0,3})\s*$")
-_FIRST_DOTTED = re.compile(r"\d+(?:\.\d+)+")
+_NUMERIC = re.compile(r"^\s*v?(\d{1,12}(?:\.\d{1,12}){0,3})\s*$")   # (bounded: int() of 5,000 digits raises)
+_FIRST_DOTTED = re.compile(r"(?<!\d)\d{1,12}(?:\.\d{1,12})+")
 
 
 def numeric(text: Any) -> Optional[Version]:
@@ -129,7 +129,7 @@ def loose(text: Any) -> Optional[Version]:
         return None
     try:
         return Version(str(text).strip().split("+")[0])
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or more digits than int() takes
         m = _FIRST_DOTTED.search(str(text))
         return Version(m.group(0)) if m else None
 
@@ -175,8 +175,8 @@ def library_version(path: Any) -> Optional[str]:
 
 # ---------------------------------------------------------------- PyTorch versions
 
-_TORCH = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$")
-_SERIES = re.compile(r"\s*(\d+)\.(\d+)\s*")
+_TORCH = re.compile(r"^\s*v?(\d{1,12})\.(\d{1,12})(?:\.(\d{1,12}))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$")
+_SERIES = re.compile(r"\s*(\d{1,12})\.(\d{1,12})\s*")
 
 
 def torch_version(text: Any) -> Optional[dict]:
@@ -191,6 +191,14 @@ def torch_version(text: Any) -> Optional[dict]:
     series = f"{int(major)}.{int(minor)}"
     return {"series": series, "version": f"{series}.{int(patch)}" if patch is not None else None,
             "local": local.split(".")[0].lower() if local else None}
+
+
+def is_release(text: Any) -> bool:
+    """A released build's version ("1.7.1", "2.5.1+cu124"): no pre-release, nightly or source-build
+    part ("1.8.0a0+af2250e", "2.6.0.dev20241126+cu124"), so an official wheel's row may describe it."""
+    m = _TORCH.match(text) if isinstance(text, str) else None
+    return bool(m and m.group(3) is not None and not m.group(4)
+                and (m.group(5) is None or re.fullmatch(r"cu\d+|cpu|rocm[\d.]+|xpu", m.group(5).lower())))
 
 
 def series(text: Any) -> Optional[str]:

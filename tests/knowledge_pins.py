@@ -31,7 +31,7 @@ from debtorch import knowledge  # noqa: E402
 PINS = Path(__file__).resolve().parent / "knowledge_pins.txt"
 # Columns that name a row in its table (unique: a test checks it).
 KEYS = {
-    "toolkit": ("cuda",), "minor_compat": ("major",), "caveat": ("id",), "wheel": ("torch", "variant", "platform"),
+    "toolkit": ("cuda",), "minor_compat": ("major",), "caveat": ("id",), "wheel": ("torch", "releases", "variant", "platform"),
     "gpu": ("name",), "release": ("codename",), "threshold": ("name",), "device": ("id",), "chip": ("chip",),
     "nvcc": ("cuda",), "machine": ("machine",), "archived": ("codename",),
 }

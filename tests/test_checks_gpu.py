@@ -1,6 +1,7 @@
 """Driver, GPU, CUDA and PyTorch checks: each triggered on a fixture machine, and quiet where it should be."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -347,3 +348,36 @@ def test_torch_missing_fix_runs_pip_only_when_there_is_a_pip_line():
     doc["nvidia"] = {"pci_devices": []}                              # no NVIDIA GPU: the CPU wheel
     [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
     assert f.fix.startswith("/v/bin/python -m pip install torch==")
+
+
+# --- link width: advice that knows the machine (issue 22) -----------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _xml_machine_findings(tmp_path, name):
+    import shutil
+    from debtorch import facts as facts_mod
+    from debtorch.doctor import Context, diagnose as run
+    from debtorch.host import ReplayHost
+    root = tmp_path / "host"
+    (root / "_commands").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "corpus" / "nvidia-smi-xml" / name, root / "_commands" / "smi.xml")
+    (root / "_host.json").write_text(json.dumps({
+        "nvml": {"error": "NVML binding not installed"},
+        "commands": {"nvidia-smi -q -x": {"returncode": 0, "stdout_file": "smi.xml", "stderr": "", "error": None}}}))
+    return run(facts_mod.collect(ReplayHost(root), facts_mod.Options()), Context(source="facts")).findings
+
+
+@pytest.mark.parametrize("xml, says", [
+    ("netdata-rtx-3060.xml", "A laptop's GPU"),                  # RTX 3060 Laptop GPU at x8 of x16
+    ("telegraf-a10g.xml", "A virtual machine"),                  # AWS A10G, Pass-Through, x8
+    ("telegraf-tesla-t4.xml", "A virtual machine"),              # T4 passed through, x8
+    ("telegraf-dual_2070-v13.xml", "2 GPUs run x8 each"),        # x8/x8 on a desktop board
+    ("pai-gtx-1070-x6.xml", "An x1 link"),                       # a rig's x1 risers
+    ("telegraf-quadro-p2000-v12.xml", "reseat the card"),        # one card in a narrow link
+])
+def test_a_narrow_link_gets_the_advice_of_its_machine(tmp_path, xml, says):
+    w6 = [f for f in _xml_machine_findings(tmp_path, xml) if f.id == "gpu.W006"]
+    assert w6 and all(says in f.fix for f in w6)
+    assert says == "reseat the card" or all("reseat the card" not in f.fix for f in w6)

@@ -11,6 +11,7 @@ missing torch on Debian's own Python) must give none.
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -130,10 +131,117 @@ def test_missing_torch_on_debians_own_python_gets_a_venv(tmp_path):
     assert contradictions(m, found) == []
 
 
+# --- every corpus device file too (issue 22): os-release trees and cpuinfo files, replayed ----
+
+TREES = sorted(p for p in (ROOT / "tests" / "corpus" / "os-release").iterdir() if p.is_dir())
+CPUINFO = sorted(p for p in (ROOT / "tests" / "corpus" / "cpuinfo").iterdir() if not p.name.endswith((".toml", ".md")))
+
+
+@pytest.mark.parametrize("tree", TREES, ids=[p.name for p in TREES])
+def test_os_release_machines_give_no_contradictory_advice(tree):
+    m, found = _judge(facts_mod.collect(ReplayHost(tree), facts_mod.Options()))
+    assert contradictions(m, found) == []
+
+
+@pytest.mark.parametrize("path", CPUINFO, ids=[p.name for p in CPUINFO])
+def test_cpuinfo_machines_give_no_contradictory_advice(path, tmp_path):
+    import tomllib
+    arch = tomllib.loads(Path(str(path) + ".expected.toml").read_text())["verdict"]["arch"]
+    (tmp_path / "proc").mkdir()
+    shutil.copy(path, tmp_path / "proc" / "cpuinfo")
+    (tmp_path / "_host.json").write_text(json.dumps({"machine": arch}))
+    m, found = _judge(facts_mod.collect(ReplayHost(tmp_path), facts_mod.Options()))
+    assert contradictions(m, found) == []
+
+
+# --- fixes that work on the machine they are for (issue 22) ---------------------------------
+
+def _doc(python="3.11.2", torch=None, gpus=("NVIDIA GeForce RTX 3090",), driver="580.95.05", arch="x86_64", **nv):
+    cu = re.search(r"\+cu(\d+)(\d)$", torch or "")
+    t = {"installed": False} if torch is None else {"installed": True, "version": torch,
+                                                     "cuda": f"{cu.group(1)}.{cu.group(2)}" if cu else None}
+    return {"os": {"id": "debian", "version_id": "12", "platform": "linux", "arch": arch},
+            "python": {"version": python, "torch": t},
+            "nvidia": {"driver_version": driver, "gpus": [{"index": i, "name": g, **nv} for i, g in enumerate(gpus)]}}
+
+
+def _fixes(doc) -> tuple:
+    m = Machine.from_facts(doc)
+    found = diagnose(m, Context(source="facts")).findings
+    return m, found, "\n".join(f.fix or "" for f in found)
+
+
+@pytest.mark.parametrize("python", ["3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"])
+@pytest.mark.parametrize("gpu", ["Tesla K80", "Tesla M40", "NVIDIA GeForce GTX 1080", "Tesla V100-SXM2-16GB",
+                                 "Tesla T4", "NVIDIA GeForce RTX 3090", "NVIDIA H100 80GB HBM3",
+                                 "NVIDIA GeForce RTX 5090"])
+@pytest.mark.parametrize("driver", [None, "450.80.02", "535.261.03", "595.45.04"])
+@pytest.mark.parametrize("torch", [None, "1.7.1+cu110", "2.6.0+cu124", "2.13.0+cu130"])
+def test_every_wheel_a_fix_names_exists_for_the_machines_python(python, gpu, driver, torch):
+    """A pip line names a wheel checks/torch_wheels.toml lists for the machine's Python and
+    architecture (consistency rule 6), whatever the GPU, driver and installed torch."""
+    m, found, _ = _fixes(_doc(python, torch, (gpu,), driver))
+    assert contradictions(m, found) == []
+
+
+@pytest.mark.parametrize("python, release, why", [("3.8", "2.4", "Python 3.8"), ("3.6", "1.10", "Python 3.6"),
+                                                  ("3.12", "2.14", None)])
+def test_the_machines_python_decides_the_release_a_fix_names(python, release, why):
+    _, found, _ = _fixes(_doc(python))
+    e1 = next(f for f in found if f.id == "torch.E001")
+    assert f"torch=={release}.*" in e1.fix
+    assert (why in e1.fix) if why else "#" not in e1.fix
+
+
+def test_no_wheel_is_named_where_pytorch_publishes_none():
+    m, found, fixes = _fixes(_doc(gpus=(), arch="armv7l", driver=None))
+    assert {"cpu.W004"} <= {f.id for f in found} and "pip install torch" not in fixes
+    assert contradictions(m, found) == []
+
+
+def test_aarch64_gets_the_aarch64_rows():
+    _, found, _ = _fixes(_doc(gpus=("NVIDIA GH200 480GB",), arch="aarch64", python="3.12"))
+    e1 = next(f for f in found if f.id == "torch.E001")
+    assert "torch==2.14.*" in e1.fix and "whl/cu130" in e1.fix      # GH200 (9.0) with driver 580: cu130 (stable)
+
+
+def test_the_installed_variant_is_never_the_alternative_nor_a_wheel_of_its_cuda():
+    """A GTX 1080 under 2.13.0+cu126 on driver 535 (CUDA 12.2): 12.6 runs through minor-version
+    compatibility, and no other 2.13 wheel has Pascal code; the fix says so instead of naming
+    cu126 again, or 2.14's cu126 as if it were another CUDA."""
+    m, found, _ = _fixes(_doc(torch="2.13.0+cu126", gpus=("NVIDIA GeForce GTX 1080",), driver="535.261.03"))
+    w1 = next(f for f in found if f.id == "cuda.W001")
+    assert "pip install" not in w1.fix and "no other 2.13 wheel" in w1.fix
+    assert "variant fits" not in "\n".join(f.fix or "" for f in found)
+    assert contradictions(m, found) == []
+
+
+def test_stable_before_experimental_when_the_driver_is_unknown():
+    """2.13's cu132 is experimental (RELEASE.md): with no driver to decide, the CPU-only install
+    is sent to the stable cu130, never the experimental build."""
+    doc = _doc(torch="2.13.0+cpu", gpus=("NVIDIA GeForce RTX 4090",), driver=None)
+    doc["python"]["torch"].update(cuda=None, cpu_only=True)
+    doc["os"] = {"id": "fedora", "platform": "linux", "arch": "x86_64"}     # no packaged driver to assume
+    _, found, _ = _fixes(doc)
+    e2 = next(f for f in found if f.id == "torch.E002")
+    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" in e2.fix
+
+
+def test_a_vgpu_guest_on_a_windows_driver_is_told_the_vgpu_guest_driver():
+    """gpu.I003 says to update only to the host's vGPU release: the driver fix says the same, even
+    where the guest is Windows (nvidia-smi's WDDM model)."""
+    doc = _doc(torch="2.13.0+cu130", gpus=("GRID P4-1Q",), driver="411.31", virtualization_mode="VGPU",
+               driver_model="WDDM")
+    m, found, _ = _fixes(doc)
+    e1 = next(f for f in found if f.id == "cuda.E001")
+    assert e1.fix.startswith("Update the vGPU guest driver") and "nvidia.com/Download" not in e1.fix
+    assert contradictions(m, found) == []
+
+
 # --- the rule itself can fail ---------------------------------------------------------------
 
 def test_the_rule_catches_each_kind_of_contradiction():
-    from debtorch.findings import error
+    from debtorch.findings import finding
 
     doc = {"os": {"id": "debian", "version_id": "12", "wsl": 2, "platform": "linux", "externally_managed": True},
            "apt": {"packages": {"firmware-misc-nonfree": {"version": "1", "status": "install ok installed"}}},
@@ -141,10 +249,10 @@ def test_the_rule_catches_each_kind_of_contradiction():
                       "torch": {"installed": True, "version": "2.6.0+cu124", "cuda": "12.4"}}}
     m = Machine.from_facts(doc)
     found = [
-        error("torch.E003", "x", fix="pip install torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"),
-        error("cuda.E001", "y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"),
-        error("driver.E008", "z", fix="sudo apt install nvidia-driver firmware-misc-nonfree"),
-        error("torch.E002", "w", fix="Install an older PyTorch release"),
+        finding("torch.E003", message="x", fix="pip install torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"),
+        finding("cuda.E001", message="y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"),
+        finding("driver.E008", message="z", fix="sudo apt install nvidia-driver firmware-misc-nonfree"),
+        finding("torch.E002", message="w", fix="Install an older PyTorch release"),
     ]
     said = "\n".join(contradictions(m, found))
     assert "installs the installed torch" in said                    # 3: what is installed
@@ -153,3 +261,15 @@ def test_the_rule_catches_each_kind_of_contradiction():
     assert "firmware-misc-nonfree" in said                           # 3: an installed package
     assert "different PyTorch installs" in said                      # 1: two pip lines
     assert "older PyTorch, another a newer" in said                  # 5: two directions
+
+
+def test_the_rule_catches_a_wheel_that_does_not_exist_for_the_machine():
+    from debtorch.findings import finding
+
+    py311 = Machine.from_facts({"os": {"platform": "linux", "arch": "x86_64"}, "python": {"version": "3.11.4"}})
+    said = contradictions(py311, [
+        finding("torch.W001", message="x", fix="pip install torch==1.8.1 --index-url https://download.pytorch.org/whl/cu111"),
+        finding("torch.E003", message="y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu118")])
+    assert "no wheel for Python 3.11" in said[0] and "has no wheel for linux-x86_64" in said[1]
+    armv7 = Machine.from_facts({"os": {"platform": "linux", "arch": "armv7l"}, "python": {"version": "3.11.4"}})
+    assert "publishes none" in contradictions(armv7, [finding("torch.E001", message="z", fix="pip install torch")])[0]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from debtorch import versions
-from debtorch.facts import apt, cpu, memory, osinfo, pyenv, storage
+from debtorch.facts import apt, collectenv, cpu, memory, osinfo, pyenv, storage
 from debtorch.machine import Machine
 
 REAL = Path(__file__).resolve().parent / "real"
@@ -138,7 +138,7 @@ def test_light_probe_survives_an_unreadable_folder(tmp_path):
 OLD_ARM_LAYOUTS = [
     ("Processor\t: ARMv7 Processor rev 10 (v7l)\nprocessor\t: 0\nBogoMIPS\t: 1392.74\n\nprocessor\t: 1\n"
      "BogoMIPS\t: 1363.33\n\nFeatures\t: swp half thumb fastmult vfp edsp neon vfpv3\nCPU implementer\t: 0x41\n"
-     "CPU architecture: 7\nCPU part\t: 0xc09\n\nHardware\t: OMAP4 Panda board\n", 2, "ARM", set()),
+     "CPU architecture: 7\nCPU part\t: 0xc09\n\nHardware\t: OMAP4 Panda board\n", 2, "ARM", {"asimd"}),
     ("Processor\t: AArch64 Processor rev 0 (aarch64)\nprocessor\t: 0\nprocessor\t: 1\nprocessor\t: 2\n"
      "processor\t: 3\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\nCPU implementer\t: 0x50\n"
      "CPU architecture: AArch64\nCPU part\t: 0x000\n\nHardware\t: APM X-Gene Mustang board\n", 4, "APM", {"asimd"}),
@@ -150,6 +150,40 @@ def test_old_arm_layout_shares_one_description_after_the_processors(text, logica
     got = cpu.parse_cpuinfo(text)
     assert got["logical"] == logical and got["vendor"] == vendor
     assert {f for f in cpu.FEATURES if f in got["flags"]} == features
+
+
+@pytest.mark.parametrize("features, simd", [
+    ("half thumb fastmult vfp edsp neon vfpv3 tls vfpv4 idiva idivt vfpd32 lpae", True),   # 32-bit Arm
+    ("fp asimd evtstrm aes pmull sha1 sha2 crc32", True),                                     # arm64
+    ("swp half thumb fastmult vfp edsp java tls", False),                                     # ARMv6: no SIMD
+])
+def test_32_bit_arms_neon_is_advanced_simd(features, simd):
+    """Issue 22: 32-bit Arm kernels print Advanced SIMD as "neon", arm64 ones as "asimd"; the
+    facts name one feature once, whichever the kernel (and lscpu in a collect_env report)."""
+    got = cpu.parse_cpuinfo(f"processor\t: 0\nFeatures\t: {features}\nCPU implementer\t: 0x41\n")
+    assert ("asimd" in got["flags"]) is simd
+    report = ("PyTorch version: 2.1.0\nIs debug build: False\nCUDA used to build PyTorch: None\nOS: Raspbian GNU/Linux 11 "
+              f"(bullseye) (armv7l)\n\nCPU:\nArchitecture: armv7l\nFlags: {features}\n")
+    assert collectenv.parse(report)["cpu"]["features"]["asimd"] is simd
+
+
+# Linux Mint 17.2 keeps Ubuntu 14.04's os-release beside its own lsb-release (the two files as
+# `cat /etc/*release` printed them in a script of the search index, id 44481715071).
+MINT_17_LSB = 'DISTRIB_ID=LinuxMint\nDISTRIB_RELEASE=17.2\nDISTRIB_CODENAME=rafaela\nDISTRIB_DESCRIPTION="Linux Mint 17.2 Rafaela"\n'
+UBUNTU_14_OS_RELEASE = ('NAME="Ubuntu"\nVERSION="14.04.3 LTS, Trusty Tahr"\nID=ubuntu\nID_LIKE=debian\n'
+                        'PRETTY_NAME="Ubuntu 14.04.3 LTS"\nVERSION_ID="14.04"\n')
+
+
+@pytest.mark.parametrize("os_release, lsb, codename", [
+    (UBUNTU_14_OS_RELEASE, MINT_17_LSB, "trusty"),              # Mint's own name never beside Ubuntu's os-release
+    ('ID=ubuntu\nVERSION="16.04"\nUBUNTU_CODENAME=xenial\n', MINT_17_LSB, "xenial"),
+    ('ID=linuxmint\nVERSION="18.2 (Sonya)"\nVERSION_CODENAME=sonya\nUBUNTU_CODENAME=xenial\n', "", "sonya"),
+    ('ID=linuxmint\nVERSION_ID="17.2"\n', MINT_17_LSB, "rafaela"),  # the same distribution in both files
+    ("", MINT_17_LSB, "rafaela"),                               # no os-release at all
+])
+def test_a_codename_belongs_to_the_distribution_os_release_names(os_release, lsb, codename):
+    got = osinfo.identify(osinfo.parse_os_release(os_release), osinfo.parse_lsb_release(lsb))
+    assert got["codename"] == codename
 
 
 @pytest.mark.parametrize("code, vendor", [("0x41", "ARM"), ("0x43", "Cavium"), ("0x46", "Fujitsu"), ("0x48", "HiSilicon"),

@@ -5,6 +5,9 @@ The gathered mode under torchrun is tests/test_fleet_gather.py."""
 
 import copy
 import json
+import os
+import tracemalloc
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -13,11 +16,14 @@ from typer.testing import CliRunner
 
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
-from debtorch.fleet import compare, offline, probe
+from debtorch import hostlist
+from debtorch.fleet import compare, gather, offline, probe
 from debtorch.report import fleet as report
 from debtorch.report.console import texts
-from debtorch.fleet.nodes import STATUSES, Node, decode, encode, envelope, read_node
-from debtorch.fleet.rendezvous import RendezvousError, from_environ
+from debtorch.fleet import torchside
+from debtorch.fleet.nodes import STATUSES, Node, encode, envelope, read_node
+from debtorch.fleet.rendezvous import RendezvousError, from_environ, listen_address, load_secret
+from debtorch.host import allowed_environ
 from debtorch.report.doctor import MARKS_ASCII
 from hostkit import facts_of, make_host
 
@@ -163,8 +169,7 @@ def test_reading_any_text_as_a_node_never_raises(text):
 
 def test_a_document_survives_the_wire(server_doc):
     data = encode(envelope(server_doc, [{"id": "x.W001", "level": "warning", "message": "m"}], 2, "gpu9", "0.1.0"))
-    assert json.loads(decode(data))["facts"] == server_doc
-    assert decode(b'{"a": 1}') == '{"a": 1}'
+    assert json.loads(torchside.inflate(data, torchside.MAX_DOC))["facts"] == server_doc
 
 
 def test_a_thousand_nodes_make_a_short_report():
@@ -333,3 +338,272 @@ def test_tuned_config_for_another_machine_is_fleet_W011(tmp_path, server_doc):
     res = runner.invoke(app, ["fleet", str(same), "--tuned", str(tmp_path / "none.toml")])
     assert res.exit_code == 2 and "--tuned" in res.output
 
+
+
+# ---------------------------------------------------------------- the store as an untrusted channel (issue 23)
+
+
+class FakeStore:
+    """What FleetSession uses of torch.distributed's store, in memory (anyone may write anything)."""
+
+    def __init__(self):
+        self.data = {}
+
+    def set(self, key, value):
+        self.data[key] = value.encode() if isinstance(value, str) else bytes(value)
+
+    def get(self, key):
+        return self.data[key]
+
+    def check(self, keys):
+        return all(k in self.data for k in keys)
+
+    def append(self, key, value):
+        self.data[key] = self.data.get(key, b"") + value.encode()
+
+    def add(self, key, n):
+        self.data[key] = str(int(self.data.get(key, b"0")) + n).encode()
+        return int(self.data[key])
+
+    def wait(self, keys, timeout=None):
+        if not self.check(keys):
+            raise RuntimeError("wait timed out")
+
+
+def session(rank=0, world=3, secret=None, store=None):
+    s = torchside.FleetSession(proto=None)
+    s.store, s.rank, s.world, s.prefix, s.deadline = store or FakeStore(), rank, world, "p/", 0.0
+    if secret:
+        s.secret, s.nonce = secret, b"n0"
+    return s
+
+
+def send(s, rank, node, doc=None, hello=None, value=None):
+    """What rank ``rank`` does: hello, its envelope (signed when ``s`` has a secret), the arrival."""
+    s.store.set(f"hello/{rank}", node if hello is None else hello)
+    s.store.append("joined", f"{rank},")
+    data = value if value is not None else encode(doc or {"fleet": 1, "rank": rank, "node": node, "facts": {}})
+    s.store.set(f"doc/{rank}", s._seal(f"doc/{rank}", data) if value is None else data)
+    s.store.append("arrived", f"{rank},")
+
+
+def test_rank_0_takes_only_documents_of_ranks_in_range_that_match_their_hello(tmp_path):
+    s = session(world=3)
+    s.store.append("arrived", "7,100000000,-3,abc,99999999999999999999,")   # out of range: never counted
+    s.store.append("joined", "2,")                                          # joined, never said hello
+    send(s, 0, "gpu01")
+    send(s, 1, "gpu02", doc={"fleet": 1, "rank": 2, "node": "gpu02"})      # its envelope says rank 2
+    got = s.op_collect({"out_dir": str(tmp_path), "deadline_s": 0})
+    assert set(got["files"]) == {0} and got["joined"] == {0: "gpu01", 1: "gpu02"}
+    assert got["bad"] == {1: "its envelope (rank 2, node 'gpu02') does not match its hello (rank 1, node 'gpu02')"}
+    # The real rank 1 sends again (it names itself in the list once more): its document is taken.
+    send(s, 1, "gpu02")
+    got = s.op_collect({"out_dir": str(tmp_path), "deadline_s": 0})
+    assert set(got["files"]) == {0, 1} and got["bad"] == {}
+    assert json.loads((tmp_path / "doc-1.json").read_text())["node"] == "gpu02"
+
+
+def test_a_document_bomb_is_refused_a_piece_at_a_time(tmp_path):
+    z = zlib.compressobj(9)
+    bomb = b"".join(z.compress(b" " * 2 ** 24) for _ in range(8)) + z.flush()   # 128 MiB from about 128 KB
+    s = session(world=2)
+    send(s, 0, "gpu01")
+    send(s, 1, "gpu02", value=bomb)
+    tracemalloc.start()
+    got = s.op_collect({"out_dir": str(tmp_path), "deadline_s": 0})
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert got["bad"] == {1: "larger than 8 MiB once decompressed"}
+    assert peak < 3 * torchside.MAX_DOC, peak
+    with pytest.raises(ValueError, match="not a document"):
+        torchside.inflate(b"\x78garbage", 100)
+
+
+def test_a_flooded_list_is_read_rank_by_rank(tmp_path):
+    s = session(world=2)
+    s.store.append("arrived", "0," * 100_000)
+    s.store.append("joined", "junk," * 100_000)
+    send(s, 0, "gpu01")
+    send(s, 1, "gpu02")
+    got = s.op_collect({"out_dir": str(tmp_path), "deadline_s": 0})
+    assert set(got["files"]) == {0, 1} and got["joined"] == {0: "gpu01", 1: "gpu02"}
+    assert s.flooded == {"arrived", "joined"}
+
+
+def test_with_a_secret_only_signed_values_of_this_run_are_believed(tmp_path):
+    secret = b"a secret of the fleet's ranks"
+    s = session(world=4, secret=secret)
+    send(s, 0, "gpu01")
+    send(s, 1, "gpu02", value=encode({"fleet": 1, "rank": 1, "node": "gpu02", "facts": {}}))   # unsigned
+    other_run = session(world=4, secret=secret, store=s.store)
+    other_run.nonce = b"an earlier run"
+    send(other_run, 2, "gpu03")                                                                # replayed
+    send(session(world=4, secret=b"another secret entirely", store=s.store), 3, "gpu04")       # wrong secret
+    got = s.op_collect({"out_dir": str(tmp_path), "deadline_s": 0})
+    assert set(got["files"]) == {0}
+    assert got["bad"] == {1: "not signed with the fleet's secret",
+                          2: "its signature does not verify (another secret, another run, or altered)",
+                          3: "its signature does not verify (another secret, another run, or altered)"}
+    # A forged verdict is not believed: the rank waits on for rank 0's own (here: not within the time).
+    s.store.set("verdict", json.dumps({"code": 0}))
+    with pytest.raises(RuntimeError, match=r"rank 0 sent no verdict that verifies \(not signed"):
+        session(rank=1, world=4, secret=secret, store=s.store).op_await({"key": "verdict", "timeout_s": 0.2})
+    s.op_publish({"key": "verdict", "value": {"code": 1}})
+    assert session(rank=1, world=4, secret=secret, store=s.store).op_await(
+        {"key": "verdict", "timeout_s": 1})["value"] == {"code": 1}
+    # Without a secret a signed value is not taken for plain JSON.
+    with pytest.raises(RuntimeError, match="signed with a secret this rank was not given"):
+        session(rank=1, world=4, store=s.store).op_await({"key": "verdict", "timeout_s": 1})
+
+
+def _gathered(tmp_path, docs, bad=None, joined=None):
+    files = {}
+    for r, text in docs.items():
+        files[str(r)] = str(tmp_path / f"doc-{r}.json")
+        (tmp_path / f"doc-{r}.json").write_text(text)
+    return {"files": files, "bad": bad or {}, "joined": joined if joined is not None else {str(r): f"n{r}" for r in docs}}
+
+
+def test_rank_0_reads_what_arrived_a_wrong_typed_or_refused_document_is_a_node_not_a_crash(tmp_path, server_doc):
+    good = json.dumps(envelope(server_doc, [], 0, "n0", "0.1.0"))
+    typed = copy.deepcopy(server_doc)
+    typed["network"]["infiniband"] = 5
+    got = _gathered(tmp_path, {0: good, 1: json.dumps(envelope(typed, [], 1, "n1", "0.1.0"))},
+                    bad={"2": "larger than 8 MiB once decompressed"},
+                    joined={"0": "n0", "1": "n1", "2": "evil\x1b[2J,gpu01", "3": "n3"})
+    nodes, names = gather.read_gathered(5, got, lambda r: f"rank {r}", compare.read)
+    assert [(n.name, n.status) for n in nodes] == [
+        ("n0", "ok"), ("n1", "malformed"), ("evil\\x1b\\x5b2J\\x2cgpu01", "malformed"), ("n3", "died"),
+        ("rank 4", "missing")]
+    assert nodes[1].detail == "network.infiniband: must be an array (got 5)"
+    assert nodes[2].detail == "larger than 8 MiB once decompressed"
+    assert not list(tmp_path.glob("doc-*.json"))   # each file is deleted once read
+
+
+class _Ask:
+    """A stand-in for the torch side's requests: the plan and the verdict rank 0 (or a forger) sent."""
+
+    def __init__(self, plan, verdict):
+        self.values = {"plan": plan, "verdict": verdict}
+        self.ops = []
+
+    def __call__(self, op, limit=None, **fields):
+        self.ops.append(op)
+        return {"value": self.values[fields["key"]]} if op == "await" else {}
+
+
+@pytest.mark.parametrize("started_with_probe", [True, False])
+def test_a_rank_runs_only_the_probe_it_would_plan_itself(started_with_probe):
+    rdzv = from_environ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
+    options = gather.Options(timeout=10, probe=started_with_probe, budget=10)
+    forged = dict(probe.plan(2, 10, gpu=False), budget_s=500, timeout_s=500, compute_s=400)
+    with pytest.raises(gather.GatherError, match="rank 0's plan is not the probe this rank was started for"):
+        gather._other(_Ask(forged, {"code": 0}), rdzv, options)
+    ask = _Ask(json.loads(json.dumps(probe.plan(2, 10, gpu=False))), {"code": 1})
+    if started_with_probe:
+        assert gather._other(ask, rdzv, options).code == 1 and "probe" in ask.ops
+    else:
+        with pytest.raises(gather.GatherError, match="not the probe"):
+            gather._other(ask, rdzv, options)
+    for verdict in ({"code": True}, {"code": 7}, ["code", 0], {"code": "0"}):
+        with pytest.raises(gather.GatherError, match="unreadable verdict"):
+            gather._other(_Ask({"probe": False}, verdict), rdzv, options)
+
+
+def test_a_probe_result_of_any_shape_is_judged_never_raises():
+    results = {0: _result(0, 100.0, [(1, 10.0)]), 1: ["not", "a", "dict"], 2: {"compute": [1], "pairs": 5},
+               3: {"compute": {"gflops": -1.0}, "pairs": [{"partner": 99, "busbw_gbs": 1.0}, "x", None]}}
+    v = probe.judge(results, {}, 4, 10)
+    assert [s.verdict for s in v.scores][:2] == ["ok", "failed"]
+    assert v.scores[3].gflops is None and v.scores[3].partners == 0
+
+
+def test_every_rank_has_one_bound_whatever_the_store_says():
+    assert gather.Options(timeout=60).bound_s == 2 * 60 + 90
+    assert gather.Options(timeout=60, probe=True, budget=30).bound_s == 2 * 60 + 90 + 30 + 30
+    worker = type("W", (), {"request": lambda self, op, timeout=None, **f: {"timeout": timeout, **f}})()
+    ask = gather._Bounded(worker, 1, 100)
+    got = ask("await", 1000, key="plan", timeout_s=1000)
+    assert got["timeout"] <= 100 and got["timeout_s"] <= 99
+    ask.end = 0
+    with pytest.raises(gather.GatherError, match="rank 1: stopped at its bound of 100 s"):
+        ask("ack")
+
+
+@pytest.mark.parametrize("environ, words", [
+    ({"RANK": "0", "WORLD_SIZE": "100000000", "MASTER_ADDR": "a"}, "WORLD_SIZE=100000000: debtorch fleet takes 1 to 65536"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "70000", "MASTER_ADDR": "a"}, "SLURM_NTASKS=70000"),
+    ({"RANK": "0", "WORLD_SIZE": "1" + "0" * 5000, "MASTER_ADDR": "a"}, "is not a number"),
+])
+def test_ranks_and_world_size_are_bounded(environ, words):
+    with pytest.raises(RendezvousError, match=words):
+        from_environ(environ)
+
+
+def test_the_store_listens_where_master_addr_says():
+    local = from_environ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
+    assert listen_address(local, lambda n: ["127.0.0.1"]) == ("127.0.0.1", "")
+    named = from_environ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "gpu01"})
+    assert listen_address(named, lambda n: ["10.0.0.7", "fe80::1"]) == ("10.0.0.7", "")
+    # Debian maps a host's own name to 127.0.1.1: the other nodes reach it by another address.
+    addr, note = listen_address(named, lambda n: ["127.0.1.1"])
+    assert addr == "" and "every interface" in note
+    one_node = from_environ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "gpu01,gpu01"})
+    assert one_node.local and listen_address(one_node, lambda n: ["127.0.1.1"]) == ("127.0.1.1", "")
+
+
+def test_the_secret_comes_from_a_private_file_or_the_environment(tmp_path):
+    f = tmp_path / "secret"
+    f.write_text("a long enough shared secret\n")
+    f.chmod(0o644)
+    with pytest.raises(RendezvousError, match=r"readable by nobody else \(mode 644: chmod 600 it\)"):
+        load_secret({}, str(f))
+    f.chmod(0o600)
+    assert load_secret({}, str(f)) == b"a long enough shared secret"
+    assert load_secret({"DEBTORCH_FLEET_SECRET": "from the environment!"}, None) == b"from the environment!"
+    assert load_secret({}, None) is None
+    with pytest.raises(RendezvousError, match="a secret of 16 to 4096 characters is needed"):
+        load_secret({"DEBTORCH_FLEET_SECRET": "short"}, None)
+    with pytest.raises(RendezvousError, match="is a FIFO"):
+        os.mkfifo(tmp_path / "fifo")
+        load_secret({}, str(tmp_path / "fifo"))
+    # Never a fact: not read, reported or recorded.
+    assert "DEBTORCH_FLEET_SECRET" not in allowed_environ({"DEBTORCH_FLEET_SECRET": "x", "DEBTORCH_CACHE": "/c"})
+
+
+HOST = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
+
+
+@given(st.lists(HOST, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_host_lists_round_trip(names):
+    assert set(hostlist.expand(hostlist.compress(names))) == set(names)
+
+
+@given(st.lists(st.text(max_size=12), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_any_name_is_shown_escaped_and_round_trips_as_shown(names):
+    out = hostlist.compress(names)
+    assert all(32 <= ord(c) < 127 for c in out)
+    assert set(hostlist.expand(out)) == {hostlist.safe(n) for n in names}
+    assert all(hostlist.safe(hostlist.safe(n)) == hostlist.safe(n) for n in names)
+
+
+def test_a_name_that_is_no_host_name_is_never_written_for_srun(tmp_path, monkeypatch):
+    from debtorch.cli import fleet as cli_fleet
+
+    verdict = probe.Verdict(scores=[], pairs=[], median_gflops=None, median_busbw=None,
+                            exclude=["gpu07", "gpu01:3", "gpu\\x2cgpu02"])
+    with pytest.raises(Exception) as exc:
+        cli_fleet._write_exclude(str(tmp_path / "bad"), verdict, False)
+    assert getattr(exc.value, "exit_code", None) == 1 and not (tmp_path / "bad").exists()
+    verdict.exclude = ["gpu07", "gpu01:3", "gpu01:4"]
+    cli_fleet._write_exclude(str(tmp_path / "good"), verdict, False)
+    assert (tmp_path / "good").read_text() == "gpu[01,07]\n"
+
+
+def test_a_store_that_went_away_is_not_called_silence():
+    """Issue 23: "rank 0 said nothing within 45 s" was printed 1-3 s after rank 0 died."""
+    s = session(rank=1, world=2)
+    with pytest.raises(RuntimeError, match=r"^rank 0's store went away before it said plan \(0 s\)$"):
+        s.op_await({"key": "plan", "timeout_s": 45})

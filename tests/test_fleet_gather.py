@@ -168,3 +168,61 @@ def test_probe_measures_every_rank_within_its_budget_and_writes_the_exclude_list
     # Whatever the machine's noise made of it, the file holds exactly the nodes the report names.
     assert exclude.read_text().strip() == probe["exclude"]
     assert code == report["exit_code"]
+
+
+@pytest.mark.parametrize("secret", [None, "a secret the ranks share, not the attacker"])
+def test_a_hostile_process_forges_floods_and_bombs_the_store_and_changes_nothing(tmp_path, secret):
+    """Issue 23: a process that is not a rank writes into rank 0's store: ranks out of range, a
+    joined entry without hello, a 1 MB document that decompresses to 1 GiB under a name made of
+    terminal escapes, tens of MB of junk, and (with a secret) a well-formed unsigned document, a
+    forged plan asking for a 500 s probe and a forged verdict of 0.  The report names what it
+    must, every rank exits with rank 0's code, and every rank ends well within its bound."""
+    import time
+
+    port = _free_port()
+    for r in (0, 1):
+        hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
+    (tmp_path / "facts.json").write_text(json.dumps(facts_of(make_host(tmp_path, base="debian12-vm-2core", name="x"))))
+    timeout = 15
+    world = 4 if secret is None else 3
+    common = {"WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    if secret:
+        common["DEBTORCH_FLEET_SECRET"] = secret
+    attacks = ["2:bomb", "3:nohello", "-:flood"] if secret is None else [f"2:unsigned={tmp_path / 'facts.json'}",
+                                                                         "-:forge", "-:flood"]
+    started = time.monotonic()
+    ranks = [subprocess.Popen([sys.executable, "-m", "debtorch", "fleet", "--json", "--host", str(tmp_path / "r{rank}"),
+                               "--timeout", str(timeout)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(dict(common, RANK=str(r)))) for r in (0, 1)]
+    attacker = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleet_peer.py"), "127.0.0.1", str(port),
+                                 "debtorch-fleet/env/0/", *attacks], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env())
+    outs = []
+    for p in ranks:
+        outs.append(p.communicate(timeout=300))
+        outs[-1] += (time.monotonic() - started,)
+    attacker.kill()
+    attacker.communicate()
+    report = json.loads(outs[0][0])
+    status = {n["rank"]: (n["name"], n["status"], n["detail"]) for n in report["nodes"]["not_compared"]}
+    if secret is None:
+        assert status == {2: ("evil\\x1b\\x5d0\\x3bpwned\\x07\\x2cgpu01\\x0ahost", "malformed",
+                              "larger than 8 MiB once decompressed"),
+                          3: ("rank 3", "missing", "did not join")}, status
+    else:
+        assert status == {2: ("peer-unsigned", "malformed", "not signed with the fleet's secret")}, status
+        assert "probe" not in report                       # the forged plan ran nothing
+    assert report["nodes"]["expected"] == world and report["nodes"]["compared"] == 2
+    assert report["nodes"]["groups"][0]["nodes"] == "vm[0-1]"
+    assert [p.returncode for p in ranks] == [report["exit_code"]] * 2 == [1, 1], outs[1][1]
+    bound = 2 * timeout + 90
+    assert all(o[2] < bound for o in outs), [o[2] for o in outs]
+    assert "\x1b" not in outs[0][0] + outs[0][1] + outs[1][1]
+
+
+def test_world_size_beyond_the_bound_is_refused_at_once():
+    env = _env({"RANK": "0", "WORLD_SIZE": "100000000", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    proc = subprocess.run([sys.executable, "-m", "debtorch", "fleet"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == "debtorch fleet: WORLD_SIZE=100000000: debtorch fleet takes 1 to 65536 processes\n"

@@ -157,6 +157,7 @@ def test_fuzz_facts_documents(tmp_path_factory, monkeypatch, no_live, reads, mut
     before = tree(work)
     reads.clear()  # from here on, only what the commands open
     for args in (["doctor", "--facts", str(f)], ["doctor", "--facts", str(f), "--json"],
+                 ["doctor", "--facts", str(f), "-v", "--redact"], ["fleet", str(f)],
                  ["tune", "--facts", str(f), "--json"], ["tune", "--facts", str(f), "--write", "out.toml"]):
         res = runner.invoke(app, args)
         ended_well(res, args)
@@ -170,12 +171,45 @@ def test_fuzz_facts_documents(tmp_path_factory, monkeypatch, no_live, reads, mut
     only_inside(reads, work, also=SITE_CONFIGS)
 
 
+NET_BASE = facts_mod.collect(ReplayHost(HOSTS / "debian12-server-8xa100-nvlink"))
+NET_KEYS = sorted(schema.SCHEMA["network"]) + ["*"]
+NET_FIELDS = sorted({k for v in schema.SCHEMA["network"].values() if isinstance(v, list) for k in v[0]}
+                    | set(schema.SCHEMA["network"]["master_addr"]))
+
+
+@FUZZ
+@given(muts=st.lists(st.tuples(st.sampled_from(NET_KEYS), st.one_of(st.none(), st.sampled_from(NET_FIELDS)),
+                               st.one_of(VALUE, st.just([None]), st.just([{}]))), min_size=1, max_size=4))
+def test_fuzz_network_facts(tmp_path_factory, no_live, muts):
+    """Issue 23: wrong-typed network facts (an interface's fields, InfiniBand ports, MASTER_ADDR) in
+    the doctor's every view and in fleet's comparison: refused with one line, or reported."""
+    work = tmp_path_factory.mktemp("network")
+    doc = json.loads(json.dumps(NET_BASE))
+    for key, field, value in muts:
+        value = json_safe(json.loads(json.dumps(value)))
+        net = doc["network"] if isinstance(doc["network"], dict) else {}
+        if key == "*":
+            doc["network"] = value
+        elif field is None or not isinstance(net.get(key), (list, dict)):
+            net[key] = value
+        elif isinstance(net[key], dict):
+            net[key][field] = value
+        elif net[key] and isinstance(net[key][0], dict):
+            net[key][0][field] = value
+    (work / "odd.json").write_text(json.dumps(doc))
+    (work / "base.json").write_text(json.dumps(NET_BASE))
+    f = str(work / "odd.json")
+    for args in (["doctor", "--facts", f], ["doctor", "--facts", f, "-v"], ["doctor", "--facts", f, "--json"],
+                 ["doctor", "--facts", f, "--redact"], ["fleet", str(work)], ["fleet", str(work), "--json"]):
+        ended_well(runner.invoke(app, args), args)
+
+
 # ---------------------------------------------------------------------------
 # Configs: debtorch.load() and verify-train --config
 
 
 KEYS = sorted(config_mod.TABLE_OF) + list(config_mod.SCHEDULE_EXTRA) + ["oversubscribe", "x", "OMP_NUM_THREADS"]
-TABLES = list(config_mod.TOP_LEVEL) + ["other"]
+TABLES = list(config_mod.SCHEMA) + ["other"]
 CONFIG = st.dictionaries(st.sampled_from(TABLES), st.one_of(
     st.dictionaries(st.sampled_from(KEYS), LEAF.filter(lambda v: v is not None), max_size=4), LEAF), max_size=6)
 

@@ -73,13 +73,18 @@ def test_every_number_of_a_config_has_a_range(tmp_path, body, said):
 def test_workers_and_processes_are_bounded_by_this_machine_unless_deliberate(tmp_path):
     storm = f"[loader]\nnum_workers = {LIMIT + 1}\n"
     with pytest.raises(ConfigError, match=rf"loader.num_workers: {LIMIT + 1} is more than this machine can run "
-                                          rf"\(at most {LIMIT} here: 4 x {CPUS} usable CPUs\); set oversubscribe"):
+                                          rf"\(at most {LIMIT} here: 4 x {CPUS} usable CPUs\); load it with "
+                                          rf"debtorch.load\(..., oversubscribe=True\)"):
         debtorch.load(write_cfg(tmp_path, storm), warn_on_mismatch=False)
     # Processes x (1 + workers) is what starts processes: each alone may fit, together not.
     together = "[loader]\nnum_workers = 8\n[distributed]\nnproc = 8\n"
     with pytest.raises(ConfigError, match=r"8 process\(es\) x \(1 \+ 8 workers\) = 72 processes"):
         parse_config("schema_version = 1\n" + together, "t.toml", cpus=2)
-    cfg = debtorch.load(write_cfg(tmp_path, storm + "[limits]\noversubscribe = true\n"), warn_on_mismatch=False)
+    # Issue 23: the file cannot lift its own bound; only the code (or command line) that loads it.
+    lifted = write_cfg(tmp_path, storm + "[limits]\noversubscribe = true\n")
+    with pytest.raises(ConfigError, match="more than this machine can run"):
+        debtorch.load(lifted, warn_on_mismatch=False)
+    cfg = debtorch.load(lifted, warn_on_mismatch=False, oversubscribe=True)
     assert cfg.settings.num_workers == LIMIT + 1
     # Without a machine (a file checked elsewhere) only the ranges apply.
     assert parse_config("schema_version = 1\n" + together, "t.toml").settings.nproc == 8
@@ -103,8 +108,10 @@ def test_tune_refuses_processes_beyond_the_machine_and_writes_only_what_loads(tm
     assert not out.exists()
     res = runner.invoke(app, ["tune", "--facts", facts_file, "--nproc", "33", "--oversubscribe", "--write", str(out)])
     assert res.exit_code == 0, res.stderr
-    cfg = load_config(str(out), cpus=2)   # the deliberate choice travels with the file
+    cfg = load_config(str(out))   # the deliberate choice is recorded in the file ...
     assert cfg.oversubscribe and cfg.settings.nproc == 33
+    with pytest.raises(ConfigError, match="33 is more than this machine can run"):
+        load_config(str(out), cpus=2)   # ... but lifts nothing on a machine without its loader's word
     for name in ("--global-batch", "--micro-batch", "--epochs", "--steps"):
         said = one_line(runner.invoke(app, ["tune", "--facts", facts_file, name, str(2**63)]))
         assert f"{name} must be an integer from 1 to 2147483647" in said
@@ -255,3 +262,45 @@ def test_a_global_batch_that_does_not_split_evenly_gets_its_note(facts_file):
     assert doc["settings"]["micro_batch"] == 2 and doc["global_batch"] == 8
     assert "tune.R023: global batch 7 is not a multiple of 4 process(es); using 8" in doc["notes"]
     assert "(gives 8, the nearest reachable)" in doc["reasons"]["micro_batch"]["text"]
+
+
+# ---------------------------------------------------------------------------
+# Issue 23: the small ones
+
+
+@pytest.mark.parametrize("args,said", [
+    (["fleet", "--timeout", "nan"], "debtorch fleet: --timeout must be a number of seconds > 0 and at most 604800 (got nan)"),
+    (["fleet", "--timeout", "inf"], "debtorch fleet: --timeout must be a number of seconds > 0 and at most 604800 (got inf)"),
+    (["fleet", "--probe", "--budget", "nan"], "debtorch fleet: --budget must be a number of seconds from 5 to 604800 to probe (got nan)"),
+    (["fleet", "--probe", "--budget", "inf"], "debtorch fleet: --budget must be a number of seconds from 5 to 604800 to probe (got inf)"),
+    (["fleet", "/dev/zero"], "debtorch fleet: /dev/zero: is a character device, not a facts document"),
+    (["verify-train", "--quick", "--budget", "1e308"],
+     "debtorch verify-train: --budget must be a number of seconds > 0 and at most 604800 (got 1e+308)"),
+    (["verify-train", "--budget", "nan"], "debtorch verify-train: --budget must be a number of seconds > 0 and at most 604800 (got nan)"),
+])
+def test_every_option_is_bounded_before_any_work(args, said):
+    assert one_line(runner.invoke(app, args)) == said
+
+
+def test_a_name_too_long_for_the_filesystem_is_one_line(tmp_path):
+    said = one_line(runner.invoke(app, ["facts", "--record", str(tmp_path / ("x" * 300))]))
+    assert said.endswith("x: File name too long")
+
+
+@pytest.mark.parametrize("body", ['[minimums]\ndriver = "1.{digits}"\n', "[minimums]\ndriver = {digits}\n"])
+def test_a_number_of_5000_digits_in_a_site_config_is_one_line(tmp_path, body):
+    cfg = tmp_path / "doctor.toml"
+    cfg.write_text(body.format(digits="9" * 5001))
+    said = one_line(runner.invoke(app, ["doctor", "--host", str(HOSTS / "debian12-vm-2core"), "--config", str(cfg)]))
+    assert str(cfg) in said and len(said) < 300
+
+
+def test_a_number_of_5000_digits_in_a_config_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        debtorch.load(write_cfg(tmp_path, f"[loader]\nnum_workers = {'9' * 5001}\n"))
+
+
+def test_a_relative_cache_folder_is_never_the_working_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEBTORCH_CACHE", "cache")
+    assert os.path.isabs(outputs.cache_dir()) and not outputs.cache_dir().startswith(str(tmp_path))

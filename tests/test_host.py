@@ -122,9 +122,9 @@ def test_a_recording_cannot_read_the_live_machine(tmp_path, no_live):
     assert "TOP-SECRET" not in host.run(["getconf", "GNU_LIBC_VERSION"]).stdout
 
 
-@pytest.mark.parametrize("meta,said", [({"commands": ["x"]}, "'commands' is not an object"),
-                                       ({"environ": {"A": 1}}, "environ: every value must be a string"),
-                                       ({"rlimits": {"NOFILE": [1]}}, "rlimits.NOFILE: expected [soft, hard]")])
+@pytest.mark.parametrize("meta,said", [({"commands": ["x"]}, "commands: must be a table (got an array)"),
+                                       ({"environ": {"A": 1}}, "environ.A: must be a string (got 1)"),
+                                       ({"rlimits": {"NOFILE": [1]}}, "rlimits.NOFILE: must be [soft, hard] (got an array)")])
 def test_a_broken_recording_is_one_line(tmp_path, meta, said):
     from typer.testing import CliRunner
 

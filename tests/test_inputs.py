@@ -2,21 +2,26 @@
 one line naming the file and the field, exit 2, never a traceback (issue 13, item 6)."""
 
 import json
+import os
+import re
+import socket
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import debtorch
 from debtorch import facts as facts_mod
-from debtorch import inputs
 from debtorch.cli import app
 from debtorch.facts import schema
 from debtorch.host import ReplayHost
+from debtorch.tune.config import ConfigError
 
-from clitools import HOSTS
+from clitools import HOSTS, cli_runner
 
 runner = CliRunner()
+cli = cli_runner()
 VM_FACTS = facts_mod.collect(ReplayHost(HOSTS / "debian13-workstation-rtx3080"))
 
 
@@ -31,12 +36,12 @@ def _one_line_exit_2(res, said):
 
 
 @pytest.mark.parametrize("path,value,said", [
-    (("cpu", "features"), "avx2", "cpu.features: expected an object, got a string"),
-    (("os", "pretty_name"), 5, "os.pretty_name: expected a string, got an integer"),
-    (("nvidia", "unknown"), ["x"], "nvidia.unknown: expected an object, got a list"),
-    (("env", "variables"), "PATH=/bin", "env.variables: expected an object, got a string"),
-    (("nvidia", "gpus"), [{"index": "zero"}], "nvidia.gpus[0].index: expected an integer, got a string"),
-    (("cpu", "usable_cpus"), True, "cpu.usable_cpus: expected an integer, got true/false"),
+    (("cpu", "features"), "avx2", 'cpu.features: must be a table (got "avx2")'),
+    (("os", "pretty_name"), 5, "os.pretty_name: must be a string (got 5)"),
+    (("nvidia", "unknown"), ["x"], "nvidia.unknown: must be a table (got an array)"),
+    (("env", "variables"), "PATH=/bin", 'env.variables: must be a table (got "PATH=/bin")'),
+    (("nvidia", "gpus"), [{"index": "zero"}], 'nvidia.gpus[0].index: must be an integer (got "zero")'),
+    (("cpu", "usable_cpus"), True, "cpu.usable_cpus: must be an integer (got true)"),
 ])
 def test_a_wrong_typed_field_is_named(tmp_path, path, value, said):
     doc = json.loads(json.dumps(VM_FACTS))
@@ -66,9 +71,117 @@ def test_utf16_from_powershell_and_a_bom_are_read(tmp_path):
         assert _doctor(f).exit_code in (0, 1)
 
 
-def test_an_endless_device_is_read_only_up_to_the_cap():
-    with pytest.raises(inputs.InputError, match="larger than 1 MiB"):
-        inputs.read_text("/dev/zero", 1024 * 1024)
+# ---------------------------------------------------------------------------
+# Issue 23: one door for every input file.  A FIFO, a device or a socket is refused before any
+# read (it would wait for a writer, or never end), one line, exit 2, by every command that reads
+# a file the user names and by debtorch.load().
+
+
+def _special(tmp_path, kind):
+    if kind == "character device":
+        return "/dev/zero"
+    path = tmp_path / f"x-{kind.replace(' ', '-')}.json"
+    if kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        _SOCKETS.append(sock)
+    return str(path)
+
+
+_SOCKETS: list = []
+READERS = {
+    "doctor --facts": lambda p: ["doctor", "--facts", p],
+    "tune --facts": lambda p: ["tune", "--facts", p],
+    "doctor --from-collect-env": lambda p: ["doctor", "--from-collect-env", p],
+    "doctor --config": lambda p: ["doctor", "--host", str(HOSTS / "debian12-vm-2core"), "--config", p],
+    "verify-train --config": lambda p: ["verify-train", "--config", p],
+    "fleet FILE": lambda p: ["fleet", p],
+    "fleet --tuned": lambda p: ["fleet", "--tuned", p, str(HOSTS)],
+    "lint": lambda p: ["lint", p],
+}
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "character device", "socket"])
+@pytest.mark.parametrize("command", READERS)
+def test_only_a_regular_file_is_read_by_every_command(tmp_path, command, kind):
+    path = _special(tmp_path, kind)
+    res = cli.invoke(app, READERS[command](path))
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr)
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, res.stderr
+    assert f"{path}: is a {kind}" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "character device"])
+def test_debtorch_load_reads_only_a_regular_file(tmp_path, kind):
+    path = _special(tmp_path, kind)
+    with pytest.raises(ConfigError, match=f"^{re.escape(path)}: is a {kind}, not a debtorch config$"):
+        debtorch.load(path)
+
+
+# The cap of each kind (docs/security.md, "What it reads"): one byte more is refused with one line.
+CAPS = {
+    "doctor --facts": (8, lambda p: ["doctor", "--facts", p]),
+    "doctor --from-collect-env": (8, lambda p: ["doctor", "--from-collect-env", p]),
+    "doctor --config": (4, lambda p: ["doctor", "--host", str(HOSTS / "debian12-vm-2core"), "--config", p]),
+    "verify-train --config": (4, lambda p: ["verify-train", "--config", p]),
+    "fleet --tuned": (4, lambda p: ["fleet", "--tuned", p, str(HOSTS)]),
+}
+
+
+@pytest.mark.parametrize("command", CAPS)
+def test_each_kind_of_input_has_its_cap(tmp_path, command):
+    mib, args = CAPS[command]
+    path = tmp_path / "big"
+    with open(path, "wb") as fh:
+        fh.truncate(mib * 1024 * 1024 + 1)   # sparse: nothing is written, the size is what counts
+    res = cli.invoke(app, args(str(path)))
+    assert res.exit_code == 2 and f"larger than {mib} MiB" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_lint_refuses_a_script_its_memory_budget_cannot_parse(tmp_path):
+    from debtorch.lint import api
+
+    big = tmp_path / "big.py"
+    big.write_bytes(b"import torch\n" + b"x=1\n" * (api.MAX_SCRIPT // 4))
+    res = cli.invoke(app, ["lint", str(big)])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.strip().endswith(f"big.py: larger than {api.MAX_SCRIPT // 1024} KiB: parsing it could take "
+                                       "more than lint's 512 MiB memory budget"), res.stderr
+    assert api.MAX_SCRIPT * api.MEMORY_PER_BYTE <= api.MEMORY_BUDGET
+
+
+def test_fleet_documents_have_the_facts_cap_and_are_read_in_any_encoding(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    text = json.dumps(VM_FACTS)
+    (folder / "bom.json").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (folder / "utf16.json").write_bytes(text.encode("utf-16"))
+    with open(folder / "huge.json", "wb") as fh:
+        fh.truncate(8 * 1024 * 1024 + 1)
+    res = cli.invoke(app, ["fleet", str(folder), "--json"])
+    out = json.loads(res.stdout)
+    assert out["nodes"]["compared"] == 2, out["nodes"]
+    [huge] = out["nodes"]["not_compared"]
+    assert huge["name"] == "huge" and "larger than 8 MiB" in huge["detail"]
+
+
+def test_a_recording_whose_files_are_fifos_replays_at_once(tmp_path):
+    """A FIFO as a recorded file or a recorded command's output never waits for a writer."""
+    import shutil
+
+    rec = tmp_path / "rec"
+    shutil.copytree(HOSTS / "debian13-workstation-rtx3080", rec, symlinks=True)
+    (rec / "proc" / "cpuinfo").unlink()
+    os.mkfifo(rec / "proc" / "cpuinfo")
+    meta = json.loads((rec / "_host.json").read_text())
+    name = next(n for n, c in meta["commands"].items() if c.get("stdout_file"))
+    os.unlink(rec / "_commands" / meta["commands"][name]["stdout_file"])
+    os.mkfifo(rec / "_commands" / meta["commands"][name]["stdout_file"])
+    doc = facts_mod.collect(ReplayHost(rec))
+    assert doc["cpu"]["unknown"]["model"] == "/proc/cpuinfo: is a FIFO, not a regular file"
+    assert "is a FIFO, not recorded output" in ReplayHost(rec).run(name.split(" ")).error
 
 
 def test_every_recorded_machine_matches_the_schema():

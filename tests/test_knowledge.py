@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from debtorch import knowledge as k
 from debtorch import versions
+from debtorch.findings import catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
@@ -63,7 +64,9 @@ def test_a_row_without_source_fails_with_one_line_naming_file_and_row(tmp_path, 
         k.load().validate()
     message = str(err.value)
     assert "\n" not in message
-    assert "gpus.toml" in message and "[[gpu]] row 1" in message and "missing 'source'" in message
+    # The line is that of the row's [[gpu]] header: the row has no source line to point at.
+    header = text[:text.index("\n[[gpu]]")].count("\n") + 2
+    assert message.endswith(f"gpus.toml:{header}: gpu[0].source: missing")
 
 
 def test_unconfirmed_row_needs_a_note(tmp_path, monkeypatch):
@@ -76,21 +79,25 @@ def test_unconfirmed_row_needs_a_note(tmp_path, monkeypatch):
     note = text.index("note = ", start)
     path.write_text(text[:note] + text[text.index("\n", note) + 1:])
     monkeypatch.setenv(k.ENV_DIR, str(folder))
-    with pytest.raises(k.KnowledgeError, match=r"thresholds.toml: \[\[threshold\]\] row \d+ .*needs a 'note'"):
+    with pytest.raises(k.KnowledgeError, match=r"thresholds.toml:\d+: threshold\[\d+\]\.note: missing: an unconfirmed row says what is unconfirmed$"):
         k.load().validate()
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (lambda t: t.replace('driver_linux = "570.26"', 'driver_linux = "five-seventy"'), r"cuda_driver.toml: \[\[toolkit\]\] row \d+ \(cuda = '12.8.0'\): 'driver_linux' must be a version"),
-    (lambda t: t.replace('release = "CUDA 12.8 GA"', 'release = "CUDA 12.8 GA"\nreleas = "typo"'), r"cuda_driver.toml: .*unknown column 'releas'"),
-    (lambda t: t + "\n[[toolkit]\n", r"cuda_driver.toml: "),
+@pytest.mark.parametrize("edit, marker, expected", [
+    (lambda t: t.replace('driver_linux = "570.26"', 'driver_linux = "five-seventy"'), "five-seventy",
+     r"toolkit\[\d+\]\.driver_linux: must be a version like 12.4 or 535.261.03 \(got \"five-seventy\"\)$"),
+    (lambda t: t.replace('release = "CUDA 12.8 GA"', 'release = "CUDA 12.8 GA"\nreleas = "typo"'), "releas =",
+     r"toolkit\[\d+\]\.releas: unknown key \(known: cuda, release, "),
+    (lambda t: t + "\n[[toolkit]\n", "[[toolkit]\n", r"not valid TOML: Expected ']]'"),
 ])
-def test_malformed_driver_file_names_the_file(tmp_path, monkeypatch, edit, expected):
+def test_malformed_driver_file_names_the_file(tmp_path, monkeypatch, edit, marker, expected):
     folder = _copy_checks(tmp_path)
     path = folder / "cuda_driver.toml"
-    path.write_text(edit(path.read_text()))
+    text = edit(path.read_text())
+    path.write_text(text)
     monkeypatch.setenv(k.ENV_DIR, str(folder))
-    with pytest.raises(k.KnowledgeError, match=expected) as err:
+    line = text[:text.rindex(marker)].count("\n") + 1      # the line of the edit
+    with pytest.raises(k.KnowledgeError, match=rf"cuda_driver.toml:{line}: {expected}") as err:
         k.load().validate()
     assert "\n" not in str(err.value)
 
@@ -100,7 +107,7 @@ def test_bad_arch_list_in_wheel_data_is_caught(tmp_path, monkeypatch):
     path = folder / "torch_wheels.toml"
     path.write_text(path.read_text().replace('arch_list = "7.0;7.5;8.0;8.6;9.0;10.0;12.0"', 'arch_list = "7.0;7.5;Ampere"', 1))
     monkeypatch.setenv(k.ENV_DIR, str(folder))
-    with pytest.raises(k.KnowledgeError, match=r"torch_wheels.toml: \[\[wheel\]\] row \d+ .*'arch_list' cannot read architecture 'Ampere'"):
+    with pytest.raises(k.KnowledgeError, match=r"torch_wheels.toml:\d+: wheel\[\d+\]\.arch_list: cannot read architecture 'Ampere' \(got \"7.0;7.5;Ampere\"\)$"):
         k.load().validate()
 
 
@@ -342,13 +349,13 @@ def test_built_wheel_contains_checks_and_the_loader_finds_them(tmp_path):
         zf.extractall(tmp_path / "site")
     env = {key: value for key, value in os.environ.items() if key not in (k.ENV_DIR, "PYTHONPATH")}
     env["PYTHONPATH"] = str(tmp_path / "site")
-    probe = ("from debtorch import knowledge as k; print(k.checks_dir()); "
-             "print(k.capability_for_name('Tesla T4'))")
+    probe = ("from debtorch import knowledge as k, findings as f; print(k.checks_dir()); "
+             "print(k.capability_for_name('Tesla T4')); print(len(f.catalogue()))")
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert run.returncode == 0, run.stderr
-    where, cc = run.stdout.split()
+    where, cc, ids = run.stdout.split()
     assert Path(where) == tmp_path / "site" / "debtorch" / "_data" / "checks"
-    assert cc == "7.5"
+    assert cc == "7.5" and int(ids) == len(catalogue())      # the catalogue of ids travels with the data
     for name in k.SCHEMA:   # the wheel ships the checkout's files unchanged
         assert tomllib.loads((Path(where) / name).read_text()) == tomllib.loads((CHECKS / name).read_text())
 
@@ -392,28 +399,10 @@ def test_names_agree_with_pci_ids_exact_products_where_nvidias_tables_do_not_nam
     assert checked > 100
 
 
-# --- the cache of parsed files ---------------------------------------------------
+# --- no cache: every start reads the data files themselves ----------------------------
 
 
-def _no_toml(*args, **kwargs):
-    raise AssertionError("the TOML was parsed again")
-
-
-def test_a_data_file_is_parsed_once_then_read_from_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path / "cache"))
-    folder = _copy_checks(tmp_path)
-    first = k.Knowledge(folder).tables["pci.toml"]
-    assert [p.name.split("-")[0] for p in (tmp_path / "cache" / "knowledge").iterdir()] == ["pci"]
-    monkeypatch.setattr(tomllib, "loads", _no_toml)
-    assert k.Knowledge(folder).tables["pci.toml"] == first
-    # Another folder's file of the same name is another entry.
-    other = shutil.copytree(folder, tmp_path / "other")
-    with pytest.raises(AssertionError, match="parsed again"):
-        k.Knowledge(other).tables["pci.toml"]
-
-
-def test_an_edited_data_file_is_read_and_checked_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path / "cache"))
+def test_an_edited_data_file_is_read_and_checked_again(tmp_path):
     folder = _copy_checks(tmp_path)
     assert k.Knowledge(folder).thresholds["docker_default_shm_bytes"]["value"] != 123
     path = folder / "thresholds.toml"
@@ -422,31 +411,71 @@ def test_an_edited_data_file_is_read_and_checked_again(tmp_path, monkeypatch):
     path.write_text(text[:at] + "value = 123" + text[text.index("\n", at):])
     assert k.Knowledge(folder).thresholds["docker_default_shm_bytes"]["value"] == 123
     path.write_text(text.replace('name = "docker_default_shm_bytes"', 'nam = "docker_default_shm_bytes"', 1))  # no name: malformed
-    with pytest.raises(k.KnowledgeError, match=r"thresholds.toml: \[\[threshold\]\] row \d+.*missing 'name'"):
+    with pytest.raises(k.KnowledgeError, match=r"thresholds.toml:\d+: threshold\[\d+\]\.name: missing$"):
         k.Knowledge(folder).tables["thresholds.toml"]
 
 
-@pytest.mark.parametrize("spoil", ["garbage", "other key", "not a folder"])
-def test_a_spoilt_or_unwritable_cache_costs_only_time(tmp_path, monkeypatch, spoil):
+def test_nothing_is_cached_so_nothing_planted_is_believed(tmp_path, monkeypatch):
+    """Issue 23: a planted cache entry silenced findings.  There is no cache: the doctor writes
+    nothing and reads only checks/."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("DEBTORCH_CACHE", str(cache))
     folder = _copy_checks(tmp_path)
     want = tomllib.loads((folder / "debian.toml").read_text())
-    k.Knowledge(folder).tables["debian.toml"]
-    (entry,) = (cache / "knowledge").iterdir()
-    if spoil == "garbage":
-        entry.write_bytes(b"\x00{not json")
-    elif spoil == "other key":  # what another debtorch or another schema cached: not trusted
-        entry.write_text('{"key": "0.0 0 0 0", "tables": {"release": []}}')
-    else:
-        shutil.rmtree(cache)
-        cache.write_text("a file where the folder would be")
     assert k.Knowledge(folder).tables["debian.toml"] == want
+    assert not cache.exists()
 
 
-def test_a_data_file_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path / "cache"))
+def test_a_data_file_that_is_not_a_regular_file_is_one_line(tmp_path):
+    folder = _copy_checks(tmp_path)
+    (folder / "debian.toml").unlink()
+    os.mkfifo(folder / "debian.toml")
+    with pytest.raises(k.KnowledgeError, match=r"debian.toml: is a FIFO$"):
+        k.Knowledge(folder).tables["debian.toml"]
+
+
+def test_a_data_file_that_is_not_utf8_is_one_line(tmp_path):
     folder = _copy_checks(tmp_path)
     (folder / "debian.toml").write_bytes(b"[[release]]\nversion = \"\xff\"\n")
     with pytest.raises(k.KnowledgeError, match=r"debian.toml: not UTF-8 text \(invalid start byte at byte 23\)$"):
         k.Knowledge(folder).tables["debian.toml"]
+
+
+# --- issue 22: every release back to 1.0, the Python column, rows by release ------------------
+
+def test_every_wheel_row_names_its_pythons_and_releases_of_its_own_series():
+    seen = set()
+    for row in k.load().wheels:
+        assert row["python"] and all(re.fullmatch(r"[23]\.\d{1,2}", p) for p in row["python"]), row
+        for rel in row.get("releases", []):
+            assert re.fullmatch(r"\d+\.\d+\.\d+", rel) and rel.rsplit(".", 1)[0] in row["torch"], row
+        for series in row["torch"]:
+            for rel in row.get("releases") or [None]:
+                key = (row.get("platform", "linux-x86_64"), series, rel, row["variant"])
+                assert key not in seen, key          # one row per release (or series) and variant
+                seen.add(key)
+
+
+def test_every_release_from_1_0_is_known():
+    assert k.known_series()[0] == "1.0" and {"1.3", "1.5", "1.7", "2.14"} <= set(k.known_series())
+
+
+def test_1_3_0_and_1_3_1_differ_and_a_series_means_its_newest_release():
+    assert k.wheel("1.3.0", "cu101")["arch_list"].startswith("3.5;")
+    assert k.wheel("1.3.1", "cu101")["arch_list"].startswith("3.7+PTX;")
+    assert k.wheel("1.3", "cu101")["arch_list"] == k.wheel("1.3.1", "cu101")["arch_list"]
+    assert k.arch_support("3.5", k.wheel("1.3.1+cu101")["arch_list"])[0] == "none"     # a K40 under 1.3.1
+    assert k.arch_support("3.5", k.wheel("1.3.0+cu101")["arch_list"])[0] == "sass"
+
+
+def test_the_python_column_filters_and_status_orders():
+    # 2.13 on an Ampere GPU, driver unknown: the stable cu130 before the experimental cu132
+    assert k.best_variant_for_driver("2.13.0", None, "8.6")["variant"] == "cu130"
+    assert k.best_variant_for_driver("2.13.0", None, "8.6", python="3.9") is None      # 2.13 starts at 3.10
+    assert k.best_variant_for_driver("2.4.1", "535.261.03", "8.6", python="3.8")["variant"] == "cu121"
+    assert k.python_fits(k.wheel("1.8.1", "cu111"), "3.11") is False
+
+
+def test_every_gpu_of_a_list_must_have_code():
+    assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6", "12.0"])["variant"] == "cu128"
+    assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6"])["variant"] != "cu128"   # stable before experimental

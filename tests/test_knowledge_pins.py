@@ -195,7 +195,7 @@ def test_cuda_builds_sass_answers_and_unknowns():
     assert info["newest"] == "9.0" and info["added"] == ["8.9", "9.0"] and not info["nearest"]
     assert k.cuda_builds_sass("12.7")["nearest"] and k.cuda_builds_sass("12.7")["row"] == "12.6.0"
     assert k.cuda_builds_sass("13.0")["dropped"][0] == "5.0"
-    for unknown in ("8.0", "14.1", "not a version", None, 12.8):
+    for unknown in ("7.5", "14.1", "not a version", None, 12.8):
         assert k.cuda_builds_sass(unknown) is None
     assert k.cuda_can_build("12.8", "not a gpu") is None
 

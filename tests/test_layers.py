@@ -16,8 +16,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "debtorch"
 
 # Lowest first.  A module may import its own layer and the layers before it.
 LAYERS = [
-    ("base", ("debtorch.__about__", "debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs", "debtorch.stats",
-              "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.hostwaits")),
+    ("base", ("debtorch.__about__", "debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs",
+              "debtorch.stats", "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.hostwaits",
+              "debtorch.schema")),
     ("host", ("debtorch.nvmlfake", "debtorch.host")),
     ("transport", ("debtorch.transport",)),
     ("probes", ("debtorch.probes",)),
@@ -32,7 +33,7 @@ LAYERS = [
     ("fleet", ("debtorch.fleet",)),
     ("report", ("debtorch.report",)),
     ("cli", ("debtorch.cli", "debtorch.__main__")),
-    ("api", ()),   # the root package: debtorch.load() and __version__ for users; nothing of debtorch imports it
+    ("api", ()),   # the root package: debtorch.load(), debtorch.watch(), __version__; nothing of debtorch imports it
 ]
 
 

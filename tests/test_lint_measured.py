@@ -200,7 +200,7 @@ def test_the_worker_names_the_workload_file_and_counts_nothing_off_cuda():
 def test_the_worker_still_imports_without_debtorchs_dependencies():
     # The worker runs in the user's interpreter, which need not have typer, rich, packaging...:
     # counting host waits must not pull the linter (or the doctor) into it: only the transport's
-    # server, the host-sync counter and the worker itself.
+    # server, the host-sync counter, the simulated accelerator and the worker itself.
     import subprocess
     import sys
 
@@ -211,4 +211,4 @@ def test_the_worker_still_imports_without_debtorchs_dependencies():
                          env={"PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(["debtorch", "debtorch.__about__", "debtorch.hostwaits", "debtorch.train",
-                                      "debtorch.train.worker", "debtorch.transport", "debtorch.transport.server"])
+                                      "debtorch.train.sim", "debtorch.train.worker", "debtorch.transport", "debtorch.transport.server"])

@@ -163,6 +163,14 @@ def test_smi_xml_datacenter_gpu_ecc_mig_and_processes():
     assert t4["pci_address"] == "0000:00:1e.0"
 
 
+def test_an_unknown_word_for_a_switch_is_an_unrecognised_value_not_a_crash():
+    xml = ('<nvidia_smi_log><gpu id="00000000:01:00.0"><persistence_mode>Maybe</persistence_mode>'
+           '<ecc_mode><current_ecc>Enabled</current_ecc></ecc_mode></gpu></nvidia_smi_log>')
+    gpu = nvidia.parse_smi_xml(xml)["gpus"][0]
+    assert gpu["persistence_mode"] is None and gpu["unknown"]["persistence_mode"] == "unrecognised value 'Maybe'"
+    assert gpu["ecc_mode_current"] is True and gpu["pci_address"] == "0000:01:00.0"
+
+
 def test_not_xml_is_an_error_value():
     assert nvidia.parse_smi_xml("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")[
         "error"].startswith("not nvidia-smi XML")

@@ -174,3 +174,23 @@ def test_a_second_signal_during_the_clean_up_changes_nothing(tmp_path):
     assert "Traceback" not in err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".rec.recording-")] == []
     assert json.loads((dest / "_host.json").read_text()) if proc.returncode == 0 else not dest.exists()
+
+
+def test_a_read_that_waits_honours_sigterm_and_a_fifo_is_never_waited_on(tmp_path):
+    """Issue 23: `doctor --from-collect-env -` waiting on a pipe nobody writes stops on SIGTERM
+    (143, one line); a FIFO named as an input or planted in a recording is refused at once."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", "doctor", "--from-collect-env", "-"], stdin=r,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    os.close(r)
+    time.sleep(3)   # well into the read (the start takes well under a second here)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    os.close(w)
+    assert proc.returncode == 143 and err == "debtorch: stopped by SIGTERM\n", (proc.returncode, err)
+    fifo = tmp_path / "facts.json"
+    os.mkfifo(fifo)
+    res = subprocess.run([sys.executable, "-m", "debtorch", "doctor", "--facts", str(fifo)], capture_output=True,
+                         text=True, env=env, timeout=30)
+    assert res.returncode == 2 and res.stderr == f"debtorch: --facts {fifo}: is a FIFO, not a facts document\n"

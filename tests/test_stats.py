@@ -2,6 +2,7 @@
 
 import math
 import random
+import statistics
 
 import pytest
 
@@ -131,15 +132,18 @@ class Machine:
                 "tuned": 100 * self.ratio * math.exp(self.rng.gauss(0, self.sigma))}
 
 
-def judge(d):
-    return stats.compare(d["tuned"], d["base"])
+def judge(d, confidence):
+    return stats.compare(d["tuned"], d["base"], confidence=confidence)
 
 
 def test_adaptive_rounds_stop_when_the_verdict_resolves():
+    # A clear 1.5x at 3% noise: every look at Pocock's level for rounds 3 to 30 (28 looks, 99.35%),
+    # which three rounds (two degrees of freedom) cannot pass; the fourth does, and the rounds stop.
     m = Machine(1.5, 0.03)
     out = stats.adaptive_rounds(m.round, judge, budget_s=100, clock=m.clock)
-    assert out.stopped == "resolved" and out.rounds == stats.MIN_ROUNDS
+    assert out.stopped == "resolved" and out.rounds == stats.MIN_ROUNDS + 1
     assert out.estimate.verdict == stats.FASTER and len(out.data["tuned"]) == out.rounds
+    assert out.looks == stats.Looks(3, 30) and out.estimate.confidence == pytest.approx(0.9935, abs=1e-4)
 
 
 def test_adaptive_rounds_add_rounds_for_a_close_call_and_never_overrun_the_budget():
@@ -180,3 +184,73 @@ def test_identical_machines_rarely_get_a_verdict(rounds, most):
 def test_a_clear_speedup_is_a_verdict_even_in_three_quiet_rounds():
     # The published run: 1.48x-1.62x in every round.
     assert stats.compare([373, 361, 402], [245, 236, 256]).verdict == stats.FASTER
+
+
+# ---------------------------------------------------------------------------
+# Sequential looks: the false-alarm rate of adaptive rounds (issue 25)
+
+
+def test_pococks_constants_and_students_t_are_the_published_ones():
+    # Jennison & Turnbull (2000), Table 2.1: C_P(K) for K = 2, 3, 5, 10 looks at a two-sided 5% level.
+    for k, published in ((2, 2.178), (3, 2.289), (5, 2.413), (10, 2.555)):
+        assert stats.Looks(1, k).z == pytest.approx(published, abs=0.003)
+    assert stats.Looks(3, 3).confidence == pytest.approx(0.95, abs=1e-4)          # one look: a plain 95%
+    assert stats.Looks(3, 30).most == 28 and stats.Looks(3, 30).confidence > stats.Looks(3, 5).confidence
+    assert stats.Looks(1, 101).z > stats.Looks(1, 100).z                          # Bonferroni beyond the table
+    # Student's t quantiles (any table): 97.5% and 99.5% at 1, 2, 10 and 30 degrees of freedom.
+    for df, q975, q995 in ((1, 12.706, 63.657), (2, 4.303, 9.925), (10, 2.228, 3.169), (30, 2.042, 2.750)):
+        assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=1e-3)
+        assert stats.t_quantile(0.995, df) == pytest.approx(q995, abs=1e-3)
+
+
+def verdict_at(a, b, confidence):
+    """stats.compare's verdict, computed cheaply but exactly: its interval is the union of Student's t
+    and the bootstrap, so it resolves only where Student's t alone (resamples=0) does."""
+    alone = stats.compare(a, b, confidence=confidence, resamples=0)
+    return stats.compare(a, b, confidence=confidence, resamples=200) if alone.resolved else alone
+
+
+def naive(d, confidence):
+    """The rule adaptive rounds had before (the negative control): every look at a plain 95%."""
+    return verdict_at(d["tuned"], d["base"], stats.CONFIDENCE)
+
+
+def sequential(d, confidence):
+    return verdict_at(d["tuned"], d["base"], confidence)
+
+
+def runs(judge, n, first, last, ratio=1.0, sigma=0.10):
+    """n seeded runs of adaptive rounds on log-normal rounds: [(verdict, rounds)]."""
+    out = []
+    for seed in range(n):
+        m = Machine(ratio, sigma, seed=seed)
+        got = stats.adaptive_rounds(m.round, judge, math.inf, min_rounds=first, max_rounds=last)
+        out.append((got.estimate.verdict, got.rounds))
+    return out
+
+
+def bound(n):
+    """5% plus its binomial margin over n runs (the normal approximation's 95% one-sided 1.645 sd)."""
+    return 0.05 + 1.645 * math.sqrt(0.05 * 0.95 / n)
+
+
+@pytest.mark.parametrize("n,first,last", [(1000, 3, 30), (2000, 3, 5)])
+def test_identical_arms_get_a_verdict_in_at_most_5_percent_of_adaptive_runs(n, first, last):
+    # Adaptive rounds look after every round from `first` to `last` (verify-train: 3 to 30, --quick
+    # 3 to 5) and stop at the first verdict.  On identical arms every verdict is a false alarm: Pocock's
+    # level keeps them at 5% over all the looks; a plain 95% at every look (optional stopping) does not.
+    alarms = sum(v != stats.INCONCLUSIVE for v, _ in runs(sequential, n, first, last)) / n
+    control = n if last < 10 else 300   # peeking's rate is far above the bound: fewer runs show it (faster)
+    peeking = sum(v != stats.INCONCLUSIVE for v, _ in runs(naive, control, first, last)) / control
+    assert alarms <= bound(n) and peeking > bound(control)
+
+
+def test_the_power_it_costs_a_real_20_percent_difference():
+    # A 1.2x difference at 10% noise a trial: Pocock's level needs more rounds than peeking at 95%
+    # (the price of an honest 5%), but still finds it in almost every run within verify-train's 30.
+    before = runs(naive, 200, 3, 30, ratio=1.2)
+    after = runs(sequential, 200, 3, 30, ratio=1.2)
+    assert sum(v == stats.FASTER for v, _ in after) >= 0.95 * 200
+    assert not any(v == stats.SLOWER for v, _ in before + after)
+    median = statistics.median
+    assert median(r for _, r in before) < median(r for _, r in after) <= 2 * median(r for _, r in before)

@@ -71,3 +71,18 @@ def test_a_closed_stdin_is_bad_input_in_one_line():
     res = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "debtorch", "doctor",
                           "--from-collect-env", "-"], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 2 and res.stderr == "debtorch: <stdin>: standard input is closed\n", res.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["doctor", "--help"]])
+def test_help_and_version_end_like_every_command(args):
+    """Issue 23: click answers a broken pipe with 1 and lets a full disk through as a traceback."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = run(args, stdout=w)
+    finally:
+        os.close(w)
+    assert res.returncode == 141 and res.stderr == "", (res.returncode, res.stderr)
+    with open("/dev/full", "w") as full:
+        res = run(args, stdout=full)
+    assert res.returncode == 74 and res.stderr == "debtorch: cannot write to standard output: No space left on device\n"

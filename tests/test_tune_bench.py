@@ -64,7 +64,7 @@ def test_the_same_settings_under_two_names_are_measured_once_per_round():
 
     same = Settings(threads=2)
     out = tune_bench.head_to_head(trialer, {"rules": same, "pick": Settings(threads=2), "oracle": same,
-                                            "other": Settings(threads=1)}, rounds=3)
+                                            "other": Settings(threads=1)}, rounds=3).data
     assert len(calls) == 6  # two distinct settings, three rounds
     assert out["rules"] == out["pick"] == out["oracle"] != out["other"]
     assert tune_bench.share_estimate(out["pick"], out["oracle"])["target"] == "met"
@@ -97,3 +97,33 @@ def test_replay_noise_spreads_the_choices():
     calm = tune_replay.replay(data, runs=20, noise=0.0, budget=112)
     noisy = tune_replay.replay(data, runs=20, noise=0.15, budget=112)
     assert len(calm["regions"]) == 1 and len(noisy["regions"]) > 1
+
+
+def test_the_final_rounds_stop_when_every_verdict_resolves_and_not_before():
+    # The pick is the oracle (100% of it: above the 95% target in every round) and beats the fixed rule
+    # by 1.5x: both verdicts resolve at the first look (round 3), not at --final-repeats.  A pick at 96%
+    # of the oracle with 5% noise cannot be told from 95%: every round allowed is run, and the
+    # verdict stays unresolved.
+    import math
+    import random
+
+    from debtorch import stats
+    from debtorch.train.settings import Settings
+    from debtorch.tune.search import Outcome
+
+    def trialer_for(speeds, noise, seed=0):
+        rng = random.Random(seed)
+        return lambda s: Outcome(speeds[s.threads] * math.exp(rng.gauss(0, noise)), 1.0)
+
+    pick, rule = Settings(threads=2), Settings(threads=1)
+    judge = tune_bench.final_judge(["--measure run 1"], ["rule"])
+    clear = tune_bench.head_to_head(trialer_for({2: 150.0, 1: 100.0}, 0.01),
+                                    {"rule": rule, "--measure run 1": pick, "grid (oracle)": pick}, 10, judge)
+    assert clear.stopped == "resolved" and clear.rounds == 3 and clear.looks == stats.Looks(3, 10)
+    close = tune_bench.head_to_head(trialer_for({2: 100.0, 3: 104.0, 1: 50.0}, 0.05),
+                                    {"rule": rule, "--measure run 1": pick, "grid (oracle)": Settings(threads=3)},
+                                    6, judge)
+    assert close.rounds == 6 and close.stopped == "max rounds"
+    share = tune_bench.share_estimate(close.data["--measure run 1"], close.data["grid (oracle)"],
+                                      close.looks.confidence)
+    assert share["target"] == "unresolved" and share["confidence"] == close.looks.confidence

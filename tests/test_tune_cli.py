@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from debtorch.cli import app
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import Device, Emit
+from debtorch.cli.shared import Emit
 from debtorch.cli.tune import ModelKind
 from debtorch.tune.config import load_config
-from debtorch.tune.rules import RULES
+from debtorch.findings import catalogue
 
 from test_tune_config import readonly_dir  # noqa: F401  (fixture)
 from hostkit import HOSTS
@@ -56,7 +56,7 @@ def test_json_document(server_json):
     assert doc["schema_version"] == 1 and doc["device"] == "cuda"
     assert doc["settings"]["nproc"] == 8 and doc["settings"]["accumulation_steps"] == 4
     assert set(doc["reasons"]) == set(doc["settings"])
-    assert all(v["rule"] in RULES for v in doc["reasons"].values())
+    assert all(v["rule"].startswith("tune.") and v["rule"] in catalogue() for v in doc["reasons"].values())
     assert doc["fingerprint"]["gpus"] == ["NVIDIA A100-SXM4-80GB"] * 8
     assert doc["measurement"] is None
 
@@ -76,12 +76,28 @@ def test_every_emit_format_is_handled(server_json, value):
     assert r.exit_code == 0 and r.stdout
 
 
-@pytest.mark.parametrize("device", list(Device))
+@pytest.mark.parametrize("device", ["cpu", "cuda", "sim:500"])
 @pytest.mark.parametrize("model", list(ModelKind))
 def test_every_device_and_model_kind_is_handled(server_json, device, model):
-    r = invoke("--facts", server_json, "--json", "--device", device.value, "--model", model.value)
+    r = invoke("--facts", server_json, "--json", "--device", device, "--model", model.value)
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout)["device"] == device.value
+    assert json.loads(r.stdout)["device"] == (device if device != "sim:500" else "sim:500,launch=1,gbps=25,ahead=3,sync=0")
+
+
+@pytest.mark.parametrize("value, says", [("tpu", "--device must be cpu, cuda or sim:RATE (got 'tpu')"),
+                                         ("sim:0", "RATE must be a number above 0"),
+                                         ("sim:h100-llama", "presets: a100-resnet50, a100-resnet50-tf32")])
+def test_a_bad_device_is_one_line(server_json, value, says):
+    r = invoke("--facts", server_json, "--device", value)
+    assert r.exit_code == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_simulated_device_is_tuned_as_an_accelerator_that_runs_no_model(server_json):
+    doc = json.loads(invoke("--facts", server_json, "--json", "--device", "sim:a100-resnet50").stdout)
+    s, reasons = doc["settings"], doc["reasons"]
+    assert s["num_workers"] >= 1 and s["pin_memory"] and s["non_blocking"] and s["precision"] == "fp32"
+    assert "runs no model" in reasons["precision"]["text"] and doc["device"].endswith("name=a100-resnet50")
+    assert invoke("--facts", server_json, "--device", "sim:500", "--nproc", "2").exit_code == 2
 
 
 def test_write_then_refuse_to_overwrite_then_force(vm_json, tmp_path):

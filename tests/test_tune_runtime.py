@@ -193,6 +193,8 @@ def test_example_script_trains_with_a_config_written_by_the_cli(examples):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("trained 6 steps")
     assert "FingerprintWarning" not in out.stderr
+    assert "watch (left early): 5 steps" in out.stderr   # cfg.watch's verdict: too few steps to judge
+    assert "\nwatch.I002 not resolved: 5 steps make fewer than 2 windows" in out.stderr
 
 
 @pytest.mark.slow

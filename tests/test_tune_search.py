@@ -125,7 +125,7 @@ def test_drift_alone_does_not_pick_the_first_measured_candidate():
 def test_candidates_are_interleaved_not_measured_back_to_back():
     precision = [d for d in CPU_DIMS if d.name == "precision"]
     result = Search(Surface(lambda s: 100.0, noise=0.04, seed=2), budget_s=1000).run(START_CPU, precision)
-    phases = [t.settings.precision for t in result.trials if t.phase == "precision"]
+    phases = [t.settings.precision for t in result.trials if t.phase in ("precision", "leaders")]  # a small space
     assert len(phases) >= 4
     assert any(a != b for a, b in zip(phases, phases[1:]))
     assert phases[:2] != phases[2:4] or len(set(phases[:2])) == 2
@@ -386,3 +386,24 @@ def test_cheap_settings_are_raced_before_the_expensive_split(seed):
     surface = Surface(surface_f, noise=0.05, seed=seed, cost=lambda s: 1.0 + 2.0 * s.num_workers)
     result = Search(surface, budget_s=45).run(start, dims)
     assert result.best.channels_last
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_small_space_is_measured_whole_once_then_its_leaders_race(seed):
+    # 72 points of 2 s each fit half a budget of 400 s: one pass over all of them, then the leaders.
+    points = grid_points(START_CPU, CPU_DIMS)
+    surface = Surface(shared_cores, seed=seed)
+    result = Search(surface, budget_s=400).run(START_CPU, CPU_DIMS)
+    grid = [t for t in result.trials if t.phase == "grid"]
+    assert {key(t.settings) for t in grid} | {key(START_CPU)} == {key(p) for p in points}
+    assert len(grid) == len(points) - 1                               # the start was measured already
+    assert result.trials.index(grid[-1]) < min(i for i, t in enumerate(result.trials) if t.phase == "leaders")
+    assert shared_cores(result.best) >= 0.95 * max(shared_cores(p) for p in points)
+    assert result.spent <= 400 and result.best.threads == 1 and result.best.num_workers >= 1
+    # A setting the leaders do not need keeps the rules' value (flat in memory format here).
+    assert result.choices["channels_last"].rule == "tune.M005" and not result.best.channels_last
+
+
+def test_a_space_too_large_for_one_pass_is_searched_decision_by_decision():
+    result = Search(Surface(shared_cores, seed=0), budget_s=200).run(START_CPU, CPU_DIMS)
+    assert not any(t.phase == "grid" for t in result.trials)

@@ -123,16 +123,38 @@ def test_windows_xml_makes_the_driver_windows():
 
 
 @pytest.mark.parametrize("version, cuda, cc, judged", [
-    ("1.2.0", "10.0", "1.2", "none"),       # older than anything CUDA 10.0 builds
-    ("1.5.0", "10.2", "8.6", "none"),       # Ampere: CUDA 10.2 stops at sm_75
-    ("1.5.0", "10.2", "3.0", "sass"),       # CUDA 10.2 builds sm_30; whether the wheel did is not known
-    ("1.7.1", "11.0", "8.6", "sass"),       # 11.0 builds sm_80, which runs on 8.6
+    ("1.2.0a0+b527e48", "10.0", "1.2", "none"),    # older than anything CUDA 10.0 builds
+    ("1.5.0a0+c63c82e", "10.2", "8.6", "none"),    # Ampere: CUDA 10.2 stops at sm_75
+    ("1.5.0a0+c63c82e", "10.2", "3.0", "sass"),    # CUDA 10.2 builds sm_30; whether this build did is not known
+    ("1.8.0a0+af2250e", "11.0", "8.6", "sass"),    # 11.0 builds sm_80, which runs on 8.6
+    ("0.4.1", "9.2", "7.0", "sass"),               # older than the wheel table
 ])
-def test_an_old_wheel_is_judged_by_what_its_cuda_can_build(version, cuda, cc, judged):
+def test_a_build_the_wheel_table_does_not_describe_is_judged_by_what_its_cuda_can_build(version, cuda, cc, judged):
+    """Source builds (their versions from real reports: pytorch/pytorch#21710, #35565, #51833)
+    chose their own architectures: only what their CUDA could build is known."""
     doc = {"python": {"torch": {"installed": True, "version": version, "cuda": cuda}}}
     arch = Machine.from_facts(doc).torch_arch
     assert arch is not None and not arch.exact and "cuda_arch.toml" in arch.source
     assert knowledge.arch_support(cc, arch.arch)[0] == judged
+
+
+@pytest.mark.parametrize("version, cuda, gpu, verdict", [
+    ("1.3.0", "10.1.243", "Tesla K40c", "sass"),      # 1.3.0 still built sm_35
+    ("1.3.1", "10.1.243", "Tesla K40c", "none"),      # 1.3.1 moved to sm_37 (pytorch/pytorch#31319)
+    ("1.4.0", "10.1", "Tesla K40m", "none"),
+    ("1.2.0", "9.2.148", "GeForce GTX TITAN X", "sass"),
+    ("1.6.0", "10.2", "GeForce RTX 3090", "none"),    # Ampere under a CUDA 10 wheel
+    ("1.7.1", "11.0", "GeForce RTX 3090", "sass"),    # sm_80 code runs on 8.6
+    ("1.0.1", "10.0.130", "GeForce RTX 2080 Ti", "sass"),
+])
+def test_every_release_back_to_1_0_is_judged_by_its_own_arch_list(version, cuda, gpu, verdict):
+    """Issue 22: a wheel older than 1.8 is judged by the architectures it was built for
+    (checks/torch_wheels.toml), not only by what its CUDA could build."""
+    doc = {"python": {"torch": {"installed": True, "version": version, "cuda": cuda}},
+           "nvidia": {"gpus": [{"index": 0, "name": gpu}]}}
+    m = Machine.from_facts(doc)
+    assert m.torch_arch.exact and m.torch_arch.source.startswith(f"the official {version[:3]} ")
+    assert knowledge.arch_support(m.gpus[0].cc, m.torch_arch.arch)[0] == verdict
 
 
 @pytest.mark.parametrize("files, release, relation", [
@@ -291,3 +313,61 @@ def test_a_reports_network_and_python_environment_are_not_ticked(path):
     m = Machine.from_facts(collectenv.parse_file(str(path)))
     assert area_state(m, "network").state == UNKNOWN
     assert area_state(m, "python").state == UNKNOWN
+
+
+# --- issue 22: torch's words where the report's own lines are missing ------------------------
+
+ARCH_WARN = ("/x/site-packages/torch/cuda/__init__.py:287: UserWarning:\nNVIDIA GeForce RTX 5090 with CUDA capability "
+             "sm_120 is not compatible with the current PyTorch installation.\nThe current PyTorch install supports "
+             "CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90.\n")
+
+
+def _without_gpus(text):
+    """The report with its GPU section and driver line cut out (a paste that lost them)."""
+    out, skip = [], False
+    for line in text.splitlines():
+        bare = line.strip().lstrip("> ")
+        if re.match(r"(GPU models and configuration|Nvidia driver version)\s*:", bare):
+            skip = True
+            continue
+        if skip and re.match(r"GPU \d+\s*:", bare):
+            continue
+        skip = False
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
+def test_the_arch_warning_judges_a_report_without_its_gpu_section(path):
+    cls, found, m = _verdict(ARCH_WARN + _without_gpus(path.read_text()))
+    assert [g.cc for g in m.gpus] == ["12.0"] and m.gpus[0].cc_from == "torch"
+    assert cls == "arch-too-new", [f.id for f in found]
+
+
+BUILT = [p for p in HEALTHY if re.search(r"CUDA used to build PyTorch\s*:\s*\d", p.read_text())]
+
+
+@pytest.mark.parametrize("path", BUILT, ids=[p.stem for p in BUILT])
+def test_a_torch_version_not_collected_still_has_its_driver_judged(path):
+    """'PyTorch version: Could not collect' beside 'CUDA used to build PyTorch' and torch's own
+    driver warning: torch was imported, so its build's CUDA is judged against the driver."""
+    text = re.sub(r"(PyTorch version\s*:\s*)\S+", r"\1Could not collect", path.read_text(), count=1)
+    text = "\n".join(ln for ln in text.splitlines() if not re.search(r"\[(pip3?|conda)\]\s+(torch|pytorch)\b", ln))
+    cls, found, m = _verdict(WARN.format("The NVIDIA driver on your system is too old (found version 10010).")
+                             + _unavailable(text))
+    assert m.torch.installed and m.torch.version is None and m.torch.cuda
+    assert cls == "driver-too-old", [f.id for f in found]
+
+
+def test_a_paste_cut_after_the_header_is_judged_by_torchs_warning():
+    cls, found, m = _verdict("Collecting environment information...\n" + ARCH_WARN)
+    assert cls == "arch-too-new" and m.torch.installed and not m.torch.cpu_only
+    with pytest.raises(collectenv.CollectEnvError):
+        collectenv.parse("Collecting environment information...\nsome prose, no torch words\n")
+
+
+def test_torch_2_13s_wording_gives_the_gpus_capability():
+    warn = collectenv.parse_torch_warnings(
+        "UserWarning: Found GPU0 NVIDIA GB10 which is of compute capability (CC) 12.1.\n"
+        "Your installed torch==2.13.0+cu130 does not include kernels for this GPU.")
+    assert warn["devices"] == [{"index": 0, "name": "NVIDIA GB10", "capability": "12.1"}]

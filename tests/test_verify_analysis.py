@@ -5,6 +5,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from debtorch import stats
 from debtorch.cli import app
 from debtorch.transport.client import WorkerError
 from debtorch.train.settings import Settings
@@ -303,7 +304,7 @@ def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
     assert m.failure is None
-    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "without precision": 3}
+    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "tuned_sync": 0, "without precision": 3}
     # The schedule changes no throughput: tuned with the baseline's schedule runs to the target instead.
     assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.converge["tuned"]["target_loss"] == 0.5
@@ -383,6 +384,12 @@ def test_a_clear_speedup_resolves_in_the_first_rounds_and_keeps_the_budget_for_t
     s = analysis.summary(m)
     assert m.budget["rounds"] == 3 and m.budget["stopped"] == "resolved"
     assert analysis.verdict(s).startswith("tuned is 1.6") and s["speedup"]["verdict"] == "faster"
+    # The report says which procedure decided, and after how many looks (text and JSON).
+    looks = stats.Looks(3, 30)
+    assert m.budget["looks"] == looks.to_dict() and s["sequential"] == looks.to_dict(3) and s["sequential"]["looks"] == 1
+    assert s["speedup"]["confidence"] == looks.confidence
+    assert ("(stopped: the speed-up resolved at look 1 of at most 28; Pocock's boundary: every look's interval "
+            "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s)[0]
     assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.budget["spent_s"] <= 300
 

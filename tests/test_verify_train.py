@@ -299,3 +299,20 @@ def test_a_worker_that_exits_while_loading_gives_a_whole_line_and_a_json_documen
     doc = json.loads(res.stdout)
     assert doc["failure"]["kind"] == "died" and doc["verdict"].endswith("while loading the workload")
     assert doc["facts"]["os"]["id"] == "debian" and doc["exit_code"] == 1
+
+
+@pytest.mark.slow
+def test_a_simulated_accelerator_run_says_so_everywhere_and_skips_convergence(tmp_path):
+    plot = tmp_path / "sim.png"
+    res = verify("--quick", "--device", "sim:20000", "--workload", "vw:points", "--plot", str(plot))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "on simulated accelerator (20000 samples/s)" in out and "device bound (simulated)" in out
+    assert "per-step sync (the loss read every step, as .item() does): costs" in out
+    assert "convergence runs skipped: a simulated accelerator runs no model" in out and "time to loss" not in out
+    assert re.search(r"(?m)^verdict: simulated accelerator \(20000 samples/s\): .*of the device", out)
+    assert plot.stat().st_size > 0
+    doc = json.loads(verify("--quick", "--json", "--device", "sim:20000", "--workload", "vw:points").stdout)
+    assert doc["summary"]["sim"]["words"] == "simulated accelerator (20000 samples/s)"
+    assert doc["device"] == "sim:20000,launch=1,gbps=25,ahead=3,sync=0" and doc["trials"]["tuned_sync"]
+    assert verify("--quick", "--device", "sim:20000", "--nproc", "2").returncode == 2

@@ -14,6 +14,7 @@ compiled and evaluated again each time (10 ms of the doctor's start).
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import signal
@@ -98,10 +99,19 @@ def _install_handlers() -> None:
             signal.signal(sig, _on_signal)
 
 
+def _is_null() -> bool:
+    """Whether stdout is /dev/null: rich makes it so when its reader went away (--help | head)."""
+    try:
+        return os.path.samestat(os.fstat(1), os.stat(os.devnull))
+    except OSError:
+        return False
+
+
 def main() -> None:
     """Console-script entry point."""
     _install_handlers()
     code = 0
+    null_before = _is_null()
     try:
         gc.disable()  # start-up makes ~10^5 objects that live until exit: collecting them is wasted time
         try:
@@ -113,6 +123,14 @@ def main() -> None:
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+        if code == EXIT_FAILED and (type(sys.stdout).__name__ == "PacifyFlushWrapper" or _is_null() > null_before):
+            _quiet_stdout()  # click's and rich's answer to a reader that went away (--help | head) is 1
+            code = EXIT_PIPE
+    except OSError as exc:  # what click does not catch: --help or --version on a full disk
+        _quiet_stdout()
+        code = EXIT_PIPE if exc.errno == errno.EPIPE else EXIT_OUTPUT
+        if code == EXIT_OUTPUT:
+            sys.stderr.write(f"debtorch: cannot write to standard output: {exc.strerror or exc}\n")
     except KeyboardInterrupt:  # before a command started (imports)
         sys.stderr.write("debtorch: interrupted\n")
         code = EXIT_INTERRUPTED

@@ -7,6 +7,7 @@ unreadable counts as an error), or this rank could not take part; 2 bad usage or
 """
 
 import os
+import re
 import shutil
 import sys
 from typing import List, Optional
@@ -14,12 +15,13 @@ from typing import List, Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch import hostlist
-from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, choose_format
+from debtorch import hostlist, inputs
+from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, check_python, choose_format
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
 
 prog = Prog("debtorch fleet")
+MAX_S = 7 * 24 * 3600.0     # --timeout, --budget: a week at most
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
@@ -32,19 +34,6 @@ def _marks() -> dict:
 
     enc = (getattr(sys.stdout, "encoding", None) or "").lower()
     return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
-
-
-def _python(python: Optional[str]) -> str:
-    """The live interpreter whose torch.distributed carries the gather (not a replayed machine's)."""
-    path = python or LiveHost().default_python
-    if os.sep not in path:
-        found = shutil.which(path)
-        if found is None:
-            _fail(f"--python {path}: not found on PATH")
-        return found
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        _fail(f"--python {path}: not an executable file")
-    return path
 
 
 def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict):
@@ -79,7 +68,12 @@ def _redact_names(nodes, redactor) -> None:
 def _write_exclude(path: str, verdict, force: bool) -> None:
     from debtorch import outputs  # defer: only with --exclude-file
 
-    names = verdict.exclude if verdict is not None else []
+    # srun --exclude takes host names: a second rank's ":3" goes; a name that is not a host's is refused.
+    names = sorted({re.sub(r":\d+$", "", n) for n in (verdict.exclude if verdict is not None else [])})
+    odd = [n for n in names if not hostlist.is_host(n)]
+    if odd:
+        _fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
+              "nothing written", 1)
     try:
         outputs.write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
     except outputs.OutputError as exc:
@@ -102,21 +96,22 @@ def fleet(
     exclude_file: Optional[str] = typer.Option(None, "--exclude-file", metavar="PATH", help="With --probe: write the nodes to exclude (for srun --exclude)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --exclude-file."),
     tuned: Optional[str] = typer.Option(None, "--tuned", metavar="FILE", help="A debtorch.toml from 'debtorch tune --write': name the nodes it was not tuned for."),
+    secret_file: Optional[str] = typer.Option(None, "--secret-file", metavar="PATH", help="A secret shared by every rank (a file only you can read; or $DEBTORCH_FLEET_SECRET): what the ranks send is signed, and nothing unsigned is believed."),
 ) -> None:
     """Compare the nodes of a job (or saved documents): the differences that hang or slow multi-node training, and the bad nodes.
 
     Exit status: 0 no finding at --fail-on level, 1 findings at that level or a node that did not answer, 2 bad usage or unreadable input.
     """
     from debtorch.fleet import gather, offline, probe  # defer: only for this command
-    from debtorch.fleet.rendezvous import RendezvousError, from_environ  # defer: as above
+    from debtorch.fleet.rendezvous import RendezvousError, from_environ, listen_address, load_secret  # defer: as above
     from debtorch.report.redact import Redactor  # defer: as above
 
     fmt = choose_format(prog, json_out)
     level = fail_on.value
-    if timeout <= 0:
-        _fail(f"--timeout must be a positive number of seconds (got {timeout:g})")
-    if do_probe and budget < probe.MIN_BUDGET_S:
-        _fail(f"--budget {budget:g} is too small to probe; give at least {probe.MIN_BUDGET_S:g} seconds")
+    if not (inputs.finite(timeout) and 0 < timeout <= MAX_S):
+        _fail(f"--timeout must be a number of seconds > 0 and at most {MAX_S:g} (got {timeout:g})")
+    if do_probe and not (inputs.finite(budget) and probe.MIN_BUDGET_S <= budget <= MAX_S):
+        _fail(f"--budget must be a number of seconds from {probe.MIN_BUDGET_S:g} to {MAX_S:g} to probe (got {budget:g})")
     if (exclude_file or force) and not do_probe:
         _fail("--exclude-file and --force go with --probe")
     if force and not exclude_file:
@@ -136,8 +131,9 @@ def fleet(
     rename = (lambda nodes: _redact_names(nodes, redactor)) if redactor else None
 
     if paths:
-        if replay or do_probe or deep or python:
-            _fail("--host, --python, --deep and --probe describe live nodes; saved documents are compared as they are")
+        if replay or do_probe or deep or python or secret_file:
+            _fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
+                  "compared as they are")
         try:
             summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
         except offline.FleetInputError as exc:
@@ -145,9 +141,11 @@ def fleet(
         _emit(summary, level, fmt, verbose, None, [], redactor)
         raise typer.Exit(summary.exit_code(level))
 
-    environ = LiveHost().environ
+    host = LiveHost()
+    environ = host.environ
     try:
         rdzv = from_environ(environ)
+        secret = load_secret(os.environ, secret_file)   # the secret is never one of the facts' variables
     except RendezvousError as exc:
         _fail(str(exc))
     if rdzv is None:
@@ -159,9 +157,16 @@ def fleet(
             ReplayHost(replay)
         except Unavailable as exc:
             _fail(f"--host {exc.reason}")
-    interpreter = _python(python)
-    options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget,
-                             tuned=fingerprint, tuned_path=tuned, rename=rename)
+    interpreter = python or host.default_python   # the live one, whose torch.distributed gathers
+    check_python(prog, interpreter)
+    interpreter = shutil.which(interpreter) or interpreter
+    listen = None
+    if rdzv.rank == 0 and not rdzv.agent_store:
+        listen, note = listen_address(rdzv, host.resolve)
+        if note:
+            prog.warn(note)
+    options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget, tuned=fingerprint,
+                             tuned_path=tuned, rename=rename, listen=listen, secret=secret)
 
     def on_report(outcome) -> None:
         _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)

@@ -1,5 +1,5 @@
 """What the commands share: the exit codes and their meaning, the one-line
-failure, the ``--device`` choice, the output format, the ``--python`` check,
+failure, the ``--device`` option, the output format, the ``--python`` check,
 and the machine a command reads (``--host``, ``--record``, ``--facts``).
 
 Only the command line leaves the process with an exit code (``typer.Exit``).
@@ -30,9 +30,30 @@ def exit_for(failure) -> int:
     return EXIT_USAGE if getattr(failure, "user_input", False) else EXIT_FAILED
 
 
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
+DEVICE_HELP = "cpu, cuda, or sim:RATE: an accelerator of RATE samples/s simulated on this machine (docs/engine.md)"
+
+
+def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
+    """``--device``: cpu, cuda, or a simulated accelerator as its canonical spec (:func:`sim_device`)."""
+    if value is None or value in ("cpu", "cuda"):
+        return value
+    if not value.startswith("sim:"):
+        prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
+    try:
+        return sim_device(value)
+    except ValueError as exc:
+        prog.fail(f"--device {exc}")
+
+
+def sim_device(value: str) -> str:
+    """``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec, with the defaults and presets of
+    checks/thresholds.toml; ValueError (one line) when it is not one."""
+    from debtorch import knowledge  # defer: the doctor loads none of the training side
+    from debtorch.train import sim  # defer: as above
+
+    rows = knowledge.load().thresholds
+    presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
+    return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
 
 
 class FailOn(str, Enum):

@@ -14,8 +14,9 @@ from typing import Optional
 import typer
 
 from debtorch import inputs
-from debtorch.cli.shared import (EXIT_INTERRUPTED, EXIT_OK, Device, Emit, Prog, check_answered, check_python,
-                                 choose_format, exit_for, given_paths, load_facts, open_host, present, redactor)
+from debtorch.cli.shared import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, Emit, Prog, check_answered, check_python,
+                                 choose_format, device_option, exit_for, given_paths, load_facts, open_host, present,
+                                 redactor)
 
 prog = Prog("debtorch tune")
 
@@ -34,7 +35,7 @@ def tune(
     measure: bool = typer.Option(False, "--measure", help="Decide what rules cannot by short trials on a workload."),
     budget: Optional[float] = typer.Option(None, "--budget", metavar="SECONDS", help="Wall-clock seconds the whole command may take when measuring (--measure; at least 20, default 120)."),
     workload: Optional[str] = typer.Option(None, "--workload", metavar="MODULE:FUNCTION", help="What --measure trains (docs/workloads.md; default builtin:cnn)."),
-    device: Optional[Device] = typer.Option(None, "--device", help="Tune for cpu or cuda (default: what the machine has)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="DEVICE", help=f"Tune for {DEVICE_HELP} (default: what the machine has)."),
     global_batch: Optional[int] = typer.Option(None, "--global-batch", metavar="N", help="Samples per optimizer step, all processes together."),
     micro_batch: Optional[int] = typer.Option(None, "--micro-batch", metavar="M", help="Samples per forward pass per process."),
     epochs: Optional[int] = typer.Option(None, "--epochs", metavar="E", help="Run length, for the OneCycleLR schedule."),
@@ -82,7 +83,7 @@ def tune(
         except config.ConfigError as exc:
             prog.fail(str(exc))
 
-    request = rules.Request(device=device.value if device else None, global_batch=global_batch,
+    request = rules.Request(device=device_option(prog, device), global_batch=global_batch,
                             micro_batch=micro_batch, epochs=epochs, steps=steps, compile=compile_,
                             model=model.value if model else None, nproc=nproc, oversubscribe=oversubscribe)
     try:

@@ -18,8 +18,8 @@ from typing import Optional
 
 import typer
 
-from debtorch.cli.shared import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Device, Prog, choose_format, exit_for,
-                                 given_paths, open_host, present, redactor)
+from debtorch.cli.shared import (DEVICE_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Prog, choose_format,
+                                 device_option, exit_for, given_paths, open_host, present, redactor)
 from debtorch.report import Format
 
 prog = Prog("debtorch verify-train")
@@ -27,7 +27,7 @@ prog = Prog("debtorch verify-train")
 
 def verify_train(
     workload: str = typer.Option("builtin:cnn", "--workload", metavar="MODULE:FUNCTION", help="What to train: builtin:cnn, builtin:transformer or your module:function (docs/workloads.md)."),
-    device: Optional[Device] = typer.Option(None, "--device", help="Train on cpu or cuda (default: cuda when this torch sees a GPU)."),
+    device: Optional[str] = typer.Option(None, "--device", metavar="DEVICE", help=f"Train on {DEVICE_HELP} (default: cuda when this torch sees a GPU)."),
     config: Optional[str] = typer.Option(None, "--config", metavar="PATH", help="Tuned settings from 'debtorch tune --write' (default: tuned now, by rules)."),
     python: Optional[str] = typer.Option(None, "--python", metavar="PATH", help="Interpreter that trains (default: $VIRTUAL_ENV's, else this one)."),
     quick: bool = typer.Option(False, "--quick", help="The real path in seconds: few steps, small built-in workloads (CI)."),
@@ -78,7 +78,7 @@ def verify_train(
     facts = None
     try:
         options = run.Options(
-            workload=workload, device=device.value if device else None, config=config, python=python, quick=quick,
+            workload=workload, device=device_option(prog, device), config=config, python=python, quick=quick,
             budget=budget, started=started, repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
             profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
             timeout=timeout, force=force, cwd=os.getcwd(), oversubscribe=oversubscribe)

@@ -19,7 +19,11 @@ One report's findings contradict when:
    system interpreter's ``-m pip install``) where the target is Debian's own
    Python, which PEP 668 makes refuse it: the fix must make a venv;
 5. **two directions**: one fix says to install an older PyTorch while a pip
-   line names a release newer than the installed one.
+   line names a release newer than the installed one;
+6. **a wheel that does not exist for the machine** (issue 22): a ``pip install``
+   names a torch release and index (or PyPI's default) with no wheel for the
+   machine's CPU architecture and Python in checks/torch_wheels.toml, or any
+   torch where PyTorch publishes no wheels for the architecture.
 
 :func:`contradictions` lists them for a report; tests/test_contradictions.py
 runs it on every fixture machine and every corpus report.  docs/checks.md
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from debtorch import versions
+from debtorch import knowledge, versions
 from debtorch.doctor.fixes import externally_managed
 from debtorch.machine import Machine
 
@@ -58,6 +62,22 @@ def _series_variant(req: str, index: Optional[str]) -> tuple:
     return (parsed["series"] if parsed else None), variant
 
 
+def _no_such_wheel(m: Machine, req: str, index: Optional[str]) -> Optional[str]:
+    """Why the torch a pip line installs has no wheel for this machine, or None: a pin ("==2.13.0",
+    "==2.13.*") and an index name a row; without a pin pip takes any release that fits, and
+    without an index PyPI's (any variant)."""
+    plat, py = m.wheel_platform, m.python_version
+    if plat is None:
+        return f"names a torch wheel for {m.os.arch}, for which PyTorch publishes none"
+    pins = [req.split("==", 1)[1].replace(".*", "")] if "==" in req else knowledge.known_series(plat)
+    variant = index.rstrip("/").rsplit("/", 1)[-1] if index else None
+    rows = [r for p in pins for v in ([variant] if variant else knowledge.variants(p, plat)) if (r := knowledge.wheel(p, v, plat))]
+    name = f"torch {pins[0] if len(pins) == 1 else '(any release)'} ({variant or 'PyPI'})"
+    if not rows or not any(knowledge.python_fits(r, py) for r in rows):
+        return f"names {name}, which has no wheel for " + (f"Python {py}" if rows else plat)
+    return None
+
+
 def contradictions(m: Machine, findings) -> list:
     """One line per contradiction among ``findings`` (a report's, on machine ``m``); [] when none."""
     out = []
@@ -74,6 +94,9 @@ def contradictions(m: Machine, findings) -> list:
             target = _torch_target(args)
             if target is None:
                 continue
+            missing = _no_such_wheel(m, *target)
+            if missing:
+                out.append(f"{f.id}: {missing}")
             if "--force-reinstall" in args:
                 continue
             installs.setdefault(target, []).append(f.id)

@@ -12,13 +12,6 @@ from debtorch import knowledge, versions
 from debtorch.machine import Machine
 
 COMPONENT_ORDER = ["main", "contrib", "non-free", "non-free-firmware"]
-SHM_DOCKER = "docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm"
-
-
-def shm_too_small(shm) -> str:
-    """memory.E001's fix: a /dev/shm for the workers a tuned run would start (``shm``: ``Machine.shm``)."""
-    return (f"sudo mount -o remount,size={max(1, shm.needed // (1024 ** 3) + 1)}G /dev/shm\n"
-            "(persist it with a tmpfs line for /dev/shm in /etc/fstab)")
 
 
 def driver_components(m: Machine) -> list:
@@ -67,15 +60,15 @@ def enable_components_fix(m: Machine, needed: list) -> str:
 
 
 def driver_upgrade(m: Machine) -> str:
-    """How this machine gets a newer NVIDIA driver, as the start of a sentence: on Windows
-    under WSL 2 or in a Windows report, from the container's host, for a vGPU from the
-    host's vGPU software, else Debian's backports or NVIDIA's repository."""
+    """How this machine gets a newer NVIDIA driver, as the start of a sentence: for a vGPU from the
+    host's vGPU software (whatever the guest's OS: gpu.I003), on Windows under WSL 2 or in a Windows
+    report, from the container's host, else Debian's backports or NVIDIA's repository."""
+    if m.vgpu:
+        return "Update the vGPU guest driver to the release of the host's vGPU software"
     if m.driver.platform == "windows":
         return "Update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx; WSL uses it)"
     if m.driver.platform == "macos":
         return "Update NVIDIA's CUDA driver for macOS"
-    if m.vgpu:
-        return "Update the vGPU guest driver to the release of the host's vGPU software"
     if m.os.container:
         return "Upgrade the NVIDIA driver on the container's host"
     return "Upgrade the NVIDIA driver (Debian: backports, or NVIDIA's CUDA repository)"
@@ -118,87 +111,89 @@ def pip_command(m: Machine, line: str) -> str:
     return line
 
 
-def installed_build(m: Machine) -> tuple:
-    """(version without its local tag, variant) of the installed torch, or (None, None)."""
-    t = m.torch
-    if not t.installed or not t.version:
-        return None, None
-    parsed = versions.torch_version(t.version)
-    return (parsed["version"] if parsed else None), t.variant
-
-
 def target_wheel(m: Machine) -> Optional[dict]:
     """The one official wheel every finding of a report names (issue 10: fixes never
     contradict each other): a knowledge row with ``pip``, plus ``why`` (a note for the
     fix line, or "") and ``kind``: "same" (the installed release), "newer" (the
-    installed release has no variant for this GPU), "older" (the GPU is older than
-    every variant of the installed release), "latest" (no torch, or one older than
-    the supported floor), "cpu" (no NVIDIA GPU, or none any known wheel runs).
+    installed release has no wheel for this GPU, driver or Python), "older" (the newest
+    release that has one), "latest" (no torch, or one too old or of unknown version),
+    "cpu" (no NVIDIA GPU, or none any wheel for this Python has code for), "cpu-driver"
+    (only wheels a newer driver runs have code for the GPU).
 
-    The installed variant of the installed release is never the answer: where it is
-    the best there is, the answer is None and a finding that would name it says so.
-    None also when nothing is known to choose by."""
-    t = m.torch
-    have_version, have_variant = installed_build(m)
+    Only wheels published for the machine (its CPU architecture, checks/torch_wheels.toml
+    ``platform``, and its Python, ``python``) are answers, and never the installed build:
+    where it is the best its release offers, the answer is None and a finding that would
+    name it says so.  None also where PyTorch publishes no wheels for the architecture, or
+    nothing is known to choose by (issue 22)."""
+    t, plat, py = m.torch, m.wheel_platform, m.python_version
     old = t.installed and versions.below(t.version, str(knowledge.threshold("torch_min_version") or "0"))
     keep = bool(t.installed and t.version and t.series and not old)
-    series = t.series if keep else knowledge.latest_series()
-    if not series:
+    latest = knowledge.latest_series(plat) if plat else None
+    series = t.series if keep else latest
+    if not series or not plat:
         return None
     release = t.version if keep else series          # pins the installed version in the pip line
+    kind, mine = ("same", t.variant) if keep else ("latest", None)
+
+    def answer(row, kind, note=""):
+        same = row and t.installed and (row.get("series"), row["variant"]) == (t.series, t.variant)
+        return None if not row or same else dict(row, kind=kind, why=note)
+
     if not m.gpus and m.has_nvidia_gpu is False:
-        row = knowledge.wheel(release, "cpu")
-        return _target(row, "cpu", "") if row and not _is_installed(row, have_version, have_variant) else None
-    ccs = [g.cc for g in m.gpus if g.cc]
+        return answer(_cpu_row(release, plat, py), "cpu")
+    ccs = sorted({g.cc for g in m.gpus if g.cc}, key=versions.parse_cc)     # the variant must suit every GPU
     driver, note = m.driver.version, ""
     if not driver and not m.driver.cuda and m.debian_driver:
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
     platform = "windows" if m.driver.platform == "windows" else "linux"
-    kind = "latest" if not t.installed or old else "same"
-    if not ccs:
-        row = _by_driver_only(release, driver, m.driver.cuda, platform)
-        return _target(row, kind, note) if row and not _is_installed(row, have_version, have_variant) else None
-    cc = min(ccs, key=versions.parse_cc)       # the variant must suit the oldest GPU
-    exclude = (have_variant,) if have_variant and series == t.series else ()
 
-    def best(s, skip=()):
-        return knowledge.best_variant_for_driver(s, driver, cc, exclude=skip, driver_platform=platform)
+    def best(s, skip=(), python=py, drv=""):
+        return knowledge.best_variant_for_driver(s, driver if drv == "" else drv, ccs, platform=plat, exclude=skip,
+                                                 driver_platform=platform, python=python,
+                                                 driver_cuda=m.driver.cuda if drv == "" else None)
 
-    row = best(release, exclude)
+    row = best(release, (mine,) if mine else ())
+    if row is None and mine and (best(release) or {}).get("variant") == mine:
+        return None            # the installed build is the best its release offers
     if row is not None and row.get("nearest"):
         kind = "nearest"                       # a release newer than the table: its nearest known one
-    if row is None and versions.below(series, knowledge.latest_series()):
-        row, kind = best(knowledge.latest_series()), "newer"
-    if row is None:
-        older = [s for s in knowledge.known_series() if versions.below(s, series)]
-        for s in reversed(older):
-            row = best(s)
-            if row is not None:
-                kind = "older"
-                if driver and knowledge.best_variant_for_driver(series, None, cc):
-                    # The GPU would run the newer release: the driver is what holds it back.
-                    note = f"release {row['series']}: the newest that driver {driver} runs"
-                break
-    if row is None:
-        row, kind = knowledge.wheel(release, "cpu"), "cpu"
-        note = f"no official CUDA wheel has code for {versions.sm_name(cc)}"
-    elif not driver:
+    if row is None and keep and best(release, python=None) and not best(release):
+        note = f"{t.version} has no wheels for Python {py}"
+    if row is None and versions.below(series, latest):
+        row, kind = best(latest), "newer"
+    known = knowledge.known_series(plat)
+    for s in reversed([s for s in known if versions.below(s, series)] if row is None else []):
+        row = best(s)
+        if row is not None:
+            kind, newer = "older", [x for x in known if versions.below(s, x)]
+            # What holds the machine back from a newer release: its driver, or its Python.
+            if (driver or m.driver.cuda) and (not ccs or any(best(x, drv=None) for x in newer)):
+                note = f"release {row['series']}: the newest that {f'driver {driver}' if driver else 'this driver'} runs"
+            elif any(best(x, python=None) for x in newer):
+                note = f"release {row['series']}: the newest with wheels for Python {py}"
+            break
+    if row is None and ccs:
+        # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
+        # none of those the driver runs does ("cpu-driver": a newer driver would run one).
+        sms = ", ".join(versions.sm_name(c) for c in ccs)
+        held = bool(driver) and any(best(s, drv=None) for s in known)
+        row, kind = _cpu_row(release, plat, py), "cpu-driver" if held else "cpu"
+        note = (f"no wheel for Python {py} that driver {driver} runs has code for {sms}" if held
+                else f"no official CUDA wheel{f' for Python {py}' if py else ''} has code for {sms}")
+    elif row is not None and not driver:
         need = knowledge.min_driver(row["cuda"], platform) or {}
         wants = need.get("minor_compat_driver") or need.get("toolkit_driver")
-        note = f"needs driver >= {wants}" if wants else ""
-    if row is None or _is_installed(row, have_version, have_variant):
-        return None
-    return _target(row, kind, note)
+        note = note or (f"needs driver >= {wants}" if wants and not m.driver.cuda else "")
+    return answer(row, kind, note)
 
 
-def _is_installed(row: dict, version: Optional[str], variant: Optional[str]) -> bool:
-    """The row is the installed build: its release series and variant."""
-    return bool(version and versions.torch_version(version) and row.get("variant") == variant
-                and versions.torch_version(version)["series"] == row.get("series"))
-
-
-def _target(row: Optional[dict], kind: str, note: str) -> Optional[dict]:
-    return dict(row, kind=kind, why=note) if row else None
+def _cpu_row(release: str, plat: str, py: Optional[str]) -> Optional[dict]:
+    """The CPU wheel of ``release`` for this platform and Python, else of the newest release that has one."""
+    for s in [release] + list(reversed(knowledge.known_series(plat))):
+        row = knowledge.wheel(s, "cpu", plat)
+        if row and knowledge.python_fits(row, py):
+            return row
+    return None
 
 
 def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that matches your driver and GPU "
@@ -207,31 +202,21 @@ def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that match
     (PEP 668-aware), else ``generic``."""
     row = target_wheel(m)
     if row is None:
-        return generic
+        return _no_wheel_for_python(m) or generic
     have = (m.torch.version or "").split("+")[0]
-    note = row["why"] or {"newer": f"no {have} variant fits; release {row['series']} does",
+    note = row["why"] or {"newer": f"no other {have} variant fits; release {row['series']} does",
                           "older": f"release {row['series']}: the newest with code for this GPU",
                           "nearest": f"release {row['series']}: the nearest one debtorch knows",
                           }.get(row["kind"], "")
     return pip_command(m, row["pip"] + (f"  # {note}" if note else ""))
 
 
-def _by_driver_only(series: str, driver: Optional[str], driver_cuda: Optional[str],
-                    platform: str = "linux") -> Optional[dict]:
-    """The newest CUDA variant of ``series`` that the driver runs, when the GPU is not known."""
-    best = None
-    for variant in knowledge.variants(series):
-        row = knowledge.wheel(series, variant)
-        if not row or not row.get("cuda") or not variant.startswith("cu"):
-            continue
-        if driver:
-            verdict = knowledge.driver_supports(driver, row["cuda"], platform)[0]
-        elif driver_cuda:
-            verdict = knowledge.driver_cuda_supports(driver_cuda, row["cuda"])
-        else:
-            return None
-        if verdict in ("full", "minor-compat"):
-            key = (verdict == "full", versions.major_minor(row["cuda"]))
-            if best is None or key > best[0]:
-                best = (key, row)
-    return best[1] if best else None
+def _no_wheel_for_python(m: Machine) -> Optional[str]:
+    """What to say where no release publishes wheels for the machine's Python (a newer CPython
+    than any release, or an old one), else None."""
+    plat, py = m.wheel_platform, m.python_version
+    if not plat or not py or _cpu_row(knowledge.latest_series(plat) or "", plat, py):
+        return None
+    newest = max(knowledge.wheel(knowledge.latest_series(plat), "cpu", plat)["python"], key=versions.major_minor)
+    return (f"PyTorch publishes no wheels for Python {py} (checks/torch_wheels.toml): make a venv with a Python "
+            f"its wheels are built for (Python {newest} for the newest release)")

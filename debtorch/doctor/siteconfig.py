@@ -18,18 +18,16 @@ line and the key.  Nothing in the file is executed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from debtorch import inputs
+from debtorch import inputs, schema
 from debtorch.units import parse_size
 
 SYSTEM_PATH = "/etc/debtorch/doctor.toml"
-ID_PATTERN = re.compile(r"^[a-z_]+\.(\*|[EWI]\*|[EWI]\d{3})$")
-MINIMUM_KEYS = ("driver", "torch", "torch_cuda", "shm")
+ID_PATTERN = r"[a-z_]+\.(\*|[EWI]\*|[EWI]\d{3})"
 
 
 class SiteConfigError(Exception):
@@ -53,57 +51,28 @@ class SiteConfig:
         return False
 
 
-def _line_of(text: str, key: str, section: Optional[str] = None) -> int:
-    """1-based line where ``key`` is assigned (inside ``[section]`` if given); 0 if not found."""
-    in_section = section is None
-    for i, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if s.startswith("["):
-            in_section = section is not None and s.strip("[] ") == section
-            continue
-        if in_section and re.match(rf"^\s*{re.escape(key)}\s*=", line):
-            return i
-    return 0
+def _version(value: Any) -> bool:
+    try:
+        Version(str(value))
+    except ValueError:  # InvalidVersion, or more digits than int() takes
+        return False
+    return True
+
+
+VERSION = schema.Value(("a version", _version))
+SCHEMA = {
+    "silence": [schema.text(pattern=ID_PATTERN, expect="an id like cpu.W001, gpu.E* or gpu.*")],
+    "minimums": {"driver": VERSION, "torch": VERSION, "torch_cuda": VERSION,
+                 "shm": schema.Value(('a size like "8G"', lambda v: parse_size(str(v)) is not None))},
+}
 
 
 def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig:
     cfg = into or SiteConfig()
-
-    def fail(key: str, msg: str, section: Optional[str] = None) -> SiteConfigError:
-        line = _line_of(text, key.split(".")[-1], section)
-        return SiteConfigError(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
-
-    try:
-        data = inputs.parse_toml(text, path)
-    except inputs.InputError as exc:
-        raise SiteConfigError(str(exc)) from None
-    for key in data:
-        if key not in ("silence", "minimums"):
-            raise fail(key, "unknown key (expected silence or [minimums])")
-    silence = data.get("silence", [])
-    if not isinstance(silence, list) or not all(isinstance(x, str) for x in silence):
-        raise fail("silence", "must be a list of ids like \"cpu.W001\"")
-    for item in silence:
-        if not ID_PATTERN.match(item):
-            raise fail("silence", f"{item!r} is not an id like cpu.W001 or gpu.*")
-    cfg.silence.extend(silence)
-    mins = data.get("minimums", {})
-    if not isinstance(mins, dict):
-        raise fail("minimums", "must be a table")
-    for key, value in mins.items():
-        if key not in MINIMUM_KEYS:
-            raise fail(f"minimums.{key}", f"unknown key (expected one of {', '.join(MINIMUM_KEYS)})", "minimums")
-        if key == "shm":
-            size = parse_size(str(value))
-            if size is None:
-                raise fail(f"minimums.{key}", f"{value!r} is not a size like \"8G\"", "minimums")
-            cfg.minimums[key] = size
-            continue
-        try:
-            Version(str(value))
-        except InvalidVersion:
-            raise fail(f"minimums.{key}", f"{value!r} is not a version", "minimums") from None
-        cfg.minimums[key] = str(value)
+    data = schema.load_toml(text, path, SCHEMA, SiteConfigError)
+    cfg.silence.extend(data.get("silence", []))
+    for key, value in data.get("minimums", {}).items():
+        cfg.minimums[key] = parse_size(str(value)) if key == "shm" else str(value)
     cfg.files.append(path)
     return cfg
 
@@ -118,12 +87,12 @@ def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
         if xdg:
             places.append(f"{xdg}/debtorch/doctor.toml")
         for p in places:
-            text = host.try_read(p)
+            text = host.try_read(p, inputs.MAX_CONFIG)
             if text is not None:
                 parse(text, p, cfg)
     if explicit:
         try:
-            text = inputs.read_text(explicit, 1024 * 1024, what="a doctor config")
+            text = inputs.read_text(explicit, inputs.MAX_CONFIG, what="a doctor config")
         except inputs.InputError as exc:
             raise SiteConfigError(str(exc)) from None
         parse(text, explicit, cfg)

@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 from debtorch.__about__ import __version__
 from debtorch import inputs, versions
 from debtorch.facts import torch_messages
-from debtorch.facts.cpu import FEATURES
+from debtorch.facts.cpu import FEATURES, arm_simd
 from debtorch.host import is_allowed
 
 NOT_IN_TEXT = "not in the collect_env text"
@@ -86,6 +86,7 @@ CORE = {"torch_version", "debug", "torch_cuda", "torch_rocm", "os", "gcc", "pyth
         "cuda_available", "nvcc", "cuda_module_loading", "gpus", "driver", "cudnn", "hip_runtime", "miopen",
         "xnnpack", "libs", "libc", "clang", "cmake"}
 MIN_CORE = 3
+HEADER = "Collecting environment information"
 
 LABEL_RE = re.compile(r"^(?P<label>[A-Za-z][A-Za-z0-9_ ()./-]{0,60}?)\s*[:：]\s*(?P<value>.*)$")
 # Hand-typed reports sometimes drop the colon: "PyTorch version 1.5.0".
@@ -105,7 +106,9 @@ MISSING = {"", "could not collect", "n/a", "none", "no cuda", "not available", "
 # so that the search stays linear.
 INCOMPATIBLE_RE = re.compile(r" with CUDA capability (sm_\d{1,4}[a-z]?) is not compatible with the current PyTorch")
 SUPPORTS_RE = re.compile(r"current PyTorch install supports CUDA capabilities ((?:(?:sm|compute)_\d{1,4}[a-z]?[ \t]*){1,40})")
-TOO_OLD_GPU_RE = re.compile(r"Found GPU(\d{1,3}) ([^\n]{1,200}?) which is of cuda capability (\d{1,2})\.(\d{1,2})")
+# "... which is of cuda capability 6.1" (torch 1.x-2.12), "... of compute capability (CC) 12.1" (2.13).
+TOO_OLD_GPU_RE = re.compile(r"Found GPU(\d{1,3}) ([^\n]{1,200}?) which is of (?:cuda|compute) capability (?:\(CC\) )?"
+                            r"(\d{1,2})\.(\d{1,2})")
 CUDNN_MISMATCH_RE = re.compile(
     r"cuDNN version (?:incompatibility|mismatch): PyTorch was compiled\s+against (\(\d+, \d+, \d+\)|\d+)"
     r" but (?:found runtime version|linked against) (\(\d+, \d+, \d+\)|\d+)")
@@ -157,6 +160,11 @@ OS_IDS = {"red hat": "rhel", "centos": "centos", "rocky": "rocky", "almalinux": 
 
 def _missing(value: Optional[str]) -> bool:
     return value is None or value.strip().strip(".").lower() in MISSING
+
+
+def _bare(name: Optional[str]) -> str:
+    """A GPU's name as nvidia-smi and torch both print it ("NVIDIA " was added to names in 2021)."""
+    return re.sub(r"^nvidia\s+", "", (name or "").strip().lower())
 
 
 def _bool(value: Optional[str]) -> Optional[bool]:
@@ -482,7 +490,7 @@ def _cpu_section(rd: _Reader) -> dict:
         sec.put("sockets", sockets)
         sec.put("physical_cores", cps * sockets if cps and sockets else (logical // tpc if logical and tpc else None))
         sec.put("numa_nodes", num("numa node(s)"))
-        flags = set(kv.get("flags", "").split())
+        flags = arm_simd(set(kv.get("flags", "").split()))
         if flags:
             sec["features"] = {f: (f in flags) for f in FEATURES}
         else:
@@ -543,9 +551,16 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
     pip_torch = pip.get("torch")
     conda_torch = (conda.get("pytorch") or conda.get("torch") or {}).get("version")
     version = printed or pip_torch or conda_torch
+    # torch was imported when it answered collect_env or printed its warnings ("PyTorch version:
+    # Could not collect" beside "CUDA used to build PyTorch: 12.1", or a paste cut before the lines).
+    imported = bool(_version(rd.values.get("torch_cuda")) or _bool(rd.values.get("cuda_available")) is not None
+                    or warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
     if tv is not None and tv.strip().upper() == "N/A" and not (pip_torch or conda_torch):
         torch["installed"] = False
         torch.unknown("version", "collect_env could not import torch")
+    elif version is None and imported:
+        torch["installed"] = True
+        torch.unknown("version", NOT_IN_TEXT if tv is None else f"collect_env printed {tv.strip()!r} for it")
     elif version is None:
         torch["installed"] = None
         torch.unknown("installed")
@@ -605,6 +620,8 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         torch["cpu_only"] = (not cuda and not hip) if (cuda_known or hip) else None
     else:
         torch["variant"] = torch["cpu_only"] = None
+    if not (cuda_known or hip) and warn["arch_list"]:
+        torch["cpu_only"] = False           # torch printed the CUDA architectures it was built for
     if torch.get("cpu_only") is None and torch.get("installed") is not False:
         torch.setdefault("unknown", {})["cpu_only"] = NOT_IN_TEXT
     torch["cudnn_wheel"] = _wheel(pip, "nvidia-cudnn-")
@@ -629,10 +646,10 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         arch = re.search(r"\((gfx[0-9a-f]+)[^)]*\)", gv)
         devices.append({"index": 0, "name": re.sub(r"\s*\(gfx.*$", "", gv).strip(), "capability": None,
                         "gcn_arch": arch.group(1) if arch else None})
-    if printed or warn["errors"] or devices or avail is not None:
+    if imported or printed or warn["errors"]:
         # collect_env imported torch and asked is_available(), but ran no computation: the
         # deep probe's "ok" (it completed) stays unknown.
-        deep = {"source": "collect_env", "ok": None, "imported": printed is not None or avail is not None,
+        deep = {"source": "collect_env", "ok": None, "imported": bool(imported or printed),
                 "version": version, "cuda": cuda, "hip": hip, "cuda_available": avail,
                 "arch_list": warn["arch_list"], "cudnn_version": warn["cudnn_compiled"],
                 "devices": devices, "errors": warn["errors"],
@@ -825,9 +842,13 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
             # Only a table gives processes, and only per GPU: C (compute) clients, as the facts keep them.
             match["processes"] = [{"pid": p["pid"], "used_memory": p["used_memory"]} for p in smi["processes"]
                                   if p["gpu"] == row["index"] and "C" in p["type"]]
+    if not gpus and not names_from_torch:
+        # No GPU list (cut off, or nvidia-smi answered nothing): the GPUs torch warned about.
+        gpus = [{"index": d["index"], "name": d["name"], "uuid": None, "compute_capability": d["capability"]}
+                for d in warn["devices"]]
     for dev in warn["devices"]:
         for g in gpus:
-            if g["name"] == dev["name"] or (dev["index"] is not None and g["index"] == dev["index"]):
+            if _bare(g["name"]) == _bare(dev["name"]) or (dev["index"] is not None and g["index"] == dev["index"]):
                 g["compute_capability"] = dev["capability"]
     for g in gpus:
         g.setdefault("unknown", {})
@@ -1011,12 +1032,15 @@ def parse(text: str, name: str = "<text>") -> dict:
     if not text.strip():
         raise CollectEnvError(f"{name}: empty; paste the output of 'python -m torch.utils.collect_env'")
     rd = _Reader(text)
-    if rd.core_count < MIN_CORE:
+    warn = parse_torch_warnings(text)
+    # A paste cut short after collect_env's first line and torch's warnings still tells the GPU,
+    # the wheel's arch list or the driver's CUDA (issue 22): it is a report, if a short one.
+    cut = HEADER in text and bool(warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
+    if rd.core_count < MIN_CORE and not cut:
         raise CollectEnvError(f"{name}: not a collect_env report (found {rd.core_count} of its lines, "
                               f"need {MIN_CORE}); paste the output of 'python -m torch.utils.collect_env'")
     notes: list[str] = []
     platform = _platform_of(rd.values.get("os"), rd.values.get("python_platform"), rd.values.get("libc"))
-    warn = parse_torch_warnings(text)
     smi = _parse_smi(rd.smi_lines)
     python = _python_section(rd, warn, notes)
     hip = (python.get("torch") or {}).get("hip")

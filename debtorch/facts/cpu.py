@@ -25,6 +25,12 @@ ARM_IMPLEMENTERS = {"0x41": "ARM", "0x42": "Broadcom", "0x43": "Cavium", "0x44":
 _S390_PROCESSOR = re.compile(r"processor \d+")
 
 
+def arm_simd(flags: set) -> set:
+    """32-bit Arm kernels name Advanced SIMD "neon" where arm64 ones say "asimd" (Linux's hwcap
+    strings: arch/arm/kernel/setup.c, arch/arm64/kernel/cpuinfo.c): one feature, one name."""
+    return flags | {"asimd"} if "neon" in flags else flags
+
+
 def parse_cpuinfo(text: str) -> dict:
     """Parse /proc/cpuinfo (x86, Arm, POWER, s390x, SPARC, MIPS).  Never raises.
 
@@ -79,6 +85,7 @@ def parse_cpuinfo(text: str) -> dict:
         flags |= set((b.get("flags") or b.get("features") or "").split())
     if not flags:
         flags = set((first.get("flags") or first.get("features") or "").split())
+    flags = arm_simd(flags)
     model = (first.get("model name") or first.get("processor model") or tail.get("processor model")
              or first.get("cpu") or tail.get("cpu") or first.get("cpu model") or tail.get("cpu model")
              or tail.get("model") or tail.get("hardware"))

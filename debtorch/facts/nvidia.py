@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 import re
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from debtorch import versions
 from debtorch.facts import Section
@@ -90,17 +90,7 @@ THROTTLE_BITS = (
     (0x100, "display_clocks_setting"),
 )
 # nvidia-smi -q -x element suffixes (clocks_throttle_reason_* / clocks_event_reason_*) -> names above.
-SMI_THROTTLE_NAMES = {
-    "gpu_idle": "gpu_idle",
-    "applications_clocks_setting": "applications_clocks_setting",
-    "sw_power_cap": "sw_power_cap",
-    "hw_slowdown": "hw_slowdown",
-    "sync_boost": "sync_boost",
-    "sw_thermal_slowdown": "sw_thermal_slowdown",
-    "hw_thermal_slowdown": "hw_thermal_slowdown",
-    "hw_power_brake_slowdown": "hw_power_brake",
-    "display_clocks_setting": "display_clocks_setting",
-}
+SMI_THROTTLE_NAMES = {"hw_power_brake_slowdown": "hw_power_brake"}   # where the names differ
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 # nvmlDeviceGetTopologyCommonAncestor levels; nvidia-smi topo -m codes.
 TOPOLOGY_LEVELS = {0: "same_board", 10: "single_switch", 20: "multiple_switches", 30: "host_bridge",
@@ -358,6 +348,188 @@ def _int_or_none(text) -> Optional[int]:
     return int(text) if isinstance(text, str) and text.strip().isdigit() else None
 
 
+# ---------------------------------------------------------------------------
+# The GPU fields: one table that both readers fill, nvidia-smi's XML (parse_smi_xml)
+# and NVML (nvml_gpu).  A new field is one row.
+
+
+def _enabled(s: str) -> bool:
+    return {"enabled": True, "disabled": False, "yes": True, "no": False}[s.lower()]
+
+
+def _int_num(s: str) -> int:
+    return int(_num(s))  # "45 C", "3 %"
+
+
+def _watts(s: str) -> float:
+    return round(_num(s), 2)  # "70.50 W"
+
+
+def _ecc(kind: str) -> Callable:
+    def read(g, txt):
+        node = g.find(f"ecc_errors/{kind}")
+        if node is None:
+            return None
+        if node.find("double_bit") is not None:
+            # Before format v10 (drivers up to about 450): single_bit (corrected) and
+            # double_bit (uncorrected) blocks, each with a total.
+            vals = [txt(node, "double_bit/total") or ""]
+        else:
+            vals = [(c.text or "").strip() for c in node if "uncorrectable" in c.tag]
+        if vals and all(v.isdigit() for v in vals):
+            return sum(int(v) for v in vals)
+        return "N/A" if "N/A" in vals else " ".join(vals) or None
+    return read
+
+
+def _remapped(tag: str) -> Callable:
+    def read(g, txt):
+        rr = g.find("remapped_rows")
+        if rr is not None and len(rr) == 0 and (rr.text or "").strip() == "N/A":
+            return "N/A"
+        return txt(g, f"remapped_rows/{tag}")
+    return read
+
+
+def _throttle(g, txt):
+    reasons = g.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons is None:
+        reasons = g.find("clocks_throttle_reasons")
+        prefix = "clocks_throttle_reason_"
+    if reasons is None or len(reasons) == 0:
+        return None if reasons is None else (reasons.text or "").strip()   # N/A on a vGPU: unknown, not "none active"
+    order = [n for _, n in THROTTLE_BITS]
+    active = [SMI_THROTTLE_NAMES.get(c.tag.removeprefix(prefix), c.tag.removeprefix(prefix))
+              for c in reasons if (c.text or "").strip() == "Active"]
+    return sorted(active, key=lambda n: order.index(n) if n in order else len(order))
+
+
+def _power(*tags: str, number_first: bool = False) -> Callable:
+    """The first of ``tags`` in the power readings (``number_first``: the first that holds a
+    number): power_draw (v10, v11), else average_power_draw, else instant_power_draw, as newer
+    drivers leave the average N/A on some GPUs and give only the instant reading."""
+    def read(g, txt):
+        power = g.find("gpu_power_readings")
+        power = g.find("power_readings") if power is None else power
+        have = [t for t in tags if power is not None and power.find(t) is not None]
+        good = [t for t in have if number_first and _num(txt(power, t)) is not None]
+        return txt(power, (good or have)[0]) if have else None
+    return read
+
+
+def _mig_devices(g, txt):
+    migs = g.find("mig_devices")   # "None" as its text when MIG is off; one <mig_device> per instance
+    return None if migs is None else [
+        {"index": _int_or_none(txt(d, "index")), "gpu_instance_id": _int_or_none(txt(d, "gpu_instance_id")),
+         "compute_instance_id": _int_or_none(txt(d, "compute_instance_id")),
+         "memory_total": _mib(txt(d, "fb_memory_usage/total"))} for d in migs.findall("mig_device")]
+
+
+def _processes(g, txt):
+    procs = g.find("processes")
+    # Graphics-only clients (Xorg, type "G") hold memory but no CUDA context.
+    return None if procs is None else [
+        {"pid": _int_or_none(txt(p, "pid")), "used_memory": _mib(txt(p, "used_memory"))}
+        for p in procs.findall("process_info") if "C" in (txt(p, "type") or "").upper()]
+
+
+def _text(v) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+def _pci_device_id(pci) -> Optional[str]:
+    """nvmlPciInfo_t.pciDeviceId (device id above the vendor id) as nvidia-smi's XML writes
+    it, "20B010DE"; None where the binding leaves it out."""
+    value = getattr(pci, "pciDeviceId", None)
+    return f"{int(value):08X}" if isinstance(value, int) and value > 0 else None
+
+
+def _bus_id(g, txt):
+    return g.get("id") or txt(g, "pci/pci_bus_id")
+
+
+class GpuField(NamedTuple):
+    """A fact of each GPU: ``xml``, its path under nvidia-smi's <gpu> (or a function of the
+    element giving its text, or the value itself; None: nvidia-smi -q does not say) and
+    ``from_xml`` to read the text; ``nvml``, the NVML call on the GPU's handle (names: the
+    first the binding has; None: not asked of NVML) with ``args``, and ``from_nvml``."""
+
+    name: str
+    xml: Any
+    from_xml: Callable[[str], Any] = str
+    nvml: Union[str, tuple, None] = None
+    from_nvml: Callable[[Any], Any] = int
+    args: tuple = ()
+
+
+_LINK = "pci/pci_gpu_link_info"
+_ONE = (lambda v: int(v) == 1)
+GPU_FIELDS = tuple(GpuField(*row) for row in (
+    ("name", "product_name", str, "nvmlDeviceGetName", _text),
+    ("uuid", "uuid", str, "nvmlDeviceGetUUID", _text),
+    ("pci_bus_id", _bus_id, str, "nvmlDeviceGetPciInfo", lambda p: _text(p.busId)),
+    ("pci_address", _bus_id, normalise_bus_id, "nvmlDeviceGetPciInfo", lambda p: normalise_bus_id(_text(p.busId))),
+    # "1E8710DE": device, then vendor.  A driver older than the GPU names it "Graphics
+    # Device"; the id still says which GPU it is (checks/pci.toml).
+    ("pci_device_id", "pci/pci_device_id", str, "nvmlDeviceGetPciInfo", _pci_device_id),
+    # WDDM / TCC: nvidia-smi.exe on Windows (its driver, not a Linux one); N/A on Linux.
+    ("driver_model", "driver_model/current_dm"),
+    # None, Pass-Through (a whole GPU given to a VM), VGPU (a slice of one: a GRID guest driver).
+    ("virtualization_mode", "gpu_virtualization_mode/virtualization_mode"),
+    ("compute_capability", None, str, "nvmlDeviceGetCudaComputeCapability", lambda t: f"{int(t[0])}.{int(t[1])}"),
+    ("memory_total", "fb_memory_usage/total", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.total)),
+    ("memory_used", "fb_memory_usage/used", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.used)),
+    ("memory_free", "fb_memory_usage/free", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.free)),
+    ("pcie_current_gen", f"{_LINK}/pcie_gen/current_link_gen", int, "nvmlDeviceGetCurrPcieLinkGeneration"),
+    ("pcie_max_gen", f"{_LINK}/pcie_gen/max_link_gen", int, "nvmlDeviceGetMaxPcieLinkGeneration"),
+    ("pcie_current_width", f"{_LINK}/link_widths/current_link_width", lambda s: int(s.rstrip("x")),
+     "nvmlDeviceGetCurrPcieLinkWidth"),
+    ("pcie_max_width", f"{_LINK}/link_widths/max_link_width", lambda s: int(s.rstrip("x")),
+     "nvmlDeviceGetMaxPcieLinkWidth"),
+    ("persistence_mode", "persistence_mode", _enabled, "nvmlDeviceGetPersistenceMode", _ONE),
+    ("ecc_mode_current", "ecc_mode/current_ecc", _enabled, "nvmlDeviceGetEccMode", lambda v: int(v[0]) == 1),
+    ("ecc_mode_pending", "ecc_mode/pending_ecc", _enabled, "nvmlDeviceGetEccMode", lambda v: int(v[1]) == 1),
+    ("ecc_uncorrected_volatile", _ecc("volatile"), int, "nvmlDeviceGetTotalEccErrors", int,
+     (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)),
+    ("ecc_uncorrected_aggregate", _ecc("aggregate"), int, "nvmlDeviceGetTotalEccErrors", int,
+     (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)),
+    ("retired_pages_pending", "retired_pages/pending_retirement", _enabled, "nvmlDeviceGetRetiredPagesPendingStatus",
+     _ONE),
+    ("retired_pages_single_bit", "retired_pages/multiple_single_bit_retirement/retired_count", int,
+     "nvmlDeviceGetRetiredPages", len, (NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,)),
+    ("retired_pages_double_bit", "retired_pages/double_bit_retirement/retired_count", int,
+     "nvmlDeviceGetRetiredPages", len, (NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,)),
+    ("remapped_rows_pending", _remapped("remapped_row_pending"), _enabled, "nvmlDeviceGetRemappedRows",
+     lambda t: int(t[2]) == 1),
+    ("remapped_rows_failure", _remapped("remapped_row_failure"), _enabled, "nvmlDeviceGetRemappedRows",
+     lambda t: int(t[3]) == 1),
+    ("remapped_rows_correctable", _remapped("remapped_row_corr"), int, "nvmlDeviceGetRemappedRows",
+     lambda t: int(t[0])),
+    ("remapped_rows_uncorrectable", _remapped("remapped_row_unc"), int, "nvmlDeviceGetRemappedRows",
+     lambda t: int(t[1])),
+    ("throttle_reasons", _throttle, str,
+     ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), decode_throttle_reasons),
+    ("temperature_c", "temperature/gpu_temp", _int_num, "nvmlDeviceGetTemperature", int, (NVML_TEMPERATURE_GPU,)),
+    ("power_draw_w", _power("power_draw", "average_power_draw", "instant_power_draw", number_first=True), _watts,
+     "nvmlDeviceGetPowerUsage", lambda mw: round(int(mw) / 1000.0, 2)),
+    ("power_limit_w", _power("enforced_power_limit", "current_power_limit", "power_limit"), _watts,
+     "nvmlDeviceGetEnforcedPowerLimit", lambda mw: round(int(mw) / 1000.0, 2)),
+    ("mig_mode_current", "mig_mode/current_mig", _enabled, "nvmlDeviceGetMigMode", lambda v: int(v[0]) == 1),
+    ("mig_mode_pending", "mig_mode/pending_mig", _enabled, "nvmlDeviceGetMigMode", lambda v: int(v[1]) == 1),
+    ("mig_devices", _mig_devices),
+    ("mig_device_count", lambda g, txt: None if g.find("mig_devices") is None else len(_mig_devices(g, txt))),
+    ("compute_mode", "compute_mode", str.lower, "nvmlDeviceGetComputeMode",
+     lambda v: COMPUTE_MODES.get(int(v), f"mode {int(v)}")),
+    ("processes", _processes, str, "nvmlDeviceGetComputeRunningProcesses",
+     lambda ps: [{"pid": int(p.pid), "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+                 for p in ps]),
+    ("utilization_gpu", "utilization/gpu_util", _int_num, "nvmlDeviceGetUtilizationRates", lambda u: int(u.gpu)),
+    ("utilization_memory", "utilization/memory_util", _int_num, "nvmlDeviceGetUtilizationRates",
+     lambda u: int(u.memory)),
+))
+
+
 def parse_smi_xml(text: str) -> dict:
     """``nvidia-smi -q -x`` -> {driver_version, cuda_driver_version, gpus: [...]}
     with the same per-GPU fields as the NVML path.  Never raises: bad XML gives
@@ -405,148 +577,22 @@ def parse_smi_xml(text: str) -> dict:
 
 def _smi_gpu(g, index: int, txt) -> dict:
     gpu = Section(index=index)
-    MISSING = "not in nvidia-smi output"
-
-    def put(field, path, conv=lambda s: s, na_ok=True):
-        val = txt(g, path)
-        if val is None or val == "":
-            gpu.unknown(field, MISSING)
+    for f in GPU_FIELDS:
+        val = txt(g, f.xml) if isinstance(f.xml, str) else f.xml(g, txt) if f.xml else None
+        if f.xml is None:
+            gpu.unknown(f.name, "not in nvidia-smi -q output")
+        elif val is not None and not isinstance(val, str):
+            gpu[f.name] = val          # read from several elements
+        elif not val:
+            gpu.unknown(f.name, "not in nvidia-smi output")
         elif val.strip("[]").lower() in SMI_PLACEHOLDERS or val.startswith("[REDACTED"):
-            gpu.unknown(field, NOT_SUPPORTED if val != "[REDACTED]" else "redacted")
+            gpu.unknown(f.name, NOT_SUPPORTED if val != "[REDACTED]" else "redacted")
         else:
             try:
-                v = conv(val)
-            except (ValueError, TypeError):
+                v = f.from_xml(val)
+            except (ValueError, TypeError, KeyError):
                 v = None
-            gpu.set_or_unknown(field, v, f"unrecognised value {val!r}")
-
-    def enabled(s):
-        return {"enabled": True, "disabled": False, "yes": True, "no": False}[s.lower()]
-
-    put("name", "product_name")
-    put("uuid", "uuid")
-    bus = g.get("id") or txt(g, "pci/pci_bus_id")
-    gpu["pci_bus_id"] = bus
-    gpu.set_or_unknown("pci_address", normalise_bus_id(bus), MISSING)
-    # "1E8710DE": device, then vendor.  A driver older than the GPU names it "Graphics
-    # Device"; the id still says which GPU it is (checks/pci.toml).
-    put("pci_device_id", "pci/pci_device_id")
-    # WDDM / TCC: nvidia-smi.exe on Windows (its driver, not a Linux one); N/A on Linux.
-    put("driver_model", "driver_model/current_dm")
-    # None, Pass-Through (a whole GPU given to a VM), VGPU (a slice of one: a GRID guest driver).
-    put("virtualization_mode", "gpu_virtualization_mode/virtualization_mode")
-    gpu.unknown("compute_capability", "not in nvidia-smi -q output")
-    put("memory_total", "fb_memory_usage/total", _mib)
-    put("memory_used", "fb_memory_usage/used", _mib)
-    put("memory_free", "fb_memory_usage/free", _mib)
-    put("pcie_current_gen", "pci/pci_gpu_link_info/pcie_gen/current_link_gen", int)
-    put("pcie_max_gen", "pci/pci_gpu_link_info/pcie_gen/max_link_gen", int)
-    put("pcie_current_width", "pci/pci_gpu_link_info/link_widths/current_link_width", lambda s: int(s.rstrip("x")))
-    put("pcie_max_width", "pci/pci_gpu_link_info/link_widths/max_link_width", lambda s: int(s.rstrip("x")))
-    put("persistence_mode", "persistence_mode", enabled)
-    put("ecc_mode_current", "ecc_mode/current_ecc", enabled)
-    put("ecc_mode_pending", "ecc_mode/pending_ecc", enabled)
-    for kind in ("volatile", "aggregate"):
-        field = f"ecc_uncorrected_{kind}"
-        node = g.find(f"ecc_errors/{kind}")
-        if node is None:
-            gpu.unknown(field, MISSING)
-            continue
-        if node.find("double_bit") is not None:
-            # Before format v10 (drivers up to about 450): single_bit (corrected) and
-            # double_bit (uncorrected) blocks, each with a total.
-            vals = [(txt(node, "double_bit/total") or "").strip()]
-        else:
-            vals = [(c.text or "").strip() for c in node if "uncorrectable" in c.tag]
-        if not vals:
-            gpu.unknown(field, MISSING)
-        elif all(v.isdigit() for v in vals):
-            gpu[field] = sum(int(v) for v in vals)
-        elif any(v == "N/A" for v in vals):
-            gpu.unknown(field, NOT_SUPPORTED)
-        else:
-            gpu.unknown(field, f"unrecognised value {vals!r}")
-    put("retired_pages_pending", "retired_pages/pending_retirement", enabled)
-    put("retired_pages_single_bit", "retired_pages/multiple_single_bit_retirement/retired_count", int)
-    put("retired_pages_double_bit", "retired_pages/double_bit_retirement/retired_count", int)
-    rr = g.find("remapped_rows")
-    if rr is None:
-        for f in ("remapped_rows_pending", "remapped_rows_failure", "remapped_rows_correctable",
-                  "remapped_rows_uncorrectable"):
-            gpu.unknown(f, MISSING)
-    else:
-        put("remapped_rows_pending", "remapped_rows/remapped_row_pending", enabled)
-        put("remapped_rows_failure", "remapped_rows/remapped_row_failure", enabled)
-        put("remapped_rows_correctable", "remapped_rows/remapped_row_corr", int)
-        put("remapped_rows_uncorrectable", "remapped_rows/remapped_row_unc", int)
-        if (rr.text or "").strip() == "N/A" and len(rr) == 0:
-            for f in ("remapped_rows_pending", "remapped_rows_failure", "remapped_rows_correctable",
-                      "remapped_rows_uncorrectable"):
-                gpu.unknown(f, NOT_SUPPORTED)
-    reasons = g.find("clocks_event_reasons")
-    prefix = "clocks_event_reason_"
-    if reasons is None:
-        reasons = g.find("clocks_throttle_reasons")
-        prefix = "clocks_throttle_reason_"
-    if reasons is None:
-        gpu.unknown("throttle_reasons", MISSING)
-    elif len(reasons) == 0 and (reasons.text or "").strip() in ("N/A", "[N/A]", "Not Supported"):
-        gpu.unknown("throttle_reasons", NOT_SUPPORTED)     # a vGPU: unknown, not "none active"
-    else:
-        active = []
-        for child in reasons:
-            name = child.tag[len(prefix):] if child.tag.startswith(prefix) else child.tag
-            if (child.text or "").strip() == "Active":
-                active.append(SMI_THROTTLE_NAMES.get(name, name))
-        order = [n for _, n in THROTTLE_BITS]
-        gpu["throttle_reasons"] = sorted(active, key=lambda n: order.index(n) if n in order else len(order))
-    put("temperature_c", "temperature/gpu_temp", lambda s: int(_num(s)))
-    power = g.find("gpu_power_readings")
-    if power is None:
-        power = g.find("power_readings")
-    if power is None:
-        gpu.unknown("power_draw_w", MISSING)
-        gpu.unknown("power_limit_w", MISSING)
-    else:
-        ptag = power.tag
-        # power_draw (v10, v11), else average_power_draw, else instant_power_draw: newer
-        # drivers leave the average N/A on some GPUs and give only the instant reading.
-        readings = [t for t in ("power_draw", "average_power_draw", "instant_power_draw") if power.find(t) is not None]
-        draw = next((t for t in readings if _num(txt(power, t)) is not None), readings[0] if readings else "power_draw")
-        put("power_draw_w", f"{ptag}/{draw}", lambda s: round(_num(s), 2))
-        limit = next((t for t in ("enforced_power_limit", "current_power_limit", "power_limit")
-                      if power.find(t) is not None), "enforced_power_limit")
-        put("power_limit_w", f"{ptag}/{limit}", lambda s: round(_num(s), 2))
-    put("mig_mode_current", "mig_mode/current_mig", enabled)
-    put("mig_mode_pending", "mig_mode/pending_mig", enabled)
-    migs = g.find("mig_devices")
-    if migs is None:
-        gpu.unknown("mig_devices", MISSING)
-        gpu.unknown("mig_device_count", MISSING)
-    else:
-        # "None" as the element's text when MIG is off; one <mig_device> per instance.
-        gpu["mig_devices"] = [{"index": _int_or_none(txt(d, "index")),
-                               "gpu_instance_id": _int_or_none(txt(d, "gpu_instance_id")),
-                               "compute_instance_id": _int_or_none(txt(d, "compute_instance_id")),
-                               "memory_total": _mib(txt(d, "fb_memory_usage/total"))}
-                              for d in migs.findall("mig_device")]
-        gpu["mig_device_count"] = len(gpu["mig_devices"])
-    put("compute_mode", "compute_mode", lambda s: s.lower())
-    procs = g.find("processes")
-    if procs is None:
-        gpu.unknown("processes", MISSING)
-    else:
-        plist = []
-        for p in procs.findall("process_info"):
-            ptype = (txt(p, "type") or "").upper()
-            if "C" not in ptype:
-                continue  # graphics-only clients (Xorg) hold memory but no CUDA context
-            pid = txt(p, "pid")
-            plist.append({"pid": int(pid) if (pid or "").isdigit() else None,
-                          "used_memory": _mib(txt(p, "used_memory"))})
-        gpu["processes"] = plist
-    put("utilization_gpu", "utilization/gpu_util", lambda s: int(_num(s)))
-    put("utilization_memory", "utilization/memory_util", lambda s: int(_num(s)))
+            gpu.set_or_unknown(f.name, v, f"unrecognised value {val!r}")
     return gpu
 
 
@@ -793,82 +839,29 @@ class _Caller:
         return None, why
 
 
-def _text(v) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _pci_device_id(pci) -> Optional[str]:
-    """nvmlPciInfo_t.pciDeviceId (device id above the vendor id) as nvidia-smi's XML writes
-    it, "20B010DE"; None where the binding leaves it out."""
-    value = getattr(pci, "pciDeviceId", None)
-    return f"{int(value):08X}" if isinstance(value, int) and value > 0 else None
-
-
 def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
     g = Section(index=index)
     h, why = call("nvmlDeviceGetHandleByIndex", index)
     if why:
         g.unknown("name", f"no handle: {why}")
         return g, None
-
-    def put(fields, fname, *args, conv=lambda v: v):
-        fields = fields if isinstance(fields, tuple) else (fields,)
-        val, why = call(fname, h, *args)
+    answers: dict = {}      # one call for the fields it answers (memory total, used, free)
+    for f in GPU_FIELDS:
+        if f.nvml is None:
+            continue
+        names = (f.nvml,) if isinstance(f.nvml, str) else f.nvml
+        if (names, f.args) not in answers:
+            answers[names, f.args] = call.first(names, h, *f.args)
+        val, why = answers[names, f.args]
         if why is None:
             try:
-                vals = conv(val)
+                val = f.from_nvml(val)
             except Exception:  # noqa: BLE001 - an odd answer from an odd binding
-                why = f"unexpected answer from {fname}"
-            else:
-                vals = vals if len(fields) > 1 else (vals,)
-                for f, v in zip(fields, vals):
-                    g.set_or_unknown(f, v, f"{fname} gave nothing")
-                return
-        for f in fields:
-            g.unknown(f, why)
-
-    put("name", "nvmlDeviceGetName", conv=_text)
-    put("uuid", "nvmlDeviceGetUUID", conv=_text)
-    put(("pci_bus_id", "pci_address", "pci_device_id"), "nvmlDeviceGetPciInfo",
-        conv=lambda p: (_text(p.busId), normalise_bus_id(_text(p.busId)), _pci_device_id(p)))
-    put("compute_capability", "nvmlDeviceGetCudaComputeCapability", conv=lambda t: f"{int(t[0])}.{int(t[1])}")
-    put(("memory_total", "memory_used", "memory_free"), "nvmlDeviceGetMemoryInfo",
-        conv=lambda m: (int(m.total), int(m.used), int(m.free)))
-    put("pcie_current_gen", "nvmlDeviceGetCurrPcieLinkGeneration", conv=int)
-    put("pcie_max_gen", "nvmlDeviceGetMaxPcieLinkGeneration", conv=int)
-    put("pcie_current_width", "nvmlDeviceGetCurrPcieLinkWidth", conv=int)
-    put("pcie_max_width", "nvmlDeviceGetMaxPcieLinkWidth", conv=int)
-    put("persistence_mode", "nvmlDeviceGetPersistenceMode", conv=lambda v: int(v) == 1)
-    put(("ecc_mode_current", "ecc_mode_pending"), "nvmlDeviceGetEccMode",
-        conv=lambda v: (int(v[0]) == 1, int(v[1]) == 1))
-    put("ecc_uncorrected_volatile", "nvmlDeviceGetTotalEccErrors", NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-        NVML_VOLATILE_ECC, conv=int)
-    put("ecc_uncorrected_aggregate", "nvmlDeviceGetTotalEccErrors", NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-        NVML_AGGREGATE_ECC, conv=int)
-    put("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", conv=lambda v: int(v) == 1)
-    put("retired_pages_single_bit", "nvmlDeviceGetRetiredPages",
-        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, conv=len)
-    put("retired_pages_double_bit", "nvmlDeviceGetRetiredPages", NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
-        conv=len)
-    put(("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
-         "remapped_rows_failure"), "nvmlDeviceGetRemappedRows",
-        conv=lambda t: (int(t[0]), int(t[1]), int(t[2]) == 1, int(t[3]) == 1))
-    mask, why = call.first(("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), h)
-    if why:
-        g.unknown("throttle_reasons", why)
-    else:
-        g["throttle_reasons"] = decode_throttle_reasons(mask)
-    put("temperature_c", "nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU, conv=int)
-    put("power_draw_w", "nvmlDeviceGetPowerUsage", conv=lambda mw: round(int(mw) / 1000.0, 2))
-    put("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", conv=lambda mw: round(int(mw) / 1000.0, 2))
-    put(("mig_mode_current", "mig_mode_pending"), "nvmlDeviceGetMigMode",
-        conv=lambda v: (int(v[0]) == 1, int(v[1]) == 1))
-    put("compute_mode", "nvmlDeviceGetComputeMode", conv=lambda v: COMPUTE_MODES.get(int(v), f"mode {int(v)}"))
-    put("processes", "nvmlDeviceGetComputeRunningProcesses",
-        conv=lambda ps: [{"pid": int(p.pid), "used_memory": int(p.usedGpuMemory) if p.usedGpuMemory is not None
-                          else None} for p in ps])
-    put(("utilization_gpu", "utilization_memory"), "nvmlDeviceGetUtilizationRates",
-        conv=lambda u: (int(u.gpu), int(u.memory)))
+                why = f"unexpected answer from {names[0]}"
+        if why is None:
+            g.set_or_unknown(f.name, val, f"{names[0]} gave nothing")
+        else:
+            g.unknown(f.name, why)
     return g, h
 
 

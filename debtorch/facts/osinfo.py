@@ -44,7 +44,10 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     """What the release files say about the distribution, as they say it.  Never raises.
 
     ``codename`` is VERSION_CODENAME, else the word in VERSION's parentheses
-    ("8 (jessie)"), else lsb-release's DISTRIB_CODENAME; Ubuntu-based systems
+    ("8 (jessie)") or after its comma (Ubuntu 14.04: "14.04.3 LTS, Trusty Tahr"), else
+    UBUNTU_CODENAME on Ubuntu, else lsb-release's DISTRIB_CODENAME where lsb-release names
+    the distribution os-release does (Linux Mint 17 keeps Ubuntu's os-release beside its own
+    lsb-release: its codename is Ubuntu's, issue 22); Ubuntu-based systems
     also name their Ubuntu (``ubuntu_codename``), LMDE its Debian
     (``debian_codename``, DEBIAN_CODENAME).  ``id`` is lower case, as os-release(5)
     defines it (Deepin and UOS write "Deepin", "UOS").  Which Debian release this is
@@ -55,9 +58,13 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     version = os_release.get("VERSION") or None
     codename = os_release.get("VERSION_CODENAME") or None
     if not codename and version:
-        m = _PAREN_CODENAME.search(version)
+        m = _PAREN_CODENAME.search(version) or re.search(r",\s*([A-Za-z]+)\b", version)
         codename = m.group(1).lower() if m else None
-    if not codename and lsb.get("codename"):
+    os_id = (os_release.get("ID") or "").strip().lower()
+    if not codename and os_id == "ubuntu":
+        codename = os_release.get("UBUNTU_CODENAME") or None
+    same = not os_id or re.sub(r"\W", "", lsb.get("id", "").lower()) == re.sub(r"\W", "", os_id)
+    if not codename and lsb.get("codename") and same:
         codename = lsb["codename"].lower()
     return {
         "id": (os_release.get("ID") or lsb.get("id") or "").strip().lower() or None,

@@ -26,12 +26,14 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch.__about__ import __version__
+from debtorch import hostlist, inputs
 from debtorch.fleet import compare, probe
-from debtorch.fleet.nodes import DIED, MISSING, DocumentError, decode, encode, envelope, failed, jsonable, read_node
+from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, encode, envelope, failed, jsonable, read_node
 from debtorch.fleet.rendezvous import Rendezvous
 from debtorch.transport.client import Worker, WorkerError
 
@@ -56,6 +58,15 @@ class Options:
     tuned: Optional[dict] = None
     tuned_path: Optional[str] = None
     rename: Optional[Callable[[list], None]] = None      # --redact: rename nodes before comparing
+    listen: Optional[str] = None      # where rank 0's store listens ("": every interface; None: MASTER_ADDR)
+    secret: Optional[bytes] = None    # signs and checks every value in the store
+
+    @property
+    def bound_s(self) -> float:
+        """The most a rank takes from joining to its exit, whatever the store says: up to --timeout
+        to reach rank 0, --timeout for the others to arrive, the report, --budget with --probe, the
+        verdict's acknowledgements."""
+        return 2 * self.timeout + 3 * GRACE_S + ((self.budget + GRACE_S) if self.probe else 0.0)
 
 
 @dataclass
@@ -75,7 +86,24 @@ def node_name(facts: dict, environ: dict) -> str:
 
 def _worker_error(exc: WorkerError, doing: str) -> GatherError:
     code = 2 if exc.user_input else 1
-    return GatherError(f"{doing}: {exc.message}", code)
+    return GatherError(f"{doing}: {exc.message.removeprefix('RuntimeError: ')}", code)
+
+
+class _Bounded:
+    """The torch side's requests, each within what is left of this rank's bound."""
+
+    def __init__(self, worker: Worker, rank: int, bound_s: float):
+        self.worker, self.rank, self.bound = worker, rank, bound_s
+        self.end = time.monotonic() + bound_s
+
+    def __call__(self, op: str, limit: Optional[float] = None, **fields) -> dict:
+        left = self.end - time.monotonic()
+        if left <= 1:
+            raise GatherError(f"rank {self.rank}: stopped at its bound of {self.bound:g} s", 1)
+        for name in ("timeout_s", "deadline_s"):
+            if name in fields:
+                fields[name] = min(float(fields[name]), left - 1)
+        return self.worker.request(op, timeout=min(limit or left, left), **fields)
 
 
 def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: Options,
@@ -93,117 +121,109 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
             except WorkerError as exc:
                 raise _worker_error(exc, f"starting the torch side in {python}") from None
             facts, findings, name = described.result()
+        ask = _Bounded(worker, rdzv.rank, options.bound_s)
         try:
-            worker.request("join", rank=rdzv.rank, world=rdzv.world, addr=rdzv.addr, port=rdzv.port,
-                           agent_store=rdzv.agent_store, prefix=rdzv.prefix, node=name,
-                           timeout_s=options.timeout, timeout=options.timeout + GRACE_S)
+            ask("join", rank=rdzv.rank, world=rdzv.world, addr=rdzv.addr, port=rdzv.port,
+                agent_store=rdzv.agent_store, prefix=rdzv.prefix, node=name, timeout_s=options.timeout,
+                listen=rdzv.addr if options.listen is None else options.listen,
+                secret=options.secret.decode("latin-1") if options.secret else None)
             path = os.path.join(work, "envelope.bin")
             with open(path, "wb") as fh:
                 fh.write(encode(envelope(jsonable(facts), findings, rdzv.rank, name, __version__)))
-            worker.request("send", path=path)
+            ask("send", path=path)
         except WorkerError as exc:
             raise _worker_error(exc, f"rank {rdzv.rank} joining {rdzv.addr}:{rdzv.port}") from None
         if rdzv.rank == 0:
-            return _rank0(worker, rdzv, options, work, on_report)
-        return _other(worker, rdzv, options)
+            return _rank0(ask, rdzv, options, work, on_report)
+        return _other(ask, rdzv, options)
     finally:
         worker.close(grace=5.0)
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _rank0(worker: Worker, rdzv: Rendezvous, options: Options, work: str,
+def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
            on_report: Callable[[Outcome], None]) -> Outcome:
-    got = worker.request("collect", out_dir=work, deadline_s=options.timeout, timeout=options.timeout + GRACE_S)
-    files = {int(r): p for r, p in got["files"].items()}
-    joined = {int(r): n for r, n in got["joined"].items()}
-    nodes, names = read_gathered(rdzv.world, files, joined, rdzv.name_of, lambda m: compare.read(m, options.tuned))
+    got = ask("collect", GRACE_S + options.timeout, out_dir=work, deadline_s=options.timeout)
+    nodes, names = read_gathered(rdzv.world, got, rdzv.name_of, lambda m: compare.read(m, options.tuned), ask.end)
     if options.rename is not None:
         options.rename(nodes)
         names.update({n.rank: n.name for n in nodes})
     outcome = Outcome(code=0)
     extra: list = []
-    everyone = len(files) == rdzv.world
+    everyone = len(got["files"]) == rdzv.world
     if options.probe and everyone and rdzv.world > 1:
-        gpu = bool(worker.request("caps").get("cuda"))
+        gpu = bool(ask("caps").get("cuda"))
         the_plan = probe.plan(rdzv.world, options.budget, gpu)
-        worker.request("publish", key="plan", value=the_plan)
+        ask("publish", key="plan", value=the_plan)
         results = {}
         try:
-            worker.request("probe", plan=the_plan, timeout=options.budget + GRACE_S)
-            got = worker.request("collect", out_dir=work, key="probe", deadline_s=_since(got, options.budget),
-                                 timeout=options.budget + GRACE_S)
+            ask("probe", options.budget + GRACE_S, plan=the_plan)
+            # The probe's deadline is counted like the gather's, from when rank 0 joined.
+            got = ask("collect", options.budget + GRACE_S, out_dir=work, key="probe",
+                      deadline_s=float(got.get("waited_s") or 0.0) + options.budget)
         except WorkerError as exc:
             # Rank 0's own torch side failed or hung past the budget (and was killed): the report
             # still comes, without the verdict the others wait for (they give up, exit 1).
             outcome.notes.append(f"probe: rank 0's torch side failed: {exc.message}")
             results[0] = {"error": exc.message}
             got = {"files": {}}
+        results.update({int(r): {"error": why} for r, why in (got.get("bad") or {}).items()})
         for r, p in got["files"].items():
-            with open(p, "rb") as fh:
-                results[int(r)] = _json(fh.read())
+            try:
+                results[int(r)] = inputs.parse_json(inputs.read_text(p), p)
+            except inputs.InputError:
+                results[int(r)] = {"error": "unreadable probe result"}
         outcome.verdict = probe.judge(results, names, rdzv.world, options.budget)
         extra = outcome.verdict.findings
     else:
         if options.probe:
             outcome.notes.append("probe skipped: " + ("one node" if rdzv.world < 2 else
                                                        "not every node answered"))
-        worker.request("publish", key="plan", value={"probe": False})
+        ask("publish", key="plan", value={"probe": False})
     outcome.summary = compare.summarise(nodes, expected=rdzv.world, timeout=options.timeout,
                                         tuned_path=options.tuned_path, extra=extra)
     outcome.code = outcome.summary.exit_code(options.fail_on)
     on_report(outcome)
-    if worker.proc is None or worker.proc.poll() is not None:
+    if ask.worker.proc is None or ask.worker.proc.poll() is not None:
         raise GatherError("rank 0's torch side is gone: the other ranks get no verdict", outcome.code or 1)
-    worker.request("publish", key="verdict", value={"code": outcome.code})
+    ask("publish", key="verdict", value={"code": outcome.code})
     # The ranks that sent a document wait for the verdict; one that died before sending never will.
-    worker.request("finish", expected=len(files) - 1, timeout_s=GRACE_S, timeout=GRACE_S + 10)
+    ask("finish", GRACE_S + 10, expected=sum(n.status not in (DIED, MISSING) for n in nodes) - 1,
+        timeout_s=GRACE_S)
     return outcome
 
 
-def read_gathered(world: int, files: dict, joined: dict, name_of: Callable[[int], str],
-                  read: Callable) -> tuple:
-    """Rank 0's reading of what arrived: ``files`` rank -> the document's file (deleted once read),
-    ``joined`` rank -> the name it said hello with.  One document in memory at a time.
-    Returns ([Node] in rank order, {rank: name})."""
+def read_gathered(world: int, got: dict, name_of: Callable[[int], str], read: Callable,
+                  end: Optional[float] = None) -> tuple:
+    """([Node] in rank order, {rank: name}) from what the torch side collected: ``files`` (rank ->
+    its document's file, deleted once read, one in memory at a time), ``bad`` (rank -> why it was
+    refused), ``joined`` (rank -> its hello, escaped: names are data).  Past ``end`` nothing is read."""
+    files = {int(r): p for r, p in got["files"].items()}
+    bad = {int(r): why for r, why in (got.get("bad") or {}).items()}
+    joined = {int(r): n for r, n in got["joined"].items()}
     nodes: list = []
-    names: dict = {}
     for r in range(world):
-        name = joined.get(r) or name_of(r)
-        if r not in files:
-            nodes.append(failed(name, DIED if r in joined else MISSING,
-                                "joined, sent nothing" if r in joined else "did not join", rank=r))
-            names[r] = name
-            continue
-        with open(files[r], "rb") as fh:
-            data = fh.read()
-        os.unlink(files[r])
-        try:
-            text = decode(data)
-        except DocumentError as exc:
-            nodes.append(failed(name, exc.status, exc.message, rank=r))
-            names[r] = name
-            continue
-        node = read_node(text, name, read, rank=r)
+        name = hostlist.safe(joined[r]) if r in joined else name_of(r)
+        if r in files and end is not None and time.monotonic() > end:
+            node = failed(name, MALFORMED, "not read: this rank's bound ran out", rank=r)
+        elif r in files:
+            try:
+                node = read_node(inputs.read_text(files[r], what="a fleet document"), name, read, rank=r)
+            except inputs.InputError as exc:
+                node = failed(name, MALFORMED, str(exc), rank=r)
+            os.unlink(files[r])
+        elif r in bad:
+            node = failed(name, MALFORMED, bad[r][:200], rank=r)
+        else:
+            node = failed(name, DIED if r in joined else MISSING,
+                          "joined, sent nothing" if r in joined else "did not join", rank=r)
+        node.rank = r
         nodes.append(node)
-        names[r] = node.name
-    _unique_names(nodes, names)
-    return nodes, names
+    _unique_names(nodes)
+    return nodes, {n.rank: n.name for n in nodes}
 
 
-def _since(got: dict, budget: float) -> float:
-    """The probe's deadline, counted like the gather's from when rank 0 joined."""
-    return float(got.get("waited_s") or 0.0) + budget
-
-
-def _json(data: bytes) -> dict:
-    try:
-        value = json.loads(data.decode("utf-8", errors="replace"))
-    except ValueError:
-        return {"error": "unreadable probe result"}
-    return value if isinstance(value, dict) else {"error": "unreadable probe result"}
-
-
-def _unique_names(nodes: list, names: dict) -> None:
+def _unique_names(nodes: list) -> None:
     """Two ranks on one node (or two replayed copies) get their rank appended."""
     seen: dict = {}
     for n in nodes:
@@ -211,22 +231,26 @@ def _unique_names(nodes: list, names: dict) -> None:
     for n in nodes:
         if seen[n.name] > 1:
             n.name = f"{n.name}:{n.rank}"
-            names[n.rank] = n.name
 
 
-def _other(worker: Worker, rdzv: Rendezvous, options: Options) -> Outcome:
+def _other(ask: _Bounded, rdzv: Rendezvous, options: Options) -> Outcome:
+    """Wait for rank 0's plan (run the probe it asks for: exactly the one this rank would plan with
+    its own --budget, never more) and its verdict, acknowledge it, and exit with its code."""
     wait = options.timeout + GRACE_S
     try:
-        plan = worker.request("await", key="plan", timeout_s=wait, timeout=wait + 10)["value"]
+        plan = ask("await", wait + 10, key="plan", timeout_s=wait)["value"]
         if isinstance(plan, dict) and plan.get("probe"):
-            worker.request("probe", plan=plan, timeout=float(plan.get("budget_s") or options.budget) + GRACE_S)
-            wait = float(plan.get("budget_s") or options.budget) + wait
-        verdict = worker.request("await", key="verdict", timeout_s=wait, timeout=wait + 10)["value"]
-        worker.request("ack")
+            mine = probe.plan(rdzv.world, options.budget, plan.get("backend") == "nccl")
+            if not options.probe or plan != json.loads(json.dumps(mine)):
+                raise GatherError(f"rank {rdzv.rank}: rank 0's plan is not the probe this rank was started for "
+                                  f"(--probe --budget {options.budget:g} on every rank)", 1)
+            ask("probe", options.budget + GRACE_S, plan=plan)
+            wait += options.budget
+        verdict = ask("await", wait + 10, key="verdict", timeout_s=wait)["value"]
+        ask("ack")
     except WorkerError as exc:
-        raise GatherError(f"rank {rdzv.rank}: {exc.message}", 1) from None
+        raise _worker_error(exc, f"rank {rdzv.rank}") from None
     code = verdict.get("code") if isinstance(verdict, dict) else None
-    if code not in (0, 1, 2):
+    if code not in (0, 1, 2) or isinstance(code, bool):
         raise GatherError(f"rank {rdzv.rank}: rank 0 sent an unreadable verdict", 1)
     return Outcome(code=code)
-

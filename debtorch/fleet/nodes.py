@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from debtorch import facts as facts_mod
+from debtorch import inputs
 from debtorch.doctor import Context, diagnose
 from debtorch.machine import Machine
 
@@ -65,23 +66,14 @@ def encode(envelope: dict) -> bytes:
     return zlib.compress(json.dumps(envelope, separators=(",", ":"), default=str).encode(), 6)
 
 
-def decode(data: bytes) -> str:
-    """Bytes a rank sent -> JSON text.  Raises DocumentError (malformed)."""
-    try:
-        raw = zlib.decompress(data) if data[:1] == b"\x78" else data
-        return raw.decode("utf-8")
-    except (zlib.error, UnicodeDecodeError) as exc:
-        raise DocumentError(MALFORMED, f"not a document ({type(exc).__name__}: {exc})"[:160]) from None
-
-
 def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
     """(facts, doctor findings as JSON or None, envelope fields) of a document's text.
 
     Raises :class:`DocumentError` with status malformed or schema."""
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise DocumentError(MALFORMED, f"not JSON ({str(exc)[:100]})") from None
+        doc = inputs.parse_json(text, where)
+    except inputs.InputError as exc:
+        raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)[:120]) from None
     if not isinstance(doc, dict):
         raise DocumentError(MALFORMED, "not a JSON object")
     meta: dict = {}

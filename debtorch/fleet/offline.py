@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from debtorch import hostlist, inputs
 from debtorch.fleet import compare
 from debtorch.fleet.nodes import MALFORMED, failed, read_node
 from debtorch.tune.config import ConfigError, load_config
@@ -15,22 +17,29 @@ class FleetInputError(Exception):
 
 
 def document_paths(args: Iterable[str]) -> list:
-    """FILE and DIR arguments -> [(name, path)]: a folder gives its *.json files, sorted.
-    A node is named by its file name without .json (by the relative path when names repeat)."""
+    """FILE and DIR arguments -> [(name, path)]: a folder gives its *.json regular files, sorted.
+    A node is named by its file name without .json (by the relative path when names repeat).
+    A FILE that is not a regular file (a FIFO, a device) is bad input, refused before any read."""
     found: list = []
     for arg in args:
         p = Path(arg)
-        if p.is_dir():
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            raise FleetInputError(f"{arg}: no such file or folder") from None
+        except OSError as exc:
+            raise FleetInputError(f"{arg}: cannot read ({exc.strerror or exc})") from None
+        if stat.S_ISDIR(mode):
             files = sorted(x for x in p.iterdir() if x.suffix == ".json" and x.is_file())
             if not files:
                 raise FleetInputError(f"{arg}: no .json documents in this folder")
             found.extend(files)
-        elif p.is_file():
+        elif stat.S_ISREG(mode):
             found.append(p)
         else:
-            raise FleetInputError(f"{arg}: no such file or folder")
+            raise FleetInputError(f"{arg}: is {inputs.kind(mode)}, not a facts document")
     stems = [f.stem for f in found]
-    return [(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix("")), str(f)) for f in found]
+    return [(hostlist.safe(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix(""))), str(f)) for f in found]
 
 
 def reader(tuned: Optional[dict] = None):
@@ -46,10 +55,9 @@ def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Op
     nodes: list = []
     for name, path in document_paths(args):
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except OSError as exc:
-            nodes.append(failed(name, MALFORMED, f"cannot read {path} ({exc.strerror or exc})"))
+            text = inputs.read_text(path, what="a facts document")
+        except inputs.InputError as exc:
+            nodes.append(failed(name, MALFORMED, str(exc)))
             continue
         nodes.append(read_node(text, name, read))
         del text

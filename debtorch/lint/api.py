@@ -23,15 +23,22 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from debtorch import inputs
+from debtorch.findings import catalogue, finding
 from debtorch.lint import torchfix_bridge
 from debtorch.lint.checks import run_checks
 from debtorch.lint.result import FileError, Located, Report
-from debtorch.lint.rules import BY_ID, CRASHED, RULES, TORCHFIX_AREA
 from debtorch.lint.script import Script
 
-__all__ = ["FileResult", "Located", "Report", "RULES", "BY_ID", "lint_text", "lint_file", "lint_paths",
+__all__ = ["FileResult", "Located", "Report", "lint_text", "lint_file", "lint_paths",
            "discover", "LintUsageError"]
 
+# Parsing and indexing a script takes up to 725 bytes of memory per byte of source (dense code such as
+# `f(a,b)` lines; real training scripts 74-123: benchmarks/lint_memory.py): a script larger than the
+# budget allows at that rate is refused before it is parsed.
+MEMORY_BUDGET = 512 * 1024 * 1024
+MEMORY_PER_BYTE = 768
+MAX_SCRIPT = MEMORY_BUDGET // MEMORY_PER_BYTE
 # Every rule (and TorchFix) needs a file that mentions torch: one that does not cannot give a finding.
 MARKERS = (b"torch",)
 # Folders never entered when walking: tools' and environments' own trees.
@@ -52,6 +59,8 @@ class FileResult:
 
 
 def _decode(data: bytes) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 (PowerShell's '>'), read as every input is
+        return data.decode("utf-16", "replace").lstrip("\ufeff")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError:
@@ -67,7 +76,7 @@ def parse(data, path: str = "<string>") -> Tuple[Optional[ast.Module], str, Opti
     """(tree, text, None), or (None, text, the one-line reason it is not valid Python)."""
     text = data if isinstance(data, str) else _decode(data)
     try:
-        tree = ast.parse(data, filename=path)
+        tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
         msg = (exc.msg or "invalid syntax").splitlines()[0] if exc.msg else "invalid syntax"
         return None, text, FileError(path, f"not valid Python: {msg}", exc.lineno or 0, exc.offset or 0)
@@ -99,7 +108,8 @@ def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix
     try:
         script = Script(tree, text, path)
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crash is a finding, never a traceback
-        found = [Located(path, 1, 1, CRASHED.finding(about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120]))]
+        crash = finding("script.E001", about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120])
+        found = [Located(path, 1, 1, crash)]
     else:
         found = run_checks(script)
         if torchfix:
@@ -111,13 +121,26 @@ def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix
     return result
 
 
+def read_script(path: str) -> Tuple[bytes, Optional[FileError]]:
+    """A script's bytes through the one door (a regular file only), or why it is not linted: a
+    file whose parse could exceed MEMORY_BUDGET is refused before it is parsed."""
+    try:
+        data = inputs.read_bytes(path, MAX_SCRIPT)
+    except inputs.NotRegular as exc:
+        return b"", FileError(path, f"is {exc.kind}, not a script")
+    except OSError as exc:
+        return b"", FileError(path, f"cannot read: {exc.strerror or exc}")
+    if len(data) > MAX_SCRIPT:
+        return b"", FileError(path, f"larger than {inputs.size_text(MAX_SCRIPT)}: parsing it could take more than "
+                                    f"lint's {inputs.size_text(MEMORY_BUDGET)} memory budget")
+    return data, None
+
+
 def lint_file(path: str, ignore: Iterable[str] = (), torchfix: bool = False, walked: bool = False) -> Optional[FileResult]:
     """Lint one file; None when ``walked`` (found in a folder) and it mentions nothing the rules look for."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return FileResult(path, error=FileError(path, f"cannot read: {exc.strerror or exc}"))
+    data, error = read_script(path)
+    if error is not None:
+        return FileResult(path, error=error)
     if walked and not any(m in data for m in MARKERS):
         return None
     return lint_text(data, path, ignore, torchfix)
@@ -175,4 +198,5 @@ def lint_paths(paths: Sequence[str], ignore: Iterable[str] = (), torchfix: Optio
 
 def known_id(value: str) -> bool:
     """An id (or area) that --ignore accepts: script.W001, script, torchfix.TOR101, torchfix."""
-    return value in BY_ID or value in ("script", TORCHFIX_AREA) or bool(re.fullmatch(r"torchfix\.TOR\d+", value))
+    return (value.startswith("script.") and value in catalogue()) or value in ("script", torchfix_bridge.AREA) \
+        or bool(re.fullmatch(r"torchfix\.TOR\d+", value))

@@ -14,11 +14,11 @@ import re
 import tokenize
 from typing import Callable, Iterator, List, Optional, Set, Tuple
 
-from debtorch.lint import rules as R
+from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     CPU, DEVICE, LOADERISH, LOOPS, LOSSISH, MODEL, MODELISH, NOT_CONSTANT, OTHER, TENSOR_METHODS, Flow, Script,
-    constant, device_arg, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
+    constant, device_arg, has_star_kwargs, identifier, is_mod, keyword, local_nodes, method, names_in, root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]
@@ -37,6 +37,11 @@ def segment(script: Script, node: ast.AST, limit: int = 48) -> str:
     return text
 
 
+def callee(script: Script, call: ast.Call) -> str:
+    """A call as a message names it, never cut mid-expression: ``torch.nn.DataParallel(...)``."""
+    return segment(script, call.func, 60) + ("(...)" if call.args or call.keywords else "()")
+
+
 def column(script: Script, node: ast.AST) -> int:
     """1-based column in characters (ast counts UTF-8 bytes)."""
     line = script.code(getattr(node, "lineno", 0))
@@ -44,10 +49,11 @@ def column(script: Script, node: ast.AST) -> int:
     return len(line.encode("utf-8", "surrogatepass")[:start].decode("utf-8", "replace")) + 1
 
 
-def at(script: Script, node: ast.AST, rule: R.Rule, **values: str) -> Located:
+def at(script: Script, node: ast.AST, id: str, variant: str = "", **values: str) -> Located:
+    """The catalogue's ``id`` at ``node`` (docs/lint.md); ``values`` fill its message and fix."""
     line = getattr(node, "lineno", 1) or 1
     return Located(script.path, line, column(script, node),
-                   rule.finding(about=f"{script.path}:{line}", **values), script.code(line).rstrip())
+                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line).rstrip())
 
 
 # ---------------------------------------------------------------------------
@@ -65,57 +71,54 @@ def _chain_has_cpu(node: ast.AST) -> bool:
     return False
 
 
-def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test: bool) -> Iterator[Tuple[R.Rule, ast.AST, str]]:
-    """(rule, node, code) for every place in ``node`` that makes the host wait for the GPU."""
+def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
+              is_test: bool) -> Iterator[Tuple[str, str, ast.AST, str]]:
+    """(id, variant, node, code) for every place in ``node`` that makes the host wait for the GPU."""
     kind = lambda n: flow.classify(n, scope)  # noqa: E731
     flow.comprehensions(node, scope)
     flagged_items = False
     for n in local_nodes(node):
         if isinstance(n, ast.Call):
             m = method(n)
-            if m and m != "synchronize":
-                recv = n.func.value
-                if m == "item":
-                    k = kind(recv)
-                    if k in (CPU, OTHER, MODEL) or _chain_has_cpu(recv):
-                        continue
+            recv = n.func.value if m else None
+            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and device_arg(n.args[0]) is False):
+                k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
+                wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
+                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not MODELISH.match(identifier(recv))
+                if wait and not _chain_has_cpu(recv):
                     flagged_items = True
-                    yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "cpu" or (m == "to" and n.args and device_arg(n.args[0]) is False):
-                    k = kind(recv)
-                    if k in (CPU, OTHER, MODEL) or MODELISH.match(identifier(recv) or "") or _chain_has_cpu(recv):
-                        continue
-                    if k != DEVICE and not _tensorish_chain(recv):
-                        continue
-                    flagged_items = True
-                    yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "tolist":
-                    if kind(recv) == DEVICE and not _chain_has_cpu(recv):
-                        flagged_items = True
-                        yield R.SYNC_CALL, n, segment(script, n)
-                elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
-                    if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
-                        yield R.SYNC_CONVERT, n, segment(script, n)
-            elif script.qualname(n.func) == "torch.cuda.synchronize":
-                yield R.SYNC_CALL, n, segment(script, n)
+                    yield "script.W001", "", n, segment(script, n)
+            elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
+                if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
+                    yield "script.W002", "", n, segment(script, n)
+            elif m in ("", "synchronize") and script.qualname(n.func) == "torch.cuda.synchronize":
+                yield "script.W001", "synchronize", n, segment(script, n)
             elif isinstance(n.func, ast.Name) and n.func.id in _CONVERT and n.func.id not in script.functions:
                 if any(kind(a) == DEVICE and not isinstance(a, ast.JoinedStr) for a in n.args):
-                    yield R.SYNC_CONVERT, n, segment(script, n)
+                    yield "script.W002", "", n, segment(script, n)
         elif isinstance(n, ast.FormattedValue):
             if kind(n.value) == DEVICE:
-                yield R.SYNC_CONVERT, n.value, "f-string {" + segment(script, n.value) + "}"
-        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and isinstance(n.left, ast.Constant) \
-                and isinstance(n.left.value, str):
+                yield "script.W002", "", n.value, "f-string {" + segment(script, n.value) + "}"
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and _is_text(n.left):
             parts = n.right.elts if isinstance(n.right, ast.Tuple) else [n.right]
             if any(kind(p) == DEVICE for p in parts):
-                yield R.SYNC_CONVERT, n, segment(script, n)
+                fmt = segment(script, n.left, 40)
+                yield "script.W002", "", n, (f"({fmt})" if isinstance(n.left, ast.BinOp) else fmt) + " % " + \
+                    ("(...)" if isinstance(n.right, ast.Tuple) else segment(script, n.right, 30))
         elif isinstance(n, (ast.IfExp, ast.Assert)) and _truth_waits(script, n.test, kind):
-            yield R.SYNC_BRANCH, n.test, segment(script, n.test)
+            yield "script.W003", "", n.test, segment(script, n.test)
         elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and \
                 _truth_waits(script, n.operand, kind):
-            yield R.SYNC_BRANCH, n, segment(script, n)
+            yield "script.W003", "", n, segment(script, n)
     if is_test and not flagged_items and _truth_waits(script, node, kind):
-        yield R.SYNC_BRANCH, node, segment(script, node)
+        yield "script.W003", "", node, segment(script, node)
+
+
+def _is_text(node: ast.AST) -> bool:
+    """A string expression: ``"%.3f"``, ``"%11s" * 2 + "%11.4g" * 5``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        return _is_text(node.left) or (isinstance(node.op, ast.Add) and _is_text(node.right))
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
 def _tensorish_chain(node: ast.AST) -> bool:
@@ -155,11 +158,11 @@ def check_syncs(script: Script) -> Iterator[Located]:
     seen: Set[Tuple[int, int, str]] = set()
     for step in script.per_step():
         if not step.header and not step.guarded:
-            for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
-                key = (node.lineno, node.col_offset, rule.id)
+            for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                key = (node.lineno, node.col_offset, rule)
                 if key not in seen:
                     seen.add(key)
-                    yield at(script, node, rule, call=code)
+                    yield at(script, node, rule, variant, call=code)
         flow.assign(step.node, step.scope)
 
 
@@ -222,7 +225,7 @@ def check_copies(script: Script) -> Iterator[Located]:
                 if _non_blocking(n):
                     continue
                 code = segment(script, n, 60)
-                yield at(script, n, R.BLOCKING_COPY, call=code, fixed=_with_non_blocking(code))
+                yield at(script, n, "script.W004", call=code, fixed=_with_non_blocking(code))
         flow.assign(step.node, step.scope)
 
 
@@ -300,13 +303,41 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
             name = identifier(src)
             if not name or isinstance(src, ast.Call):
                 continue
-            names.add(name)
+            found = {name}
             scope = region.scope
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 idx = _parameter_index(scope, name)
                 if idx is not None:
-                    names.update(_argument_names(script, scope, idx, name))
+                    found.update(_argument_names(script, scope, idx, name))
+            if isinstance(src, ast.Subscript):  # loaders[phase], loaders["train"]: what the dict holds
+                for d in found:
+                    held = _held(script, d, constant(src.slice))
+                    direct += [v for v in held if script.call_name(v).endswith("DataLoader")]
+                    names.update(identifier(v) for v in held if isinstance(v, (ast.Name, ast.Attribute)))
+            else:
+                names.update(found)
     return names, direct
+
+
+def _held(script: Script, name: str, key) -> List[ast.AST]:
+    """The values a dict ``name`` of the file holds under ``key`` (a dict literal, a comprehension, or
+    ``name[key] = ...``); under a key that is not a constant, the training one ("train" in it) or all."""
+    pairs = []
+    for n in script.nodes:
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, (ast.Name, ast.Attribute)) and identifier(t) == name:
+                    if isinstance(n.value, ast.DictComp):
+                        pairs.append((None, n.value.value))
+                    elif isinstance(n.value, ast.Dict):
+                        pairs += [(constant(k) if k is not None else NOT_CONSTANT, v)
+                                  for k, v in zip(n.value.keys, n.value.values)]
+                elif isinstance(t, ast.Subscript) and identifier(t.value) == name:
+                    pairs.append((constant(t.slice), n.value))
+    if isinstance(key, str):
+        return [v for k, v in pairs if k is None or k == key]
+    train = [v for k, v in pairs if isinstance(k, str) and "train" in k.lower()]
+    return train or [v for _, v in pairs]
 
 
 def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
@@ -369,12 +400,7 @@ def training_loaders(script: Script) -> List[ast.Call]:
             got = returns.get(identifier(n.value.func)) or []
             if len(got) == len(parts) and got[i] is not None:
                 out.append(got[i])
-    seen, unique = set(), []
-    for c in out:
-        if id(c) not in seen:
-            seen.add(id(c))
-            unique.append(c)
-    return unique
+    return list({id(c): c for c in out}.values())
 
 
 def _in_memory(script: Script, call: ast.Call) -> bool:
@@ -393,7 +419,10 @@ MANY_EPOCHS = 5
 
 
 def _many(loop: ast.AST) -> bool:
-    """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS?"""
+    """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS, nor
+    ``for phase in ["train", "val"]``?"""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, (ast.List, ast.Tuple)):
+        return len(loop.iter.elts) >= MANY_EPOCHS
     if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
             identifier(loop.iter.func) == "range" and loop.iter.args:
         bounds = [constant(a) for a in loop.iter.args[:2]]
@@ -427,6 +456,21 @@ def _num_workers(call: ast.Call) -> Optional[ast.AST]:
     return nw
 
 
+def _argparse_default(script: Script, dest: str):
+    """The default of the file's own ``parser.add_argument("--dest", default=...)``; a marker if unknown."""
+    for n in script.nodes:
+        if isinstance(n, ast.Call) and method(n) == "add_argument":
+            name = constant(keyword(n, "dest"))
+            if not isinstance(name, str):
+                flags = [f for f in map(constant, n.args) if isinstance(f, str)]
+                flags = [f for f in flags if f.startswith("--")] or flags
+                name = flags[0].lstrip("-").replace("-", "_") if flags else None
+            if name == dest:
+                default = keyword(n, "default")
+                return constant(default) if default is not None else NOT_CONSTANT
+    return NOT_CONSTANT
+
+
 def _pretokenized(script: Script) -> bool:
     """A Hugging Face text pipeline: batches are rows of a tokenized in-memory table, cheap to collate."""
     return any(q == "datasets" or q.startswith(("datasets.", "transformers")) for q in script.aliases.values())
@@ -442,14 +486,17 @@ def check_loaders(script: Script) -> Iterator[Located]:
         star = has_star_kwargs(call)
         nw = _num_workers(call)
         nwc = constant(nw) if nw is not None else None
-        workers_off = (nw is None and not star) or nwc == 0
+        # num_workers=args.workers: the default of the file's own parser (0: no workers unless asked for)
+        default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
+        workers_off = (nw is None and not star) or nwc == 0 or (default == 0 and not isinstance(default, bool))
         if workers_off and not _in_memory(script, call) and not text_rows:
-            detail = "num_workers=0" if nw is not None else "num_workers is not set"
-            yield at(script, call, R.NO_WORKERS, detail=detail)
+            detail = "num_workers is not set" if nw is None else \
+                "num_workers=0" if nwc == 0 else f"num_workers={segment(script, nw)}, 0 by default"
+            yield at(script, call, "script.W005", detail=detail)
         if script.cuda_explicit and not star and not _in_memory(script, call):
             pin = keyword(call, "pin_memory")
             if pin is None or constant(pin) is False:
-                yield at(script, call, R.NO_PIN)
+                yield at(script, call, "script.I001")
         if not workers_off and not (nw is None and star) and not (isinstance(nwc, int) and nwc <= 0):
             pw = keyword(call, "persistent_workers")
             if (pw is None and not star) or constant(pw) is False:
@@ -457,15 +504,12 @@ def check_loaders(script: Script) -> Iterator[Located]:
                     per_epoch = _per_epoch(script)
                 if per_epoch:
                     persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
-                    yield at(script, call, R.WORKERS_RESTART, persist=persist)
-        fixed = []
-        if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0:
-            fixed.append(f"num_workers={nwc}")
-        pf = keyword(call, "prefetch_factor")
-        if pf is not None and isinstance(constant(pf), int):
-            fixed.append(f"prefetch_factor={constant(pf)}")
+                    yield at(script, call, "script.I002", persist=persist)
+        pf = constant(keyword(call, "prefetch_factor"))
+        fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
+            ([f"prefetch_factor={pf}"] if isinstance(pf, int) else [])
         if fixed:
-            yield at(script, call, R.HARDCODED_LOADER, detail=", ".join(fixed))
+            yield at(script, call, "script.I003", detail=", ".join(fixed))
 
 
 # ---------------------------------------------------------------------------
@@ -485,7 +529,7 @@ def check_data_parallel(script: Script) -> Iterator[Located]:
     for call, name in _calls(script):
         if name in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                     "torch.nn.parallel.data_parallel.DataParallel"):
-            yield at(script, call, R.DATA_PARALLEL, call=segment(script, call, 40))
+            yield at(script, call, "script.W006", call=callee(script, call))
 
 
 _DEPRECATED_AMP = {
@@ -525,12 +569,16 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
         elif isinstance(n, ast.Dict):
             mentioned.update(id(e) for e in n.keys if e is not None)
     for n in script.nodes:
+        if isinstance(n, ast.ImportFrom) and n.module and not n.level:  # the import line, as well as the uses
+            for name in (f"{n.module}.{a.name}" for a in n.names):
+                if name in _DEPRECATED_AMP:
+                    yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
         if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
                 or not isinstance(n.ctx, ast.Load):
             continue
         name = script.qualname(n)
         if name in _DEPRECATED_AMP:
-            yield at(script, n, R.DEPRECATED_AMP, call=name, replacement="use " + _DEPRECATED_AMP[name])
+            yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
 
 
 def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
@@ -557,32 +605,30 @@ def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
     return None
 
 
-_FRAMEWORK = re.compile(r"accelerat|lightning|deepspeed|apex|fabric|colossalai|\bTrainer\b")
+_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai")
+
+
+def _framework(script: Script, *more: str) -> bool:
+    """Does the script import a framework that scales the loss and syncs DDP itself (and ``more``)?"""
+    return any(q.split(".")[0] in _FRAMEWORKS + more or (q.startswith("transformers.") and q.endswith("Trainer"))
+               for q in script.aliases.values())
 
 
 def check_fp16_unscaled(script: Script) -> Iterator[Located]:
-    if "autocast" not in script.text or "GradScaler" in script.text or re.search(r"scaler", script.text, re.I) \
-            or _FRAMEWORK.search(script.text) or not script.regions():
+    if "autocast" not in script.text or re.search(r"scaler", script.text, re.I) \
+            or _framework(script, "apex") or not script.regions():
         return
     for call, name in _calls(script):
         if name in _AUTOCASTS and _autocast_dtype(script, call, name) == "fp16" and not _in_inference(script, call):
-            yield at(script, call, R.FP16_UNSCALED, call=segment(script, call, 40))
+            yield at(script, call, "script.W008", call=segment(script, call, 40))
 
 
 def _in_inference(script: Script, node: ast.AST) -> bool:
-    for func in _functions_holding(script, node):
-        if re.search(r"eval|valid|test|infer|predict|generat|sample", func.name, re.I):
-            return True
-    return False
-
-
-def _functions_holding(script: Script, node: ast.AST) -> List[ast.AST]:
-    out = []
-    for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
-        for f in fs:
-            if f.lineno <= node.lineno <= (f.end_lineno or f.lineno):
-                out.append(f)
-    return out
+    """Is ``node`` in a function whose name says evaluation or inference?"""
+    return any(f.lineno <= node.lineno <= (f.end_lineno or f.lineno) and
+               re.search(r"eval|valid|test|infer|predict|generat|sample", f.name, re.I)
+               for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]
+               for f in fs)
 
 
 def check_bf16_scaled(script: Script) -> Iterator[Located]:
@@ -594,7 +640,7 @@ def check_bf16_scaled(script: Script) -> Iterator[Located]:
         return
     for call, name in _calls(script):
         if name in _SCALERS and keyword(call, "enabled") is None:
-            yield at(script, call, R.BF16_SCALED, call=segment(script, call, 40))
+            yield at(script, call, "script.W009", call=segment(script, call, 40))
 
 
 def check_profiler(script: Script) -> Iterator[Located]:
@@ -602,7 +648,7 @@ def check_profiler(script: Script) -> Iterator[Located]:
         return  # advice for training scripts, not for the profiler's own code or a library's tests
     for call, name in _calls(script):
         if name in ("torch.autograd.profiler.profile", "torch.autograd.profile", "torch.autograd.profiler.record_function_legacy"):
-            yield at(script, call, R.OLD_PROFILER, call=name)
+            yield at(script, call, "script.I004", call=name)
 
 
 def check_nvprof(script: Script) -> Iterator[Located]:
@@ -615,7 +661,7 @@ def check_nvprof(script: Script) -> Iterator[Located]:
     for tok in tokens:
         if tok.type in (tokenize.COMMENT, tokenize.STRING) and re.search(r"\bnvprof\b", tok.string):
             line, col = tok.start
-            yield Located(script.path, line, col + 1, R.NVPROF.finding(about=f"{script.path}:{line}"),
+            yield Located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
                           script.code(line).rstrip())
             break
 
@@ -632,7 +678,7 @@ def check_cudnn_benchmark(script: Script) -> Iterator[Located]:
     for call, name in _calls(script):
         if name in ("torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.modules.conv.Conv2d") or \
                 (name.startswith("torchvision.models.") and not name.startswith(_NOT_CONV)):
-            yield at(script, call, R.CUDNN_BENCHMARK)
+            yield at(script, call, "script.I006")
             return
 
 
@@ -655,10 +701,7 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
 
 
 def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
-    for n in local_nodes(test):
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
-            return n.right
-    return None
+    return next((n.right for n in local_nodes(test) if is_mod(n)), None)
 
 
 def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
@@ -702,8 +745,20 @@ class _Accumulation:
         self.loop, self.every, self.guard, self.backwards, self.steps = loop, every, guard, backwards, steps
 
 
-def accumulations(script: Script) -> List[_Accumulation]:
-    """Training loops whose optimizer step runs every N micro-batches (``if (i + 1) % N == 0``)."""
+_ACCUM = re.compile(r"accum|update_freq|grad_acc", re.I)
+
+
+def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
+    """Training loops whose optimizer step runs every N micro-batches (``if (i + 1) % N == 0``).
+
+    ``broad`` also takes a step under a condition that names the accumulation (``if ni - last_step >=
+    accumulate``; then ``every`` is None) and a loss scaler told when to step
+    (``loss_scaler(loss, optimizer, update_grad=(i + 1) % N == 0)``): enough to know that gradients are
+    accumulated, not to size N (W012).
+    """
+    def accumulates(test: ast.AST) -> bool:
+        return _mod_operand(test) is not None or (broad and bool(_ACCUM.search(" ".join(names_in(test)))))
+
     out = []
     for region in script.regions():
         loop = region.loop
@@ -716,12 +771,17 @@ def accumulations(script: Script) -> List[_Accumulation]:
                     steps.append((node, ifs))
                 elif script.is_backward(node):
                     backwards.append((node, ifs))
-        guarded = [(s, ifs) for s, ifs in steps if any(_mod_operand(i.test) is not None for i in ifs)]
+                elif broad and script.is_step_wrapper(node):
+                    when = next((k.value for k in node.keywords if k.arg in ("update_grad", "need_update")), None)
+                    if when is not None and accumulates(when):
+                        out.append(_Accumulation(loop, _mod_operand(when), when, [node], [node]))
+        guarded = [(s, ifs) for s, ifs in steps if any(accumulates(i.test) for i in ifs)]
         if not guarded or not backwards:
             continue
-        guard = next(i for i in guarded[0][1] if _mod_operand(i.test) is not None)
+        guard = next(i for i in guarded[0][1] if accumulates(i.test))
         every = _mod_operand(guard.test)
-        if re.search(r"log|print|eval|save|interval|freq", " ".join(names_in(every)), re.I):
+        said = " ".join(names_in(every)) if every is not None else ""
+        if re.search(r"log|print|eval|save|interval|freq", said, re.I) and not _ACCUM.search(said):
             continue
         free = [b for b, ifs in backwards if guard not in ifs]
         if free:
@@ -730,7 +790,7 @@ def accumulations(script: Script) -> List[_Accumulation]:
 
 
 def check_accumulation(script: Script) -> Iterator[Located]:
-    if _FRAMEWORK.search(script.text):
+    if _framework(script, "apex"):
         return  # accelerate, DeepSpeed, Lightning scale the loss themselves
     for acc in accumulations(script):
         scope = script.scope_of.get(acc.loop, script.tree)
@@ -741,7 +801,29 @@ def check_accumulation(script: Script) -> Iterator[Located]:
             loss = _loss_of_backward(script, b)
             if loss is None or _divided(script, scope, loss, acc.every):
                 continue
-            yield at(script, b, R.ACCUM_UNDIVIDED, every=every)
+            yield at(script, b, "script.W010", every=every)
+
+
+
+
+def _wraps_ddp(script: Script) -> bool:
+    return any(isinstance(n, ast.Call) and re.search(r"(?:^|_)DDP$|DistributedDataParallel$|^create_ddp_model$",
+                                                   identifier(n.func)) for n in script.nodes)
+
+
+def check_ddp_accumulation(script: Script) -> Iterator[Located]:
+    """W012: accumulation under DistributedDataParallel without no_sync(): every micro-batch all-reduces."""
+    text = script.text
+    if "no_sync" in text or "require_backward_grad_sync" in text or not _wraps_ddp(script) or _framework(script):
+        return  # no_sync or its flag is used; frameworks skip the sync themselves
+    seen = set()
+    for acc in accumulations(script, broad=True):
+        call = acc.backwards[0]
+        if id(call) not in seen:
+            seen.add(id(call))
+            when = f"every {segment(script, acc.every, 60)} micro-batches" if acc.every is not None else \
+                f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
+            yield at(script, call, "script.W012", call=callee(script, call), when=when)
 
 
 _SCHEDULERS = {
@@ -816,11 +898,11 @@ def check_schedule(script: Script) -> Iterator[Located]:
             every = segment(script, acc.every, 30)
             fix_size = f"len(loader) // {every} * epochs"
             if counted is True and with_optimizer:
-                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized="micro-batches (len of the loader)",
+                yield at(script, call, "script.W011", sched=kind, sized="micro-batches (len of the loader)",
                          stepped=f"once per optimizer step (every {every} micro-batches): it never finishes",
                          fix_size=fix_size, name=sched_name)
             elif counted is False and not with_optimizer:
-                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized=f"optimizer steps (divided by {every})",
+                yield at(script, call, "script.W011", sched=kind, sized=f"optimizer steps (divided by {every})",
                          stepped="every micro-batch", fix_size=fix_size, name=sched_name)
 
 
@@ -840,7 +922,8 @@ def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[as
 
 CHECKS: Tuple[Check, ...] = (
     check_syncs, check_copies, check_loaders, check_data_parallel, check_deprecated_amp, check_fp16_unscaled,
-    check_bf16_scaled, check_accumulation, check_schedule, check_profiler, check_nvprof, check_cudnn_benchmark,
+    check_bf16_scaled, check_accumulation, check_schedule, check_ddp_accumulation, check_profiler, check_nvprof,
+    check_cudnn_benchmark,
 )
 
 
@@ -852,5 +935,6 @@ def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Locat
             out.extend(check(script))
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
             text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
-            out.append(Located(script.path, 1, 1, R.CRASHED.finding(about=script.path, error=text), script.code(1)))
+            crash = finding("script.E001", about=script.path, error=text)
+            out.append(Located(script.path, 1, 1, crash, script.code(1)))
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional
 
-from debtorch.lint.api import parse
+from debtorch.lint.api import parse, read_script
 from debtorch.lint.checks import at, sync_hits
 from debtorch.lint.result import Located
 from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier
@@ -40,10 +40,8 @@ def static_waits(path: str) -> List[Located]:
 
     A file that cannot be read or parsed gives no places.
     """
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
+    data, error = read_script(path)
+    if error is not None:
         return []
     tree, text, error = parse(data, path)
     if tree is None:
@@ -75,8 +73,8 @@ def _static(script: Script) -> List[Located]:
                 continue
             seen.add(id(step.node))
             if not step.header and not step.guarded:
-                for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
-                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, call=code))
+                for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, variant, call=code))
             flow.assign(step.node, step.scope)
     return sorted(found.values(), key=Located.sort_key)
 

@@ -38,8 +38,9 @@ MIXED = "mixed"        # assigned different kinds: unknown
 
 _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
 MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
-                       r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
+                      r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
 LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
+_NOT_A_STEP = re.compile(r"print|log|info|warn|save|write|dump|record|append|update", re.I)  # f(loss, optimizer)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
                        r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
@@ -61,7 +62,6 @@ view_as float_ squeeze_ unsqueeze_ data_ptr_ sort topk median mode kthvalue chun
 # Methods whose result is not a tensor.
 PLAIN_METHODS = frozenset("item tolist numpy size dim numel nelement element_size stride is_contiguous "
                           "data_ptr get_device keys values items dtype".split())
-TUPLE_METHODS = frozenset("sort topk median mode kthvalue max min chunk split unbind".split())
 # torch.* functions that build a tensor from nothing (on the CPU unless device= says otherwise).
 FACTORIES = frozenset("tensor as_tensor from_numpy zeros ones empty full arange linspace logspace rand randn "
                       "randint randperm eye zeros_like ones_like empty_like full_like rand_like randn_like "
@@ -180,7 +180,6 @@ class Step:
     node: ast.AST
     guarded: bool
     scope: ast.AST          # the function (or module) the node belongs to
-    loop: ast.AST           # the training loop it runs under
     header: bool = False    # the training loop's own ``for`` target (assigned per step, evaluated once)
     test: bool = False      # the condition of an ``if`` or ``while``
 
@@ -208,6 +207,7 @@ class Script:
         self.scope_of: Dict[ast.AST, ast.AST] = {}  # loop -> the function (or module) holding it
         self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
         self._kind: Dict[ast.AST, str] = {}
+        self._bases: Dict[ast.ClassDef, List[ast.ClassDef]] = {}
         self.nodes: List[ast.AST] = []
         self._index()
         self.uses_torch = "torch" in text.lower()
@@ -271,6 +271,9 @@ class Script:
                         moves = True
                 elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
+                elif identifier(n.func) in ("autocast", "GradScaler") and \
+                        self.qualname(n.func).startswith("torch.cuda.amp"):
+                    moves = cuda = True  # CUDA's own AMP: the script trains on CUDA
             elif isinstance(n, ast.Attribute) and n.attr == "cuda":
                 cuda = True
             elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("cuda") \
@@ -303,18 +306,36 @@ class Script:
             if func.id in self.classes:  # a constructor: __init__ runs once, not per step
                 return []
             return list(self.functions.get(func.id, ()))
-        if isinstance(func, ast.Attribute):
-            recv = func.value
-            if isinstance(recv, ast.Name) and recv.id == "self":
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            recv = func.value.id
+            if recv == "self":  # the class's own or inherited method, and its overrides in subclasses
                 cls = self.owner.get(scope)
-                if cls is not None and func.attr in self.methods.get(cls, {}):
-                    return [self.methods[cls][func.attr]]
-                return []
-            if isinstance(recv, ast.Name):
-                cls = self.kinds(scope).instance_of(recv.id)
-                if cls is not None and func.attr in self.methods.get(cls, {}):
-                    return [self.methods[cls][func.attr]]
+                if cls is None:
+                    return []
+                found = self.method_of(cls, func.attr)
+                return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
+                                                     if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+            cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
+            found = self.method_of(cls, func.attr) if cls is not None else None
+            return [found] if found else []
         return []
+
+    def bases(self, cls: ast.ClassDef, depth: int = 0) -> List[ast.ClassDef]:
+        """The same-file classes ``cls`` derives from, nearest first."""
+        if depth == 0 and cls in self._bases:
+            return self._bases[cls]
+        out = []
+        for b in cls.bases:
+            base = self.classes.get(identifier(b)) if isinstance(b, (ast.Name, ast.Attribute)) else None
+            if base is not None and base is not cls and depth < 5:
+                out += [base] + self.bases(base, depth + 1)
+        if depth == 0:
+            self._bases[cls] = out
+        return out
+
+    def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
+        """``cls``'s method ``name``, its own or inherited from a same-file base."""
+        return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
 
     def is_backward(self, call: ast.AST) -> bool:
         if not isinstance(call, ast.Call):
@@ -333,8 +354,18 @@ class Script:
         # scaler.step(optimizer), loss_scaler.step(opt)
         return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
 
+    def is_step_wrapper(self, call: ast.AST) -> bool:
+        """A callable given the loss and the optimizer, ``loss_scaler(loss, optimizer, clip_grad=...)``
+        (timm's, DeiT's and MAE's NativeScaler): it runs backward and the optimizer step."""
+        if not (isinstance(call, ast.Call) and call.args and isinstance(call.func, (ast.Name, ast.Attribute))):
+            return False
+        if not LOSSISH.search(identifier(call.args[0])) or _NOT_A_STEP.search(identifier(call.func)):
+            return False
+        return any(_OPTIMIZER.search(identifier(a)) and isinstance(a, (ast.Name, ast.Attribute))
+                   for a in call.args[1:] + [k.value for k in call.keywords])
+
     def is_training_call(self, call: ast.AST) -> bool:
-        return self.is_backward(call) or self.is_optimizer_step(call)
+        return self.is_backward(call) or self.is_optimizer_step(call) or self.is_step_wrapper(call)
 
     def _direct(self, body: list, scope: ast.AST, seen: Set[ast.AST]) -> bool:
         """Does ``body`` train outside nested loops: a training call, or a call of a step function?"""
@@ -412,7 +443,7 @@ class Script:
     def periodic(self, test: ast.AST) -> bool:
         """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
         for n in local_nodes(test):
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, (ast.Constant, ast.JoinedStr)):
+            if is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)):
                 name = n.id if isinstance(n, ast.Name) else n.attr
@@ -425,6 +456,37 @@ class Script:
             if isinstance(n, ast.Call) and self.call_name(n).startswith(("time.", "random.", "np.random", "numpy.random")):
                 return True
         return False
+
+    def only_if_not(self, test: ast.AST) -> bool:
+        """Is the code that runs when ``test`` is false occasional: ``not should_log``, ``step % k != 0``,
+        ``step % k``? (What follows ``if test: continue`` or ``return``.)"""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.periodic(test.operand)
+        if isinstance(test, ast.BoolOp):  # `a or b`: the rest runs under not a and not b
+            parts = [self.only_if_not(v) for v in test.values]
+            return any(parts) if isinstance(test.op, ast.Or) else all(parts)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
+            return any(is_mod(x) for x in (test.left, test.comparators[0]))
+        return is_mod(test)
+
+
+_EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
+
+
+def _jump(body: list, script: "Script") -> Optional[str]:
+    """How a block ends: 'return', 'continue' (or break), 'raise' (raise or sys.exit()), or None."""
+    last = body[-1] if body else None
+    if isinstance(last, (ast.Return, ast.Continue, ast.Break)):
+        return "return" if isinstance(last, ast.Return) else "continue"
+    if isinstance(last, ast.Raise) or (isinstance(last, ast.Expr) and script.call_name(last.value) in _EXITS):
+        return "raise"
+    return None
+
+
+def is_mod(node: ast.AST) -> bool:
+    """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
+        not isinstance(node.left, (ast.Constant, ast.JoinedStr))
 
 
 def _loop_header(loop: ast.AST) -> list:
@@ -449,7 +511,7 @@ class Walker:
         self.block(loop.body, False, self.region.scope, 0)
 
     def add(self, node: ast.AST, guarded: bool, scope: ast.AST, header: bool = False, test: bool = False) -> None:
-        self.region.steps.append(Step(node, guarded, scope, self.region.loop, header, test))
+        self.region.steps.append(Step(node, guarded, scope, header, test))
         if not header:
             self.calls(node, guarded, scope)
 
@@ -464,31 +526,38 @@ class Walker:
                     self.visited.add(f)
                     self.block(f.body, False, f, 0)
 
-    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> None:
+    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> Optional[str]:
+        """Walk ``body``; returns 'continue' or 'return' when an early exit made the rest of it occasional
+        (``if not should_log: return``), for the enclosing blocks that the exit also leaves."""
         if depth > 40:
-            return
+            return None
+        left = None
         for stmt in body:
+            exit_ = None
             if isinstance(stmt, DEFS):
                 continue
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
                 inner = guarded or self.script.periodic(stmt.test)
-                self.block(stmt.body, inner, scope, depth + 1)
-                self.block(stmt.orelse, inner, scope, depth + 1)
+                for branch in (stmt.body, stmt.orelse):  # a branch that ends the run runs at most once
+                    self.block(branch, inner or _jump(branch, self.script) == "raise", scope, depth + 1)
+                jump = _jump(stmt.body, self.script)
+                if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
+                    exit_ = jump
             elif isinstance(stmt, (ast.For, ast.AsyncFor)):
                 self.add(for_header(stmt), guarded, scope)
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
                 self.block(stmt.orelse, True, scope, depth + 1)
             elif isinstance(stmt, ast.While):
                 self.add(stmt.test, guarded, scope, test=True)
-                self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
                 self.block(stmt.orelse, True, scope, depth + 1)
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     self.add(item.context_expr, guarded, scope)
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
             elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-                self.block(stmt.body, guarded, scope, depth + 1)
+                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
                 for h in stmt.handlers:
                     self.block(h.body, True, scope, depth + 1)
                 self.block(stmt.orelse, guarded, scope, depth + 1)
@@ -499,6 +568,9 @@ class Walker:
                     self.block(case.body, True, scope, depth + 1)
             else:
                 self.add(stmt, guarded, scope)
+            if exit_ and not (exit_ == "continue" and isinstance(stmt, LOOPS)):
+                guarded, left = True, exit_  # what follows runs only when the exit was not taken
+        return left
 
 
 class Kinds:
@@ -553,9 +625,7 @@ class Kinds:
                 break
 
     def instance_of(self, name: str) -> Optional[ast.ClassDef]:
-        if name in self.instances:
-            return self.instances[name]
-        return self.outer.instance_of(name) if self.outer is not None else None
+        return self.instances.get(name) or (self.outer.instance_of(name) if self.outer is not None else None)
 
     def of(self, name: str) -> Optional[str]:
         if name in self.names:
@@ -644,7 +714,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if _is_loader_expr(script, node.iter, lookup):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
-        if re.search(r"param", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+        if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
             return DEVICE if script.cuda_path else None
         return None
     if isinstance(node, ast.Name):
@@ -659,36 +729,21 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
             return OTHER  # "%.3f" % x: a string
         kinds = {rec(node.left), rec(node.right)}
-        if DEVICE in kinds:
-            return DEVICE
-        if CPU in kinds:
-            return CPU
-        if kinds == {OTHER}:
-            return OTHER
-        return None
+        return _where(kinds) or (OTHER if kinds == {OTHER} else None)
     if isinstance(node, ast.UnaryOp):
         k = rec(node.operand)
         return k if k in (DEVICE, CPU, OTHER) else None
     if isinstance(node, ast.Compare):
         if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
             return OTHER
-        kinds = {rec(n) for n in [node.left] + node.comparators}
-        if DEVICE in kinds:
-            return DEVICE
-        if CPU in kinds:
-            return CPU
-        return None
+        return _where({rec(n) for n in [node.left] + node.comparators})
     if isinstance(node, ast.Subscript):
-        k = rec(node.value)
-        if k == MODEL:
-            return None
-        return k if k in (DEVICE, CPU) else None
+        return _where({rec(node.value)})
     if isinstance(node, ast.Attribute):
         if node.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
             return OTHER
         if node.attr in ("data", "grad", "T", "mT", "real", "imag"):
-            k = rec(node.value)
-            return k if k in (DEVICE, CPU) else None
+            return _where({rec(node.value)})
         if node.attr in ("loss", "logits") and isinstance(node.value, ast.Name) and rec(node.value) == DEVICE:
             return DEVICE
         return None
@@ -697,7 +752,25 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return a if a == b else None
     if isinstance(node, ast.NamedExpr):
         return rec(node.value)
+    if isinstance(node, ast.Starred):  # *t unpacks t's elements: where t is
+        return _where({rec(node.value)})
     return None
+
+
+def _where(kinds: set) -> Optional[str]:
+    """Where a value computed from values of these kinds lives: on the device if any is, else the host."""
+    return DEVICE if DEVICE in kinds else CPU if CPU in kinds else None
+
+
+def _elements(node: ast.AST, rec) -> Optional[str]:
+    """Where the elements of a collection live: ``d.values()`` and ``(v for v in d.values())`` of a
+    model's outputs are on the device."""
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp)) and len(node.generators) == 1:
+        target = node.generators[0].target
+        if isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id:
+            return _elements(node.generators[0].iter, rec)
+        return None
+    return _where({rec(node.func.value if method(node) == "values" else node)})
 
 
 def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
@@ -748,13 +821,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             target = node.args[0] if node.args else keyword(node, "device")
             where = device_arg(target) if target is not None else None
             rk = rec(recv)
-            if rk == MODEL:
-                return MODEL
-            if where is True:
-                return DEVICE
-            if where is False:
-                return CPU
-            return rk if rk in (DEVICE, CPU) else None
+            return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
         rk = rec(recv)
         if rk == MODEL:
             if m in ("forward", "__call__"):
@@ -765,25 +832,23 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if m in TENSOR_METHODS and rk in (DEVICE, CPU):
             return rk
     name = script.qualname(func)
+    if identifier(func) in ("clip_grad_norm_", "clip_grad_norm"):
+        return DEVICE  # the total norm, a tensor where the parameters are
     if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS:
-        if func.id in ("abs",) and node.args:
-            k = rec(node.args[0])
-            return k if k in (DEVICE, CPU) else OTHER
+        if func.id == "abs" and node.args:
+            return _where({rec(node.args[0])}) or OTHER
+        if func.id == "sum" and node.args:
+            return _elements(node.args[0], rec)  # sum(loss_dict.values()): a tensor where its parts are
         if func.id in ("min", "max", "sum"):
             return None
         return OTHER
     if name.startswith("torch.nn.functional."):
-        kinds = {rec(a) for a in node.args}
-        if CPU in kinds and DEVICE not in kinds:
-            return CPU
-        return DEVICE
+        return CPU if _where({rec(a) for a in node.args}) == CPU else DEVICE
     if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper():
         return MODEL
-    if name.startswith("torch.nn.parallel.") or name.endswith(("DistributedDataParallel", "DataParallel")):
-        return MODEL
-    if name == "torch.compile":
-        return MODEL
-    if name.startswith(MODEL_FACTORIES) or (name.endswith("from_pretrained") and "Model" in name):
+    if name.startswith(("torch.nn.parallel.",) + MODEL_FACTORIES) or name == "torch.compile" or \
+            name.endswith(("DistributedDataParallel", "DataParallel")) or \
+            (name.endswith("from_pretrained") and "Model" in name):
         return MODEL
     if name.startswith("torch."):
         short = name[6:]
@@ -795,14 +860,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             if dev is not None:
                 return DEVICE if device_arg(dev) else (CPU if device_arg(dev) is False else None)
             return CPU
-        if "." not in short:
-            kinds = {rec(a) for a in node.args}
-            if DEVICE in kinds:
-                return DEVICE
-            if CPU in kinds:
-                return CPU
-            return None
-        return None
+        return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         cls = script.classes[func.id]
         if any(script.qualname(b).endswith(("Module", "nn.Module")) or "Module" in script.qualname(b)
@@ -856,10 +914,7 @@ class Flow:
         cls = lambda v, _=None: classify(self.script, v, look)  # noqa: E731
         pairs = []
         if isinstance(stmt, ast.Assign):
-            value = stmt.value
-            if isinstance(value, ast.expr) and stmt.targets and getattr(stmt, "lineno", None) is not None \
-                    and _is_for_header(stmt):
-                value = _IterOf(value)
+            value = _IterOf(stmt.value) if getattr(stmt, "for_header", False) else stmt.value
             for t in stmt.targets:
                 pairs.extend(bind(t, value, cls))
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
@@ -869,10 +924,6 @@ class Flow:
             pairs.append((stmt.target.id, k))
         for name, kind in pairs:
             env[name] = kind
-
-
-def _is_for_header(stmt: ast.Assign) -> bool:
-    return getattr(stmt, "for_header", False)
 
 
 def for_header(loop: ast.AST) -> ast.Assign:

@@ -75,7 +75,7 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
             return "unknown"
         if not t.installed:
             return f"not installed in {t.executable}" if t.executable else "not installed"
-        return f"{t.version} ({t.build})"
+        return f"{t.version or 'version not known'} ({t.build})"
     if area == "python":
         exe = m.get("python.executable") or "interpreter unknown"
         ver = m.get("python.version")

@@ -45,7 +45,8 @@ def plot(m, summary: dict, path: str, force: bool = False) -> None:
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.0))
     names = ["baseline", "tuned"]
     arms = [summary["baseline"], summary["tuned"]]
-    bounds = [summary["baseline_bound"], summary["tuned_bound"]]
+    simd = summary.get("sim")
+    bounds = [{"samples_per_s": simd["rate"]}] * 2 if simd else [summary["baseline_bound"], summary["tuned_bound"]]
     sc = summary.get("scaling")
     if sc and sc.get("samples_per_s"):
         names.append(f"tuned x{sc['nproc']} proc")
@@ -62,7 +63,8 @@ def plot(m, summary: dict, path: str, force: bool = False) -> None:
     bx = [x for x, b in zip(xs, bounds) if b.get("samples_per_s")]
     by = [b["samples_per_s"] for b in bounds if b.get("samples_per_s")]
     if by:
-        ax.scatter(bx, by, marker="_", s=900, color="black", label="compute-only bound", zorder=3)
+        ax.scatter(bx, by, marker="_", s=900, color="black", zorder=3,
+                   label="device bound (simulated)" if simd else "compute-only bound")
     ax.set_xticks(xs)
     ax.set_xticklabels(names)
     ax.set_ylabel("samples/s")
@@ -95,7 +97,8 @@ def plot(m, summary: dict, path: str, force: bool = False) -> None:
         ax.set_ylabel(f"loss (running mean of {analysis.SMOOTH})")
         ax.set_title("convergence")
         ax.legend(fontsize=8)
-    fig.suptitle(f"debtorch verify-train: {(m.workload or {}).get('name')} on {m.device}", fontsize=10)
+    fig.suptitle(f"debtorch verify-train: {(m.workload or {}).get('name')} on {(simd or {}).get('words') or m.device}",
+                 fontsize=10)
     fig.tight_layout()
     try:
         # A temporary file created exclusively beside it, then linked (or, with --force,

@@ -8,6 +8,7 @@ from typing import Any
 from debtorch.report import Format
 from debtorch.verify.analysis import figure
 from debtorch.report.console import Line
+from debtorch.train import sim
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
 
@@ -25,7 +26,8 @@ def _value(v: Any) -> str:
 def settings_lines(rec, width: int = 100) -> list:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
-    lines = [f"debtorch tune: {rec.device} training, chosen by {rec.chosen_by}"]
+    device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
+    lines = [f"debtorch tune: {device}, chosen by {rec.chosen_by}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
         for name in names:
@@ -85,6 +87,8 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
+              f"{result.looks.confidence:.2%}"] if result.looks else []
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")
@@ -127,6 +131,7 @@ class TuneView:
             "budget_s": result.budget,
             "stopped": result.stopped,
             "noise": result.noise,
+            "sequential": result.looks.to_dict() if result.looks else None,
             "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None,
             "interactions": [list(p) for p in result.interactions],
             "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}

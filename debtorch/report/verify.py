@@ -74,8 +74,11 @@ def rows(m, summary: dict) -> list:
     out.append(("  waiting for data", f"{_ms(b.get('data_wait_step_s'))} ({percent(b.get('data_wait_share'))})",
                 f"{_ms(t.get('data_wait_step_s'))} ({percent(t.get('data_wait_share'))})"))
     out.append(("  computing", _ms(b.get("compute_step_s")), _ms(t.get("compute_step_s"))))
-    bf = summary["bound_fraction"]
-    out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
+    bf, simd = summary["bound_fraction"], summary.get("sim")
+    if simd:
+        out.append(("device bound (simulated)", f"{simd['rate']:g}", f"{simd['rate']:g}"))
+    else:
+        out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
     out.append(("  reached", analysis.figure(bf.get("baseline"), "share", percent),
                 analysis.figure(bf.get("tuned"), "share", percent)))
     out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
@@ -112,6 +115,7 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
         out.append(f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, 'cost', percent)} of "
                    f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    out.extend(sim_lines(summary))
     out.extend(rounds_lines(m, summary))
     out.extend(attribution_lines(m, summary))
     waits = report_line(m.host_waits)
@@ -170,6 +174,30 @@ def lines(m, summary: dict, warnings: list = ()) -> list:
     return kinded
 
 
+def sim_lines(summary: dict) -> list:
+    """On a simulated accelerator: what a per-step sync costs against the model, and what it would take
+    to feed the device when tuned cannot."""
+    s = summary.get("sim")
+    if not s:
+        return []
+    out, c, ib = [], s["sync_cost"], s.get("input_bound")
+    if c.get("cost") is not None:
+        out.append(f"per-step sync (the loss read every step, as .item() does): costs {analysis.figure(c, 'cost', percent)}"
+                   f" of tuned's throughput ({_why(c)})" + (
+                       f"; the model (a drained queue: the synced steps' host time plus the device's) gives "
+                       f"{percent(c['predicted'])}" + (f", {c['model']} the interval" if c.get("model") else "")
+                       if c.get("predicted") is not None else "; the model's figure is impossible here (a disturbed "
+                       "round)"))
+    if ib:
+        one = f"{ib['one_process']:.0f}" if ib.get("one_process") else "-"
+        out.append(f"input-bound: the device waits for data; this machine's loader ceiling is {ib['ceiling']:.0f} samples/s "
+                   f"(tuned), one loading process gives {one} (the baseline, loading in the training process): feeding "
+                   f"{s['rate']:g} samples/s takes about {ib['cpus'] or '-'} CPUs of loading beside the training loop")
+    out.append(f"{s['words']}: no model ran; the rates are what this machine's CPUs feed a device of that speed "
+               "(docs/engine.md), not a GPU measurement")
+    return out
+
+
 def rounds_lines(m, summary: dict) -> list:
     """How many interleaved rounds ran, why they stopped, and the budget."""
     b = m.budget or {}
@@ -180,6 +208,10 @@ def rounds_lines(m, summary: dict) -> list:
            }.get(b.get("stopped"), b.get("stopped") or "")
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""
+    seq = summary.get("sequential") or {}
+    if seq.get("most_looks", 1) > 1:
+        why += (f" at look {seq['looks'] or 0} of at most {seq['most_looks']}; Pocock's boundary: every look's "
+                f"interval at {seq['confidence']:.2%}, 95% over all of them")
     return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
 
 
@@ -226,7 +258,8 @@ class VerifyView:
         o = self.outcome
         m = o.measured
         wl = (m.workload or {}).get("name") or (m.plan or {}).get("workload") or "-"
-        table = Table(f"verify-train: {wl} on {m.device or '-'}", ("", "baseline", "tuned"), rows(m, o.summary))
+        where = (o.summary.get("sim") or {}).get("words") or m.device or "-"
+        table = Table(f"verify-train: {wl} on {where}", ("", "baseline", "tuned"), rows(m, o.summary))
         verdict = ("verdict: " + o.verdict) if o.verdict else "verdict: nothing measured"
         return [table, *lines(m, o.summary, o.warnings), Line(verdict)]
 

@@ -26,7 +26,7 @@ Process-wide state (:func:`configure`):
 Per model and batch: ``channels_last`` (:func:`prepare_model`,
 :func:`to_device`: 4-D tensors only), ``compile``, ``precision``
 (:func:`autocast`: bf16 or fp16 autocast, nothing for fp32), ``non_blocking``
-(copies to a GPU only).
+(copies to a GPU, or a simulated one: :mod:`debtorch.train.sim`, with ``pin_memory``).
 """
 
 from __future__ import annotations
@@ -107,7 +107,9 @@ def to_device(torch: Any, s: Settings, obj: Any, device: Any, channels_last: Opt
     """Tensors (also in tuples, lists and dicts) moved to ``device``: non-blocking to a GPU when set,
     4-D tensors in channels_last when set (``channels_last`` overrides the setting: targets never)."""
     cl = s.channels_last if channels_last is None else channels_last
-    nb = bool(s.non_blocking and device_type(device) == "cuda")
+    nb = bool(s.non_blocking and device_type(device) in ("cuda", "sim"))
+    if isinstance(obj, torch.Tensor) and device_type(device) == "sim":  # debtorch.train.sim: a simulated copy
+        return device.copy(obj, pinned=bool(s.pin_memory), non_blocking=nb)
     if isinstance(obj, torch.Tensor):
         obj = obj.to(device, non_blocking=nb)
         if cl and obj.dim() == 4:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from debtorch import outputs
-from debtorch.train import apply
+from debtorch.train import apply, sim
 from debtorch.transport.server import die_with_parent
 from debtorch.train.settings import Settings
 from debtorch.train.workloads import Workload
@@ -265,11 +265,10 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
     kwargs: dict = {"batch_sampler": tracked, "num_workers": settings.num_workers}
     if workload.collate_fn is not None:
         kwargs["collate_fn"] = workload.collate_fn
-    if settings.pin_memory:
-        if device.type == "cuda":
-            kwargs["pin_memory"] = True
-        else:
-            notes.append("pin_memory only helps copies to a GPU; ignored on CPU")
+    if settings.pin_memory and device.type == "cuda":
+        kwargs["pin_memory"] = True
+    elif settings.pin_memory and device.type == "cpu":
+        notes.append("pin_memory only helps copies to a GPU; ignored on CPU")
     if settings.num_workers > 0:
         kwargs["worker_init_fn"] = _worker_init
         kwargs["persistent_workers"] = settings.persistent_workers
@@ -327,10 +326,16 @@ def _call(model, inputs):
     return model(inputs)
 
 
-def _sync(device: torch.device) -> Callable[[], None]:
+def _sync(device) -> Callable[[], None]:
+    """The synchronisation before each clock read: CUDA's; a simulated device's queue is drained only
+    at the window's ends (per step it would forbid the run-ahead being measured)."""
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
+
+
+def _device(device):
+    return sim.SimDevice(sim.parse(device)) if sim.is_sim(device) else torch.device(device)
 
 
 # ---------------------------------------------------------------------------
@@ -353,21 +358,10 @@ class _Trial:
         self.micro_batch = settings.micro_batch or workload.batch_size
         self.accum = settings.accumulation_steps
         self.channels_last = settings.channels_last and workload.convolutional
-        lr = float(workload.lr or 1e-3)
-        torch.manual_seed(seed)
-        model = copy.deepcopy(workload.model).to(device)
-        model = apply.prepare_model(torch, settings.replace(compile=False), model, workload.convolutional)
-        model.train()
-        if distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
-            model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.model = model
-        self.run_model = apply.prepare_model(torch, Settings(compile=settings.compile), model)
-        self.optimizer = _optimizer(model, lr, settings, notes)
-        self.scheduler = _schedule(self.optimizer, settings, lr, warmup_steps + steps)
-        self.scaler = _scaler(settings, device, notes)
-        self.autocast = apply.autocast(torch, settings, device.type)
+        self.sim = device if isinstance(device, sim.SimDevice) else None
+        self.sync_each_step = False
+        if self.sim is None:
+            self._model(workload, settings, device, warmup_steps + steps, seed, distributed, notes)
         self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
                                                  distributed)
         self.iterator = None
@@ -384,6 +378,24 @@ class _Trial:
                 self.cached.append(((self._to_device(inputs, self.channels_last),
                                      self._to_device(target, False)), indices))
             self.iterator = None  # shut the DataLoader's workers down before timing
+
+    def _model(self, workload: Workload, settings: Settings, device: torch.device, total_steps: int, seed: int,
+               distributed: Optional[dict], notes: list) -> None:
+        lr = float(workload.lr or 1e-3)
+        torch.manual_seed(seed)
+        model = copy.deepcopy(workload.model).to(device)
+        model = apply.prepare_model(torch, settings.replace(compile=False), model, workload.convolutional)
+        model.train()
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.model = model
+        self.run_model = apply.prepare_model(torch, Settings(compile=settings.compile), model)
+        self.optimizer = _optimizer(model, lr, settings, notes)
+        self.scheduler = _schedule(self.optimizer, settings, lr, total_steps)
+        self.scaler = _scaler(settings, device, notes)
+        self.autocast = apply.autocast(torch, settings, device.type)
 
     # -- batches ---------------------------------------------------------
     def _from_loader(self):
@@ -422,6 +434,9 @@ class _Trial:
         if not self.cached:
             inputs = self._to_device(inputs, self.channels_last)
             target = self._to_device(target, False)
+        if self.sim is not None:  # no model: its work on the device, launched by the host
+            self.sim.compute(self.micro_batch)
+            return None
         # DDP all-reduces gradients on the last micro-batch of a step only.
         no_sync = self.distributed is not None and not last
         with (self.model.no_sync() if no_sync else contextlib.nullcontext()):
@@ -435,6 +450,9 @@ class _Trial:
         return loss.detach()
 
     def optimizer_step(self) -> None:
+        if self.sim is not None:
+            self.sim.end_step(self.sync_each_step)
+            return
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -449,6 +467,14 @@ class _Trial:
         losses = [self.micro(self.fetch(), m == self.accum - 1) for m in range(self.accum)]
         self.optimizer_step()
         return losses
+
+    def drain(self, sync, start: bool = False) -> None:
+        """The device idle at the window's ends; at its start, a simulated device's counters reset."""
+        sync()
+        if self.sim is not None:
+            self.sim.drain()
+            if start:
+                self.sim.reset()
 
     def close(self) -> None:
         self.iterator = None  # shuts the DataLoader's workers down, also after an error
@@ -493,6 +519,7 @@ def run_trial(
     distributed: Optional[dict] = None,
     target_loss: Optional[float] = None,
     stop_at_target: bool = False,
+    sync_each_step: bool = False,
 ) -> dict:
     """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``.
 
@@ -503,7 +530,8 @@ def run_trial(
     ``stop_at_target`` the timed window ends at the first step whose running
     mean loss is below it (a convergence run: ``steps`` is then a cap, the
     result's ``steps`` is what ran and ``steps_requested`` the cap).  Returns
-    the result dict documented in docs/engine.md.
+    the result dict documented in docs/engine.md.  ``device`` ``sim:...`` is a simulated accelerator
+    (:mod:`debtorch.train.sim`: no model runs); ``sync_each_step`` reads its loss every step.
     """
     if isinstance(settings, dict):
         settings = Settings.from_dict(settings)
@@ -514,12 +542,20 @@ def run_trial(
         raise TrialError("steps must be >= 1 and warmup_steps >= 0")
     if compute_only and not instrument:
         raise TrialError("compute_only is an instrumented mode")
-    goal = workload.target_loss if target_loss is None else float(target_loss)
+    device = _device(device)
+    simulated = isinstance(device, sim.SimDevice)
+    goal = None if simulated else workload.target_loss if target_loss is None else float(target_loss)
     if stop_at_target and (not instrument or goal is None):
-        raise TrialError("stop_at_target needs an instrumented trial and a target loss")
-    device = torch.device(device)
+        raise TrialError("stop_at_target needs an instrumented trial and a target loss"
+                         + (" (a simulated accelerator runs no model)" if simulated else ""))
+    if sync_each_step and not simulated:
+        raise TrialError("sync_each_step applies to a simulated accelerator (sim:RATE)")
     notes: list = []
-    if settings.channels_last and not workload.convolutional:
+    idle = [f for f in ("precision", "tf32", "cudnn_benchmark", "channels_last", "fused_optimizer", "compile")
+            if getattr(settings, f) != getattr(Settings(), f)] if simulated else []
+    if idle:
+        notes.append(f"{device.spec.words()}: no model runs, so {', '.join(idle)} change nothing here")
+    elif settings.channels_last and not workload.convolutional and not simulated:
         notes.append("channels_last applies to convolutional workloads; ignored")
     if settings.nproc > 1 and not distributed:
         notes.append("nproc > 1 runs through the distributed launcher; this trial used one process")
@@ -537,9 +573,10 @@ def run_trial(
     settle = 0 if compute_only else settle_steps(settings)
     # A timed window shorter than the queue reads the queue, not the loader (see settle_steps).
     steps = max(steps, settle)
-    with _torch_state(settings, device, notes):
+    with _torch_state(settings, device, notes if not simulated else []):
         trial = _Trial(workload, settings, device, steps, warmup_steps + settle, seed, compute_only,
                        distributed, notes)
+        trial.sync_each_step = sync_each_step
         gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -560,6 +597,7 @@ def run_trial(
                     timed = _timed_window(trial, steps, _sync(device), profiler, progress, gauges, stop)
                 else:
                     timed = _bare_window(trial, steps, _sync(device), progress)
+            timed["sim"] = _sim_result(trial, timed) if simulated else None
             if gauges is not None:
                 gauges.timing = False
                 gauges.between_steps(force=True)
@@ -575,6 +613,7 @@ def run_trial(
             "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
             "threads": torch.get_num_threads(),
             "profile_trace": _trace_path(profile_dir) if profile_dir else None,
+            "sim": timed["sim"],
         })
     del trial
     gc.collect()
@@ -594,7 +633,7 @@ def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
     clock = time.perf_counter
     step_s, data_s, compute_s, step_losses = [], [], [], []
     last = trial.accum - 1
-    sync()
+    trial.drain(sync, start=True)
     window_start = clock()
     for s in range(steps):
         losses, waited, worked = [], 0.0, 0.0
@@ -624,7 +663,7 @@ def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
             gauges.between_steps()
         if stop is not None and stop(step_losses):
             break
-    sync()
+    trial.drain(sync)
     wall = clock() - window_start
     return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
 
@@ -633,12 +672,12 @@ def _bare_window(trial: _Trial, steps: int, sync, progress) -> dict:
     """The same steps with one clock read at each end; losses read afterwards."""
     clock = time.perf_counter
     pending = []
-    sync()
+    trial.drain(sync, start=True)
     window_start = clock()
     for s in range(steps):
         pending.append(trial.step())
         progress("timed", s + 1, steps)
-    sync()
+    trial.drain(sync)
     wall = clock() - window_start
     return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
             "losses": [_mean_loss(x) for x in pending]}
@@ -697,13 +736,22 @@ def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_
     return out
 
 
-def _mean_loss(losses: list) -> float:
+def _mean_loss(losses: list) -> Optional[float]:
+    if losses and losses[0] is None:
+        return None  # a simulated accelerator: no model, no loss
     return float(torch.stack([x.float() for x in losses]).mean()) if losses else float("nan")
+
+
+def _sim_result(trial: _Trial, timed: dict) -> dict:
+    """What the simulated device did per timed step: its work, the host's waits for it, the staging copies."""
+    d, steps = trial.sim, max(1, len(timed["losses"]))
+    return {"spec": d.spec.text(), "words": d.spec.words(), "rate": d.spec.rate, "sync_each_step": trial.sync_each_step,
+            "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps}
 
 
 def _first_nonfinite(losses: list) -> Optional[int]:
     for i, x in enumerate(losses):
-        if not math.isfinite(x):
+        if x is not None and not math.isfinite(x):
             return i
     return None
 

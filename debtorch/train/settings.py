@@ -12,10 +12,29 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from debtorch import schema
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 START_METHODS = ("fork", "forkserver", "spawn")
 LR_SCHEDULES = ("constant", "onecycle")
 DEVICES = ("cpu", "cuda")
+# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use.
+COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
+PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
+PREFETCH_MAX = 256        # batches ahead per worker: each one is held in memory
+MAX_LR = 1000.0
+COUNT = schema.integer(1, COUNT_MAX)
+FIELDS: dict[str, schema.Spec] = {     # each field's type and bounds (None: unset, where the default is None)
+    **dict.fromkeys(("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark", "channels_last",
+                     "fused_optimizer", "compile", "non_blocking"), schema.BOOL),
+    "num_workers": schema.integer(0, PROCESS_MAX), "threads": schema.integer(1, PROCESS_MAX),
+    "nproc": schema.integer(1, PROCESS_MAX), "prefetch_factor": schema.integer(1, PREFETCH_MAX),
+    "micro_batch": COUNT, "accumulation_steps": COUNT,
+    "start_method": schema.one_of(*START_METHODS), "precision": schema.one_of(*PRECISIONS),
+    "backend": schema.one_of("nccl", "gloo"), "lr_schedule": schema.one_of(*LR_SCHEDULES),
+    "max_lr": schema.number(f"a number > 0 and at most {MAX_LR:g}", lambda v: 0 < v <= MAX_LR),
+    "pct_start": schema.number("a number between 0 and 1", lambda v: 0 < v < 1),
+}
 
 
 @dataclass
@@ -46,37 +65,14 @@ class Settings:
     pct_start: float = 0.3                  # OneCycleLR share of steps spent warming up
 
     def validate(self) -> list[str]:
-        """Problems with these values, one short line each (empty when fine)."""
-        errs = []
-        if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            errs.append("num_workers must be an integer >= 0")
-        if self.prefetch_factor is not None and (not isinstance(self.prefetch_factor, int) or self.prefetch_factor < 1):
-            errs.append("prefetch_factor must be an integer >= 1")
-        if self.prefetch_factor is not None and self.num_workers == 0:
-            errs.append("prefetch_factor needs num_workers > 0")
-        if self.persistent_workers and self.num_workers == 0:
-            errs.append("persistent_workers needs num_workers > 0")
-        if self.start_method is not None and self.start_method not in START_METHODS:
-            errs.append(f"start_method must be one of {', '.join(START_METHODS)}")
-        if self.precision not in PRECISIONS:
-            errs.append(f"precision must be one of {', '.join(PRECISIONS)}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            errs.append("threads must be an integer >= 1")
-        if not isinstance(self.nproc, int) or self.nproc < 1:
-            errs.append("nproc must be an integer >= 1")
-        if self.backend is not None and self.backend not in ("nccl", "gloo"):
-            errs.append("backend must be nccl or gloo")
-        if self.micro_batch is not None and (not isinstance(self.micro_batch, int) or self.micro_batch < 1):
-            errs.append("micro_batch must be an integer >= 1")
-        if not isinstance(self.accumulation_steps, int) or self.accumulation_steps < 1:
-            errs.append("accumulation_steps must be an integer >= 1")
-        if self.lr_schedule not in LR_SCHEDULES:
-            errs.append(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}")
-        if self.max_lr is not None and not (isinstance(self.max_lr, (int, float)) and self.max_lr > 0):
-            errs.append("max_lr must be a number > 0")
-        if not (isinstance(self.pct_start, (int, float)) and 0 < self.pct_start < 1):
-            errs.append("pct_start must be between 0 and 1")
-        return errs
+        """Problems with these values, one short line each (empty when fine): the bounds of
+        :data:`FIELDS` (which the config file has too), then what one field needs of another."""
+        try:
+            schema.check({k: v for k, v in self.to_dict().items() if v is not None or k not in OPTIONAL}, FIELDS)
+        except schema.Invalid as exc:
+            return [str(exc)]
+        return [f"{name} needs num_workers > 0" for name in ("prefetch_factor", "persistent_workers")
+                if getattr(self, name) not in (None, False) and self.num_workers == 0]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -94,10 +90,12 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def short(self) -> str:
-        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl'."""
+        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl' ('np': workers not persistent)."""
         parts = [f"w{self.num_workers}"]
         if self.prefetch_factor is not None:
             parts.append(f"pf{self.prefetch_factor}")
+        if self.num_workers and not self.persistent_workers:
+            parts.append("np")
         if self.pin_memory:
             parts.append("pin")
         parts.append(self.precision)
@@ -108,6 +106,9 @@ class Settings:
         if self.compile:
             parts.append("compile")
         return " ".join(parts)
+
+
+OPTIONAL = {f.name for f in dataclasses.fields(Settings) if f.default is None}
 
 
 def defaults() -> Settings:

@@ -11,6 +11,7 @@ import sys
 from typing import Optional
 
 from debtorch.hostwaits import count_host_waits, workload_file
+from debtorch.train import sim
 from debtorch.transport import server
 from debtorch.transport.server import PROTOCOL_VERSION, BadRequest, RequestError
 
@@ -168,6 +169,7 @@ class Session(server.Session):
             sample_memory=bool(req.get("sample_memory", True)), profile_dir=req.get("profile_dir"),
             on_step=on_step, compute_only=(mode == "compute_only"),
             target_loss=req.get("target_loss"), stop_at_target=bool(req.get("stop_at_target", False)),
+            sync_each_step=bool(req.get("sync_each_step", False)),
         )
 
 
@@ -175,6 +177,12 @@ def check_device(device: str) -> None:
     """Raise a one-line error when this torch cannot use ``device``."""
     import torch
 
+    if sim.is_sim(device):
+        try:
+            sim.parse(device)
+        except ValueError as exc:
+            raise DeviceError(str(exc)) from None
+        return
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -186,7 +194,7 @@ def check_device(device: str) -> None:
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise DeviceError(f"device {device} requested but only {torch.cuda.device_count()} GPU(s) are visible")
     elif dev.type != "cpu":
-        raise DeviceError(f"device {device}: only cpu and cuda are supported")
+        raise DeviceError(f"device {device}: only cpu, cuda and sim:RATE are supported")
 
 
 class DeviceError(RequestError):

@@ -8,25 +8,22 @@ Writing uses tomlkit (python3-tomlkit in Debian 12 is 0.11.7: only its old
 API is used) and :mod:`debtorch.outputs` (atomic: a temporary file created
 exclusively in the same directory, then ``os.link``, which never replaces an
 existing file, or, with ``force``, ``os.replace`` over a regular file only).
-Loading uses the standard library's tomllib, then checks
-every key: an unknown key or a bad value is one line naming the file, the
-line and the key.  Nothing in a config file is ever executed or imported.
+Loading uses the standard library's tomllib, then checks every key against
+:data:`SCHEMA` (:mod:`debtorch.schema`): an unknown key or a bad value is one
+line naming the file, the line and the key.  Nothing in a config file is ever executed or imported.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
-import json
-import math
 import re
-import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Optional
 
 from debtorch.__about__ import __version__
-from debtorch import outputs
-from debtorch.train.settings import LR_SCHEDULES, PRECISIONS, START_METHODS, Settings
+from debtorch import inputs, outputs, schema
+from debtorch.train import sim
+from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
 
 SCHEMA_VERSION = 1
 
@@ -41,9 +38,7 @@ TABLES = {
 }
 TABLE_OF = {name: table for table, names in TABLES.items() for name in names}
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
-TUNED_KEYS = ("by", "date", "debtorch_version", "device", "workload", "budget_s")
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-MAX_CONFIG_BYTES = 4 * 1024 * 1024
 # What a setting left out of the file (None) means.
 UNSET = {
     "prefetch_factor": "PyTorch's default, 2 batches per worker",
@@ -53,7 +48,6 @@ UNSET = {
     "micro_batch": "the training script's own batch size",
     "max_lr": "the optimizer's learning rate",
 }
-TOP_LEVEL = ("schema_version",) + tuple(TABLES) + ("limits", "env", "tuned", "fingerprint")
 
 
 class ConfigError(Exception):
@@ -71,7 +65,7 @@ class ConfigFile:
     total_steps: Optional[int] = None
     epochs: Optional[int] = None
     path: Optional[str] = None
-    oversubscribe: bool = False   # [limits]: the values are deliberate, whatever the machine
+    oversubscribe: bool = False   # [limits]: tune was told --oversubscribe (a record: only a loader lifts the bound)
 
     @property
     def device(self) -> str:
@@ -79,88 +73,15 @@ class ConfigFile:
 
 
 # ---------------------------------------------------------------------------
-# Values: each checker returns an error (without the key) or None.
-
-
-def _show(v: Any) -> str:
-    """A value as the error message quotes it: TOML-like, one line, short."""
-    if isinstance(v, bool):
-        s = "true" if v else "false"
-    elif isinstance(v, str):
-        s = json.dumps(v, ensure_ascii=False)
-    elif isinstance(v, (int, float)):
-        s = repr(v)
-    elif isinstance(v, dict):
-        s = "a table"
-    elif isinstance(v, list):
-        s = "an array"
-    else:
-        s = str(v)
-    s = s.replace("\n", "\\n").replace("\r", "\\r")
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
-
-
-def _int_range(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
-    def check(v: Any) -> Optional[str]:
-        return None if _is_int(v) and lo <= v <= hi else f"must be an integer from {lo} to {hi}"
-    return check
-
-
-def _bool(v: Any) -> Optional[str]:
-    return None if isinstance(v, bool) else "must be true or false"
-
-
-def _choice(*choices: str) -> Callable[[Any], Optional[str]]:
-    def check(v: Any) -> Optional[str]:
-        return None if isinstance(v, str) and v in choices else f"must be one of {', '.join(choices)}"
-    return check
-
-
-def _positive(hi: float) -> Callable[[Any], Optional[str]]:
-    def check(v: Any) -> Optional[str]:
-        return None if _is_num(v) and 0 < v <= hi else f"must be a number > 0 and at most {hi:g}"
-    return check
-
-
-def _fraction(v: Any) -> Optional[str]:
-    return None if _is_num(v) and 0 < v < 1 else "must be a number between 0 and 1"
-
-
-def _text(v: Any) -> Optional[str]:
-    if not isinstance(v, str):
-        return "must be a string"
-    if any(c in v for c in "\n\r\x00"):
-        return "must be one line"
-    return None
-
-
-def _text_list(v: Any) -> Optional[str]:
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        return "must be an array of strings"
-    return None
-
-
-# ---------------------------------------------------------------------------
-# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use.
-# Workers, threads and processes are also bounded by the machine that runs them:
+# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use (the settings':
+# train/settings.FIELDS).  Workers, threads and processes are also bounded by the machine that runs them:
 # at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
 # processes together (processes x (1 + workers)) included, so that a typo or a
-# hostile file cannot start a storm of processes.  ``oversubscribe = true`` in
-# [limits] (tune and verify-train: --oversubscribe) lifts the machine's bound, never
-# PROCESS_MAX.  Every integer fits a signed 64-bit TOML integer.
+# hostile file cannot start a storm of processes.  Only the code or command line that
+# loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
+# verify-train --oversubscribe), never settings.PROCESS_MAX; ``oversubscribe = true`` in [limits]
+# records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
 
-COUNT_MAX = 2**31 - 1     # batches, steps, epochs: what a 32-bit counter in any loader or schedule holds
-PROCESS_MAX = 65536       # workers, threads or processes on one machine, even deliberately
-PREFETCH_MAX = 256        # batches ahead per worker: each one is held in memory
-MAX_LR = 1000.0
 BUDGET_MAX_S = 7 * 24 * 3600.0
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32
@@ -182,136 +103,43 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     why = f"at most {limit} here: {MACHINE_FACTOR} x {cpus} usable CPUs"
     for key in MACHINE_BOUND:
         v = values.get(key)
-        if _is_int(v) and v > limit:
+        if schema.is_int(v) and v > limit:
             return key, f"{v} is more than this machine can run ({why})"
     nproc, workers = values.get("nproc") or 1, values.get("num_workers") or 0
-    if _is_int(nproc) and _is_int(workers) and nproc * (1 + workers) > limit:
+    if schema.is_int(nproc) and schema.is_int(workers) and nproc * (1 + workers) > limit:
         return "num_workers", (f"{nproc} process(es) x (1 + {workers} workers) = {nproc * (1 + workers)} processes, "
                                f"more than this machine can run ({why})")
     return None
 
 
-OVERSUBSCRIBE_HINT = "set oversubscribe = true in [limits] to allow it deliberately"
+OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or verify-train --oversubscribe "
+                      "to allow it deliberately")
 
 
-CHECKS: dict[str, Callable[[Any], Optional[str]]] = {
-    "num_workers": _int_range(0, PROCESS_MAX),
-    "pin_memory": _bool,
-    "prefetch_factor": _int_range(1, PREFETCH_MAX),
-    "persistent_workers": _bool,
-    "start_method": _choice(*START_METHODS),
-    "precision": _choice(*PRECISIONS),
-    "tf32": _bool,
-    "cudnn_benchmark": _bool,
-    "channels_last": _bool,
-    "fused_optimizer": _bool,
-    "compile": _bool,
-    "non_blocking": _bool,
-    "threads": _int_range(1, PROCESS_MAX),
-    "nproc": _int_range(1, PROCESS_MAX),
-    "backend": _choice("nccl", "gloo"),
-    "micro_batch": _int_range(1, COUNT_MAX),
-    "accumulation_steps": _int_range(1, COUNT_MAX),
-    "lr_schedule": _choice(*LR_SCHEDULES),
-    "max_lr": _positive(MAX_LR),
-    "pct_start": _fraction,
-    "total_steps": _int_range(1, COUNT_MAX),
-    "epochs": _int_range(1, COUNT_MAX),
+def _is_device(v) -> bool:
+    """cpu, cuda, or a simulated accelerator's full spec (as tune writes it)."""
+    try:
+        return v in DEVICES or bool(sim.parse(v))
+    except (ValueError, TypeError):
+        return False
+
+
+DEVICE = schema.Value(('"cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec', _is_device))
+TEXT = schema.text(max_len=4096, one_line=True)
+TEXTS = schema.List(TEXT, max_len=4096, expect="an array of strings")
+SCHEMA: dict[str, schema.Spec] = {
+    "schema_version": schema.ANY,        # checked first, with its own words
+    **{table: {k: FIELDS.get(k, COUNT) for k in names + (SCHEDULE_EXTRA if table == "schedule" else ())}
+       for table, names in TABLES.items()},
+    "limits": {"oversubscribe": schema.BOOL},
+    "env": schema.Table({"*": TEXT}, keys=("an environment variable name (A-Z, 0-9, _)", ENV_NAME.match)),
+    "tuned": {"by": schema.one_of("rules", "measured"), "date": TEXT, "debtorch_version": TEXT,
+              "device": DEVICE, "workload": TEXT,
+              "budget_s": schema.number(f"a number > 0 and at most {BUDGET_MAX_S:g}", lambda v: 0 < v <= BUDGET_MAX_S)},
+    "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,
+                    "driver": TEXT, "python": TEXT, "torch": TEXT, "torch_cuda": TEXT},
 }
-LIMITS_CHECKS = {"oversubscribe": _bool}
-TUNED_CHECKS = {
-    "by": _choice("rules", "measured"),
-    "date": _text,
-    "debtorch_version": _text,
-    "device": _choice("cpu", "cuda"),
-    "workload": _text,
-    "budget_s": _positive(BUDGET_MAX_S),
-}
-FINGERPRINT_CHECKS = {
-    "arch": _text, "cpu_model": _text, "usable_cpus": _int_range(1, COUNT_MAX), "cpu_bf16": _text_list, "gpus": _text_list,
-    "driver": _text, "python": _text, "torch": _text, "torch_cuda": _text,
-}
-
-
-# ---------------------------------------------------------------------------
-# Where a key is: tomllib gives no positions, so find the key's line in the text.
-
-_SEGMENT = re.compile(r'\s*("(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_-]+)\s*')
-
-
-def _split_key(text: str) -> Optional[list]:
-    """'a."b.c".d' -> ['a', 'b.c', 'd']; None when ``text`` is not a key."""
-    parts, pos = [], 0
-    while True:
-        m = _SEGMENT.match(text, pos)
-        if not m:
-            return None
-        seg = m.group(1)
-        if seg[0] == '"':
-            try:
-                seg = json.loads(seg)
-            except ValueError:
-                seg = seg[1:-1]
-        elif seg[0] == "'":
-            seg = seg[1:-1]
-        parts.append(seg)
-        pos = m.end()
-        if pos == len(text):
-            return parts
-        if text[pos] != ".":
-            return None
-        pos += 1
-
-
-def key_lines(text: str) -> dict:
-    """{dotted key: first line number} for tables and keys in TOML ``text``.
-
-    A scanner, not a parser: good enough to point at a line, never raises.
-    Keys inside inline tables point at the inline table's line.
-    """
-    lines: dict = {}
-    table: list = []
-    in_multiline: Optional[str] = None
-    for no, line in enumerate(str(text).splitlines(), start=1):
-        if in_multiline:
-            if line.count(in_multiline) % 2 == 1:
-                in_multiline = None
-            continue
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        m = re.match(r"^\[\[?\s*(.*?)\s*\]\]?\s*(#.*)?$", stripped)
-        if m and not re.match(r"^\[\s*[^\]]*=", stripped):
-            parts = _split_key(m.group(1))
-            if parts is not None:
-                table = parts
-                lines.setdefault(".".join(table), no)
-                continue
-        key, eq, rest = stripped.partition("=")
-        if not eq:
-            continue
-        parts = _split_key(key.strip())
-        if parts is None:
-            continue
-        full = table + parts
-        for i in range(len(table) + 1, len(full) + 1):
-            lines.setdefault(".".join(full[:i]), no)
-        for quote in ('"""', "'''"):
-            if rest.count(quote) % 2 == 1:
-                in_multiline = quote
-                break
-    return lines
-
-
-def line_of(lines: dict, dotted: str) -> int:
-    """The line of ``dotted``, else of its nearest parent, else 1."""
-    parts = dotted.split(".")
-    while parts:
-        no = lines.get(".".join(parts))
-        if no is not None:
-            return no
-        parts.pop()
-    return 1
+ORDER = {key: i for i, key in enumerate(SCHEMA)}      # the order problems are looked for in
 
 
 # ---------------------------------------------------------------------------
@@ -324,108 +152,45 @@ def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
     ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
     threads and processes (see :func:`machine_problem`); None checks the ranges only."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than 4 MiB; not a debtorch config")
-    try:
-        text = data.decode("utf-8")  # TOML is UTF-8 (toml.io, "Spec")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text") from None
+        text = inputs.read_text(path, inputs.MAX_CONFIG, what="a debtorch config")
+    except inputs.InputError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(text, path, cpus)
 
 
 def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = None) -> ConfigFile:
     """Check config ``text``; ``name`` is the file name used in error messages; ``cpus`` as for
     :func:`load_config`."""
-    try:
-        doc = tomllib.loads(text)
-    except RecursionError:
-        raise ConfigError(f"{name}: not valid TOML (nested too deeply)") from None
-    except tomllib.TOMLDecodeError as exc:
-        msg = str(exc).replace("\n", " ")
-        m = re.search(r"\s*\(at line (\d+), column \d+\)\s*$", msg)
-        line = int(m.group(1)) if m else 1
-        if m:
-            msg = msg[: m.start()]
-        elif re.search(r"\(at end of document\)\s*$", msg):
-            line = max(1, len(text.splitlines()))
-            msg = re.sub(r"\s*\(at end of document\)\s*$", "", msg)
-        raise ConfigError(f"{name}:{line}: not valid TOML: {msg}") from None
-    lines = key_lines(text)
+    doc = schema.parse_toml(text, name, ConfigError)
 
-    def fail(key: str, msg: str) -> ConfigError:
-        return ConfigError(f"{name}:{line_of(lines, key)}: {key}: {msg}")
+    def fail(key: str, problem: str) -> ConfigError:
+        return ConfigError(schema.place(schema.Invalid(key, problem), name, text))
 
-    for key in doc:
-        if key not in TOP_LEVEL:
-            raise fail(key, f"unknown key (known: {', '.join(TOP_LEVEL)})")
     version = doc.get("schema_version")
     if version is None:
-        raise ConfigError(f"{name}:1: schema_version: missing; was this written by 'debtorch tune --write'?")
-    if not _is_int(version) or version != SCHEMA_VERSION:
-        raise fail("schema_version", f"this debtorch reads {SCHEMA_VERSION} (got {_show(version)})")
-
-    values: dict = {}
-    extra: dict = {}
-    for table, names in TABLES.items():
-        section = doc.get(table, {})
-        if not isinstance(section, dict):
-            raise fail(table, f"must be a table (got {_show(section)})")
-        allowed = names + (SCHEDULE_EXTRA if table == "schedule" else ())
-        for key, value in section.items():
-            dotted = f"{table}.{key}"
-            if key not in allowed:
-                hint = f"; it belongs in [{TABLE_OF[key]}]" if key in TABLE_OF else ""
-                raise fail(dotted, f"unknown key (known: {', '.join(allowed)}){hint}")
-            err = CHECKS[key](value)
-            if err:
-                raise fail(dotted, f"{err} (got {_show(value)})")
-            (values if key in names else extra)[key] = value
-
-    limits = _checked_table(doc, "limits", LIMITS_CHECKS, fail)
-    oversubscribe = bool(limits.get("oversubscribe"))
-    bad = None if oversubscribe else machine_problem(values, cpus)
+        raise fail("schema_version", "missing; was this written by 'debtorch tune --write'?")
+    if not schema.is_int(version) or version != SCHEMA_VERSION:
+        raise fail("schema_version", f"this debtorch reads {SCHEMA_VERSION} (got {schema.show(version)})")
+    try:   # unknown tables first, then the settings, then what records how they were chosen
+        schema.check(dict(sorted(doc.items(), key=lambda kv: ORDER.get(kv[0], -1))), SCHEMA)
+    except schema.Invalid as exc:
+        key = exc.path.rpartition(".")[2]
+        hint = f"; it belongs in [{TABLE_OF[key]}]" if exc.problem.startswith("unknown key") and key in TABLE_OF else ""
+        raise fail(exc.path, exc.problem + hint) from None
+    values = {k: v for table in TABLES for k, v in doc.get(table, {}).items() if k in TABLE_OF}
+    bad = machine_problem(values, cpus)   # the file's own [limits] never lifts it: only its loader may
     if bad:
-        key, msg = bad
-        raise fail(f"{TABLE_OF[key]}.{key}", f"{msg}; {OVERSUBSCRIBE_HINT}")
+        raise fail(f"{TABLE_OF[bad[0]]}.{bad[0]}", f"{bad[1]}; {OVERSUBSCRIBE_HINT}")
     settings = Settings(**values)
     for problem in settings.validate():
         # Settings.validate names the field first: "prefetch_factor needs num_workers > 0".
         fname = problem.split()[0]
-        dotted = f"{TABLE_OF.get(fname, 'loader')}.{fname}"
-        raise fail(dotted, problem[len(fname):].strip())
-
-    env = _checked_table(doc, "env", None, fail)
-    tuned = _checked_table(doc, "tuned", TUNED_CHECKS, fail)
-    fingerprint = _checked_table(doc, "fingerprint", FINGERPRINT_CHECKS, fail)
-    return ConfigFile(settings=settings, env=env, fingerprint=fingerprint, tuned=tuned,
-                      total_steps=extra.get("total_steps"), epochs=extra.get("epochs"), path=name,
-                      oversubscribe=oversubscribe)
-
-
-def _checked_table(doc: dict, table: str, checks: Optional[dict], fail) -> dict:
-    section = doc.get(table, {})
-    if not isinstance(section, dict):
-        raise fail(table, f"must be a table (got {_show(section)})")
-    out = {}
-    for key, value in section.items():
-        dotted = f"{table}.{key}"
-        if checks is None:  # [env]: NAME = "value"
-            if not ENV_NAME.match(key):
-                raise fail(dotted, "not an environment variable name (A-Z, 0-9, _)")
-            err = _text(value)
-        else:
-            if key not in checks:
-                raise fail(dotted, f"unknown key (known: {', '.join(checks)})")
-            err = checks[key](value)
-        if err:
-            raise fail(dotted, f"{err} (got {_show(value)})")
-        out[key] = value
-    return out
+        raise fail(f"{TABLE_OF.get(fname, 'loader')}.{fname}", problem[len(fname):].strip())
+    schedule = doc.get("schedule", {})
+    return ConfigFile(settings=settings, env=doc.get("env", {}), fingerprint=doc.get("fingerprint", {}),
+                      tuned=doc.get("tuned", {}), total_steps=schedule.get("total_steps"),
+                      epochs=schedule.get("epochs"), path=name,
+                      oversubscribe=bool(doc.get("limits", {}).get("oversubscribe")))
 
 
 # ---------------------------------------------------------------------------
@@ -479,8 +244,8 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
         doc.add(table, t)
     if getattr(rec, "oversubscribe", False):
         t = tomlkit.table()
-        t.add(tomlkit.comment("asked (--oversubscribe): workers, threads and processes beyond what this machine "
-                              f"runs well ({MACHINE_FACTOR} x its usable CPUs) are deliberate"))
+        t.add(tomlkit.comment(f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
+                              "usable CPUs); load with debtorch.load(path, oversubscribe=True)"))
         t.add("oversubscribe", True)
         doc.add("limits", t)
     env = tomlkit.table()
@@ -529,6 +294,6 @@ def write_config(path: str, rec, fingerprint: dict, tuned: dict, force: bool = F
     text = render_config(rec, fingerprint, tuned)
     # What we write must load, on the machine it was tuned for: a bug here, or a number no
     # config may hold, must not reach the user's file.
-    parse_config(text, path, fingerprint.get("usable_cpus"))
+    parse_config(text, path, None if getattr(rec, "oversubscribe", False) else fingerprint.get("usable_cpus"))
     write_atomic(path, text, force=force)
     return text

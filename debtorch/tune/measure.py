@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 from debtorch.budget import Budget, Where, stopped
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
+from debtorch.train import sim
 from debtorch.train.runner import TrainingWorker
 from debtorch.transport.client import START_TIMEOUT, WorkerError, WorkerTimeout, worker_python
 from debtorch.tune import rules
@@ -78,6 +79,8 @@ class MeasureOptions:
 def precisions_for(rec: Recommendation, facts) -> list:
     """The precisions worth measuring on this device (never one the hardware lacks)."""
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
+    if sim.is_sim(rec.device):
+        return ["fp32"]  # no model runs
     if rec.device == "cuda":
         cc = Machine.oldest_cc(m.compute_gpus)
         if cc and cc >= (8, 0):
@@ -91,11 +94,12 @@ def precisions_for(rec: Recommendation, facts) -> list:
 def apply_result(rec: Recommendation, result: Result) -> Recommendation:
     """Put the measured settings and their reasons into ``rec`` (in place; returned)."""
     rec.settings = result.best
+    against = f"; measured against a {sim.parse(rec.device).words()}" if sim.is_sim(rec.device) else ""
     for dim, choice in result.choices.items():
         for name in choice.fields or (dim,):
             if not choice.measured:
                 continue  # the rule's reason stands
-            rec.reasons[name] = Reason(choice.rule, choice.text)
+            rec.reasons[name] = Reason(choice.rule, choice.text + against)
     close = result.close_call()
     if close:
         # Not one winner: say so beside every measured setting in which the two differ.
@@ -113,7 +117,7 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
 
 
 class EngineTrials:
-    """Trials in a worker process of the target interpreter (the engine's Worker).
+    """Trials in a worker process of the target interpreter (the engine's TrainingWorker).
 
     A worker that dies in a trial (a DataLoader killed by a bus error, the
     OOM killer) is restarted for the next one; the trial counts as failed.
@@ -304,7 +308,8 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
         if left < MIN_TRIALS * cost:
             raise _too_small(opts, before, budget.spent() - before, budget.spent() - before + MIN_TRIALS * cost)
         dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts),
-                             bool(trialer.info.get("convolutional")), max_workers=rec.max_workers)
+                             bool(trialer.info.get("convolutional")) and not sim.is_sim(rec.device),
+                             max_workers=rec.max_workers)
         search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial, clock=clock)
         try:
             result = search.run(rec.settings, dims)

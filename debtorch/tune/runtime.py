@@ -31,6 +31,7 @@ from debtorch import fingerprint as fp_mod
 from debtorch.host import LiveHost, Unavailable
 from debtorch.train import apply
 from debtorch.tune.config import ConfigFile, load_config
+from debtorch.tune import watch as watch_mod
 
 _warned = False  # the fingerprint warning is given once per process
 
@@ -55,7 +56,7 @@ class Config:
 
     @property
     def device(self) -> str:
-        """The device type the settings were tuned for ("cpu" or "cuda")."""
+        """The device the settings were tuned for ("cpu", "cuda", or a simulated accelerator's "sim:..." spec)."""
         return self.file.device
 
     @property
@@ -136,6 +137,11 @@ class Config:
         """``{"fused": True}`` when the config asks for a fused optimizer (Adam, AdamW, SGD)."""
         return {"fused": True} if self.settings.fused_optimizer else {}
 
+    # -- watching the run ----------------------------------------------------
+    def watch(self, iterable: Any, **options: Any) -> Any:
+        """The loader, measured: data wait, host syncs and a verdict (``debtorch.watch``, docs/runtime.md)."""
+        return watch_mod.watch(iterable, **options)
+
     # -- schedule ----------------------------------------------------------
     def scheduler(self, optimizer: Any, total_steps: Optional[int] = None, steps_per_epoch: Optional[int] = None):
         """OneCycleLR over the run, or a constant schedule; call ``.step()`` after each optimizer step.
@@ -193,15 +199,15 @@ def _usable_cpus() -> Optional[int]:
         return None
 
 
-def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True) -> Config:
+def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True, oversubscribe: bool = False) -> Config:
     """Load a config written by ``debtorch tune --write``.
 
     Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
     key) when the file cannot be used, including workers, threads or processes
-    beyond what this machine runs (a few times its usable CPUs; ``oversubscribe =
-    true`` in ``[limits]`` allows them, docs/tune.md "Bounds").
+    beyond what this machine runs (a few times its usable CPUs), unless the caller
+    says ``oversubscribe=True``: a file cannot lift that bound by itself (docs/tune.md "Bounds").
     """
-    cfg = Config(load_config(path, cpus=_usable_cpus()))
+    cfg = Config(load_config(path, cpus=None if oversubscribe else _usable_cpus()))
     if warn_on_mismatch:
         check_fingerprint(cfg)
     return cfg

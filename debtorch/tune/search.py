@@ -34,8 +34,8 @@ Strategy (docs/tune.md, "Measurement"):
   in the machine hits every candidate alike.  After the first round the
   hopeless are dropped (below half the leader, and below what the noise seen
   so far could explain); after later rounds, those the leader beats beyond
-  noise (two standard errors of a difference of medians, the noise pooled
-  from every repeated measurement; medians, never means); from ``repeats``
+  noise (:meth:`Search.better`: Student's t on the pooled noise at the level
+  of Pocock's boundary, ``stats.Looks``: a race looks after every round); from ``repeats``
   rounds on, a field of more than two keeps only its better half.  A race
   runs at least ``repeats`` rounds and stops early only when what is left is
   within ``min_gain`` (3%) of the leader and a difference of twice that would
@@ -57,6 +57,10 @@ Strategy (docs/tune.md, "Measurement"):
   a reason must not come from noise).  Then their best values are raced
   together (every combination of each one's best two or three), and the
   settings decided earlier are revisited.
+* **A small space** (one pass over every point fits half the budget left, at the
+  longest trial so far) is measured whole, once, and its best ``2 x top`` race
+  with the rest: the benchmark's time target there is one pass plus the
+  repeats that resolve the leaders (docs/tune.md).
 * With budget left, close calls are settled where the search ended up: the
   chosen value against its alternatives in the final context, with up to
   twice as many rounds.
@@ -267,8 +271,8 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
 def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
                   max_workers: Optional[int] = None) -> list:
     """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
-    rules' split), the CPU split, then prefetch and pinned memory.  Processes stay as the rules
-    chose them: trials run one process."""
+    rules' split), the CPU split, then prefetch, pinned memory (any accelerator) and persistent
+    workers (a simulated one).  Processes stay as the rules chose them: trials run one process."""
     dims = []
     if len(precisions) > 1:
         dims.append(Dimension("precision", list(precisions), "tune.M003"))
@@ -276,10 +280,18 @@ def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: 
         dims.append(Dimension("channels_last", [False, True], "tune.M004"))
     dims.append(split_dimension(per_proc_cpus, device, max_workers))
     dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
-    if device == "cuda":
+    if device != "cpu":
         dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
                               fields=("pin_memory", "non_blocking")))
+    if device.startswith("sim:"):  # short trials span epochs: worker restarts show (docs/engine.md)
+        dims.append(Dimension("persistent_workers", [True, False], "tune.M001", needs=lambda s: s.num_workers > 0))
     return dims
+
+
+def dim_value(dim: Dimension, s: Settings) -> Any:
+    """``dim``'s value in the rules' settings ``s``, or where it means nothing there (prefetch without
+    workers), its first candidate (the rules' companion: prefetch 2, persistent workers)."""
+    return dim.get(s) if dim.active(s) and dim.get(s) in dim.values else dim.values[0]
 
 
 def joint(a: Dimension, b: Dimension, values: list) -> Dimension:
@@ -317,6 +329,7 @@ class Result:
     noise: float = 0.0                              # relative noise of one trial (robust sigma of log samples/s)
     interactions: list = field(default_factory=list)  # (dimension, dimension) pairs found to interact
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
+    looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
 
     def median(self, s: Settings) -> Optional[float]:
         vals = self.samples(s)
@@ -389,7 +402,8 @@ class Search:
         self.budget = float(budget_s)
         self.repeats = max(2, repeats)
         self.max_repeats = max(self.repeats, max_repeats)
-        self.z = z
+        self.z = z                # "practically equal": a difference of twice ``min_gain`` would show by z se
+        self.looks = stats.Looks(2, 3 * self.max_repeats)   # a pair's race, a revisit and the settle race (2x)
         self.min_gain = min_gain
         self.switch_z = switch_z
         self.on_trial = on_trial
@@ -447,44 +461,46 @@ class Search:
         """Robust relative noise: the spread of log(samples/s) around each config's
         median, pooled over configs measured at least twice (MAD x 1.4826).
         5% until something has been measured twice; never below 1%."""
-        res = []
-        for vals in self.samples.values():
-            logs = [math.log(v) for v in vals if v > 0]
-            n = len(logs)
-            if n >= 2:
-                m = statistics.median(logs)
-                res.extend(abs(x - m) * math.sqrt(n / (n - 1)) for x in logs if x != m)
-        return max(0.01, 1.4826 * statistics.median(res)) if res else 0.05
+        return self._noise()[0]
 
-    def _se(self, na: int, nb: int) -> float:
+    def _noise(self) -> tuple:
+        """(sigma, the pooled standard deviation of log samples/s with every residual clipped at 3 sigma
+        (Huber's winsorising: a trial another process slowed counts as a 3-sigma one), its degrees of freedom)."""
+        groups = [[math.log(v) for v in vals if v > 0] for vals in self.samples.values()]
+        groups = [g for g in groups if len(g) >= 2]
+        res = [abs(x - m) * math.sqrt(len(g) / (len(g) - 1)) for g in groups for m in [statistics.median(g)]
+               for x in g if x != m]
+        if not res:
+            return 0.05, 0.05, 0
+        sigma = max(0.01, 1.4826 * statistics.median(res))
+        ss = math.fsum(min(3 * sigma, abs(x - mu)) ** 2 for g in groups for mu in [math.fsum(g) / len(g)] for x in g)
+        df = sum(len(g) - 1 for g in groups)
+        return sigma, max(0.01, math.sqrt(ss / df)), df
+
+    def _se(self, na: int, nb: int, sigma: Optional[float] = None) -> float:
         """Standard error of a difference of two medians (in logs): a median's is 1.25x a mean's."""
-        return 1.2533 * self.sigma() * math.sqrt(1 / na + 1 / nb)
+        return 1.2533 * (sigma or self.sigma()) * math.sqrt(1 / na + 1 / nb)
 
-    def gap(self, a: Settings, b: Settings) -> float:
-        """How far apart (in log samples/s) the medians of ``a`` and ``b`` must be to count:
-        z standard errors of a difference of medians, and at least ``min_gain``."""
-        na, nb = self.n(a), self.n(b)
-        if not na or not nb:
-            return float("inf")
-        return max(math.log1p(self.min_gain), self.z * self._se(na, nb))
-
-    def better(self, a: Settings, b: Settings) -> bool:
-        """Is ``a`` clearly faster than ``b``?"""
+    def better(self, a: Settings, b: Settings, margin: float = 0.0) -> bool:
+        """Is ``a`` faster than ``b`` beyond noise (and by ``min_gain``)?  Their difference of medians (in logs)
+        less Student's t at the level of ``self.looks`` times its standard error must exceed ``margin``."""
         ma, mb = self.med(a), self.med(b)
-        if ma is None or mb is None or ma <= 0 or mb <= 0:
+        _, sd, df = self._noise()
+        if ma is None or mb is None or ma <= 0 or mb <= 0 or df < 1:
             return False
-        return math.log(ma) - math.log(mb) > self.gap(a, b)
+        d = math.log(ma) - math.log(mb)
+        t = stats.t_quantile((1 + self.looks.confidence) / 2, df)
+        return d > math.log1p(self.min_gain) and d - t * self._se(self.n(a), self.n(b), sd) > math.log1p(margin)
 
     def confirmed(self, a: Settings, b: Settings) -> bool:
         """Is ``a`` faster than ``b`` by enough to claim it in a reason (an interaction)?  Both are
         first brought to ``repeats`` samples (a median of two cannot outvote an outlier), and the
-        gap is twice a race's: many pairs are probed, and a claim must not come from noise."""
+        interval must lie above 1 + ``min_gain``: many pairs are probed, and a claim must not come from noise."""
         while min(self.n(a), self.n(b)) < self.repeats:
             for c in (a, b) if self.n(a) <= self.n(b) else (b, a):
                 if self.n(c) < self.repeats and self.measure(c) is None:
                     return False
-        ma, mb = self.med(a), self.med(b)
-        return math.log(ma) - math.log(mb) > 2 * self.gap(a, b)
+        return self.better(a, b, self.min_gain)
 
     def ahead(self, a: Settings, b: Settings) -> bool:
         """Is ``a``'s median ahead of ``b``'s by at least ``min_gain`` (and ``switch_z`` standard errors)?
@@ -544,9 +560,10 @@ class Search:
             self.phase = "start"
             if self.measure(start) is None:
                 raise RuntimeError(f"the starting settings failed: {self.errors[key(start)]}")
-            self._passes(dims, choices)
-            if self.interactions:
-                self._probe_pairs(dims, choices)
+            if not self._small_space(start, dims, choices):
+                self._passes(dims, choices)
+                if self.interactions:
+                    self._probe_pairs(dims, choices)
             self._refine(dims, choices)
         except BudgetSpent:
             stopped = "budget spent"  # the caller's table names the whole budget; this is only the search's share
@@ -555,9 +572,47 @@ class Search:
             if dim.name in choices:
                 choices[dim.name].changed = dim.get(best) != dim.get(start)
         result = Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
-                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found))
+                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found),
+                        looks=self.looks)
         result.runner_up, result.within_noise = self._runner_up(best)
         return result
+
+    def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
+        """A space whose one pass fits half the budget left (at the longest trial so far) is measured
+        whole, once; its ``2 x top`` best race, and the winner races each of its settings back at the
+        rules' value (kept unless the winner's leads by ``min_gain``): no order of decisions can miss
+        a point, and no noise moves a setting away from the rules."""
+        points = grid_points(start, dims)
+        if len(points) * max(t.seconds for t in self.trials) > (self.budget - self.spent) / 2:
+            return False
+        best, leaders, todo = start, [], list(dims)
+        try:
+            self.phase = "grid"
+            for p in points:
+                if not self.n(p):
+                    self.measure(p)
+            self.phase = "leaders"
+            leaders = self.race(sorted((p for p in points if self.med(p)), key=lambda p: -self.med(p))[: 2 * self.top])
+            best = self._leader(leaders) or start
+            while todo:
+                dim, rule = todo[0], dim_value(todo[0], start)
+                if dim.active(best) and dim.get(best) != rule:
+                    self.phase = dim.name
+                    self.race([best, dim.set(best, rule)])
+                    self._rank(dim, best)
+                    best, choices[dim.name] = self._choose(dim, best, dim.set(best, rule), best)
+                todo.pop(0)
+        finally:  # the budget may end on the way: what was not raced back is decided on what was measured
+            best = self.best = best if leaders else self._leader([p for p in points if self.med(p)]) or start
+            for dim in dims:
+                if dim.name not in choices or dim in todo:
+                    self._rank(dim, best)
+                    measured = dim.active(best) and len(self._tried(dim, best)) > 1
+                    choices[dim.name] = (self._choose(dim, best, best, best)[1] if measured else
+                                         Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
+                                                f"effect with {best.short()}", False, measured=False,
+                                                fields=dim.decides()))
+        return True
 
     def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
         """One dimension at a time from ``self.best``; later passes revisit a dimension only when

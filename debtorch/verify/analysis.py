@@ -10,9 +10,9 @@ How the numbers are made (docs/verify-train.md, "Honesty rules"):
 
 * every arm is summarised by the median over its repeats and the spread
   (min to max);
-* the speed-up is the ratio of medians, with a 95% interval from the paired
-  rounds (:mod:`debtorch.stats`: trials of one round ran back to back, so
-  drift hits both alike); a verdict only when the interval excludes 1,
+* the speed-up is the ratio of medians, with an interval from the paired
+  rounds (:mod:`debtorch.stats`: drift hits both alike) at the level of the
+  rounds' :class:`~debtorch.stats.Looks`; a verdict only when the interval excludes 1,
   otherwise "inconclusive" and how many more rounds would likely resolve it;
 * the instrumentation's cost is paired the same way: 1 - instrumented/bare
   samples per second, for the tuned settings in the same round; a negative
@@ -34,13 +34,14 @@ import statistics
 from typing import Optional
 
 from debtorch import stats
+from debtorch.train import sim
 from debtorch.train.settings import Settings
 
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
 LOSS_TOL_ABS = 0.02   # ... but a gap below this is never called a divergence
 
-ARMS = ("baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound")
+ARMS = ("baseline", "tuned", "tuned_bare", "tuned_sync", "baseline_bound", "tuned_bound")
 INSTRUMENTATION_MARGIN = 0.02   # a cost whose interval lies below 2% is "negligible" (issue 5's target)
 BOUND_MARGIN = 0.05             # a share whose interval lies within 5% of its bound has "reached" it
 RESULTS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE, stats.BELOW, stats.REACHED)
@@ -100,10 +101,10 @@ def _sps(results: list) -> list:
     return [(r or {}).get("samples_per_s") for r in results]
 
 
-def speedup(tuned: list, baseline: list) -> dict:
-    """Tuned over baseline: the ratio of medians over the paired rounds, its 95% interval
-    (``low``, ``high``) and ``verdict`` (faster, slower or inconclusive, see debtorch.stats)."""
-    out = stats.compare(_sps(tuned), _sps(baseline)).to_dict("ratio")
+def speedup(tuned: list, baseline: list, confidence: float = stats.CONFIDENCE) -> dict:
+    """Tuned over baseline: the ratio of medians over the paired rounds, its interval at
+    ``confidence`` (``low``, ``high``) and ``verdict`` (faster, slower or inconclusive, see debtorch.stats)."""
+    out = stats.compare(_sps(tuned), _sps(baseline), confidence=confidence).to_dict("ratio")
     out["pairs"] = paired_ratios(tuned, baseline)
     return out
 
@@ -231,6 +232,56 @@ def bound_fraction(arm: list, bound: list) -> dict:
     loading costs nothing): ``share`` with its interval and verdict (below, reached, inconclusive;
     above 100% beyond noise is a failed measurement)."""
     return stats.share(_sps(arm), _sps(bound), margin=BOUND_MARGIN).to_dict("share")
+
+
+# ---------------------------------------------------------------------------
+# A simulated accelerator (debtorch.train.sim): its rate is the bound, a per-step sync has a price
+
+
+def _per_step(r: dict) -> Optional[tuple]:
+    """(step, the host's waits for the device, the device's work) per step of a simulated trial, seconds."""
+    d, steps = (r or {}).get("sim") or {}, (r or {}).get("steps") or 0
+    if not steps or not _finite(r.get("wall_s")) or not _finite(d.get("device_busy_s")):
+        return None
+    return r["wall_s"] / steps, d.get("device_wait_s") or 0.0, d["device_busy_s"]
+
+
+def predicted_sync_cost(nosync: list, synced: list, launch_s: float) -> Optional[float]:
+    """What reading the loss every step costs by the model (the queue drained every step: the device
+    idles while the host fetches and copies, the host while the device works, but for the launch they
+    share), paired by round: 1 - step / (host's own time but the launch + max(launch, device's work))."""
+    costs = []
+    for a, b in zip(nosync, synced):
+        pa, pb = _per_step(a), _per_step(b)
+        if pa and pb:
+            launch = launch_s * (b.get("accumulation_steps") or 1)
+            costs.append(1.0 - pa[0] / (pb[0] - pb[1] - launch + max(launch, pb[2])))
+    return statistics.median(costs) if costs else None
+
+
+def simulated(m, arms: dict) -> Optional[dict]:
+    """On a simulated accelerator: its words, its rate as each arm's bound, the per-step sync's cost
+    (measured, paired by round, against the model's), and, when tuned cannot feed it, the loader's
+    ceiling and the CPUs it would take."""
+    if not sim.is_sim(m.device or ""):
+        return None
+    spec = sim.parse(m.device)
+    tuned, sync = m.trials.get("tuned") or [], m.trials.get("tuned_sync") or []
+    cost = stats.cost(_sps(sync), _sps(tuned)).to_dict("cost")
+    predicted = predicted_sync_cost(tuned, sync, spec.launch_ms / 1000)
+    # Below 0 the unsynced trials ran slower than the model allows: a disturbed round, not a figure.
+    cost["predicted"] = predicted if predicted is not None and 0 <= predicted < 1 else None
+    if cost["predicted"] is not None and cost.get("low") is not None:
+        cost["model"] = "within" if cost["low"] <= cost["predicted"] <= cost["high"] else "outside"
+    out = {"device": m.device, "words": spec.words(), "rate": spec.rate, "sync_cost": cost,
+           "bound_fraction": {a: stats.share(_sps(m.trials.get(a) or []), [spec.rate] * len(m.trials.get(a) or []),
+                                             margin=BOUND_MARGIN).to_dict("share") for a in ("baseline", "tuned")}}
+    share, t, b = out["bound_fraction"]["tuned"], arms["tuned"], arms["baseline"]
+    if (share.get("high") or 1.0) < 1 - BOUND_MARGIN and (t.get("data_wait_share") or 0) >= BOUND_MARGIN:
+        one = b.get("samples_per_s")
+        out["input_bound"] = {"ceiling": t.get("samples_per_s"), "one_process": one,
+                              "cpus": math.ceil(spec.rate / one) if one else None}
+    return out
 
 
 def figure(d: Optional[dict], key: str, fmt) -> str:
@@ -376,6 +427,11 @@ def verdict(summary: dict) -> str:
         parts.append("no speed-up measured")
     if base.get("data_wait_share") is not None and tuned.get("data_wait_share") is not None:
         parts.append(f"data wait {percent(base['data_wait_share'])} -> {percent(tuned['data_wait_share'])}")
+    simd = summary.get("sim")
+    if simd:
+        parts[0] = f"{simd['words']}: {parts[0]}"
+        parts.append(f"tuned reaches {figure(simd['bound_fraction']['tuned'], 'share', percent)} of the device"
+                     + (", input-bound" if simd.get("input_bound") else ""))
     conv = summary.get("convergence") or {}
     cb, ct = conv.get("baseline"), conv.get("tuned")
     target = conv.get("target_loss")
@@ -443,10 +499,15 @@ def summary(m) -> dict:
     """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
     arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
     out = dict(arms)
-    out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [])
+    looks = stats.Looks(**{k: ((m.budget or {}).get("looks") or {}).get(k, 1) for k in ("first", "last")})
+    out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [], looks.confidence)
+    out["sequential"] = looks.to_dict(out["speedup"]["rounds"])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
     out["bound_fraction"] = {arm: bound_fraction(m.trials.get(arm) or [], m.trials.get(arm + "_bound") or [])
                              for arm in ("baseline", "tuned")}
+    out["sim"] = simulated(m, arms)
+    if out["sim"]:
+        out["bound_fraction"] = out["sim"]["bound_fraction"]
     conv = m.converge or {}
     if conv:
         target = next((c.get("target_loss") for c in conv.values() if c.get("target_loss") is not None), None)

@@ -5,7 +5,7 @@ The worker already classifies what went wrong (:func:`debtorch.train.worker.clas
 Here that becomes what the user reads: the doctor's id for a bus error in a
 DataLoader worker (``memory.E002`` in a container with Docker's default
 /dev/shm, ``memory.E001`` otherwise, as the machine view answers for this
-machine's facts, with the doctor's fix), the micro-batch and accumulation steps that fit after
+machine's facts, with the catalogue's fix), the micro-batch and accumulation steps that fit after
 an out-of-memory, and the exit code.  Torch-free.
 """
 
@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from debtorch import fingerprint
-from debtorch.doctor import fixes
+from debtorch.findings import finding
 from debtorch.machine import Machine
 from debtorch.transport.client import USER_INPUT_KINDS
+from debtorch.units import human_bytes
 
 SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
 
@@ -58,10 +59,9 @@ def shm_finding(facts: Optional[dict]) -> tuple:
     other /dev/shm that ran out is ``memory.E001``.
     """
     shm = Machine.from_facts(facts).shm if facts else None
-    if shm is not None and shm.docker_default:
-        return "memory.E002", fixes.SHM_DOCKER
-    if shm is not None and shm.too_small:
-        return "memory.E001", fixes.shm_too_small(shm).replace("\n", " ")
+    if shm is not None and (shm.docker_default or shm.too_small):
+        fid = "memory.E002" if shm.docker_default else "memory.E001"
+        return fid, finding(fid, size=human_bytes(shm.total), gib=shm.remount_gib).fix.replace("\n", " ")
     return "memory.E001", SHM_FIX
 
 

@@ -13,7 +13,7 @@ promise from the command's start, :mod:`debtorch.budget`):
    worker's first trial pays one-time costs its warm-up steps do not absorb.
 1. Interleaved rounds, at least ``repeats``, more until the speed-up's
    interval resolves or the budget (less what the later steps need) is spent
-   (:func:`debtorch.stats.adaptive_rounds`).  Each round runs baseline,
+   (:func:`debtorch.stats.adaptive_rounds`, every look at Pocock's level).  Each round runs baseline,
    tuned, tuned with the bare loop and, for attribution, tuned without each
    group of changed settings (their order rotating every round), then the
    compute-only bound of each (batches already in memory).  Every trial is
@@ -50,7 +50,7 @@ from typing import Any, Callable, Optional
 from debtorch import stats
 from debtorch.budget import Budget, Where, stopped
 from debtorch.lint.measured import static_result
-from debtorch.train import runner
+from debtorch.train import runner, sim
 from debtorch.transport.client import START_TIMEOUT, WorkerError
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
@@ -297,9 +297,10 @@ class Verifier:
         order = main[k:] + main[:k]
         if r % 2:
             order.reverse()
-        out = [_Job(f"{n}: {a.replace('_bare', ', bare loop')}", a, self._arms[a],
-                    "bare" if a.endswith("_bare") else "instrumented", p.steps, p.warmup) for a in order]
-        bounds = ["baseline_bound", "tuned_bound"]
+        out = [_Job(f"{n}: {a.replace('_bare', ', bare loop').replace('_sync', ', loss read every step')}", a,
+                    self._arms[a], "bare" if a.endswith("_bare") else "instrumented", p.steps, p.warmup,
+                    {"sync_each_step": True} if a.endswith("_sync") else {}) for a in order]
+        bounds = [a for a in ("baseline_bound", "tuned_bound") if a in self._arms]
         for a in (bounds if r % 2 == 0 else bounds[::-1]):
             out.append(_Job(f"{n}: {a.split('_')[0]}, compute only", a, self._arms[a], "compute_only", p.steps,
                             p.warmup))
@@ -310,7 +311,7 @@ class Verifier:
         and attribution is on), and the fp32 reference (when tuned uses AMP and the baseline does not
         train the same curve)."""
         p = self.plan
-        if cap < 1 or self._target() is None:
+        if cap < 1 or self._target() is None or self.simulated:
             return []
         steps = max(1, cap - p.warmup)
         stop = {"stop_at_target": True, "target_loss": self._target()}
@@ -350,7 +351,9 @@ class Verifier:
     def _set_arms(self, baseline: Settings, tuned: Settings) -> None:
         base, tune = _one_process(baseline), _one_process(tuned)
         m = self.measured
-        self._arms = {"baseline": base, "tuned": tune, "tuned_bare": tune}
+        # A simulated accelerator: the loss read every step (what it costs) instead of the bare loop, and
+        # its rate as the bound (no model runs: nothing to bound by compute).
+        self._arms = {"baseline": base, "tuned": tune, "tuned_sync" if self.simulated else "tuned_bare": tune}
         m.attribution = []
         if self.plan.attribution:
             m.attribution = analysis.attribution_plan(base.to_dict(), tune.to_dict(),
@@ -359,7 +362,12 @@ class Verifier:
                 if entry.get("arm") and entry["arm"] not in self._arms:
                     self._arms[entry["arm"]] = Settings.from_dict(entry["settings"])
                     m.trials.setdefault(entry["arm"], [])
-        self._arms.update(baseline_bound=base, tuned_bound=tune)
+        if not self.simulated:
+            self._arms.update(baseline_bound=base, tuned_bound=tune)
+
+    @property
+    def simulated(self) -> bool:
+        return sim.is_sim(self.plan.device)
 
     def reference(self, base: Settings, tune: Settings) -> Optional[Settings]:
         """fp32 with tuned's other settings, when tuned uses AMP (else None)."""
@@ -468,7 +476,9 @@ class Verifier:
             m.budget["rounds"], m.budget["stopped"] = self._rounds()
             for job in self._profile_jobs(tune):
                 self._keep(job, self._run(job))
-            cap = self._converge_cap()
+            cap = 0 if self.simulated else self._converge_cap()
+            if self.simulated and p.converge_steps:
+                m.notes.append("convergence runs skipped: a simulated accelerator runs no model, so no loss falls")
             m.budget["converge_cap"] = cap
             if 0 < cap < MIN_CONVERGE:
                 m.notes.append(f"convergence runs skipped: {self.budget.words()} leaves {self.budget.left():.0f} s, "
@@ -521,12 +531,13 @@ class Verifier:
             return {"tuned": (m.trials["tuned"][-1] or {}).get("samples_per_s"),
                     "baseline": (m.trials["baseline"][-1] or {}).get("samples_per_s")}
 
-        def judge(data: dict) -> stats.Estimate:
-            return stats.compare(data["tuned"], data["baseline"])
+        def judge(data: dict, confidence: float) -> stats.Estimate:
+            return stats.compare(data["tuned"], data["baseline"], confidence=confidence)
 
         def reserve(data: dict) -> float:
             return min(self._after_cost(), keep_for_rest)
 
+        m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # before: a cut round too
         got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
                                     max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
         if got.rounds:

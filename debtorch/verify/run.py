@@ -18,7 +18,8 @@ from debtorch import facts as facts_mod
 from debtorch import fingerprint
 from debtorch import inputs
 from debtorch.host import Host, Unavailable
-from debtorch.train.settings import Settings
+from debtorch.train import sim
+from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config
@@ -77,8 +78,8 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
     Raises :class:`Refused` for values torchrun would hang on or reject late: a node
     rank outside ``0 .. nnodes - 1``, a port outside 1-65535, an address that is not one word."""
-    if nnodes is not None and not 1 <= nnodes <= config.PROCESS_MAX:
-        raise Refused(f"--nnodes must be from 1 to {config.PROCESS_MAX} (got {nnodes})")
+    if nnodes is not None and not 1 <= nnodes <= PROCESS_MAX:
+        raise Refused(f"--nnodes must be from 1 to {PROCESS_MAX} (got {nnodes})")
     if node_rank is not None and not 0 <= node_rank < (nnodes or 1):
         raise Refused(f"--node-rank {node_rank} is not a rank of {nnodes or 1} node(s): it must be from 0 to "
                       f"{(nnodes or 1) - 1}" + ("" if nnodes else " (give --nnodes)"))
@@ -94,6 +95,8 @@ def _range_problem(o: Options) -> Optional[str]:
     """The first numeric option outside its range (docs/verify-train.md), or None."""
     if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
         return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
+    if o.budget is not None and not (inputs.finite(o.budget) and 0 < o.budget <= config.BUDGET_MAX_S):
+        return f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {o.budget:g})"
     if not 0 <= o.seed <= SEED_MAX:
         return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
     if o.repeats > MAX_REPEATS:
@@ -101,8 +104,8 @@ def _range_problem(o: Options) -> Optional[str]:
     for name, value in (("--steps", o.steps), ("--warmup", o.warmup), ("--max-steps", o.max_steps)):
         if value is not None and value > MAX_STEPS:
             return f"{name} must be at most {MAX_STEPS} (got {value})"
-    if o.nproc is not None and not 1 <= o.nproc <= config.PROCESS_MAX:
-        return f"--nproc must be from 1 to {config.PROCESS_MAX} (got {o.nproc})"
+    if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
+        return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
     return None
 
 
@@ -136,6 +139,8 @@ def plan_of(o: Options) -> Plan:
     problem = _range_problem(o)
     if problem:
         raise Refused(problem)
+    if sim.is_sim(o.device) and (o.nproc or 1) > 1:
+        raise Refused("--nproc: a simulated accelerator is one device in one process")
     kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
           "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
           "profile_dir": o.profile, "started": o.started}
@@ -249,7 +254,7 @@ class Prepared:
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
                 tuned = self._tuned(info, warn)
-                if self.options.nproc is None:
+                if self.options.nproc is None and not sim.is_sim(self.plan.device):
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
                 m.plan = self.plan.to_json()
                 verifier.run(Settings(), tuned)
@@ -267,14 +272,15 @@ class Prepared:
 
     def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
         """The config's settings, or the rules' for this machine and the loaded workload."""
-        device = (info.get("device") or "cpu").split(":")[0]
+        device = info.get("device") or "cpu"
+        device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
             if self.cfg.device != device:
                 self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
-        request = rules.Request(device=device, steps=self.plan.converge_steps or None,
+        request = rules.Request(device=device, steps=None if sim.is_sim(device) else self.plan.converge_steps or None,
                                 model="conv" if info.get("convolutional") else "other")
         try:
             rec = rules.recommend(self.facts, request)

@@ -4,7 +4,8 @@
     python train_with_debtorch.py --config debtorch.toml --steps 200
     torchrun --standalone --nproc_per_node=N train_with_debtorch.py ...  # DDP
 
-Every line that uses the config is marked `# debtorch`.  The data are
+Every line that uses the config is marked `# debtorch`; `cfg.watch` prints
+the data wait and host syncs of the loop, and its verdict, on stderr.  The data are
 synthetic images labelled by a fixed random "teacher", so the loss falls and
 the script needs nothing but torch; swap in your own dataset and model.
 """
@@ -79,6 +80,7 @@ def main():
     sampler = torch.utils.data.DistributedSampler(ds) if world > 1 else None
     loader = DataLoader(ds, sampler=sampler, shuffle=sampler is None,
                         **cfg.loader_kwargs(batch_size=32, drop_last=True))  # debtorch
+    loader = cfg.watch(loader)                                              # debtorch: data wait, syncs, a verdict
 
     model = cfg.prepare_model(SmallCNN().to(device))                        # debtorch: channels_last, compile
     if world > 1:

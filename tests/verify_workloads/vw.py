@@ -70,3 +70,9 @@ def nan_loss():
 def exit_while_loading():
     """Leaves the worker with os._exit while it loads the workload (a C extension aborting)."""
     os._exit(3)
+
+
+def points():
+    """A user's module:function that trains nothing unusual (for the simulated accelerator)."""
+    return {"model": nn.Linear(8, 3), "dataset": Points(), "loss_fn": F.cross_entropy, "batch_size": 8,
+            "target_loss": 0.5}
