@@ -1,22 +1,80 @@
-"""Findings: small, comparable messages (Django's system checks)."""
+"""Findings: small, comparable messages (Django's system checks), made from one catalogue of ids.
+
+Every id any command reports (the doctor's, fleet's, lint's, cfg.watch's, tune's rules) is
+declared once, as data, in ``checks/findings/*.toml`` (ruff's codes table): its title, the
+message and fix templates, why it matters, the page that documents it, retired or not.
+A check fills an entry with what it saw: ``finding("cpu.W001", governor=gov, facts={...})``.
+"""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Dict, Optional
 
 ERROR = "error"
 WARNING = "warning"
 INFO = "info"
 LEVELS = (INFO, WARNING, ERROR)
 _RANK = {INFO: 0, WARNING: 1, ERROR: 2}
+# The letter of an id is its level; tune's R (rule) and M (measured) ids are reasons, not findings.
+LETTER_LEVELS = {"E": ERROR, "W": WARNING, "I": INFO}
 
 # A check that raised becomes this finding, filed under the check's area.
 CRASH_ID = "doctor.E001"
 
+# Where checks/ is: a source checkout, an installed wheel (pyproject force-includes it), the .deb.
+_PKG = Path(__file__).resolve().parent
+DATA_DIRS = (_PKG.parent / "checks", _PKG / "_data" / "checks", Path("/usr/share/debtorch/checks"))
+
 
 def rank(level: str) -> int:
     return _RANK[level]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One id of the catalogue.  ``message`` and ``fix`` are templates (``{name}`` filled by the
+    check; ``message`` defaults to ``title``), ``variants`` other wordings of them for other situations
+    ({name: {"message": ..., "fix": ...}}); ``means``, ``why``, ``remedy`` (the fix in general terms,
+    where the printed one is tailored), ``source`` and ``settings`` (tune) are its documentation on
+    ``page`` (docs/)."""
+
+    id: str
+    title: str
+    page: str
+    message: str = ""
+    fix: str = ""
+    means: str = ""
+    why: str = ""
+    remedy: str = ""
+    source: str = ""
+    settings: str = ""
+    retired: bool = False
+    variants: dict = field(default_factory=dict)
+
+    @property
+    def level(self) -> Optional[str]:
+        return LETTER_LEVELS.get(self.id.split(".", 1)[1][0])
+
+
+@functools.lru_cache(maxsize=1)
+def catalogue() -> Dict[str, Entry]:
+    """Every id, in the files' order ({id: Entry}); read once."""
+    import tomllib  # defer: only a run that reports something parses the catalogue
+
+    folder = next((d / "findings" for d in DATA_DIRS if (d / "findings").is_dir()), None)
+    if folder is None:
+        raise RuntimeError("debtorch is incomplete: no checks/findings folder in " + ", ".join(map(str, DATA_DIRS)))
+    out: Dict[str, Entry] = {}
+    for path in sorted(folder.glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        page = data.pop("page")
+        for area, entries in data.items():
+            for code, fields in entries.items():
+                out[f"{area}.{code}"] = Entry(f"{area}.{code}", page=page, **fields)
+    return out
 
 
 def _freeze(value: Any) -> Any:
@@ -29,7 +87,7 @@ def _freeze(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing the doctor has to say.
+    """One thing a check has to say.
 
     ``id`` is stable (``driver.E001``: area, level letter, number; never
     renumbered).  ``message`` is one line; ``fix`` names the exact Debian
@@ -77,16 +135,18 @@ def _thaw(value: Any) -> Any:
     return value
 
 
-def error(id: str, message: str, fix: str = "", about: str = "", facts: Optional[dict] = None) -> Finding:
-    return Finding(id, ERROR, message, fix, about, tuple((facts or {}).items()))
-
-
-def warning(id: str, message: str, fix: str = "", about: str = "", facts: Optional[dict] = None) -> Finding:
-    return Finding(id, WARNING, message, fix, about, tuple((facts or {}).items()))
-
-
-def info(id: str, message: str, fix: str = "", about: str = "", facts: Optional[dict] = None) -> Finding:
-    return Finding(id, INFO, message, fix, about, tuple((facts or {}).items()))
+def finding(id: str, about: str = "", facts: Optional[dict] = None, *, variant: str = "",
+            message: Optional[str] = None, fix: Optional[str] = None, area: str = "", **values: Any) -> Finding:
+    """The catalogue's ``id`` filled with what a check saw: ``values`` fill the templates (of
+    ``variant``, where given); ``message`` or ``fix`` given whole replace them (a fix tailored to
+    the machine)."""
+    e = catalogue()[id]
+    v = e.variants[variant] if variant else {}
+    if message is None:
+        message = v.get("message", e.message or e.title).format(**values)
+    if fix is None:
+        fix = v.get("fix", e.fix).format(**values)
+    return Finding(id, e.level or "", message, fix, about, tuple((facts or {}).items()), area)
 
 
 class Placed:

@@ -32,9 +32,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from packaging.version import Version
 
 from debtorch import inputs, schema, versions
+from debtorch.findings import DATA_DIRS
 
 ENV_DIR = "DEBTORCH_CHECKS_DIR"
-SYSTEM_DIR = Path("/usr/share/debtorch/checks")
+SYSTEM_DIR = DATA_DIRS[-1]
 PIP_INDEX = "https://download.pytorch.org/whl/"
 CONFIDENCE = ("confirmed", "unconfirmed", "derived")
 
@@ -53,12 +54,9 @@ class KnowledgeError(ValueError):
 # Where the data is
 
 
-_HERE = Path(__file__).resolve().parent     # resolved once: load() is asked for every check of every node
-
-
 def candidate_dirs() -> List[Path]:
     """The folders searched for the data files, in order (the env variable aside)."""
-    return [_HERE.parent / "checks", _HERE / "_data" / "checks", SYSTEM_DIR]
+    return list(DATA_DIRS)
 
 
 def checks_dir() -> Path:

@@ -241,7 +241,7 @@ def test_a_vgpu_guest_on_a_windows_driver_is_told_the_vgpu_guest_driver():
 # --- the rule itself can fail ---------------------------------------------------------------
 
 def test_the_rule_catches_each_kind_of_contradiction():
-    from debtorch.findings import error
+    from debtorch.findings import finding
 
     doc = {"os": {"id": "debian", "version_id": "12", "wsl": 2, "platform": "linux", "externally_managed": True},
            "apt": {"packages": {"firmware-misc-nonfree": {"version": "1", "status": "install ok installed"}}},
@@ -249,10 +249,10 @@ def test_the_rule_catches_each_kind_of_contradiction():
                       "torch": {"installed": True, "version": "2.6.0+cu124", "cuda": "12.4"}}}
     m = Machine.from_facts(doc)
     found = [
-        error("torch.E003", "x", fix="pip install torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"),
-        error("cuda.E001", "y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"),
-        error("driver.E008", "z", fix="sudo apt install nvidia-driver firmware-misc-nonfree"),
-        error("torch.E002", "w", fix="Install an older PyTorch release"),
+        finding("torch.E003", message="x", fix="pip install torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"),
+        finding("cuda.E001", message="y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"),
+        finding("driver.E008", message="z", fix="sudo apt install nvidia-driver firmware-misc-nonfree"),
+        finding("torch.E002", message="w", fix="Install an older PyTorch release"),
     ]
     said = "\n".join(contradictions(m, found))
     assert "installs the installed torch" in said                    # 3: what is installed
@@ -264,12 +264,12 @@ def test_the_rule_catches_each_kind_of_contradiction():
 
 
 def test_the_rule_catches_a_wheel_that_does_not_exist_for_the_machine():
-    from debtorch.findings import error
+    from debtorch.findings import finding
 
     py311 = Machine.from_facts({"os": {"platform": "linux", "arch": "x86_64"}, "python": {"version": "3.11.4"}})
     said = contradictions(py311, [
-        error("torch.W001", "x", fix="pip install torch==1.8.1 --index-url https://download.pytorch.org/whl/cu111"),
-        error("torch.E003", "y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu118")])
+        finding("torch.W001", message="x", fix="pip install torch==1.8.1 --index-url https://download.pytorch.org/whl/cu111"),
+        finding("torch.E003", message="y", fix="pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu118")])
     assert "no wheel for Python 3.11" in said[0] and "has no wheel for linux-x86_64" in said[1]
     armv7 = Machine.from_facts({"os": {"platform": "linux", "arch": "armv7l"}, "python": {"version": "3.11.4"}})
-    assert "publishes none" in contradictions(armv7, [error("torch.E001", "z", fix="pip install torch")])[0]
+    assert "publishes none" in contradictions(armv7, [finding("torch.E001", message="z", fix="pip install torch")])[0]

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from debtorch import doctor
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
-from debtorch.findings import CRASH_ID, Finding, error, warning
+from debtorch.findings import CRASH_ID, Finding, finding
 from debtorch.doctor.siteconfig import SiteConfigError, parse
 from debtorch.report import console
 from debtorch.report.doctor import doctor_lines
@@ -19,9 +19,11 @@ VM = str(HOSTS / "debian12-vm-2core")
 
 
 def test_findings_compare_field_by_field():
-    a = warning("cpu.W001", "governor is powersave", fix="x", facts={"cpu.governor": "powersave"})
-    assert a == Finding("cpu.W001", "warning", "governor is powersave", "x", "", (("cpu.governor", "powersave"),))
-    assert a != warning("cpu.W001", "governor is powersave", fix="y")
+    a = finding("cpu.W001", governor="powersave", facts={"cpu.governor": "powersave"})
+    assert a == Finding("cpu.W001", "warning", "CPU frequency governor is powersave, not performance",
+                        "sudo apt install linux-cpupower\nsudo cpupower frequency-set -g performance", "",
+                        (("cpu.governor", "powersave"),))
+    assert a != finding("cpu.W001", governor="powersave", fix="y")
     with pytest.raises(ValueError):
         Finding("x.E001", "fatal", "bad level")
 

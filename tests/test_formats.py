@@ -87,10 +87,10 @@ def test_json_is_strict_and_keeps_what_it_can():
 
 def test_lines_are_styled_by_their_kind_not_by_their_text(monkeypatch, capsys):
     from debtorch.doctor import Report
-    from debtorch.findings import error
+    from debtorch.findings import ERROR, Finding
 
     # A fix that starts with "x" (the ASCII error mark) is not an error line.
-    report = Report([error("cpu.E001", "broken", fix="x-server-utils must go\nxz -d it", about="")])
+    report = Report([Finding("cpu.E001", ERROR, "broken", fix="x-server-utils must go\nxz -d it")])
     lines = doctor_lines({}, report, unicode=False)
     kinds = {line.text.strip(): line.kind for line in lines}
     assert kinds["x broken (cpu.E001)"] == "error"

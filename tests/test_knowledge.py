@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from debtorch import knowledge as k
 from debtorch import versions
+from debtorch.findings import catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
@@ -347,13 +348,13 @@ def test_built_wheel_contains_checks_and_the_loader_finds_them(tmp_path):
         zf.extractall(tmp_path / "site")
     env = {key: value for key, value in os.environ.items() if key not in (k.ENV_DIR, "PYTHONPATH")}
     env["PYTHONPATH"] = str(tmp_path / "site")
-    probe = ("from debtorch import knowledge as k; print(k.checks_dir()); "
-             "print(k.capability_for_name('Tesla T4'))")
+    probe = ("from debtorch import knowledge as k, findings as f; print(k.checks_dir()); "
+             "print(k.capability_for_name('Tesla T4')); print(len(f.catalogue()))")
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert run.returncode == 0, run.stderr
-    where, cc = run.stdout.split()
+    where, cc, ids = run.stdout.split()
     assert Path(where) == tmp_path / "site" / "debtorch" / "_data" / "checks"
-    assert cc == "7.5"
+    assert cc == "7.5" and int(ids) == len(catalogue())      # the catalogue of ids travels with the data
     for name in k.SCHEMA:   # the wheel ships the checkout's files unchanged
         assert tomllib.loads((Path(where) / name).read_text()) == tomllib.loads((CHECKS / name).read_text())
 

@@ -6,7 +6,7 @@ tests/test_lint_corpus.py (REAL_CASES)."""
 import textwrap
 
 from debtorch.lint.api import lint_text
-from debtorch.lint.rules import BY_ID, SYNC_CALL, SYNCHRONIZE
+from debtorch.findings import catalogue
 
 from test_lint_rules import HEAD, LOOP, found
 
@@ -214,14 +214,15 @@ def test_accumulation_under_ddp_through_a_loss_scaler_or_a_named_count():
 def test_synchronize_has_its_own_fix_and_the_catalogue_keeps_one_w001():
     res = lint_text(HEAD + LOOP + "    torch.cuda.synchronize()\n    v = loss.item()\n", "t.py")
     sync, item = res.findings
-    assert sync.id == item.id == "script.W001" and BY_ID["script.W001"] is SYNC_CALL
-    assert sync.finding.fix == SYNCHRONIZE.fix != item.finding.fix == SYNC_CALL.fix
+    w001 = catalogue()["script.W001"]
+    assert sync.id == item.id == "script.W001"
+    assert sync.finding.fix == w001.variants["synchronize"]["fix"] != item.finding.fix == w001.fix
     assert "drop it" in sync.finding.fix and ".detach()" not in sync.finding.fix
 
 
 def test_fixes_say_what_cfg_is_and_messages_are_not_cut_mid_expression():
-    for rule in BY_ID.values():
-        if "cfg." in rule.fix:
+    for rule in catalogue().values():
+        if rule.id.startswith("script.") and "cfg." in rule.fix:
             assert 'cfg = debtorch.load("debtorch.toml")' in rule.fix, rule.id
     long = "model = torch.nn.DataParallel(model, device_ids=[0, 1, 2, 3], output_device=0, dim=0)\n"
     (f,) = lint_text(HEAD + long, "t.py").findings

@@ -12,7 +12,7 @@ from debtorch import facts as facts_mod
 from debtorch.cli.shared import Emit
 from debtorch.cli.tune import ModelKind
 from debtorch.tune.config import load_config
-from debtorch.tune.rules import RULES
+from debtorch.findings import catalogue
 
 from test_tune_config import readonly_dir  # noqa: F401  (fixture)
 from hostkit import HOSTS
@@ -56,7 +56,7 @@ def test_json_document(server_json):
     assert doc["schema_version"] == 1 and doc["device"] == "cuda"
     assert doc["settings"]["nproc"] == 8 and doc["settings"]["accumulation_steps"] == 4
     assert set(doc["reasons"]) == set(doc["settings"])
-    assert all(v["rule"] in RULES for v in doc["reasons"].values())
+    assert all(v["rule"].startswith("tune.") and v["rule"] in catalogue() for v in doc["reasons"].values())
     assert doc["fingerprint"]["gpus"] == ["NVIDIA A100-SXM4-80GB"] * 8
     assert doc["measurement"] is None
 

@@ -3,7 +3,7 @@ InfiniBand/RoCE ports, MASTER_ADDR).  All read the machine view's ``network``.""
 
 from __future__ import annotations
 
-from debtorch.findings import error, info, warning
+from debtorch.findings import finding
 from debtorch.doctor.registry import check
 
 
@@ -20,17 +20,12 @@ def check_ifname(m, ctx):
     for c in m.network.choices:
         facts = {f"env.{c.variable}": c.value, "selected": list(c.selected), "usable": list(c.usable)}
         if not c.selected:
-            out.append(error("network.E001", f"{c.variable}={c.value} matches no interface here",
-                             fix=f"ip -br link   # the interfaces here: {_candidates(m)}\n"
-                                 f"export {c.variable}=<one of them>",
-                             about=c.variable, facts=facts))
+            out.append(finding("network.E001", variable=c.variable, value=c.value, candidates=_candidates(m),
+                               about=c.variable, facts=facts))
         elif not c.usable:
             down = ", ".join(c.selected)
-            out.append(error("network.E002", f"{c.variable}={c.value} selects only interfaces that are down "
-                                             "or have no address",
-                             fix=f"ip -br addr show   # {down}\nsudo ip link set <interface> up, check its cable and "
-                                 f"switch port, or name another interface ({_candidates(m)})",
-                             about=c.variable, facts=facts))
+            out.append(finding("network.E002", variable=c.variable, value=c.value, down=down,
+                               candidates=_candidates(m), about=c.variable, facts=facts))
     return out
 
 
@@ -47,9 +42,7 @@ def check_loopback_only(m, ctx):
     """network.W002: in a multi-node job, sockets restricted to the loopback interface."""
     if not _multi_node(m):
         return []
-    return [warning("network.W002", f"{c.variable}={c.value} leaves only the loopback interface for a "
-                                    "multi-node job",
-                    fix=f"export {c.variable}=<an interface the other nodes reach: {_candidates(m)}>",
+    return [finding("network.W002", variable=c.variable, value=c.value, candidates=_candidates(m),
                     about=c.variable, facts={f"env.{c.variable}": c.value, "usable": list(c.usable)})
             for c in m.network.choices if c.loopback_only]
 
@@ -60,11 +53,8 @@ def check_master_addr(m, ctx):
     n = m.network
     if not n.master_addr or n.master_addresses is not None or not n.master_error:
         return []
-    return [error("network.E003", f"MASTER_ADDR={n.master_addr} does not resolve here",
-                  fix=f"getent hosts {n.master_addr}   # {n.master_error}\n"
-                      "Add the name to DNS or /etc/hosts on every node, or set MASTER_ADDR to rank 0's address",
-                  about="MASTER_ADDR", facts={"network.master_addr.name": n.master_addr,
-                                              "network.master_addr.error": n.master_error})]
+    return [finding("network.E003", name=n.master_addr, error=n.master_error, about="MASTER_ADDR",
+                    facts={"network.master_addr.name": n.master_addr, "network.master_addr.error": n.master_error})]
 
 
 @check("network")
@@ -77,14 +67,10 @@ def check_ib_ports(m, ctx):
         facts = {"state": p.state, "phys_state": p.phys_state, "link_layer": p.link_layer, "rate": p.rate}
         if (p.phys_state or "").lower() == "linkup":
             # INIT or ARMED with the link up: the subnet manager has not (yet) configured the port.
-            fix = ("ibstat   # State: Initializing means no subnet manager answered\n"
-                   "Run a subnet manager on the fabric (a managed switch's, or sudo apt install opensm on one node)"
-                   if (p.link_layer or "InfiniBand") == "InfiniBand" else
-                   "RoCE: check the port's Ethernet configuration (ip link, the switch's port)")
-            out.append(warning("network.W001", f"{p.label} is {p.state} with its link up",
-                               fix=fix, about=p.label, facts=facts))
+            roce = (p.link_layer or "InfiniBand") != "InfiniBand"
+            out.append(finding("network.W001", variant="roce" if roce else "", port=p.label, state=p.state,
+                               about=p.label, facts=facts))
         else:
-            out.append(info("network.I001", f"{p.label} is {p.state} ({p.phys_state or 'physical state unknown'})",
-                            fix="Nothing to do if the port is unused; otherwise check its cable (ibstat)",
-                            about=p.label, facts=facts))
+            out.append(finding("network.I001", port=p.label, state=p.state,
+                               phys_state=p.phys_state or "physical state unknown", about=p.label, facts=facts))
     return out

@@ -6,7 +6,7 @@ import re
 
 from debtorch.doctor.registry import check
 from debtorch.doctor.fixes import apt_install, driver_components, driver_install_fix, enable_components_fix, headers_package
-from debtorch.findings import error, info, warning
+from debtorch.findings import finding
 from debtorch.units import human_bytes
 
 DRIVER_PACKAGES = re.compile(
@@ -39,29 +39,14 @@ def check_bound_driver(m, ctx):
         drv = d.get("driver")
         base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
         if drv == "nouveau":
-            if installed:
-                if _blacklisted(m, "nouveau"):
-                    fix = ("nouveau is blacklisted but was loaded at boot: rebuild the initramfs\n"
-                           "sudo update-initramfs -u\nsudo reboot")
-                else:
-                    fix = ("echo 'blacklist nouveau' | sudo tee /etc/modprobe.d/blacklist-nouveau.conf\n"
-                           "sudo update-initramfs -u\nsudo reboot")
-            else:
-                fix = "Install NVIDIA's driver (it blacklists nouveau), then reboot:\n" + driver_install_fix(m)
-            out.append(error("driver.E001", "the GPU is bound to nouveau, not NVIDIA's driver", about=_label(d),
-                             fix=fix, facts=base))
+            variant = "" if not installed else "blacklisted" if _blacklisted(m, "nouveau") else "not_blacklisted"
+            out.append(finding("driver.E001", variant=variant, install="" if installed else driver_install_fix(m),
+                               about=_label(d), facts=base))
         elif drv == "nova_core":
-            out.append(error("driver.E002", "the GPU is bound to nova_core, not NVIDIA's driver", about=_label(d),
-                             fix="echo 'blacklist nova_core' | sudo tee /etc/modprobe.d/blacklist-nova.conf\n"
-                                 "sudo update-initramfs -u\nsudo reboot"
-                                 + ("" if installed else "\n" + driver_install_fix(m)),
-                             facts=base))
+            out.append(finding("driver.E002", install="" if installed else "\n" + driver_install_fix(m),
+                               about=_label(d), facts=base))
         elif drv in ("vfio-pci", "vfio_pci"):
-            out.append(warning("driver.W001", "the GPU is bound to vfio-pci (reserved for a virtual machine)",
-                               about=_label(d),
-                               fix="If it should train here: remove its id from `vfio-pci.ids=` on the kernel command "
-                                   "line or from /etc/modprobe.d, then sudo update-initramfs -u and reboot.",
-                               facts=base))
+            out.append(finding("driver.W001", about=_label(d), facts=base))
     return out
 
 
@@ -84,11 +69,9 @@ def check_driver_missing(m, ctx):
         missing = [c for c in need if c not in have]
         f = {"apt.components": have, "apt.driver_packages": []}
         if missing and m.apt.components is not None:
-            return [error("driver.E007", f"no NVIDIA driver installed, and APT lacks {' '.join(missing)}",
-                          about=label, fix=enable_components_fix(m, need) + "\n" + driver_install_fix(m),
-                          facts=f)]
-        return [error("driver.E008", "no NVIDIA driver is installed", about=label, fix=driver_install_fix(m),
-                      facts=f)]
+            return [finding("driver.E007", missing=" ".join(missing), enable=enable_components_fix(m, need),
+                            install=driver_install_fix(m), about=label, facts=f)]
+        return [finding("driver.E008", install=driver_install_fix(m), about=label, facts=f)]
     if not any(d.get("driver") is None for d in without):
         return []   # bound to nouveau/nova_core with a driver installed: driver.E001/E002 say what to do
     out = []
@@ -97,26 +80,17 @@ def check_driver_missing(m, ctx):
     kernel = m.get("os.kernel") or "$(uname -r)"
     dkms_pkg = next((p for p in installed if "dkms" in p), "nvidia-kernel-dkms")
     if headers and headers.get("installed") is False and not headers.get("build_dir") and not files:
-        out.append(error("driver.E005", f"no headers for the running kernel {kernel}: DKMS could not build the module",
-                         about=label,
-                         fix=apt_install(m, headers_package(m), f"linux-headers-{kernel}") + "\n"
-                             f"sudo dpkg-reconfigure {dkms_pkg}\nsudo reboot",
-                         facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
+        out.append(finding("driver.E005", kernel=kernel, dkms=dkms_pkg, about=label,
+                           install=apt_install(m, headers_package(m), f"linux-headers-{kernel}"),
+                           facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
     key = m.get("nvidia.dkms_mok_key") or {}
     if m.get("nvidia.secure_boot") and not m.get("nvidia.shim_validation_disabled") and (
             key.get("exists") is False or key.get("enrolled") is False):
-        fix = ("sudo mokutil --import /var/lib/dkms/mok.pub   # choose a one-time password\n"
-               "sudo reboot   # then enroll the key in the blue MOK manager screen")
-        if key.get("exists") is False:
-            fix = f"sudo dpkg-reconfigure {dkms_pkg}   # creates and uses /var/lib/dkms/mok.key\n" + fix
-        out.append(error("driver.E004", "Secure Boot is on and the DKMS-built NVIDIA module is not signed by an enrolled key",
-                         about=label, fix=fix,
-                         facts={"nvidia.secure_boot": True, "nvidia.dkms_mok_key": key}))
+        out.append(finding("driver.E004", variant="no_key" if key.get("exists") is False else "", dkms=dkms_pkg,
+                           about=label, facts={"nvidia.secure_boot": True, "nvidia.dkms_mok_key": key}))
     if not out:
-        out.append(error("driver.E003", "an NVIDIA driver is installed but its kernel module is not loaded",
-                         about=label,
-                         fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\ndkms status",
-                         facts={"apt.driver_packages": installed, "nvidia.modules": m.get("nvidia.modules")}))
+        out.append(finding("driver.E003", about=label,
+                           facts={"apt.driver_packages": installed, "nvidia.modules": m.get("nvidia.modules")}))
     return out
 
 
@@ -133,22 +107,13 @@ def check_driver_from_torch(m, ctx):
     said = "torch found no NVIDIA driver" if c.from_torch else "no NVIDIA driver answered"
     f = {"evidence": c.evidence, "os.platform": m.os.platform, "os.wsl": m.os.wsl}
     if c.failure == "driver-not-loaded" and m.driver.linux and not m.os.container:
-        return [error("driver.E003", "an NVIDIA driver is installed but its kernel module is not loaded",
-                      about=about, fix="sudo modprobe nvidia\nsudo dmesg | grep -i -E 'nvidia|nvrm'   # why it failed\n"
-                                       "dkms status", facts=f)]
+        return [finding("driver.E003", about=about, facts=f)]
     if m.driver.platform == "windows":
-        fix = ("Install or update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx)"
-               + ("; inside WSL install none, then run `wsl --shutdown` in PowerShell" if m.os.wsl == 2 else ""))
-    elif m.driver.platform == "macos":
-        fix = ("Install NVIDIA's CUDA driver for macOS (https://www.nvidia.com/en-us/drivers/cuda/mac-driver-archive/); "
-               "CUDA on macOS ended with CUDA 10.2 and macOS 10.13")
-    elif m.os.container:
-        fix = ("The driver comes from the container's host: install it there, and start the container with the "
-               "GPUs (docker run --gpus all, NVIDIA Container Toolkit)")
+        variant = "wsl" if m.os.wsl == 2 else "windows"
     else:
-        fix = ("If this machine has an NVIDIA GPU (lspci | grep -i nvidia):\n" + driver_install_fix(m)
-               + "\nIf it has none: PyTorch's CPU build (https://download.pytorch.org/whl/cpu) is the one to use")
-    return [error("driver.E008", f"{said}: CUDA is unavailable to PyTorch", about=about, fix=fix, facts=f)]
+        variant = "macos" if m.driver.platform == "macos" else "container" if m.os.container else "linux"
+    install = driver_install_fix(m) if variant == "linux" else ""
+    return [finding("driver.E008", variant=variant, said=said, install=install, about=about, facts=f)]
 
 
 @check("driver")
@@ -156,20 +121,15 @@ def check_mismatch(m, ctx):
     kmod, user = m.driver.kernel_module, m.driver.libraries
     kinds = {m.get("nvidia.nvml.error_kind"), m.get("nvidia.nvidia_smi.error_kind")}
     if m.driver.mismatch or "driver_library_mismatch" in kinds:
-        return [error("driver.E006", f"kernel module {kmod or '?'} and driver libraries {user or '?'} differ "
-                      "(upgraded without a reboot?)",
-                      fix="sudo reboot\n(or, with nothing using the GPU: sudo rmmod nvidia_uvm nvidia_drm "
-                          "nvidia_modeset nvidia && sudo modprobe nvidia)",
-                      facts={"nvidia.kernel_module.version": kmod, "nvidia.userspace_driver_version": user})]
+        return [finding("driver.E006", kmod=kmod or "?", user=user or "?",
+                        facts={"nvidia.kernel_module.version": kmod, "nvidia.userspace_driver_version": user})]
     return []
 
 
 @check("driver")
 def check_binding(m, ctx):
     if m.get("nvidia.source") == "nvidia-smi" and m.get("nvidia.nvml.error_kind") == "binding_not_installed":
-        return [info("driver.I001", "GPU facts came from nvidia-smi: the NVML binding is not installed",
-                     fix="sudo apt install python3-pynvml   # contrib; or pip install nvidia-ml-py",
-                     facts={"nvidia.source": "nvidia-smi"})]
+        return [finding("driver.I001", facts={"nvidia.source": "nvidia-smi"})]
     return []
 
 
@@ -181,45 +141,33 @@ def check_gpu_health(m, ctx):
         g, lab = gpu.row, gpu.label
         idx = g.get("index")
         if (g.get("ecc_uncorrected_volatile") or 0) > 0:
-            out.append(error("gpu.E001", f"{g['ecc_uncorrected_volatile']} uncorrected ECC errors since boot", about=lab,
-                             fix=f"Drain the GPU, then sudo nvidia-smi -r -i {idx}; if aggregate counts keep growing, "
-                                 "contact the vendor.",
-                             facts={"ecc_uncorrected_volatile": g.get("ecc_uncorrected_volatile"),
+            out.append(finding("gpu.E001", count=g["ecc_uncorrected_volatile"], index=idx, about=lab,
+                               facts={"ecc_uncorrected_volatile": g.get("ecc_uncorrected_volatile"),
                                     "ecc_uncorrected_aggregate": g.get("ecc_uncorrected_aggregate")}))
         if g.get("remapped_rows_failure"):
-            out.append(error("gpu.E002", "row remapping failed: the GPU cannot hide bad memory any more", about=lab,
-                             fix="Replace the GPU (RMA); stop scheduling jobs on it.",
-                             facts={"remapped_rows_failure": True}))
+            out.append(finding("gpu.E002", about=lab, facts={"remapped_rows_failure": True}))
         if g.get("remapped_rows_pending") or g.get("retired_pages_pending"):
-            out.append(warning("gpu.W002", "a memory row or page is waiting to be remapped", about=lab,
-                               fix=f"sudo nvidia-smi -r -i {idx}   # or reboot, when no job runs",
+            out.append(finding("gpu.W002", index=idx, about=lab,
                                facts={"remapped_rows_pending": g.get("remapped_rows_pending"),
                                       "retired_pages_pending": g.get("retired_pages_pending")}))
         if g.get("compute_mode") == "prohibited":
-            out.append(error("gpu.E003", "compute mode is Prohibited: no CUDA context can be created", about=lab,
-                             fix=f"sudo nvidia-smi -c DEFAULT -i {idx}", facts={"compute_mode": "prohibited"}))
+            out.append(finding("gpu.E003", index=idx, about=lab, facts={"compute_mode": "prohibited"}))
         reasons = g.get("throttle_reasons") or []
         hard = [r for r in reasons if r in HARD_THROTTLE]
         if "sw_power_cap" in reasons and (g.get("utilization_gpu") or 0) >= 50:
             hard.append("sw_power_cap")
         if hard:
-            out.append(warning("gpu.W003", f"clocks throttled: {', '.join(hard)}", about=lab,
-                               fix="Check cooling, fans and power cables; nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER",
+            out.append(finding("gpu.W003", reasons=", ".join(hard), about=lab,
                                facts={"throttle_reasons": reasons, "temperature_c": g.get("temperature_c"),
                                       "power_draw_w": g.get("power_draw_w")}))
         if g.get("mig_mode_current"):
             n = g.get("mig_device_count")
             split = f"{n} MIG devices" if isinstance(n, int) and n else "smaller devices"
-            out.append(info("gpu.I001", f"MIG is enabled: the GPU is split into {split}", about=lab,
-                            fix=f"Use CUDA_VISIBLE_DEVICES=MIG-<uuid> (nvidia-smi -L lists them), or disable it: "
-                                f"sudo nvidia-smi -mig 0 -i {idx}",
-                            facts={"mig_mode_current": True, "mig_device_count": n}))
+            out.append(finding("gpu.I001", split=split, index=idx, about=lab,
+                               facts={"mig_mode_current": True, "mig_device_count": n}))
         if str(g.get("virtualization_mode") or "").upper() == "VGPU":
-            out.append(info("gpu.I003", "a virtual GPU (NVIDIA vGPU): its driver comes with the host's vGPU software",
-                            about=lab,
-                            fix="Update the driver only to the vGPU guest driver of the host's vGPU software "
-                                "release, never to Debian's nvidia-driver; clocks and ECC are the host's to read.",
-                            facts={"virtualization_mode": g.get("virtualization_mode")}))
+            out.append(finding("gpu.I003", about=lab,
+                               facts={"virtualization_mode": g.get("virtualization_mode")}))
     return out
 
 
@@ -231,8 +179,7 @@ def check_persistence(m, ctx):
     if not off:
         return []
     names = ", ".join(str(g.get("index")) for g in off)
-    return [warning("gpu.W001", f"persistence mode is off on {len(off)} GPU(s) ({names})",
-                    fix="sudo apt install nvidia-persistenced\nsudo systemctl enable --now nvidia-persistenced",
+    return [finding("gpu.W001", count=len(off), gpus=names,
                     facts={"gpus": [g.get("index") for g in off]})]
 
 
@@ -247,10 +194,7 @@ def check_memory_in_use(m, ctx):
             continue
         if used > max(GiB, total // 10) or (procs and sum(p.get("used_memory") or 0 for p in procs) > GiB // 2):
             who = f" by {len(procs)} process(es): PIDs {', '.join(str(p.get('pid')) for p in procs[:5])}" if procs else ""
-            out.append(warning("gpu.W004", f"{human_bytes(used)} of {human_bytes(total)} GPU memory is in use{who}",
-                               about=gpu.label,
-                               fix="nvidia-smi shows what uses it; stop it, or train on another GPU with "
-                                   "CUDA_VISIBLE_DEVICES.",
+            out.append(finding("gpu.W004", used=human_bytes(used), total=human_bytes(total), who=who, about=gpu.label,
                                facts={"memory_used": used, "memory_total": total, "processes": len(procs)}))
     return out
 
@@ -264,20 +208,13 @@ LAPTOP_GPU = re.compile(r"\b(Laptop|Mobile|Max-Q Design)\b|\b\d{3,4}MX?\b", re.I
 CLOUD_KERNEL = re.compile(r"-(aws|gcp|gke|azure|oracle|ibm)\b|-cloud-(amd64|arm64)$")
 
 
-def _width_fix(m, gpu, cw: int) -> str:
-    narrow = [g for g in m.listed_gpus if g.value("pcie_current_width") == cw and (g.value("pcie_max_width") or 0) > cw]
+def _width_variant(m, gpu, cw: int, narrow: int) -> str:
+    """Which gpu.W006 fix: a laptop, a virtual machine, an x1 riser, lanes shared by design, else reseat."""
     if LAPTOP_GPU.search(gpu.name or ""):
-        return f"A laptop's GPU has the lanes its maker wired (x{cw}): nothing to reseat; keep tensors on the GPU."
+        return "laptop"
     if str(gpu.value("virtualization_mode", "")).lower() in ("pass-through", "vgpu") or CLOUD_KERNEL.search(m.os.kernel or ""):
-        return (f"A virtual machine (a cloud instance, a GPU passed through) runs the link its host gives it (x{cw}): "
-                "nothing to reseat; an instance type whose GPUs run x16 if host-to-device copies bound training.")
-    if cw == 1:
-        return "An x1 link: a riser or an x1 slot (as mining rigs use); put the GPU in a full x16 slot for training."
-    if len(narrow) > 1:
-        return (f"{len(narrow)} GPUs run x{cw} each: the board shares the CPU's lanes between its slots (x8/x8 on "
-                "desktop platforms), by design; a CPU with more PCIe lanes (workstation, server) gives each x16.")
-    return ("Width does not drop at idle: reseat the card, use a full x16 slot, check the "
-            "BIOS lane settings (sudo lspci -vv: LnkSta vs LnkCap).")
+        return "vm"
+    return "x1" if cw == 1 else "shared" if narrow > 1 else ""
 
 
 @check("gpu")
@@ -289,19 +226,16 @@ def check_pcie(m, ctx):
         cw, mw = g.get("pcie_current_width"), g.get("pcie_max_width")
         f = {"current": f"gen{cg} x{cw}", "max": f"gen{mg} x{mw}"}
         if cw and mw and cw < mw:
-            out.append(warning("gpu.W006", f"PCIe link runs x{cw} of x{mw} lanes", about=lab,
-                               fix=_width_fix(m, gpu, cw), facts=f))
+            narrow = sum(1 for x in m.listed_gpus
+                         if x.value("pcie_current_width") == cw and (x.value("pcie_max_width") or 0) > cw)
+            out.append(finding("gpu.W006", variant=_width_variant(m, gpu, cw, narrow), width=cw, max_width=mw,
+                               narrow=narrow, about=lab, facts=f))
         if cg and mg and cg < mg:
             busy = (g.get("utilization_gpu") or 0) >= 50 and "gpu_idle" not in (g.get("throttle_reasons") or [])
             if busy:
-                out.append(warning("gpu.W005", f"PCIe link at gen{cg} of gen{mg} while the GPU is busy", about=lab,
-                                   fix="Check the slot and the BIOS PCIe generation setting; risers often force gen3.",
-                                   facts=f))
+                out.append(finding("gpu.W005", gen=cg, max_gen=mg, about=lab, facts=f))
             else:
-                out.append(info("gpu.I002", f"PCIe link at gen{cg} of gen{mg} while idle (GPUs downshift on purpose)",
-                                about=lab,
-                                fix="Check it under load: nvidia-smi -q -d PCIE while training; gen must reach "
-                                    f"{mg} then.", facts=f))
+                out.append(finding("gpu.I002", gen=cg, max_gen=mg, about=lab, facts=f))
     return out
 
 
@@ -312,8 +246,6 @@ def check_p2p(m, ctx):
         return []
     reasons = sorted({status for _, _, status in bad})
     shown = ", ".join(f"{a}-{b}" for a, b, _ in bad[:6]) + (" ..." if len(bad) > 6 else "")
-    return [warning("gpu.W007", f"no peer-to-peer between {len(bad)} GPU pair(s) ({shown}): {', '.join(reasons)}",
-                    fix="Check the IOMMU/ACS settings (iommu=pt on the kernel command line; ACS off in the BIOS). "
-                        "Workaround for NCCL hangs: export NCCL_P2P_DISABLE=1 (debtorch tune sets it).",
+    return [finding("gpu.W007", count=len(bad), pairs=shown, reasons=", ".join(reasons),
                     facts={"pairs": len(bad), "p2p_read": reasons,
                            "iommu": (m.get("nvidia.kernel_cmdline") or {}).get("iommu")})]

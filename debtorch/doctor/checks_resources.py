@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from debtorch import knowledge
 from debtorch.doctor.registry import check
-from debtorch.findings import error, info, warning
+from debtorch.findings import finding
 from debtorch.doctor.limits import limit
 from debtorch.units import human_bytes
 
@@ -29,8 +29,7 @@ def check_governor(m, ctx):
     gov = m.get("cpu.governor")
     if gov is None or gov == "performance":
         return []
-    return [warning("cpu.W001", f"CPU frequency governor is {gov}, not performance",
-                    fix="sudo apt install linux-cpupower\nsudo cpupower frequency-set -g performance",
+    return [finding("cpu.W001", governor=gov,
                     facts={"cpu.governor": gov, "cpu.governors": m.get("cpu.governors")})]
 
 
@@ -44,7 +43,7 @@ def check_threads(m, ctx):
     try:
         threads = int(omp)
     except ValueError:
-        return [warning("cpu.W003", f"OMP_NUM_THREADS={omp!r} is not a number", fix="export OMP_NUM_THREADS=<integer>",
+        return [finding("cpu.W003", value=repr(omp),
                         facts={"env.OMP_NUM_THREADS": omp})]
     procs = 1
     for var in ("LOCAL_WORLD_SIZE", "WORLD_SIZE"):
@@ -55,8 +54,7 @@ def check_threads(m, ctx):
         procs = max(1, len(m.gpus))
     if threads * procs > usable:
         per = max(1, usable // procs)
-        return [warning("cpu.W002", f"OMP_NUM_THREADS={threads} x {procs} process(es) exceeds {usable} usable CPUs",
-                        fix=f"export OMP_NUM_THREADS={per}   # usable CPUs // processes",
+        return [finding("cpu.W002", threads=threads, processes=procs, usable=usable, per=per,
                         facts={"env.OMP_NUM_THREADS": threads, "processes": procs, "cpu.usable_cpus": usable})]
     return []
 
@@ -69,13 +67,9 @@ def check_wheel_arch(m, ctx):
     if row is None or row:
         return []
     if m.torch.installed:
-        return [info("cpu.I002", f"PyTorch publishes no wheels for {m.os.arch}; this torch was built elsewhere",
-                     fix="Keep it: pip cannot replace it with an official build.",
-                     facts={"os.arch": m.os.arch, "python.torch.version": m.torch.version})]
-    return [warning("cpu.W004", f"PyTorch publishes no wheels for {m.os.arch}",
-                    fix=f"Official wheels exist for {', '.join(knowledge.wheel_machines())} only: use a 64-bit "
-                        "(arm64) OS where the CPU is 64-bit, Debian's own build (sudo apt install python3-torch, "
-                        "CPU only) where Debian packages it for this architecture, or build PyTorch from source.",
+        return [finding("cpu.I002", arch=m.os.arch,
+                        facts={"os.arch": m.os.arch, "python.torch.version": m.torch.version})]
+    return [finding("cpu.W004", arch=m.os.arch, machines=", ".join(knowledge.wheel_machines()),
                     facts={"os.arch": m.os.arch, "wheels_for": knowledge.wheel_machines()})]
 
 
@@ -88,9 +82,8 @@ def check_usable(m, ctx):
             how.append(f"cgroup quota {m.get('cpu.cgroup_quota_cpus')} CPUs")
         if (m.get("cpu.affinity_cpus") or logical) < logical:
             how.append(f"affinity {m.get('cpu.affinity_cpus')} CPUs")
-        return [info("cpu.I001", f"only {usable} of {logical} CPUs are usable here ({', '.join(how) or 'limits'})",
-                     fix="Size DataLoader workers and threads by the usable CPUs (debtorch tune does).",
-                     facts={"cpu.usable_cpus": usable, "cpu.logical_cpus": logical})]
+        return [finding("cpu.I001", usable=usable, logical=logical, how=", ".join(how) or "limits",
+                        facts={"cpu.usable_cpus": usable, "cpu.logical_cpus": logical})]
     return []
 
 
@@ -108,23 +101,14 @@ def check_shm(m, ctx):
     container = m.get("os.container")
     facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
     if container and total <= int(limit("docker_default_shm_bytes")):
-        fix = ("docker run --shm-size=8g ... (or --ipc=host); Kubernetes: mount an emptyDir with "
-               "medium: Memory at /dev/shm")
-        return [error("memory.E002", f"container runs with the default {human_bytes(total)} /dev/shm",
-                      fix=fix, facts=facts_used)]
+        return [finding("memory.E002", size=human_bytes(total), facts=facts_used)]
     if total < per_worker:
-        return [error("memory.E001", f"/dev/shm ({human_bytes(total)}) cannot hold one DataLoader worker's batches",
-                      fix=f"sudo mount -o remount,size={max(1, needed // (1024 ** 3) + 1)}G /dev/shm\n"
-                          "(persist it with a tmpfs line for /dev/shm in /etc/fstab)",
-                      facts=facts_used)]
+        return [finding("memory.E001", size=human_bytes(total), gib=max(1, needed // GiB + 1), facts=facts_used)]
     if free is not None and free < needed:
-        return [warning("memory.W001", f"/dev/shm has {human_bytes(free)} free; {workers} workers may need {human_bytes(needed)}",
-                        fix="Free /dev/shm (stale files of crashed runs) or enlarge it: "
-                            f"sudo mount -o remount,size={_gib_up(total - free + needed)}G /dev/shm",
-                        facts=facts_used)]
+        return [finding("memory.W001", free=human_bytes(free), workers=workers, needed=human_bytes(needed),
+                        gib=_gib_up(total - free + needed), facts=facts_used)]
     if minimum and total < minimum:
-        return [warning("site.W001", f"/dev/shm is {human_bytes(total)}, below the site minimum {human_bytes(minimum)}",
-                        fix=f"sudo mount -o remount,size={_gib_up(minimum)}G /dev/shm",
+        return [finding("site.W001", size=human_bytes(total), minimum=human_bytes(minimum), gib=_gib_up(minimum),
                         facts=facts_used)]
     return []
 
@@ -137,12 +121,12 @@ def check_nofile(m, ctx):
     if soft is None or soft < 0 or soft >= floor:
         return []
     if hard is not None and (hard < 0 or hard >= floor):
-        fix = f"ulimit -n {floor if hard >= 0 and hard < floor * 16 else floor * 16}   # in the shell that starts training (hard limit {hard if hard >= 0 else 'unlimited'})"
+        variant, n = "", floor if 0 <= hard < floor * 16 else floor * 16
     else:
-        fix = (f"Raise the hard limit: a line `*  hard  nofile  {floor * 16}` in /etc/security/limits.d/90-nofile.conf "
-               "(or LimitNOFILE= in the systemd unit), log in again, then ulimit -n")
-    return [warning("memory.W002", f"open-file limit {soft} is low for DataLoader workers",
-                    fix=fix, facts={"memory.nofile_soft": soft, "memory.nofile_hard": hard})]
+        variant, n = "hard", floor * 16
+    return [finding("memory.W002", variant=variant, soft=soft, limit=n,
+                    hard=hard if hard is None or hard >= 0 else "unlimited",
+                    facts={"memory.nofile_soft": soft, "memory.nofile_hard": hard})]
 
 
 @check("memory")
@@ -154,13 +138,9 @@ def check_memlock(m, ctx):
     if soft >= floor:
         return []
     where = m.get("os.container") or ("WSL" if m.get("os.wsl") else None)
-    fix = ("docker run --ulimit memlock=-1 ..." if m.get("os.container")
-           else "a line `*  -  memlock  unlimited` in /etc/security/limits.d/90-memlock.conf, then log in again")
-    make = warning if where else info
-    fid = "memory.W003" if where else "memory.I001"
-    return [make(fid, f"RLIMIT_MEMLOCK is {human_bytes(soft)}: pinned memory may be limited"
-                 + (f" in this {where}" if where else ""),
-                 fix=fix, facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
+    return [finding("memory.W003" if where else "memory.I001", variant="container" if m.get("os.container") else "",
+                    size=human_bytes(soft), where=where,
+                    facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
 
 
 @check("memory")
@@ -169,9 +149,7 @@ def check_swap(m, ctx):
     total = m.get("memory.total")
     if not used or used < int(limit("swap_used_warn_bytes")):
         return []
-    return [warning("memory.W004", f"{human_bytes(used)} of swap in use: training memory may be paged out",
-                    fix="Close what uses the memory, or lower batch size / DataLoader workers; "
-                        "check with: free -h; sudo swapoff -a && sudo swapon -a empties swap once RAM is free",
+    return [finding("memory.W004", used=human_bytes(used),
                     facts={"memory.swap_used": used, "memory.total": total})]
 
 
@@ -183,20 +161,13 @@ def check_data(m, ctx):
         return []
     path = d.get("path")
     if not d.get("exists"):
-        return [error("storage.E001", f"training data path {path} does not exist", about=path,
-                      fix="Check the path given with --data.", facts={"storage.data.path": path})]
+        return [finding("storage.E001", path=path, about=path, facts={"storage.data.path": path})]
     out = []
     if d.get("network"):
-        out.append(warning("storage.W002", f"training data is on a network filesystem ({d.get('fstype')})",
-                           about=path,
-                           fix="Copy the data set to a local NVMe disk before training, or cache it "
-                               "(more DataLoader workers hide some latency).",
+        out.append(finding("storage.W002", fstype=d.get("fstype"), about=path,
                            facts={"storage.data.fstype": d.get("fstype"), "storage.data.mount_point": d.get("mount_point")}))
     elif d.get("rotational"):
-        out.append(warning("storage.W001", f"training data is on a rotational disk ({d.get('device')})",
-                           about=path,
-                           fix="Move the data to an SSD/NVMe disk, or load it into RAM (/dev/shm) if it fits. "
-                               "(Virtual disks often report rotational=1: check `lsblk -d -o NAME,ROTA`.)",
+        out.append(finding("storage.W001", device=d.get("device"), about=path,
                            facts={"storage.data.device": d.get("device"), "storage.data.rotational": True}))
     return out
 
@@ -208,10 +179,7 @@ def check_nvme_link(m, ctx):
         cur, mx = c.get("current_gen"), c.get("max_gen")
         cw, mw = c.get("current_width"), c.get("max_width")
         if (cur and mx and cur < mx) or (cw and mw and cw < mw):
-            out.append(warning("storage.W003",
-                               f"NVMe {c.get('name')} link is gen{cur} x{cw}, below its maximum gen{mx} x{mw}",
+            out.append(finding("storage.W003", name=c.get("name"), gen=cur, width=cw, max_gen=mx, max_width=mw,
                                about=f"{c.get('name')} ({c.get('model')})",
-                               fix="Check the slot (lanes shared with other devices, a gen3 slot) and the BIOS "
-                                   "PCIe settings: sudo lspci -vv | grep -A2 -i 'non-volatile' (LnkSta vs LnkCap).",
                                facts={"current": f"gen{cur} x{cw}", "max": f"gen{mx} x{mw}"}))
     return out

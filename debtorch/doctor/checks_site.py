@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from debtorch import versions
 from debtorch.doctor.registry import check
-from debtorch.findings import error
+from debtorch.findings import finding
 
 
 @check("site")
@@ -14,17 +14,14 @@ def check_site_minimums(m, ctx):
     src = ", ".join(ctx.site.files) if ctx.site and ctx.site.files else "site config"
     driver = m.driver.version
     if mins.get("driver") and driver and versions.below(driver, mins["driver"]):
-        out.append(error("site.E001", f"NVIDIA driver {driver} is below this site's minimum {mins['driver']}",
-                         fix=f"Upgrade the driver (site rule from {src}).",
-                         facts={"driver": driver, "minimum": mins["driver"]}))
+        out.append(finding("site.E001", driver=driver, minimum=mins["driver"], src=src,
+                           facts={"driver": driver, "minimum": mins["driver"]}))
     torch = m.torch.version
     if mins.get("torch") and torch and versions.below(torch, mins["torch"]):
-        out.append(error("site.E002", f"PyTorch {torch} is below this site's minimum {mins['torch']}",
-                         fix=f"pip install --upgrade 'torch>={mins['torch']}'  (site rule from {src})",
-                         facts={"python.torch.version": torch, "minimum": mins["torch"]}))
+        out.append(finding("site.E002", torch=torch, minimum=mins["torch"], src=src,
+                           facts={"python.torch.version": torch, "minimum": mins["torch"]}))
     tcuda = m.torch.cuda
     if mins.get("torch_cuda") and tcuda and versions.below(tcuda, mins["torch_cuda"]):
-        out.append(error("site.E003", f"PyTorch's CUDA {tcuda} is below this site's minimum {mins['torch_cuda']}",
-                         fix=f"Install a wheel built for CUDA >= {mins['torch_cuda']} (site rule from {src}).",
-                         facts={"python.torch.cuda": tcuda, "minimum": mins["torch_cuda"]}))
+        out.append(finding("site.E003", cuda=tcuda, minimum=mins["torch_cuda"], src=src,
+                           facts={"python.torch.cuda": tcuda, "minimum": mins["torch_cuda"]}))
     return out

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, rank
+from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, finding, rank
 from debtorch.doctor.siteconfig import SiteConfig
 from debtorch.knowledge import KnowledgeError
 from debtorch.machine import Machine
@@ -131,14 +131,8 @@ class Registry:
 def _crash(area: str, fn: Callable, exc: BaseException) -> Finding:
     last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {last.filename.rsplit('/', 1)[-1]}:{last.lineno}" if last else ""
-    return Finding(
-        CRASH_ID,
-        ERROR,
-        f"check {fn.__name__} crashed: {type(exc).__name__}: {exc}"[:200],
-        fix="This is a debtorch bug: please report it with `debtorch doctor --json --redact`.",
-        about=f"{fn.__module__}.{fn.__name__}{where}",
-        area=area,
-    )
+    return finding(CRASH_ID, message=f"check {fn.__name__} crashed: {type(exc).__name__}: {exc}"[:200],
+                   about=f"{fn.__module__}.{fn.__name__}{where}", area=area)
 
 
 # The doctor's own checks register here (debtorch/doctor/checks_*.py).

@@ -6,7 +6,7 @@ facts do not tell (an unknown is never a difference).  :func:`read` gives a
 node's answers; :func:`summarise` groups the nodes by each answer and returns
 the fleet's findings, each naming the values and the nodes that have them.
 Nodes that agree on everything are one group, so 1,000 nodes give a short
-report.  Finding ids are documented in docs/checks.md and docs/fleet.md and
+report.  Finding ids are declared in checks/findings/fleet.toml (documented in docs/fleet.md) and
 never renumbered.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from debtorch import hostlist
-from debtorch.findings import ERROR, INFO, WARNING, Finding, Placed, rank
+from debtorch.findings import ERROR, INFO, Finding, Placed, finding, rank
 from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, SCHEMA, Node
 from debtorch.machine import Machine
 from debtorch.tune import fingerprint
@@ -37,12 +37,12 @@ COVERED = {"fleet.E008": ("network.E001", "network.E002")}
 
 @dataclass(frozen=True)
 class Aspect:
+    """One answer that must agree across nodes: ``id``'s finding (checks/findings/fleet.toml) when it does not."""
+
     key: str
     id: str
-    level: str
     title: str
     read: Callable[[Machine], Optional[str]]
-    fix: str
     section: str = "consistency"
 
 
@@ -119,50 +119,23 @@ def _ofed(m: Machine) -> Optional[str]:
 
 
 ASPECTS = (
-    Aspect("torch", "fleet.E005", ERROR, "PyTorch", _torch,
-           "Install the same torch build on every node (same version, same --index-url variant), "
-           "e.g. from one requirements file with pinned versions"),
-    Aspect("nccl", "fleet.E006", ERROR, "NCCL", lambda m: m.nccl.value,
-           "Use the NCCL that PyTorch's wheels bring on every node (pip install the same torch), and "
-           "unset LD_LIBRARY_PATH/LD_PRELOAD entries that load another libnccl"),
-    Aspect("gpu_count", "fleet.E007", ERROR, "usable GPUs", _gpu_count,
-           "Check nvidia-smi and CUDA_VISIBLE_DEVICES on the nodes with fewer GPUs (debtorch doctor there); "
-           "exclude them (srun --exclude) or lower --nproc-per-node"),
-    Aspect("ifname", "fleet.E008", ERROR, "socket interface", _ifname,
-           "Name an interface (or a prefix) that is up on every node: ip -br addr on the nodes named; "
-           "see network.E001/E002", section="network"),
-    Aspect("driver", "fleet.W001", WARNING, "NVIDIA driver", lambda m: m.driver.version,
-           "Install the same driver on every node (apt install nvidia-driver=<version> or the cuda-drivers "
-           "package of one release), then reboot the nodes that changed"),
-    Aspect("cudnn", "fleet.W002", WARNING, "cuDNN", lambda m: m.cudnn.value,
-           "Install the same torch and nvidia-cudnn wheels on every node"),
-    Aspect("cuda_runtime", "fleet.W003", WARNING, "CUDA runtime", lambda m: m.get("python.torch.cuda_runtime_wheel"),
-           "Install the same torch and nvidia-cuda-runtime wheels on every node"),
-    Aspect("kernel", "fleet.W004", WARNING, "kernel", lambda m: m.os.kernel,
-           "Boot every node into the same kernel (apt upgrade, then reboot the stragglers)"),
-    Aspect("python", "fleet.W005", WARNING, "Python", lambda m: str(m.get("python.version") or "") or None,
-           "Create the job's venv from the same Python on every node (one shared venv, or one image)"),
-    Aspect("gpu_models", "fleet.W006", WARNING, "GPU models", _gpu_models,
-           "Mixed GPUs run at the pace of the slowest and may pick different kernels: "
-           "ask Slurm for one kind (--constraint, --gres=gpu:<type>:N)"),
-    Aspect("shm", "fleet.W008", WARNING, "/dev/shm", _shm,
-           "Give every node the same /dev/shm (docker --shm-size, or mount -o remount,size=...)"),
-    Aspect("memlock", "fleet.W009", WARNING, "RLIMIT_MEMLOCK", _memlock,
-           "Set the same memlock limit everywhere (/etc/security/limits.d, slurmd's LimitMEMLOCK=infinity); "
-           "RDMA needs it unlimited"),
-    Aspect("usable_cpus", "fleet.W010", WARNING, "usable CPUs", _cpus,
-           "Ask for the same CPUs on every node (--cpus-per-task) or tune per node (debtorch tune)"),
-    Aspect("mtu", "fleet.W012", WARNING, "MTU", _mtu,
-           "Set the same MTU on the interfaces collectives use (ip link set <if> mtu <n>, and in "
-           "/etc/network/interfaces or the NetworkManager profile)", section="network"),
-    Aspect("infiniband", "fleet.W013", WARNING, "InfiniBand/RoCE ports", _ib,
-           "ibstat on the nodes named: a port down, in INIT, or at a lower rate slows every collective",
-           section="network"),
-    Aspect("ofed", "fleet.W014", WARNING, "OFED", _ofed,
-           "Install the same MLNX_OFED/DOCA-OFED on every node (ofed_info -s); an HPC-X or NCCL plugin "
-           "built for another OFED hangs (NVIDIA/nccl-tests#200)", section="network"),
-    Aspect("debtorch", "fleet.I001", INFO, "debtorch version", lambda m: m.get("debtorch_version"),
-           "Install the same debtorch on every node so that the facts compare"),
+    Aspect("torch", "fleet.E005", "PyTorch", _torch),
+    Aspect("nccl", "fleet.E006", "NCCL", lambda m: m.nccl.value),
+    Aspect("gpu_count", "fleet.E007", "usable GPUs", _gpu_count),
+    Aspect("ifname", "fleet.E008", "socket interface", _ifname, section="network"),
+    Aspect("driver", "fleet.W001", "NVIDIA driver", lambda m: m.driver.version),
+    Aspect("cudnn", "fleet.W002", "cuDNN", lambda m: m.cudnn.value),
+    Aspect("cuda_runtime", "fleet.W003", "CUDA runtime", lambda m: m.get("python.torch.cuda_runtime_wheel")),
+    Aspect("kernel", "fleet.W004", "kernel", lambda m: m.os.kernel),
+    Aspect("python", "fleet.W005", "Python", lambda m: str(m.get("python.version") or "") or None),
+    Aspect("gpu_models", "fleet.W006", "GPU models", _gpu_models),
+    Aspect("shm", "fleet.W008", "/dev/shm", _shm),
+    Aspect("memlock", "fleet.W009", "RLIMIT_MEMLOCK", _memlock),
+    Aspect("usable_cpus", "fleet.W010", "usable CPUs", _cpus),
+    Aspect("mtu", "fleet.W012", "MTU", _mtu, section="network"),
+    Aspect("infiniband", "fleet.W013", "InfiniBand/RoCE ports", _ib, section="network"),
+    Aspect("ofed", "fleet.W014", "OFED", _ofed, section="network"),
+    Aspect("debtorch", "fleet.I001", "debtorch version", lambda m: m.get("debtorch_version")),
 )
 BY_KEY = {a.key: a for a in ASPECTS}
 ENV_ID = "fleet.W007"
@@ -217,9 +190,8 @@ class FleetFinding(Placed):
         return out
 
 
-def _finding(id_: str, level: str, message: str, fix: str, about: str, groups: Iterable[Group],
-             section: str) -> FleetFinding:
-    return FleetFinding(Finding(id_, level, message, fix, about, area="fleet"), tuple(groups), section)
+def _finding(id_: str, about: str, groups: Iterable[Group], section: str, **values) -> FleetFinding:
+    return FleetFinding(finding(id_, about, **values), tuple(groups), section)
 
 
 def _groups(pairs: Iterable[tuple]) -> list:
@@ -235,8 +207,7 @@ def _difference(a: Aspect, nodes: list) -> Optional[FleetFinding]:
     groups = _groups(pairs)
     if len(groups) < 2:
         return None
-    return _finding(a.id, a.level, f"{a.title} differs: {len(groups)} values on {len(pairs)} nodes",
-                    a.fix, a.title, groups, a.section)
+    return _finding(a.id, a.title, groups, a.section, what=a.title, values=len(groups), nodes=len(pairs))
 
 
 def _env_differences(nodes: list) -> list:
@@ -246,9 +217,7 @@ def _env_differences(nodes: list) -> list:
     for var in names:
         groups = _groups((n.name, n.values["env"].get(var, "(unset)")) for n in known)
         if len(groups) > 1:
-            out.append(_finding(ENV_ID, WARNING, f"{var} differs: {len(groups)} values on {len(known)} nodes",
-                                f"Export the same {var} on every node (in the job script, before srun/torchrun)",
-                                var, groups, "consistency"))
+            out.append(_finding(ENV_ID, var, groups, "consistency", what=var, values=len(groups), nodes=len(known)))
     return out
 
 
@@ -257,31 +226,21 @@ def _tuned(nodes: list, path: str) -> list:
     bad = [(name, v) for name, v in pairs if v != "matches"]
     if not bad:
         return []
-    return [_finding(TUNED_ID, WARNING, f"{path} was tuned for another machine than {len(bad)} of {len(pairs)} nodes",
-                     f"Tune on a node like the others (debtorch tune --write {path}), or keep one config per kind of node",
-                     path, _groups(pairs), "consistency")]
+    return [_finding(TUNED_ID, path, _groups(pairs), "consistency", path=path, count=len(bad), nodes=len(pairs))]
 
 
 def _status(nodes: list, timeout: Optional[float]) -> list:
-    specs = (
-        (MISSING, "fleet.E001", "did not join within the timeout",
-         "Look at those nodes' job output (srun prints each task's errors); a node that is slow to start "
-         "needs a longer --timeout"),
-        (DIED, "fleet.E002", "joined but sent no document",
-         "The debtorch or Python process on those nodes died while collecting: run "
-         "'debtorch doctor' there"),
-        (MALFORMED, "fleet.E003", "sent a document that cannot be read",
-         "Run 'debtorch facts --json' on those nodes and read the error"),
-        (SCHEMA, "fleet.E004", "sent facts of another schema version",
-         "Install the same debtorch on every node"),
-    )
+    specs = ((MISSING, "fleet.E001", "did not join within the timeout"),
+             (DIED, "fleet.E002", "joined but sent no document"),
+             (MALFORMED, "fleet.E003", "sent a document that cannot be read"),
+             (SCHEMA, "fleet.E004", "sent facts of another schema version"))
     out = []
-    for status, id_, what, fix in specs:
+    for status, id_, what in specs:
         bad = [n for n in nodes if n.status == status]
         if bad:
             detail = "" if status != MISSING or timeout is None else f" ({timeout:g} s)"
-            out.append(_finding(id_, ERROR, f"{len(bad)} of {len(nodes)} nodes {what}{detail}", fix,
-                                "nodes", _groups((n.name, n.detail or what) for n in bad), "nodes"))
+            out.append(_finding(id_, "nodes", _groups((n.name, n.detail or what) for n in bad), "nodes",
+                                count=len(bad), nodes=len(nodes), what=what, timeout=detail))
     return out
 
 
@@ -299,10 +258,8 @@ def _doctors(nodes: list, fired: set) -> list:
     for fid, entry in sorted(by_id.items(), key=lambda kv: (-rank(kv[1]["level"]), kv[0])):
         count = len({name for name, _ in entry["pairs"]})
         level = entry["level"]
-        out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", level,
-                            f"{fid} on {count} of {len(nodes)} nodes",
-                            f"debtorch doctor on one of them shows the fix ({fid}, docs/checks.md)",
-                            fid, _groups(entry["pairs"]), "doctor"))
+        out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", fid, _groups(entry["pairs"]), "doctor",
+                            doctor_id=fid, count=count, nodes=len(nodes)))
     return out
 
 

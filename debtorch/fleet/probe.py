@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from debtorch import hostlist, inputs
-from debtorch.findings import ERROR, WARNING, Finding
+from debtorch.findings import finding
 from debtorch.fleet.compare import FleetFinding, Group
 
 SLOW = 0.75              # a node below 75 % of the median is slow
@@ -159,23 +159,18 @@ def _findings(v: Verdict, by_rank: dict) -> None:
     failed = [s for s in v.scores if s.verdict == "failed"]
     slow_c = [s for s in v.scores if s.verdict == "slow compute"]
     slow_b = [s for s in v.scores if s.verdict == "slow all-reduce"]
+    n = len(v.scores)
     if failed:
-        v.findings.append(FleetFinding(Finding(
-            "fleet.E010", ERROR, f"{len(failed)} of {len(v.scores)} nodes failed the probe",
-            "Exclude them (srun --exclude, below) and run debtorch doctor there", "probe", area="fleet"),
-            tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
+        v.findings.append(FleetFinding(finding("fleet.E010", "probe", count=len(failed), nodes=n),
+                                       tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
     if slow_c:
-        v.findings.append(FleetFinding(Finding(
-            "fleet.W016", WARNING, f"{len(slow_c)} of {len(v.scores)} nodes compute below {SLOW:.0%} of the median",
-            "A throttled or shared node (nvidia-smi -q -d PERFORMANCE, top): exclude it (srun --exclude, below)",
-            "probe", area="fleet"),
+        v.findings.append(FleetFinding(
+            finding("fleet.W016", "probe", count=len(slow_c), nodes=n, bar=f"{SLOW:.0%}"),
             tuple(Group(f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median "
                         f"{v.median_gflops:.1f})", (s.name,)) for s in slow_c), "probe"))
     if slow_b:
-        v.findings.append(FleetFinding(Finding(
-            "fleet.W017", WARNING, f"{len(slow_b)} of {len(v.scores)} nodes all-reduce below {SLOW:.0%} of the median",
-            "Its network: ibstat, the link rate and errors (ip -s link), NCCL_DEBUG=INFO for the transport; "
-            "exclude it (srun --exclude, below)", "probe", area="fleet"),
+        v.findings.append(FleetFinding(
+            finding("fleet.W017", "probe", count=len(slow_b), nodes=n, bar=f"{SLOW:.0%}"),
             tuple(Group(f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
                         f"{v.median_busbw:.2f}), slow with all {s.partners} partners", (s.name,)) for s in slow_b),
             "probe"))
@@ -183,11 +178,9 @@ def _findings(v: Verdict, by_rank: dict) -> None:
     slow_pairs = [(a, b, bw) for a, b, bw in v.pairs
                   if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
     if slow_pairs:
-        v.findings.append(FleetFinding(Finding(
-            "fleet.W018", WARNING, f"{len(slow_pairs)} pair{'s' if len(slow_pairs) != 1 else ''} of nodes "
-                                   f"all-reduce below {SLOW_PAIR:.0%} of the median",
-            "The link between them (a cable, a switch port, a route): check both ends; the nodes are fine "
-            "with other partners", "probe", area="fleet"),
+        v.findings.append(FleetFinding(
+            finding("fleet.W018", "probe", count=len(slow_pairs),
+                    plural="s" if len(slow_pairs) != 1 else "", bar=f"{SLOW_PAIR:.0%}"),
             tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
                         (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
     v.exclude = sorted({s.name for s in failed + slow_c + slow_b})

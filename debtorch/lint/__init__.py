@@ -1,7 +1,7 @@
 """``debtorch lint``: the article's code-level advice, checked in a training script (docs/lint.md).
 
 * :mod:`debtorch.lint.api`: lint text, files and folders (``lint_paths``);
-* :mod:`debtorch.lint.rules`: the catalogue, one rule per id; :mod:`debtorch.lint.checks`: the rules;
+* :mod:`debtorch.lint.checks`: the rules (their ids, messages and fixes: checks/findings/lint.toml);
 * :mod:`debtorch.lint.script`: what a file's training loops run per step, and what names hold;
 * :mod:`debtorch.lint.measured` and :mod:`debtorch.lint.hostwaits`: verify-train's host waits per step,
   read from the code, or counted on CUDA in the training worker (``hostwaits`` is standard library

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from debtorch import inputs
+from debtorch.findings import catalogue, finding
 from debtorch.lint import torchfix_bridge
 from debtorch.lint.checks import run_checks
 from debtorch.lint.result import FileError, Located, Report
-from debtorch.lint.rules import BY_ID, CRASHED, RULES, TORCHFIX_AREA
 from debtorch.lint.script import Script
 
-__all__ = ["FileResult", "Located", "Report", "RULES", "BY_ID", "lint_text", "lint_file", "lint_paths",
+__all__ = ["FileResult", "Located", "Report", "lint_text", "lint_file", "lint_paths",
            "discover", "LintUsageError"]
 
 # Parsing and indexing a script takes up to 725 bytes of memory per byte of source (dense code such as
@@ -108,7 +108,8 @@ def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix
     try:
         script = Script(tree, text, path)
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crash is a finding, never a traceback
-        found = [Located(path, 1, 1, CRASHED.finding(about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120]))]
+        crash = finding("script.E001", about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120])
+        found = [Located(path, 1, 1, crash)]
     else:
         found = run_checks(script)
         if torchfix:
@@ -197,4 +198,5 @@ def lint_paths(paths: Sequence[str], ignore: Iterable[str] = (), torchfix: Optio
 
 def known_id(value: str) -> bool:
     """An id (or area) that --ignore accepts: script.W001, script, torchfix.TOR101, torchfix."""
-    return value in BY_ID or value in ("script", TORCHFIX_AREA) or bool(re.fullmatch(r"torchfix\.TOR\d+", value))
+    return (value.startswith("script.") and value in catalogue()) or value in ("script", torchfix_bridge.AREA) \
+        or bool(re.fullmatch(r"torchfix\.TOR\d+", value))

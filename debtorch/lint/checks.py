@@ -14,7 +14,7 @@ import re
 import tokenize
 from typing import Callable, Iterator, List, Optional, Set, Tuple
 
-from debtorch.lint import rules as R
+from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
@@ -49,10 +49,11 @@ def column(script: Script, node: ast.AST) -> int:
     return len(line.encode("utf-8", "surrogatepass")[:start].decode("utf-8", "replace")) + 1
 
 
-def at(script: Script, node: ast.AST, rule: R.Rule, **values: str) -> Located:
+def at(script: Script, node: ast.AST, id: str, variant: str = "", **values: str) -> Located:
+    """The catalogue's ``id`` at ``node`` (docs/lint.md); ``values`` fill its message and fix."""
     line = getattr(node, "lineno", 1) or 1
     return Located(script.path, line, column(script, node),
-                   rule.finding(about=f"{script.path}:{line}", **values), script.code(line).rstrip())
+                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line).rstrip())
 
 
 # ---------------------------------------------------------------------------
@@ -70,8 +71,9 @@ def _chain_has_cpu(node: ast.AST) -> bool:
     return False
 
 
-def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test: bool) -> Iterator[Tuple[R.Rule, ast.AST, str]]:
-    """(rule, node, code) for every place in ``node`` that makes the host wait for the GPU."""
+def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
+              is_test: bool) -> Iterator[Tuple[str, str, ast.AST, str]]:
+    """(id, variant, node, code) for every place in ``node`` that makes the host wait for the GPU."""
     kind = lambda n: flow.classify(n, scope)  # noqa: E731
     flow.comprehensions(node, scope)
     flagged_items = False
@@ -85,31 +87,31 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST, is_test
                     (k == DEVICE or (k is None and _tensorish_chain(recv))) and not _MODELISH.match(identifier(recv))
                 if wait and not _chain_has_cpu(recv):
                     flagged_items = True
-                    yield R.SYNC_CALL, n, segment(script, n)
+                    yield "script.W001", "", n, segment(script, n)
             elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
                 if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
-                    yield R.SYNC_CONVERT, n, segment(script, n)
+                    yield "script.W002", "", n, segment(script, n)
             elif m in ("", "synchronize") and script.qualname(n.func) == "torch.cuda.synchronize":
-                yield R.SYNCHRONIZE, n, segment(script, n)
+                yield "script.W001", "synchronize", n, segment(script, n)
             elif isinstance(n.func, ast.Name) and n.func.id in _CONVERT and n.func.id not in script.functions:
                 if any(kind(a) == DEVICE and not isinstance(a, ast.JoinedStr) for a in n.args):
-                    yield R.SYNC_CONVERT, n, segment(script, n)
+                    yield "script.W002", "", n, segment(script, n)
         elif isinstance(n, ast.FormattedValue):
             if kind(n.value) == DEVICE:
-                yield R.SYNC_CONVERT, n.value, "f-string {" + segment(script, n.value) + "}"
+                yield "script.W002", "", n.value, "f-string {" + segment(script, n.value) + "}"
         elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and _is_text(n.left):
             parts = n.right.elts if isinstance(n.right, ast.Tuple) else [n.right]
             if any(kind(p) == DEVICE for p in parts):
                 fmt = segment(script, n.left, 40)
-                yield R.SYNC_CONVERT, n, (f"({fmt})" if isinstance(n.left, ast.BinOp) else fmt) + " % " + \
+                yield "script.W002", "", n, (f"({fmt})" if isinstance(n.left, ast.BinOp) else fmt) + " % " + \
                     ("(...)" if isinstance(n.right, ast.Tuple) else segment(script, n.right, 30))
         elif isinstance(n, (ast.IfExp, ast.Assert)) and _truth_waits(script, n.test, kind):
-            yield R.SYNC_BRANCH, n.test, segment(script, n.test)
+            yield "script.W003", "", n.test, segment(script, n.test)
         elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and \
                 _truth_waits(script, n.operand, kind):
-            yield R.SYNC_BRANCH, n, segment(script, n)
+            yield "script.W003", "", n, segment(script, n)
     if is_test and not flagged_items and _truth_waits(script, node, kind):
-        yield R.SYNC_BRANCH, node, segment(script, node)
+        yield "script.W003", "", node, segment(script, node)
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -156,11 +158,11 @@ def check_syncs(script: Script) -> Iterator[Located]:
     seen: Set[Tuple[int, int, str]] = set()
     for step in script.per_step():
         if not step.header and not step.guarded:
-            for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
-                key = (node.lineno, node.col_offset, rule.id)
+            for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                key = (node.lineno, node.col_offset, rule)
                 if key not in seen:
                     seen.add(key)
-                    yield at(script, node, rule, call=code)
+                    yield at(script, node, rule, variant, call=code)
         flow.assign(step.node, step.scope)
 
 
@@ -223,7 +225,7 @@ def check_copies(script: Script) -> Iterator[Located]:
                 if _non_blocking(n):
                     continue
                 code = segment(script, n, 60)
-                yield at(script, n, R.BLOCKING_COPY, call=code, fixed=_with_non_blocking(code))
+                yield at(script, n, "script.W004", call=code, fixed=_with_non_blocking(code))
         flow.assign(step.node, step.scope)
 
 
@@ -490,11 +492,11 @@ def check_loaders(script: Script) -> Iterator[Located]:
         if workers_off and not _in_memory(script, call) and not text_rows:
             detail = "num_workers is not set" if nw is None else \
                 "num_workers=0" if nwc == 0 else f"num_workers={segment(script, nw)}, 0 by default"
-            yield at(script, call, R.NO_WORKERS, detail=detail)
+            yield at(script, call, "script.W005", detail=detail)
         if script.cuda_explicit and not star and not _in_memory(script, call):
             pin = keyword(call, "pin_memory")
             if pin is None or constant(pin) is False:
-                yield at(script, call, R.NO_PIN)
+                yield at(script, call, "script.I001")
         if not workers_off and not (nw is None and star) and not (isinstance(nwc, int) and nwc <= 0):
             pw = keyword(call, "persistent_workers")
             if (pw is None and not star) or constant(pw) is False:
@@ -502,12 +504,12 @@ def check_loaders(script: Script) -> Iterator[Located]:
                     per_epoch = _per_epoch(script)
                 if per_epoch:
                     persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
-                    yield at(script, call, R.WORKERS_RESTART, persist=persist)
+                    yield at(script, call, "script.I002", persist=persist)
         pf = constant(keyword(call, "prefetch_factor"))
         fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
             ([f"prefetch_factor={pf}"] if isinstance(pf, int) else [])
         if fixed:
-            yield at(script, call, R.HARDCODED_LOADER, detail=", ".join(fixed))
+            yield at(script, call, "script.I003", detail=", ".join(fixed))
 
 
 # ---------------------------------------------------------------------------
@@ -527,7 +529,7 @@ def check_data_parallel(script: Script) -> Iterator[Located]:
     for call, name in _calls(script):
         if name in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                     "torch.nn.parallel.data_parallel.DataParallel"):
-            yield at(script, call, R.DATA_PARALLEL, call=callee(script, call))
+            yield at(script, call, "script.W006", call=callee(script, call))
 
 
 _DEPRECATED_AMP = {
@@ -570,13 +572,13 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
         if isinstance(n, ast.ImportFrom) and n.module and not n.level:  # the import line, as well as the uses
             for name in (f"{n.module}.{a.name}" for a in n.names):
                 if name in _DEPRECATED_AMP:
-                    yield at(script, n, R.DEPRECATED_AMP, call=name, replacement="use " + _DEPRECATED_AMP[name])
+                    yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
         if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
                 or not isinstance(n.ctx, ast.Load):
             continue
         name = script.qualname(n)
         if name in _DEPRECATED_AMP:
-            yield at(script, n, R.DEPRECATED_AMP, call=name, replacement="use " + _DEPRECATED_AMP[name])
+            yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
 
 
 def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
@@ -618,7 +620,7 @@ def check_fp16_unscaled(script: Script) -> Iterator[Located]:
         return
     for call, name in _calls(script):
         if name in _AUTOCASTS and _autocast_dtype(script, call, name) == "fp16" and not _in_inference(script, call):
-            yield at(script, call, R.FP16_UNSCALED, call=segment(script, call, 40))
+            yield at(script, call, "script.W008", call=segment(script, call, 40))
 
 
 def _in_inference(script: Script, node: ast.AST) -> bool:
@@ -638,7 +640,7 @@ def check_bf16_scaled(script: Script) -> Iterator[Located]:
         return
     for call, name in _calls(script):
         if name in _SCALERS and keyword(call, "enabled") is None:
-            yield at(script, call, R.BF16_SCALED, call=segment(script, call, 40))
+            yield at(script, call, "script.W009", call=segment(script, call, 40))
 
 
 def check_profiler(script: Script) -> Iterator[Located]:
@@ -646,7 +648,7 @@ def check_profiler(script: Script) -> Iterator[Located]:
         return  # advice for training scripts, not for the profiler's own code or a library's tests
     for call, name in _calls(script):
         if name in ("torch.autograd.profiler.profile", "torch.autograd.profile", "torch.autograd.profiler.record_function_legacy"):
-            yield at(script, call, R.OLD_PROFILER, call=name)
+            yield at(script, call, "script.I004", call=name)
 
 
 def check_nvprof(script: Script) -> Iterator[Located]:
@@ -659,7 +661,7 @@ def check_nvprof(script: Script) -> Iterator[Located]:
     for tok in tokens:
         if tok.type in (tokenize.COMMENT, tokenize.STRING) and re.search(r"\bnvprof\b", tok.string):
             line, col = tok.start
-            yield Located(script.path, line, col + 1, R.NVPROF.finding(about=f"{script.path}:{line}"),
+            yield Located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
                           script.code(line).rstrip())
             break
 
@@ -676,7 +678,7 @@ def check_cudnn_benchmark(script: Script) -> Iterator[Located]:
     for call, name in _calls(script):
         if name in ("torch.nn.Conv2d", "torch.nn.Conv3d", "torch.nn.modules.conv.Conv2d") or \
                 (name.startswith("torchvision.models.") and not name.startswith(_NOT_CONV)):
-            yield at(script, call, R.CUDNN_BENCHMARK)
+            yield at(script, call, "script.I006")
             return
 
 
@@ -799,7 +801,7 @@ def check_accumulation(script: Script) -> Iterator[Located]:
             loss = _loss_of_backward(script, b)
             if loss is None or _divided(script, scope, loss, acc.every):
                 continue
-            yield at(script, b, R.ACCUM_UNDIVIDED, every=every)
+            yield at(script, b, "script.W010", every=every)
 
 
 
@@ -821,7 +823,7 @@ def check_ddp_accumulation(script: Script) -> Iterator[Located]:
             seen.add(id(call))
             when = f"every {segment(script, acc.every, 60)} micro-batches" if acc.every is not None else \
                 f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
-            yield at(script, call, R.DDP_ACCUM_SYNC, call=callee(script, call), when=when)
+            yield at(script, call, "script.W012", call=callee(script, call), when=when)
 
 
 _SCHEDULERS = {
@@ -896,11 +898,11 @@ def check_schedule(script: Script) -> Iterator[Located]:
             every = segment(script, acc.every, 30)
             fix_size = f"len(loader) // {every} * epochs"
             if counted is True and with_optimizer:
-                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized="micro-batches (len of the loader)",
+                yield at(script, call, "script.W011", sched=kind, sized="micro-batches (len of the loader)",
                          stepped=f"once per optimizer step (every {every} micro-batches): it never finishes",
                          fix_size=fix_size, name=sched_name)
             elif counted is False and not with_optimizer:
-                yield at(script, call, R.SCHEDULE_MISMATCH, sched=kind, sized=f"optimizer steps (divided by {every})",
+                yield at(script, call, "script.W011", sched=kind, sized=f"optimizer steps (divided by {every})",
                          stepped="every micro-batch", fix_size=fix_size, name=sched_name)
 
 
@@ -933,5 +935,6 @@ def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Locat
             out.extend(check(script))
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
             text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
-            out.append(Located(script.path, 1, 1, R.CRASHED.finding(about=script.path, error=text), script.code(1)))
+            crash = finding("script.E001", about=script.path, error=text)
+            out.append(Located(script.path, 1, 1, crash, script.code(1)))
     return out

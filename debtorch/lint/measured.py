@@ -73,8 +73,8 @@ def _static(script: Script) -> List[Located]:
                 continue
             seen.add(id(step.node))
             if not step.header and not step.guarded:
-                for rule, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
-                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, call=code))
+                for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
+                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, variant, call=code))
             flow.assign(step.node, step.scope)
     return sorted(found.values(), key=Located.sort_key)
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Iterator, Optional
 
-from debtorch.findings import Finding, WARNING
+from debtorch.findings import WARNING, Finding, finding
 from debtorch.lint.result import Located
-from debtorch.lint.rules import CRASHED, TORCHFIX_AREA
+
+AREA = "torchfix"   # TorchFix's findings keep their codes under it: torchfix.TOR101, ...
 
 FALLBACK_DISABLED = ("TOR3", "TOR4", "TOR9")
 HOME = "https://github.com/pytorch-labs/torchfix#rules"
@@ -48,8 +49,8 @@ def findings(script) -> Iterator[Located]:
     try:
         results = list(mod.TorchChecker(script.tree, lines).run())
     except Exception as exc:  # noqa: BLE001 - TorchFix failing on a file is a finding, not a traceback
-        yield Located(script.path, 1, 1, CRASHED.finding(about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120]),
-                      script.code(1))
+        crash = finding("script.E001", about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120])
+        yield Located(script.path, 1, 1, crash, script.code(1))
         return
     for item in results:
         try:
@@ -61,5 +62,5 @@ def findings(script) -> Iterator[Located]:
             continue
         about = f"{script.path}:{line}"
         yield Located(script.path, line, max(col, 1),
-                      Finding(f"{TORCHFIX_AREA}.{code}", WARNING, message.strip(), f"see {HOME} ({code})", about),
+                      Finding(f"{AREA}.{code}", WARNING, message.strip(), f"see {HOME} ({code})", about),
                       script.code(line).rstrip())

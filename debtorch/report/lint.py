@@ -6,7 +6,7 @@ from typing import List
 
 from debtorch import __version__
 from debtorch.lint.result import SCHEMA_VERSION, Report
-from debtorch.lint.rules import BY_ID
+from debtorch.findings import catalogue
 from debtorch.report import Format
 from debtorch.report.console import Line
 
@@ -22,7 +22,7 @@ def text_lines(report: Report, verbose: bool = False) -> List[str]:
             out.append(INDENT + f.code.strip())
         if f.finding.fix:
             out.append(INDENT + "fix: " + f.finding.fix)
-        rule = BY_ID.get(f.id)
+        rule = catalogue().get(f.id)
         if verbose and rule is not None:
             out.append(INDENT + "why: " + rule.why)
     out.append(summary(report))

@@ -9,7 +9,7 @@ measured (``tune.Mnnn``).
 
 Torch-free and machine-free: a pure function of a facts dict, so that a test
 is a small dict and ``debtorch tune --facts FILE`` tunes for another machine.
-Rule ids are documented in docs/tune.md and never renumbered.
+Rule ids are declared in checks/findings/tune.toml (documented in docs/tune.md), never renumbered.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from debtorch.findings import catalogue
 from debtorch.machine import Machine
 from debtorch.units import human_bytes as human
 from debtorch.train import sim
@@ -28,44 +29,6 @@ from debtorch.tune.config import machine_problem
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
-
-# Every rule id with its title.  Never renumber; retire an id by leaving it here
-# with "(retired)" in its title.  docs/tune.md documents each one.
-RULES = {
-    "tune.R001": "CPU training on few cores: no DataLoader workers",
-    "tune.R002": "CPU training on more cores: a few workers, the rest compute",
-    "tune.R003": "GPU training: workers from the CPUs each process has",
-    "tune.R004": "workers bounded by /dev/shm",
-    "tune.R005": "workers bounded by RLIMIT_NOFILE",
-    "tune.R006": "pinned memory and non-blocking copies on GPUs only",
-    "tune.R007": "prefetch_factor",
-    "tune.R008": "persistent workers",
-    "tune.R009": "worker start method",
-    "tune.R010": "GPU precision: bf16 autocast on compute capability 8.0 and newer",
-    "tune.R011": "GPU precision: fp16 autocast with a gradient scaler on 7.x",
-    "tune.R012": "GPU precision: fp32 below 7.0 or unknown",
-    "tune.R013": "CPU precision: bf16 autocast with native bf16 (avx512_bf16, AMX)",
-    "tune.R014": "CPU precision: fp32 without native bf16",
-    "tune.R015": "TF32 matmul and cuDNN convolutions",
-    "tune.R016": "cudnn.benchmark",
-    "tune.R017": "channels_last memory format",
-    "tune.R018": "fused optimizer",
-    "tune.R019": "torch.compile only when asked",
-    "tune.R020": "processes and DDP backend",
-    "tune.R021": "NCCL peer-to-peer disabled where P2P is unavailable",
-    "tune.R022": "threads per process",
-    "tune.R023": "micro-batch and gradient accumulation",
-    "tune.R024": "learning-rate schedule for the run's length",
-    "tune.R025": "OMP_NUM_THREADS for launched processes",
-    "tune.R026": "usable CPUs unknown",
-    # Measured choices (debtorch.tune.measure).
-    "tune.M001": "measured: DataLoader workers, prefetch and pinned memory",
-    "tune.M002": "measured: threads per process",
-    "tune.M003": "measured: precision",
-    "tune.M004": "measured: memory format",
-    "tune.M005": "measured: no measurable difference, rule kept",
-    "tune.M006": "measured: the split of CPUs between compute threads and loader workers",
-}
 
 # Assumed size of one batch in shared memory when the workload is unknown:
 # a 64-image batch of 3x224x224 float32 is 37 MiB.
@@ -121,6 +84,11 @@ class Request:
                 raise RequestError(f"{name} must be an integer from 1 to {hi} (got {v!r})")
 
 
+def _known(rule: str) -> None:
+    if not rule.startswith("tune.") or rule not in catalogue():
+        raise KeyError(rule)
+
+
 @dataclass
 class Recommendation:
     """Settings with a reason for every field, environment hints and notes."""
@@ -140,16 +108,18 @@ class Recommendation:
     oversubscribe: bool = False                      # asked: beyond the machine's bound (the config's [limits])
 
     def set(self, name: str, value: Any, rule: str, text: str) -> None:
-        if rule not in RULES:
-            raise KeyError(rule)
+        _known(rule)
         self.settings = dataclasses.replace(self.settings, **{name: value})
         self.reasons[name] = Reason(rule, text)
 
     def hint(self, name: str, value: str, rule: str, text: str) -> None:
-        if rule not in RULES:
-            raise KeyError(rule)
+        _known(rule)
         self.env[name] = str(value)
         self.env_reasons[name] = Reason(rule, text)
+
+    def note(self, rule: str, text: str) -> None:
+        _known(rule)
+        self.notes.append(f"{rule}: {text}")
 
     def torchrun_line(self, script: str = "train.py") -> str:
         return f"torchrun --standalone --nproc_per_node={self.settings.nproc} {shlex.quote(script)}"
@@ -224,7 +194,7 @@ def _device(rec: Recommendation, m: Machine, req: Request) -> None:
 def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R020 (and R026's note)."""
     if m.cpus.unknown:
-        rec.notes.append(f"tune.R026: usable CPUs unknown ({m.cpus.unknown}); assuming {m.cpus.usable}")
+        rec.note("tune.R026", f"usable CPUs unknown ({m.cpus.unknown}); assuming {m.cpus.usable}")
     if sim.is_sim(rec.device) and (req.nproc or 1) > 1:
         raise RequestError("a simulated accelerator is one device: --nproc 1")
     if rec.device != "cpu":
@@ -294,14 +264,14 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
         rec.set("num_workers", by_shm, "tune.R004",
                 f"/dev/shm has {human(shm_free)} free (memory.shm_free): {nproc} process(es) x "
                 f"{by_shm} worker(s) x {prefetch} batches of {size} fit in half of it")
-        rec.notes.append(f"tune.R004: a larger /dev/shm would allow {workers} workers "
-                         "(docker run --shm-size=8g, or a bigger tmpfs)")
+        rec.note("tune.R004", f"a larger /dev/shm would allow {workers} workers "
+                              "(docker run --shm-size=8g, or a bigger tmpfs)")
         workers = by_shm
     if workers and by_nofile is not None and by_nofile < workers:
         rec.set("num_workers", by_nofile, "tune.R005",
                 f"RLIMIT_NOFILE is {nofile} (memory.nofile_soft): each worker holds about "
                 f"{FDS_PER_WORKER} descriptors for batches in flight")
-        rec.notes.append(f"tune.R005: `ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
+        rec.note("tune.R005", f"`ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
     worker_companions(rec)
 
 
@@ -472,7 +442,7 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
         text = f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step"
         if acc * per_step != g:
             text += f" (gives {acc * per_step}, the nearest reachable)"
-            rec.notes.append(f"tune.R023: global batch {g} is not a multiple of {per_step}; using {acc * per_step}")
+            rec.note("tune.R023", f"global batch {g} is not a multiple of {per_step}; using {acc * per_step}")
         rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}")
         rec.set("accumulation_steps", acc, "tune.R023", text)
         rec.global_batch = acc * per_step
@@ -483,8 +453,8 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
         text = f"--global-batch {g} / {nproc} process(es)"
         if micro * nproc != g:
             text += f" (gives {micro * nproc}, the nearest reachable)"
-            rec.notes.append(f"tune.R023: global batch {g} is not a multiple of {nproc} process(es); "
-                             f"using {micro * nproc}")
+            rec.note("tune.R023", f"global batch {g} is not a multiple of {nproc} process(es); "
+                                  f"using {micro * nproc}")
         rec.set("micro_batch", micro, "tune.R023", text + "; if it does not fit in memory, give --micro-batch "
                 "and accumulate")
         rec.set("accumulation_steps", 1, "tune.R023", "no --micro-batch: each step is one micro-batch")

@@ -20,7 +20,8 @@ import time
 import weakref
 from typing import Any, Iterable, Optional
 
-from debtorch import findings, knowledge, stats
+from debtorch import knowledge, stats
+from debtorch.findings import finding
 from debtorch.lint.hostwaits import syncs_reported  # the one import of the sync counter
 
 WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
@@ -29,11 +30,6 @@ SIZE_EVERY = 8             # samples/s from the size of one batch in this many
 CHUNK = 8                  # steps booked at once (and CUDA events read): less code runs each step
 MIN_SYNC_STEPS = 5         # watch.W002 needs a sync in each of at least this many steps
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
-INPUT_FIX = ("more data-loading parallelism: DataLoader num_workers, prefetch_factor, persistent_workers=True, "
-             "pin_memory=True{now}; measure them here: debtorch tune --measure --workload MODULE:FUNCTION "
-             "--write debtorch.toml (docs/workloads.md), then cfg.loader_kwargs()")
-SYNC_FIX = ("find them: debtorch lint train.py (.item(), .cpu(), printing a tensor every step); copy batches "
-            "with .to(device, non_blocking=True) from pinned memory (pin_memory=True, or cfg.to_device)")
 
 _open: "weakref.WeakSet[Watch]" = weakref.WeakSet()     # iterations not yet reported, for the atexit verdict
 
@@ -77,20 +73,18 @@ def judge(s: dict) -> list:
     ci = f"95%: {_pct(d['low'])}-{_pct(d['high'])} over {d['windows']} windows"
     if d["low"] is not None and d["low"] > threshold:
         knobs = ", ".join(f"{k}={v}" for k, v in (s.get("loader") or {}).items())
-        out.append(findings.warning("watch.W001", f"input-bound: data wait {_pct(d['share'])} of step time ({ci}), "
-                                    f"above {_pct(threshold)}", INPUT_FIX.format(now=knobs and f" (now {knobs})")))
+        out.append(finding("watch.W001", share=_pct(d["share"]), ci=ci, threshold=_pct(threshold),
+                           now=knobs and f" (now {knobs})"))
     if s["syncs_per_step"] is not None and s["steps"] >= MIN_SYNC_STEPS and s["steps_with_sync"] == s["steps"]:
-        out.append(findings.warning("watch.W002", f"host syncs every step: {s['syncs_per_step']:.1f} per step, "
-                                    "each makes the CPU wait for the GPU", SYNC_FIX))
+        out.append(finding("watch.W002", syncs=s["syncs_per_step"]))
     if out:
         return out
     if d["high"] is not None and d["high"] < threshold:
         syncs = "no host sync every step" if s["syncs_per_step"] is not None else "host syncs not counted (no CUDA)"
-        return [findings.info("watch.I001", f"fine: data wait {_pct(d['share'])} ({ci}), below {_pct(threshold)}; "
-                              f"{syncs}")]
+        return [finding("watch.I001", share=_pct(d["share"]), ci=ci, threshold=_pct(threshold), syncs=syncs)]
     why = (f"data wait {_pct(d['share'])} ({ci}) spans {_pct(threshold)}" if d["low"] is not None
            else f"{s['steps']} steps make fewer than 2 windows")
-    return [findings.info("watch.I002", f"not resolved: {why}; a longer run resolves it")]
+    return [finding("watch.I002", why=why)]
 
 
 def render(s: dict, final: bool) -> str:
