@@ -19,7 +19,7 @@ the verdict per class, the verdict being the class the doctor's findings imply
 (CLASS_IDS below: the one place that mapping lives; docs/corpus.md explains it).
 
     python benchmarks/corpus_score.py              # the summary
-    python benchmarks/corpus_score.py --markdown   # the tables of docs/corpus.md
+    python benchmarks/corpus_score.py --markdown   # the tables as Markdown (benchmarks/results/corpus.md)
     python benchmarks/corpus_score.py --details    # every wrong field and verdict, per file
     python benchmarks/corpus_score.py --json
     python benchmarks/corpus_score.py --corpus DIR   # a held-out set laid out like tests/corpus
@@ -438,7 +438,7 @@ def run(corpus: Path = None) -> tuple:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown (docs/corpus.md)")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown (benchmarks/results/corpus.md)")
     ap.add_argument("--details", action="store_true", help="also list every wrong field and verdict, per file")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     ap.add_argument("--corpus", type=Path, help="score this folder (laid out like tests/corpus) instead")

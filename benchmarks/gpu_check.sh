@@ -16,6 +16,7 @@
 #     (the halving search for what fits);
 #   verify-train counting host waits per step with torch.cuda.set_sync_debug_mode on a workload
 #     that waits on three known lines (debtorch lint's measured side, issue 15);
+#   cfg.watch's CUDA path (benchmarks/watch_cuda_check.py: events read lazily, syncs counted, overhead);
 #   verify-train --nproc N with nccl when N >= 2 GPUs are visible;
 #   the simulated accelerator's truth check (issue 20, about 5 minutes; alone: `sh benchmarks/gpu_check.sh truth`):
 #     benchmarks/sim_truth.py measures the GPU's compute rate for builtin:images, the host's launch time and the
@@ -154,6 +155,17 @@ ok = w.get("measured") and all(abs(lines.get(k, 0) - v) < 1e-9 for k, v in want.
 print("  host waits: measured=%s per_step=%s lines=%s elsewhere=%s -> %s" % (w.get("measured"), w.get("per_step"),
       sorted(lines.items()), w.get("elsewhere_per_step"), "as expected" if ok else "NOT as expected %s" % want))
 ' "$OUT/verify-waits.json" | tee -a "$SUMMARY"
+
+# cfg.watch on CUDA: events read lazily (no added sync), host syncs counted, overhead on a 10 ms GPU step.
+step watch-cuda 120 "$PY" benchmarks/watch_cuda_check.py
+cp "$OUT/watch-cuda.out" "$OUT/watch-cuda.json" 2>/dev/null
+"$PY" -c 'import json,sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  watch: no JSON (%s)" % e); sys.exit()
+print("  watch:", d.get("failures") or "as expected", "share", (d.get("share") or {}).get("data_wait"),
+      "overhead", (d.get("overhead") or {}).get("cost"))' "$OUT/watch-cuda.json" | tee -a "$SUMMARY"
 
 # More than one GPU: DDP over nccl through torch.distributed.run.
 NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)

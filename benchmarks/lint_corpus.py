@@ -2,7 +2,7 @@
 
     python benchmarks/lint_corpus.py            # the corpus table: precision and recall per rule, files, time
     python benchmarks/lint_corpus.py --stdlib   # also lint every .py of the standard library, timed
-    python benchmarks/lint_corpus.py --markdown # the table as Markdown (docs/lint.md)
+    python benchmarks/lint_corpus.py --markdown # the table as Markdown (benchmarks/results/lint.md)
 
 Precision per rule counts the findings hand-judged "agree" among those the
 linter reports (tests/lint_corpus/*.expected.toml); recall counts them

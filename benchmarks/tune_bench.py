@@ -28,7 +28,7 @@ and the share target is "met" only when every pick's interval lies above 95%, "m
 lies below, otherwise "unresolved" (the rounds cannot tell 95% from 100%).
 
     # the published table (hours on a quiet 2-core machine):
-    python benchmarks/tune_bench.py --budget 180 --measure-runs 5 --doc docs/tune.md --json out.json
+    python benchmarks/tune_bench.py --budget 180 --measure-runs 5 --doc benchmarks/results/tune.md --json out.json
     # a smoke run (minutes): one workload, a few grid points, one --measure run
     python benchmarks/tune_bench.py --workloads cnn --small --budget 30 --measure-runs 1 --grid-repeats 1 \\
         --max-points 4 --final-repeats 2 --quiet 1 --max-wait 0
@@ -445,7 +445,7 @@ def main() -> int:
     ap.add_argument("--small", action="store_true",
                     help="built-in workloads at verify-train --quick's sizes (a smoke run, not a result)")
     ap.add_argument("--json", help="write every number here")
-    ap.add_argument("--doc", help="replace the results section of this Markdown file (docs/tune.md)")
+    ap.add_argument("--doc", help="replace the results section of this Markdown file (benchmarks/results/tune.md)")
     ap.add_argument("--quiet", type=float, default=0.25,
                     help="start a trial only when the CPUs were at most this busy (0-1) with other work; 1: never wait")
     ap.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for quiet before a trial")

@@ -11,7 +11,7 @@ hand-picked here) and its JSON document give:
 * the data-wait share of step time, baseline and tuned;
 * with --max-steps N, time to the workload's target loss and the AMP check.
 
-    python benchmarks/verify_train_bench.py --repeats 7 --doc docs/verify-train.md --json out.json
+    python benchmarks/verify_train_bench.py --repeats 7 --doc benchmarks/results/verify-train.md --json out.json
 
 On a simulated accelerator (issue 20: `--device sim:RATE`, usually with `--config` from `debtorch
 tune --measure --device sim:RATE --write`) the targets are tuned's share of the device's rate

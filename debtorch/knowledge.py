@@ -16,8 +16,8 @@ Where the files are, first match wins:
 4. ``/usr/share/debtorch/checks`` for the Debian package.
 
 A file is parsed when a check first asks for its tables (the doctor on a
-machine without GPUs never parses the PCI table), and never cached: parsing
-every file costs about 40 ms, a point of collect_env's time (docs/performance.md).
+machine without GPUs never parses the PCI table), and never cached on disk: a
+cache would be one more file that could change the verdicts (docs/knowledge.md).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
         "caveat": _rows(id=STR, applies_to=STR, text=STR),
     },
     "torch_wheels.toml": {
-        # [[wheel]] (issue 22): ``python`` the CPython versions ("3.11") the row's wheels are
+        # [[wheel]]: ``python`` the CPython versions ("3.11") the row's wheels are
         # published for; ``releases`` narrows a row to some releases of its series ("1.3.1").
         "wheel": _rows("platform cuda cudnn nccl releases", torch=SERIES, variant=STR, platform=STR, cuda=VERSION,
                        arch_list=ARCHS, cudnn=VERSION, nccl=VERSION, status=STR, python=STRS, releases=STRS),

@@ -11,9 +11,9 @@ library only, a fixed seed: the same numbers always give the same interval.
 * **Sequential looks**: ``adaptive_rounds`` adds rounds until the verdict resolves (as pyperf and
   hyperfine do), so every look is judged at Pocock's constant nominal level for the most looks the
   run may take (:class:`Looks`; Pocock 1977, Biometrika 64:191-199): repeated confidence intervals
-  that hold together with 95% probability (Jennison & Turnbull 1989, JRSS B 51:305-361), where
-  stopping at the first 95% interval that excludes 1 gave identical arms a verdict in a fifth of
-  runs (benchmarks/aa_bench.py; tests/test_stats.py checks the rate).
+  that hold together with 95% probability (Jennison & Turnbull 1989, JRSS B 51:305-361), so that
+  stopping at the first verdict keeps its 95% (tests/test_stats.py checks the false-alarm rate;
+  the A/A runs: benchmarks/results/verify-train.md).
 """
 
 from __future__ import annotations

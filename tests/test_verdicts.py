@@ -251,7 +251,7 @@ def test_cuda_unavailable_is_explained_by_what_hides_the_gpus_first(env, mode, w
         assert next(f for f in found if f.id == "cuda.E003").fix.startswith("unset CUDA_VISIBLE_DEVICES")
 
 
-# --- held-out classes (docs/corpus.md, "Held-out check") -------------------------------------
+# --- held-out classes (benchmarks/results/corpus.md, "Held-out check") -------------------------------------
 
 @pytest.mark.parametrize("path", HEALTHY, ids=[p.stem for p in HEALTHY])
 def test_a_report_that_does_not_name_the_build_is_not_called_cpu_only(path):

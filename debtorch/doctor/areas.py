@@ -1,4 +1,4 @@
-"""Which areas of a report the facts let the doctor judge (issue 10, class 8).
+"""Which areas of a report the facts let the doctor judge.
 
 An area whose facts are unknown must not look fine: a pasted collect_env report
 says nothing of APT, memory or storage, a macOS report's OS is outside what

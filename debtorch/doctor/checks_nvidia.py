@@ -199,7 +199,7 @@ def check_memory_in_use(m, ctx):
     return out
 
 
-# Why a link is narrower than the GPU can run (issue 22): a laptop's GPU is wired so by its maker
+# Why a link is narrower than the GPU can run: a laptop's GPU is wired so by its maker
 # (names: "Laptop GPU", "Max-Q Design", "GTX 980M"), a virtual machine sees what its host gives it
 # (nvidia-smi's virtualization mode; the kernels of cloud images: Ubuntu's -aws/-gcp/-azure flavours,
 # https://ubuntu.com/kernel/variants, Debian's -cloud-amd64), and desktop boards split the CPU's 16

@@ -1,4 +1,4 @@
-"""Fixes that contradict each other or the facts (issue 10, class 7), defined concretely.
+"""Fixes that contradict each other or the facts, defined concretely.
 
 One report's findings contradict when:
 
@@ -20,7 +20,7 @@ One report's findings contradict when:
    Python, which PEP 668 makes refuse it: the fix must make a venv;
 5. **two directions**: one fix says to install an older PyTorch while a pip
    line names a release newer than the installed one;
-6. **a wheel that does not exist for the machine** (issue 22): a ``pip install``
+6. **a wheel that does not exist for the machine**: a ``pip install``
    names a torch release and index (or PyPI's default) with no wheel for the
    machine's CPU architecture and Python in checks/torch_wheels.toml, or any
    torch where PyTorch publishes no wheels for the architecture.

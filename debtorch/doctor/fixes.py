@@ -112,7 +112,7 @@ def pip_command(m: Machine, line: str) -> str:
 
 
 def target_wheel(m: Machine) -> Optional[dict]:
-    """The one official wheel every finding of a report names (issue 10: fixes never
+    """The one official wheel every finding of a report names (fixes never
     contradict each other): a knowledge row with ``pip``, plus ``why`` (a note for the
     fix line, or "") and ``kind``: "same" (the installed release), "newer" (the
     installed release has no wheel for this GPU, driver or Python), "older" (the newest
@@ -124,7 +124,7 @@ def target_wheel(m: Machine) -> Optional[dict]:
     ``platform``, and its Python, ``python``) are answers, and never the installed build:
     where it is the best its release offers, the answer is None and a finding that would
     name it says so.  None also where PyTorch publishes no wheels for the architecture, or
-    nothing is known to choose by (issue 22)."""
+    nothing is known to choose by."""
     t, plat, py = m.torch, m.wheel_platform, m.python_version
     old = t.installed and versions.below(t.version, str(knowledge.threshold("torch_min_version") or "0"))
     keep = bool(t.installed and t.version and t.series and not old)

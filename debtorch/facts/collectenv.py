@@ -1034,7 +1034,7 @@ def parse(text: str, name: str = "<text>") -> dict:
     rd = _Reader(text)
     warn = parse_torch_warnings(text)
     # A paste cut short after collect_env's first line and torch's warnings still tells the GPU,
-    # the wheel's arch list or the driver's CUDA (issue 22): it is a report, if a short one.
+    # the wheel's arch list or the driver's CUDA: it is a report, if a short one.
     cut = HEADER in text and bool(warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
     if rd.core_count < MIN_CORE and not cut:
         raise CollectEnvError(f"{name}: not a collect_env report (found {rd.core_count} of its lines, "

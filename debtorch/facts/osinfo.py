@@ -47,7 +47,7 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     ("8 (jessie)") or after its comma (Ubuntu 14.04: "14.04.3 LTS, Trusty Tahr"), else
     UBUNTU_CODENAME on Ubuntu, else lsb-release's DISTRIB_CODENAME where lsb-release names
     the distribution os-release does (Linux Mint 17 keeps Ubuntu's os-release beside its own
-    lsb-release: its codename is Ubuntu's, issue 22); Ubuntu-based systems
+    lsb-release: its codename is Ubuntu's); Ubuntu-based systems
     also name their Ubuntu (``ubuntu_codename``), LMDE its Debian
     (``debian_codename``, DEBIAN_CODENAME).  ``id`` is lower case, as os-release(5)
     defines it (Deepin and UOS write "Deepin", "UOS").  Which Debian release this is

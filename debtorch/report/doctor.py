@@ -142,7 +142,7 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
             head = area_headline(area, facts)
         state = report.areas.get(area)
         if state is not None and not state.known and kind == "ok":
-            # Unknown never looks fine (issue 10): its own mark and wording (debtorch/doctor/areas.py).
+            # Unknown never looks fine: its own mark and wording (debtorch/doctor/areas.py).
             kind = "unknown"
             not_known.append(title)
             head = state.wording if head.startswith("unknown") else f"{head}; {state.wording}"

@@ -4,8 +4,8 @@ The measuring engine (:mod:`debtorch.train.engine`, for ``tune --measure`` and
 ``verify-train``) and the runtime API (``debtorch.load(...).configure_torch()``,
 ``autocast``, ``prepare_model``, ``to_device``) both call these functions, so a
 setting cannot mean one thing while it is measured and another once a training
-script adopts it (issue 11: with ``tf32 = false`` the runtime turned cuDNN's
-TF32 off while the engine left PyTorch's default on).
+script adopts it (two paths once disagreed: with ``tf32 = false`` the runtime
+turned cuDNN's TF32 off while the engine left PyTorch's default on).
 
 Every function takes the ``torch`` module as its first argument: this module
 imports nothing of torch itself, so debtorch's own process (which never imports

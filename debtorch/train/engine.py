@@ -5,21 +5,12 @@ the standard library.  :func:`run_trial` trains a fresh copy of a workload's
 model for ``warmup_steps + steps`` optimizer steps under one
 :class:`~debtorch.train.settings.Settings` and measures the timed window.
 
-How it measures (docs/engine.md):
-
-* Warm-up steps (DataLoader start-up, first-call kernels, torch.compile) are
-  excluded from the timed window.
-* The device is synchronised before every clock read, so a clock never stops
-  while queued GPU work is still running.
-* Each optimizer step is split into chained segments: waiting for the next
-  micro-batch from the DataLoader (``data_wait``) and everything else
-  (``compute``: the host-to-device copy, forward, backward, optimizer step).
-  They add up to the step time exactly, because one segment's closing clock
-  read is the next one's opening read.
-* ``mode="bare"`` runs the same work with two clock reads around the whole
-  window and nothing per step, so that the instrumentation's own cost can be
-  measured against it.  ``mode="compute_only"`` feeds micro-batches already in
-  device memory: the compute-bound ceiling for the same model and settings.
+How it measures (docs/engine.md): warm-up steps untimed; the device
+synchronised before every clock read; each step cut into chained segments,
+``data_wait`` and ``compute``, whose closing and opening clock reads are one,
+so they add up to the step time exactly.  ``mode="bare"`` times only the
+whole window (the instrumentation's own cost is measured against it);
+``mode="compute_only"`` feeds micro-batches already in device memory.
 
 Every optimizer step consumes ``accumulation_steps`` micro-batches of
 ``micro_batch`` samples (the workload's batch size unless the settings name
@@ -486,16 +477,12 @@ def settle_steps(settings: Settings) -> int:
     with the DataLoader's queue as it is in steady state, not full; the timed window is
     made at least as long (a trial asked for fewer steps runs this many).
 
-    With workers, the loader keeps ``num_workers * prefetch_factor`` micro-batches in flight
-    (PyTorch's default prefetch_factor is 2).  The warm-up ends with them ready, and a loader
-    slower than the model hands them out at compute speed at the start of the timed window.
-    tune's trials time 5-8 steps: on builtin:images (2026-12-02, 2-CPU EPYC) `w4 pf4 t2`
-    read 174-222 samples/s in 5-step windows and 137 in 20-step ones, and tune_bench
-    crowned it the oracle at 231.  While the model eats the queue the workers refill it at
-    the ratio rho (loader speed / model speed) < 1: a slow loader's queue is gone after a
-    turn or two; a loader nearly as fast as the model keeps much of it for long, which
-    biases a window not much longer than the queue.  Two turns of the queue untimed, and a
-    timed window at least as long, bound both.  Without workers nothing is prefetched.
+    With workers, ``num_workers * prefetch_factor`` micro-batches are in flight and ready when
+    the warm-up ends: a loader slower than the model hands them out at compute speed, so a short
+    window reads the queue, not the loader (benchmarks/results/engine.md).  While the model eats
+    the queue the workers refill it at the ratio of loader to model speed: a slow loader's queue
+    is gone after a turn or two, a nearly fast one keeps much of it for long.  Two turns of the
+    queue untimed, and a timed window at least as long, bound both.
     """
     workers = settings.num_workers or 0
     if workers <= 0:

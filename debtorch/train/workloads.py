@@ -1,31 +1,14 @@
 """Workloads: what the engine trains (runs inside the target interpreter).
 
-The contract (docs/workloads.md): ``--workload module:function`` names a
-function that returns a :class:`Workload`, or a dict with the same keys:
-
-* ``model``: a ``torch.nn.Module``;
-* ``dataset``: a map-style dataset (``__len__`` and ``__getitem__``) whose
-  items collate to ``(inputs, target)``;
-* ``loss_fn(output, target) -> loss`` (a scalar tensor);
-* ``batch_size``: samples per step per process;
-* optional ``name``, ``target_loss`` (for time-to-target), ``lr``,
-  ``convolutional`` (allows channels_last) and ``collate_fn``.
-
-``inputs`` may be a tensor (``model(inputs)``), a tuple or list
-(``model(*inputs)``) or a dict (``model(**inputs)``).
-
-Two built-in workloads, both deterministic by seed and sized so that a trial
-on a 2-core CPU takes seconds:
-
-* ``builtin:cnn``: a small ResNet-style network on synthetic 64x64 images.
-  Each item is "decoded" from a latent vector and augmented (random resized
-  crop, flip, colour jitter, normalise) in ``__getitem__``, about a
-  millisecond of CPU per sample, like JPEG decoding plus torchvision
-  transforms.  Labels come from a fixed random teacher network applied to
-  the latent vector, so the loss really falls.
-* ``builtin:transformer``: a small Transformer encoder classifying synthetic
-  token sequences; each sequence is drawn from a latent "topic" and labelled
-  by a fixed random teacher on that topic.
+The contract is docs/workloads.md's: ``--workload module:function`` names a
+function that returns a :class:`Workload`, or a dict with the same keys
+(``model``, a map-style ``dataset`` whose items collate to ``(inputs,
+target)``, ``loss_fn``, ``batch_size``; optionally ``name``, ``target_loss``,
+``lr``, ``convolutional``, ``collate_fn``).  The built-ins (``builtin:cnn``,
+``builtin:images``, ``builtin:transformer``) are deterministic by seed and
+sized so that a trial on a 2-core CPU takes seconds; their data costs CPU per
+item like a real pipeline, and their labels come from a fixed random teacher,
+so the loss really falls.
 
 Imports only torch and the standard library.
 """

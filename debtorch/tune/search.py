@@ -2,75 +2,20 @@
 with its budget.  Torch-free; it only calls a trial function, so tests run it
 on synthetic, noisy response surfaces.
 
-Strategy (docs/tune.md, "Measurement"):
-
-* **Precision and memory format first, at the rules' split.**  They are
-  cheap to measure there (the rules start without loader workers: no
-  worker start-up, no queue to settle) and their effect mostly carries to
-  every split (bf16 1.7x, channels-last 5-30% on the conv workloads), so the
-  split is then raced with them in place.  Replays of the grids measured on
-  a 2-CPU EPYC (docs/tune.md, "Replays"): with the split raced first, the
-  budget went to expensive worker trials before channels-last was seen
-  (images: median 69% of the grid's best, after the change 77%; a CNN grid:
-  3% of replays within 95% of the best, after it 94%).  The price: runs
-  agree less often where regions lie within noise of each other.
-* **The CPU split as one decision.**  A process's CPUs are shared by
-  its intra-op (compute) threads and its DataLoader workers: workers only pay
-  once compute gives up a core, so neither can be chosen alone (a search that
-  changes one at a time sees 2 threads + 0 workers beat both 1 + 0 and 2 + 2,
-  and never tries 1 + 2).  The split is one dimension whose values are
-  (threads, workers) pairs: every feasible pair when there are few (2 CPUs:
-  10), else a coarse lattice that a simple model of the machine keeps
-  (threads 1, 2, 4 ... the CPUs, on a GPU at most 4: the GPU computes;
-  workers 0, 1, 2, 4 ... 2 x the CPUs; the pairs nearest to using every CPU
-  once), refined afterwards towards the winner along each axis while a
-  neighbour leads by ``min_gain`` (beyond the values raced too, when the
-  winner is the largest or smallest raced).  A small budget races only the
-  splits the model ranks most promising: as many as ``repeats`` rounds of
-  fit half the budget left.
-* **Then prefetch and pinned memory around the best split.**
-* **Each decision is a race** (successive halving): every candidate is
-  measured once per round, in an order that rotates each round so that drift
-  in the machine hits every candidate alike.  After the first round the
-  hopeless are dropped (below half the leader, and below what the noise seen
-  so far could explain); after later rounds, those the leader beats beyond
-  noise (:meth:`Search.better`: Student's t on the pooled noise at the level
-  of Pocock's boundary, ``stats.Looks``: a race looks after every round); from ``repeats``
-  rounds on, a field of more than two keeps only its better half.  A race
-  runs at least ``repeats`` rounds and stops early only when what is left is
-  within ``min_gain`` (3%) of the leader and a difference of twice that would
-  have shown; at most ``max_repeats``.
-* A winner replaces the incumbent when its median leads by at least
-  ``min_gain``; otherwise the rule's value stays (tune.M005).  (``switch_z``
-  also asks for that many standard errors: a replay knob, 0 in tune.  On the
-  grids measured so far it made repeated runs agree more often and reach the
-  best less often: docs/tune.md, "Replays".)
-* **Interactions.**  A setting *interacts* with another when its best value
-  changes when the other changes.  Two checks, within the budget:
-  a setting decided before another one changed is raced again in the new
-  context (a changed winner is an interaction); and for every pair of
-  settings, the point that changes both to their runners-up (the corner a
-  one-at-a-time search never visits) is measured once, and raced against the
-  incumbent when it beats it.  When it wins, it is raced against each change
-  alone; the pair *interacts* only when it beats the incumbent and both by
-  twice a race's margin, all measured at least ``repeats`` times (a claim in
-  a reason must not come from noise).  Then their best values are raced
-  together (every combination of each one's best two or three), and the
-  settings decided earlier are revisited.
-* **A small space** (one pass over every point fits half the budget left, at the
-  longest trial so far) is measured whole, once, and its best ``2 x top`` race
-  with the rest: the benchmark's time target there is one pass plus the
-  repeats that resolve the leaders (docs/tune.md).
-* With budget left, close calls are settled where the search ended up: the
-  chosen value against its alternatives in the final context, with up to
-  twice as many rounds.
-* **Within noise.**  When the chosen settings do not beat the runner-up (the
-  fastest other settings measured) beyond noise, the result says so
-  (``within_noise``, ``runner_up``), and the reasons written to the config
-  say "within noise of ...", instead of naming one winner as measured.
-* Every trial's cost is counted (with a ``clock``, the wall-clock time since
-  the search started: restarts of a worker and bookkeeping too); no trial
-  starts that the budget cannot pay.
+The strategy is docs/tune.md's "Measurement": precision and memory format
+first at the rules' split; the CPU split (threads, loader workers) as one
+decision; then prefetch and pinned memory.  Each decision is a race
+(:meth:`Search.race`: rounds in rotating order, the hopeless dropped, a
+leader kept only beyond noise at Pocock's level, :meth:`Search.better`); a
+challenger replaces the rule's value only when its median leads by
+``min_gain``.  Interactions are checked by re-racing earlier decisions in a
+changed context and by the corner of every pair's runners-up; a small space
+is measured whole.  When the choice does not beat the runner-up beyond
+noise, the result says so (``within_noise``, ``runner_up``).  Every trial's
+cost, measured by ``clock`` (wall time, restarts and bookkeeping too), counts
+against the budget, and no trial starts that the budget cannot pay.
+How the strategy was chosen, on replays and synthetic surfaces:
+benchmarks/results/tune.md.
 """
 
 from __future__ import annotations
@@ -405,7 +350,7 @@ class Search:
         self.z = z                # "practically equal": a difference of twice ``min_gain`` would show by z se
         self.looks = stats.Looks(2, 3 * self.max_repeats)   # a pair's race, a revisit and the settle race (2x)
         self.min_gain = min_gain
-        self.switch_z = switch_z
+        self.switch_z = switch_z  # a replay knob (benchmarks/tune_replay.py); tune keeps 0: the higher median wins
         self.on_trial = on_trial
         self.passes = passes
         self.interactions = interactions

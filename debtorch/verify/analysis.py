@@ -1,30 +1,14 @@
 """From trial results to what verify-train reports: pure functions, torch-free.
 
-A *trial* is the engine's result dict (docs/engine.md): ``samples_per_s``,
-``data_wait_share``, per-step ``step_s``/``data_wait_s``/``compute_s``,
-``peak_host_bytes``, ``losses``, ``target_step``, ...  An *arm* is one kind
-of trial repeated over the interleaved rounds (``baseline``, ``tuned``, the
-bare loop, the compute-only bounds).
-
-How the numbers are made (docs/verify-train.md, "Honesty rules"):
-
-* every arm is summarised by the median over its repeats and the spread
-  (min to max);
-* the speed-up is the ratio of medians, with an interval from the paired
-  rounds (:mod:`debtorch.stats`: drift hits both alike) at the level of the
-  rounds' :class:`~debtorch.stats.Looks`; a verdict only when the interval excludes 1,
-  otherwise "inconclusive" and how many more rounds would likely resolve it;
-* the instrumentation's cost is paired the same way: 1 - instrumented/bare
-  samples per second, for the tuned settings in the same round; a negative
-  cost beyond noise is a failed measurement;
-* a run's share of its compute-only bound, and scaling efficiency, cannot
-  exceed 100%: beyond noise that is a failed measurement, never a result;
-* AMP's loss curve is compared with fp32's at the same optimizer steps (same
-  seed, same batches): running means over ``SMOOTH`` steps; AMP diverges when
-  its running mean is above fp32's by more than ``LOSS_TOL_REL`` of fp32's
-  (and at least ``LOSS_TOL_ABS``) at any step of the second half of the
-  compared steps, turns non-finite where fp32 did not, or needs more than
-  ``1 + LOSS_TOL_REL`` times fp32's steps to reach the target.
+A *trial* is the engine's result dict (docs/engine.md); an *arm* is one kind of
+trial repeated over the interleaved rounds (``baseline``, ``tuned``, the bare
+loop, the compute-only bounds, the attribution arms).  Every arm is summarised
+by its median and spread; every comparison is a ratio of medians over the
+paired rounds with an interval and a verdict from :mod:`debtorch.stats`, and
+a figure that cannot exceed 100% (a share of a bound, scaling efficiency) or
+fall below 0 (a cost) is a failed measurement beyond noise, never a result.
+AMP diverges from fp32 by the tolerances below (docs/verify-train.md, "What is
+measured, and how").
 """
 
 from __future__ import annotations
@@ -42,7 +26,7 @@ LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ..
 LOSS_TOL_ABS = 0.02   # ... but a gap below this is never called a divergence
 
 ARMS = ("baseline", "tuned", "tuned_bare", "tuned_sync", "baseline_bound", "tuned_bound")
-INSTRUMENTATION_MARGIN = 0.02   # a cost whose interval lies below 2% is "negligible" (issue 5's target)
+INSTRUMENTATION_MARGIN = 0.02   # a cost whose interval lies below 2% is "negligible" (verify-train's target)
 BOUND_MARGIN = 0.05             # a share whose interval lies within 5% of its bound has "reached" it
 RESULTS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE, stats.BELOW, stats.REACHED)
 
@@ -126,7 +110,8 @@ def scaling(multi: list, single: list, nproc: int) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# Attribution: what each change of the tuned settings contributes (STYLE.md 9; issue 11 item 3)
+# Attribution: what each change of the tuned settings contributes, so that a speed-up is never
+# credited to a set of changes that one of them alone explains
 
 # The settings a config changes, in groups that are taken out of tuned one at a time ("tuned
 # without X": X's fields back at the baseline's values), measured in the same interleaved rounds.

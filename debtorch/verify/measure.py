@@ -6,34 +6,14 @@ every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
 run goes through :func:`debtorch.train.runner.launch_distributed`
 (``torch.distributed.run``).  The loop is the engine's: nothing here trains.
 
-The plan (docs/verify-train.md), all within ``budget_s`` (a wall-clock
-promise from the command's start, :mod:`debtorch.budget`):
-
-0. One short trial of each settings to be measured, not counted: a fresh
-   worker's first trial pays one-time costs its warm-up steps do not absorb.
-1. Interleaved rounds, at least ``repeats``, more until the speed-up's
-   interval resolves or the budget (less what the later steps need) is spent
-   (:func:`debtorch.stats.adaptive_rounds`, every look at Pocock's level).  Each round runs baseline,
-   tuned, tuned with the bare loop and, for attribution, tuned without each
-   group of changed settings (their order rotating every round), then the
-   compute-only bound of each (batches already in memory).  Every trial is
-   a fresh copy of the model, ``warmup`` steps excluded from its timed
-   window of ``steps``.
-2. With ``--profile DIR``, a few tuned steps under torch.profiler.
-3. Convergence runs: baseline and tuned from the same weights on the same
-   batches until the running-mean loss falls below the target (at most
-   ``converge_steps`` optimizer steps, fewer when the budget cannot pay
-   for them); tuned with the baseline's schedule (the same recipe: speed
-   and schedule apart); when tuned uses AMP, an fp32 reference with tuned's
-   other settings (or the baseline run, when it trains the same curve) to
-   compare the loss curves.
-4. With more than one process, the tuned run under torch.distributed.run.
-
-When the budget ends inside a trial, its worker is killed; the run keeps
-the rounds completed (a failure when none was), and says where it stopped.
-
-Everything measured is kept in a :class:`Measured` as it arrives, so that a
-failure or Ctrl-C still reports what was measured so far.
+The plan is docs/verify-train.md's, all within ``budget_s`` (a wall-clock
+promise from the command's start, :mod:`debtorch.budget`): warm-up trials not
+counted; interleaved rounds of every arm until the speed-up resolves or the
+budget is spent (:func:`debtorch.stats.adaptive_rounds`); the profile; the
+convergence runs, sized to what the budget still pays for; the multi-process
+run.  When the budget ends inside a trial its worker is killed and the
+rounds completed are kept.  Everything measured goes into a :class:`Measured`
+as it arrives, so that a failure or Ctrl-C still reports what was measured.
 """
 
 from __future__ import annotations
