@@ -1,7 +1,8 @@
 #!/bin/sh
 # Set up a development environment in .venv (idempotent), then run a job.
 #   ./dev.sh doctor [ARGS]   set up, then run `debtorch doctor` on this machine
-#   ./dev.sh test [ARGS]     set up, then run the test suite (pytest ARGS)
+#   ./dev.sh test [ARGS]     set up, then run the test suite (pytest ARGS); what CI runs
+#   ./dev.sh test -m "not slow"   the fast tier: no training, no worker (at most 90 s on 2 CPUs)
 #   ./dev.sh setup           only set up
 set -eu
 cd "$(dirname "$0")"

@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from debtorch.host import LiveHost  # noqa: E402
-from debtorch.train.runner import Worker, WorkerError, worker_python  # noqa: E402
+from debtorch.train.runner import TrainingWorker  # noqa: E402
+from debtorch.transport.client import WorkerError, worker_python  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 
 CASES = {
@@ -43,7 +44,7 @@ def main() -> int:
     args = ap.parse_args()
     python = worker_python(args.python, LiveHost())
     out: dict = {"cases": {}, "failures": []}
-    with Worker(python, timeout=600) as w:
+    with TrainingWorker(python, timeout=600) as w:
         info = w.info()
         out["info"] = info
         if not info["cuda_available"]:

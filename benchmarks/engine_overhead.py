@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from debtorch.facts.cpu import parse_cpuinfo  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
-from debtorch.train.runner import Worker, worker_python  # noqa: E402
+from debtorch.train.runner import TrainingWorker  # noqa: E402
+from debtorch.transport.client import worker_python  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 
 CASES = {
@@ -132,7 +133,7 @@ def main() -> int:
            "workload": args.workload, "device": args.device, "steps": args.steps, "warmup": args.warmup,
            "repeats": args.repeats, "cases": {}}
     out["loadavg_start"] = loadavg(host)
-    with Worker(python, timeout=900) as w:
+    with TrainingWorker(python, timeout=900) as w:
         info = w.info()
         out["machine"].update(torch=info["torch"], python=info["python_version"])
         w.load(args.workload, device=args.device)

@@ -40,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from debtorch.cli.shared import sim_device  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
 from debtorch.train import sim  # noqa: E402
-from debtorch.train.runner import Worker, worker_python  # noqa: E402
+from debtorch.train.runner import TrainingWorker  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
+from debtorch.transport.client import worker_python  # noqa: E402
 
 WORKLOAD = "builtin:images"
 GAP = 0.10
@@ -89,7 +90,7 @@ def measure_parameters(batch_size: int) -> dict:
     return {"launch_ms": 1000 * statistics.median(launches), "gbps": gbps}
 
 
-def trials(w: Worker, device: str, settings: dict, steps: int, runs: int = 3) -> dict:
+def trials(w: TrainingWorker, device: str, settings: dict, steps: int, runs: int = 3) -> dict:
     """Median samples/s and data-wait share of each (label, settings, mode, sync) on ``device``."""
     w.load(WORKLOAD, device=device)
     out = {}
@@ -109,7 +110,7 @@ def main() -> int:
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     python = worker_python(args.python, LiveHost())
-    with Worker(python, timeout=600) as w:
+    with TrainingWorker(python, timeout=600) as w:
         info = w.info()
         if not info["cuda_available"]:
             print(f"sim truth check: FAILED: no GPU visible to {python} (torch {info['torch']}): this check needs "

@@ -2,9 +2,11 @@
 
 Importing this package is cheap: it never imports torch. The runtime API for
 training scripts (``debtorch.load``) imports torch only when it is called.
+This file is debtorch's public face and stands above every layer: no module of
+debtorch imports it (docs/architecture.md).
 """
 
-__version__ = "0.1.0"
+from debtorch.__about__ import __version__
 
 __all__ = ["__version__", "load", "watch"]
 

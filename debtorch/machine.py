@@ -8,6 +8,7 @@ report, tune's rules, the config fingerprint, the collect_env triage, fleet.
 * its GPUs, each with a compute capability and where that came from;
 * the GPUs CUDA will use (CUDA_VISIBLE_DEVICES, compute mode);
 * how many CPUs training may use, and whether that is known;
+* whether /dev/shm holds the DataLoader workers a tuned run would start;
 * which Debian release this is (or is derived from), from checks/debian.toml;
 * the installed PyTorch: version, series, build (CUDA, ROCm or CPU), variant,
   the GPU architectures it has code for (its own list, the wheel's, else what
@@ -129,6 +130,32 @@ class CPUs(_Part):
     quota: Optional[float] = None        # cgroup CPU quota
     affinity: Optional[int] = None
     allocation: Optional[int] = None     # Slurm's SLURM_CPUS_PER_TASK, when it bounds ``usable``
+
+
+@dataclass(frozen=True, repr=False)
+class Shm(_Part):
+    """/dev/shm against the DataLoader workers a tuned run would start here (checks/thresholds.toml)."""
+
+    total: Optional[float]               # bytes (memory.shm_total); None: unknown
+    free: Optional[float]
+    container: Optional[str]             # os.container
+    workers: int                         # DataLoader workers of all processes: usable CPUs - 1, bounded
+    per_worker: int                      # what one worker's batches take
+    docker_default: bool                 # a container's default /dev/shm (Docker's 64 MiB): memory.E002
+
+    @property
+    def needed(self) -> int:
+        return self.per_worker * self.workers
+
+    @property
+    def too_small(self) -> bool:
+        """Cannot hold one worker's batches (memory.E001)."""
+        return self.total is not None and self.total < self.per_worker
+
+    @property
+    def remount_gib(self) -> int:
+        """The size memory.E001's fix remounts /dev/shm with: what the workers need, in whole GiB, plus one."""
+        return max(1, self.needed // 1024 ** 3 + 1)
 
 
 @dataclass(frozen=True, repr=False)
@@ -591,6 +618,15 @@ class Machine:
         why = self.unknown("cpu.usable_cpus") or "not in the facts"
         return CPUs(usable=assumed, known=False, unknown=why,
                     note=f"{assumed} CPUs assumed (cpu.usable_cpus unknown: {why})", **common)
+
+    @functools.cached_property
+    def shm(self) -> Shm:
+        total, container = self.get("memory.shm_total"), self.get("os.container")
+        usable = self.cpus.usable if self.cpus.known else 1
+        workers = max(1, min(usable - 1, int(knowledge.threshold("shm_planned_workers_max"))))
+        default = bool(container) and total is not None and total <= int(knowledge.threshold("docker_default_shm_bytes"))
+        return Shm(total=total, free=self.get("memory.shm_free"), container=container, workers=workers,
+                   per_worker=int(knowledge.threshold("shm_per_worker_bytes")), docker_default=default)
 
     # ---------------------------------------------------------- OS
 

@@ -1,44 +1,63 @@
+"""Fixtures and hooks only; what tests share otherwise lives in clitools.py and hostkit.py.
+
+Two tiers: ``@pytest.mark.slow`` marks every test that trains or starts a worker or a process of
+training (a contributor runs ``./dev.sh test -m "not slow"`` between edits); ``./dev.sh test``
+runs both and says what each took.  ``@pytest.mark.torch`` marks a test that needs PyTorch in this
+interpreter: whether there is one is decided here, once, without importing it.
+"""
+
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
-from pathlib import Path
+import tempfile
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-# What debtorch caches (parsed knowledge files, workload images) goes to a folder of this run,
-# never the user's ~/.cache, and every run starts with an empty cache.
-if "DEBTORCH_CACHE" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    os.environ["DEBTORCH_CACHE"] = tempfile.mkdtemp(prefix="debtorch-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["DEBTORCH_CACHE"], True)
-HOSTS = ROOT / "tests" / "hosts"
-REAL_FILES = ROOT / "tests" / "real"   # copies of /work/shared/fixtures/real, see SOURCES.md there
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+TIERS = {"fast": [0, 0.0], "slow": [0, 0.0]}   # tier -> [tests, seconds]
 
 
-def run_debtorch(*args, input=None, env=None, timeout=120):
-    """Run ``python -m debtorch`` from this checkout, as a user would."""
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = str(ROOT) + (os.pathsep + full_env["PYTHONPATH"] if full_env.get("PYTHONPATH") else "")
-    if env:
-        full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "debtorch", *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
+def pytest_configure(config):
+    # What debtorch caches (parsed knowledge files, workload images) goes to a folder of this run,
+    # never the user's ~/.cache, and every run starts with an empty cache.
+    if "DEBTORCH_CACHE" not in os.environ:
+        os.environ["DEBTORCH_CACHE"] = config._debtorch_cache = tempfile.mkdtemp(prefix="debtorch-test-cache-")
+
+
+def pytest_unconfigure(config):
+    if getattr(config, "_debtorch_cache", None):
+        shutil.rmtree(config._debtorch_cache, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.torch`` tests are skipped where this interpreter has no torch (Debian's python3
+    during the package build, a base install)."""
+    if HAS_TORCH:
+        return
+    skip = pytest.mark.skip(reason=f"{sys.executable} has no torch")
+    for item in items:
+        if item.get_closest_marker("torch") is not None:
+            item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report):
+    tier = TIERS["slow" if "slow" in report.keywords else "fast"]
+    tier[0] += report.when == "call"
+    tier[1] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each tier's tests and time (setup, call and teardown), so that the fast tier's bound is seen."""
+    terminalreporter.write_line("tiers: " + ", ".join(f"{name} {n} tests in {s:.1f} s" for name, (n, s) in TIERS.items())
+                                + ' (the fast tier alone: -m "not slow")')
 
 
 @pytest.fixture
 def replay():
     """replay("debian12-vm-2core") -> a ReplayHost of tests/hosts/<name>."""
+    from clitools import HOSTS
     from debtorch.host import ReplayHost
 
     def _make(name):
@@ -56,20 +75,3 @@ def no_live(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", boom)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     return True
-
-
-def _this_python_has_torch() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("torch") is not None
-
-
-def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.torch``: the test runs PyTorch in this interpreter; skip it where there is none
-    (Debian's python3 during the package build, a base install)."""
-    if _this_python_has_torch():
-        return
-    skip = pytest.mark.skip(reason=f"{sys.executable} has no torch")
-    for item in items:
-        if item.get_closest_marker("torch") is not None:
-            item.add_marker(skip)

@@ -9,7 +9,7 @@ from pathlib import Path
 from debtorch import facts as facts_mod
 from debtorch.host import ReplayHost
 
-HOSTS = Path(__file__).resolve().parent / "hosts"
+from clitools import HOSTS
 
 
 def make_host(tmp_path: Path, base: str = "debian12-vm-2core", files: dict = None, remove=(), meta: dict = None,

@@ -15,7 +15,7 @@ import pytest
 
 from debtorch.budget import SLACK_S, Budget, Where, stopped
 
-from conftest import ROOT
+from clitools import ROOT, at_once
 
 TESTS = Path(__file__).parent
 
@@ -60,8 +60,13 @@ def test_where_names_the_step_a_workload_hung_in():
 
 # -- the commands, with a workload that hangs ---------------------------------------------------
 
-_has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
-needs_torch = pytest.mark.skipif(not _has_torch, reason=f"{sys.executable} has no torch")
+HANGS = [
+    ("tune", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
+    ("tune", "tiny:hang_in_step", "in trial 1 (w0 "),
+    ("verify-train", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
+    ("verify-train", "tiny:hang_in_step", "in warming up: baseline, warm-up step 1"),
+]
+BUDGET = 20
 
 
 def timed(args, cwd):
@@ -72,24 +77,27 @@ def timed(args, cwd):
     return r, time.monotonic() - t0
 
 
-@needs_torch
+@pytest.fixture(scope="module")
+def hung():
+    """The four commands of HANGS run at once (each waits on its hung workload, not on the CPU):
+    (command, workload) -> (result, seconds it took)."""
+    def run(command, workload):
+        args = ["--measure"] if command == "tune" else []
+        return timed([command, "--python", sys.executable, *args, "--budget", str(BUDGET), "--workload", workload],
+                     TESTS / "workloads")
+
+    return at_once({(c, w): (lambda c=c, w=w: run(c, w)) for c, w, _ in HANGS}, workers=len(HANGS))
+
+
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize("command,workload,where", [
-    ("tune", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
-    ("tune", "tiny:hang_in_step", "in trial 1 (w0 "),
-    ("verify-train", "tiny:hang_in_load", "in loading tiny:hang_in_load (no progress for "),
-    ("verify-train", "tiny:hang_in_step", "in warming up: baseline, warm-up step 1"),
-])
-def test_a_hanging_workload_is_stopped_at_the_budget_naming_where(command, workload, where):
-    budget = 20
-    args = ["--measure"] if command == "tune" else []
-    r, took = timed([command, "--python", sys.executable, *args, "--budget", str(budget), "--workload", workload],
-                    TESTS / "workloads")
+@pytest.mark.parametrize("command,workload,where", HANGS)
+def test_a_hanging_workload_is_stopped_at_the_budget_naming_where(hung, command, workload, where):
+    r, took = hung[command, workload]
     assert r.returncode == 1, r.stderr
-    assert took <= budget + SLACK_S, f"{took:.1f} s for --budget {budget}"
+    assert took <= BUDGET + SLACK_S, f"{took:.1f} s for --budget {BUDGET}"
     failed = "measurement failed: " if command == "tune" else ""
-    line = f"debtorch {command}: {failed}stopped at the end of --budget {budget} s {where}"
+    line = f"debtorch {command}: {failed}stopped at the end of --budget {BUDGET} s {where}"
     assert [x for x in r.stderr.splitlines() if x.startswith(line)], r.stderr
     assert r.stderr.rstrip().endswith("the workload hangs there, or needs a larger budget")
     assert "Traceback" not in r.stderr

@@ -104,10 +104,10 @@ def test_data_on_network_filesystem(tmp_path):
 
 
 def test_data_rotational_and_ssd(tmp_path, replay):
-    doc = facts_of(replay("debian12-vm-2core"), data="/work/main")
+    doc = facts_of(replay("debian12-vm-2core"), data="/var")
     assert "storage.W001" in ids(diagnose(doc))    # virtio disks report rotational=1
     ssd = make_host(tmp_path, files={"/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda/queue/rotational": "0\n"})
-    assert "storage.W001" not in ids(diagnose(facts_of(ssd, data="/work/main")))
+    assert "storage.W001" not in ids(diagnose(facts_of(ssd, data="/var")))
 
 
 def test_missing_data_path_is_an_error(replay):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hostkit import diagnose, facts_of, ids, make_host
-from conftest import REAL_FILES
+from clitools import REAL_FILES
 from debtorch.machine import Machine
 
 REAL = REAL_FILES / "os-release"
@@ -44,7 +44,7 @@ def test_ubuntu_is_recognised_as_a_derivative(tmp_path):
 
 def test_system_python_externally_managed_advises_a_venv(tmp_path, replay):
     base = replay("debian12-vm-2core")
-    light = json.loads(base.run(["x"], key="/work/main/.venv/bin/python3 <probe:light>").stdout)
+    light = json.loads(base.run(["x"], key=f"{base.default_python} <probe:light>").stdout)
     light.update(executable="/usr/bin/python3", prefix="/usr", base_prefix="/usr", venv=False, torch=None)
     host = make_host(tmp_path, meta={"python": "/usr/bin/python3"},
                      commands={"/usr/bin/python3 <probe:light>": json.dumps(light)})

@@ -347,7 +347,7 @@ def test_megabyte_lines_are_read_in_one_pass():
 # --- through the command line ------------------------------------------------------------
 
 def test_cli_reads_a_report_from_stdin_and_says_what_it_lacked():
-    from conftest import run_debtorch
+    from clitools import run_debtorch
 
     text = (CORPUS / "pytorch-pytorch-28321.txt").read_text()
     res = run_debtorch("doctor", "--from-collect-env", "-", input=text)
@@ -361,7 +361,7 @@ def test_cli_reads_a_report_from_stdin_and_says_what_it_lacked():
 
 
 def test_cli_exits_2_with_one_line_for_a_file_that_is_no_report(tmp_path):
-    from conftest import run_debtorch
+    from clitools import run_debtorch
 
     f = _file(tmp_path, "notes.txt", b"my GPU does not work, please help\n")
     res = run_debtorch("doctor", "--from-collect-env", str(f))

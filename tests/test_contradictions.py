@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOSTS
+from clitools import HOSTS
 from hostkit import change_nvml, make_host, probe, set_probe, with_torch
 from debtorch import facts as facts_mod
 from debtorch.doctor import Context, diagnose

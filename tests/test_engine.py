@@ -7,18 +7,23 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from debtorch.train import engine  # noqa: E402
-from debtorch.train.engine import TrialError, run_trial, time_to_target  # noqa: E402
-from debtorch.train.settings import Settings  # noqa: E402
-from debtorch.train.worker import classify  # noqa: E402
-from debtorch.train.workloads import Workload, WorkloadError, coerce, load_workload  # noqa: E402
+from debtorch.train.settings import Settings
+from debtorch.train.worker import classify
 
 pytestmark = pytest.mark.torch
-
 sys.path.insert(0, str(Path(__file__).parent / "workloads"))
-import tiny  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_side():
+    """torch, the engine and the test workloads, imported when the first test of this file runs:
+    collecting it (the fast tier, a machine without torch) imports nothing of torch."""
+    global torch, tiny, engine, TrialError, run_trial, time_to_target, Workload, WorkloadError, coerce, load_workload
+    import tiny
+    import torch
+    from debtorch.train import engine
+    from debtorch.train.engine import TrialError, run_trial, time_to_target
+    from debtorch.train.workloads import Workload, WorkloadError, coerce, load_workload
 
 
 def small(spec):
@@ -27,6 +32,7 @@ def small(spec):
     return load_workload(spec, opts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["builtin:cnn", "builtin:transformer"])
 def test_loss_falls_on_builtin_workloads(spec):
     res = run_trial(small(spec), Settings(), steps=12, warmup_steps=2, sample_memory=False)
@@ -54,20 +60,23 @@ def _recording_workload(seen):
     return wl
 
 
-@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32)])
+@pytest.mark.slow
+@pytest.mark.parametrize("precision,dtype", [("bf16", "bfloat16"), ("fp32", "float32")])
 def test_precision_reaches_the_forward_pass_on_cpu(precision, dtype):
     seen = []
     res = run_trial(_recording_workload(seen), Settings(precision=precision), steps=3, warmup_steps=1,
                     sample_memory=False)
-    assert set(seen) == {dtype}
+    assert set(seen) == {getattr(torch, dtype)}
     assert all(math.isfinite(x) for x in res["losses"])
 
 
+@pytest.mark.slow
 def test_fp16_runs_with_a_scaler_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(precision="fp16"), steps=3, warmup_steps=1, sample_memory=False)
     assert all(math.isfinite(x) for x in res["losses"])
 
 
+@pytest.mark.slow
 def test_data_wait_and_compute_add_up_to_the_step_time():
     # Each item sleeps 4 ms and a micro-batch is 4 items: at least 16 ms of waiting per micro-batch.
     wl = coerce(tiny.make(delay=0.004, batch_size=4), "tiny:make")
@@ -82,6 +91,7 @@ def test_data_wait_and_compute_add_up_to_the_step_time():
     assert res["peak_host_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_compute_only_takes_batches_from_memory():
     wl = coerce(tiny.make(delay=0.004, batch_size=4), "tiny:make")
     res = run_trial(wl, Settings(), steps=4, warmup_steps=1, compute_only=True, sample_memory=False)
@@ -89,6 +99,7 @@ def test_compute_only_takes_batches_from_memory():
     assert all(d < 4 * 0.004 for d in res["data_wait_s"])
 
 
+@pytest.mark.slow
 def test_bare_and_instrumented_loops_train_on_the_same_samples():
     wl = small("builtin:cnn")
     s = Settings(num_workers=1)
@@ -100,6 +111,7 @@ def test_bare_and_instrumented_loops_train_on_the_same_samples():
     assert inst["losses"] == pytest.approx(bare["losses"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_trials_restore_threads_and_start_from_the_same_weights():
     wl = coerce(tiny.make(), "tiny:make")
     before = torch.get_num_threads()
@@ -109,6 +121,7 @@ def test_trials_restore_threads_and_start_from_the_same_weights():
     assert a["losses"] == b["losses"]
 
 
+@pytest.mark.slow
 def test_accumulation_onecycle_and_ignored_settings_are_reported():
     wl = coerce(tiny.make(), "tiny:make")
     res = run_trial(wl, Settings(accumulation_steps=3, micro_batch=8, lr_schedule="onecycle", max_lr=0.01,
@@ -124,6 +137,7 @@ def test_bad_settings_are_one_line():
         run_trial(coerce(tiny.make(), "t"), Settings(prefetch_factor=2), steps=1)
 
 
+@pytest.mark.slow
 def test_profile_writes_a_chrome_trace(tmp_path):
     res = run_trial(coerce(tiny.make(), "t"), Settings(), steps=3, warmup_steps=1, profile_dir=str(tmp_path))
     trace = Path(res["profile_trace"])
@@ -142,20 +156,20 @@ def test_time_to_target_uses_a_running_mean():
 
 # -- workload validation -----------------------------------------------------------
 
-@pytest.mark.parametrize("made,message", [
-    ([1, 2], "x:make returned a list; expected a Workload or dict with model, dataset, loss_fn, batch_size"),
-    ({"model": 1}, "x:make returned a dict without dataset, loss_fn, batch_size"),
-    ({"model": None, "dataset": [], "loss_fn": len, "batch_size": 1, "extra": 1}, "unknown key 'extra'"),
-    ({"model": "m", "dataset": [1], "loss_fn": len, "batch_size": 1}, "model is a str; expected a torch.nn.Module"),
-    ({"model": torch.nn.ReLU(), "dataset": [1], "loss_fn": len, "batch_size": 1}, "model has no trainable parameters"),
-    ({"model": torch.nn.Linear(1, 1), "dataset": 5, "loss_fn": len, "batch_size": 1}, "dataset is an int; expected a map-style"),
-    ({"model": torch.nn.Linear(1, 1), "dataset": [1], "loss_fn": 3, "batch_size": 1}, "loss_fn is an int"),
-    ({"model": torch.nn.Linear(1, 1), "dataset": [1], "loss_fn": len, "batch_size": 0}, "batch_size is 0"),
-    ({"model": torch.nn.Linear(1, 1), "dataset": [1], "loss_fn": len, "batch_size": 2}, "fewer than one batch of 2"),
+@pytest.mark.parametrize("made,message", [   # made(torch.nn): what the workload function returned
+    (lambda nn: [1, 2], "x:make returned a list; expected a Workload or dict with model, dataset, loss_fn, batch_size"),
+    (lambda nn: {"model": 1}, "x:make returned a dict without dataset, loss_fn, batch_size"),
+    (lambda nn: {"model": None, "dataset": [], "loss_fn": len, "batch_size": 1, "extra": 1}, "unknown key 'extra'"),
+    (lambda nn: {"model": "m", "dataset": [1], "loss_fn": len, "batch_size": 1}, "model is a str; expected a torch.nn.Module"),
+    (lambda nn: {"model": nn.ReLU(), "dataset": [1], "loss_fn": len, "batch_size": 1}, "model has no trainable parameters"),
+    (lambda nn: {"model": nn.Linear(1, 1), "dataset": 5, "loss_fn": len, "batch_size": 1}, "dataset is an int; expected a map-style"),
+    (lambda nn: {"model": nn.Linear(1, 1), "dataset": [1], "loss_fn": 3, "batch_size": 1}, "loss_fn is an int"),
+    (lambda nn: {"model": nn.Linear(1, 1), "dataset": [1], "loss_fn": len, "batch_size": 0}, "batch_size is 0"),
+    (lambda nn: {"model": nn.Linear(1, 1), "dataset": [1], "loss_fn": len, "batch_size": 2}, "fewer than one batch of 2"),
 ])
 def test_a_workload_of_the_wrong_shape_is_named(made, message):
     with pytest.raises(WorkloadError) as info:
-        coerce(made, "x:make")
+        coerce(made(torch.nn), "x:make")
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -194,6 +208,7 @@ def test_other_errors_keep_type_and_first_line():
     assert "Traceback" in err["traceback"]
 
 
+@pytest.mark.slow
 def test_dataloader_workers_memory_is_counted():
     wl = coerce(tiny.make(), "tiny:make")
     alone = run_trial(wl, Settings(), steps=2, warmup_steps=1)["peak_host_bytes"]
@@ -216,25 +231,16 @@ def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
     assert gauges.util == [87.0]
 
 
-class _Transient(torch.nn.Linear):
-    """Allocates (and frees) 256 MiB inside every forward pass."""
-
-    def __init__(self):
-        super().__init__(8, 3)
-
-    def forward(self, x):
-        big = torch.ones(64 * 2**20)
-        return super().forward(x) + big[0] - 1
-
-
+@pytest.mark.slow
 def test_peak_host_memory_sees_inside_the_step_and_is_per_trial():
-    spiky = coerce(dict(tiny.make(), model=_Transient()), "spiky")
+    spiky = coerce(dict(tiny.make(), model=tiny.Transient()), "spiky")
     calm = coerce(tiny.make(), "calm")
     high = run_trial(spiky, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
     low = run_trial(calm, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
     assert high - low > 200 * 2**20
 
 
+@pytest.mark.slow
 def test_cuda_only_settings_are_noted_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
                     sample_memory=False)
@@ -250,6 +256,7 @@ def test_torch_compile_trains():
 # -- builtin:images: JPEG files decoded from disk ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_images_are_written_once_and_decoded_from_disk_the_same_in_every_process(tmp_path, monkeypatch):
     pytest.importorskip("PIL")
     monkeypatch.setenv("DEBTORCH_CACHE", str(tmp_path))
@@ -288,28 +295,13 @@ def test_images_without_pillow_is_one_line(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-class _SlowFirstStep(torch.nn.Linear):
-    """A model whose first forward pass takes 0.5 s (torch's own first steps are slow too):
-    meanwhile the DataLoader's workers fill their whole prefetch queue."""
-
-    def __init__(self):
-        super().__init__(8, 3)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        if self.calls == 1:
-            import time
-            time.sleep(0.5)
-        return super().forward(x)
-
-
+@pytest.mark.slow
 def test_a_full_prefetch_queue_is_not_read_as_loader_speed():
     # Each sample takes 5 ms to load: 2 workers can give at most 2 * 4 / 0.020 = 400 samples/s,
     # however fast the model is.  The queue (2 workers x prefetch 4 = 8 batches) is full when the
     # timed window starts; timing 3 steps of it would read thousands of samples/s.
     made = tiny.make(delay=0.005, n=256, batch_size=4)
-    made["model"] = _SlowFirstStep()
+    made["model"] = tiny.SlowFirstStep()
     wl = coerce(made, "tiny:slow_first")
     s = Settings(num_workers=2, prefetch_factor=4)
     assert engine.settle_steps(s) == 16 and engine.settle_steps(Settings()) == 0

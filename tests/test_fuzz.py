@@ -39,8 +39,7 @@ from debtorch.facts import schema
 from debtorch.host import ReplayHost
 from debtorch.tune import config as config_mod
 
-from clitools import cli_runner
-from conftest import HOSTS, ROOT
+from clitools import HOSTS, ROOT, cli_runner
 
 runner = cli_runner()
 EXAMPLES = int(os.environ.get("DEBTORCH_FUZZ_EXAMPLES", "20"))

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from conftest import HOSTS, run_debtorch
+from clitools import HOSTS, run_debtorch
 from debtorch import facts
 from debtorch.facts import nvidia
 from debtorch.host import CommandResult, ReplayHost

@@ -22,8 +22,7 @@ from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config
 from debtorch.tune.rules import Request, RequestError, recommend
 
-from clitools import cli_runner
-from conftest import HOSTS
+from clitools import HOSTS, cli_runner
 from hostkit import diagnose, ids, make_host
 from tune_facts import make_facts
 

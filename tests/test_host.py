@@ -72,7 +72,7 @@ def test_recording_then_replaying_this_machine_gives_the_same_facts(tmp_path):
 
 
 def test_record_refuses_a_file_or_a_folder_in_use(tmp_path):
-    from conftest import run_debtorch
+    from clitools import run_debtorch
 
     afile = tmp_path / "notes.txt"
     afile.write_text("mine\n")
@@ -175,7 +175,7 @@ def test_doctor_starts_the_probe_first_and_runs_it_once(tmp_path):
     import stat
     import sys
 
-    from conftest import run_debtorch
+    from clitools import run_debtorch
 
     log = tmp_path / "calls.log"
     fake = tmp_path / "python"

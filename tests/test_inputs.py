@@ -18,8 +18,7 @@ from debtorch.facts import schema
 from debtorch.host import ReplayHost
 from debtorch.tune.config import ConfigError
 
-from clitools import cli_runner
-from conftest import HOSTS
+from clitools import HOSTS, cli_runner
 
 runner = CliRunner()
 cli = cli_runner()

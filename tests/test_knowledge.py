@@ -329,6 +329,7 @@ def test_a_newer_driver_never_supports_less(major, minor, cuda):
 # --- the installed wheel carries the data ----------------------------------------
 
 
+@pytest.mark.slow
 def test_built_wheel_contains_checks_and_the_loader_finds_them(tmp_path):
     out = tmp_path / "dist"
     try:

@@ -1,4 +1,4 @@
-"""Layers import one way (STYLE.md section 8; docs/architecture.md).
+"""Layers import one way (docs/architecture.md, "The layers").
 
 Walks every module of debtorch, function-local imports included, and fails on
 an import of a higher layer; a function-local import between debtorch modules
@@ -16,13 +16,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "debtorch"
 
 # Lowest first.  A module may import its own layer and the layers before it.
 LAYERS = [
-    ("base", ("debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs", "debtorch.stats",
-              "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.schema")),
+    ("base", ("debtorch.__about__", "debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs",
+              "debtorch.stats", "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.hostwaits",
+              "debtorch.schema")),
     ("host", ("debtorch.nvmlfake", "debtorch.host")),
+    ("transport", ("debtorch.transport",)),
     ("probes", ("debtorch.probes",)),
     ("facts", ("debtorch.facts",)),
     ("knowledge", ("debtorch.knowledge",)),
-    ("machine", ("debtorch.machine",)),
+    ("machine", ("debtorch.machine", "debtorch.fingerprint")),
     ("doctor", ("debtorch.doctor",)),
     ("lint", ("debtorch.lint",)),
     ("train", ("debtorch.train",)),
@@ -31,13 +33,14 @@ LAYERS = [
     ("fleet", ("debtorch.fleet",)),
     ("report", ("debtorch.report",)),
     ("cli", ("debtorch.cli", "debtorch.__main__")),
+    ("api", ()),   # the root package: debtorch.load(), debtorch.watch(), __version__; nothing of debtorch imports it
 ]
 
 
 def layer_of(module: str):
-    """(rank, name) of a debtorch module; the root package (``__version__``) is the base."""
+    """(rank, name) of a debtorch module; the root package is the top floor."""
     if module == "debtorch":
-        return 0, "base"
+        return len(LAYERS) - 1, "api"
     for rank, (name, prefixes) in enumerate(LAYERS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return rank, name
@@ -92,13 +95,7 @@ def test_imports_go_down_the_layers(path):
     wrong = []
     for lineno, name, local in imports(path):
         theirs = layer_of(name)
-        if me == "debtorch":
-            # The root package's load() is the runtime API; it defers tune.runtime so that
-            # `import debtorch` in a training script costs nothing.
-            ok = local and "# defer" in lines[lineno - 1]
-        else:
-            ok = theirs[0] <= mine[0]
-        if not ok:
+        if theirs[0] > mine[0]:
             wrong.append(f"line {lineno}: {me} ({mine[1]}) imports {name} ({theirs[1]})")
         if local and "# defer" not in lines[lineno - 1]:
             wrong.append(f"line {lineno}: function-local import of {name} without a '# defer' comment saying why")

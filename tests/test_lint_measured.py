@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 import debtorch
-from debtorch.lint.hostwaits import SYNC_WARNING, count_host_waits, report_line
+from debtorch.hostwaits import SYNC_WARNING, count_host_waits
 from debtorch.lint.measured import static_result, static_waits
 from debtorch.report import verify as report
 from debtorch.report.console import texts
@@ -52,7 +52,7 @@ def test_the_static_pass_reads_forward_and_loss_fn_of_a_workload(tmp_path):
     path.write_text(WORKLOAD)
     assert [(f.id, f.line) for f in static_waits(str(path))] == [("script.W003", 9), ("script.W001", 14)]
     result = static_result(str(path))
-    assert report_line(result) == ("host waits per step: 2 (mywork.py:9, mywork.py:14); read from the code: "
+    assert report.report_line(result) == ("host waits per step: 2 (mywork.py:9, mywork.py:14); read from the code: "
                                    "the lines that would wait on a GPU (debtorch lint)")
 
 
@@ -126,7 +126,7 @@ def test_counting_maps_each_wait_to_the_users_line_and_skips_the_first_step(tmp_
     assert [(Path(x["path"]).name, x["line"], x["per_step"]) for x in result["lines"]] == [
         ("userwork.py", 7, 2.0), ("userwork.py", 2, 1.0)]
     assert torch.cuda.modes == ["warn", 0] and torch.cuda.mode == 0  # the debug mode is put back
-    assert report_line(result) == ("host waits per step: 3 (userwork.py:7, userwork.py:2); measured with "
+    assert report.report_line(result) == ("host waits per step: 3 (userwork.py:7, userwork.py:2); measured with "
                                    "torch.cuda.set_sync_debug_mode over 3 steps; 1.0 more per step outside "
                                    "the workload's code")
 
@@ -191,22 +191,24 @@ def test_the_worker_names_the_workload_file_and_counts_nothing_off_cuda():
     from debtorch.train.worker import Session
 
     session = Session(proto=None)
-    loaded = session.load({"workload": "builtin:cnn", "device": "cpu",
+    loaded = session.op_load({"workload": "builtin:cnn", "device": "cpu",
                            "options": {"samples": 16, "size": 16, "raw": 32, "width": 8, "batch_size": 8}})
     assert loaded["file"] == os.path.realpath(BUILTIN_WORKLOADS)
-    assert session.host_waits({"steps": 2}) == {"measured": False, "file": loaded["file"]}
+    assert session.op_host_waits({"steps": 2}) == {"measured": False, "file": loaded["file"]}
 
 
 def test_the_worker_still_imports_without_debtorchs_dependencies():
     # The worker runs in the user's interpreter, which need not have typer, rich, packaging...:
-    # counting host waits must not pull the linter's rules (or the doctor) into it.
+    # counting host waits must not pull the linter (or the doctor) into it: only the transport's
+    # server, the host-sync counter, the simulated accelerator and the worker itself.
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parent.parent
     code = ("import sys, debtorch.train.worker; "
-            "print(sorted(m for m in sys.modules if m.startswith('debtorch.lint')))")
+            "print(sorted(m for m in sys.modules if m.startswith('debtorch')))")
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['debtorch.lint', 'debtorch.lint.hostwaits']"
+    assert out.stdout.strip() == str(["debtorch", "debtorch.__about__", "debtorch.hostwaits", "debtorch.train",
+                                      "debtorch.train.sim", "debtorch.train.worker", "debtorch.transport", "debtorch.transport.server"])

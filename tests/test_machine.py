@@ -19,9 +19,10 @@ from debtorch.cli import app
 from debtorch.facts import collectenv
 from debtorch.host import ReplayHost
 from debtorch.machine import Machine
-from debtorch.tune import fingerprint, rules
+from debtorch import fingerprint
+from debtorch.tune import rules
 
-from conftest import HOSTS
+from clitools import HOSTS
 
 HOST_DIRS = sorted(p for p in HOSTS.iterdir() if (p / "_host.json").exists())
 REPORTS = sorted((Path(__file__).parent / "collect_env").glob("*.txt"))

@@ -18,7 +18,7 @@ import typer.main
 from hypothesis import given
 from hypothesis import strategies as st
 
-from debtorch import __version__
+from debtorch.__about__ import __version__
 from debtorch.cli import app, manpage
 from debtorch.cli.shared import EXIT_CODES
 

@@ -13,7 +13,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from debtorch import __version__
+from debtorch.__about__ import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 DEBIAN = ROOT / "debian"

@@ -21,7 +21,7 @@ SECRETS = ["gpu-node-17.example.org", "gpu-node-17", "alice", "10.20.30.40", "fe
 def secret_host(tmp_path, replay):
     import json as _json
     base = replay("debian12-vm-2core")
-    light = _json.loads(base.run(["x"], key="/work/main/.venv/bin/python3 <probe:light>").stdout)
+    light = _json.loads(base.run(["x"], key=f"{base.default_python} <probe:light>").stdout)
     light["executable"] = "/home/alice/venvs/torch/bin/python"
     light["prefix"] = "/home/alice/venvs/torch"
     return make_host(tmp_path, files={

@@ -19,19 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from clitools import ROOT, at_once
 
-pytestmark = [pytest.mark.slow]
 SEED = int(os.environ.get("DEBTORCH_SIGNAL_SEED", random.SystemRandom().randrange(2**32)))
 CASES = int(os.environ.get("DEBTORCH_SIGNAL_CASES", "2"))
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # torch's own compile cache: created in the temporary directory by importing torch, kept on purpose.
 TORCH_CACHES = ("torchinductor_",)
 WORKLOADS = Path(__file__).parent / "verify_workloads"
-
-
-def _has_torch() -> bool:
-    return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
 
 
 def marked_processes(token: str) -> list:
@@ -60,14 +55,18 @@ def no_process_left(token: str, within: float = 20.0) -> list:
         time.sleep(0.1)
 
 
-def interrupt(args, tmp_path: Path, rng: random.Random, earliest: float, latest: float, cwd=None):
-    """Run ``debtorch ARGS`` with a private TMPDIR, send a random ending signal after a random
-    delay; return (signal, exit code, stderr, leftover processes, leftover temporary entries)."""
+def moment(rng: random.Random, earliest: float, latest: float) -> tuple:
+    """A random ending signal and a random delay."""
+    return rng.choice(SIGNALS), rng.uniform(earliest, latest)
+
+
+def interrupt(args, tmp_path: Path, sig: int, delay: float, cwd=None):
+    """Run ``debtorch ARGS`` with a private TMPDIR, send ``sig`` after ``delay`` seconds;
+    return (signal, exit code, stderr, leftover processes, leftover temporary entries)."""
     tmpdir = tmp_path / f"tmp-{uuid.uuid4().hex[:6]}"
     tmpdir.mkdir()
     token = f"debtorch-signal-test-{uuid.uuid4().hex}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(tmpdir), DEBTORCH_SIGNAL_TEST=token)
-    sig, delay = rng.choice(SIGNALS), rng.uniform(earliest, latest)
     proc = subprocess.Popen([sys.executable, "-m", "debtorch", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd or tmp_path)
     try:
@@ -98,7 +97,7 @@ def test_facts_record_leaves_a_whole_recording_or_nothing(tmp_path):
     rng = random.Random(SEED)
     for i in range(CASES + 1):
         dest = tmp_path / f"rec{i}"
-        sig, code, err, procs, temps = interrupt(["facts", "--record", str(dest)], tmp_path, rng, 0.05, 2.5)
+        sig, code, err, procs, temps = interrupt(["facts", "--record", str(dest)], tmp_path, *moment(rng, 0.05, 2.5))
         check("facts --record", sig, code, err, procs, temps)
         hidden = [p.name for p in tmp_path.iterdir() if p.name.startswith(f".rec{i}.recording-")]
         assert hidden == [], (hidden, SEED)
@@ -117,22 +116,39 @@ def _svg_whole(path: Path) -> None:
     assert path.read_text().rstrip().endswith("</svg>")
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("what,args,latest,whole", [
+TRAINING = [
     ("tune --measure", ["tune", "--measure", "--budget", "20", "--write"], 9.0, _config_whole),
     ("verify-train --quick", ["verify-train", "--quick", "--plot"], 12.0, _svg_whole),
-])
-def test_training_commands_leave_their_file_whole_or_absent_and_nothing_else(tmp_path, what, args, latest, whole):
-    if not _has_torch():
-        pytest.skip(f"{sys.executable} has no torch")
-    rng = random.Random(SEED + len(what))
+]
+
+
+@pytest.fixture(scope="module")
+def interrupted_training(tmp_path_factory):
+    """Every case of TRAINING, run at once (a case mostly waits for its signal): (what, case) ->
+    (folder, its file, what interrupt returned).  The moments are drawn first, in order, from SEED."""
+    runs = {}
+    for what, args, latest, _ in TRAINING:
+        rng = random.Random(SEED + len(what))
+        for i in range(CASES):
+            folder = tmp_path_factory.mktemp("signal")
+            out = folder / ("t.toml" if what.startswith("tune") else "p.svg")
+            runs[what, i] = (folder, out, [*args, str(out)], *moment(rng, 0.3, latest))
+    done = at_once({key: (lambda f=folder, a=args, s=sig, d=delay: interrupt(a, f, s, d, cwd=WORKLOADS))
+                    for key, (folder, _, args, sig, delay) in runs.items()}, workers=len(runs))
+    return {key: (runs[key][0], runs[key][1], done[key]) for key in runs}
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("what,args,latest,whole", TRAINING)
+def test_training_commands_leave_their_file_whole_or_absent_and_nothing_else(interrupted_training, what, args,
+                                                                             latest, whole):
     for i in range(CASES):
-        out = tmp_path / (f"t{i}.toml" if what.startswith("tune") else f"p{i}.svg")
-        sig, code, err, procs, temps = interrupt([*args, str(out)], tmp_path, rng, 0.3, latest, cwd=WORKLOADS)
+        folder, out, (sig, code, err, procs, temps) = interrupted_training[what, i]
         check(what, sig, code, err, procs, temps)
         if code == 0 or out.exists():
             whole(out)
-        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [], SEED
+        assert [p.name for p in folder.iterdir() if p.name.endswith(".tmp")] == [], SEED
 
 
 def test_a_second_signal_during_the_clean_up_changes_nothing(tmp_path):

@@ -85,8 +85,9 @@ def test_the_model_on_a_fake_clock():
     assert fake_rate([0.090, 0.005, 0.005, 0.005], 0.030, ahead=2) == pytest.approx(10 / 0.030, rel=0.01)
 
 
+@pytest.mark.torch
 def test_a_blocking_copy_waits_for_the_queue_and_a_pinned_one_does_not():
-    torch = pytest.importorskip("torch")
+    import torch
     clock = FakeClock()
     d = sim.SimDevice(sim.SimSpec(rate=100, launch_ms=0, gbps=1, ahead=3), clock=clock, sleep=clock.sleep)
     x = torch.zeros(250_000)          # 1 MB: 1 ms at 1 GB/s
@@ -101,13 +102,16 @@ def test_a_blocking_copy_waits_for_the_queue_and_a_pinned_one_does_not():
 # Tiny simulated jobs in real time: the loader sleeps once per batch
 
 
-torch_only = pytest.mark.torch
+def engine_trial(test):
+    """An engine trial in this process (it trains): torch, and the slow tier."""
+    return pytest.mark.slow(pytest.mark.torch(test))
 
 
 def _job(batch_sleep, n=100_000, item=16, every=0, burst=0.0):
     """A workload whose batches (10 items of ``item`` floats, the same tensors every time: no CPU spent
     making them) cost ``batch_sleep`` s of sleep each (``burst`` every ``every``th batch)."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from debtorch.train.workloads import Workload
 
     batch = (torch.zeros(10, item), torch.zeros(10, dtype=torch.long))
@@ -143,7 +147,7 @@ def _run(wl, rate, steps=30, sync=False, ahead=3, launch=0.0, gbps=25, **setting
 PINNED = {"pin_memory": True, "non_blocking": True}
 
 
-@torch_only
+@engine_trial
 def test_throughput_is_the_slower_of_loader_and_device():
     # The loader gives 10 samples per 50 ms (200/s); devices of 80/s and of 800/s.
     assert _run(_job(0.050), 80, steps=16, **PINNED)["samples_per_s"] == pytest.approx(80, rel=0.10)
@@ -152,7 +156,7 @@ def test_throughput_is_the_slower_of_loader_and_device():
     assert fed["data_wait_share"] > 0.8 and fed["samples_per_s"] / 800 < 0.3
 
 
-@torch_only
+@engine_trial
 def test_a_per_step_sync_costs_what_the_model_says():
     # 10 ms of fetching and 40 ms of device work a step: overlapped 40 ms (250/s), in turn 50 ms (200/s).
     wl = _job(0.010)
@@ -166,7 +170,7 @@ def test_a_per_step_sync_costs_what_the_model_says():
     assert predicted == pytest.approx(1 - synced["samples_per_s"] / free["samples_per_s"], abs=0.05)
 
 
-@torch_only
+@engine_trial
 def test_run_ahead_absorbs_a_slow_loader_burst():
     # One fetch in four sleeps 90 ms, the others 5; 30 ms of device work a step (333 samples/s).  With one
     # step queued beyond the running one the device idles 30 ms in every 150 (267/s); three cover it.
@@ -177,7 +181,7 @@ def test_run_ahead_absorbs_a_slow_loader_burst():
     assert deep["samples_per_s"] > 1.1 * shallow["samples_per_s"]
 
 
-@torch_only
+@engine_trial
 def test_pinned_non_blocking_copies_free_the_host():
     # Batches of 10 MB at 0.25 GB/s: 40 ms of copying, 20 ms of compute a step, 30 ms of fetching.
     # Pinned and non-blocking: the device's 60 ms are the step.  Pageable and blocking (PyTorch's
@@ -191,8 +195,7 @@ def test_pinned_non_blocking_copies_free_the_host():
     assert pinned["samples_per_s"] > 1.1 * pageable["samples_per_s"]
 
 
-@torch_only
-@pytest.mark.slow
+@engine_trial
 def test_loader_workers_feed_the_device_together():
     # Two workers, each 10 samples per 80 ms: 250 samples/s between them.
     two = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, **PINNED}

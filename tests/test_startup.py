@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, HOSTS
+from clitools import ROOT, HOSTS
 
 PACKAGE = ROOT / "debtorch"
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import HOSTS, ROOT
+from clitools import HOSTS, ROOT
 
 HOST = str(HOSTS / "debian12-vm-2core")
 LINT_FILE = str(ROOT / "tests" / "lint_corpus" / "article_amp.py")

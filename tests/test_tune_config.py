@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from debtorch import schema
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config, write_atomic, write_config
-from debtorch.tune.fingerprint import from_facts
+from debtorch.fingerprint import from_facts
 from debtorch.tune.rules import Request, recommend
 
 from tune_facts import all_pairs, make_facts, server_8x_a100

@@ -13,7 +13,7 @@ from debtorch.tune.config import load_config
 from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, apply_result, measure
 from debtorch.tune.rules import Request, recommend
 
-from conftest import ROOT, run_debtorch
+from clitools import ROOT, at_once, run_debtorch
 from tune_facts import make_facts
 
 WORKLOADS = ROOT / "tests" / "workloads"
@@ -159,20 +159,35 @@ def tune_in_workloads(*args, timeout=180):
                           capture_output=True, text=True, cwd=WORKLOADS, env=env, timeout=timeout)
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("workload,message", [
+BAD_WORKLOADS = [
     ("nosuchmodule:make", "cannot import nosuchmodule"),
     ("tiny:nothere", "tiny has no function nothere"),
     ("tiny:wrong", "tiny:wrong returned a list"),
     ("broken:make", "this module is broken on purpose"),
     ("tiny", "must be module:function"),
-])
-def test_bad_workload_is_one_line_and_exit_2(workload, message, tmp_path):
-    out = tmp_path / "debtorch.toml"
-    r = tune_in_workloads("--measure", "--budget", "30", "--workload", workload, "--write", str(out))
+]
+
+
+@pytest.fixture(scope="module")
+def bad_workloads(tmp_path_factory):
+    """tune --measure --write with each of BAD_WORKLOADS, run at once: workload -> (result, its folder)."""
+    def run(workload):
+        folder = tmp_path_factory.mktemp("bad")
+        r = tune_in_workloads("--measure", "--budget", "30", "--workload", workload, "--write",
+                              str(folder / "debtorch.toml"))
+        return r, folder
+
+    return at_once({w: (lambda w=w: run(w)) for w, _ in BAD_WORKLOADS})
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("workload,message", BAD_WORKLOADS)
+def test_bad_workload_is_one_line_and_exit_2(bad_workloads, workload, message):
+    r, folder = bad_workloads[workload]
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("debtorch tune: ") and message in r.stderr
-    assert not out.exists() and not list(tmp_path.iterdir())
+    assert not (folder / "debtorch.toml").exists() and not list(folder.iterdir())
 
 
 def test_an_interpreter_without_torch_is_bad_input(tmp_path):
@@ -193,12 +208,12 @@ def test_an_interpreter_without_torch_is_bad_input(tmp_path):
 @pytest.mark.slow
 def test_measure_on_a_real_workload_writes_a_measured_config(tmp_path):
     out = tmp_path / "debtorch.toml"
-    r = tune_in_workloads("--measure", "--budget", "40", "--workload", "tiny:make", "--write", str(out),
+    r = tune_in_workloads("--measure", "--budget", "30", "--workload", "tiny:make", "--write", str(out),
                           "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["chosen_by"] == "measured" and doc["measurement"]["trials"]
-    assert doc["measurement"]["spent_s"] <= 40  # the whole command's time, start-up included
+    assert doc["measurement"]["spent_s"] <= 30  # the whole command's time, start-up included
     cfg = load_config(str(out))
     assert cfg.tuned["by"] == "measured" and cfg.tuned["workload"] == "tiny:make"
     assert any(r["rule"].startswith("tune.M") for r in doc["reasons"].values())
@@ -227,6 +242,7 @@ def test_table_of_trials_names_one_budget_when_it_runs_out():
     assert head.endswith("of a 30 s budget (budget spent)"), head
 
 
+@pytest.mark.slow
 @pytest.mark.torch
 def test_sigterm_stops_the_worker_and_leaves_no_temporary_folder(tmp_path):
     """A batch scheduler's kill (SIGTERM) mid-measurement: exit 143, nothing written, nothing left in TMPDIR."""

@@ -222,7 +222,7 @@ def test_a_saved_facts_file_with_missing_sections_still_tunes():
     ("python", "torch", "2.13.0"),
 ])
 def test_a_hand_edited_facts_value_of_the_wrong_type_tunes_instead_of_raising(section, key, value):
-    from debtorch.tune.fingerprint import from_facts
+    from debtorch.fingerprint import from_facts
     from debtorch.tune.measure import precisions_for
 
     doc = make_facts(cpus=8, quota=2.0)

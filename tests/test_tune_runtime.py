@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.tune import config, fingerprint, runtime
+from debtorch import fingerprint
+from debtorch.tune import config, runtime
 from debtorch.tune.rules import Request, recommend
 
-from conftest import ROOT, run_debtorch
+from clitools import ROOT, at_once, run_debtorch
 from tune_facts import make_facts
 
-torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 EXAMPLE = ROOT / "docs" / "examples" / "train_with_debtorch.py"
@@ -29,6 +29,13 @@ def write(tmp_path, doc=None, request=None, fp=None, device=None, **changes):
     config.write_config(str(path), rec, fp if fp is not None else {}, config.tuned_table("rules", rec.device),
                         force=True)
     return str(path)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch():
+    """torch, imported when the first test of this file runs (never at collection)."""
+    global torch
+    import torch
 
 
 @pytest.fixture(autouse=True)
@@ -161,11 +168,28 @@ def run_example(config_path, *args):
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
 
 
-def test_example_script_trains_with_a_config_written_by_the_cli(tmp_path):
-    path = tmp_path / "debtorch.toml"
-    res = run_debtorch("tune", "--write", str(path), "--steps", "6", "--python", sys.executable)
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """The example script trained with a config the CLI wrote and with one using workers, accumulation
+    and OneCycle, both at once: name -> (what writing the config gave, what the script gave)."""
+    def cli():
+        path = tmp_path_factory.mktemp("example") / "debtorch.toml"
+        res = run_debtorch("tune", "--write", str(path), "--steps", "6", "--python", sys.executable)
+        return res, run_example(str(path), "--steps", "6") if res.returncode == 0 else None
+
+    def workers():
+        path = write(tmp_path_factory.mktemp("example"), request=Request(global_batch=32, micro_batch=16, steps=4),
+                     num_workers=1, prefetch_factor=2, persistent_workers=True, start_method="fork",
+                     channels_last=True)
+        return None, run_example(path, "--steps", "4")
+
+    return at_once({"cli": cli, "workers": workers})
+
+
+@pytest.mark.slow
+def test_example_script_trains_with_a_config_written_by_the_cli(examples):
+    res, out = examples["cli"]
     assert res.returncode == 0, res.stderr
-    out = run_example(str(path), "--steps", "6")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("trained 6 steps")
     assert "FingerprintWarning" not in out.stderr
@@ -173,10 +197,9 @@ def test_example_script_trains_with_a_config_written_by_the_cli(tmp_path):
     assert "\nwatch.I002 not resolved: 5 steps make fewer than 2 windows" in out.stderr
 
 
-def test_example_script_with_workers_accumulation_and_onecycle(tmp_path):
-    path = write(tmp_path, request=Request(global_batch=32, micro_batch=16, steps=4), num_workers=1,
-                 prefetch_factor=2, persistent_workers=True, start_method="fork", channels_last=True)
-    out = run_example(path, "--steps", "4")
+@pytest.mark.slow
+def test_example_script_with_workers_accumulation_and_onecycle(examples):
+    _, out = examples["workers"]
     assert out.returncode == 0, out.stderr
     assert "trained 4 steps (w1 pf2" in out.stdout
 
@@ -213,6 +236,7 @@ def test_the_engine_measures_with_the_torch_state_that_load_applies(tmp_path, ch
     assert applied["threads"] == (changes["threads"] or saved["threads"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_the_engine_trains_the_model_and_inputs_as_load_prepares_them(tmp_path, precision, channels_last):

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from debtorch import stats
 from debtorch.cli import app
-from debtorch.train.runner import WorkerError
+from debtorch.transport.client import WorkerError
 from debtorch.train.settings import Settings
 from debtorch.report import plot as plot_report, verify as report
 from debtorch.report.console import texts
@@ -186,7 +186,7 @@ def test_a_bus_error_elsewhere_is_memory_E001_with_the_remount_fix():
                                        ("exception", 1)])
 def test_exit_codes_by_failure_kind_are_the_same_for_tune_and_verify_train(kind, code):
     from debtorch.cli.shared import exit_for
-    from debtorch.train.runner import WorkerError
+    from debtorch.transport.client import WorkerError
 
     assert exit_for(Failure(kind=kind, message="x")) == code
     assert exit_for(WorkerError(kind, "x")) == code         # what tune --measure sees
@@ -211,7 +211,7 @@ class FakeWorker:
         self.proc = object()
 
     def request(self, op, on_event=None, timeout=None, **req):
-        if op == "host_waits":  # counting synchronisations (debtorch/lint/hostwaits.py): none here
+        if op == "host_waits":  # counting synchronisations (debtorch/hostwaits.py): none here
             return {"measured": True, "steps": req["steps"], "per_step": 0.0, "lines": [], "elsewhere_per_step": 0.0}
         self.requests.append(req)
         s = Settings.from_dict(req["settings"])
@@ -496,7 +496,7 @@ def test_a_one_line_exit_after_the_worker_started_does_not_leave_it_running(monk
     def refuse(facts, request):
         raise rules.RequestError("no rule fits")
 
-    monkeypatch.setattr(train_runner, "Worker", Started)
+    monkeypatch.setattr(train_runner, "TrainingWorker", Started)
     monkeypatch.setattr(rules, "recommend", refuse)
     res = runner.invoke(app, ["verify-train"])
     assert res.exit_code == 2 and "cannot tune for this machine: no rule fits" in res.output
@@ -533,7 +533,7 @@ def test_the_recorded_t4_container_with_64m_shm_gives_memory_E002(replay):
 
 def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
     from debtorch import facts as facts_mod
-    from debtorch.tune import fingerprint
+    from debtorch import fingerprint
     from debtorch.verify.failures import stale_config
 
     def fp(name):

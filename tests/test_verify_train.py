@@ -1,7 +1,8 @@
 """debtorch verify-train end to end: the real worker, the real engine, --quick sizes.
 
 Each test runs ``python -m debtorch verify-train`` as a user would, with the
-venv's interpreter (which has torch) training.  Skipped where it has no torch.
+venv's interpreter (which has torch) training.  Skipped where it has no torch;
+every test that trains is the slow tier.
 """
 
 import json
@@ -15,12 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_debtorch
+from clitools import ROOT, at_once, run_debtorch
 
 pytestmark = pytest.mark.torch
-_has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
-if not _has_torch:
-    pytest.skip(f"{sys.executable} has no torch", allow_module_level=True)
 
 WORKLOADS = Path(__file__).parent / "verify_workloads"
 TIMEOUT = 600
@@ -42,6 +40,17 @@ def verify(*args, cwd=None, tmpdir=None):
 
 
 @pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    """The runs that fail (each soon after the worker starts), run at once: name -> result."""
+    cfg = tmp_path_factory.mktemp("verify") / "workers.toml"
+    cfg.write_text("schema_version = 1\n[loader]\nnum_workers = 1\n[tuned]\nby = \"rules\"\ndevice = \"cpu\"\n")
+    runs = {"shm": ("--workload", "vw:shm_full", "--config", str(cfg)), "oom": ("--workload", "vw:oom_above"),
+            "import": ("--workload", "vw_broken:make"), "cuda": ("--device", "cuda"),
+            "nan": ("--workload", "vw:nan_loss", "--json"), "exit": ("--workload", "vw:exit_while_loading", "--json")}
+    return at_once({name: (lambda args=args: verify("--quick", *args)) for name, args in runs.items()})
+
+
+@pytest.fixture(scope="module")
 def quick_json(tmp_path_factory):
     """One --quick run with a tune-written config (edited to look tuned elsewhere), --json, --plot, --profile."""
     tmp = tmp_path_factory.mktemp("verify")
@@ -56,6 +65,7 @@ def quick_json(tmp_path_factory):
     return res, cfg, plot, prof
 
 
+@pytest.mark.slow
 def test_quick_run_prints_the_table_and_the_verdict():
     res = verify("--quick")
     assert res.returncode == 0, res.stderr
@@ -74,6 +84,7 @@ def test_quick_run_prints_the_table_and_the_verdict():
     assert "round 3: tuned" in res.stderr and "round 1: " not in out
 
 
+@pytest.mark.slow
 def test_json_has_everything_and_uses_the_config(quick_json):
     res, cfg, _, _ = quick_json
     assert res.returncode == 0, res.stderr
@@ -99,18 +110,21 @@ def test_json_has_everything_and_uses_the_config(quick_json):
     assert doc["settings"]["baseline"]["num_workers"] == 0 and doc["settings"]["baseline"]["precision"] == "fp32"
 
 
+@pytest.mark.slow
 def test_a_config_tuned_on_another_machine_is_named(quick_json):
     res, cfg, _, _ = quick_json
     assert f"warning: {cfg} was tuned on another machine or environment: cpu_model AMD EPYC 9654" in res.stderr
     assert json.loads(res.stdout)["config"]["stale"]
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(quick_json):
     pytest.importorskip("matplotlib")
     _, _, plot, _ = quick_json
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_profile_writes_a_chrome_trace_with_the_step_breakdown(quick_json):
     res, _, _, prof = quick_json
     trace = json.loads((prof / "trace.json").read_text())
@@ -119,6 +133,7 @@ def test_profile_writes_a_chrome_trace_with_the_step_breakdown(quick_json):
     assert json.loads(res.stdout)["profile"]["trace"] == str(prof / "trace.json")
 
 
+@pytest.mark.slow
 def test_two_processes_on_cpu_report_scaling(tmp_path):
     res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0", tmpdir=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -133,10 +148,9 @@ def test_two_processes_on_cpu_report_scaling(tmp_path):
     assert sc["verdict"] == "inconclusive" and "2 processes: scaling efficiency inconclusive" in doc["verdict"]
 
 
-def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(tmp_path):
-    cfg = tmp_path / "workers.toml"
-    cfg.write_text("schema_version = 1\n[loader]\nnum_workers = 1\n[tuned]\nby = \"rules\"\ndevice = \"cpu\"\n")
-    res = verify("--quick", "--workload", "vw:shm_full", "--config", str(cfg))
+@pytest.mark.slow
+def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(failures):
+    res = failures["shm"]
     assert res.returncode == 1, res.stdout + res.stderr
     assert re.search(r"FAILED: a DataLoader worker died of a bus error: /dev/shm is too small for 1 DataLoader "
                      r"worker \(debtorch doctor: memory\.E00[12]\) \(warming up: tuned\)", res.stdout)
@@ -145,16 +159,18 @@ def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(tmp_path):
     assert "verdict: " in res.stdout
 
 
-def test_out_of_memory_suggests_the_micro_batch_that_fits():
-    res = verify("--quick", "--workload", "vw:oom_above")
+@pytest.mark.slow
+def test_out_of_memory_suggests_the_micro_batch_that_fits(failures):
+    res = failures["oom"]
     assert res.returncode == 1, res.stdout + res.stderr
     assert ("ran out of memory at micro-batch 16; micro-batch 4 with accumulation_steps 4 fits "
             "(16 samples per optimizer step, as before)") in res.stdout
     assert "Traceback" not in res.stdout + res.stderr
 
 
-def test_a_workload_module_that_fails_to_import_is_one_line():
-    res = verify("--quick", "--workload", "vw_broken:make")
+@pytest.mark.slow
+def test_a_workload_module_that_fails_to_import_is_one_line(failures):
+    res = failures["import"]
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == (
         "debtorch verify-train: cannot import vw_broken (from vw_broken:make): "
@@ -162,15 +178,17 @@ def test_a_workload_module_that_fails_to_import_is_one_line():
     assert res.stdout == ""
 
 
-def test_cuda_on_a_machine_without_one_is_bad_input():
+@pytest.mark.slow
+def test_cuda_on_a_machine_without_one_is_bad_input(failures):
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
                            capture_output=True, text=True)
     if probe.stdout.strip() != "False":
         pytest.skip("this machine has a GPU")
-    res = verify("--quick", "--device", "cuda")
+    res = failures["cuda"]
     assert res.returncode == 2 and "sees no GPU" in res.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_what_was_measured_and_exits_130():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--budget", BUDGET],
@@ -199,6 +217,7 @@ def test_ctrl_c_prints_what_was_measured_and_exits_130():
 # ---------------------------------------------------------------- the engine's addition for convergence runs
 
 
+@pytest.mark.slow
 def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
     from debtorch.train.engine import run_trial
     from debtorch.train.workloads import load_workload
@@ -258,8 +277,9 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
     assert any(line.startswith("GPU utilisation: NVML gave no samples") for line in lines)
 
 
-def test_a_nan_loss_is_a_failed_run_and_the_json_stays_strict():
-    res = verify("--quick", "--workload", "vw:nan_loss", "--json")
+@pytest.mark.slow
+def test_a_nan_loss_is_a_failed_run_and_the_json_stays_strict(failures):
+    res = failures["nan"]
     assert res.returncode == 1, res.stderr
     doc = json.loads(res.stdout, parse_constant=lambda word: pytest.fail(f"{word} in the JSON"))
     assert doc["exit_code"] == 1 and doc["failure"]["kind"] == "nonfinite_loss"
@@ -270,8 +290,9 @@ def test_a_nan_loss_is_a_failed_run_and_the_json_stays_strict():
         "debtorch verify-train: the loss became non-finite (NaN or infinite) at step 1")
 
 
-def test_a_worker_that_exits_while_loading_gives_a_whole_line_and_a_json_document():
-    res = verify("--quick", "--workload", "vw:exit_while_loading", "--json")
+@pytest.mark.slow
+def test_a_worker_that_exits_while_loading_gives_a_whole_line_and_a_json_document(failures):
+    res = failures["exit"]
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1] == (
         "debtorch verify-train: the worker exited with status 3 while loading the workload")

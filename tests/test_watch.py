@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 
 import debtorch
 from debtorch import stats
-from debtorch.lint.hostwaits import SYNC_WARNING
+from debtorch.hostwaits import SYNC_WARNING
 from debtorch.tune import watch as watch_mod
 from debtorch.tune.watch import count_samples
 
-from conftest import ROOT
+from clitools import ROOT
 
 
 def sleepy(n, seconds, item=lambda i: [i, i, i, i], took=None):
@@ -269,7 +269,8 @@ def test_on_cuda_the_share_comes_from_events_read_lazily_and_syncs_are_counted(m
 @pytest.mark.slow
 @pytest.mark.torch
 def test_an_exception_leaves_no_dataloader_worker_behind():
-    torch = pytest.importorskip("torch")
+    import torch
+
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)), batch_size=4,
                                          num_workers=1)
     with pytest.raises(RuntimeError):

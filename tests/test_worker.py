@@ -1,7 +1,8 @@
 """The worker subprocess, its protocol and the distributed launcher, end to end.
 
 debtorch's side (runner) is torch-free; the worker runs in the venv's
-interpreter, which has torch.  Skipped where that interpreter has no torch.
+interpreter, which has torch.  Skipped where that interpreter has no torch;
+the tests that start a worker are the slow tier.
 """
 
 import os
@@ -13,22 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from debtorch.train import runner
-from debtorch.train.runner import Worker, WorkerError, WorkerTimeout, launch_distributed, worker_python
+from debtorch.train.runner import TrainingWorker as Worker
+from debtorch.train.runner import launch_distributed
+from debtorch.transport import client
+from debtorch.transport.client import WorkerError, WorkerTimeout, worker_python
 from debtorch.train.settings import Settings
 
 pytestmark = pytest.mark.torch
 
 PYTHON = sys.executable
 WORKLOADS = str(Path(__file__).parent / "workloads")
-_has_torch = subprocess.run([PYTHON, "-c", "import torch"], capture_output=True).returncode == 0
-needs_torch = pytest.mark.skipif(not _has_torch, reason=f"{PYTHON} has no torch")
 
 
 @pytest.fixture(scope="module")
 def worker():
-    if not _has_torch:
-        pytest.skip(f"{PYTHON} has no torch")
     with Worker(PYTHON, cwd=WORKLOADS, timeout=120) as w:
         yield w
 
@@ -60,14 +59,14 @@ def _gone(pids, seconds=10.0):
     return False
 
 
-@needs_torch
+@pytest.mark.slow
 def test_worker_uses_this_checkout_of_debtorch(worker):
     info = worker.info()
-    assert os.path.realpath(info["debtorch"]) == str(runner.PACKAGE_DIR)
+    assert os.path.realpath(info["debtorch"]) == str(client.PACKAGE_DIR)
     assert info["torch"] and info["python"] == PYTHON
 
 
-@needs_torch
+@pytest.mark.slow
 def test_a_trial_streams_progress_and_returns_the_result(worker):
     worker.load("tiny:make", device="cpu")
     events = []
@@ -78,7 +77,7 @@ def test_a_trial_streams_progress_and_returns_the_result(worker):
     assert bare["sample_digest"] == res["sample_digest"]
 
 
-@needs_torch
+@pytest.mark.slow
 def test_the_protocol_survives_a_workload_that_prints(worker):
     desc = worker.load("printing:make")
     assert desc["dataset_len"] == 128
@@ -88,7 +87,7 @@ def test_the_protocol_survives_a_workload_that_prints(worker):
     assert "printing.py imported" in tail and "raw write to fd 1" in tail and "item " in tail
 
 
-@needs_torch
+@pytest.mark.slow
 def test_a_broken_workload_module_is_one_line(worker):
     with pytest.raises(WorkerError) as info:
         worker.load("broken:make")
@@ -97,7 +96,7 @@ def test_a_broken_workload_module_is_one_line(worker):
     assert str(err) == "cannot import broken (from broken:make): RuntimeError: this module is broken on purpose"
 
 
-@needs_torch
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,message", [
     ("tiny:wrong", "tiny:wrong returned a list; expected a Workload or dict with model, dataset, loss_fn, batch_size"),
     ("tiny:missing", "tiny:missing returned a dict without dataset, loss_fn"),
@@ -109,7 +108,7 @@ def test_a_workload_returning_the_wrong_thing_is_named(worker, spec, message):
     assert info.value.kind == "workload" and message in str(info.value)
 
 
-@needs_torch
+@pytest.mark.slow
 def test_bad_requests_and_devices_are_errors_not_crashes(worker):
     worker.load("tiny:make")
     with pytest.raises(WorkerError, match="unknown setting 'bogus'"):
@@ -120,7 +119,7 @@ def test_bad_requests_and_devices_are_errors_not_crashes(worker):
     assert worker.request("info")["protocol"] == 1  # still serving
 
 
-@needs_torch
+@pytest.mark.slow
 def test_out_of_memory_is_reported_with_the_batch_that_failed(worker):
     worker.load("tiny:oom")
     with pytest.raises(WorkerError) as info:
@@ -129,7 +128,7 @@ def test_out_of_memory_is_reported_with_the_batch_that_failed(worker):
     assert "at micro-batch 32; try micro_batch 16 with accumulation_steps 2" in str(info.value)
 
 
-@needs_torch
+@pytest.mark.slow
 def test_a_bus_error_in_a_dataloader_worker_is_diagnosed_as_dev_shm(worker):
     worker.load("tiny:bus_error")
     with pytest.raises(WorkerError) as info:
@@ -160,7 +159,7 @@ def test_worker_python_prefers_the_option_then_the_venv(replay):
         worker_python("/no/such/python", host)
 
 
-@needs_torch
+@pytest.mark.slow
 def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
     w = Worker(PYTHON, cwd=WORKLOADS, timeout=60)
     w.start()
@@ -177,7 +176,7 @@ def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
         watcher.start()
         # The stuck dataset never yields a batch: the trial can only end by the deadline.
         with pytest.raises(WorkerTimeout):
-            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=20)   # time enough to start workers on a busy machine
+            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=10)   # time enough to start workers on a busy machine
     finally:
         done.set()
         w.kill()
@@ -186,7 +185,7 @@ def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
     assert _gone(seen)
 
 
-@needs_torch
+@pytest.mark.slow
 def test_what_a_killed_worker_leaves_in_the_temporary_directory_goes_with_it(tmp_path):
     """A worker killed mid-trial never runs its exit handlers (multiprocessing's pymp-* folders
     stay): its temporary directory is one of debtorch's own folders, removed after it."""
@@ -205,7 +204,7 @@ def test_what_a_killed_worker_leaves_in_the_temporary_directory_goes_with_it(tmp
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
-@needs_torch
+@pytest.mark.slow
 def test_ctrl_c_in_the_caller_kills_the_worker_group():
     w = Worker(PYTHON, cwd=WORKLOADS, timeout=120)
     w.start()
@@ -226,7 +225,7 @@ def test_ctrl_c_in_the_caller_kills_the_worker_group():
     assert _gone(members["pids"])
 
 
-@needs_torch
+@pytest.mark.slow
 def test_two_processes_train_with_gloo():
     res = launch_distributed(PYTHON, "tiny:make", Settings(), nproc=2, steps=3, warmup=1, cwd=WORKLOADS,
                              timeout=300)
@@ -238,14 +237,14 @@ def test_two_processes_train_with_gloo():
     assert all(x > 0 for x in res["per_rank_samples_per_s"])
 
 
-@needs_torch
+@pytest.mark.slow
 def test_a_failing_rank_is_reported_as_a_finding():
     with pytest.raises(WorkerError) as info:
         launch_distributed(PYTHON, "tiny:wrong", Settings(), nproc=2, steps=1, warmup=0, cwd=WORKLOADS, timeout=300)
     assert info.value.kind == "workload" and "returned a list" in str(info.value)
 
 
-@needs_torch
+@pytest.mark.slow
 def test_spawned_dataloader_workers_import_the_workload_and_debtorch(worker):
     # spawn starts fresh interpreters: they must find the workload module and
     # debtorch's shim exactly as the worker did, across an epoch boundary.

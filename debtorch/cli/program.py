@@ -4,7 +4,7 @@ import functools
 
 import typer
 
-from debtorch import __version__
+from debtorch.__about__ import __version__
 from debtorch.cli import _quiet_stdout, doctor, facts, fleet, lint, tune, verify_train
 from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
 from debtorch.report import OutputFailed

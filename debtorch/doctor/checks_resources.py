@@ -17,12 +17,6 @@ def _gib_up(n: int) -> int:
     return max(1, -(-int(n) // GiB))
 
 
-def planned_workers(m) -> int:
-    """DataLoader workers a tuned run would start on this machine (all processes together)."""
-    usable = m.cpus.usable if m.cpus.known else 1
-    return max(1, min(usable - 1, int(limit("shm_planned_workers_max"))))
-
-
 # ---------------------------------------------------------------- CPU
 @check("cpu")
 def check_governor(m, ctx):
@@ -90,20 +84,16 @@ def check_usable(m, ctx):
 # ---------------------------------------------------------------- memory
 @check("memory")
 def check_shm(m, ctx):
-    total = m.get("memory.shm_total")
-    free = m.get("memory.shm_free")
+    shm = m.shm
+    total, free, workers, needed = shm.total, shm.free, shm.workers, shm.needed
     if total is None:
         return []
-    per_worker = int(limit("shm_per_worker_bytes"))
-    workers = planned_workers(m)
-    needed = per_worker * workers
     minimum = ctx.site.minimums.get("shm") if ctx.site else None
-    container = m.get("os.container")
-    facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": container}
-    if container and total <= int(limit("docker_default_shm_bytes")):
+    facts_used = {"memory.shm_total": total, "memory.shm_free": free, "os.container": shm.container}
+    if shm.docker_default:
         return [finding("memory.E002", size=human_bytes(total), facts=facts_used)]
-    if total < per_worker:
-        return [finding("memory.E001", size=human_bytes(total), gib=max(1, needed // GiB + 1), facts=facts_used)]
+    if shm.too_small:
+        return [finding("memory.E001", size=human_bytes(total), gib=shm.remount_gib, facts=facts_used)]
     if free is not None and free < needed:
         return [finding("memory.W001", free=human_bytes(free), workers=workers, needed=human_bytes(needed),
                         gib=_gib_up(total - free + needed), facts=facts_used)]

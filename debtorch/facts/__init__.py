@@ -28,7 +28,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from debtorch import __version__, inputs
+from debtorch.__about__ import __version__
+from debtorch import inputs
 from debtorch.facts import schema as _schema
 from debtorch.host import Host
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from debtorch import hostlist
+from debtorch import fingerprint, hostlist
 from debtorch.findings import ERROR, INFO, Finding, Placed, finding, rank
 from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, SCHEMA, Node
 from debtorch.machine import Machine
-from debtorch.tune import fingerprint
 from debtorch.units import human_bytes
 
 # Sections of the report, in order.

@@ -3,7 +3,7 @@
 Every rank, in debtorch's own process (no torch):
 
 1. starts its torch side (:mod:`debtorch.fleet.torchside`, in the user's
-   interpreter, through :class:`debtorch.train.runner.Worker`) and, while
+   interpreter, through :class:`debtorch.transport.client.Worker`) and, while
    torch imports, collects its facts and runs its doctor;
 2. joins the rendezvous (:mod:`debtorch.fleet.rendezvous`): the torch side
    connects to the TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it
@@ -30,11 +30,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from debtorch import __version__, hostlist, inputs
+from debtorch.__about__ import __version__
+from debtorch import hostlist, inputs
 from debtorch.fleet import compare, probe
 from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, encode, envelope, failed, jsonable, read_node
 from debtorch.fleet.rendezvous import Rendezvous
-from debtorch.train.runner import Worker, WorkerError
+from debtorch.transport.client import Worker, WorkerError
 
 TORCH_SIDE = "debtorch.fleet.torchside"
 GRACE_S = 30.0               # what rank 0 may take after the timeout, to compare and print
@@ -110,7 +111,7 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
     """Take part in the gather as ``rdzv.rank``.  ``describe()`` returns (facts, findings JSON, node name).
     ``on_report`` prints rank 0's report before the verdict goes out."""
     work = tempfile.mkdtemp(prefix="debtorch-fleet-")
-    worker = Worker(python, env=dict(environ), timeout=options.timeout + GRACE_S, module=TORCH_SIDE)
+    worker = Worker(python, TORCH_SIDE, env=dict(environ), timeout=options.timeout + GRACE_S)
     try:
         # Torch imports (seconds) while the facts are collected.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:

@@ -1,7 +1,7 @@
 """The torch side of ``debtorch fleet``: one process per rank, in the user's interpreter.
 
 :mod:`debtorch.fleet.gather` starts this module through
-:class:`debtorch.train.runner.Worker` and speaks the worker's protocol
+:class:`debtorch.transport.client.Worker` and speaks the transport's protocol
 (docs/engine.md): JSON requests on stdin, results on the protocol
 descriptor.  Everything that touches torch.distributed is here; debtorch's
 own process never imports torch.  Standard library only at import time.
@@ -42,8 +42,8 @@ import time
 import zlib
 from datetime import timedelta
 
-from debtorch.train.worker import BadRequest
-from debtorch.train.worker import main as worker_main
+from debtorch.transport import server
+from debtorch.transport.server import BadRequest
 
 POLL_S = 0.05
 MAX_DOC = 8 * 1024 * 1024     # a document once decompressed (a real one is about 40 KB)
@@ -65,23 +65,20 @@ def inflate(data: bytes, limit: int) -> bytes:
     return out
 
 
-class FleetSession:
+class FleetSession(server.Session):
     """What one rank's torch side holds between requests: the store and where it is."""
 
     def __init__(self, proto):
-        self.proto, self.store, self.rank, self.world, self.started = proto, None, 0, 1, time.monotonic()
+        super().__init__(proto)
+        self.store, self.rank, self.world, self.started = None, 0, 1, time.monotonic()
         self.secret = self.nonce = None
         self.prefix = ""
         self.flooded: set = set()    # lists someone filled with junk: read rank by rank instead
 
     def handle(self, req: dict) -> dict:
-        op = req.get("op")
-        fn = getattr(self, f"op_{op}", None)
-        if fn is None:
-            raise BadRequest(f"unknown op {op!r}")
-        if op != "join" and self.store is None:
+        if req.get("op") != "join" and self.store is None and hasattr(self, f"op_{req.get('op')}"):
             raise BadRequest("join first")
-        return fn(req)
+        return super().handle(req)
 
     # -- signing -----------------------------------------------------------
     def _tag(self, key: str, value: bytes) -> bytes:
@@ -404,7 +401,7 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
 
 
 def main() -> int:
-    return worker_main(FleetSession)
+    return server.main(FleetSession)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from typing import Callable, Iterator, List, Optional, Set, Tuple
 from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
-    _LOADERISH, _LOSSISH, _MODELISH, _NOT_CONSTANT, CPU, DEVICE, LOOPS, MODEL, OTHER, TENSOR_METHODS, Flow, Script,
-    _device_arg, _is_mod, constant, has_star_kwargs, identifier, keyword, local_nodes, method, names_in, root_name,
+    CPU, DEVICE, LOADERISH, LOOPS, LOSSISH, MODEL, MODELISH, NOT_CONSTANT, OTHER, TENSOR_METHODS, Flow, Script,
+    constant, device_arg, has_star_kwargs, identifier, is_mod, keyword, local_nodes, method, names_in, root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]
@@ -65,7 +65,7 @@ _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le 
 
 def _chain_has_cpu(node: ast.AST) -> bool:
     while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
-        if method(node) == "cpu" or (method(node) == "to" and node.args and _device_arg(node.args[0]) is False):
+        if method(node) == "cpu" or (method(node) == "to" and node.args and device_arg(node.args[0]) is False):
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
@@ -81,10 +81,10 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
         if isinstance(n, ast.Call):
             m = method(n)
             recv = n.func.value if m else None
-            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and _device_arg(n.args[0]) is False):
+            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and device_arg(n.args[0]) is False):
                 k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
                 wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
-                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not _MODELISH.match(identifier(recv))
+                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not MODELISH.match(identifier(recv))
                 if wait and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield "script.W001", "", n, segment(script, n)
@@ -185,7 +185,7 @@ def _truthy_pin(value: ast.AST) -> bool:
     c = constant(value)
     if c is True:
         return True
-    if c is not _NOT_CONSTANT:
+    if c is not NOT_CONSTANT:
         return False
     return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
 
@@ -212,13 +212,13 @@ def check_copies(script: Script) -> Iterator[Located]:
                 m = method(n)
                 if m == "to":
                     target = n.args[0] if n.args else keyword(n, "device")
-                    if target is None or _device_arg(target) is not True:
+                    if target is None or device_arg(target) is not True:
                         continue
                 elif m != "cuda":
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
-                if _MODELISH.match(name) or _LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
+                if MODELISH.match(name) or LOSSISH.search(name) or flow.classify(recv, step.scope) in (MODEL, OTHER):
                     continue
                 if _fresh(script, recv, step.scope):
                     continue  # a tensor made on the host just now is not pinned: non_blocking would not help
@@ -256,7 +256,7 @@ def _unwrap_iter(node: ast.AST) -> ast.AST:
         if not isinstance(node, ast.Call) or not node.args or identifier(node.func).endswith("DataLoader"):
             break
         loaderish = [a for a in node.args if isinstance(a, (ast.Name, ast.Attribute))
-                     and _LOADERISH.search(identifier(a) or "")]
+                     and LOADERISH.search(identifier(a) or "")]
         if loaderish:
             node = loaderish[0]
         elif identifier(node.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "Bar", "track", "progress",
@@ -330,7 +330,7 @@ def _held(script: Script, name: str, key) -> List[ast.AST]:
                     if isinstance(n.value, ast.DictComp):
                         pairs.append((None, n.value.value))
                     elif isinstance(n.value, ast.Dict):
-                        pairs += [(constant(k) if k is not None else _NOT_CONSTANT, v)
+                        pairs += [(constant(k) if k is not None else NOT_CONSTANT, v)
                                   for k, v in zip(n.value.keys, n.value.values)]
                 elif isinstance(t, ast.Subscript) and identifier(t.value) == name:
                     pairs.append((constant(t.slice), n.value))
@@ -467,8 +467,8 @@ def _argparse_default(script: Script, dest: str):
                 name = flags[0].lstrip("-").replace("-", "_") if flags else None
             if name == dest:
                 default = keyword(n, "default")
-                return constant(default) if default is not None else _NOT_CONSTANT
-    return _NOT_CONSTANT
+                return constant(default) if default is not None else NOT_CONSTANT
+    return NOT_CONSTANT
 
 
 def _pretokenized(script: Script) -> bool:
@@ -487,7 +487,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
         nw = _num_workers(call)
         nwc = constant(nw) if nw is not None else None
         # num_workers=args.workers: the default of the file's own parser (0: no workers unless asked for)
-        default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else _NOT_CONSTANT
+        default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
         workers_off = (nw is None and not star) or nwc == 0 or (default == 0 and not isinstance(default, bool))
         if workers_off and not _in_memory(script, call) and not text_rows:
             detail = "num_workers is not set" if nw is None else \
@@ -701,7 +701,7 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
 
 
 def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
-    return next((n.right for n in local_nodes(test) if _is_mod(n)), None)
+    return next((n.right for n in local_nodes(test) if is_mod(n)), None)
 
 
 def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
@@ -864,7 +864,7 @@ def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]
     """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
     every_names = set(names_in(every))
     has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
-                  _LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
+                  LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
     divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
         or bool(every_names & set(names_in(size)))
     if has_len and not divided:

@@ -6,7 +6,7 @@ per step: in the script's own training loops, and in what the training
 engine runs per step of a ``--workload``: the ``forward`` of every module
 class in the file and the function given as ``loss_fn``, with what they call
 in the same file.  On CUDA the worker counts them instead
-(:mod:`debtorch.lint.hostwaits`).
+(:mod:`debtorch.hostwaits`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 from debtorch.lint.api import parse, read_script
 from debtorch.lint.checks import at, sync_hits
 from debtorch.lint.result import Located
-from debtorch.lint.script import DEVICE, Flow, Region, Script, _Walker, identifier
+from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier
 
 def _workload_functions(script: Script) -> List[ast.AST]:
     """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
@@ -57,7 +57,7 @@ def _static(script: Script) -> List[Located]:
     regions = list(script.regions())
     for func in _workload_functions(script):
         region = Region(func, func)
-        walker = _Walker(script, region)
+        walker = Walker(script, region)
         walker.visited.add(func)
         walker.block(func.body, False, func, 0)
         params = [a.arg for a in func.args.posonlyargs + func.args.args if a.arg not in ("self", "cls")]

@@ -37,9 +37,9 @@ MODEL = "model"        # an nn.Module (calling it gives DEVICE)
 MIXED = "mixed"        # assigned different kinds: unknown
 
 _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
-_MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
-                       r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
-_LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
+MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
+                      r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
+LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
 _NOT_A_STEP = re.compile(r"print|log|info|warn|save|write|dump|record|append|update", re.I)  # f(loss, optimizer)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
@@ -47,7 +47,7 @@ _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|check
 _COUNTER = re.compile(r"^(?:i|j|k|it|itr|idx|step|steps|iter|iters|iteration|epoch|batch_idx|batch_id|batch_i"
                       r"|global_step|num_steps|n_iter|curr_step|cur_step|total_steps|count|counter|iter_num"
                       r"|step_num|batch_num|nb|ib|b_idx|bi|ii|t)$|step|iter|epoch", re.I)
-_LOADERISH = re.compile(r"loader|dataloader|batches|data_iter|train_iter|prefetcher", re.I)
+LOADERISH = re.compile(r"loader|dataloader|batches|data_iter|train_iter|prefetcher", re.I)
 _DEVICE_ARG = re.compile(r"device|dev$|^dev|gpu|cuda|rank|local_rank", re.I)
 
 # Tensor methods whose result is a tensor where the receiver is.
@@ -130,10 +130,10 @@ def constant(node: Optional[ast.AST]):
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
             and isinstance(node.operand.value, (int, float)):
         return -node.operand.value
-    return _NOT_CONSTANT
+    return NOT_CONSTANT
 
 
-_NOT_CONSTANT = object()
+NOT_CONSTANT = object()
 
 
 def all_children(node: ast.AST) -> list:
@@ -267,7 +267,7 @@ class Script:
                     moves = True
                 elif m == "to":
                     target = n.args[0] if n.args else keyword(n, "device")
-                    if target is not None and _device_arg(target):
+                    if target is not None and device_arg(target):
                         moves = True
                 elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
@@ -359,7 +359,7 @@ class Script:
         (timm's, DeiT's and MAE's NativeScaler): it runs backward and the optimizer step."""
         if not (isinstance(call, ast.Call) and call.args and isinstance(call.func, (ast.Name, ast.Attribute))):
             return False
-        if not _LOSSISH.search(identifier(call.args[0])) or _NOT_A_STEP.search(identifier(call.func)):
+        if not LOSSISH.search(identifier(call.args[0])) or _NOT_A_STEP.search(identifier(call.func)):
             return False
         return any(_OPTIMIZER.search(identifier(a)) and isinstance(a, (ast.Name, ast.Attribute))
                    for a in call.args[1:] + [k.value for k in call.keywords])
@@ -420,7 +420,7 @@ class Script:
             for loop in self.training_loops():
                 scope = self.scope_of.get(loop, self.tree)
                 region = Region(loop, scope)
-                _Walker(self, region).run(loop)
+                Walker(self, region).run(loop)
                 self._regions.append(region)
         return self._regions
 
@@ -443,7 +443,7 @@ class Script:
     def periodic(self, test: ast.AST) -> bool:
         """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
         for n in local_nodes(test):
-            if _is_mod(n):
+            if is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)):
                 name = n.id if isinstance(n, ast.Name) else n.attr
@@ -466,8 +466,8 @@ class Script:
             parts = [self.only_if_not(v) for v in test.values]
             return any(parts) if isinstance(test.op, ast.Or) else all(parts)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
-            return any(_is_mod(x) for x in (test.left, test.comparators[0]))
-        return _is_mod(test)
+            return any(is_mod(x) for x in (test.left, test.comparators[0]))
+        return is_mod(test)
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
@@ -483,7 +483,7 @@ def _jump(body: list, script: "Script") -> Optional[str]:
     return None
 
 
-def _is_mod(node: ast.AST) -> bool:
+def is_mod(node: ast.AST) -> bool:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
@@ -495,7 +495,7 @@ def _loop_header(loop: ast.AST) -> list:
     return [loop.iter]
 
 
-class _Walker:
+class Walker:
     """Collects a training loop's per-step statements, in order, with their guards."""
 
     def __init__(self, script: Script, region: Region):
@@ -783,10 +783,10 @@ def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
         if name.endswith("tqdm") and node.args:
             return _is_loader_expr(script, node.args[0], lookup)
         return False
-    return bool(_LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
+    return bool(LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
 
 
-def _device_arg(node: ast.AST) -> Optional[bool]:
+def device_arg(node: ast.AST) -> Optional[bool]:
     """True: this argument of .to() names a GPU device; False: the CPU; None: not a device (a dtype...)."""
     c = constant(node)
     if isinstance(c, str):
@@ -796,7 +796,7 @@ def _device_arg(node: ast.AST) -> Optional[bool]:
             return False
         return None
     if isinstance(node, ast.Call) and identifier(node.func) == "device" and node.args:
-        return _device_arg(node.args[0])
+        return device_arg(node.args[0])
     if isinstance(node, ast.JoinedStr):
         text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
         return True if "cuda" in text else None
@@ -819,7 +819,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return MODEL if rec(recv) == MODEL else DEVICE
         if m == "to":
             target = node.args[0] if node.args else keyword(node, "device")
-            where = _device_arg(target) if target is not None else None
+            where = device_arg(target) if target is not None else None
             rk = rec(recv)
             return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
         rk = rec(recv)
@@ -858,7 +858,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if short in FACTORIES:
             dev = keyword(node, "device")
             if dev is not None:
-                return DEVICE if _device_arg(dev) else (CPU if _device_arg(dev) is False else None)
+                return DEVICE if device_arg(dev) else (CPU if device_arg(dev) is False else None)
             return CPU
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
@@ -871,9 +871,9 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if fk == MODEL:
         return DEVICE
     ident = identifier(func)
-    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _MODELISH.match(ident) and fk is None:
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and MODELISH.match(ident) and fk is None:
         return DEVICE
-    if isinstance(func, (ast.Name, ast.Attribute)) and ident and _LOSSISH.search(ident) and fk is None \
+    if isinstance(func, (ast.Name, ast.Attribute)) and ident and LOSSISH.search(ident) and fk is None \
             and not script.functions.get(ident):
         return DEVICE
     return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch import __version__
+from debtorch.__about__ import __version__
 from debtorch.doctor import AREAS, SCHEMA_VERSION, Report
 from debtorch.machine import Machine
 from debtorch.report import Format

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
-from debtorch import __version__
+from debtorch.__about__ import __version__
 from debtorch.lint.result import SCHEMA_VERSION, Report
 from debtorch.findings import catalogue
 from debtorch.report import Format

@@ -6,10 +6,11 @@ its summary, the config and the machine's facts).  The plot: :mod:`debtorch.repo
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
-from debtorch import __version__, inputs, stats
-from debtorch.lint.hostwaits import report_line
+from debtorch.__about__ import __version__
+from debtorch import inputs, stats
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
 from debtorch.train.settings import Settings
@@ -19,6 +20,24 @@ from debtorch.verify.analysis import percent
 from debtorch.verify.run import Outcome
 
 SCHEMA_VERSION = 1
+
+
+def report_line(result: Optional[dict]) -> Optional[str]:
+    """verify-train's line: ``host waits per step: N (file:line, ...)``."""
+    if not result:
+        return None
+    n = result.get("per_step")
+    places = [f"{os.path.basename(x['path'])}:{x['line']}" for x in result.get("lines") or []]
+    where = f" ({', '.join(places[:6])}{', ...' if len(places) > 6 else ''})" if places else ""
+    count = "-" if n is None else (f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}")
+    if result.get("measured"):
+        how = f"measured with torch.cuda.set_sync_debug_mode over {result.get('steps')} steps"
+        elsewhere = result.get("elsewhere_per_step")
+        if elsewhere:
+            how += f"; {elsewhere:.1f} more per step outside the workload's code"
+    else:
+        how = "read from the code: the lines that would wait on a GPU (debtorch lint)"
+    return f"host waits per step: {count}{where}; {how}"
 
 
 def _rate(arm: dict) -> str:

@@ -1,2 +1,2 @@
-"""Training: settings (torch-free), the engine and workloads (run inside the
-target interpreter, which has torch), and the parent-side runner."""
+"""Training: settings (torch-free), the engine, its worker and workloads (run inside the
+target interpreter, which has torch), and the parent-side runner (through :mod:`debtorch.transport`)."""

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from debtorch.train._proc import die_with_parent
+from debtorch.transport.server import die_with_parent
 
 
 def _write(path: str, obj: dict) -> None:

@@ -37,7 +37,7 @@ import torch
 
 from debtorch import outputs
 from debtorch.train import apply, sim
-from debtorch.train._proc import die_with_parent
+from debtorch.transport.server import die_with_parent
 from debtorch.train.settings import Settings
 from debtorch.train.workloads import Workload
 

@@ -1,57 +1,21 @@
-"""The training worker: a long-lived process of the target interpreter.
-
-debtorch's own process never imports torch; :class:`debtorch.train.runner.Worker`
-starts this module in the user's interpreter and talks to it in JSON lines
-(docs/engine.md):
-
-* requests, one per line, on **stdin**: ``{"id": 1, "op": "info"}``,
-  ``{"op": "load", "workload": "builtin:cnn", "device": "cpu"}``,
-  ``{"op": "trial", "settings": {...}, "steps": 20, "warmup": 3,
-  "mode": "instrumented", "seed": 0}``, ``{"op": "exit"}``;
-* events and results on the **protocol file descriptor** named by
-  ``DEBTORCH_PROTOCOL_FD``, never on stdout: at start-up stdout is pointed
-  at stderr, so a workload's prints (Python's or C's) cannot corrupt the
-  protocol.
-
-Every failure becomes a result with ``"ok": false`` and an ``error`` object
-(``kind``, one-line ``message``, sometimes ``finding`` and ``suggestion``);
-the traceback travels in ``error.traceback`` for ``--verbose``, never onto
-the user's terminal.
-
-Standard library only at import time; torch is imported in :func:`main`.
+"""The training worker, in the target interpreter: a transport session (:mod:`debtorch.transport.server`)
+answering ``info``, ``load``, ``trial`` and ``host_waits`` (docs/engine.md); a failed request's error
+may carry a ``finding`` and a ``suggestion``.  Standard library only at import time.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
-import traceback
-from typing import Any, Optional
+from typing import Optional
 
-from debtorch.lint.hostwaits import count_host_waits, workload_file
+from debtorch.hostwaits import count_host_waits, workload_file
 from debtorch.train import sim
-from debtorch.train._proc import die_with_parent
+from debtorch.transport import server
+from debtorch.transport.server import PROTOCOL_VERSION, BadRequest, RequestError
 
-PROTOCOL_VERSION = 1
-PROTOCOL_FD_ENV = "DEBTORCH_PROTOCOL_FD"
 SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
-
-
-class Protocol:
-    """Writes one JSON object per line to the protocol descriptor."""
-
-    def __init__(self, fd: int):
-        self.stream = os.fdopen(fd, "w", buffering=1, encoding="utf-8", closefd=True)
-
-    def send(self, obj: dict) -> None:
-        self.stream.write(json.dumps(obj, default=_jsonable, allow_nan=True) + "\n")
-        self.stream.flush()
-
-
-def _jsonable(obj: Any):
-    return str(obj)
 
 
 # ---------------------------------------------------------------------------
@@ -65,11 +29,9 @@ def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
     ``num_workers`` and ``device`` of the failing trial.
     """
     ctx = context or {}
+    err = server.describe(exc)
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
-    name = type(exc).__name__
-    err: dict = {"kind": "exception", "type": name, "message": f"{name}: {first}" if first else name,
-                 "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
     mod = sys.modules.get("debtorch.train.workloads")
     eng = sys.modules.get("debtorch.train.engine")
     if mod is not None and isinstance(exc, mod.WorkloadError):
@@ -111,29 +73,27 @@ def _is_oom(exc: BaseException, text: str) -> bool:
 # The request loop
 
 
-class Session:
+class Session(server.Session):
     """What the worker holds between requests: the loaded workload and its device."""
 
-    def __init__(self, proto: Protocol):
-        self.proto = proto
+    def __init__(self, proto):
+        super().__init__(proto)
         self.workload = None
         self.device = None
         self.file: Optional[str] = None   # the workload module's file (host waits are counted there)
         self.context: Optional[dict] = None
 
     def handle(self, req: dict) -> dict:
-        op = req.get("op")
-        if op == "info":
-            return info()
-        if op == "load":
-            return self.load(req)
-        if op == "trial":
-            return self.trial(req)
-        if op == "host_waits":
-            return self.host_waits(req)
-        raise BadRequest(f"unknown op {op!r}")
+        self.context = None
+        return super().handle(req)
 
-    def load(self, req: dict) -> dict:
+    def classify(self, exc: BaseException) -> dict:
+        return classify(exc, self.context)
+
+    def op_info(self, req: dict) -> dict:
+        return info()
+
+    def op_load(self, req: dict) -> dict:
         import torch
 
         from debtorch.train.workloads import load_workload  # defer: torch, after the worker said it started
@@ -154,7 +114,7 @@ class Session:
         self.file = out["file"] = workload_file(spec)
         return out
 
-    def host_waits(self, req: dict) -> dict:
+    def op_host_waits(self, req: dict) -> dict:
         """Synchronising CUDA calls per step in the workload's own file (docs/lint.md); CUDA only."""
         import torch
 
@@ -176,7 +136,7 @@ class Session:
         out["file"] = path
         return out
 
-    def trial(self, req: dict) -> dict:
+    def op_trial(self, req: dict) -> dict:
         from debtorch.train.engine import MODES, run_trial  # defer: torch, after the worker said it started
         from debtorch.train.settings import Settings  # defer: with the engine
 
@@ -213,10 +173,6 @@ class Session:
         )
 
 
-class BadRequest(Exception):
-    pass
-
-
 def check_device(device: str) -> None:
     """Raise a one-line error when this torch cannot use ``device``."""
     import torch
@@ -241,8 +197,8 @@ def check_device(device: str) -> None:
         raise DeviceError(f"device {device}: only cpu, cuda and sim:RATE are supported")
 
 
-class DeviceError(Exception):
-    pass
+class DeviceError(RequestError):
+    kind = "device"
 
 
 def info() -> dict:
@@ -278,79 +234,8 @@ def _mkldnn_bf16(torch) -> Optional[bool]:
         return None
 
 
-def serve(proto: Protocol, stdin, session=None) -> int:
-    """Answer requests until ``exit`` or end of input; ``session`` handles each (``handle(req)``)."""
-    session = session if session is not None else Session(proto)
-    for line in stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            req = json.loads(line)
-        except ValueError:
-            proto.send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": "a request must be one JSON object per line"}})
-            continue
-        if not isinstance(req, dict):
-            proto.send({"id": None, "ok": False, "error": {"kind": "bad_request", "message": "a request must be a JSON object"}})
-            continue
-        rid = req.get("id")
-        if req.get("op") == "exit":
-            proto.send({"id": rid, "ok": True, "result": {}})
-            return 0
-        session.context = None
-        try:
-            proto.send({"id": rid, "ok": True, "result": session.handle(req)})
-        except BadRequest as exc:
-            proto.send({"id": rid, "ok": False, "error": {"kind": "bad_request", "message": str(exc)}})
-            continue
-        except DeviceError as exc:
-            proto.send({"id": rid, "ok": False, "error": {"kind": "device", "message": str(exc)}})
-            continue
-        except Exception as exc:  # noqa: BLE001 - every failure is a result, never a traceback
-            error = classify(exc, session.context)
-        else:
-            continue
-        # Out of the except block, the failed trial's frames (model, batches) can be
-        # freed before the next request: after an OOM the next trial needs that memory.
-        _release()
-        proto.send({"id": rid, "ok": False, "error": error})
-    return 0
-
-
-def _release() -> None:
-    import gc
-
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
-def main(make_session=Session) -> int:
-    """Start-up shared with other torch-side modules (debtorch.fleet.torchside): they pass their own
-    session class, and speak this module's protocol."""
-    fd = int(os.environ.get(PROTOCOL_FD_ENV, "-1"))
-    if fd < 0:
-        sys.stderr.write("debtorch worker: run by debtorch (no protocol descriptor)\n")
-        return 2
-    proto = Protocol(fd)
-    # The workload's prints go to stderr, never into the protocol or the report.
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    die_with_parent()
-    try:
-        import torch
-    except ImportError as exc:
-        proto.send({"event": "fatal", "kind": "no_torch", "message": f"{sys.executable} has no torch ({exc})"})
-        return 3
-    except Exception as exc:  # noqa: BLE001 - a broken torch install
-        proto.send({"event": "fatal", "kind": "broken_torch",
-                    "message": f"{sys.executable}: import torch failed: {type(exc).__name__}: {str(exc).strip()[:200]}"})
-        return 3
-    proto.send({"event": "hello", "pid": os.getpid(), "python": sys.executable,
-                "python_version": platform.python_version(), "torch": torch.__version__,
-                "protocol": PROTOCOL_VERSION})
-    return serve(proto, sys.stdin, make_session(proto))
+def main() -> int:
+    return server.main(Session)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,10 @@ def load_workload(spec: str, options: Optional[dict] = None, seed: int = 0) -> W
         if func is None:
             raise WorkloadError(f"no built-in workload {funcname!r}; built-ins: {', '.join(sorted(BUILTINS))}")
     else:
+        if os.getcwd() not in sys.path:
+            # The working folder holds the user's module: searched last, so that nothing there
+            # replaces a module of Python or of the venv (docs/security.md).
+            sys.path.append(os.getcwd())
         try:
             module = importlib.import_module(modname)
         except Exception as exc:  # noqa: BLE001 - any import failure is the user's to see, in one line

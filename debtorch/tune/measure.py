@@ -1,7 +1,7 @@
 """``debtorch tune --measure``: short trials on a real workload, within a budget.
 
 Torch-free: the trials run in a worker process of the target interpreter
-(:class:`debtorch.train.runner.Worker`, the engine shared with
+(:class:`debtorch.train.runner.TrainingWorker`, the engine shared with
 verify-train); this module calibrates the trial length, hands the search
 (:mod:`debtorch.tune.search`) a trial function, and writes what was
 measured into the recommendation's reasons.
@@ -20,7 +20,8 @@ from debtorch.budget import Budget, Where, stopped
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train import sim
-from debtorch.train.runner import START_TIMEOUT, Worker, WorkerError, WorkerTimeout, worker_python
+from debtorch.train.runner import TrainingWorker
+from debtorch.transport.client import START_TIMEOUT, WorkerError, WorkerTimeout, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -116,7 +117,7 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
 
 
 class EngineTrials:
-    """Trials in a worker process of the target interpreter (the engine's Worker).
+    """Trials in a worker process of the target interpreter (the engine's TrainingWorker).
 
     A worker that dies in a trial (a DataLoader killed by a bus error, the
     OOM killer) is restarted for the next one; the trial counts as failed.
@@ -127,8 +128,6 @@ class EngineTrials:
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
                  host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
-        self._error = WorkerError
-        self._worker_cls = Worker
         self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
         self.budget = budget or Budget(None)
         self.where = Where(self.budget.clock)
@@ -160,15 +159,13 @@ class EngineTrials:
 
     def _start(self) -> dict:
         self.where.doing("starting the worker (importing torch)")
-        self.worker = self._worker_cls(self.python, cwd=os.getcwd(),
-                                       start_timeout=max(0.0, self.budget.cap(START_TIMEOUT)))
-        cut = self.budget.binding(START_TIMEOUT)
-        try:
-            self.worker.start()
-        except WorkerTimeout:
-            if cut:
-                raise BudgetStop(stopped(self.budget, self.where)) from None
-            raise
+        self.worker = TrainingWorker(self.python, cwd=os.getcwd())
+
+        def start(timeout: float) -> dict:
+            self.worker.start_timeout = timeout
+            return self.worker.start()
+
+        self._wait(start, START_TIMEOUT)
         self.where.doing(f"loading {self.workload}")
         return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
                                                            seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
@@ -180,12 +177,12 @@ class EngineTrials:
             return self._wait(lambda timeout: self.worker.trial(
                 settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
                 on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT)
-        except self._error as exc:
+        except WorkerError as exc:
             if exc.kind in ("died", "timeout"):
                 try:
                     self.worker.kill()
                     self._start()
-                except self._error as again:
+                except WorkerError as again:
                     raise MeasureError(f"the worker cannot be restarted: {again}") from None
             raise
 

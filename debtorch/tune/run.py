@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
+from debtorch import fingerprint
 from debtorch.host import Host
 from debtorch.machine import Machine
-from debtorch.tune import config, fingerprint, measure, rules
+from debtorch.tune import config, measure, rules
 from debtorch.tune.search import Result
 
 # What the rules and the fingerprint read (not storage, APT or CUDA libraries: seconds saved).

@@ -27,10 +27,10 @@ import contextlib
 import warnings
 from typing import Any, Optional
 
+from debtorch import fingerprint as fp_mod
 from debtorch.host import LiveHost, Unavailable
 from debtorch.train import apply
 from debtorch.tune.config import ConfigFile, load_config
-from debtorch.tune import fingerprint as fp_mod
 from debtorch.tune import watch as watch_mod
 
 _warned = False  # the fingerprint warning is given once per process

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional
 
 from debtorch import knowledge, stats
 from debtorch.findings import finding
-from debtorch.lint.hostwaits import syncs_reported  # the one import of the sync counter
+from debtorch.hostwaits import syncs_reported  # the one import of the sync counter
 
 WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
 MAX_WINDOWS = 64

@@ -3,7 +3,7 @@ on a real training loop, measured honestly (docs/verify-train.md).
 
 Torch-free: every trial runs in a worker process of the target interpreter
 through the training engine shared with ``debtorch tune``
-(:mod:`debtorch.train.runner`).  The modules:
+(:mod:`debtorch.train.runner`, through :mod:`debtorch.transport`).  The modules:
 
 * :mod:`debtorch.verify.analysis`: pure functions from trial results to
   medians, spreads, speed-up, instrumentation cost, loss-curve comparison and

@@ -4,8 +4,8 @@ The worker already classifies what went wrong (:func:`debtorch.train.worker.clas
 ``kind``, a one-line ``message``, sometimes ``finding`` and ``suggestion``).
 Here that becomes what the user reads: the doctor's id for a bus error in a
 DataLoader worker (``memory.E002`` in a container with Docker's default
-/dev/shm, ``memory.E001`` otherwise, decided by the doctor's own check on
-this machine's facts), the micro-batch and accumulation steps that fit after
+/dev/shm, ``memory.E001`` otherwise, as the machine view answers for this
+machine's facts, with the catalogue's fix), the micro-batch and accumulation steps that fit after
 an out-of-memory, and the exit code.  Torch-free.
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from debtorch.doctor.checks_resources import check_shm
-from debtorch.doctor.registry import Context
+from debtorch import fingerprint
+from debtorch.findings import finding
 from debtorch.machine import Machine
-from debtorch.train.runner import USER_INPUT_KINDS
-from debtorch.tune import fingerprint
+from debtorch.transport.client import USER_INPUT_KINDS
+from debtorch.units import human_bytes
 
 SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
 
@@ -54,19 +54,19 @@ class Failure:
 def shm_finding(facts: Optional[dict]) -> tuple:
     """(doctor id, fix) for a DataLoader worker killed by a bus error on this machine.
 
-    Asks the doctor's /dev/shm check (the same thresholds, checks/thresholds.toml):
-    a container with Docker's default 64 MB /dev/shm is ``memory.E002``; any
+    The machine view's answer, as the doctor gives it (checks/thresholds.toml): a
+    container with Docker's default 64 MB /dev/shm is ``memory.E002``; any
     other /dev/shm that ran out is ``memory.E001``.
     """
-    if facts:
-        for f in check_shm(Machine.from_facts(facts), Context()):
-            if f.id in ("memory.E001", "memory.E002"):
-                return f.id, f.fix.replace("\n", " ")
+    shm = Machine.from_facts(facts).shm if facts else None
+    if shm is not None and (shm.docker_default or shm.too_small):
+        fid = "memory.E002" if shm.docker_default else "memory.E001"
+        return fid, finding(fid, size=human_bytes(shm.total), gib=shm.remount_gib).fix.replace("\n", " ")
     return "memory.E001", SHM_FIX
 
 
 def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Failure:
-    """A :class:`Failure` from a :class:`debtorch.train.runner.WorkerError`."""
+    """A :class:`Failure` from a :class:`debtorch.transport.client.WorkerError`."""
     kind = getattr(exc, "kind", "exception")
     detail = dict(getattr(exc, "detail", {}) or {})
     message = getattr(exc, "message", None) or str(exc)
@@ -121,5 +121,5 @@ def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Opt
 
 
 def stale_config(config_fingerprint: dict, here: dict) -> list:
-    """What differs between the machine a config was tuned on and this one (tune's fingerprint)."""
+    """What differs between the machine a config was tuned on and this one (:mod:`debtorch.fingerprint`)."""
     return fingerprint.differences(config_fingerprint or {}, here or {})

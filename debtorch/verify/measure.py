@@ -1,7 +1,7 @@
 """The verify-train plan and its execution through the training engine's worker.
 
 Torch-free.  One worker process of the target interpreter
-(:class:`debtorch.train.runner.Worker`) loads the workload once and runs
+(:class:`debtorch.train.runner.TrainingWorker`) loads the workload once and runs
 every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
 run goes through :func:`debtorch.train.runner.launch_distributed`
 (``torch.distributed.run``).  The loop is the engine's: nothing here trains.
@@ -31,6 +31,7 @@ from debtorch import stats
 from debtorch.budget import Budget, Where, stopped
 from debtorch.lint.measured import static_result
 from debtorch.train import runner, sim
+from debtorch.transport.client import START_TIMEOUT, WorkerError
 from debtorch.train.settings import Settings
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
@@ -166,7 +167,7 @@ class Verifier:
     """Runs a :class:`Plan` in one worker; use as a context manager.
 
     ``worker_factory(python, cwd=..., timeout=..., start_timeout=...)`` makes
-    the worker (:class:`debtorch.train.runner.Worker`); ``launcher`` is
+    the worker (:class:`debtorch.train.runner.TrainingWorker`); ``launcher`` is
     :func:`debtorch.train.runner.launch_distributed`.  ``facts`` (the
     machine's, for the doctor's /dev/shm check) is optional; ``clock`` is
     the budget's (a fake one in tests).
@@ -178,9 +179,8 @@ class Verifier:
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()
-        self._factory = worker_factory or runner.Worker
+        self._factory = worker_factory or runner.TrainingWorker
         self._launch = launcher or runner.launch_distributed
-        self._error = runner.WorkerError
         self.clock = clock
         self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
         self.where = Where(clock)
@@ -207,7 +207,7 @@ class Verifier:
     def start(self) -> dict:
         """Start the worker and load the workload; return its description.
 
-        Raises :class:`debtorch.train.runner.WorkerError` (no torch, a workload
+        Raises :class:`debtorch.transport.client.WorkerError` (no torch, a workload
         that cannot be imported, a device this torch cannot use; kind
         ``budget`` when the budget ended first).
         """
@@ -216,8 +216,8 @@ class Verifier:
         if self.worker is None:
             self.spawn()
         self.where.doing("starting the worker (importing torch)")
-        self.worker.start_timeout = self.budget.cap(runner.START_TIMEOUT)
-        self._bounded(self.worker.start, runner.START_TIMEOUT)
+        self.worker.start_timeout = self.budget.cap(START_TIMEOUT)
+        self._bounded(self.worker.start, START_TIMEOUT)
         self.measured.worker = self._request("info")
         self.where.doing(f"loading {p.workload}")
         self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
@@ -231,7 +231,7 @@ class Verifier:
         :meth:`start` waits for it.  A worker without ``spawn`` starts in :meth:`start`."""
         p = self.plan
         self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout,
-                                    start_timeout=self.budget.cap(runner.START_TIMEOUT))
+                                    start_timeout=self.budget.cap(START_TIMEOUT))
         if hasattr(self.worker, "spawn"):
             self.worker.spawn()
 
@@ -242,9 +242,9 @@ class Verifier:
         cut = self.budget.binding(longest)
         try:
             return call()
-        except self._error as exc:
+        except WorkerError as exc:
             if exc.kind == "timeout" and cut:
-                raise self._error("budget", stopped(self.budget, self.where)) from None
+                raise WorkerError("budget", stopped(self.budget, self.where)) from None
             raise
 
     def _request(self, op: str, on_event: Optional[Callable] = None, **fields: Any) -> dict:
@@ -471,7 +471,7 @@ class Verifier:
                 self._keep(job, self._run(job))
             self._current = None
             m.host_waits = self.host_waits()
-        except self._error as exc:
+        except WorkerError as exc:
             job = self._current
             if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
                 m.budget["cut"] = exc.message
@@ -550,7 +550,7 @@ class Verifier:
                     launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
                     timeout=self.budget.cap(self.plan.timeout), on_event=self.progress.advance),
                     self.plan.timeout))
-            except self._error as exc:
+            except WorkerError as exc:
                 m.failure = from_worker_error(exc, label, self.facts)
                 return
             finally:
@@ -564,7 +564,7 @@ class Verifier:
                 got = self._request("host_waits", seed=self.plan.seed, steps=2 if self.plan.quick else 5)
                 if got.get("measured"):
                     return got
-            except self._error as exc:
+            except WorkerError as exc:
                 if exc.kind == "budget":
                     raise
                 self.measured.notes.append(f"host waits per step not counted ({exc}); read from the code instead")
@@ -628,7 +628,7 @@ class Verifier:
                 self._request("trial", settings=trial.to_dict(), steps=1, warmup=1, mode="instrumented",
                               seed=self.plan.seed, sample_memory=False, progress=False)
                 fit = {"micro_batch": mb, "accumulation_steps": acc}
-            except self._error as again:
+            except WorkerError as again:
                 if again.kind != "oom":
                     stopped = f"micro-batch {mb}: {again.message}"
                     break

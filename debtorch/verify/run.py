@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
+from debtorch import fingerprint
 from debtorch import inputs
 from debtorch.host import Host, Unavailable
 from debtorch.train import sim
-from debtorch.train.runner import WorkerError, worker_python
 from debtorch.train.settings import PROCESS_MAX, Settings
-from debtorch.tune import config, fingerprint, rules
+from debtorch.transport.client import WorkerError, worker_python
+from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config
 from debtorch.verify import analysis
 from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config

@@ -107,3 +107,32 @@ def hang_in_step(after=1):
 def hang_later():
     """Trains for a while (calibration and the first trials of a search), then hangs in a step."""
     return hang_in_step(after=150)
+
+
+# Models for tests/test_engine.py
+
+
+class Transient(nn.Linear):
+    """Allocates (and frees) 256 MiB inside every forward pass."""
+
+    def __init__(self):
+        super().__init__(8, 3)
+
+    def forward(self, x):
+        big = torch.ones(64 * 2**20)
+        return super().forward(x) + big[0] - 1
+
+
+class SlowFirstStep(nn.Linear):
+    """A model whose first forward pass takes 0.5 s (torch's own first steps are slow too):
+    meanwhile the DataLoader's workers fill their whole prefetch queue."""
+
+    def __init__(self):
+        super().__init__(8, 3)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.5)
+        return super().forward(x)

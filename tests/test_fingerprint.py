@@ -1,6 +1,6 @@
 """The fingerprint: what the config remembers of the machine, and what counts as a difference."""
 
-from debtorch.tune.fingerprint import differences, from_facts
+from debtorch.fingerprint import differences, from_facts
 
 from tune_facts import make_facts, server_8x_a100
 

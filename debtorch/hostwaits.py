@@ -1,11 +1,8 @@
-"""Host waits per step counted on CUDA, in the training worker, and verify-train's line for them.
-
-:func:`count_host_waits` runs some steps under
-``torch.cuda.set_sync_debug_mode("warn")``, which warns at every
-synchronising CUDA call, and maps each warning to the innermost frame in the
-workload's file (its ``file:line``).  torch is passed in; this module never
-imports it, and imports nothing but the standard library: the worker runs in
-the user's interpreter, which need not have debtorch's dependencies.
+"""The host-sync counter: host waits per step counted on CUDA, in the user's interpreter (verify-train's
+worker and ``cfg.watch``; lint reads the same places from the code, :mod:`debtorch.lint.measured`).
+:func:`syncs_reported` reports every synchronising call under ``torch.cuda.set_sync_debug_mode("warn")``;
+:func:`count_host_waits` maps each to the innermost frame in the workload's file.  torch is passed in;
+standard library only.
 """
 
 from __future__ import annotations
@@ -95,21 +92,3 @@ def _user_frame(files: set) -> Optional[tuple]:
             return (os.path.realpath(path), frame.f_lineno)
         frame = frame.f_back
     return None
-
-
-def report_line(result: Optional[dict]) -> Optional[str]:
-    """verify-train's line: ``host waits per step: N (file:line, ...)``."""
-    if not result:
-        return None
-    n = result.get("per_step")
-    places = [f"{os.path.basename(x['path'])}:{x['line']}" for x in result.get("lines") or []]
-    where = f" ({', '.join(places[:6])}{', ...' if len(places) > 6 else ''})" if places else ""
-    count = "-" if n is None else (f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}")
-    if result.get("measured"):
-        how = f"measured with torch.cuda.set_sync_debug_mode over {result.get('steps')} steps"
-        elsewhere = result.get("elsewhere_per_step")
-        if elsewhere:
-            how += f"; {elsewhere:.1f} more per step outside the workload's code"
-    else:
-        how = "read from the code: the lines that would wait on a GPU (debtorch lint)"
-    return f"host waits per step: {count}{where}; {how}"

@@ -1,0 +1,416 @@
+"""Running code in the target interpreter, from debtorch's own process (torch-free; docs/engine.md).
+
+What needs torch runs in a *worker*: a subprocess of the target interpreter (``--python``) running one
+of debtorch's torch-side modules (whose ``main()`` is :func:`debtorch.transport.server.main`), imported
+through a temporary folder holding only a symlink ``debtorch -> <this package>``, first on its path;
+nothing else of debtorch's site-packages, and never the working folder (docs/security.md).
+
+Besides :class:`debtorch.host.Host` (commands run to completion), this module (and
+:func:`debtorch.train.runner.launch_distributed`, with its parts) is the one place that starts
+processes, under Host's rules: a new session (a timeout or Ctrl-C kills the whole process group,
+DataLoader workers included), a deadline on every wait, failures as one-line errors.  Each torch-side
+process also dies with its parent (``PR_SET_PDEATHSIG``), which reaches torchrun's ranks.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from debtorch import outputs
+from debtorch.host import kill_group as host_kill_group
+from debtorch.transport.server import PROTOCOL_FD_ENV
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+STDERR_LINES = 200
+START_TIMEOUT = 180.0  # importing torch on a cold cache takes a while
+
+
+# Failures caused by what the user gave (an interpreter, a workload, a device, settings),
+# not by the run itself: every command exits 2 for these and 1 for a run that failed
+# (docs/cli.md).  One list, read by tune --measure and verify-train alike.
+USER_INPUT_KINDS = frozenset({"no_python", "no_torch", "broken_torch", "workload", "device", "bad_request",
+                              "settings"})
+
+
+class WorkerError(Exception):
+    """A request that failed, or a worker that could not run.
+
+    ``kind`` is stable (docs/engine.md): no_python, no_torch, broken_torch,
+    start, died, timeout, interrupted, bad_request, workload, settings,
+    device, oom, shm, dataloader, exception.  ``str()`` is one line.
+    """
+
+    def __init__(self, kind: str, message: str, detail: Optional[dict] = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.detail = detail or {}
+
+    @property
+    def user_input(self) -> bool:
+        """The failure is about what the user gave (see USER_INPUT_KINDS), not the run."""
+        return self.kind in USER_INPUT_KINDS
+
+    @property
+    def finding(self) -> Optional[str]:
+        """The doctor's finding id this failure points at (e.g. memory.E001), if any."""
+        return self.detail.get("finding")
+
+    @property
+    def suggestion(self) -> Optional[dict]:
+        return self.detail.get("suggestion")
+
+
+class WorkerTimeout(WorkerError):
+    pass
+
+
+def worker_python(python_option: Optional[str], host) -> str:
+    """The interpreter that trains: ``--python`` if given, else the venv's, else ours.
+
+    Raises :class:`WorkerError` (kind ``no_python``) when it does not exist.
+    """
+    path = host.program(python_option or host.default_python)
+    if not host.exists(path):
+        raise WorkerError("no_python", f"{path}: no such Python interpreter (--python names one)")
+    return path
+
+
+def private_tmp(env: dict, folder: str) -> dict:
+    """``env`` with a temporary directory of its own inside ``folder`` (one of debtorch's registered
+    temporary folders): what the training processes leave there when they are killed (the
+    DataLoader's multiprocessing folders, torchelastic's) goes with ``folder`` however the run
+    ends.  torch.compile's cache stays where torch would have put it, so that it is kept between
+    runs (torch's default is torchinductor_<user> in the temporary directory)."""
+    import getpass  # defer: only a training run needs the user name
+    import tempfile  # defer: as above
+
+    env = dict(env)
+    if "TORCHINDUCTOR_CACHE_DIR" not in env:
+        try:
+            user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+            tmp_before = env.get("TMPDIR") or tempfile.gettempdir()  # the processes' own, not ours
+            env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp_before, "torchinductor_" + user)
+        except (KeyError, OSError):  # no user name (a container without one): torch's own choice
+            pass
+    tmp = os.path.join(folder, "tmp")
+    os.mkdir(tmp, 0o700)
+    env["TMPDIR"] = tmp
+    return env
+
+
+class Shim:
+    """A temporary directory holding only ``debtorch -> <our package>``."""
+
+    def __init__(self) -> None:
+        # Registered: removed at exit however the run ends (debtorch.outputs).
+        self.path = outputs.temporary_folder("debtorch-worker-")
+        os.symlink(PACKAGE_DIR, os.path.join(self.path, "debtorch"))
+
+    def env(self, base: dict) -> dict:
+        env = dict(base)
+        old = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = self.path + (os.pathsep + old if old else "")
+        return env
+
+    def boot(self, module: str) -> str:
+        """``python -c`` code that runs ``module``'s ``main()``.  -c puts the working folder first on
+        sys.path, where a ``statistics.py`` would replace Python's own: the shim takes its place."""
+        return (f"import sys; sys.path[:] = [{self.path!r}] + [p for p in sys.path if p]; "
+                f"from {module} import main; sys.exit(main())")
+
+    def script(self, module: str) -> str:
+        """A script file that runs ``module``'s ``main()``, for launchers that take a script path
+        (Python puts a script's own folder, the shim, first on sys.path, and not the working folder)."""
+        path = os.path.join(self.path, "debtorch_" + module.rsplit(".", 1)[-1] + ".py")
+        with open(path, "w") as fh:
+            fh.write(f"import sys\nfrom {module} import main\nsys.exit(main())\n")
+        return path
+
+    def remove(self) -> None:
+        outputs.remove_folder(self.path)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a process started in its own session and everything in its group; reap it."""
+    host_kill_group(proc)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class StderrTail(threading.Thread):
+    """Keeps the last lines a process wrote to stderr (the workload's prints among them)."""
+
+    def __init__(self, stream, sink: Optional[Callable[[str], None]] = None):
+        super().__init__(name="debtorch-stderr", daemon=True)
+        self.stream = stream
+        self.lines: collections.deque = collections.deque(maxlen=STDERR_LINES)
+        self.sink = sink
+
+    def run(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                self.lines.append(line)
+                if self.sink is not None:
+                    try:
+                        self.sink(line)
+                    except Exception:  # noqa: BLE001 - a display hook must not kill the reader
+                        pass
+        except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
+            pass
+
+    def last(self) -> str:
+        for line in reversed(self.lines):
+            if line.strip():
+                return line.strip()[:200]
+        return ""
+
+
+class Worker:
+    """A torch-side module of debtorch (``module``) running in the target interpreter.
+
+    Use as a context manager::
+
+        with Worker(python, "debtorch.fleet.torchside") as w:
+            caps = w.request("caps")
+
+    Every request has a deadline (``timeout`` seconds unless the call names
+    one); on a timeout, an exception in the caller (Ctrl-C included) or
+    :meth:`close`, the worker's whole process group is killed.
+    """
+
+    # What the worker was doing, by request, for "the worker exited with status 3 while exiting".
+    DOING = {"exit": "exiting"}
+
+    def __init__(self, python: str, module: str, env: Optional[dict] = None, timeout: float = 600.0,
+                 cwd: Optional[str] = None, on_stderr: Optional[Callable[[str], None]] = None,
+                 start_timeout: float = START_TIMEOUT):
+        self.python = python
+        self.module = module        # the torch-side module: its main() speaks the worker protocol
+        self.env = dict(os.environ if env is None else env)
+        self.timeout = timeout
+        self.cwd = cwd
+        self.on_stderr = on_stderr
+        self.start_timeout = start_timeout
+        self.proc: Optional[subprocess.Popen] = None
+        self.hello: Optional[dict] = None
+        self._shim: Optional[Shim] = None
+        self._rfd: Optional[int] = None
+        self._buf = b""
+        self._next_id = 0
+        self._stderr: Optional[StderrTail] = None
+        self._exit_code: Optional[int] = None
+
+    # -- life cycle ------------------------------------------------------
+    def __enter__(self) -> "Worker":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def stderr_tail(self) -> list:
+        return list(self._stderr.lines) if self._stderr else []
+
+    def start(self) -> dict:
+        """Start the worker and wait for its hello (torch imported)."""
+        if self.proc is None:
+            self.spawn()
+        try:
+            msg = self._read(time.monotonic() + self.start_timeout, "starting")
+        except WorkerError as exc:
+            self.kill()
+            if exc.kind == "died" and self._exit_code is not None and self._exit_code >= 0:
+                # It exited before a word of the protocol: not a Python that runs our worker
+                # (--python /bin/true, a Python 2): what the user gave, not a failed run.
+                raise WorkerError("no_python", f"{self.python} did not start debtorch's worker ("
+                                  f"{exc.message.removeprefix('the worker ')}): is it a Python 3 interpreter "
+                                  "(--python)?") from None
+            raise
+        except BaseException:
+            self.kill()
+            raise
+        if msg.get("event") == "fatal":
+            self.kill()
+            kind = msg.get("kind", "start")
+            if kind == "no_torch":
+                raise WorkerError(kind, f"{self.python} has no torch: pip install torch in that venv")
+            raise WorkerError(kind, msg.get("message", "the worker failed to start"))
+        if msg.get("event") != "hello":
+            self.kill()
+            raise WorkerError("start", f"{self.python}: unexpected first message from the worker")
+        self.hello = msg
+        return msg
+
+    def spawn(self) -> None:
+        """Start the worker's process without waiting for it: it imports torch (seconds) while the
+        caller does something else; :meth:`start` then waits for its hello."""
+        if not os.path.exists(self.python):
+            raise WorkerError("no_python", f"{self.python}: no such Python interpreter (--python names one)")
+        self._shim = Shim()
+        rfd, wfd = os.pipe()
+        env = private_tmp(self._shim.env(self.env), self._shim.path)
+        env[PROTOCOL_FD_ENV] = str(wfd)
+        try:
+            self.proc = subprocess.Popen(
+                [self.python, "-c", self._shim.boot(self.module)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                env=env, cwd=self.cwd, pass_fds=(wfd,), start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(rfd)
+            os.close(wfd)
+            self._shim.remove()
+            raise WorkerError("no_python", f"{self.python}: cannot run ({exc.strerror or exc})") from None
+        os.close(wfd)
+        self._rfd = rfd
+        self._stderr = StderrTail(self.proc.stderr, self.on_stderr)
+        self._stderr.start()
+
+    def close(self, grace: float = 10.0) -> None:
+        """Ask the worker to exit; kill its process group if it does not."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self._send({"op": "exit"})
+                    self._read(time.monotonic() + grace, "exiting")
+                    self.proc.wait(timeout=grace)
+                except (WorkerError, OSError, subprocess.TimeoutExpired):
+                    pass
+        finally:
+            self.kill()  # even when a signal interrupts the goodbye: no worker, no folder left
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started (its process group)."""
+        if self.proc is not None:
+            kill_group(self.proc)
+            if self._stderr is not None:
+                self._stderr.join(timeout=2)  # EOF arrives once the group is gone
+            streams = [self.proc.stdin]
+            if self._stderr is None or not self._stderr.is_alive():
+                streams.append(self.proc.stderr)
+            for stream in streams:
+                try:
+                    if stream:
+                        stream.close()
+                except OSError:
+                    pass
+        if self._rfd is not None:
+            os.close(self._rfd)
+            self._rfd = None
+        if self._shim is not None:
+            self._shim.remove()
+            self._shim = None
+
+    # -- requests --------------------------------------------------------
+    def request(self, op: str, on_event: Optional[Callable[[dict], None]] = None,
+                timeout: Optional[float] = None, **fields: Any) -> dict:
+        """Send one request; pass its events to ``on_event``; return its result.
+
+        Raises :class:`WorkerError` with the worker's ``kind`` and one-line
+        message when the request failed, and kills the worker on a timeout
+        or on any exception in the caller (KeyboardInterrupt included).
+        """
+        if self.proc is None or self._rfd is None:
+            raise WorkerError("died", "the worker is not running")
+        self._next_id += 1
+        rid = self._next_id
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        try:
+            self._send(dict(fields, op=op, id=rid))
+            while True:
+                msg = self._read(deadline, op)
+                if "event" in msg:
+                    if on_event is not None and msg.get("id") in (rid, None):
+                        on_event(msg)
+                    continue
+                if msg.get("id") not in (rid, None):
+                    continue
+                if msg.get("ok"):
+                    return msg.get("result") or {}
+                err = msg.get("error") or {}
+                raise WorkerError(err.get("kind", "exception"), err.get("message", "the request failed"), err)
+        except WorkerError as exc:
+            if exc.kind in ("timeout", "died"):
+                self.kill()
+            raise
+        except BaseException:
+            self.kill()
+            raise
+
+    # -- the wire --------------------------------------------------------
+    def _send(self, obj: dict) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("sending a request") from None
+
+    def _read(self, deadline: float, doing: str) -> dict:
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerTimeout("timeout", f"the worker did not finish {doing} within its time limit; killed it")
+            ready, _, _ = select.select([self._rfd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self._rfd, 65536)
+            if not chunk:
+                raise self._died(doing)
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"event": "garbled", "text": line[:200].decode(errors="replace")}
+
+    def _died(self, doing: str) -> WorkerError:
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+        if self._stderr is not None:
+            self._stderr.join(timeout=2)
+        self._exit_code = code
+        how = exit_text(code)
+        last = self._stderr.last() if self._stderr else ""
+        self.kill()
+        return WorkerError("died", f"the worker {how} while {self.DOING.get(doing, doing)}" + (f": {last}" if last else ""))
+
+
+def exit_text(code: Optional[int]) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
