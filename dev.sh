@@ -3,6 +3,7 @@
 #   ./dev.sh doctor [ARGS]   set up, then run `debtorch doctor` on this machine
 #   ./dev.sh test [ARGS]     set up, then run the test suite (pytest ARGS); what CI runs
 #   ./dev.sh test -m "not slow"   the fast tier: no training, no worker (at most 90 s on 2 CPUs)
+#   ./dev.sh check           set up, then the static checks: ruff, mypy (pyproject.toml says on what)
 #   ./dev.sh setup           only set up
 set -eu
 cd "$(dirname "$0")"
@@ -27,7 +28,7 @@ setup() {
     want="$(cat pyproject.toml dev.sh | cksum)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q "$TORCH" -e ".[test,plot,nvml,torch]"
+        "$VENV/bin/python" -m pip install -q "$TORCH" -e ".[test,lint,plot,nvml,torch]"
         echo "$want" > "$stamp"
     fi
 }
@@ -38,5 +39,6 @@ case "$job" in
     setup) setup ;;
     doctor) setup; exec "$VENV/bin/debtorch" doctor "$@" ;;
     test) setup; exec "$VENV/bin/python" -m pytest "$@" ;;
-    *) echo "usage: ./dev.sh [doctor|test|setup] [ARGS]" >&2; exit 2 ;;
+    check) setup; "$VENV/bin/ruff" check . && exec "$VENV/bin/mypy" ;;
+    *) echo "usage: ./dev.sh [doctor|test|check|setup] [ARGS]" >&2; exit 2 ;;
 esac

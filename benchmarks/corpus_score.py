@@ -29,27 +29,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import tempfile
 import tomllib
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from debtorch import knowledge  # noqa: E402
-from debtorch.facts import collectenv  # noqa: E402
-from debtorch.machine import Machine  # noqa: E402
 from debtorch import facts as facts_mod  # noqa: E402
+from debtorch import knowledge  # noqa: E402
 from debtorch.doctor import Context, diagnose  # noqa: E402
 from debtorch.doctor.consistency import contradictions  # noqa: E402
-from debtorch.findings import CRASH_ID, ERROR  # noqa: E402
+from debtorch.facts import collectenv  # noqa: E402
 from debtorch.facts.cpu import FEATURES, parse_cpuinfo  # noqa: E402
 from debtorch.facts.nvidia import parse_smi_xml  # noqa: E402
+from debtorch.findings import CRASH_ID, ERROR  # noqa: E402
 from debtorch.host import ReplayHost  # noqa: E402
+from debtorch.machine import Machine  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
 REPORT_DIRS = (CORPUS / "collect_env", ROOT / "tests" / "collect_env")

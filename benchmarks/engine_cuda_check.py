@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from debtorch.host import LiveHost  # noqa: E402
 from debtorch.train.runner import TrainingWorker  # noqa: E402
-from debtorch.transport.client import WorkerError, worker_python  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
+from debtorch.transport.client import WorkerError, worker_python  # noqa: E402
 
 CASES = {
     "defaults": (Settings(), "instrumented"),

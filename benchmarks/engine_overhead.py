@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from debtorch.facts.cpu import parse_cpuinfo  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
 from debtorch.train.runner import TrainingWorker  # noqa: E402
-from debtorch.transport.client import worker_python  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
+from debtorch.transport.client import worker_python  # noqa: E402
 
 CASES = {
     "defaults (fp32, w0)": Settings(),

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from debtorch import facts as facts_mod  # noqa: E402
 from debtorch.doctor import Context, diagnose  # noqa: E402
 from debtorch.fleet import compare, gather  # noqa: E402
-from debtorch.report import fleet as report  # noqa: E402
 from debtorch.fleet.nodes import encode, envelope  # noqa: E402
 from debtorch.host import ReplayHost  # noqa: E402
+from debtorch.report import fleet as report  # noqa: E402
 from debtorch.report.doctor import MARKS_ASCII  # noqa: E402
 
 HOSTS = Path(__file__).resolve().parent.parent / "tests" / "hosts"
@@ -120,8 +120,9 @@ def scale(sizes: list, repeat: int) -> list:
 
 def gather_cost(n: int, repeat: int) -> dict:
     try:
-        from debtorch.fleet.torchside import FleetSession  # defer: torch
         import torch  # noqa: F401  # defer: only this part needs it
+
+        from debtorch.fleet.torchside import FleetSession  # defer: torch
     except ImportError:
         print("gather: skipped (no torch in this interpreter)")
         return {}

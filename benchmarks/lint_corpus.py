@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from debtorch.findings import catalogue  # noqa: E402
 from debtorch.lint.api import discover, lint_paths, parse  # noqa: E402
 from debtorch.lint.checks import run_checks  # noqa: E402
 from debtorch.lint.script import Script  # noqa: E402
-from debtorch.findings import catalogue  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 from lint_corpus import corpus  # noqa: E402

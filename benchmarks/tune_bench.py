@@ -67,7 +67,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from debtorch import facts as facts_mod, stats  # noqa: E402
+from debtorch import facts as facts_mod  # noqa: E402
+from debtorch import stats
 from debtorch.cli.shared import sim_device  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
 from debtorch.train import sim  # noqa: E402

@@ -37,9 +37,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tune_bench import region  # noqa: E402  (the benchmark's own regions)
+
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune.search import Outcome, Search, default_space, key  # noqa: E402
-from tune_bench import region  # noqa: E402  (the benchmark's own regions)
 
 
 def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_share: float = 0.25,

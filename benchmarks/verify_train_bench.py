@@ -90,11 +90,11 @@ class QuietGate:
 def run_verify(args) -> dict:
     """What `debtorch verify-train --workload builtin:cnn --device cpu --json` does, with the quiet gate."""
     sys.path.insert(0, str(ROOT))
-    from debtorch.host import LiveHost
-    from debtorch.report import plot, verify as report
-    from debtorch.verify import run
-
     from debtorch.cli.shared import sim_device
+    from debtorch.host import LiveHost
+    from debtorch.report import plot
+    from debtorch.report import verify as report
+    from debtorch.verify import run
 
     args.device = sim_device(args.device) if args.device.startswith("sim:") else args.device
     host = LiveHost()

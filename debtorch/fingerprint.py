@@ -10,7 +10,7 @@ is left out, and a value left out on either side is not compared).
 from __future__ import annotations
 
 import platform
-from typing import Any, Optional
+from typing import Any
 
 from debtorch import facts as facts_mod
 from debtorch.host import LiveHost

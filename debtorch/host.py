@@ -29,8 +29,8 @@ import errno
 import json
 import os
 import posixpath
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading

@@ -207,8 +207,8 @@ class Knowledge:
     def validate(self) -> "Knowledge":
         """Read and check every file now (a broken folder is bad input before any check runs)."""
         for name in SCHEMA:
-            self.tables[name]
-        self.gpu_keys
+            _ = self.tables[name]
+        _ = self.gpu_keys
         return self
 
     @functools.cached_property

@@ -196,7 +196,7 @@ def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tu
                 break   # an impossible figure is never a result
             return verdict, None, impossible, why
     # The likeliest resolution: the region the point estimate lies in.
-    for verdict, a, b, _ in regions:
+    for _verdict, a, b, _ in regions:
         if a < r.est < b:
             need = 0.0
             if a > -math.inf:

@@ -58,6 +58,7 @@ def pytest_terminal_summary(terminalreporter):
 def replay():
     """replay("debian12-vm-2core") -> a ReplayHost of tests/hosts/<name>."""
     from clitools import HOSTS
+
     from debtorch.host import ReplayHost
 
     def _make(name):

@@ -6,10 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
+from clitools import HOSTS
+
 from debtorch import facts as facts_mod
 from debtorch.host import ReplayHost
-
-from clitools import HOSTS
 
 
 def make_host(tmp_path: Path, base: str = "debian12-vm-2core", files: dict = None, remove=(), meta: dict = None,
@@ -51,7 +51,8 @@ def facts_of(host, **options) -> dict:
 
 def diagnose(host_or_facts, **ctx) -> list:
     """The findings (ids) the doctor reports."""
-    from debtorch.doctor import Context, diagnose as _diagnose
+    from debtorch.doctor import Context
+    from debtorch.doctor import diagnose as _diagnose
 
     doc = host_or_facts if isinstance(host_or_facts, dict) else facts_of(host_or_facts)
     return _diagnose(doc, Context(**ctx)).findings

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from clitools import ROOT, at_once
 
 from debtorch.budget import SLACK_S, Budget, Where, stopped
-
-from clitools import ROOT, at_once
 
 TESTS = Path(__file__).parent
 

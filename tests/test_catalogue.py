@@ -6,10 +6,9 @@ import string
 from pathlib import Path
 
 import pytest
+from catalogue_docs import BEGIN, blocks, pages, regenerate, selects
 
 from debtorch.findings import LETTER_LEVELS, catalogue, finding
-
-from catalogue_docs import BEGIN, blocks, pages, regenerate, selects
 
 ROOT = Path(__file__).resolve().parent.parent
 # What each kind of id is: findings (E, W, I) everywhere, tune's reasons (R rules, M measured).

@@ -4,9 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from hostkit import (add_packages, change_nvml, diagnose, facts_of, ids, make_host, probe, relink, set_probe,
-                     with_torch)
+from hostkit import add_packages, change_nvml, diagnose, facts_of, ids, make_host, relink, with_torch
 
 WS = "debian13-workstation-rtx3080"
 SERVER = "debian12-server-8xa100-nvlink"
@@ -297,7 +295,8 @@ def test_cudnn_missing_from_a_cuda_build(tmp_path):
 
 
 def test_cudnn_missing_fix_reinstalls_the_installed_build_and_reads_sensibly_without_one():
-    from debtorch.doctor import Context, diagnose as run
+    from debtorch.doctor import Context
+    from debtorch.doctor import diagnose as run
     doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python",
                       "torch": {"installed": True, "version": "2.13.0+cu126", "cuda": "12.6"}}}
     [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E004"]
@@ -340,7 +339,8 @@ def test_only_the_drivers_cuda_is_known():
 
 
 def test_torch_missing_fix_runs_pip_only_when_there_is_a_pip_line():
-    from debtorch.doctor import Context, diagnose as run
+    from debtorch.doctor import Context
+    from debtorch.doctor import diagnose as run
     doc = {"python": {"version": "3.11.2", "executable": "/v/bin/python", "torch": {"installed": False}},
            "nvidia": {"gpus": [{"index": 0, "name": "Mystery GPU"}]}}
     [f] = [f for f in run(doc, Context(source="live")).findings if f.id == "torch.E001"]
@@ -357,8 +357,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _xml_machine_findings(tmp_path, name):
     import shutil
+
     from debtorch import facts as facts_mod
-    from debtorch.doctor import Context, diagnose as run
+    from debtorch.doctor import Context
+    from debtorch.doctor import diagnose as run
     from debtorch.host import ReplayHost
     root = tmp_path / "host"
     (root / "_commands").mkdir(parents=True)

@@ -1,8 +1,6 @@
 """CPU, memory and storage checks: each triggered on a fixture machine, and not triggered on a healthy one."""
 
 import pytest
-
-from debtorch.findings import Finding
 from hostkit import diagnose, facts_of, ids, make_host
 
 MiB = 1024 * 1024

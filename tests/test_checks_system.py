@@ -1,12 +1,11 @@
 """OS and Python-environment checks, on fixture machines built from real os-release files."""
 
 import json
-from pathlib import Path
 
 import pytest
-
-from hostkit import diagnose, facts_of, ids, make_host
 from clitools import REAL_FILES
+from hostkit import diagnose, facts_of, ids, make_host
+
 from debtorch.machine import Machine
 
 REAL = REAL_FILES / "os-release"

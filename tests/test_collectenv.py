@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from debtorch.facts import collectenv
 from debtorch import facts as facts_mod
+from debtorch.facts import collectenv
 from debtorch.facts.collectenv import CollectEnvError, parse, parse_file, parse_nvidia_smi, parse_torch_warnings
 
 CORPUS = Path(__file__).parent / "collect_env"

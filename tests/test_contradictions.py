@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from clitools import HOSTS
 from hostkit import change_nvml, make_host, probe, set_probe, with_torch
+
 from debtorch import facts as facts_mod
 from debtorch.doctor import Context, diagnose
 from debtorch.doctor.consistency import contradictions

@@ -3,16 +3,16 @@
 import json
 
 import pytest
+from hostkit import HOSTS, facts_of, ids, make_host
 from typer.testing import CliRunner
 
 from debtorch import doctor
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
-from debtorch.findings import CRASH_ID, Finding, finding
 from debtorch.doctor.siteconfig import SiteConfigError, parse
+from debtorch.findings import CRASH_ID, Finding, finding
 from debtorch.report import console
 from debtorch.report.doctor import doctor_lines
-from hostkit import HOSTS, facts_of, ids, make_host
 
 runner = CliRunner()
 VM = str(HOSTS / "debian12-vm-2core")
@@ -171,6 +171,7 @@ def test_every_fail_level_is_handled():
 @pytest.mark.parametrize("damage", ["no folder", "row without source"])
 def test_broken_checks_data_exits_2_with_one_line(tmp_path, monkeypatch, damage):
     import shutil
+
     from debtorch import knowledge
     folder = tmp_path / "checks"
     if damage == "row without source":

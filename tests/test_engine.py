@@ -21,6 +21,7 @@ def _torch_side():
     global torch, tiny, engine, TrialError, run_trial, time_to_target, Workload, WorkloadError, coerce, load_workload
     import tiny
     import torch
+
     from debtorch.train import engine
     from debtorch.train.engine import TrialError, run_trial, time_to_target
     from debtorch.train.workloads import Workload, WorkloadError, coerce, load_workload

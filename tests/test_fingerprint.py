@@ -1,8 +1,8 @@
 """The fingerprint: what the config remembers of the machine, and what counts as a difference."""
 
-from debtorch.fingerprint import differences, from_facts
-
 from tune_facts import make_facts, server_8x_a100
+
+from debtorch.fingerprint import differences, from_facts
 
 
 def test_fingerprint_names_gpus_driver_torch_and_cpus_and_no_hostname():

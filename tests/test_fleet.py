@@ -10,22 +10,21 @@ import tracemalloc
 import zlib
 
 import pytest
+from hostkit import facts_of, make_host
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from debtorch import hostlist
 from debtorch.cli import app
 from debtorch.doctor import Context, diagnose
-from debtorch import hostlist
-from debtorch.fleet import compare, gather, offline, probe
-from debtorch.report import fleet as report
-from debtorch.report.console import texts
-from debtorch.fleet import torchside
+from debtorch.fleet import compare, gather, offline, probe, torchside
 from debtorch.fleet.nodes import STATUSES, Node, encode, envelope, read_node
 from debtorch.fleet.rendezvous import RendezvousError, from_environ, listen_address, load_secret
 from debtorch.host import allowed_environ
+from debtorch.report import fleet as report
+from debtorch.report.console import texts
 from debtorch.report.doctor import MARKS_ASCII
-from hostkit import facts_of, make_host
 
 SERVER = "debian12-server-8xa100-nvlink"
 

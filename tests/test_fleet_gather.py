@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from clitools import ROOT, at_once
 from hostkit import change_nvml, facts_of, make_host, with_torch
 

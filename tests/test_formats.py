@@ -4,6 +4,7 @@ JSON is strict, and the console styles a line by the kind its renderer gave it."
 import json
 
 import pytest
+from hostkit import HOSTS
 from typer.testing import CliRunner
 
 from debtorch.cli import app
@@ -12,7 +13,6 @@ from debtorch.report.doctor import DoctorView, doctor_lines
 from debtorch.report.facts import FactsView
 from debtorch.report.tune import TuneView
 from debtorch.report.verify import VerifyView
-from hostkit import HOSTS
 
 SERVER = str(HOSTS / "debian12-server-8xa100-nvlink")
 FLAGS = {Format.text: [], Format.json: ["--json"], Format.env: ["--emit", "env"]}

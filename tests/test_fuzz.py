@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import HOSTS, ROOT, cli_runner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,8 +39,6 @@ from debtorch.cli import app
 from debtorch.facts import schema
 from debtorch.host import ReplayHost
 from debtorch.tune import config as config_mod
-
-from clitools import HOSTS, ROOT, cli_runner
 
 runner = cli_runner()
 EXAMPLES = int(os.environ.get("DEBTORCH_FUZZ_EXAMPLES", "20"))

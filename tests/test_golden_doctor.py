@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hostkit import HOSTS
 from typer.testing import CliRunner
 
 from debtorch.cli import app
-from hostkit import HOSTS
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 CASES = {

@@ -4,8 +4,8 @@ import json
 import threading
 
 import pytest
-
 from clitools import HOSTS, run_debtorch
+
 from debtorch import facts
 from debtorch.facts import nvidia
 from debtorch.host import CommandResult, ReplayHost

@@ -8,23 +8,20 @@ fuzzing suite: test_fuzz.py.  Each test here failed before its fix.
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
-
-import debtorch
-from debtorch import outputs
-from debtorch.cli import app
-from debtorch.cli import manpage
-from debtorch.host import LiveHost, ReplayHost
-from debtorch.tune import config
-from debtorch.tune.config import ConfigError, load_config, parse_config
-from debtorch.tune.rules import Request, RequestError, recommend
-
 from clitools import HOSTS, cli_runner
 from hostkit import diagnose, ids, make_host
 from tune_facts import make_facts
+
+import debtorch
+from debtorch import outputs
+from debtorch.cli import app, manpage
+from debtorch.host import LiveHost
+from debtorch.tune import config
+from debtorch.tune.config import ConfigError, load_config, parse_config
+from debtorch.tune.rules import Request, RequestError, recommend
 
 runner = cli_runner()
 CPUS = len(LiveHost().affinity())

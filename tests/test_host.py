@@ -6,8 +6,8 @@ import os
 import pytest
 
 from debtorch import facts
-from debtorch.machine import Machine
 from debtorch.host import COMMAND_NOT_FOUND, LiveHost, RecordingHost, ReplayHost, Unavailable
+from debtorch.machine import Machine
 
 
 def test_replayed_host_never_runs_a_live_command(replay, no_live):
@@ -126,10 +126,10 @@ def test_a_recording_cannot_read_the_live_machine(tmp_path, no_live):
                                        ({"environ": {"A": 1}}, "environ.A: must be a string (got 1)"),
                                        ({"rlimits": {"NOFILE": [1]}}, "rlimits.NOFILE: must be [soft, hard] (got an array)")])
 def test_a_broken_recording_is_one_line(tmp_path, meta, said):
+    from hostkit import make_host
     from typer.testing import CliRunner
 
     from debtorch.cli import app
-    from hostkit import make_host
 
     host = make_host(tmp_path)
     data = json.loads((host.root / "_host.json").read_text())
@@ -158,6 +158,7 @@ def test_an_interrupted_recording_leaves_nothing(tmp_path, monkeypatch):
 def test_a_relative_python_means_the_callers_directory(tmp_path, monkeypatch):
     """`doctor --python .venv/bin/python` from the project folder (issue 13, item 4): it ran from /."""
     import sys
+
     from debtorch.host import LiveHost
 
     venv_bin = tmp_path / "v" / "bin"
@@ -188,7 +189,6 @@ def test_doctor_starts_the_probe_first_and_runs_it_once(tmp_path):
 
 
 def test_a_prestarted_command_nobody_collects_is_killed_at_exit():
-    import subprocess
 
     from debtorch import host as host_mod
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from clitools import HOSTS, ROOT, at_once
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

@@ -7,6 +7,7 @@ import re
 import socket
 
 import pytest
+from clitools import HOSTS, cli_runner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -17,8 +18,6 @@ from debtorch.cli import app
 from debtorch.facts import schema
 from debtorch.host import ReplayHost
 from debtorch.tune.config import ConfigError
-
-from clitools import HOSTS, cli_runner
 
 runner = CliRunner()
 cli = cli_runner()
@@ -91,6 +90,14 @@ def _special(tmp_path, kind):
 
 
 _SOCKETS: list = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_sockets():
+    yield
+    while _SOCKETS:
+        _SOCKETS.pop().close()
+
 READERS = {
     "doctor --facts": lambda p: ["doctor", "--facts", p],
     "tune --facts": lambda p: ["tune", "--facts", p],

@@ -5,11 +5,11 @@ import re
 import shutil
 from pathlib import Path
 
+import knowledge_pins as pins
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import knowledge_pins as pins
 from debtorch import knowledge as k
 from debtorch import versions
 

@@ -14,10 +14,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from lint_corpus import corpus
 
 from debtorch.lint.api import lint_file, lint_paths
-
-from lint_corpus import corpus
 
 CORPUS = corpus.HERE
 NAMES = corpus.expected_names()

@@ -20,8 +20,8 @@ from debtorch.lint.measured import static_result, static_waits
 from debtorch.report import verify as report
 from debtorch.report.console import texts
 from debtorch.verify.analysis import summary
+from debtorch.verify.measure import Plan, Verifier
 from debtorch.verify.run import Outcome
-from debtorch.verify.measure import Measured, Plan, Verifier
 
 BUILTIN_WORKLOADS = Path(debtorch.__file__).resolve().parent / "train" / "workloads.py"  # imports torch: read only
 

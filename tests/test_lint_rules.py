@@ -2,7 +2,6 @@
 
 import textwrap
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -316,7 +315,7 @@ def test_noqa_silences_a_line_or_listed_ids_only():
 def test_a_rule_that_raises_becomes_a_finding_not_a_traceback(monkeypatch):
     def broken(script):
         raise KeyError("boom")
-        yield  # noqa: unreachable - a generator like the others
+        yield  # unreachable: a generator like the others
 
     text = HEAD + LOOP
     import ast

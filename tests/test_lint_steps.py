@@ -5,10 +5,10 @@ tests/test_lint_corpus.py (REAL_CASES)."""
 
 import textwrap
 
-from debtorch.lint.api import lint_text
-from debtorch.findings import catalogue
-
 from test_lint_rules import HEAD, LOOP, found
+
+from debtorch.findings import catalogue
+from debtorch.lint.api import lint_text
 
 # ---------------------------------------------------------------- training steps behind a wrapper or a method
 

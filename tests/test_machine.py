@@ -12,17 +12,16 @@ import re
 from pathlib import Path
 
 import pytest
+from clitools import HOSTS
 from typer.testing import CliRunner
 
 from debtorch import facts as facts_mod
+from debtorch import fingerprint
 from debtorch.cli import app
 from debtorch.facts import collectenv
 from debtorch.host import ReplayHost
 from debtorch.machine import Machine
-from debtorch import fingerprint
 from debtorch.tune import rules
-
-from clitools import HOSTS
 
 HOST_DIRS = sorted(p for p in HOSTS.iterdir() if (p / "_host.json").exists())
 REPORTS = sorted((Path(__file__).parent / "collect_env").glob("*.txt"))

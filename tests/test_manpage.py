@@ -6,7 +6,6 @@ typer, so a command or option the generator drops is caught.
 
 import enum
 import gzip
-import os
 import re
 import shutil
 import subprocess

@@ -4,15 +4,15 @@ in the machine view and tune, and Slurm host lists."""
 
 import json
 
+from hostkit import HOSTS, diagnose, facts_of, ids, make_host
 from hypothesis import given
 from hypothesis import strategies as st
 
 from debtorch import hostlist
 from debtorch.facts import network
-from debtorch.host import ReplayHost, RecordingHost, Unavailable
+from debtorch.host import RecordingHost, ReplayHost, Unavailable
 from debtorch.machine import Machine, select_interfaces
 from debtorch.tune import rules
-from hostkit import HOSTS, diagnose, facts_of, ids, make_host
 
 SERVER = "debian12-server-8xa100-nvlink"
 

@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 
 import pytest
+from smi_fake import from_smi_xml
 
 from debtorch import nvmlfake
 from debtorch.facts import nvidia
-from smi_fake import from_smi_xml
 
 pynvml = pytest.importorskip("pynvml")   # nvidia-ml-py: in the test extras
 REAL = Path(__file__).resolve().parent / "real"

@@ -4,13 +4,14 @@ import json
 import os
 import re
 
-from hypothesis import given, strategies as st
+from clitools import cli_runner
+from hostkit import make_host
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from debtorch.cli import app
 from debtorch.report.redact import Redactor
-from clitools import cli_runner
-from hostkit import make_host
 
 runner = CliRunner()
 

@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from clitools import ROOT, at_once
 
 SEED = int(os.environ.get("DEBTORCH_SIGNAL_SEED", random.SystemRandom().randrange(2**32)))

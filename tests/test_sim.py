@@ -5,7 +5,8 @@ the model's numbers.  Rates are far apart and every bound is 10%."""
 import time
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from debtorch.train import sim
 

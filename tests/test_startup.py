@@ -9,9 +9,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from clitools import ROOT, HOSTS
+from clitools import HOSTS, ROOT
 
 PACKAGE = ROOT / "debtorch"
 

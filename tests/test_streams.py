@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from clitools import HOSTS, ROOT
 
 HOST = str(HOSTS / "debian12-vm-2core")

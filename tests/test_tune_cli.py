@@ -1,22 +1,19 @@
 """`debtorch tune` as a user runs it: output, files, exit codes."""
 
 import json
-import os
-import sys
 
 import pytest
+from hostkit import HOSTS
+from test_tune_config import readonly_dir  # noqa: F401  (fixture)
+from tune_facts import all_pairs, make_facts, server_8x_a100
 from typer.testing import CliRunner
 
-from debtorch.cli import app
 from debtorch import facts as facts_mod
+from debtorch.cli import app
 from debtorch.cli.shared import Emit
 from debtorch.cli.tune import ModelKind
-from debtorch.tune.config import load_config
 from debtorch.findings import catalogue
-
-from test_tune_config import readonly_dir  # noqa: F401  (fixture)
-from hostkit import HOSTS
-from tune_facts import all_pairs, make_facts, server_8x_a100
+from debtorch.tune.config import load_config
 
 
 def invoke(*args):

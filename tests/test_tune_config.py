@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from tune_facts import all_pairs, server_8x_a100
 
 from debtorch import schema
+from debtorch.fingerprint import from_facts
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config, write_atomic, write_config
-from debtorch.fingerprint import from_facts
 from debtorch.tune.rules import Request, recommend
-
-from tune_facts import all_pairs, make_facts, server_8x_a100
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "tune-8xa100.toml"
 NOW = datetime.datetime(2026, 11, 1, 12, 0, tzinfo=datetime.timezone.utc)

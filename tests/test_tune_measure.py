@@ -4,17 +4,15 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 
 import pytest
+from clitools import ROOT, at_once
+from tune_facts import make_facts
 
 from debtorch.tune import measure as measure_mod
 from debtorch.tune.config import load_config
-from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, apply_result, measure
-from debtorch.tune.rules import Request, recommend
-
-from clitools import ROOT, at_once, run_debtorch
-from tune_facts import make_facts
+from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure
+from debtorch.tune.rules import recommend
 
 WORKLOADS = ROOT / "tests" / "workloads"
 

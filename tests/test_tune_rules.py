@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+from tune_facts import MiB, all_pairs, make_facts, server_8x_a100
 
 from debtorch import facts as facts_mod
 from debtorch.findings import catalogue
@@ -10,7 +11,6 @@ from debtorch.train.settings import Settings
 from debtorch.tune import rules
 from debtorch.tune.rules import Request, RequestError, recommend
 
-from tune_facts import GiB, MiB, all_pairs, make_facts, server_8x_a100
 
 def rule(rec, field):
     return rec.reasons[field].rule

@@ -4,16 +4,14 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
+from clitools import ROOT, at_once, run_debtorch
+from tune_facts import make_facts
 
 from debtorch import fingerprint
 from debtorch.tune import config, runtime
 from debtorch.tune.rules import Request, recommend
-
-from clitools import ROOT, at_once, run_debtorch
-from tune_facts import make_facts
 
 pytestmark = pytest.mark.torch
 

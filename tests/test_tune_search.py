@@ -6,8 +6,17 @@ import random
 import pytest
 
 from debtorch.train.settings import Settings
-from debtorch.tune.search import (MAX_SPLITS, Outcome, Search, coarse, cpu_splits, default_space, grid_points, key,
-                                  run_grid)
+from debtorch.tune.search import (
+    MAX_SPLITS,
+    Outcome,
+    Search,
+    coarse,
+    cpu_splits,
+    default_space,
+    grid_points,
+    key,
+    run_grid,
+)
 
 
 class Surface:

@@ -7,10 +7,11 @@ from typer.testing import CliRunner
 
 from debtorch import stats
 from debtorch.cli import app
-from debtorch.transport.client import WorkerError
-from debtorch.train.settings import Settings
-from debtorch.report import plot as plot_report, verify as report
+from debtorch.report import plot as plot_report
+from debtorch.report import verify as report
 from debtorch.report.console import texts
+from debtorch.train.settings import Settings
+from debtorch.transport.client import WorkerError
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message, shm_finding
 from debtorch.verify.measure import Measured, Plan, Verifier

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clitools import ROOT, at_once, run_debtorch
 
 pytestmark = pytest.mark.torch
@@ -241,9 +240,9 @@ def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
 def test_gpu_utilisation_read_through_nvml_reaches_the_report():
     """The engine's gauges with the NVML fake replaying recorded GPUs (debtorch/nvmlfake.py)."""
     from debtorch import nvmlfake
-    from debtorch.train import engine
     from debtorch.report import verify as report
     from debtorch.report.console import texts
+    from debtorch.train import engine
     from debtorch.verify import analysis
     from debtorch.verify.measure import Measured
 

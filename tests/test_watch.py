@@ -19,6 +19,7 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
+from clitools import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,8 +28,6 @@ from debtorch import stats
 from debtorch.hostwaits import SYNC_WARNING
 from debtorch.tune import watch as watch_mod
 from debtorch.tune.watch import count_samples
-
-from clitools import ROOT
 
 
 def sleepy(n, seconds, item=lambda i: [i, i, i, i], took=None):

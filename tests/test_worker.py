@@ -16,9 +16,9 @@ import pytest
 
 from debtorch.train.runner import TrainingWorker as Worker
 from debtorch.train.runner import launch_distributed
+from debtorch.train.settings import Settings
 from debtorch.transport import client
 from debtorch.transport.client import WorkerError, WorkerTimeout, worker_python
-from debtorch.train.settings import Settings
 
 pytestmark = pytest.mark.torch
 

@@ -6,8 +6,21 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import (EXIT_FAILED, EXIT_OK, FailOn, Prog, check_answered, check_python, choose_format,
-                                 collect, given_paths, load_facts, open_host, present, redactor)
+from debtorch.cli.shared import (
+    EXIT_FAILED,
+    EXIT_OK,
+    FailOn,
+    Prog,
+    check_answered,
+    check_python,
+    choose_format,
+    collect,
+    given_paths,
+    load_facts,
+    open_host,
+    present,
+    redactor,
+)
 from debtorch.host import LiveHost
 
 prog = Prog("debtorch")

@@ -5,8 +5,17 @@ from typing import Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.shared import (Prog, check_answered, check_python, choose_format, collect, given_paths, open_host,
-                                 present, redactor)
+from debtorch.cli.shared import (
+    Prog,
+    check_answered,
+    check_python,
+    choose_format,
+    collect,
+    given_paths,
+    open_host,
+    present,
+    redactor,
+)
 from debtorch.host import Unavailable
 
 prog = Prog("debtorch")

@@ -32,8 +32,8 @@ from typing import Optional
 
 import typer.main
 
-from debtorch.__about__ import __version__
 from debtorch import knowledge, outputs
+from debtorch.__about__ import __version__
 from debtorch.cli import app as debtorch_app
 from debtorch.cli.shared import EXIT_CODES
 from debtorch.doctor import siteconfig

@@ -47,11 +47,11 @@ def guarded(module, name: str):
             prog.fail("interrupted", EXIT_INTERRUPTED)
         except BrokenPipeError:  # a progress line on a stderr whose reader went away
             _quiet_stdout()
-            raise typer.Exit(EXIT_PIPE)
+            raise typer.Exit(EXIT_PIPE) from None
         except OutputFailed as exc:
             if exc.pipe:
                 _quiet_stdout()
-                raise typer.Exit(EXIT_PIPE)
+                raise typer.Exit(EXIT_PIPE) from None
             prog.fail(f"cannot write to standard output: {exc}", EXIT_OUTPUT)
 
     return command

@@ -16,11 +16,20 @@ from typing import NoReturn, Optional
 import typer
 
 from debtorch import facts as facts_mod
+from debtorch.cli.codes import (  # noqa: F401
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_HANGUP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_PIPE,
+    EXIT_QUIT,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+)
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
-
-from debtorch.cli.codes import (EXIT_CODES, EXIT_FAILED, EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_OK,  # noqa: F401
-                                EXIT_OUTPUT, EXIT_PIPE, EXIT_QUIT, EXIT_TERMINATED, EXIT_USAGE)
 
 
 def exit_for(failure) -> int:

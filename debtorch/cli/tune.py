@@ -14,9 +14,23 @@ from typing import Optional
 import typer
 
 from debtorch import inputs
-from debtorch.cli.shared import (DEVICE_HELP, EXIT_INTERRUPTED, EXIT_OK, Emit, Prog, check_answered, check_python,
-                                 choose_format, device_option, exit_for, given_paths, load_facts, open_host, present,
-                                 redactor)
+from debtorch.cli.shared import (
+    DEVICE_HELP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Emit,
+    Prog,
+    check_answered,
+    check_python,
+    choose_format,
+    device_option,
+    exit_for,
+    given_paths,
+    load_facts,
+    open_host,
+    present,
+    redactor,
+)
 
 prog = Prog("debtorch tune")
 
@@ -51,11 +65,11 @@ def tune(
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
+    from debtorch.report.progress import TrialsBar  # defer: as above
+    from debtorch.report.tune import TuneView  # defer: as above
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
-    from debtorch.report.progress import TrialsBar  # defer: as above
-    from debtorch.report.tune import TuneView  # defer: as above
 
     fmt = choose_format(prog, json_out, emit)
     given_paths(prog, write=write, python=python, facts=facts_file, host=replay)

@@ -18,8 +18,20 @@ from typing import Optional
 
 import typer
 
-from debtorch.cli.shared import (DEVICE_HELP, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Prog, choose_format,
-                                 device_option, exit_for, given_paths, open_host, present, redactor)
+from debtorch.cli.shared import (
+    DEVICE_HELP,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    Prog,
+    choose_format,
+    device_option,
+    exit_for,
+    given_paths,
+    open_host,
+    present,
+    redactor,
+)
 from debtorch.report import Format
 
 prog = Prog("debtorch verify-train")
@@ -59,10 +71,10 @@ def verify_train(
     Exit status: 0 measured (whatever the verdict), 1 the run failed, 2 bad usage or input, 130 interrupted.
     """
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
-    from debtorch.verify import run  # defer: the trainer's plan, worker and report, only for this command
     from debtorch.report.plot import PlotError, check_plot_path, plot  # defer: as above
     from debtorch.report.progress import StepsBar  # defer: as above
     from debtorch.report.verify import RefusedView, VerifyView  # defer: as above
+    from debtorch.verify import run  # defer: the trainer's plan, worker and report, only for this command
 
     fmt = choose_format(prog, json_out)
     if facts_file or replay:

@@ -6,10 +6,10 @@ import os
 import re
 
 from debtorch import knowledge, versions
-from debtorch.findings import finding
 from debtorch.doctor.fixes import driver_upgrade, externally_managed, pip_command, target_wheel, torch_fix
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import check
+from debtorch.findings import finding
 
 
 def _torch(m) -> dict:

@@ -3,8 +3,8 @@ InfiniBand/RoCE ports, MASTER_ADDR).  All read the machine view's ``network``.""
 
 from __future__ import annotations
 
-from debtorch.findings import finding
 from debtorch.doctor.registry import check
+from debtorch.findings import finding
 
 
 def _candidates(m) -> str:

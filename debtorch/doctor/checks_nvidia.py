@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import re
 
+from debtorch.doctor.fixes import (
+    apt_install,
+    driver_components,
+    driver_install_fix,
+    enable_components_fix,
+    headers_package,
+)
 from debtorch.doctor.registry import check
-from debtorch.doctor.fixes import apt_install, driver_components, driver_install_fix, enable_components_fix, headers_package
 from debtorch.findings import finding
 from debtorch.units import human_bytes
 

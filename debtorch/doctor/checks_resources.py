@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from debtorch import knowledge
+from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import check
 from debtorch.findings import finding
-from debtorch.doctor.limits import limit
 from debtorch.units import human_bytes
 
 MiB = 1024 * 1024

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from debtorch import knowledge
-from debtorch.findings import finding
 from debtorch.doctor.fixes import target_wheel, venv_fix
 from debtorch.doctor.registry import check
+from debtorch.findings import finding
 
 
 @check("os")

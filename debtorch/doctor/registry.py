@@ -14,8 +14,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, finding, rank
 from debtorch.doctor.siteconfig import SiteConfig
+from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, finding, rank
 from debtorch.knowledge import KnowledgeError
 from debtorch.machine import Machine
 

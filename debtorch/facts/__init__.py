@@ -25,11 +25,11 @@ import datetime as _dt
 import importlib
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
-from debtorch.__about__ import __version__
 from debtorch import inputs
+from debtorch.__about__ import __version__
 from debtorch.facts import schema as _schema
 from debtorch.host import Host
 

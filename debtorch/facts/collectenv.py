@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-from debtorch.__about__ import __version__
 from debtorch import inputs, versions
+from debtorch.__about__ import __version__
 from debtorch.facts import torch_messages
 from debtorch.facts.cpu import FEATURES, arm_simd
 from debtorch.host import is_allowed

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from debtorch.__about__ import __version__
 from debtorch import hostlist, inputs
+from debtorch.__about__ import __version__
 from debtorch.fleet import compare, probe
 from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, encode, envelope, failed, jsonable, read_node
 from debtorch.fleet.rendezvous import Rendezvous

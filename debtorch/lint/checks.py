@@ -17,8 +17,28 @@ from typing import Callable, Iterator, List, Optional, Set, Tuple
 from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
-    CPU, DEVICE, LOADERISH, LOOPS, LOSSISH, MODEL, MODELISH, NOT_CONSTANT, OTHER, TENSOR_METHODS, Flow, Script,
-    constant, device_arg, has_star_kwargs, identifier, is_mod, keyword, local_nodes, method, names_in, root_name,
+    CPU,
+    DEVICE,
+    LOADERISH,
+    LOOPS,
+    LOSSISH,
+    MODEL,
+    MODELISH,
+    NOT_CONSTANT,
+    OTHER,
+    TENSOR_METHODS,
+    Flow,
+    Script,
+    constant,
+    device_arg,
+    has_star_kwargs,
+    identifier,
+    is_mod,
+    keyword,
+    local_nodes,
+    method,
+    names_in,
+    root_name,
 )
 
 Check = Callable[[Script], Iterator[Located]]

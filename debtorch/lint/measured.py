@@ -19,6 +19,7 @@ from debtorch.lint.checks import at, sync_hits
 from debtorch.lint.result import Located
 from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier
 
+
 def _workload_functions(script: Script) -> List[ast.AST]:
     """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
     out = [m["forward"] for m in script.methods.values() if "forward" in m]

@@ -54,7 +54,7 @@ class Report:
     errors: List[FileError] = field(default_factory=list)
     files: int = 0              # files linted (parsed and checked)
     skipped: int = 0            # files found under folders that never mention what the rules look for
-    suppressed: int = 0         # findings silenced by --ignore or '# noqa'
+    suppressed: int = 0         # findings silenced by --ignore or a noqa comment
     torchfix: Optional[str] = None  # TorchFix's version when its findings are included
     seconds: float = 0.0
 

@@ -95,7 +95,7 @@ with warnings.catch_warnings(record=True) as caught:
             with torch.no_grad():
                 conv = torch.nn.Conv2d(3, 8, 3).to(device)
                 x = torch.randn(2, 3, 16, 16, device=device)
-                y = conv(x).sum()
+                conv(x).sum()
             if device != "cpu":
                 torch.cuda.synchronize(device)
             res["conv"] = "ok"

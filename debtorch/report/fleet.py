@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch.__about__ import __version__
 from debtorch import hostlist
+from debtorch.__about__ import __version__
 from debtorch.findings import ERROR, INFO, WARNING
 from debtorch.fleet import probe as fleet_probe
 from debtorch.fleet.compare import SECTIONS, Summary

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import List
 
 from debtorch.__about__ import __version__
-from debtorch.lint.result import SCHEMA_VERSION, Report
 from debtorch.findings import catalogue
+from debtorch.lint.result import SCHEMA_VERSION, Report
 from debtorch.report import Format
 from debtorch.report.console import Line
 

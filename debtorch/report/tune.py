@@ -6,11 +6,11 @@ import statistics
 from typing import Any
 
 from debtorch.report import Format
-from debtorch.verify.analysis import figure
 from debtorch.report.console import Line
 from debtorch.train import sim
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
+from debtorch.verify.analysis import figure
 
 JSON_SCHEMA_VERSION = 1
 

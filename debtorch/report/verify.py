@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from debtorch.__about__ import __version__
 from debtorch import inputs, stats
+from debtorch.__about__ import __version__
 from debtorch.report import Format
 from debtorch.report.console import Line, Table
 from debtorch.train.settings import Settings

@@ -37,9 +37,9 @@ import torch
 
 from debtorch import outputs
 from debtorch.train import apply, sim
-from debtorch.transport.server import die_with_parent
 from debtorch.train.settings import Settings
 from debtorch.train.workloads import Workload
+from debtorch.transport.server import die_with_parent
 
 MODES = ("instrumented", "bare", "compute_only")
 SMOOTH = 5              # steps in the running mean that decides "loss below target"
@@ -402,7 +402,10 @@ class _Trial:
                 self.iterator = iter(self.loader)
                 batch = next(self.iterator)
         except RuntimeError as exc:
-            raise _worker_death(self.iterator) or exc
+            death = _worker_death(self.iterator)
+            if death is None:
+                raise
+            raise death from exc
         return batch, self.tracked.sent.popleft()
 
     def fetch(self):

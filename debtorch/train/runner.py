@@ -12,7 +12,16 @@ import time
 from typing import Any, Callable, Optional
 
 from debtorch import outputs
-from debtorch.transport.client import Shim, StderrTail, Worker, WorkerError, WorkerTimeout, exit_text, kill_group, private_tmp
+from debtorch.transport.client import (
+    Shim,
+    StderrTail,
+    Worker,
+    WorkerError,
+    WorkerTimeout,
+    exit_text,
+    kill_group,
+    private_tmp,
+)
 
 
 class TrainingWorker(Worker):

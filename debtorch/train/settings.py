@@ -9,7 +9,7 @@ reason a value was *chosen* lives beside it in the config file.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from debtorch import schema

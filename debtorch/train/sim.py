@@ -71,7 +71,7 @@ def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = 
         key, _, val = (x.strip() for x in opt.partition("="))
         if key in NUMBERS:
             field, lo, hi = NUMBERS[key]
-            values[field] = _number(val, type(lo), lambda x: lo <= x <= hi,
+            values[field] = _number(val, type(lo), lambda x, lo=lo, hi=hi: lo <= x <= hi,
                                     f"{text!r}: {key} must be a number from {lo:g} to {hi:g} (got {val!r})")
         elif key == "sync" and val in ("0", "1", "on", "off"):
             values["sync"] = val in ("1", "on")

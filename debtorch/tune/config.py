@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from debtorch.__about__ import __version__
 from debtorch import inputs, outputs, schema
+from debtorch.__about__ import __version__
 from debtorch.train import sim
 from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
 

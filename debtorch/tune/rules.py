@@ -22,10 +22,10 @@ from typing import Any, Optional
 
 from debtorch.findings import catalogue
 from debtorch.machine import Machine
-from debtorch.units import human_bytes as human
 from debtorch.train import sim
 from debtorch.train.settings import COUNT_MAX, PROCESS_MAX, Settings
 from debtorch.tune.config import machine_problem
+from debtorch.units import human_bytes as human
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB

@@ -23,15 +23,14 @@ it.  docs/runtime.md documents every method.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from typing import Any, Optional
 
 from debtorch import fingerprint as fp_mod
 from debtorch.host import LiveHost, Unavailable
 from debtorch.train import apply
-from debtorch.tune.config import ConfigFile, load_config
 from debtorch.tune import watch as watch_mod
+from debtorch.tune.config import ConfigFile, load_config
 
 _warned = False  # the fingerprint warning is given once per process
 

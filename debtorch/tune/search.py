@@ -567,7 +567,7 @@ class Search:
         decided_at: dict = {d.name: (len(changes) if d.name in changed else 0) for d in dims if d.name in choices}
         settled = {name for name, c in choices.items() if c.settled}
         best = self.best
-        for p in range(self.passes):
+        for _ in range(self.passes):
             raced = False
             for dim in dims:
                 if dim.name in settled:

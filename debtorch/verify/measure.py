@@ -31,8 +31,8 @@ from debtorch import stats
 from debtorch.budget import Budget, Where, stopped
 from debtorch.lint.measured import static_result
 from debtorch.train import runner, sim
-from debtorch.transport.client import START_TIMEOUT, WorkerError
 from debtorch.train.settings import Settings
+from debtorch.transport.client import START_TIMEOUT, WorkerError
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
 

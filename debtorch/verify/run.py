@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
-from debtorch import fingerprint
-from debtorch import inputs
+from debtorch import fingerprint, inputs
 from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings

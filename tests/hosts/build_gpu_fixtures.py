@@ -25,6 +25,7 @@ REAL = ROOT / "tests" / "real"
 sys.path.insert(0, str(ROOT))
 
 from debtorch import nvmlfake  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "tests"))
 from smi_fake import from_smi_xml  # noqa: E402
 
