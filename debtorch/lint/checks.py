@@ -28,6 +28,7 @@ from debtorch.lint.script import (
     OTHER,
     TENSOR_METHODS,
     Flow,
+    Region,
     Script,
     constant,
     device_arg,
@@ -37,6 +38,8 @@ from debtorch.lint.script import (
     keyword,
     local_nodes,
     method,
+    moved_to,
+    named_values,
     names_in,
     root_name,
 )
@@ -172,11 +175,13 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
 
 
 def check_syncs(script: Script) -> Iterator[Located]:
-    if not script.cuda_path:
-        return
-    flow = Flow(script)
+    return sync_findings(script, Flow(script)) if script.cuda_path else iter(())
+
+
+def sync_findings(script: Script, flow: Flow, regions: Optional[List[Region]] = None) -> Iterator[Located]:
+    """W001-W003 in what ``regions`` (default: the training loops) run every step, each place once."""
     seen: Set[Tuple[int, int, str]] = set()
-    for step in script.per_step():
+    for step in script.per_step(regions):
         if not step.header and not step.guarded:
             for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
                 key = (node.lineno, node.col_offset, rule)
@@ -189,25 +194,9 @@ def check_syncs(script: Script) -> Iterator[Located]:
 # ---------------------------------------------------------------------------
 # Copies without non_blocking where the loader pins memory (W004)
 
-def pins_memory(script: Script) -> bool:
-    for n in script.nodes:
-        if isinstance(n, ast.keyword) and n.arg == "pin_memory":
-            if _truthy_pin(n.value):
-                return True
-        elif isinstance(n, ast.Dict):
-            for k, v in zip(n.keys, n.values):
-                if isinstance(k, ast.Constant) and k.value == "pin_memory" and _truthy_pin(v):
-                    return True
-    return False
-
-
 def _truthy_pin(value: ast.AST) -> bool:
     c = constant(value)
-    if c is True:
-        return True
-    if c is not NOT_CONSTANT:
-        return False
-    return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
+    return c is True or (c is NOT_CONSTANT and any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value)))
 
 
 def _non_blocking(call: ast.Call) -> bool:
@@ -221,7 +210,7 @@ def _non_blocking(call: ast.Call) -> bool:
 
 
 def check_copies(script: Script) -> Iterator[Located]:
-    if not script.regions() or not pins_memory(script):
+    if not script.regions() or not any(map(_truthy_pin, named_values(script, "pin_memory"))):
         return
     flow = Flow(script)
     for step in script.per_step():
@@ -229,12 +218,7 @@ def check_copies(script: Script) -> Iterator[Located]:
             for n in local_nodes(step.node):
                 if not isinstance(n, ast.Call):
                     continue
-                m = method(n)
-                if m == "to":
-                    target = n.args[0] if n.args else keyword(n, "device")
-                    if target is None or device_arg(target) is not True:
-                        continue
-                elif m != "cuda":
+                if not (moved_to(n) or method(n) == "cuda"):
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""

@@ -1,21 +1,7 @@
-"""A Python file as the linter sees it: imports, functions, training loops, and what names hold.
-
-Standard library only; nothing is imported or executed.  The questions the
-rules ask are answered here:
-
-* what a dotted name means after the file's imports (``amp.autocast`` ->
-  ``torch.cuda.amp.autocast``): :meth:`Script.qualname`;
-* which loops train: a loop whose own body (not a nested loop's) calls
-  ``backward()`` or an optimizer's ``step()``, directly or through a function
-  of the same file that does so outside a loop of its own (a "step
-  function"): :meth:`Script.training_loops`;
-* what runs once per optimizer step: the body of a training loop and the
-  same-file functions it calls, each statement marked *guarded* when it sits
-  under a condition that makes it occasional (``if step % k == 0``, a
-  logging flag, an exception handler): :meth:`Script.per_step`;
-* whether a name holds a tensor on the GPU at a given statement: a small
-  flow-sensitive inference (:class:`Kinds`), conservative by design: when in
-  doubt a name is unknown, and unknown never makes a finding.
+"""A Python file as the linter sees it: imports, functions, training loops, what runs per step
+(with its guards), and what names hold: a small flow-sensitive inference, conservative by design
+(when in doubt a name is unknown, and unknown never makes a finding).  How loops and steps are
+found: docs/lint.md.  Standard library only; nothing is imported or executed.
 """
 
 from __future__ import annotations
@@ -173,6 +159,15 @@ def names_in(node: ast.AST) -> Iterator[str]:
             yield n.value
 
 
+def named_values(script: "Script", name: str) -> Iterator[ast.AST]:
+    """The values the file gives as ``name=...`` or under the key ``"name"`` of a dict literal."""
+    for n in script.nodes:
+        if isinstance(n, ast.keyword) and n.arg == name:
+            yield n.value
+        elif isinstance(n, ast.Dict):
+            yield from (v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant) and k.value == name)
+
+
 @dataclass
 class Step:
     """One statement or expression that runs every optimizer step (or under a guard)."""
@@ -263,12 +258,8 @@ class Script:
         for n in self.nodes:
             if isinstance(n, ast.Call):
                 m = method(n)
-                if m == "cuda":
+                if m == "cuda" or moved_to(n):
                     moves = True
-                elif m == "to":
-                    target = n.args[0] if n.args else keyword(n, "device")
-                    if target is not None and device_arg(target):
-                        moves = True
                 elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
                 elif identifier(n.func) in ("autocast", "GradScaler") and \
@@ -375,7 +366,7 @@ class Script:
             if isinstance(node, DEFS):
                 continue
             if isinstance(node, LOOPS):
-                stack.extend(_loop_header(node))
+                stack.append(node.test if isinstance(node, ast.While) else node.iter)
                 continue
             if isinstance(node, ast.Call):
                 if self.is_training_call(node):
@@ -404,30 +395,21 @@ class Script:
         self._kind[func] = kind
         return kind
 
-    def is_training_loop(self, loop: ast.AST) -> bool:
-        return self._direct(loop.body, self.scope_of.get(loop, self.tree), set())
-
-    def training_loops(self) -> List[ast.AST]:
-        if not self.uses_torch:
-            return []
-        return [loop for loop in self.scope_of if self.is_training_loop(loop)]
-
     # -- what runs per step --------------------------------------------------
     def regions(self) -> List[Region]:
         """Per-step code of every training loop (a loop nested in another shares its statements)."""
         if self._regions is None:
-            self._regions = []
-            for loop in self.training_loops():
-                scope = self.scope_of.get(loop, self.tree)
-                region = Region(loop, scope)
-                Walker(self, region).run(loop)
-                self._regions.append(region)
+            self._regions = [Region(loop, scope) for loop, scope in self.scope_of.items()
+                             if self.uses_torch and self._direct(loop.body, scope, set())]
+            for region in self._regions:
+                Walker(self, region).run(region.loop)
         return self._regions
 
-    def per_step(self) -> Iterator[Step]:
-        """Every per-step node once (the first region that reaches it wins)."""
+    def per_step(self, regions: Optional[List[Region]] = None) -> Iterator[Step]:
+        """Every per-step node of ``regions`` (default: the training loops') once; the first region
+        that reaches it wins."""
         seen: Set[int] = set()
-        for region in self.regions():
+        for region in self.regions() if regions is None else regions:
             for step in region.steps:
                 if id(step.node) not in seen:
                     seen.add(id(step.node))
@@ -487,12 +469,6 @@ def is_mod(node: ast.AST) -> bool:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
-
-
-def _loop_header(loop: ast.AST) -> list:
-    if isinstance(loop, ast.While):
-        return [loop.test]
-    return [loop.iter]
 
 
 class Walker:
@@ -592,19 +568,8 @@ class Kinds:
         body = scope.body if hasattr(scope, "body") else []
         assigns = []
         for node in local_nodes(body):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    assigns.append((t, node.value))
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-                assigns.append((node.target, node.value if isinstance(node, ast.AnnAssign) else
-                                ast.BinOp(left=node.target, op=node.op, right=node.value)))
-            elif isinstance(node, (ast.For, ast.AsyncFor)):
-                assigns.append((node.target, _IterOf(node.iter)))
-            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                assigns.append((node.optional_vars, node.context_expr))
-            elif isinstance(node, ast.NamedExpr):
-                assigns.append((node.target, node.value))
-            elif isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
+            assigns += assignments(node)
+            if isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
                     and not node.args and isinstance(node.func.value, ast.Name):
                 self.names[node.func.value.id] = DEVICE
         for target, value in assigns:
@@ -615,7 +580,7 @@ class Kinds:
         for _ in range(3):  # a few rounds reach what chains of assignments say
             changed = False
             for target, value in assigns:
-                for name, kind in bind(target, value, self.classify_value, self):
+                for name, kind in bind(target, value, lambda v: classify(script, v, self.of)):
                     old = self.names.get(name)
                     new = merge(old, kind)
                     if new != old:
@@ -634,9 +599,6 @@ class Kinds:
             return self.outer.of(name)
         return None
 
-    def classify_value(self, value: ast.AST, lookup=None) -> Optional[str]:
-        return classify(self.script, value, lookup or self.of)
-
 
 class _IterOf(ast.expr):
     """Stands for 'an element of ``iter``' in a for-loop's assignment to its target."""
@@ -648,6 +610,22 @@ class _IterOf(ast.expr):
         self.iter = iter
 
 
+def assignments(node: ast.AST) -> list:
+    """The (target, value) pairs a node assigns: ``x += v`` as ``x = x + v``, a ``for`` target an
+    element of what it iterates, ``with ... as x``, ``x := v``."""
+    if isinstance(node, ast.Assign):
+        return [(t, node.value) for t in node.targets]
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return [(node.target, node.value)]
+    if isinstance(node, ast.AugAssign):
+        return [(node.target, ast.BinOp(left=node.target, op=node.op, right=node.value))]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [(node.target, _IterOf(node.iter))]
+    if isinstance(node, ast.withitem) and node.optional_vars is not None:
+        return [(node.optional_vars, node.context_expr)]
+    return [(node.target, node.value)] if isinstance(node, ast.NamedExpr) else []
+
+
 def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
     if new is None or old == new:
         return old if new is None else new
@@ -656,7 +634,7 @@ def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
     return MIXED
 
 
-def bind(target: ast.AST, value: ast.AST, classify_value, kinds: Optional[Kinds] = None):
+def bind(target: ast.AST, value: ast.AST, classify_value):
     """(name, kind) pairs an assignment makes.
 
     Tuple targets take a tuple literal element by element, and what a
@@ -674,23 +652,23 @@ def bind(target: ast.AST, value: ast.AST, classify_value, kinds: Optional[Kinds]
     elts = target.elts
     if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
         for t, v in zip(elts, value.elts):
-            yield from bind(t, v, classify_value, kinds)
+            yield from bind(t, v, classify_value)
         return
     if isinstance(value, _IterOf):
         it = value.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
             if it.func.id == "enumerate" and len(elts) == 2:
-                yield from bind(elts[0], ast.Constant(0), classify_value, kinds)
-                yield from bind(elts[1], _IterOf(it.args[0]), classify_value, kinds)
+                yield from bind(elts[0], ast.Constant(0), classify_value)
+                yield from bind(elts[1], _IterOf(it.args[0]), classify_value)
                 return
             if it.func.id == "zip" and len(elts) == len(it.args):
                 for t, a in zip(elts, it.args):
-                    yield from bind(t, _IterOf(a), classify_value, kinds)
+                    yield from bind(t, _IterOf(a), classify_value)
                 return
     kind = classify_value(value)
     each = kind if kind in (DEVICE, CPU) else None
     for t in elts:
-        yield from bind(t, _Known(each), classify_value, kinds)
+        yield from bind(t, _Known(each), classify_value)
 
 
 class _Known(ast.expr):
@@ -806,6 +784,12 @@ def device_arg(node: ast.AST) -> Optional[bool]:
     return None
 
 
+def moved_to(call: ast.AST) -> Optional[bool]:
+    """``x.to(where)`` or ``x.to(device=where)``: True to a GPU, False to the CPU, None not a device move."""
+    target = (call.args[0] if call.args else keyword(call, "device")) if method(call) == "to" else None
+    return device_arg(target) if target is not None else None
+
+
 def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
     func = node.func
     m = method(node)
@@ -818,9 +802,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if m == "cuda":
             return MODEL if rec(recv) == MODEL else DEVICE
         if m == "to":
-            target = node.args[0] if node.args else keyword(node, "device")
-            where = device_arg(target) if target is not None else None
-            rk = rec(recv)
+            where, rk = moved_to(node), rec(recv)
             return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
         rk = rec(recv)
         if rk == MODEL:
@@ -886,48 +868,23 @@ class Flow:
         self.script = script
         self.env: Dict[ast.AST, Dict[str, Optional[str]]] = {}
 
-    def lookup(self, scope: ast.AST):
-        env = self.env.setdefault(scope, {})
-        kinds = self.script.kinds(scope)
-
-        def of(name: str) -> Optional[str]:
-            if name in env:
-                return env[name]
-            return kinds.of(name)
-        return of
-
     def classify(self, node: ast.AST, scope: ast.AST) -> Optional[str]:
-        return classify(self.script, node, self.lookup(scope))
+        env, kinds = self.env.setdefault(scope, {}), self.script.kinds(scope)
+        return classify(self.script, node, lambda name: env[name] if name in env else kinds.of(name))
 
     def comprehensions(self, node: ast.AST, scope: ast.AST) -> None:
         """Bind the targets of comprehensions in ``node`` (their elements are what they iterate)."""
         env = self.env.setdefault(scope, {})
-        look = self.lookup(scope)
         for n in local_nodes(node):
             if isinstance(n, ast.comprehension):
-                for name, kind in bind(n.target, _IterOf(n.iter), lambda v, _=None: classify(self.script, v, look)):
-                    env[name] = kind
+                env.update(bind(n.target, _IterOf(n.iter), lambda v: self.classify(v, scope)))
 
     def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
-        env = self.env.setdefault(scope, {})
-        look = self.lookup(scope)
-        cls = lambda v, _=None: classify(self.script, v, look)  # noqa: E731
-        pairs = []
-        if isinstance(stmt, ast.Assign):
-            value = _IterOf(stmt.value) if getattr(stmt, "for_header", False) else stmt.value
-            for t in stmt.targets:
-                pairs.extend(bind(t, value, cls))
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            pairs.extend(bind(stmt.target, stmt.value, cls))
-        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-            k = cls(ast.BinOp(left=stmt.target, op=stmt.op, right=stmt.value))
-            pairs.append((stmt.target.id, k))
-        for name, kind in pairs:
-            env[name] = kind
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            pairs = [p for t, v in assignments(stmt) for p in bind(t, v, lambda v: self.classify(v, scope))]
+            self.env.setdefault(scope, {}).update(pairs)
 
 
 def for_header(loop: ast.AST) -> ast.Assign:
-    """A ``for`` loop's per-iteration assignment of its target, as a statement."""
-    node = ast.Assign(targets=[loop.target], value=loop.iter, lineno=loop.lineno, col_offset=loop.col_offset)
-    node.for_header = True
-    return node
+    """A ``for`` loop's per-iteration assignment of its target (an element of what it iterates)."""
+    return ast.Assign(targets=[loop.target], value=_IterOf(loop.iter), lineno=loop.lineno, col_offset=loop.col_offset)
