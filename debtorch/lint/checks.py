@@ -9,6 +9,7 @@ nothing.  docs/lint.md describes every rule and its limits.
 from __future__ import annotations
 
 import ast
+import collections
 import io
 import re
 import tokenize
@@ -19,6 +20,7 @@ from debtorch.lint.result import Located
 from debtorch.lint.script import (
     CPU,
     DEVICE,
+    FUNCS,
     LOADERISH,
     LOOPS,
     LOSSISH,
@@ -30,6 +32,7 @@ from debtorch.lint.script import (
     Flow,
     Region,
     Script,
+    argument,
     constant,
     device_arg,
     has_star_kwargs,
@@ -288,13 +291,6 @@ def _loop_sources(script: Script, loop: ast.AST) -> List[ast.AST]:
     return out
 
 
-def _parameter_index(func: ast.AST, name: str) -> Optional[int]:
-    args = [a.arg for a in func.args.posonlyargs + func.args.args]
-    if name not in args:
-        return None
-    return args.index(name)
-
-
 def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
     """Names the training loops iterate (following one level of function parameters), and DataLoader calls iterated directly."""
     names: Set[str] = set()
@@ -309,10 +305,9 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
                 continue
             found = {name}
             scope = region.scope
-            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                idx = _parameter_index(scope, name)
-                if idx is not None:
-                    found.update(_argument_names(script, scope, idx, name))
+            params = [a.arg for a in scope.args.posonlyargs + scope.args.args] if isinstance(scope, FUNCS) else []
+            if name in params:
+                found.update(_argument_names(script, scope, params.index(name), name))
             if isinstance(src, ast.Subscript):  # loaders[phase], loaders["train"]: what the dict holds
                 for d in found:
                     held = _held(script, d, constant(src.slice))
@@ -349,13 +344,7 @@ def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[
     is_method = func in script.owner
     for n in script.nodes:
         if isinstance(n, ast.Call) and identifier(n.func) == func.name and not isinstance(n.func, ast.Call):
-            pos = idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx
-            arg = None
-            if 0 <= pos < len(n.args):
-                arg = n.args[pos]
-            kw = keyword(n, pname)
-            if kw is not None:
-                arg = kw
+            arg = argument(n, pname, idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx)
             if arg is not None and identifier(arg) and not isinstance(arg, ast.Call):
                 out.add(identifier(arg))
     return out
@@ -408,7 +397,7 @@ def training_loaders(script: Script) -> List[ast.Call]:
 
 
 def _in_memory(script: Script, call: ast.Call) -> bool:
-    ds = call.args[0] if call.args else keyword(call, "dataset")
+    ds = argument(call, "dataset", 0)
     if ds is None:
         return False
     values = [ds]
@@ -453,13 +442,6 @@ def _per_epoch(script: Script) -> bool:
     return False
 
 
-def _num_workers(call: ast.Call) -> Optional[ast.AST]:
-    nw = keyword(call, "num_workers")
-    if nw is None and len(call.args) > 5:
-        nw = call.args[5]
-    return nw
-
-
 def _argparse_default(script: Script, dest: str):
     """The default of the file's own ``parser.add_argument("--dest", default=...)``; a marker if unknown."""
     for n in script.nodes:
@@ -488,7 +470,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
     text_rows = _pretokenized(script)
     for call in loaders:
         star = has_star_kwargs(call)
-        nw = _num_workers(call)
+        nw = argument(call, "num_workers", 5)
         nwc = constant(nw) if nw is not None else None
         # num_workers=args.workers: the default of the file's own parser (0: no workers unless asked for)
         default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
@@ -589,24 +571,11 @@ def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
     """'fp16', 'bf16', or None (unknown or not CUDA) for an autocast call."""
     if constant(keyword(call, "enabled")) is False:
         return None
-    if name.startswith("torch.cuda.amp"):
-        device = "cuda"
-    else:
-        dev = call.args[0] if call.args else keyword(call, "device_type")
-        device = constant(dev) if dev is not None else None
-    if device != "cuda":
+    if not name.startswith("torch.cuda.amp") and constant(argument(call, "device_type", 0)) != "cuda":
         return None
-    dtype = keyword(call, "dtype")
-    if dtype is None and len(call.args) > 1 and name.startswith(("torch.autocast", "torch.amp")):
-        dtype = call.args[1]
-    if dtype is None:
-        return "fp16"
-    q = script.qualname(dtype)
-    if q in ("torch.float16", "torch.half"):
-        return "fp16"
-    if q == "torch.bfloat16":
-        return "bf16"
-    return None
+    dtype = argument(call, "dtype", 1 if name.startswith(("torch.autocast", "torch.amp")) else None)
+    return "fp16" if dtype is None else \
+        {"torch.float16": "fp16", "torch.half": "fp16", "torch.bfloat16": "bf16"}.get(script.qualname(dtype))
 
 
 _FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai")
@@ -744,9 +713,7 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
     return False
 
 
-class _Accumulation:
-    def __init__(self, loop, every, guard, backwards, steps):
-        self.loop, self.every, self.guard, self.backwards, self.steps = loop, every, guard, backwards, steps
+_Accumulation = collections.namedtuple("_Accumulation", "loop every guard backwards steps")
 
 
 _ACCUM = re.compile(r"accum|update_freq|grad_acc", re.I)
@@ -843,10 +810,7 @@ _SCHEDULERS = {
 
 
 def _scheduler_size(script: Script, call: ast.Call, kind: str) -> Optional[ast.AST]:
-    kw, pos = _SCHEDULERS[kind]
-    size = keyword(call, kw)
-    if size is None and pos is not None and len(call.args) > pos:
-        size = call.args[pos]
+    size = argument(call, *_SCHEDULERS[kind])
     if size is None and kind == "OneCycleLR":
         size = keyword(call, "steps_per_epoch")
     return size

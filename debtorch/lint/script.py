@@ -99,10 +99,13 @@ def method(call: ast.AST) -> str:
 
 
 def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    return None
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def argument(call: ast.Call, name: str, pos: Optional[int] = None) -> Optional[ast.expr]:
+    """A call's argument ``name``, given by keyword or (where ``pos`` is given) at that position."""
+    kw = keyword(call, name)
+    return call.args[pos] if kw is None and pos is not None and 0 <= pos < len(call.args) else kw
 
 
 def has_star_kwargs(call: ast.Call) -> bool:
@@ -329,21 +332,13 @@ class Script:
         return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
 
     def is_backward(self, call: ast.AST) -> bool:
-        if not isinstance(call, ast.Call):
-            return False
-        if method(call) in ("backward", "manual_backward"):
-            return True
-        return self.call_name(call) == "torch.autograd.backward"
+        return isinstance(call, ast.Call) and (method(call) in ("backward", "manual_backward") or
+                                               self.call_name(call) == "torch.autograd.backward")
 
     def is_optimizer_step(self, call: ast.AST) -> bool:
-        if method(call) != "step":
-            return False
-        recv = call.func.value
-        name = identifier(recv)
-        if _OPTIMIZER.search(name):
-            return True
-        # scaler.step(optimizer), loss_scaler.step(opt)
-        return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
+        """``optimizer.step()``, and ``scaler.step(optimizer)``, ``loss_scaler.step(opt)``."""
+        return method(call) == "step" and bool(_OPTIMIZER.search(identifier(call.func.value)) or
+                                               call.args and _OPTIMIZER.search(identifier(call.args[0])))
 
     def is_step_wrapper(self, call: ast.AST) -> bool:
         """A callable given the loss and the optimizer, ``loss_scaler(loss, optimizer, clip_grad=...)``
@@ -385,13 +380,10 @@ class Script:
         if func in seen:
             return "none"
         seen.add(func)
-        kind = "none"
-        for node in local_nodes(func.body):
-            if isinstance(node, LOOPS) and self._direct(node.body, func, seen):
-                kind = "loop"
-                break
-        if kind == "none" and self._direct(func.body, func, seen):
-            kind = "step"
+        if any(isinstance(node, LOOPS) and self._direct(node.body, func, seen) for node in local_nodes(func.body)):
+            kind = "loop"
+        else:
+            kind = "step" if self._direct(func.body, func, seen) else "none"
         self._kind[func] = kind
         return kind
 
@@ -427,10 +419,8 @@ class Script:
         for n in local_nodes(test):
             if is_mod(n):
                 return True
-            if isinstance(n, (ast.Name, ast.Attribute)):
-                name = n.id if isinstance(n, ast.Name) else n.attr
-                if _PERIODIC.search(name):
-                    return True
+            if isinstance(n, (ast.Name, ast.Attribute)) and _PERIODIC.search(identifier(n)):
+                return True
             if isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops):
                 for side in [n.left] + n.comparators:
                     if _COUNTER.search(identifier(side) or "") and not isinstance(side, ast.Call):
@@ -627,11 +617,7 @@ def assignments(node: ast.AST) -> list:
 
 
 def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
-    if new is None or old == new:
-        return old if new is None else new
-    if old is None:
-        return new
-    return MIXED
+    return old if new is None or old == new else new if old is None else MIXED
 
 
 def bind(target: ast.AST, value: ast.AST, classify_value):
@@ -689,7 +675,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return node.kind
     rec = lambda n: classify(script, n, lookup, depth + 1)  # noqa: E731
     if isinstance(node, _IterOf):
-        if _is_loader_expr(script, node.iter, lookup):
+        if _is_loader_expr(script, node.iter):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
         if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
@@ -698,8 +684,8 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     if isinstance(node, ast.Name):
         kind = lookup(node.id)
         return None if kind == MIXED else kind
-    if isinstance(node, ast.Constant) or isinstance(node, (ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.ListComp,
-                                                            ast.DictComp, ast.SetComp, ast.Tuple)):
+    if isinstance(node, (ast.Constant, ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp,
+                         ast.SetComp, ast.Tuple)):
         return OTHER
     if isinstance(node, ast.Call):
         return _classify_call(script, node, lookup, rec)
@@ -715,7 +701,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
             return OTHER
         return _where({rec(n) for n in [node.left] + node.comparators})
-    if isinstance(node, ast.Subscript):
+    if isinstance(node, (ast.Subscript, ast.Starred)):  # x[i], and *t (t's elements): where x and t are
         return _where({rec(node.value)})
     if isinstance(node, ast.Attribute):
         if node.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
@@ -730,8 +716,6 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return a if a == b else None
     if isinstance(node, ast.NamedExpr):
         return rec(node.value)
-    if isinstance(node, ast.Starred):  # *t unpacks t's elements: where t is
-        return _where({rec(node.value)})
     return None
 
 
@@ -751,16 +735,13 @@ def _elements(node: ast.AST, rec) -> Optional[str]:
     return _where({rec(node.func.value if method(node) == "values" else node)})
 
 
-def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
+def _is_loader_expr(script: Script, node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         name = script.call_name(node)
         if name.endswith("DataLoader"):
             return True
-        if isinstance(node.func, ast.Name) and node.func.id in ("tqdm", "iter") and node.args:
-            return _is_loader_expr(script, node.args[0], lookup)
-        if name.endswith("tqdm") and node.args:
-            return _is_loader_expr(script, node.args[0], lookup)
-        return False
+        wraps = (isinstance(node.func, ast.Name) and node.func.id in ("tqdm", "iter")) or name.endswith("tqdm")
+        return bool(node.args) and wraps and _is_loader_expr(script, node.args[0])
     return bool(LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
 
 
@@ -839,16 +820,10 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return None
         if short in FACTORIES:
             dev = keyword(node, "device")
-            if dev is not None:
-                return DEVICE if device_arg(dev) else (CPU if device_arg(dev) is False else None)
-            return CPU
+            return CPU if dev is None else {True: DEVICE, False: CPU}.get(device_arg(dev))
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
-        cls = script.classes[func.id]
-        if any(script.qualname(b).endswith(("Module", "nn.Module")) or "Module" in script.qualname(b)
-               for b in cls.bases):
-            return MODEL
-        return OTHER
+        return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
     fk = rec(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if fk == MODEL:
         return DEVICE
