@@ -535,12 +535,9 @@ _SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cuda.amp
 
 
 def check_deprecated_amp(script: Script) -> Iterator[Located]:
-    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.
-
-    A name only listed or compared (``func is torch.cuda.amp.autocast``, a
-    tuple of autocast flavours in a library that still accepts them) is not
-    a use: nothing runs it.
-    """
+    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.  A name
+    only listed or compared (``func is torch.cuda.amp.autocast``, a tuple of autocast flavours in a library
+    that still accepts them) is not a use: nothing runs it."""
     if "amp" not in script.text:
         return
     inner = set()      # attribute nodes that are part of a longer name
@@ -556,14 +553,13 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
             mentioned.update(id(e) for e in n.keys if e is not None)
     for n in script.nodes:
         if isinstance(n, ast.ImportFrom) and n.module and not n.level:  # the import line, as well as the uses
-            for name in (f"{n.module}.{a.name}" for a in n.names):
-                if name in _DEPRECATED_AMP:
-                    yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
-        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
-                or not isinstance(n.ctx, ast.Load):
+            names = [f"{n.module}.{a.name}" for a in n.names]
+        elif isinstance(n, (ast.Attribute, ast.Name)) and id(n) not in inner and id(n) not in mentioned \
+                and isinstance(n.ctx, ast.Load):
+            names = [script.qualname(n)]
+        else:
             continue
-        name = script.qualname(n)
-        if name in _DEPRECATED_AMP:
+        for name in filter(_DEPRECATED_AMP.__contains__, names):
             yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
 
 

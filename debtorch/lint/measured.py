@@ -1,12 +1,5 @@
-"""Host waits per step, read from the code (verify-train's "host waits per step" off CUDA).
-
-:func:`static_waits` reads a workload file (docs/workloads.md) and returns
-the places the static pass says would make the host wait for the GPU once
-per step: in the script's own training loops, and in what the training
-engine runs per step of a ``--workload``: the ``forward`` of every module
-class in the file and the function given as ``loss_fn``, with what they call
-in the same file.  On CUDA the worker counts them instead
-(:mod:`debtorch.hostwaits`).
+"""Host waits per step read from the code: verify-train's "host waits per step" off CUDA (on CUDA the
+worker counts them, :mod:`debtorch.hostwaits`).  What a ``--workload`` runs per step: docs/lint.md.
 """
 
 from __future__ import annotations
@@ -29,10 +22,8 @@ def _workload_functions(script: Script) -> List[ast.AST]:
 
 
 def static_waits(path: str) -> List[Located]:
-    """The places in ``path`` that would make the host wait for the GPU every step (W001-W003).
-
-    A file that cannot be read or parsed gives no places.
-    """
+    """The places in ``path`` that would make the host wait for the GPU every step (W001-W003); none
+    when it cannot be read or parsed."""
     data, error = read_script(path)
     if error is not None:
         return []
