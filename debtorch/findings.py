@@ -87,14 +87,9 @@ def _freeze(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a check has to say.
-
-    ``id`` is stable (``driver.E001``: area, level letter, number; never
-    renumbered).  ``message`` is one line; ``fix`` names the exact Debian
-    packages, files and commands (several lines allowed); ``about`` is the
-    object concerned ("GPU 0 (NVIDIA A100-SXM4-80GB)"); ``facts`` are the
-    (path, value) pairs it rests on.  Findings compare equal field by field.
-    """
+    """One thing a check has to say: a stable ``id`` (``driver.E001``), a one-line ``message``, the ``fix``
+    (Debian's packages, files and commands), the object it is ``about`` ("GPU 0 (NVIDIA A100)"), the
+    (path, value) ``facts`` it rests on.  Findings compare equal field by field."""
 
     id: str
     level: str
@@ -107,7 +102,7 @@ class Finding:
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"bad level {self.level!r}")
-        object.__setattr__(self, "facts", _freeze(dict(self.facts)) if isinstance(self.facts, dict) else _freeze(self.facts))
+        object.__setattr__(self, "facts", _freeze(self.facts))
         if not self.area:
             object.__setattr__(self, "area", self.id.split(".", 1)[0])
 

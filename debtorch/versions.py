@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 CC = Tuple[int, int]
 
@@ -35,12 +35,8 @@ def parse_cc(value: Any) -> Optional[CC]:
         if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return None
         major, minor = value
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        return parse_cc(f"{value:.1f}")
-    elif isinstance(value, int):
-        return parse_cc(str(value))
+    elif isinstance(value, (int, float)):  # NaN and infinities read as "nan", "inf": not one
+        return parse_cc(f"{value:.1f}" if isinstance(value, float) else str(value))
     elif isinstance(value, str):
         text = value.strip().lower()
         m = _CC_DOTTED.fullmatch(text)
@@ -115,12 +111,7 @@ def numeric(text: Any) -> Optional[Version]:
     if not isinstance(text, str):
         return None
     m = _NUMERIC.match(text)
-    if not m:
-        return None
-    try:
-        return Version(m.group(1))
-    except InvalidVersion:  # pragma: no cover - the regex admits only valid ones
-        return None
+    return Version(m.group(1)) if m else None   # the regex admits only valid ones
 
 
 def loose(text: Any) -> Optional[Version]:
@@ -210,10 +201,7 @@ def series(text: Any) -> Optional[str]:
 def torch_series_tuple(text: Any) -> Optional[Tuple[int, int]]:
     """"2.5.1+cu124" -> (2, 5)."""
     parsed = torch_version(text)
-    if not parsed:
-        return None
-    major, minor = parsed["series"].split(".")
-    return int(major), int(minor)
+    return major_minor(parsed["series"]) if parsed else None
 
 
 def cuda_tag(cuda: Any) -> Optional[str]:

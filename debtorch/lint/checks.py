@@ -414,11 +414,11 @@ MANY_EPOCHS = 5
 def _many(loop: ast.AST) -> bool:
     """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS, nor
     ``for phase in ["train", "val"]``?"""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, (ast.List, ast.Tuple)):
-        return len(loop.iter.elts) >= MANY_EPOCHS
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
-            identifier(loop.iter.func) == "range" and loop.iter.args:
-        bounds = [constant(a) for a in loop.iter.args[:2]]
+    it = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else None
+    if isinstance(it, (ast.List, ast.Tuple)):
+        return len(it.elts) >= MANY_EPOCHS
+    if isinstance(it, ast.Call) and identifier(it.func) == "range" and it.args:
+        bounds = [constant(a) for a in it.args[:2]]
         if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
             count = bounds[0] if len(bounds) == 1 else bounds[1] - bounds[0]
             return count >= MANY_EPOCHS
@@ -428,17 +428,13 @@ def _many(loop: ast.AST) -> bool:
 def _per_epoch(script: Script) -> bool:
     """Does a training loop run inside an outer loop of many epochs, in its function or through a caller?"""
     for region in script.regions():
-        loop = region.loop
-        if any(_many(outer) for outer in script.enclosing_loops.get(loop, [])):
+        if any(_many(outer) for outer in script.enclosing_loops.get(region.loop, [])):
             return True
         scope = region.scope
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for outer in script.scope_of:
-                if not _many(outer):
-                    continue
-                for c in local_nodes(outer.body):
-                    if isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call):
-                        return True
+        if isinstance(scope, FUNCS) and any(
+                isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call)
+                for outer in script.scope_of if _many(outer) for c in local_nodes(outer.body)):
+            return True
     return False
 
 

@@ -93,9 +93,7 @@ def root_name(node: ast.AST) -> str:
 
 def method(call: ast.AST) -> str:
     """``x.foo(...)`` -> ``foo``; anything else -> ''."""
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
-        return call.func.attr
-    return ""
+    return call.func.attr if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) else ""
 
 
 def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
@@ -260,10 +258,8 @@ class Script:
         moves = cuda = False
         for n in self.nodes:
             if isinstance(n, ast.Call):
-                m = method(n)
-                if m == "cuda" or moved_to(n):
-                    moves = True
-                elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
+                if method(n) == "cuda" or moved_to(n) or \
+                        identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
                 elif identifier(n.func) in ("autocast", "GradScaler") and \
                         self.qualname(n.func).startswith("torch.cuda.amp"):
