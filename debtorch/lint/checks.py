@@ -89,9 +89,14 @@ _CONVERT = ("float", "int", "bool", "round", "str", "repr", "print", "format")
 _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le equal allclose".split())
 
 
+def _to_cpu(node: ast.AST) -> bool:
+    """``x.cpu()``, ``x.to("cpu")``."""
+    return method(node) == "cpu" or (method(node) == "to" and bool(node.args) and device_arg(node.args[0]) is False)
+
+
 def _chain_has_cpu(node: ast.AST) -> bool:
     while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
-        if method(node) == "cpu" or (method(node) == "to" and node.args and device_arg(node.args[0]) is False):
+        if _to_cpu(node):
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
@@ -107,10 +112,11 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
         if isinstance(n, ast.Call):
             m = method(n)
             recv = n.func.value if m else None
-            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and device_arg(n.args[0]) is False):
+            if m in ("item", "tolist") or _to_cpu(n):
                 k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
+                # (or of a tensor method's result: x.detach(), out.argmax(1))
                 wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
-                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not MODELISH.match(identifier(recv))
+                    (k == DEVICE or (k is None and method(recv) in TENSOR_METHODS)) and not MODELISH.match(identifier(recv))
                 if wait and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield "script.W001", "", n, segment(script, n)
@@ -147,11 +153,6 @@ def _is_text(node: ast.AST) -> bool:
     return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
-def _tensorish_chain(node: ast.AST) -> bool:
-    """``x.detach()``, ``out.argmax(1)``: a receiver that is a tensor method's result."""
-    return method(node) in TENSOR_METHODS
-
-
 def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
     """Does evaluating ``test`` as a Python bool need a GPU tensor's value?"""
     if isinstance(test, ast.BoolOp):
@@ -161,17 +162,13 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
     if any(method(n) == "item" for n in local_nodes(test) if isinstance(n, ast.Call)):
         return False  # the .item() is the finding
     if isinstance(test, ast.Compare):
-        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
-            return False
-        return any(kind(s) == DEVICE for s in [test.left] + test.comparators)
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops) and \
+            any(kind(s) == DEVICE for s in [test.left] + test.comparators)
     if isinstance(test, ast.Call):
-        m = method(test)
-        if m in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
+        if method(test) in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
             return True
         name = script.qualname(test.func)
-        if name.startswith("torch.") and name[6:] in _TRUTH_METHODS:
-            return any(kind(a) == DEVICE for a in test.args)
-        return False
+        return name.startswith("torch.") and name[6:] in _TRUTH_METHODS and any(kind(a) == DEVICE for a in test.args)
     if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
         return kind(test) == DEVICE
     return False
@@ -822,25 +819,17 @@ def _resolve(script: Script, scope: ast.AST, node: ast.AST) -> ast.AST:
 
 def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]:
     """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
-    every_names = set(names_in(every))
     has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
                   LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
     divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
-        or bool(every_names & set(names_in(size)))
-    if has_len and not divided:
-        return True
-    if has_len and divided:
-        return False
-    return None
+        or bool(set(names_in(every)) & set(names_in(size)))
+    return not divided if has_len else None
 
 
 def check_schedule(script: Script) -> Iterator[Located]:
     if ".accumulate(" in script.text:
         return  # accelerate steps a prepared schedule with the optimizer itself
-    accs = accumulations(script)
-    if not accs:
-        return
-    for acc in accs:
+    for acc in accumulations(script):
         scope = script.scope_of.get(acc.loop, script.tree)
         for node, ifs in _direct_nodes(acc.loop.body):
             if not (isinstance(node, ast.Call) and method(node) == "step" and not script.is_optimizer_step(node)):
@@ -854,25 +843,23 @@ def check_schedule(script: Script) -> Iterator[Located]:
             size = _scheduler_size(script, call, kind)
             if size is None:
                 continue
+            # sized in micro-batches but stepped with the optimizer, or the other way round
             counted = _in_batches(script, _resolve(script, scope, size), acc.every)
+            if counted is None or counted != with_optimizer:
+                continue
             every = segment(script, acc.every, 30)
-            fix_size = f"len(loader) // {every} * epochs"
-            if counted is True and with_optimizer:
-                yield at(script, call, "script.W011", sched=kind, sized="micro-batches (len of the loader)",
-                         stepped=f"once per optimizer step (every {every} micro-batches): it never finishes",
-                         fix_size=fix_size, name=sched_name)
-            elif counted is False and not with_optimizer:
-                yield at(script, call, "script.W011", sched=kind, sized=f"optimizer steps (divided by {every})",
-                         stepped="every micro-batch", fix_size=fix_size, name=sched_name)
+            sized, stepped = ("micro-batches (len of the loader)",
+                              f"once per optimizer step (every {every} micro-batches): it never finishes") if counted \
+                else (f"optimizer steps (divided by {every})", "every micro-batch")
+            yield at(script, call, "script.W011", sched=kind, sized=sized, stepped=stepped,
+                     fix_size=f"len(loader) // {every} * epochs", name=sched_name)
 
 
 def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[ast.Call, str]]:
     for s in (scope, script.tree):
         for value in script.kinds(s).assigned.get(name, []):
-            if isinstance(value, ast.Call):
-                kind = identifier(value.func)
-                if kind in _SCHEDULERS:
-                    return value, kind
+            if isinstance(value, ast.Call) and identifier(value.func) in _SCHEDULERS:
+                return value, identifier(value.func)
     for n in script.nodes:
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
                 any(identifier(t) == name for t in n.targets) and identifier(n.value.func) in _SCHEDULERS:
