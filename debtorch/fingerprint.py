@@ -1,10 +1,6 @@
-"""The fingerprint of a machine and environment that settings were tuned on.
-
-Written into the config's ``[fingerprint]`` table and compared with the
-machine a training script runs on (the runtime warns when they differ).
-Hostname-free: only what decides the settings (GPU models, driver, PyTorch
-build, CPUs).  Torch-free; values are TOML-ready (no None: an unknown value
-is left out, and a value left out on either side is not compared).
+"""The fingerprint of the machine settings were tuned on (the config's ``[fingerprint]``), compared with
+the one a training script runs on.  Hostname-free: only what decides the settings.  Torch-free; values are
+TOML-ready (an unknown value is left out, and a value left out on either side is not compared).
 """
 
 from __future__ import annotations
@@ -46,12 +42,8 @@ def from_facts(facts) -> dict:
 
 
 def current(torch_module: Any = None) -> dict:
-    """The fingerprint of the machine this process runs on.
-
-    Reads the CPU and NVIDIA facts through a live Host (files and NVML;
-    nvidia-smi only where NVML fails on a machine with an NVIDIA GPU) and
-    PyTorch from the imported module when given.
-    """
+    """The fingerprint of the machine this process runs on: its CPU and NVIDIA facts through a live Host,
+    PyTorch from the imported module when given."""
     host = LiveHost()
     try:
         doc = facts_mod.collect(host, facts_mod.Options(sections=("cpu", "nvidia", "env")))

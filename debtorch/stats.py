@@ -128,13 +128,10 @@ class _LogRatio:
 
 def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, scale: float = 1.0,
                        resamples: int = RESAMPLES, seed: int = SEED, confidence: float = CONFIDENCE) -> _LogRatio:
-    """The ratio of medians num / (scale x den) in logs, with its interval at ``confidence``:
-    the percentile bootstrap widened to hold Student's t interval of the log-ratios
-    (``resamples=0``: Student's t alone, whose verdicts include every verdict of the two).
-
-    Values that are not finite positive numbers (a failed trial's None, 0, NaN)
-    are left out; paired, the round is left out for both arms.
-    """
+    """The ratio of medians num / (scale x den) in logs, with its interval at ``confidence``: the
+    percentile bootstrap widened to hold Student's t interval of the log-ratios (``resamples=0``: Student's
+    t alone).  Values that are not finite positive numbers (a failed trial's None, 0, NaN) are left out;
+    paired, the round is left out for both arms."""
     out = _LogRatio()
     if not _valid(scale):
         return out

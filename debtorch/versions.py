@@ -1,12 +1,6 @@
-"""Version arithmetic, in one place: pure functions of text, never raising.
-
-Compute capabilities ("8.6", "sm_86", "compute_90"), CUDA versions (as text
-and as the integers CUDA and torch print: 12020 is 12.2), cuDNN's integer
-(8906 is 8.9.6, 90100 is 9.1.0), library versions in file names
-("libcudnn.so.8.9.2"), numeric versions ("535.261.03"), PyTorch versions
-with their local tag ("2.5.1+cu124") and release series ("2.5").
-
-Every layer may import this module; it imports nothing of debtorch.
+"""Version arithmetic, in one place: pure functions of text, never raising: compute capabilities, CUDA
+and cuDNN versions and their integers, versions in library file names, numeric versions, PyTorch's
+versions and series.  Every layer may import it; it imports nothing of debtorch.
 """
 
 from __future__ import annotations

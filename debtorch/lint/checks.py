@@ -1,9 +1,6 @@
-"""The rules of ``debtorch lint``: plain functions of a :class:`Script` returning located findings.
-
-Precision first: each check names a pattern only where the code says enough
-to be sure (a value known to be a GPU tensor, a DataLoader known to feed the
-training loop, accumulation visible in the loop); when in doubt it says
-nothing.  docs/lint.md describes every rule and its limits.
+"""The rules of ``debtorch lint`` (docs/lint.md): plain functions of a :class:`Script` returning located
+findings.  Precision first: a check names a pattern only where the code says enough to be sure (a value
+known to be a GPU tensor, a DataLoader known to feed the training loop); when in doubt it says nothing.
 """
 
 from __future__ import annotations
@@ -271,21 +268,14 @@ def _unwrap_iter(node: ast.AST) -> ast.AST:
     return node
 
 
-def _loop_sources(script: Script, loop: ast.AST) -> List[ast.AST]:
-    """What a training loop iterates: the loader expression(s)."""
-    scope = script.scope_of.get(loop, script.tree)
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return [_unwrap_iter(loop.iter)]
-    out = []
-    for n in local_nodes(loop.body):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args:
-            it = n.args[0]
-            if isinstance(it, ast.Name):
-                for value in script.kinds(scope).assigned.get(it.id, []):
-                    out.append(_unwrap_iter(value))
-            else:
-                out.append(_unwrap_iter(it))
-    return out
+def _loop_sources(script: Script, region: Region) -> List[ast.AST]:
+    """What a training loop iterates: the loader expression(s); a ``while`` loop's are what it calls next() on."""
+    if isinstance(region.loop, (ast.For, ast.AsyncFor)):
+        return [_unwrap_iter(region.loop.iter)]
+    its = [n.args[0] for n in local_nodes(region.loop.body)
+           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
+    return [_unwrap_iter(v) for it in its
+            for v in (script.kinds(region.scope).assigned.get(it.id, []) if isinstance(it, ast.Name) else [it])]
 
 
 def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
@@ -293,7 +283,7 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
     names: Set[str] = set()
     direct: List[ast.Call] = []
     for region in script.regions():
-        for src in _loop_sources(script, region.loop):
+        for src in _loop_sources(script, region):
             if isinstance(src, ast.Call) and script.call_name(src).endswith("DataLoader"):
                 direct.append(src)
                 continue
@@ -326,8 +316,7 @@ def _held(script: Script, name: str, key) -> List[ast.AST]:
                     if isinstance(n.value, ast.DictComp):
                         pairs.append((None, n.value.value))
                     elif isinstance(n.value, ast.Dict):
-                        pairs += [(constant(k) if k is not None else NOT_CONSTANT, v)
-                                  for k, v in zip(n.value.keys, n.value.values)]
+                        pairs += list(zip(map(constant, n.value.keys), n.value.values))  # **d: NOT_CONSTANT
                 elif isinstance(t, ast.Subscript) and identifier(t.value) == name:
                     pairs.append((constant(t.slice), n.value))
     if isinstance(key, str):

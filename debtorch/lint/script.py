@@ -536,12 +536,8 @@ class Walker:
 
 
 class Kinds:
-    """What names hold in one function (or the module), flow-insensitively, for a first guess.
-
-    Every assignment in the scope is classified (:meth:`classify`); a name
-    assigned two different kinds is MIXED (unknown).  :class:`Flow` refines
-    this statement by statement along a region.
-    """
+    """What names hold in one function (or the module), flow-insensitively, for a first guess: a name
+    assigned two different kinds is MIXED (unknown).  :class:`Flow` refines it statement by statement."""
 
     def __init__(self, script: Script, scope: ast.AST):
         self.script = script
@@ -617,13 +613,9 @@ def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
 
 
 def bind(target: ast.AST, value: ast.AST, classify_value):
-    """(name, kind) pairs an assignment makes.
-
-    Tuple targets take a tuple literal element by element, and what a
-    tuple-returning tensor call (``max(dim)``, ``sort``, ``topk``) or a batch
-    gives alike for every part; ``for i, b in enumerate(X)`` binds ``i`` to a
-    number and ``b`` to an element of X.
-    """
+    """(name, kind) pairs an assignment makes.  Tuple targets take a tuple literal element by element,
+    and what a tuple-returning tensor call (``max(dim)``, ``topk``) or a batch gives alike for every part;
+    ``for i, b in enumerate(X)`` binds ``i`` to a number and ``b`` to an element of X."""
     if isinstance(target, ast.Starred):
         target = target.value
     if isinstance(target, ast.Name):
