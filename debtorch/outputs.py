@@ -70,19 +70,16 @@ def write_with(path: str, fill: Callable[[BinaryIO], object], force: bool = Fals
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fill(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            publish(tmp, path, force)
-        except OutputError:
-            raise
-        except OSError as exc:
-            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        publish(tmp, path, force)
+    except OSError as exc:  # (an OutputError, not an OSError, goes through as it is)
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

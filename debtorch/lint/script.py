@@ -506,14 +506,11 @@ class Walker:
                 jump = _jump(stmt.body, self.script)
                 if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
                     exit_ = jump
-            elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-                self.add(for_header(stmt), guarded, scope)
-                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
-                self.block(stmt.orelse, True, scope, depth + 1)
-            elif isinstance(stmt, ast.While):
-                self.add(stmt.test, guarded, scope, test=True)
-                exit_ = self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
-                self.block(stmt.orelse, True, scope, depth + 1)
+            elif isinstance(stmt, LOOPS):
+                test = isinstance(stmt, ast.While)
+                self.add(stmt.test if test else for_header(stmt), guarded, scope, test=test)
+                exit_ = self.block(stmt.body, guarded or (test and self.script.periodic(stmt.test)), scope, depth + 1)
+                self.block(stmt.orelse, True, scope, depth + 1)  # a loop's else runs once
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     self.add(item.context_expr, guarded, scope)
