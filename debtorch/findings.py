@@ -111,15 +111,8 @@ class Finding:
         return self.id == CRASH_ID
 
     def to_json(self) -> dict:
-        return {
-            "id": self.id,
-            "level": self.level,
-            "area": self.area,
-            "message": self.message,
-            "fix": self.fix,
-            "about": self.about,
-            "facts": {k: _thaw(v) for k, v in self.facts},
-        }
+        return {**{k: getattr(self, k) for k in ("id", "level", "area", "message", "fix", "about")},
+                "facts": {k: _thaw(v) for k, v in self.facts}}
 
 
 def _thaw(value: Any) -> Any:

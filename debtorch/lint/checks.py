@@ -16,6 +16,7 @@ from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     CPU,
+    DEFS,
     DEVICE,
     FUNCS,
     LOADERISH,
@@ -642,7 +643,7 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
     while stack:
         node, ifs = stack.pop()
         yield node, ifs
-        if isinstance(node, LOOPS) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, LOOPS + DEFS):
             continue
         if isinstance(node, ast.If):
             kids = [(c, ifs + [node]) for c in node.body + node.orelse] + [(node.test, ifs)]
@@ -655,7 +656,7 @@ def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
     return next((n.right for n in local_nodes(test) if is_mod(n)), None)
 
 
-def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
+def _loss_of_backward(call: ast.Call) -> Optional[ast.AST]:
     """The loss expression a backward call differentiates, or None when a framework scales it."""
     if method(call) != "backward" or call.args:
         return None
@@ -680,9 +681,8 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)) and identifier(n.target) == name:
             return True
         if isinstance(n, ast.Assign) and any(identifier(t) == name for t in n.targets):
-            if any(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) for v in local_nodes(n.value)):
-                return True
-            if any(method(v) in ("div", "div_", "mul", "mul_") for v in local_nodes(n.value)):
+            if any((isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div)) or method(v) in ("div", "div_", "mul", "mul_")
+                   for v in local_nodes(n.value)):
                 return True
             if isinstance(n.value, ast.Call) and script.callees(n.value, scope):
                 return True  # computed by a function of this file: not judged
@@ -747,7 +747,7 @@ def check_accumulation(script: Script) -> Iterator[Located]:
         if constant(acc.every) in (0, 1):
             continue
         for b in acc.backwards:
-            loss = _loss_of_backward(script, b)
+            loss = _loss_of_backward(b)
             if loss is None or _divided(script, scope, loss, acc.every):
                 continue
             yield at(script, b, "script.W010", every=every)
