@@ -1,9 +1,7 @@
 """debtorch: is this Debian machine right for PyTorch training, and how should it train?
 
-Importing this package is cheap: it never imports torch. The runtime API for
-training scripts (``debtorch.load``) imports torch only when it is called.
-This file is debtorch's public face and stands above every layer: no module of
-debtorch imports it (docs/architecture.md).
+Importing it is cheap: ``debtorch.load`` imports torch only when it is called.  The public face, above
+every layer: no module of debtorch imports it (docs/architecture.md).
 """
 
 from debtorch.__about__ import __version__

@@ -1,16 +1,9 @@
 """Budgets that are wall-clock promises (``tune --measure --budget``, ``verify-train --budget``).
 
-A :class:`Budget` counts from the command's start (after Python's own start-up
-and debtorch's imports): reading the machine, starting the worker, loading the
-workload, calibration, every trial and every restart of a worker that died.
-Every wait on the worker is capped by what is left (:meth:`Budget.cap`), so a
-workload that hangs (in loading, in warm-up, in trial N) is killed when the
-budget ends, and the command says where it hung (:class:`Where`).  The command
-ends at most ``SLACK_S`` seconds after its budget: the time to kill the
-worker's process group and print the report.
-
-Standard library only; the clock is injectable, so tests run budgets on a
-fake clock.
+A :class:`Budget` counts from the command's start, and every wait on the worker is capped by what is
+left (:meth:`Budget.cap`): a workload that hangs is killed when the budget ends, and the command says
+where it hung (:class:`Where`), at most ``SLACK_S`` seconds after its budget.  Standard library only;
+the clock is injectable (tests run budgets on a fake clock).
 """
 
 from __future__ import annotations
@@ -41,9 +34,7 @@ class Budget:
 
     def left(self) -> float:
         """Seconds left (infinite without a limit; never negative)."""
-        if not self.limited:
-            return math.inf
-        return max(0.0, self.seconds - self.spent())
+        return max(0.0, self.seconds - self.spent()) if self.limited else math.inf
 
     def fits(self, seconds: float) -> bool:
         """Whether something expected to take ``seconds`` ends within the budget."""
@@ -83,11 +74,7 @@ class Where:
         phase, step, steps = event.get("phase"), event.get("step"), event.get("steps")
         if isinstance(step, int) and isinstance(steps, int):
             name = "warm-up" if phase == "warmup" else "timed"
-            nxt = step + 1
-            if nxt > steps:
-                self.step = f"after {name} step {step} of {steps}"
-            else:
-                self.step = f"{name} step {nxt} of {steps}"
+            self.step = f"after {name} step {step} of {steps}" if step >= steps else f"{name} step {step + 1} of {steps}"
             self.since = self.clock()
 
     def quiet(self) -> float:

@@ -87,14 +87,9 @@ def _freeze(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing a check has to say.
-
-    ``id`` is stable (``driver.E001``: area, level letter, number; never
-    renumbered).  ``message`` is one line; ``fix`` names the exact Debian
-    packages, files and commands (several lines allowed); ``about`` is the
-    object concerned ("GPU 0 (NVIDIA A100-SXM4-80GB)"); ``facts`` are the
-    (path, value) pairs it rests on.  Findings compare equal field by field.
-    """
+    """One thing a check has to say: a stable ``id`` (``driver.E001``), a one-line ``message``, the ``fix``
+    (Debian's packages, files and commands), the object it is ``about`` ("GPU 0 (NVIDIA A100)"), the
+    (path, value) ``facts`` it rests on.  Findings compare equal field by field."""
 
     id: str
     level: str
@@ -107,7 +102,7 @@ class Finding:
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"bad level {self.level!r}")
-        object.__setattr__(self, "facts", _freeze(dict(self.facts)) if isinstance(self.facts, dict) else _freeze(self.facts))
+        object.__setattr__(self, "facts", _freeze(self.facts))
         if not self.area:
             object.__setattr__(self, "area", self.id.split(".", 1)[0])
 
@@ -116,15 +111,8 @@ class Finding:
         return self.id == CRASH_ID
 
     def to_json(self) -> dict:
-        return {
-            "id": self.id,
-            "level": self.level,
-            "area": self.area,
-            "message": self.message,
-            "fix": self.fix,
-            "about": self.about,
-            "facts": {k: _thaw(v) for k, v in self.facts},
-        }
+        return {**{k: getattr(self, k) for k in ("id", "level", "area", "message", "fix", "about")},
+                "facts": {k: _thaw(v) for k, v in self.facts}}
 
 
 def _thaw(value: Any) -> Any:

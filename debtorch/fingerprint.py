@@ -1,10 +1,6 @@
-"""The fingerprint of a machine and environment that settings were tuned on.
-
-Written into the config's ``[fingerprint]`` table and compared with the
-machine a training script runs on (the runtime warns when they differ).
-Hostname-free: only what decides the settings (GPU models, driver, PyTorch
-build, CPUs).  Torch-free; values are TOML-ready (no None: an unknown value
-is left out, and a value left out on either side is not compared).
+"""The fingerprint of the machine settings were tuned on (the config's ``[fingerprint]``), compared with
+the one a training script runs on.  Hostname-free: only what decides the settings.  Torch-free; values are
+TOML-ready (an unknown value is left out, and a value left out on either side is not compared).
 """
 
 from __future__ import annotations
@@ -33,37 +29,21 @@ KEYS = {
 def from_facts(facts) -> dict:
     """The fingerprint of the machine a facts document (or its Machine view) describes."""
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    fp: dict[str, Any] = {}
-    if m.os.arch:
-        fp["arch"] = m.os.arch
-    if m.cpus.model:
-        fp["cpu_model"] = m.cpus.model
-    if m.cpus.known:
-        fp["usable_cpus"] = m.cpus.usable
-    if m.cpus.bf16 is not None:
-        fp["cpu_bf16"] = list(m.cpus.bf16)
-    if isinstance(m.get("nvidia.gpus"), list):
-        fp["gpus"] = [g.name or "unknown GPU" for g in m.compute_gpus]
-    elif m.has_nvidia_gpu is False:
-        fp["gpus"] = []  # no NVIDIA device on the PCI bus at all
-    if m.driver.version:
-        fp["driver"] = m.driver.version
-    py = m.get("python.version")
-    if py:
-        fp["python"] = str(py)
-    if m.torch.installed and m.torch.version:
-        fp["torch"] = m.torch.version
-        fp["torch_cuda"] = m.torch.cuda or ""
-    return fp
+    py, has_torch = m.get("python.version"), m.torch.installed and m.torch.version
+    fp: dict[str, Any] = {
+        "arch": m.os.arch or None, "cpu_model": m.cpus.model or None,
+        "usable_cpus": m.cpus.usable if m.cpus.known else None,
+        "cpu_bf16": None if m.cpus.bf16 is None else list(m.cpus.bf16),
+        "gpus": [g.name or "unknown GPU" for g in m.compute_gpus] if isinstance(m.get("nvidia.gpus"), list)
+        else [] if m.has_nvidia_gpu is False else None,  # []: no NVIDIA device on the PCI bus at all
+        "driver": m.driver.version or None, "python": str(py) if py else None,
+        "torch": m.torch.version if has_torch else None, "torch_cuda": (m.torch.cuda or "") if has_torch else None}
+    return {k: v for k, v in fp.items() if v is not None}
 
 
 def current(torch_module: Any = None) -> dict:
-    """The fingerprint of the machine this process runs on.
-
-    Reads the CPU and NVIDIA facts through a live Host (files and NVML;
-    nvidia-smi only where NVML fails on a machine with an NVIDIA GPU) and
-    PyTorch from the imported module when given.
-    """
+    """The fingerprint of the machine this process runs on: its CPU and NVIDIA facts through a live Host,
+    PyTorch from the imported module when given."""
     host = LiveHost()
     try:
         doc = facts_mod.collect(host, facts_mod.Options(sections=("cpu", "nvidia", "env")))
@@ -78,20 +58,11 @@ def current(torch_module: Any = None) -> dict:
 
 
 def differences(tuned: dict, here: dict) -> list[str]:
-    """What differs between two fingerprints, one short phrase each.
-
-    Only keys present in both are compared: an unknown is not a difference.
-    """
-    out = []
-    for key in KEYS:
-        if key in tuned and key in here and tuned[key] != here[key]:
-            out.append(f"{key} {_show(tuned[key])} -> {_show(here[key])}")
-    return out
+    """What differs between two fingerprints, one short phrase each; only keys present in both are
+    compared (an unknown is not a difference)."""
+    return [f"{key} {_show(tuned[key])} -> {_show(here[key])}" for key in KEYS
+            if key in tuned and key in here and tuned[key] != here[key]]
 
 
 def _show(v: Any) -> str:
-    if isinstance(v, list):
-        return "[" + ", ".join(str(x) for x in v) + "]" if v else "none"
-    if v == "":
-        return "none"
-    return str(v)
+    return "none" if v in ("", []) else "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else str(v)

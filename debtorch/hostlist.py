@@ -1,15 +1,8 @@
-"""Slurm's host lists: ``node[01-03,07],gpu-a1`` <-> ``[node01, node02, node03, node07, gpu-a1]``.
-
-``expand`` reads what Slurm writes into ``SLURM_NODELIST`` (the syntax of
-``scontrol show hostnames``: bracketed ranges keep their zero padding, and
-several bracket groups multiply); ``compress`` writes a list back in that
-syntax so that a report names 1,000 nodes in one short string, and so that
-``srun --exclude`` takes it as written.  Both are pure and never raise.
-
-Node names are data (a fleet's ranks say their own): :func:`safe` is a name as
-it may be shown, every character that is not a host name's escaped, so that a
-newline, a comma or a terminal's escape code never reaches a report or a host
-list as it is; :func:`is_host` says whether a name may go to ``srun --exclude``.
+"""Slurm's host lists: ``node[01-03,07],gpu-a1`` <-> ``[node01, node02, node03, node07, gpu-a1]``, as
+``scontrol show hostnames`` reads them (zero padding kept, bracket groups multiply) and ``srun --exclude``
+takes them; pure, never raising.  Node names are data (a fleet's ranks say their own): :func:`safe`
+escapes what is not a host name's, so that a newline, a comma or a terminal's escape code never reaches
+a report or a host list as it is.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The one door for reading a file: every file a user names (facts, configs, reports, scripts,
-fleet documents, ``debtorch.load()``) and every file of a recorded machine (docs/security.md).
-
-A regular file only (opened ``O_NONBLOCK`` and checked with ``fstat`` before any read: a FIFO,
-a device or a socket is refused at once, never waited on or read forever), read a chunk at a
-time in the caller's thread (a signal is honoured), capped (a cap per kind), decoded whatever
-wrote it (UTF-8 with or without a BOM, UTF-16 as PowerShell's ``>`` writes it), refused when
-binary, parsed with nesting and numbers bounded.  Every failure is an :class:`InputError`, one
-line naming the file.  Pure; every layer may import it.
+"""The one door for reading a file: every file a user names and every file of a recorded machine.
+A regular file only (checked before any read), read a chunk at a time in the caller's thread, capped,
+decoded whatever wrote it, refused when binary, parsed with nesting and numbers bounded (docs/security.md).
+Every failure is an :class:`InputError`, one line naming the file.  Pure; every layer may import it.
 """
 
 from __future__ import annotations

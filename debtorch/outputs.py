@@ -1,21 +1,8 @@
-"""Files debtorch writes (a config, a plot, a trace, a recording, the man page) and
-the temporary folders it makes, written safely.  The write side of
-:mod:`debtorch.inputs`; docs/security.md says what is written where.
-
-* A file is written whole or not at all: a temporary file in the destination's
-  folder, created exclusively (``O_EXCL``, ``O_NOFOLLOW``: never an existing
-  file, never through a symbolic link planted under its name), synced, then
-  put in place with ``link(2)`` (which never replaces anything) or, when the
-  user asked (``--force``), ``rename(2)``.
-* Only a regular file is ever replaced: ``--force`` on ``/dev/null``, a FIFO, a
-  socket, a symbolic link or a folder is refused.
-* Every temporary folder (a worker's import shim, a distributed run's work
-  folder) is registered, so that however the process ends (an exception,
-  Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, all turned into an exit by the command
-  line) :func:`remove_temporary` removes what is left (it runs at exit).
-
-Every failure is an :class:`OutputError` whose message is one line naming the
-path.  Pure standard library; every layer may import it.
+"""Files debtorch writes (a config, a plot, a trace, a recording, the man page) and the temporary
+folders it makes, written safely: whole or not at all, never over an existing file without ``force``,
+never over anything but a regular file, never through a planted link; temporary folders registered
+and removed however the process ends.  The write side of :mod:`debtorch.inputs`; how and what is
+written where: docs/security.md.  Every failure is an :class:`OutputError`, one line naming the path.
 """
 
 from __future__ import annotations
@@ -83,19 +70,16 @@ def write_with(path: str, fill: Callable[[BinaryIO], object], force: bool = Fals
     except OSError as exc:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fill(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            publish(tmp, path, force)
-        except OutputError:
-            raise
-        except OSError as exc:
-            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        publish(tmp, path, force)
+    except OSError as exc:  # (an OutputError, not an OSError, goes through as it is)
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

@@ -1,14 +1,10 @@
-"""Typed, bounded data at the edge: one small schema language, one error wording.
-
-Used for the tables of checks/ (knowledge.py), facts documents (facts/schema.py: ``--facts``
-and fleet's untrusted store), the config training code loads (tune/config.py) and the site
-config (doctor/siteconfig.py).  A spec is a :class:`Value` (rules of what it must be, and a
-test), a :class:`List` of one spec (``[spec]`` for short) or a :class:`Table` of named fields
-(a dict for short; ``"*"`` stands for every key not named; any other key is an error).
-A problem is :class:`Invalid`: the key's path (``gpus[0].name``) and one wording, ``must be
-an integer from 0 to 65536 (got "four")``, ``missing`` or ``unknown key (known: ...)``;
-:func:`place` puts the file and the key's line in TOML text in front.  ``open=True`` reads a
-document of another debtorch version: ``None`` is an unknown, unnamed keys are newer fields.
+"""Typed, bounded data at the edge (checks/ tables, facts documents, the config, the site config): one
+small schema language, one error wording.  A spec is a :class:`Value` (rules: what it must be, a test),
+a :class:`List` of one spec (``[spec]``) or a :class:`Table` of named fields (a dict; ``"*"`` stands for
+every key not named, any other is an error).  A problem is :class:`Invalid`: the key's path
+(``gpus[0].name``) and one wording (``must be an integer from 0 to 65536 (got "four")``); :func:`place`
+puts the file and the key's TOML line in front.  ``open=True`` reads another debtorch version's document:
+``None`` is an unknown, unnamed keys are newer fields.
 """
 
 from __future__ import annotations

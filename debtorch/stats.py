@@ -1,19 +1,9 @@
-"""Statistics that say "inconclusive": intervals, verdicts and adaptive rounds for interleaved
-measurements; the method and its sources are in docs/verify-train.md ("Statistics").  Standard
-library only, a fixed seed: the same numbers always give the same interval.
-
-* A figure is a **ratio of medians** over interleaved rounds (in logs: nothing overflows); its
-  interval is the union of a paired percentile bootstrap and Student's t interval of the mean
-  log-ratio (Welch's, unpaired): the bootstrap alone is overconfident with few rounds and with
-  heavy tails.  A **verdict** only when the whole interval lies on one side; otherwise
-  "inconclusive", with the rounds that would likely resolve it; a physically impossible figure
-  beyond noise is a "failed measurement", never a result.
-* **Sequential looks**: ``adaptive_rounds`` adds rounds until the verdict resolves (as pyperf and
-  hyperfine do), so every look is judged at Pocock's constant nominal level for the most looks the
-  run may take (:class:`Looks`; Pocock 1977, Biometrika 64:191-199): repeated confidence intervals
-  that hold together with 95% probability (Jennison & Turnbull 1989, JRSS B 51:305-361), so that
-  stopping at the first verdict keeps its 95% (tests/test_stats.py checks the false-alarm rate;
-  the A/A runs: benchmarks/results/verify-train.md).
+"""Statistics that say "inconclusive": ratios of medians over interleaved rounds (in logs: nothing
+overflows), their intervals (a paired bootstrap widened to hold Student's t: the bootstrap alone is
+overconfident with few rounds and heavy tails), verdicts only when an interval lies on one side, and
+adaptive rounds whose every look is judged at Pocock's level so that stopping at the first verdict keeps
+its 95% (tests/test_stats.py checks the false-alarm rate).  The method and its sources: docs/verify-train.md
+("Statistics").  Standard library only, a fixed seed: the same numbers always give the same interval.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 CONFIDENCE = 0.95        # of every interval (a sequential look's is higher: Looks)
@@ -138,13 +128,10 @@ class _LogRatio:
 
 def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, scale: float = 1.0,
                        resamples: int = RESAMPLES, seed: int = SEED, confidence: float = CONFIDENCE) -> _LogRatio:
-    """The ratio of medians num / (scale x den) in logs, with its interval at ``confidence``:
-    the percentile bootstrap widened to hold Student's t interval of the log-ratios
-    (``resamples=0``: Student's t alone, whose verdicts include every verdict of the two).
-
-    Values that are not finite positive numbers (a failed trial's None, 0, NaN)
-    are left out; paired, the round is left out for both arms.
-    """
+    """The ratio of medians num / (scale x den) in logs, with its interval at ``confidence``: the
+    percentile bootstrap widened to hold Student's t interval of the log-ratios (``resamples=0``: Student's
+    t alone).  Values that are not finite positive numbers (a failed trial's None, 0, NaN) are left out;
+    paired, the round is left out for both arms."""
     out = _LogRatio()
     if not _valid(scale):
         return out
@@ -242,10 +229,7 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
                      (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
                      (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m,
                      lambda x: 1.0 - _exp(x))
-    # 1 - ratio reverses the order: the ratio's high end is the cost's low end.
-    if e.low is not None:
-        e = Estimate(**{**asdict(e), "low": e.high, "high": e.low})
-    return e
+    return replace(e, low=e.high, high=e.low)  # 1 - ratio reverses the order: the ratio's high end is the cost's low
 
 
 def share(part: Sequence, whole: Sequence, *, scale: float = 1.0, margin: float = 0.0, paired: bool = True,

@@ -1,12 +1,6 @@
-"""Version arithmetic, in one place: pure functions of text, never raising.
-
-Compute capabilities ("8.6", "sm_86", "compute_90"), CUDA versions (as text
-and as the integers CUDA and torch print: 12020 is 12.2), cuDNN's integer
-(8906 is 8.9.6, 90100 is 9.1.0), library versions in file names
-("libcudnn.so.8.9.2"), numeric versions ("535.261.03"), PyTorch versions
-with their local tag ("2.5.1+cu124") and release series ("2.5").
-
-Every layer may import this module; it imports nothing of debtorch.
+"""Version arithmetic, in one place: pure functions of text, never raising: compute capabilities, CUDA
+and cuDNN versions and their integers, versions in library file names, numeric versions, PyTorch's
+versions and series.  Every layer may import it; it imports nothing of debtorch.
 """
 
 from __future__ import annotations
@@ -14,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 CC = Tuple[int, int]
 
@@ -35,12 +29,8 @@ def parse_cc(value: Any) -> Optional[CC]:
         if len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return None
         major, minor = value
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        return parse_cc(f"{value:.1f}")
-    elif isinstance(value, int):
-        return parse_cc(str(value))
+    elif isinstance(value, (int, float)):  # NaN and infinities read as "nan", "inf": not one
+        return parse_cc(f"{value:.1f}" if isinstance(value, float) else str(value))
     elif isinstance(value, str):
         text = value.strip().lower()
         m = _CC_DOTTED.fullmatch(text)
@@ -115,12 +105,7 @@ def numeric(text: Any) -> Optional[Version]:
     if not isinstance(text, str):
         return None
     m = _NUMERIC.match(text)
-    if not m:
-        return None
-    try:
-        return Version(m.group(1))
-    except InvalidVersion:  # pragma: no cover - the regex admits only valid ones
-        return None
+    return Version(m.group(1)) if m else None   # the regex admits only valid ones
 
 
 def loose(text: Any) -> Optional[Version]:
@@ -210,10 +195,7 @@ def series(text: Any) -> Optional[str]:
 def torch_series_tuple(text: Any) -> Optional[Tuple[int, int]]:
     """"2.5.1+cu124" -> (2, 5)."""
     parsed = torch_version(text)
-    if not parsed:
-        return None
-    major, minor = parsed["series"].split(".")
-    return int(major), int(minor)
+    return major_minor(parsed["series"]) if parsed else None
 
 
 def cuda_tag(cuda: Any) -> Optional[str]:
@@ -225,17 +207,8 @@ def cuda_tag(cuda: Any) -> Optional[str]:
 def variant_of(version: Any, cuda: Any = None, hip: Any = None) -> Optional[str]:
     """The wheel index name of a torch build ("cu126", "rocm6.2", "cpu", "xpu"): from the
     CUDA or HIP it was built with, else its version's local tag; None when nothing tells."""
-    if cuda:
-        tag = cuda_tag(cuda)
-        if tag:
-            return tag
-    if hip:
-        mm = major_minor(hip)
-        if mm:
-            return f"rocm{mm[0]}.{mm[1]}"
-    if version is not None:
-        m = re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version))
-        if m:
-            return m.group(1)
-        return "cpu" if not cuda and not hip else None
-    return None
+    tag, mm = cuda_tag(cuda) if cuda else None, major_minor(hip) if hip else None
+    local = re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version)) if version is not None else None
+    if tag or mm or local:
+        return tag or (f"rocm{mm[0]}.{mm[1]}" if mm else local.group(1))
+    return "cpu" if version is not None and not cuda and not hip else None

@@ -1,15 +1,5 @@
-"""Linting files and folders: the entry points of ``debtorch lint`` (docs/lint.md).
-
-Static: the standard library's ``ast``; no torch import, nothing executed.
-
-    report = lint_paths(["train.py", "src/"])     # this module's entry point
-    for f in report.findings: print(f.path, f.line, f.id, f.finding.message)
-
-A file given by name is always parsed (a syntax error is reported); files
-found by walking a folder are parsed only when they mention ``torch``, which
-every rule needs, so that linting a large tree costs little more than
-reading it (a syntax error in a file that never mentions torch is not
-reported).
+"""Linting files and folders, the entry points of ``debtorch lint`` (docs/lint.md): static, the standard
+library's ``ast``; no torch import, nothing executed.  ``lint_paths(["train.py", "src/"])`` -> a Report.
 """
 
 from __future__ import annotations
@@ -78,7 +68,7 @@ def parse(data, path: str = "<string>") -> Tuple[Optional[ast.Module], str, Opti
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
-        msg = (exc.msg or "invalid syntax").splitlines()[0] if exc.msg else "invalid syntax"
+        msg = exc.msg.splitlines()[0] if exc.msg else "invalid syntax"
         return None, text, FileError(path, f"not valid Python: {msg}", exc.lineno or 0, exc.offset or 0)
     except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return None, text, FileError(path, f"not valid Python: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
@@ -89,13 +79,7 @@ def _silenced(f: Located, ignore: frozenset) -> bool:
     if f.id in ignore or f.id.split(".", 1)[0] in ignore:
         return True
     m = _NOQA.search(f.code)
-    if not m:
-        return False
-    ids = m.group("ids")
-    if not ids:
-        return True
-    listed = {x.strip() for x in re.split(r"[,\s]+", ids) if x.strip()}
-    return f.id in listed
+    return bool(m) and (not m.group("ids") or f.id in re.split(r"[,\s]+", m.group("ids")))
 
 
 def lint_text(data, path: str = "<string>", ignore: Iterable[str] = (), torchfix: bool = False) -> FileResult:
@@ -147,12 +131,8 @@ def lint_file(path: str, ignore: Iterable[str] = (), torchfix: bool = False, wal
 
 
 def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:
-    """(file, found by walking a folder) for every file to lint; every path must exist.
-
-    Folders are walked for ``*.py`` in name order, not entering hidden
-    folders, ``__pycache__``, ``site-packages``, ``dist-packages``,
-    ``node_modules`` or a virtual environment (a folder with ``pyvenv.cfg``).
-    """
+    """(file, found by walking a folder) for every file to lint, folders walked for ``*.py`` in name order
+    (the folders not entered: docs/lint.md); every path must exist."""
     for p in paths:
         if not os.path.exists(p):
             raise LintUsageError(f"{p}: no such file or directory")

@@ -1,14 +1,12 @@
-"""The rules of ``debtorch lint``: plain functions of a :class:`Script` returning located findings.
-
-Precision first: each check names a pattern only where the code says enough
-to be sure (a value known to be a GPU tensor, a DataLoader known to feed the
-training loop, accumulation visible in the loop); when in doubt it says
-nothing.  docs/lint.md describes every rule and its limits.
+"""The rules of ``debtorch lint`` (docs/lint.md): plain functions of a :class:`Script` returning located
+findings.  Precision first: a check names a pattern only where the code says enough to be sure (a value
+known to be a GPU tensor, a DataLoader known to feed the training loop); when in doubt it says nothing.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import io
 import re
 import tokenize
@@ -18,7 +16,9 @@ from debtorch.findings import finding
 from debtorch.lint.result import Located
 from debtorch.lint.script import (
     CPU,
+    DEFS,
     DEVICE,
+    FUNCS,
     LOADERISH,
     LOOPS,
     LOSSISH,
@@ -28,7 +28,9 @@ from debtorch.lint.script import (
     OTHER,
     TENSOR_METHODS,
     Flow,
+    Region,
     Script,
+    argument,
     constant,
     device_arg,
     has_star_kwargs,
@@ -37,6 +39,8 @@ from debtorch.lint.script import (
     keyword,
     local_nodes,
     method,
+    moved_to,
+    named_values,
     names_in,
     root_name,
 )
@@ -83,9 +87,14 @@ _CONVERT = ("float", "int", "bool", "round", "str", "repr", "print", "format")
 _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le equal allclose".split())
 
 
+def _to_cpu(node: ast.AST) -> bool:
+    """``x.cpu()``, ``x.to("cpu")``."""
+    return method(node) == "cpu" or (method(node) == "to" and bool(node.args) and device_arg(node.args[0]) is False)
+
+
 def _chain_has_cpu(node: ast.AST) -> bool:
     while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
-        if method(node) == "cpu" or (method(node) == "to" and node.args and device_arg(node.args[0]) is False):
+        if _to_cpu(node):
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
@@ -101,10 +110,11 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
         if isinstance(n, ast.Call):
             m = method(n)
             recv = n.func.value if m else None
-            if m in ("item", "tolist", "cpu") or (m == "to" and n.args and device_arg(n.args[0]) is False):
+            if m in ("item", "tolist") or _to_cpu(n):
                 k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
+                # (or of a tensor method's result: x.detach(), out.argmax(1))
                 wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
-                    (k == DEVICE or (k is None and _tensorish_chain(recv))) and not MODELISH.match(identifier(recv))
+                    (k == DEVICE or (k is None and method(recv) in TENSOR_METHODS)) and not MODELISH.match(identifier(recv))
                 if wait and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield "script.W001", "", n, segment(script, n)
@@ -141,11 +151,6 @@ def _is_text(node: ast.AST) -> bool:
     return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
-def _tensorish_chain(node: ast.AST) -> bool:
-    """``x.detach()``, ``out.argmax(1)``: a receiver that is a tensor method's result."""
-    return method(node) in TENSOR_METHODS
-
-
 def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
     """Does evaluating ``test`` as a Python bool need a GPU tensor's value?"""
     if isinstance(test, ast.BoolOp):
@@ -155,28 +160,26 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
     if any(method(n) == "item" for n in local_nodes(test) if isinstance(n, ast.Call)):
         return False  # the .item() is the finding
     if isinstance(test, ast.Compare):
-        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops):
-            return False
-        return any(kind(s) == DEVICE for s in [test.left] + test.comparators)
+        return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops) and \
+            any(kind(s) == DEVICE for s in [test.left] + test.comparators)
     if isinstance(test, ast.Call):
-        m = method(test)
-        if m in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
+        if method(test) in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
             return True
         name = script.qualname(test.func)
-        if name.startswith("torch.") and name[6:] in _TRUTH_METHODS:
-            return any(kind(a) == DEVICE for a in test.args)
-        return False
+        return name.startswith("torch.") and name[6:] in _TRUTH_METHODS and any(kind(a) == DEVICE for a in test.args)
     if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
         return kind(test) == DEVICE
     return False
 
 
 def check_syncs(script: Script) -> Iterator[Located]:
-    if not script.cuda_path:
-        return
-    flow = Flow(script)
+    return sync_findings(script, Flow(script)) if script.cuda_path else iter(())
+
+
+def sync_findings(script: Script, flow: Flow, regions: Optional[List[Region]] = None) -> Iterator[Located]:
+    """W001-W003 in what ``regions`` (default: the training loops) run every step, each place once."""
     seen: Set[Tuple[int, int, str]] = set()
-    for step in script.per_step():
+    for step in script.per_step(regions):
         if not step.header and not step.guarded:
             for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
                 key = (node.lineno, node.col_offset, rule)
@@ -189,25 +192,9 @@ def check_syncs(script: Script) -> Iterator[Located]:
 # ---------------------------------------------------------------------------
 # Copies without non_blocking where the loader pins memory (W004)
 
-def pins_memory(script: Script) -> bool:
-    for n in script.nodes:
-        if isinstance(n, ast.keyword) and n.arg == "pin_memory":
-            if _truthy_pin(n.value):
-                return True
-        elif isinstance(n, ast.Dict):
-            for k, v in zip(n.keys, n.values):
-                if isinstance(k, ast.Constant) and k.value == "pin_memory" and _truthy_pin(v):
-                    return True
-    return False
-
-
 def _truthy_pin(value: ast.AST) -> bool:
     c = constant(value)
-    if c is True:
-        return True
-    if c is not NOT_CONSTANT:
-        return False
-    return any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value))
+    return c is True or (c is NOT_CONSTANT and any(re.search(r"cuda|gpu", name, re.I) for name in names_in(value)))
 
 
 def _non_blocking(call: ast.Call) -> bool:
@@ -221,7 +208,7 @@ def _non_blocking(call: ast.Call) -> bool:
 
 
 def check_copies(script: Script) -> Iterator[Located]:
-    if not script.regions() or not pins_memory(script):
+    if not script.regions() or not any(map(_truthy_pin, named_values(script, "pin_memory"))):
         return
     flow = Flow(script)
     for step in script.per_step():
@@ -229,12 +216,7 @@ def check_copies(script: Script) -> Iterator[Located]:
             for n in local_nodes(step.node):
                 if not isinstance(n, ast.Call):
                     continue
-                m = method(n)
-                if m == "to":
-                    target = n.args[0] if n.args else keyword(n, "device")
-                    if target is None or device_arg(target) is not True:
-                        continue
-                elif m != "cuda":
+                if not (moved_to(n) or method(n) == "cuda"):
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
@@ -287,28 +269,14 @@ def _unwrap_iter(node: ast.AST) -> ast.AST:
     return node
 
 
-def _loop_sources(script: Script, loop: ast.AST) -> List[ast.AST]:
-    """What a training loop iterates: the loader expression(s)."""
-    scope = script.scope_of.get(loop, script.tree)
-    if isinstance(loop, (ast.For, ast.AsyncFor)):
-        return [_unwrap_iter(loop.iter)]
-    out = []
-    for n in local_nodes(loop.body):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args:
-            it = n.args[0]
-            if isinstance(it, ast.Name):
-                for value in script.kinds(scope).assigned.get(it.id, []):
-                    out.append(_unwrap_iter(value))
-            else:
-                out.append(_unwrap_iter(it))
-    return out
-
-
-def _parameter_index(func: ast.AST, name: str) -> Optional[int]:
-    args = [a.arg for a in func.args.posonlyargs + func.args.args]
-    if name not in args:
-        return None
-    return args.index(name)
+def _loop_sources(script: Script, region: Region) -> List[ast.AST]:
+    """What a training loop iterates: the loader expression(s); a ``while`` loop's are what it calls next() on."""
+    if isinstance(region.loop, (ast.For, ast.AsyncFor)):
+        return [_unwrap_iter(region.loop.iter)]
+    its = [n.args[0] for n in local_nodes(region.loop.body)
+           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
+    return [_unwrap_iter(v) for it in its
+            for v in (script.kinds(region.scope).assigned.get(it.id, []) if isinstance(it, ast.Name) else [it])]
 
 
 def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
@@ -316,7 +284,7 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
     names: Set[str] = set()
     direct: List[ast.Call] = []
     for region in script.regions():
-        for src in _loop_sources(script, region.loop):
+        for src in _loop_sources(script, region):
             if isinstance(src, ast.Call) and script.call_name(src).endswith("DataLoader"):
                 direct.append(src)
                 continue
@@ -325,10 +293,9 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
                 continue
             found = {name}
             scope = region.scope
-            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                idx = _parameter_index(scope, name)
-                if idx is not None:
-                    found.update(_argument_names(script, scope, idx, name))
+            params = [a.arg for a in scope.args.posonlyargs + scope.args.args] if isinstance(scope, FUNCS) else []
+            if name in params:
+                found.update(_argument_names(script, scope, params.index(name), name))
             if isinstance(src, ast.Subscript):  # loaders[phase], loaders["train"]: what the dict holds
                 for d in found:
                     held = _held(script, d, constant(src.slice))
@@ -350,8 +317,7 @@ def _held(script: Script, name: str, key) -> List[ast.AST]:
                     if isinstance(n.value, ast.DictComp):
                         pairs.append((None, n.value.value))
                     elif isinstance(n.value, ast.Dict):
-                        pairs += [(constant(k) if k is not None else NOT_CONSTANT, v)
-                                  for k, v in zip(n.value.keys, n.value.values)]
+                        pairs += list(zip(map(constant, n.value.keys), n.value.values))  # **d: NOT_CONSTANT
                 elif isinstance(t, ast.Subscript) and identifier(t.value) == name:
                     pairs.append((constant(t.slice), n.value))
     if isinstance(key, str):
@@ -365,13 +331,7 @@ def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[
     is_method = func in script.owner
     for n in script.nodes:
         if isinstance(n, ast.Call) and identifier(n.func) == func.name and not isinstance(n.func, ast.Call):
-            pos = idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx
-            arg = None
-            if 0 <= pos < len(n.args):
-                arg = n.args[pos]
-            kw = keyword(n, pname)
-            if kw is not None:
-                arg = kw
+            arg = argument(n, pname, idx - 1 if is_method and isinstance(n.func, ast.Attribute) else idx)
             if arg is not None and identifier(arg) and not isinstance(arg, ast.Call):
                 out.add(identifier(arg))
     return out
@@ -424,7 +384,7 @@ def training_loaders(script: Script) -> List[ast.Call]:
 
 
 def _in_memory(script: Script, call: ast.Call) -> bool:
-    ds = call.args[0] if call.args else keyword(call, "dataset")
+    ds = argument(call, "dataset", 0)
     if ds is None:
         return False
     values = [ds]
@@ -441,11 +401,11 @@ MANY_EPOCHS = 5
 def _many(loop: ast.AST) -> bool:
     """Does this outer loop run many times: not ``for _ in range(k)`` with a literal k < MANY_EPOCHS, nor
     ``for phase in ["train", "val"]``?"""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, (ast.List, ast.Tuple)):
-        return len(loop.iter.elts) >= MANY_EPOCHS
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
-            identifier(loop.iter.func) == "range" and loop.iter.args:
-        bounds = [constant(a) for a in loop.iter.args[:2]]
+    it = loop.iter if isinstance(loop, (ast.For, ast.AsyncFor)) else None
+    if isinstance(it, (ast.List, ast.Tuple)):
+        return len(it.elts) >= MANY_EPOCHS
+    if isinstance(it, ast.Call) and identifier(it.func) == "range" and it.args:
+        bounds = [constant(a) for a in it.args[:2]]
         if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
             count = bounds[0] if len(bounds) == 1 else bounds[1] - bounds[0]
             return count >= MANY_EPOCHS
@@ -455,25 +415,14 @@ def _many(loop: ast.AST) -> bool:
 def _per_epoch(script: Script) -> bool:
     """Does a training loop run inside an outer loop of many epochs, in its function or through a caller?"""
     for region in script.regions():
-        loop = region.loop
-        if any(_many(outer) for outer in script.enclosing_loops.get(loop, [])):
+        if any(_many(outer) for outer in script.enclosing_loops.get(region.loop, [])):
             return True
         scope = region.scope
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for outer in script.scope_of:
-                if not _many(outer):
-                    continue
-                for c in local_nodes(outer.body):
-                    if isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call):
-                        return True
+        if isinstance(scope, FUNCS) and any(
+                isinstance(c, ast.Call) and identifier(c.func) == scope.name and not isinstance(c.func, ast.Call)
+                for outer in script.scope_of if _many(outer) for c in local_nodes(outer.body)):
+            return True
     return False
-
-
-def _num_workers(call: ast.Call) -> Optional[ast.AST]:
-    nw = keyword(call, "num_workers")
-    if nw is None and len(call.args) > 5:
-        nw = call.args[5]
-    return nw
 
 
 def _argparse_default(script: Script, dest: str):
@@ -504,7 +453,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
     text_rows = _pretokenized(script)
     for call in loaders:
         star = has_star_kwargs(call)
-        nw = _num_workers(call)
+        nw = argument(call, "num_workers", 5)
         nwc = constant(nw) if nw is not None else None
         # num_workers=args.workers: the default of the file's own parser (0: no workers unless asked for)
         default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
@@ -569,12 +518,9 @@ _SCALERS = ("torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.cuda.amp
 
 
 def check_deprecated_amp(script: Script) -> Iterator[Located]:
-    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.
-
-    A name only listed or compared (``func is torch.cuda.amp.autocast``, a
-    tuple of autocast flavours in a library that still accepts them) is not
-    a use: nothing runs it.
-    """
+    """Every use of a deprecated torch.cuda.amp name: a call, a decorator, or the name passed on.  A name
+    only listed or compared (``func is torch.cuda.amp.autocast``, a tuple of autocast flavours in a library
+    that still accepts them) is not a use: nothing runs it."""
     if "amp" not in script.text:
         return
     inner = set()      # attribute nodes that are part of a longer name
@@ -590,14 +536,13 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
             mentioned.update(id(e) for e in n.keys if e is not None)
     for n in script.nodes:
         if isinstance(n, ast.ImportFrom) and n.module and not n.level:  # the import line, as well as the uses
-            for name in (f"{n.module}.{a.name}" for a in n.names):
-                if name in _DEPRECATED_AMP:
-                    yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
-        if not isinstance(n, (ast.Attribute, ast.Name)) or id(n) in inner or id(n) in mentioned \
-                or not isinstance(n.ctx, ast.Load):
+            names = [f"{n.module}.{a.name}" for a in n.names]
+        elif isinstance(n, (ast.Attribute, ast.Name)) and id(n) not in inner and id(n) not in mentioned \
+                and isinstance(n.ctx, ast.Load):
+            names = [script.qualname(n)]
+        else:
             continue
-        name = script.qualname(n)
-        if name in _DEPRECATED_AMP:
+        for name in filter(_DEPRECATED_AMP.__contains__, names):
             yield at(script, n, "script.W007", call=name, replacement="use " + _DEPRECATED_AMP[name])
 
 
@@ -605,24 +550,11 @@ def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
     """'fp16', 'bf16', or None (unknown or not CUDA) for an autocast call."""
     if constant(keyword(call, "enabled")) is False:
         return None
-    if name.startswith("torch.cuda.amp"):
-        device = "cuda"
-    else:
-        dev = call.args[0] if call.args else keyword(call, "device_type")
-        device = constant(dev) if dev is not None else None
-    if device != "cuda":
+    if not name.startswith("torch.cuda.amp") and constant(argument(call, "device_type", 0)) != "cuda":
         return None
-    dtype = keyword(call, "dtype")
-    if dtype is None and len(call.args) > 1 and name.startswith(("torch.autocast", "torch.amp")):
-        dtype = call.args[1]
-    if dtype is None:
-        return "fp16"
-    q = script.qualname(dtype)
-    if q in ("torch.float16", "torch.half"):
-        return "fp16"
-    if q == "torch.bfloat16":
-        return "bf16"
-    return None
+    dtype = argument(call, "dtype", 1 if name.startswith(("torch.autocast", "torch.amp")) else None)
+    return "fp16" if dtype is None else \
+        {"torch.float16": "fp16", "torch.half": "fp16", "torch.bfloat16": "bf16"}.get(script.qualname(dtype))
 
 
 _FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai")
@@ -711,7 +643,7 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
     while stack:
         node, ifs = stack.pop()
         yield node, ifs
-        if isinstance(node, LOOPS) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, LOOPS + DEFS):
             continue
         if isinstance(node, ast.If):
             kids = [(c, ifs + [node]) for c in node.body + node.orelse] + [(node.test, ifs)]
@@ -724,7 +656,7 @@ def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
     return next((n.right for n in local_nodes(test) if is_mod(n)), None)
 
 
-def _loss_of_backward(script: Script, call: ast.Call) -> Optional[ast.AST]:
+def _loss_of_backward(call: ast.Call) -> Optional[ast.AST]:
     """The loss expression a backward call differentiates, or None when a framework scales it."""
     if method(call) != "backward" or call.args:
         return None
@@ -749,9 +681,8 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)) and identifier(n.target) == name:
             return True
         if isinstance(n, ast.Assign) and any(identifier(t) == name for t in n.targets):
-            if any(isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div) for v in local_nodes(n.value)):
-                return True
-            if any(method(v) in ("div", "div_", "mul", "mul_") for v in local_nodes(n.value)):
+            if any((isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div)) or method(v) in ("div", "div_", "mul", "mul_")
+                   for v in local_nodes(n.value)):
                 return True
             if isinstance(n.value, ast.Call) and script.callees(n.value, scope):
                 return True  # computed by a function of this file: not judged
@@ -760,9 +691,7 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
     return False
 
 
-class _Accumulation:
-    def __init__(self, loop, every, guard, backwards, steps):
-        self.loop, self.every, self.guard, self.backwards, self.steps = loop, every, guard, backwards, steps
+_Accumulation = collections.namedtuple("_Accumulation", "loop every guard backwards steps")
 
 
 _ACCUM = re.compile(r"accum|update_freq|grad_acc", re.I)
@@ -818,7 +747,7 @@ def check_accumulation(script: Script) -> Iterator[Located]:
         if constant(acc.every) in (0, 1):
             continue
         for b in acc.backwards:
-            loss = _loss_of_backward(script, b)
+            loss = _loss_of_backward(b)
             if loss is None or _divided(script, scope, loss, acc.every):
                 continue
             yield at(script, b, "script.W010", every=every)
@@ -859,10 +788,7 @@ _SCHEDULERS = {
 
 
 def _scheduler_size(script: Script, call: ast.Call, kind: str) -> Optional[ast.AST]:
-    kw, pos = _SCHEDULERS[kind]
-    size = keyword(call, kw)
-    if size is None and pos is not None and len(call.args) > pos:
-        size = call.args[pos]
+    size = argument(call, *_SCHEDULERS[kind])
     if size is None and kind == "OneCycleLR":
         size = keyword(call, "steps_per_epoch")
     return size
@@ -882,25 +808,17 @@ def _resolve(script: Script, scope: ast.AST, node: ast.AST) -> ast.AST:
 
 def _in_batches(script: Script, size: ast.AST, every: ast.AST) -> Optional[bool]:
     """True: counts micro-batches (len(loader)...); False: optimizer steps (divided); None: cannot tell."""
-    every_names = set(names_in(every))
     has_len = any(isinstance(n, ast.Call) and identifier(n.func) == "len" and n.args and
                   LOADERISH.search(identifier(n.args[0]) or "") for n in local_nodes(size))
     divided = any(isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)) for n in local_nodes(size)) \
-        or bool(every_names & set(names_in(size)))
-    if has_len and not divided:
-        return True
-    if has_len and divided:
-        return False
-    return None
+        or bool(set(names_in(every)) & set(names_in(size)))
+    return not divided if has_len else None
 
 
 def check_schedule(script: Script) -> Iterator[Located]:
     if ".accumulate(" in script.text:
         return  # accelerate steps a prepared schedule with the optimizer itself
-    accs = accumulations(script)
-    if not accs:
-        return
-    for acc in accs:
+    for acc in accumulations(script):
         scope = script.scope_of.get(acc.loop, script.tree)
         for node, ifs in _direct_nodes(acc.loop.body):
             if not (isinstance(node, ast.Call) and method(node) == "step" and not script.is_optimizer_step(node)):
@@ -914,25 +832,23 @@ def check_schedule(script: Script) -> Iterator[Located]:
             size = _scheduler_size(script, call, kind)
             if size is None:
                 continue
+            # sized in micro-batches but stepped with the optimizer, or the other way round
             counted = _in_batches(script, _resolve(script, scope, size), acc.every)
+            if counted is None or counted != with_optimizer:
+                continue
             every = segment(script, acc.every, 30)
-            fix_size = f"len(loader) // {every} * epochs"
-            if counted is True and with_optimizer:
-                yield at(script, call, "script.W011", sched=kind, sized="micro-batches (len of the loader)",
-                         stepped=f"once per optimizer step (every {every} micro-batches): it never finishes",
-                         fix_size=fix_size, name=sched_name)
-            elif counted is False and not with_optimizer:
-                yield at(script, call, "script.W011", sched=kind, sized=f"optimizer steps (divided by {every})",
-                         stepped="every micro-batch", fix_size=fix_size, name=sched_name)
+            sized, stepped = ("micro-batches (len of the loader)",
+                              f"once per optimizer step (every {every} micro-batches): it never finishes") if counted \
+                else (f"optimizer steps (divided by {every})", "every micro-batch")
+            yield at(script, call, "script.W011", sched=kind, sized=sized, stepped=stepped,
+                     fix_size=f"len(loader) // {every} * epochs", name=sched_name)
 
 
 def _constructor(script: Script, scope: ast.AST, name: str) -> Optional[Tuple[ast.Call, str]]:
     for s in (scope, script.tree):
         for value in script.kinds(s).assigned.get(name, []):
-            if isinstance(value, ast.Call):
-                kind = identifier(value.func)
-                if kind in _SCHEDULERS:
-                    return value, kind
+            if isinstance(value, ast.Call) and identifier(value.func) in _SCHEDULERS:
+                return value, identifier(value.func)
     for n in script.nodes:
         if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
                 any(identifier(t) == name for t in n.targets) and identifier(n.value.func) in _SCHEDULERS:

@@ -1,46 +1,29 @@
-"""Host waits per step, read from the code (verify-train's "host waits per step" off CUDA).
-
-:func:`static_waits` reads a workload file (docs/workloads.md) and returns
-the places the static pass says would make the host wait for the GPU once
-per step: in the script's own training loops, and in what the training
-engine runs per step of a ``--workload``: the ``forward`` of every module
-class in the file and the function given as ``loss_fn``, with what they call
-in the same file.  On CUDA the worker counts them instead
-(:mod:`debtorch.hostwaits`).
+"""Host waits per step read from the code: verify-train's "host waits per step" off CUDA (on CUDA the
+worker counts them, :mod:`debtorch.hostwaits`).  What a ``--workload`` runs per step: docs/lint.md.
 """
 
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from debtorch.lint.api import parse, read_script
-from debtorch.lint.checks import at, sync_hits
+from debtorch.lint.checks import sync_findings
 from debtorch.lint.result import Located
-from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier
+from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier, named_values
 
 
 def _workload_functions(script: Script) -> List[ast.AST]:
     """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
     out = [m["forward"] for m in script.methods.values() if "forward" in m]
-    names = set()
-    for n in script.nodes:
-        if isinstance(n, ast.keyword) and n.arg == "loss_fn":
-            names.add(identifier(n.value))
-        elif isinstance(n, ast.Dict):
-            for k, v in zip(n.keys, n.values):
-                if isinstance(k, ast.Constant) and k.value == "loss_fn":
-                    names.add(identifier(v))
-    for name in names:
+    for name in set(map(identifier, named_values(script, "loss_fn"))):
         out.extend(script.functions.get(name, ()))
     return out
 
 
 def static_waits(path: str) -> List[Located]:
-    """The places in ``path`` that would make the host wait for the GPU every step (W001-W003).
-
-    A file that cannot be read or parsed gives no places.
-    """
+    """The places in ``path`` that would make the host wait for the GPU every step (W001-W003); none
+    when it cannot be read or parsed."""
     data, error = read_script(path)
     if error is not None:
         return []
@@ -57,27 +40,13 @@ def _static(script: Script) -> List[Located]:
     flow = Flow(script)
     regions = list(script.regions())
     for func in _workload_functions(script):
-        region = Region(func, func)
-        walker = Walker(script, region)
+        regions.append(Region(func, func))
+        walker = Walker(script, regions[-1])
         walker.visited.add(func)
         walker.block(func.body, False, func, 0)
-        params = [a.arg for a in func.args.posonlyargs + func.args.args if a.arg not in ("self", "cls")]
-        env = flow.env.setdefault(func, {})
-        for p in params:
-            env[p] = DEVICE   # what the engine passes: inputs and outputs on the device
-        regions.append(region)
-    found: Dict[tuple, Located] = {}
-    seen = set()
-    for region in regions:
-        for step in region.steps:
-            if id(step.node) in seen:
-                continue
-            seen.add(id(step.node))
-            if not step.header and not step.guarded:
-                for rule, variant, node, code in sync_hits(script, step.node, flow, step.scope, step.test):
-                    found.setdefault((node.lineno, node.col_offset), at(script, node, rule, variant, call=code))
-            flow.assign(step.node, step.scope)
-    return sorted(found.values(), key=Located.sort_key)
+        # what the engine passes: inputs and outputs on the device
+        flow.env[func] = {a.arg: DEVICE for a in func.args.posonlyargs + func.args.args if a.arg not in ("self", "cls")}
+    return sorted(sync_findings(script, flow, regions), key=Located.sort_key)
 
 
 def static_result(path: Optional[str]) -> dict:

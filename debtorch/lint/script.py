@@ -1,21 +1,7 @@
-"""A Python file as the linter sees it: imports, functions, training loops, and what names hold.
-
-Standard library only; nothing is imported or executed.  The questions the
-rules ask are answered here:
-
-* what a dotted name means after the file's imports (``amp.autocast`` ->
-  ``torch.cuda.amp.autocast``): :meth:`Script.qualname`;
-* which loops train: a loop whose own body (not a nested loop's) calls
-  ``backward()`` or an optimizer's ``step()``, directly or through a function
-  of the same file that does so outside a loop of its own (a "step
-  function"): :meth:`Script.training_loops`;
-* what runs once per optimizer step: the body of a training loop and the
-  same-file functions it calls, each statement marked *guarded* when it sits
-  under a condition that makes it occasional (``if step % k == 0``, a
-  logging flag, an exception handler): :meth:`Script.per_step`;
-* whether a name holds a tensor on the GPU at a given statement: a small
-  flow-sensitive inference (:class:`Kinds`), conservative by design: when in
-  doubt a name is unknown, and unknown never makes a finding.
+"""A Python file as the linter sees it: imports, functions, training loops, what runs per step
+(with its guards), and what names hold: a small flow-sensitive inference, conservative by design
+(when in doubt a name is unknown, and unknown never makes a finding).  How loops and steps are
+found: docs/lint.md.  Standard library only; nothing is imported or executed.
 """
 
 from __future__ import annotations
@@ -107,16 +93,17 @@ def root_name(node: ast.AST) -> str:
 
 def method(call: ast.AST) -> str:
     """``x.foo(...)`` -> ``foo``; anything else -> ''."""
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
-        return call.func.attr
-    return ""
+    return call.func.attr if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) else ""
 
 
 def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    return None
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def argument(call: ast.Call, name: str, pos: Optional[int] = None) -> Optional[ast.expr]:
+    """A call's argument ``name``, given by keyword or (where ``pos`` is given) at that position."""
+    kw = keyword(call, name)
+    return call.args[pos] if kw is None and pos is not None and 0 <= pos < len(call.args) else kw
 
 
 def has_star_kwargs(call: ast.Call) -> bool:
@@ -171,6 +158,15 @@ def names_in(node: ast.AST) -> Iterator[str]:
             yield n.attr
         elif isinstance(n, ast.Constant) and isinstance(n.value, str):
             yield n.value
+
+
+def named_values(script: "Script", name: str) -> Iterator[ast.AST]:
+    """The values the file gives as ``name=...`` or under the key ``"name"`` of a dict literal."""
+    for n in script.nodes:
+        if isinstance(n, ast.keyword) and n.arg == name:
+            yield n.value
+        elif isinstance(n, ast.Dict):
+            yield from (v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant) and k.value == name)
 
 
 @dataclass
@@ -262,14 +258,8 @@ class Script:
         moves = cuda = False
         for n in self.nodes:
             if isinstance(n, ast.Call):
-                m = method(n)
-                if m == "cuda":
-                    moves = True
-                elif m == "to":
-                    target = n.args[0] if n.args else keyword(n, "device")
-                    if target is not None and device_arg(target):
-                        moves = True
-                elif identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
+                if method(n) == "cuda" or moved_to(n) or \
+                        identifier(n.func) in ("Accelerator", "DistributedDataParallel", "DDP", "Fabric"):
                     moves = True
                 elif identifier(n.func) in ("autocast", "GradScaler") and \
                         self.qualname(n.func).startswith("torch.cuda.amp"):
@@ -338,21 +328,13 @@ class Script:
         return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
 
     def is_backward(self, call: ast.AST) -> bool:
-        if not isinstance(call, ast.Call):
-            return False
-        if method(call) in ("backward", "manual_backward"):
-            return True
-        return self.call_name(call) == "torch.autograd.backward"
+        return isinstance(call, ast.Call) and (method(call) in ("backward", "manual_backward") or
+                                               self.call_name(call) == "torch.autograd.backward")
 
     def is_optimizer_step(self, call: ast.AST) -> bool:
-        if method(call) != "step":
-            return False
-        recv = call.func.value
-        name = identifier(recv)
-        if _OPTIMIZER.search(name):
-            return True
-        # scaler.step(optimizer), loss_scaler.step(opt)
-        return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
+        """``optimizer.step()``, and ``scaler.step(optimizer)``, ``loss_scaler.step(opt)``."""
+        return method(call) == "step" and bool(_OPTIMIZER.search(identifier(call.func.value)) or
+                                               call.args and _OPTIMIZER.search(identifier(call.args[0])))
 
     def is_step_wrapper(self, call: ast.AST) -> bool:
         """A callable given the loss and the optimizer, ``loss_scaler(loss, optimizer, clip_grad=...)``
@@ -375,7 +357,7 @@ class Script:
             if isinstance(node, DEFS):
                 continue
             if isinstance(node, LOOPS):
-                stack.extend(_loop_header(node))
+                stack.append(node.test if isinstance(node, ast.While) else node.iter)
                 continue
             if isinstance(node, ast.Call):
                 if self.is_training_call(node):
@@ -394,40 +376,28 @@ class Script:
         if func in seen:
             return "none"
         seen.add(func)
-        kind = "none"
-        for node in local_nodes(func.body):
-            if isinstance(node, LOOPS) and self._direct(node.body, func, seen):
-                kind = "loop"
-                break
-        if kind == "none" and self._direct(func.body, func, seen):
-            kind = "step"
+        if any(isinstance(node, LOOPS) and self._direct(node.body, func, seen) for node in local_nodes(func.body)):
+            kind = "loop"
+        else:
+            kind = "step" if self._direct(func.body, func, seen) else "none"
         self._kind[func] = kind
         return kind
-
-    def is_training_loop(self, loop: ast.AST) -> bool:
-        return self._direct(loop.body, self.scope_of.get(loop, self.tree), set())
-
-    def training_loops(self) -> List[ast.AST]:
-        if not self.uses_torch:
-            return []
-        return [loop for loop in self.scope_of if self.is_training_loop(loop)]
 
     # -- what runs per step --------------------------------------------------
     def regions(self) -> List[Region]:
         """Per-step code of every training loop (a loop nested in another shares its statements)."""
         if self._regions is None:
-            self._regions = []
-            for loop in self.training_loops():
-                scope = self.scope_of.get(loop, self.tree)
-                region = Region(loop, scope)
-                Walker(self, region).run(loop)
-                self._regions.append(region)
+            self._regions = [Region(loop, scope) for loop, scope in self.scope_of.items()
+                             if self.uses_torch and self._direct(loop.body, scope, set())]
+            for region in self._regions:
+                Walker(self, region).run(region.loop)
         return self._regions
 
-    def per_step(self) -> Iterator[Step]:
-        """Every per-step node once (the first region that reaches it wins)."""
+    def per_step(self, regions: Optional[List[Region]] = None) -> Iterator[Step]:
+        """Every per-step node of ``regions`` (default: the training loops') once; the first region
+        that reaches it wins."""
         seen: Set[int] = set()
-        for region in self.regions():
+        for region in self.regions() if regions is None else regions:
             for step in region.steps:
                 if id(step.node) not in seen:
                     seen.add(id(step.node))
@@ -445,10 +415,8 @@ class Script:
         for n in local_nodes(test):
             if is_mod(n):
                 return True
-            if isinstance(n, (ast.Name, ast.Attribute)):
-                name = n.id if isinstance(n, ast.Name) else n.attr
-                if _PERIODIC.search(name):
-                    return True
+            if isinstance(n, (ast.Name, ast.Attribute)) and _PERIODIC.search(identifier(n)):
+                return True
             if isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops):
                 for side in [n.left] + n.comparators:
                     if _COUNTER.search(identifier(side) or "") and not isinstance(side, ast.Call):
@@ -487,12 +455,6 @@ def is_mod(node: ast.AST) -> bool:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
-
-
-def _loop_header(loop: ast.AST) -> list:
-    if isinstance(loop, ast.While):
-        return [loop.test]
-    return [loop.iter]
 
 
 class Walker:
@@ -544,14 +506,11 @@ class Walker:
                 jump = _jump(stmt.body, self.script)
                 if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
                     exit_ = jump
-            elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-                self.add(for_header(stmt), guarded, scope)
-                exit_ = self.block(stmt.body, guarded, scope, depth + 1)
-                self.block(stmt.orelse, True, scope, depth + 1)
-            elif isinstance(stmt, ast.While):
-                self.add(stmt.test, guarded, scope, test=True)
-                exit_ = self.block(stmt.body, guarded or self.script.periodic(stmt.test), scope, depth + 1)
-                self.block(stmt.orelse, True, scope, depth + 1)
+            elif isinstance(stmt, LOOPS):
+                test = isinstance(stmt, ast.While)
+                self.add(stmt.test if test else for_header(stmt), guarded, scope, test=test)
+                exit_ = self.block(stmt.body, guarded or (test and self.script.periodic(stmt.test)), scope, depth + 1)
+                self.block(stmt.orelse, True, scope, depth + 1)  # a loop's else runs once
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     self.add(item.context_expr, guarded, scope)
@@ -574,12 +533,8 @@ class Walker:
 
 
 class Kinds:
-    """What names hold in one function (or the module), flow-insensitively, for a first guess.
-
-    Every assignment in the scope is classified (:meth:`classify`); a name
-    assigned two different kinds is MIXED (unknown).  :class:`Flow` refines
-    this statement by statement along a region.
-    """
+    """What names hold in one function (or the module), flow-insensitively, for a first guess: a name
+    assigned two different kinds is MIXED (unknown).  :class:`Flow` refines it statement by statement."""
 
     def __init__(self, script: Script, scope: ast.AST):
         self.script = script
@@ -592,19 +547,8 @@ class Kinds:
         body = scope.body if hasattr(scope, "body") else []
         assigns = []
         for node in local_nodes(body):
-            if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    assigns.append((t, node.value))
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-                assigns.append((node.target, node.value if isinstance(node, ast.AnnAssign) else
-                                ast.BinOp(left=node.target, op=node.op, right=node.value)))
-            elif isinstance(node, (ast.For, ast.AsyncFor)):
-                assigns.append((node.target, _IterOf(node.iter)))
-            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
-                assigns.append((node.optional_vars, node.context_expr))
-            elif isinstance(node, ast.NamedExpr):
-                assigns.append((node.target, node.value))
-            elif isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
+            assigns += assignments(node)
+            if isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
                     and not node.args and isinstance(node.func.value, ast.Name):
                 self.names[node.func.value.id] = DEVICE
         for target, value in assigns:
@@ -615,7 +559,7 @@ class Kinds:
         for _ in range(3):  # a few rounds reach what chains of assignments say
             changed = False
             for target, value in assigns:
-                for name, kind in bind(target, value, self.classify_value, self):
+                for name, kind in bind(target, value, lambda v: classify(script, v, self.of)):
                     old = self.names.get(name)
                     new = merge(old, kind)
                     if new != old:
@@ -634,9 +578,6 @@ class Kinds:
             return self.outer.of(name)
         return None
 
-    def classify_value(self, value: ast.AST, lookup=None) -> Optional[str]:
-        return classify(self.script, value, lookup or self.of)
-
 
 class _IterOf(ast.expr):
     """Stands for 'an element of ``iter``' in a for-loop's assignment to its target."""
@@ -648,22 +589,30 @@ class _IterOf(ast.expr):
         self.iter = iter
 
 
+def assignments(node: ast.AST) -> list:
+    """The (target, value) pairs a node assigns: ``x += v`` as ``x = x + v``, a ``for`` target an
+    element of what it iterates, ``with ... as x``, ``x := v``."""
+    if isinstance(node, ast.Assign):
+        return [(t, node.value) for t in node.targets]
+    if isinstance(node, ast.AnnAssign) and node.value is not None:
+        return [(node.target, node.value)]
+    if isinstance(node, ast.AugAssign):
+        return [(node.target, ast.BinOp(left=node.target, op=node.op, right=node.value))]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [(node.target, _IterOf(node.iter))]
+    if isinstance(node, ast.withitem) and node.optional_vars is not None:
+        return [(node.optional_vars, node.context_expr)]
+    return [(node.target, node.value)] if isinstance(node, ast.NamedExpr) else []
+
+
 def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
-    if new is None or old == new:
-        return old if new is None else new
-    if old is None:
-        return new
-    return MIXED
+    return old if new is None or old == new else new if old is None else MIXED
 
 
-def bind(target: ast.AST, value: ast.AST, classify_value, kinds: Optional[Kinds] = None):
-    """(name, kind) pairs an assignment makes.
-
-    Tuple targets take a tuple literal element by element, and what a
-    tuple-returning tensor call (``max(dim)``, ``sort``, ``topk``) or a batch
-    gives alike for every part; ``for i, b in enumerate(X)`` binds ``i`` to a
-    number and ``b`` to an element of X.
-    """
+def bind(target: ast.AST, value: ast.AST, classify_value):
+    """(name, kind) pairs an assignment makes.  Tuple targets take a tuple literal element by element,
+    and what a tuple-returning tensor call (``max(dim)``, ``topk``) or a batch gives alike for every part;
+    ``for i, b in enumerate(X)`` binds ``i`` to a number and ``b`` to an element of X."""
     if isinstance(target, ast.Starred):
         target = target.value
     if isinstance(target, ast.Name):
@@ -674,23 +623,23 @@ def bind(target: ast.AST, value: ast.AST, classify_value, kinds: Optional[Kinds]
     elts = target.elts
     if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elts):
         for t, v in zip(elts, value.elts):
-            yield from bind(t, v, classify_value, kinds)
+            yield from bind(t, v, classify_value)
         return
     if isinstance(value, _IterOf):
         it = value.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.args:
             if it.func.id == "enumerate" and len(elts) == 2:
-                yield from bind(elts[0], ast.Constant(0), classify_value, kinds)
-                yield from bind(elts[1], _IterOf(it.args[0]), classify_value, kinds)
+                yield from bind(elts[0], ast.Constant(0), classify_value)
+                yield from bind(elts[1], _IterOf(it.args[0]), classify_value)
                 return
             if it.func.id == "zip" and len(elts) == len(it.args):
                 for t, a in zip(elts, it.args):
-                    yield from bind(t, _IterOf(a), classify_value, kinds)
+                    yield from bind(t, _IterOf(a), classify_value)
                 return
     kind = classify_value(value)
     each = kind if kind in (DEVICE, CPU) else None
     for t in elts:
-        yield from bind(t, _Known(each), classify_value, kinds)
+        yield from bind(t, _Known(each), classify_value)
 
 
 class _Known(ast.expr):
@@ -711,7 +660,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return node.kind
     rec = lambda n: classify(script, n, lookup, depth + 1)  # noqa: E731
     if isinstance(node, _IterOf):
-        if _is_loader_expr(script, node.iter, lookup):
+        if _is_loader_expr(script, node.iter):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
         if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
@@ -720,8 +669,8 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     if isinstance(node, ast.Name):
         kind = lookup(node.id)
         return None if kind == MIXED else kind
-    if isinstance(node, ast.Constant) or isinstance(node, (ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.ListComp,
-                                                            ast.DictComp, ast.SetComp, ast.Tuple)):
+    if isinstance(node, (ast.Constant, ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp,
+                         ast.SetComp, ast.Tuple)):
         return OTHER
     if isinstance(node, ast.Call):
         return _classify_call(script, node, lookup, rec)
@@ -737,7 +686,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in node.ops):
             return OTHER
         return _where({rec(n) for n in [node.left] + node.comparators})
-    if isinstance(node, ast.Subscript):
+    if isinstance(node, (ast.Subscript, ast.Starred)):  # x[i], and *t (t's elements): where x and t are
         return _where({rec(node.value)})
     if isinstance(node, ast.Attribute):
         if node.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
@@ -752,8 +701,6 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         return a if a == b else None
     if isinstance(node, ast.NamedExpr):
         return rec(node.value)
-    if isinstance(node, ast.Starred):  # *t unpacks t's elements: where t is
-        return _where({rec(node.value)})
     return None
 
 
@@ -773,16 +720,13 @@ def _elements(node: ast.AST, rec) -> Optional[str]:
     return _where({rec(node.func.value if method(node) == "values" else node)})
 
 
-def _is_loader_expr(script: Script, node: ast.AST, lookup) -> bool:
+def _is_loader_expr(script: Script, node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         name = script.call_name(node)
         if name.endswith("DataLoader"):
             return True
-        if isinstance(node.func, ast.Name) and node.func.id in ("tqdm", "iter") and node.args:
-            return _is_loader_expr(script, node.args[0], lookup)
-        if name.endswith("tqdm") and node.args:
-            return _is_loader_expr(script, node.args[0], lookup)
-        return False
+        wraps = (isinstance(node.func, ast.Name) and node.func.id in ("tqdm", "iter")) or name.endswith("tqdm")
+        return bool(node.args) and wraps and _is_loader_expr(script, node.args[0])
     return bool(LOADERISH.search(identifier(node) or "")) and not isinstance(node, ast.Subscript)
 
 
@@ -806,6 +750,12 @@ def device_arg(node: ast.AST) -> Optional[bool]:
     return None
 
 
+def moved_to(call: ast.AST) -> Optional[bool]:
+    """``x.to(where)`` or ``x.to(device=where)``: True to a GPU, False to the CPU, None not a device move."""
+    target = (call.args[0] if call.args else keyword(call, "device")) if method(call) == "to" else None
+    return device_arg(target) if target is not None else None
+
+
 def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
     func = node.func
     m = method(node)
@@ -818,9 +768,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if m == "cuda":
             return MODEL if rec(recv) == MODEL else DEVICE
         if m == "to":
-            target = node.args[0] if node.args else keyword(node, "device")
-            where = device_arg(target) if target is not None else None
-            rk = rec(recv)
+            where, rk = moved_to(node), rec(recv)
             return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
         rk = rec(recv)
         if rk == MODEL:
@@ -857,16 +805,10 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return None
         if short in FACTORIES:
             dev = keyword(node, "device")
-            if dev is not None:
-                return DEVICE if device_arg(dev) else (CPU if device_arg(dev) is False else None)
-            return CPU
+            return CPU if dev is None else {True: DEVICE, False: CPU}.get(device_arg(dev))
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
-        cls = script.classes[func.id]
-        if any(script.qualname(b).endswith(("Module", "nn.Module")) or "Module" in script.qualname(b)
-               for b in cls.bases):
-            return MODEL
-        return OTHER
+        return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
     fk = rec(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if fk == MODEL:
         return DEVICE
@@ -886,48 +828,23 @@ class Flow:
         self.script = script
         self.env: Dict[ast.AST, Dict[str, Optional[str]]] = {}
 
-    def lookup(self, scope: ast.AST):
-        env = self.env.setdefault(scope, {})
-        kinds = self.script.kinds(scope)
-
-        def of(name: str) -> Optional[str]:
-            if name in env:
-                return env[name]
-            return kinds.of(name)
-        return of
-
     def classify(self, node: ast.AST, scope: ast.AST) -> Optional[str]:
-        return classify(self.script, node, self.lookup(scope))
+        env, kinds = self.env.setdefault(scope, {}), self.script.kinds(scope)
+        return classify(self.script, node, lambda name: env[name] if name in env else kinds.of(name))
 
     def comprehensions(self, node: ast.AST, scope: ast.AST) -> None:
         """Bind the targets of comprehensions in ``node`` (their elements are what they iterate)."""
         env = self.env.setdefault(scope, {})
-        look = self.lookup(scope)
         for n in local_nodes(node):
             if isinstance(n, ast.comprehension):
-                for name, kind in bind(n.target, _IterOf(n.iter), lambda v, _=None: classify(self.script, v, look)):
-                    env[name] = kind
+                env.update(bind(n.target, _IterOf(n.iter), lambda v: self.classify(v, scope)))
 
     def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
-        env = self.env.setdefault(scope, {})
-        look = self.lookup(scope)
-        cls = lambda v, _=None: classify(self.script, v, look)  # noqa: E731
-        pairs = []
-        if isinstance(stmt, ast.Assign):
-            value = _IterOf(stmt.value) if getattr(stmt, "for_header", False) else stmt.value
-            for t in stmt.targets:
-                pairs.extend(bind(t, value, cls))
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            pairs.extend(bind(stmt.target, stmt.value, cls))
-        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
-            k = cls(ast.BinOp(left=stmt.target, op=stmt.op, right=stmt.value))
-            pairs.append((stmt.target.id, k))
-        for name, kind in pairs:
-            env[name] = kind
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            pairs = [p for t, v in assignments(stmt) for p in bind(t, v, lambda v: self.classify(v, scope))]
+            self.env.setdefault(scope, {}).update(pairs)
 
 
 def for_header(loop: ast.AST) -> ast.Assign:
-    """A ``for`` loop's per-iteration assignment of its target, as a statement."""
-    node = ast.Assign(targets=[loop.target], value=loop.iter, lineno=loop.lineno, col_offset=loop.col_offset)
-    node.for_header = True
-    return node
+    """A ``for`` loop's per-iteration assignment of its target (an element of what it iterates)."""
+    return ast.Assign(targets=[loop.target], value=_IterOf(loop.iter), lineno=loop.lineno, col_offset=loop.col_offset)

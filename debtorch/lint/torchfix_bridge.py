@@ -1,13 +1,6 @@
-"""TorchFix's findings, when TorchFix is installed (an optional extra: ``pip install torchfix``).
-
-TorchFix (https://github.com/pytorch-labs/torchfix, BSD) lints deprecated and
-removed PyTorch APIs; debtorch does not re-implement its rules but reports
-them under TorchFix's own codes, as ``torchfix.TOR101`` and so on.  It is
-driven through its flake8 plugin interface (``TorchChecker(tree, lines).run()``
-yielding ``(line, col, "TORnnn message", type)``), the one TorchFix keeps
-stable for flake8.  Codes TorchFix disables by default stay off
-(``DISABLED_BY_DEFAULT``: TOR3, TOR4, TOR9); TOR401 (a DataLoader without
-workers) is ``script.W005`` here.
+"""TorchFix's findings (https://github.com/pytorch-labs/torchfix, an optional extra), under its own codes
+(``torchfix.TOR101``; docs/lint.md).  Driven through its flake8 plugin interface, the one TorchFix keeps
+stable: ``TorchChecker(tree, lines).run()`` yields ``(line, col, "TORnnn message", type)``.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ from debtorch.lint.result import Located
 
 AREA = "torchfix"   # TorchFix's findings keep their codes under it: torchfix.TOR101, ...
 
-FALLBACK_DISABLED = ("TOR3", "TOR4", "TOR9")
+FALLBACK_DISABLED = ("TOR3", "TOR4", "TOR9")  # TorchFix's default-off codes (TOR401 is script.W005 here)
 HOME = "https://github.com/pytorch-labs/torchfix#rules"
 
 

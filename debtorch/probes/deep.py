@@ -10,9 +10,23 @@ import warnings
 out = {"ok": False, "warnings": [], "errors": {}}
 
 
+def first_line(exc):
+    text = str(exc).strip()
+    return "%s: %s" % (type(exc).__name__, text.splitlines()[0] if text else "")
+
+
 def err(key, exc):
-    text = "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-    out["errors"][key] = text[:500]
+    out["errors"][key] = first_line(exc)[:500]
+
+
+def attempt(key, get, failed=None):
+    """out[key] = get(); when it raises, the error under out["errors"][key] (and out[key] = failed, if given)."""
+    try:
+        out[key] = get()
+    except BaseException as exc:  # noqa: BLE001 - a failing step is a fact
+        err(key, exc)
+        if failed is not None:
+            out[key] = failed
 
 
 t0 = time.time()
@@ -30,45 +44,18 @@ with warnings.catch_warnings(record=True) as caught:
     out["cuda"] = getattr(torch.version, "cuda", None)
     out["hip"] = getattr(torch.version, "hip", None)
     out["debug"] = getattr(torch.version, "debug", None)
-    try:
-        out["cudnn_version"] = torch.backends.cudnn.version()
-    except BaseException as exc:  # noqa: BLE001
-        err("cudnn_version", exc)
-    try:
-        out["mkldnn"] = bool(torch.backends.mkldnn.is_available())
-    except BaseException as exc:  # noqa: BLE001
-        err("mkldnn", exc)
-    try:
-        out["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-    except BaseException as exc:  # noqa: BLE001
-        err("cpu_capability", exc)
+    attempt("cudnn_version", torch.backends.cudnn.version)
+    attempt("mkldnn", lambda: bool(torch.backends.mkldnn.is_available()))
+    attempt("cpu_capability", torch.backends.cpu.get_cpu_capability)
     out["num_threads"] = torch.get_num_threads()
-    try:
-        out["cuda_available"] = bool(torch.cuda.is_available())
-    except BaseException as exc:  # noqa: BLE001
-        err("cuda_available", exc)
-        out["cuda_available"] = False
-    try:
-        out["arch_list"] = list(torch.cuda.get_arch_list())
-    except BaseException as exc:  # noqa: BLE001
-        err("arch_list", exc)
+    attempt("cuda_available", lambda: bool(torch.cuda.is_available()), False)
+    attempt("arch_list", lambda: list(torch.cuda.get_arch_list()))
     devices = []
     if out.get("cuda"):
         # Initialising CUDA is where error 999 (after suspend) shows itself.
-        try:
-            torch.cuda.init()
-            out["cuda_init"] = "ok"
-        except BaseException as exc:  # noqa: BLE001
-            err("cuda_init", exc)
-            out["cuda_init"] = "failed"
-        try:
-            out["device_count"] = torch.cuda.device_count()
-        except BaseException as exc:  # noqa: BLE001
-            err("device_count", exc)
-        try:
-            out["nccl_version"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-        except BaseException as exc:  # noqa: BLE001
-            err("nccl_version", exc)
+        attempt("cuda_init", lambda: torch.cuda.init() or "ok", "failed")
+        attempt("device_count", torch.cuda.device_count)
+        attempt("nccl_version", lambda: ".".join(str(x) for x in torch.cuda.nccl.version()))
     for i in range(out.get("device_count") or 0):
         dev = {"index": i}
         try:
@@ -82,26 +69,24 @@ with warnings.catch_warnings(record=True) as caught:
     out["devices"] = devices
 
     def exercise(device):
-        res = {}
-        try:
-            a = torch.randn(64, 64, device=device)
-            b = (a @ a).sum()
-            if device != "cpu":
-                torch.cuda.synchronize(device)
-            res["matmul"] = "ok" if bool(torch.isfinite(b)) else "not finite"
-        except BaseException as exc:  # noqa: BLE001
-            res["matmul"] = "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-        try:
+        def run(work, verdict=lambda _: "ok"):
+            try:
+                result = work()
+                if device != "cpu":
+                    torch.cuda.synchronize(device)
+                return verdict(result)
+            except BaseException as exc:  # noqa: BLE001
+                return first_line(exc)
+
+        def conv():
             with torch.no_grad():
-                conv = torch.nn.Conv2d(3, 8, 3).to(device)
-                x = torch.randn(2, 3, 16, 16, device=device)
-                conv(x).sum()
-            if device != "cpu":
-                torch.cuda.synchronize(device)
-            res["conv"] = "ok"
-        except BaseException as exc:  # noqa: BLE001
-            res["conv"] = "%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-        return res
+                torch.nn.Conv2d(3, 8, 3).to(device)(torch.randn(2, 3, 16, 16, device=device)).sum()
+
+        def matmul():
+            a = torch.randn(64, 64, device=device)
+            return (a @ a).sum()
+
+        return {"matmul": run(matmul, lambda b: "ok" if bool(torch.isfinite(b)) else "not finite"), "conv": run(conv)}
 
     out["exercise"] = {"cpu": exercise("cpu")}
     for dev in devices:

@@ -40,11 +40,7 @@ for d in sys.path:
     if not (d.endswith("site-packages") or d.endswith("dist-packages")):
         continue
     out["site_dirs"].append(d)
-    try:
-        names = os.listdir(d)
-    except OSError:
-        continue
-    for n in names:
+    for n in listing(d):
         m = WANTED.match(n)
         if m:
             key = m.group(1).lower().replace("_", "-")
@@ -76,11 +72,7 @@ for d in out["site_dirs"] + [p for p in sys.path if p and p not in out["site_dir
             m = re.search(r"^%s\s*(?::[^=]*)?=\s*(.+?)\s*$" % re.escape(key), text, re.M)
             if m:
                 raw = m.group(1)
-                if raw in ("None", "False", "True"):
-                    val = {"None": None, "False": False, "True": True}[raw]
-                else:
-                    val = raw.strip("'\"")
-                info[key.strip("_")] = val
+                info[key.strip("_")] = {"None": None, "False": False, "True": True}.get(raw, raw.strip("'\""))
         out["torch"] = info
         break
 print(json.dumps(out))
