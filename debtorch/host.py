@@ -193,6 +193,13 @@ class Host:
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
 
+    def try_listdir(self, p: str) -> list[str]:
+        """The names in folder ``p``; [] when it cannot be read."""
+        try:
+            return self.listdir(p)
+        except Unavailable:
+            return []
+
     def readlink(self, p: str) -> str:
         try:
             return os.readlink(self.path(p))
