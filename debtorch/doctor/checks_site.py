@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from debtorch import versions
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 
 
 @check("site")
-def check_site_minimums(m, ctx):
+def check_site_minimums(m: Machine, ctx: Context) -> list[Finding]:
     mins = ctx.site.minimums if ctx.site else {}
     out = []
     src = ", ".join(ctx.site.files) if ctx.site and ctx.site.files else "site config"
