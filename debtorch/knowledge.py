@@ -1,9 +1,10 @@
 """What the doctor knows, read from the data files in ``checks/``.
 
 The tables (docs/knowledge.md: what each means, where the folder is found, why nothing is cached on
-disk) are validated when a check first asks for them, and answered as pure functions.  A lookup
-never raises on odd input: it answers ``None`` or an "unknown" verdict; only a malformed data file
-raises :class:`KnowledgeError`, whose message is one line naming the file and the row.
+disk) are validated when a check first asks for them, and answered as pure functions (what each
+answers: the API table of docs/knowledge.md).  A lookup never raises on odd input: it answers
+``None`` or an "unknown" verdict; only a malformed data file raises :class:`KnowledgeError`, whose
+message is one line naming the file and the row.
 """
 
 from __future__ import annotations
@@ -317,23 +318,16 @@ def _driver_for(row: Row, kind: str, platform: str) -> Optional[str]:
     """The driver column of a toolkit (kind="driver") or minor_compat (kind="min_driver") row."""
     plat = _platform_key(platform)
     value = row.get(f"{kind}_{plat}")
-    if value is None and plat == "windows":
+    if value is None and plat == "windows":    # CUDA 13 rows have no Windows column: the Linux branch number
         value = row.get(f"{kind}_linux") if row.get("cuda", "").startswith("13") or row.get("major") == 13 else None
     return value
 
 
 def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Row]:
-    """The drivers a CUDA release needs.
-
-    Returns ``{"cuda", "release", "toolkit_driver", "minor_compat", "minor_compat_driver",
-    "caveats", "sources"}`` (``toolkit_driver`` None for a release newer than the table;
-    ``minor_compat_driver`` None where there is no minor-version compatibility), or None
-    for text that is not a CUDA version or a CUDA major the table does not know.
-    A bare "12.6" means the GA release; a wheel built with 12.6.3 needs the 12.6
-    Update 3 driver for the full feature set.  ``platform`` is "linux" or
-    "windows" (also "wsl": WSL reports the Windows driver); CUDA 13 rows have no
-    Windows column and fall back to the Linux branch number.
-    """
+    """The drivers a CUDA release needs (``toolkit_driver`` None for a release newer than the table,
+    ``minor_compat_driver`` None without minor-version compatibility).  A bare "12.6" means the GA
+    release; a wheel built with 12.6.3 needs the 12.6 Update 3 driver for the full feature set.
+    ``platform`` "windows" (or "wsl": WSL reports the Windows driver) reads the Windows column."""
     cuda = versions.numeric(cuda_version)
     if cuda is None:
         return None
@@ -362,12 +356,8 @@ def _family(kb: Knowledge, driver: Version, platform: str) -> Optional[int]:
 
 
 def driver_supports(driver_version: str, cuda_version: str, platform: str = "linux") -> Tuple[str, str]:
-    """Whether a driver runs code built with a CUDA release.
-
-    Returns ``(verdict, detail)``: verdict "full" (driver >= the toolkit driver),
-    "minor-compat" (same major family, limited features: see detail), "too-old", or
-    "unknown" when either version is not understood; detail is one sentence.
-    """
+    """Whether a driver runs code built with a CUDA release: ("full", "minor-compat", "too-old" or
+    "unknown", a sentence saying why)."""
     driver = versions.numeric(driver_version)
     if driver is None:
         return "unknown", f"not a driver version: {driver_version!r}"
@@ -416,14 +406,8 @@ def driver_cuda_supports(driver_cuda: Any, cuda_version: Any) -> Optional[str]:
 
 
 def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Row]:
-    """The newest CUDA a driver runs.
-
-    Returns ``{"full", "full_toolkit", "full_release", "minor_compat_major", "detail"}``:
-    ``full`` is the newest CUDA ("12.2") whose toolkit driver is <= the driver
-    (what nvidia-smi prints as "CUDA Version"); ``minor_compat_major`` the CUDA major
-    whose every release runs with minor-version compatibility (12), or None.
-    None for text that is not a driver version.
-    """
+    """The newest CUDA a driver runs: ``full`` (what nvidia-smi prints as "CUDA Version") and the
+    CUDA major whose every release it runs with minor-version compatibility."""
     driver = versions.numeric(driver_version)
     if driver is None:
         return None
@@ -447,14 +431,9 @@ def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optiona
 
 
 def parse_arch_list(arch_list: Any, strict: bool = False) -> Tuple[frozenset, frozenset]:
-    """SASS and PTX targets of an arch list.
-
-    Accepts TORCH_CUDA_ARCH_LIST text ("7.5;8.0;12.0+PTX", space or comma separated)
-    or torch.cuda.get_arch_list() output (["sm_75", "compute_120"] or its text).
-    Returns ``(sass, ptx)``, sets of ``(major, minor, suffix)`` where suffix is "",
-    "a" (arch-specific) or "f" (family-specific).  Unreadable entries are skipped,
-    or raise ValueError when ``strict``.
-    """
+    """SASS and PTX targets of TORCH_CUDA_ARCH_LIST text or torch.cuda.get_arch_list()'s list: sets of
+    ``(major, minor, suffix)``, suffix "", "a" (arch-specific) or "f" (family-specific).  Unreadable
+    entries are skipped, or raise ValueError when ``strict``."""
     if isinstance(arch_list, (list, tuple, set, frozenset)):
         items = [str(x) for x in arch_list]
     elif isinstance(arch_list, str):
@@ -498,14 +477,9 @@ def older_than_all(compute_capability: Any, arch_list: Any) -> bool:
 
 
 def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
-    """Whether a wheel built for ``arch_list`` has code for a GPU.
-
-    Returns ``(verdict, detail)``: "sass" when it has machine code the GPU runs
-    (sm_XY runs on X.Z for Z >= Y, never across majors; sm_XYa only on X.Y),
-    "ptx" when only PTX (compute_XY, "+PTX") the driver can JIT-compile forward to
-    the GPU, "none" otherwise (the detail says when the GPU is older than every
-    architecture in the list), "unknown" for a capability that cannot be read.
-    """
+    """Whether a wheel built for ``arch_list`` has code for a GPU: ("sass", "ptx", "none" or "unknown",
+    why).  SASS for X.Y runs on X.Z with Z >= Y, never across majors (sm_XYa only on X.Y); PTX
+    (compute_XY, "+PTX") the driver JIT-compiles forward to the GPU."""
     cc = versions.parse_cc(compute_capability)
     if cc is None:
         return "unknown", f"not a compute capability: {compute_capability!r}"
@@ -572,13 +546,8 @@ def _wheel_answer(row: Row, series: str, version: Optional[str]) -> Row:
 
 
 def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "linux-x86_64") -> Optional[Row]:
-    """The official wheel row for a release and variant.
-
-    ``torch_version`` as torch reports it ("2.5.1+cu124") or plain ("2.13.0", "2.13");
-    ``variant`` ("cu126", "cpu") defaults to the version's local part.  Returns the
-    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, python, source,
-    confidence, note) plus ``series`` and ``pip``, or None.
-    """
+    """The official wheel row (plus ``series`` and ``pip``) for a release as torch reports it
+    ("2.5.1+cu124") or plain ("2.13.0", "2.13"); ``variant`` defaults to the version's local part."""
     parsed = versions.torch_version(torch_version)
     if parsed is None:
         return None
@@ -628,23 +597,12 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
                             driver_platform: str = "linux", python: Optional[str] = None,
                             driver_cuda: Optional[str] = None) -> Optional[Row]:
-    """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
-    of a list of compute capabilities; an empty list: the GPU is not known).
-
-    Candidates are the release's CUDA variants (or the nearest release the table
-    knows: the newest one not newer than asked) published for ``platform`` and
-    CPython ``python`` (None: any), whose CUDA the driver runs (not "too-old") and
-    whose arch list has code for the GPU.  Preference: SASS over PTX, then full
-    driver support over minor-version compatibility, then stable over legacy over
-    experimental, then the newer CUDA.  Returns the wheel row (see :func:`wheel`) plus
-    ``driver_verdict``, ``arch_verdict``, ``detail`` and ``nearest`` (True when
-    another release was used), or None when no variant fits or an input is not
-    understood.  ``exclude`` names variants not to answer (the one installed, when it
-    is the problem).  A ``driver_version`` of None judges by the newest CUDA the driver
-    runs (``driver_cuda``: nvidia-smi's "CUDA Version", torch's "found version 11040"),
-    else by the GPU alone (``driver_verdict`` "unknown").  ``driver_platform`` is
-    "windows" for a driver that Windows serves (WSL 2).
-    """
+    """The official CUDA variant of a release (or of the newest release the table knows not newer
+    than it) that runs on this driver and has code for every GPU of ``compute_capability`` (one, or
+    a list; empty: the GPU is not known), published for ``platform`` and ``python``: SASS over PTX,
+    then full driver support over minor-version compatibility, then stable over legacy over
+    experimental, then the newer CUDA.  A ``driver_version`` of None judges by ``driver_cuda`` (the
+    newest CUDA the driver runs), else by the GPU alone; ``exclude`` names variants not to answer."""
     parsed = versions.torch_version(torch_version)
     ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
     if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
@@ -872,15 +830,8 @@ def _cc_list(arch_list: Any) -> List[str]:
 
 
 def cuda_builds_sass(cuda_version: Any) -> Optional[Row]:
-    """What nvcc of a CUDA release compiles machine code for.
-
-    Returns ``{"cuda", "row", "sass", "added", "dropped", "oldest", "newest",
-    "nearest", "source"}`` (capabilities as "8.6" strings, oldest first), or None
-    for text that is not a version or a CUDA major the table does not know.
-    A release between or after the table's rows of its major uses the newest row
-    of that major not newer than it, with ``nearest`` True ("12.7" -> 12.6);
-    a release older than every row of its major answers None.
-    """
+    """What nvcc of a CUDA release compiles machine code for (capabilities as "8.6", oldest first): the
+    newest row of its major not newer than it (``nearest`` when it is another: "12.7" -> 12.6)."""
     cuda = versions.numeric(cuda_version) if isinstance(cuda_version, str) else None
     if cuda is None:
         return None
@@ -896,11 +847,8 @@ def cuda_builds_sass(cuda_version: Any) -> Optional[Row]:
 
 
 def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]:
-    """Whether code compiled by that CUDA release can carry machine code that runs
-    on a GPU: True when nvcc emits SASS for an architecture of the GPU's major at
-    or below its minor (the binary-compatibility rule of :func:`arch_support`),
-    False when it cannot (a wheel built with it has no kernels for the GPU unless
-    it ships PTX of an older architecture), None when either input is unknown."""
+    """Whether nvcc of that CUDA release emits SASS that runs on the GPU (:func:`arch_support`'s rule);
+    None when either is unknown."""
     cc = versions.parse_cc(compute_capability)
     info = cuda_builds_sass(cuda_version)
     if cc is None or info is None:
@@ -909,11 +857,8 @@ def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]
 
 
 def wheel_machine(arch: Any) -> Optional[Row]:
-    """The torch_wheels.toml [[machine]] row of a CPU architecture as ``uname -m`` (or
-    Windows, macOS, Debian) names it ("x86_64", "AMD64", "arm64"): the machine, its
-    aliases, what the official wheels build there (``builds``: cuda, cpu) and the
-    source; None for an architecture PyTorch publishes no Linux wheels for
-    (armv7l, i686, ppc64le, riscv64 ...) or text that names none."""
+    """The torch_wheels.toml [[machine]] row of a CPU architecture as ``uname -m``, Windows, macOS or
+    Debian name it ("x86_64", "AMD64", "arm64"); None where PyTorch publishes no Linux wheels."""
     if not isinstance(arch, str) or not arch.strip():
         return None
     text = arch.strip().lower()
