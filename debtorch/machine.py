@@ -47,15 +47,8 @@ def _list(value: Any) -> list:
 
 @dataclass(frozen=True)
 class Driver:
-    """The NVIDIA driver.
-
-    ``version`` is the user-space driver (what CUDA checks against and what
-    runs after a reboot): NVML's or nvidia-smi's answer, else the version in
-    the driver libraries' file names, else the loaded kernel module's.
-    ``source`` says which.  ``cuda`` is the newest CUDA the driver runs (what
-    nvidia-smi prints as "CUDA Version"), from NVML, nvidia-smi or torch's
-    "driver too old (found version 12020)" warning.
-    """
+    """The NVIDIA driver (docs/facts.md, the machine view): ``version`` is the user-space driver, what
+    CUDA checks against and what runs after a reboot; ``cuda`` the newest CUDA it runs."""
 
     version: Optional[str] = None
     source: Optional[str] = None
@@ -219,13 +212,8 @@ class Torch:
 
 @dataclass(frozen=True)
 class ArchList:
-    """The GPU architectures the installed PyTorch has code for.
-
-    ``exact`` when torch said so (the deep probe's get_arch_list(), its "supports
-    CUDA capabilities ..." warning) or checks/torch_wheels.toml knows the wheel;
-    otherwise ``sass`` is only what nvcc of torch's CUDA release could build
-    (checks/cuda_arch.toml): a GPU outside it has no kernels, one inside it may
-    still have none (the wheel chose fewer), which cannot be judged."""
+    """The GPU architectures the installed PyTorch has code for.  Not ``exact``: only what nvcc of its
+    CUDA release could build; a GPU outside it has no kernels, one inside it may still have none."""
 
     arch: Any                            # a list ("sm_86", ...) or TORCH_CUDA_ARCH_LIST text
     source: str
@@ -238,15 +226,8 @@ class ArchList:
 
 @dataclass(frozen=True)
 class CudaState:
-    """Whether CUDA works for the installed PyTorch, as far as the facts tell.
-
-    ``failure``: "no-driver" (torch found no driver, or nothing answered for one),
-    "driver-not-loaded" (nvidia-smi cannot talk to the kernel module),
-    "driver-too-old", "init-failed" (CUDA does not start although the driver
-    answers), "no-visible-gpu" (CUDA_VISIBLE_DEVICES hides every GPU, or all
-    are Prohibited), "no-kernel-image" (a kernel launch found no code for the
-    GPU), or None.  ``evidence`` is the words it rests on; ``from_torch`` says they are
-    torch's own."""
+    """Whether CUDA works for the installed PyTorch, as far as the facts tell (docs/facts.md, the
+    machine view): ``failure`` and the words it rests on; ``from_torch``: torch's own words."""
 
     available: Optional[bool]            # torch.cuda.is_available(); None: unknown
     failure: Optional[str] = None
