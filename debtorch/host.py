@@ -745,10 +745,8 @@ class RecordingHost(LiveHost):
                     os.symlink(os.readlink(full), base / name)
                     if os.path.isdir(os.path.realpath(full)):
                         self._dest(os.path.realpath(full)).mkdir(parents=True, exist_ok=True)
-            elif os.path.isdir(full):
-                (base / name).mkdir(exist_ok=True)
-            elif not (base / name).exists():
-                (base / name).touch()
+            else:
+                _stand_in(base / name, os.path.isdir(full))
 
     def readlink(self, p: str) -> str:
         target = super().readlink(p)

@@ -4,6 +4,7 @@ one summary line (flutter doctor's face); or one JSON object.  Pure functions, a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
 from debtorch.doctor import AREAS, SCHEMA_VERSION, Report
@@ -52,10 +53,7 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
         return text
     if area == "gpu":
         if m.listed_gpus:
-            names: dict = {}
-            for g in m.listed_gpus:
-                names[g.name or "GPU"] = names.get(g.name or "GPU", 0) + 1
-            return ", ".join(f"{c} x {n}" for n, c in names.items())
+            return ", ".join(f"{c} x {n}" for n, c in Counter(g.name or "GPU" for g in m.listed_gpus).items())
         if m.has_nvidia_gpu is None:
             return "unknown"
         n = len(m.pci_gpus)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from debtorch.machine import Machine
@@ -297,17 +298,10 @@ def nvidia_lines(n: dict) -> list[str]:
             out.append(_kv("", "; ".join(extra)))
     topo = n.get("topology") or []
     if topo:
-        kinds: dict = {}
-        for p in topo:
-            if p.get("link") == "nvlink":
-                k = f"NVLink x{p.get('nvlink_count')}" + (f" via {p['nvlink_via']}" if p.get("nvlink_via") else "")
-            else:
-                k = f"PCIe {p.get('pcie_level') or '?'}"
-            kinds[k] = kinds.get(k, 0) + 1
+        kinds = Counter(f"NVLink x{p.get('nvlink_count')}" + (f" via {p['nvlink_via']}" if p.get("nvlink_via") else "")
+                        if p.get("link") == "nvlink" else f"PCIe {p.get('pcie_level') or '?'}" for p in topo)
         out.append(_kv("GPU pairs", ", ".join(f"{c} x {k}" for k, c in kinds.items())))
-        p2p: dict = {}
-        for p in topo:
-            p2p[p.get("p2p_read") or "unknown"] = p2p.get(p.get("p2p_read") or "unknown", 0) + 1
+        p2p = Counter(p.get("p2p_read") or "unknown" for p in topo)
         out.append(_kv("P2P read", ", ".join(f"{c} pair(s) {k}" for k, c in p2p.items())))
     return out
 
