@@ -166,11 +166,6 @@ def _bool(value: Optional[str]) -> Optional[bool]:
     return None
 
 
-def _version(text: Optional[str]) -> Optional[str]:
-    m = re.search(r"\d+(?:\.\d+)+", text or "")
-    return m.group(0) if m else None
-
-
 # --- the reader ---------------------------------------------------------------------------
 
 def _clean_lines(text: str) -> list[str]:
@@ -514,7 +509,7 @@ def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
 
     sec = _Sec()
     pyv = rd.values.get("python")
-    sec.put("version", _version(pyv) if pyv and not _missing(pyv) else None)
+    sec.put("version", versions.first_dotted(pyv) if pyv and not _missing(pyv) else None)
     if pyv and "bit runtime" in pyv:
         b = re.search(r"(\d+)-bit runtime", pyv)
         sec["bits"] = int(b.group(1)) if b else None
@@ -534,8 +529,8 @@ def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
     version = printed or pip_torch or conda_torch
     # torch was imported when it answered collect_env or printed its warnings ("PyTorch version:
     # Could not collect" beside "CUDA used to build PyTorch: 12.1", or a paste cut before the lines).
-    imported = bool(_version(rd.values.get("torch_cuda")) or _bool(rd.values.get("cuda_available")) is not None
-                    or warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
+    imported = bool(versions.first_dotted(rd.values.get("torch_cuda")) or _bool(rd.values.get("cuda_available"))
+                    is not None or warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
     if tv is not None and tv.strip().upper() == "N/A" and not (pip_torch or conda_torch):
         torch["installed"] = False
         torch.unknown("version", "collect_env could not import torch")
@@ -570,8 +565,8 @@ def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
         low = tc.strip().lower()
         if low in ("none", "could not collect") and printed:
             cuda_known = True
-        elif _version(tc):
-            cuda, cuda_known = _version(tc), True
+        elif versions.first_dotted(tc):
+            cuda, cuda_known = versions.first_dotted(tc), True
         elif low == "n/a":
             cuda_known = bool(printed)
     conda_build = (conda.get("pytorch") or {}).get("build") or ""
@@ -589,7 +584,7 @@ def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
             notes.append("torch's CUDA is inferred from the nvidia-cuda-runtime wheel in the package list")
     tr = rd.values.get("torch_rocm")
     if tr and not _missing(tr):
-        hip = _version(tr) or tr
+        hip = versions.first_dotted(tr) or tr
     elif version and "+rocm" in version:
         hip = version.split("+rocm", 1)[1]
     torch["cuda"] = cuda
@@ -763,9 +758,7 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: TorchW
         sec.unknown(name)
 
     driver_raw = rd.values.get("driver")
-    driver = _version(driver_raw) if driver_raw and not _missing(driver_raw) else None
-    if driver is None and smi["driver"]:
-        driver = smi["driver"]
+    driver = (versions.first_dotted(driver_raw) if driver_raw and not _missing(driver_raw) else None) or smi["driver"]
     nvml: dict = {"available": None, "error": None, "driver_version": driver, "cuda_driver_version": None,
                   "source": None, "unknown": {}}
     failed = SMI_FAILED_RE.search(rd.text) or NVML_MISMATCH_RE.search(rd.text)
@@ -843,7 +836,6 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: TorchW
             if g.get(k) is None:
                 g[k] = None
                 g["unknown"][k] = "not in the collect_env text (nvidia-smi -q gives it)"
-    gv = rd.values.get("gpus")
     if gpus:
         sec["gpus"] = gpus
     elif names_from_torch:
@@ -859,7 +851,7 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: TorchW
 def _cuda_section(rd: _Reader) -> dict:
     sec = _Sec()
     nv = rd.values.get("nvcc")
-    nvcc = _version(nv)
+    nvcc = versions.first_dotted(nv)
     if nvcc:
         sec["toolkit_nvcc"] = {"version": nvcc, "release": ".".join(nvcc.split(".")[:2]),
                                "path": None, "found_via": "collect_env ('CUDA runtime version')"}

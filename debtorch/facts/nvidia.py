@@ -74,7 +74,6 @@ NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
 NVML_P2P_CAPS_INDEX_READ = 0
 NVML_P2P_CAPS_INDEX_NVLINK = 2
 NVML_NVLINK_MAX_LINKS = 18  # 18 on Hopper; newer bindings say 36, no GPU has more than 18
-NVML_NVLINK_DEVICE_TYPE_GPU = 0
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
 
 # nvmlClocksThrottleReason* == nvmlClocksEventReason* bits, by name.
@@ -996,10 +995,8 @@ def smi_facts(host: Host, topology: bool) -> dict:
         out["error"] = parsed["error"]
         out["error_kind"] = "other"
         return out
-    out["error"] = None
-    out["error_kind"] = None
-    out["driver_version"] = parsed["driver_version"]
-    out["cuda_driver_version"] = parsed["cuda_driver_version"]
+    out.update(error=None, error_kind=None, driver_version=parsed["driver_version"],
+               cuda_driver_version=parsed["cuda_driver_version"])
     caps = parse_compute_cap_csv(results[1].stdout) if results[1].ok else {}
     gpus = []
     for g in parsed["gpus"]:
