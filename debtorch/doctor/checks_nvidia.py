@@ -239,10 +239,7 @@ def check_pcie(m: Machine, ctx: Context) -> list[Finding]:
                                narrow=narrow, about=lab, facts=f))
         if cg and mg and cg < mg:
             busy = (g.get("utilization_gpu") or 0) >= 50 and "gpu_idle" not in (g.get("throttle_reasons") or [])
-            if busy:
-                out.append(finding("gpu.W005", gen=cg, max_gen=mg, about=lab, facts=f))
-            else:
-                out.append(finding("gpu.I002", gen=cg, max_gen=mg, about=lab, facts=f))
+            out.append(finding("gpu.W005" if busy else "gpu.I002", gen=cg, max_gen=mg, about=lab, facts=f))
     return out
 
 
