@@ -99,21 +99,21 @@ NOT_RECORDED = "not recorded in the NVML fake"
 
 
 class NVMLError(Exception):
-    """pynvml's NVMLError: ``NVMLError(value)`` builds the subclass for that value."""
+    """pynvml's NVMLError: ``NVMLError(value)`` builds the subclass for that value; a subclass
+    (``NVMLError_NotSupported()``) knows its own."""
 
     _valClassMapping: dict = {}
+    _code: Optional[int] = None
 
-    def __new__(cls, value, *args):
-        if cls is NVMLError:
-            cls = NVMLError._valClassMapping.get(value, cls)
-        obj = Exception.__new__(cls)
-        obj.value = value
-        return obj
+    def __new__(cls, *args: Any) -> "NVMLError":
+        if cls is NVMLError and args:
+            cls = NVMLError._valClassMapping.get(args[0], cls)
+        return Exception.__new__(cls)
 
-    def __init__(self, value, message: Optional[str] = None):
-        super().__init__(value)
-        self.value = value
-        self._message = message
+    def __init__(self, *args: Any) -> None:
+        self.value = self._code if self._code is not None else args[0]
+        super().__init__(self.value)
+        self._message = next((a for a in args if isinstance(a, str)), None)
 
     def __str__(self):
         if self._message:
@@ -129,24 +129,10 @@ class NVMLError(Exception):
 def _make_error_classes() -> dict:
     classes = {}
     for name, value in CONSTANTS.items():
-        if not name.startswith("NVML_ERROR_"):
-            continue
-        # Same naming rule as pynvml: NVML_ERROR_ALREADY_INITIALIZED -> NVMLError_AlreadyInitialized.
-        cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
-
-        def new(cls, *args, _value=value):
-            obj = Exception.__new__(cls)
-            obj.value = _value
-            return obj
-
-        def init(self, *args, _value=value):
-            Exception.__init__(self, _value)
-            self.value = _value
-            self._message = next((a for a in args if isinstance(a, str)), None)
-
-        cls = type(cls_name, (NVMLError,), {"__new__": new, "__init__": init})
-        NVMLError._valClassMapping[value] = cls
-        classes[cls_name] = cls
+        if name.startswith("NVML_ERROR_"):
+            # Same naming rule as pynvml: NVML_ERROR_ALREADY_INITIALIZED -> NVMLError_AlreadyInitialized.
+            cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+            classes[cls_name] = NVMLError._valClassMapping[value] = type(cls_name, (NVMLError,), {"_code": value})
     return classes
 
 
