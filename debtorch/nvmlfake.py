@@ -240,8 +240,11 @@ class FakeHandle:
         return f"<nvmlDevice {self.index} (fake)>"
 
 
-def _signature(params) -> inspect.Signature:
-    return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+def _signature(name: str, params: tuple) -> inspect.Signature:
+    """pynvml's parameters; those it defaults (and the fake ignores) default to None."""
+    return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=None if p in _IGNORED.get(name, ()) else inspect.Parameter.empty)
+                              for p in params])
 
 
 class FakeNVML:
@@ -312,16 +315,11 @@ class FakeNVML:
 
     # -- generated calls ---------------------------------------------------
     def _make(self, name, kind, params, shape):
-        sig = _signature(params)
-        defaults = dict.fromkeys(_IGNORED.get(name, ()))
+        sig = _signature(name, params)
 
         def call(*args, **kwargs):
-            bound = sig.bind_partial(*args, **kwargs)
-            for p, d in defaults.items():
-                bound.arguments.setdefault(p, d)
-            missing = [p for p in params if p not in bound.arguments]
-            if missing:
-                raise TypeError(f"{name}() missing argument(s): {', '.join(missing)}")
+            bound = sig.bind(*args, **kwargs)     # TypeError for a missing argument, as pynvml's own
+            bound.apply_defaults()
             values = [bound.arguments[p] for p in params]
             self._check()
             if kind == "system":
