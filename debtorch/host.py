@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from debtorch import inputs, outputs, schema
 
@@ -193,6 +193,13 @@ class Host:
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
 
+    def try_listdir(self, p: str) -> list[str]:
+        """The names in folder ``p``; [] when it cannot be read."""
+        try:
+            return self.listdir(p)
+        except Unavailable:
+            return []
+
     def readlink(self, p: str) -> str:
         try:
             return os.readlink(self.path(p))
@@ -292,7 +299,7 @@ def kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def _spawn(argv: tuple, env: Optional[dict] = None):
+def _spawn(argv: tuple, env: Optional[dict] = None) -> Union[subprocess.Popen, CommandResult]:
     """Start a command of the live machine, or say why it could not start (a CommandResult)."""
     full_env = dict(os.environ)
     full_env.update({"LC_ALL": "C", "LANG": "C"})
@@ -304,17 +311,14 @@ def _spawn(argv: tuple, env: Optional[dict] = None):
         # depends on where debtorch was started (Host.program resolves relative paths).
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=full_env, cwd="/", start_new_session=True)
-    except FileNotFoundError:
-        return CommandResult(argv, None, "", "", COMMAND_NOT_FOUND, 0.0)
-    except PermissionError:
-        return CommandResult(argv, None, "", "", PERMISSION_DENIED, 0.0)
     except OSError as exc:
-        return CommandResult(argv, None, "", "", _reason_for(exc), 0.0)
+        reason = COMMAND_NOT_FOUND if isinstance(exc, FileNotFoundError) else _reason_for(exc)
+        return CommandResult(argv, None, "", "", reason)
 
 
 # Commands started before debtorch imported the rest of itself (prestart), waiting for
 # LiveHost.run to collect them; any left unclaimed at exit are killed.
-_PRESTARTED: dict = {}
+_PRESTARTED: dict[tuple, subprocess.Popen] = {}
 
 
 def prestart(argv: Sequence[str]) -> None:
@@ -353,38 +357,30 @@ class LiveHost(Host):
         # means the caller's directory, as it would in their shell.
         return os.path.abspath(p) if "/" in p and not p.startswith("/") else p
 
-    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
-        argv = tuple(str(a) for a in argv)
-        if argv:
-            argv = (self.program(argv[0]),) + argv[1:]
+    def run(self, argv: Sequence[str], timeout: float = 5.0, key: Optional[str] = None,
+            env: Optional[dict] = None) -> CommandResult:
+        args = tuple(str(a) for a in argv)
+        if args:
+            args = (self.program(args[0]),) + args[1:]
         start = time.monotonic()
-        proc = _PRESTARTED.pop(argv, None) if not env else None
-        if proc is None:
-            proc = _spawn(argv, env)
+        proc = (_PRESTARTED.pop(args, None) if not env else None) or _spawn(args, env)
         if isinstance(proc, CommandResult):
             return proc
+        returncode, error = None, None
         try:
             out, err = proc.communicate(timeout=timeout)
+            returncode = proc.returncode
         except subprocess.TimeoutExpired:
             kill_group(proc)
+            error = f"{TIMED_OUT} after {timeout:g} s"
             try:
                 out, err = proc.communicate(timeout=1.0)
             except subprocess.TimeoutExpired:
                 out, err = b"", b""
-            return CommandResult(
-                argv, None, out.decode(errors="replace"), err.decode(errors="replace"),
-                f"{TIMED_OUT} after {timeout:g} s", time.monotonic() - start,
-            )
-        return CommandResult(
-            argv,
-            proc.returncode,
-            out.decode("utf-8", errors="replace"),
-            err.decode("utf-8", errors="replace"),
-            None,
-            time.monotonic() - start,
-        )
+        return CommandResult(args, returncode, out.decode("utf-8", errors="replace"),
+                             err.decode("utf-8", errors="replace"), error, time.monotonic() - start)
 
-    def nvml(self):
+    def nvml(self) -> tuple[Any, Optional[str]]:
         with self._nvml_lock:
             if self._nvml is None:
                 self._nvml = _load_live_nvml()
@@ -435,7 +431,7 @@ class LiveHost(Host):
             raise Unavailable(f"does not resolve ({getattr(exc, 'strerror', None) or exc})") from None
         finally:
             pool.shutdown(wait=False)
-        addrs = [info[4][0] for info in infos]
+        addrs = [str(info[4][0]) for info in infos]
         return sorted(dict.fromkeys(addrs), key=lambda a: (":" in a, addrs.index(a)))
 
     @property
@@ -463,7 +459,7 @@ class LiveHost(Host):
                     pass
 
 
-def _load_live_nvml():
+def _load_live_nvml() -> tuple[Any, Optional[str]]:
     try:
         import pynvml  # nvidia-ml-py; optional
     except ImportError:
@@ -560,31 +556,29 @@ class ReplayHost(Host):
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
 
-    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
-        argv = tuple(str(a) for a in argv)
-        name = key or command_key(argv)
-        rec = (self.meta.get("commands") or {}).get(name)
+    def run(self, argv: Sequence[str], timeout: float = 5.0, key: Optional[str] = None,
+            env: Optional[dict] = None) -> CommandResult:
+        args = tuple(str(a) for a in argv)
+        rec = (self.meta.get("commands") or {}).get(key or command_key(args))
         if rec is None:
             # Not recorded: the replayed machine did not have it, or the
             # recording did not run it.  Never run it here.
             # A named probe (key=...) that was not recorded is unknown; a plain command
             # missing from the recording was not on the recorded machine.
             reason = NOT_RECORDED if key else (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND)
-            return CommandResult(argv, None, "", "", reason)
+            return CommandResult(args, None, "", "", reason)
         stdout = rec.get("stdout", "")
         if rec.get("stdout_file"):
             path = self._inside(COMMANDS_DIR, rec["stdout_file"])
             if path is None:
-                return CommandResult(argv, None, "", "", "recorded output is not a file inside the recording")
+                return CommandResult(args, None, "", "", "recorded output is not a file inside the recording")
             try:
                 stdout = inputs.read_text(str(path), what="recorded output")
             except inputs.InputError as exc:
-                return CommandResult(argv, None, "", "", f"recorded output unreadable: {exc}")
-        return CommandResult(
-            argv, rec.get("returncode"), stdout, rec.get("stderr", ""), rec.get("error"), 0.0
-        )
+                return CommandResult(args, None, "", "", f"recorded output unreadable: {exc}")
+        return CommandResult(args, rec.get("returncode"), stdout, rec.get("stderr", ""), rec.get("error"))
 
-    def nvml(self):
+    def nvml(self) -> tuple[Any, Optional[str]]:
         if self._nvml is None:
             spec = self.meta.get("nvml")
             if not spec:
@@ -609,29 +603,25 @@ class ReplayHost(Host):
     def environ(self) -> dict:
         return dict(self.meta.get("environ") or {})
 
-    def rlimit(self, name: str) -> tuple[int, int]:
-        val = (self.meta.get("rlimits") or {}).get(name)
+    def _recorded(self, field: str, key: Optional[str] = None) -> Any:
+        """``_host.json``'s ``field`` (its entry ``key``); Unavailable when it was not recorded."""
+        val = self.meta.get(field) if key is None else (self.meta.get(field) or {}).get(key)
         if val is None:
             raise Unavailable(NOT_RECORDED)
-        return int(val[0]), int(val[1])
+        return val
+
+    def rlimit(self, name: str) -> tuple[int, int]:
+        soft, hard = self._recorded("rlimits", name)
+        return int(soft), int(hard)
 
     def affinity(self) -> list[int]:
-        val = self.meta.get("affinity")
-        if val is None:
-            raise Unavailable(NOT_RECORDED)
-        return [int(x) for x in val]
+        return [int(x) for x in self._recorded("affinity")]
 
     def statvfs(self, p: str) -> dict:
-        table = self.meta.get("statvfs") or {}
-        val = table.get(_norm(p))
-        if val is None:
-            raise Unavailable(NOT_RECORDED)
-        return dict(val)
+        return dict(self._recorded("statvfs", _norm(p)))
 
     def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
-        val = (self.meta.get("resolve") or {}).get(name)
-        if val is None:
-            raise Unavailable(NOT_RECORDED)
+        val = self._recorded("resolve", name)
         if isinstance(val, dict):
             raise Unavailable(str(val.get("error") or "does not resolve"))
         return [str(a) for a in val]
@@ -727,83 +717,75 @@ class RecordingHost(LiveHost):
                 self._copy_links(posixpath.join(real, rest) if rest else real)
                 return
 
+    def _keep(self, p: str, write: Callable[[Path], None]) -> None:
+        """Recreate the links along ``p`` in the recording, then ``write`` its copy (its place in the
+        recording), unless discarded.  A plain lock: a signal's exception cannot leave it held."""
+        with self._lock:
+            if self._open:
+                self._copy_links(p)
+                write(self._dest(os.path.realpath(p)))
+
     def read_text(self, p: str, max_bytes: int = MAX_READ) -> str:
         text = super().read_text(p, max_bytes)
-        with self._lock:  # a plain lock: a signal's exception cannot leave it held
-            if self._open:  # not discarded
-                self._copy_links(p)
-                real = os.path.realpath(p)
-                trim = self._trim.get(_norm(p))
-                self._store(self._dest(real), trim(text) if trim else text)
+        trim = self._trim.get(_norm(p))
+        self._keep(p, lambda dest: self._store(dest, trim(text) if trim else text))
         return text
 
     def listdir(self, p: str) -> list[str]:
         names = super().listdir(p)
-        with self._lock:  # a plain lock: a signal's exception cannot leave it held
-            if self._open:  # not discarded
-                self._copy_links(p)
-                base = self._dest(os.path.realpath(p))
-                base.mkdir(parents=True, exist_ok=True)
-                for name in names:
-                    full = posixpath.join(p, name)
-                    if os.path.islink(full):
-                        dest = base / name
-                        if not os.path.lexists(dest):
-                            os.symlink(os.readlink(full), dest)
-                            real = os.path.realpath(full)
-                            if os.path.isdir(real):
-                                self._dest(real).mkdir(parents=True, exist_ok=True)
-                    elif os.path.isdir(full):
-                        (base / name).mkdir(exist_ok=True)
-                    elif not (base / name).exists():
-                        (base / name).touch()
+        self._keep(p, lambda base: self._stand_ins(p, base, names))
         return names
+
+    def _stand_ins(self, p: str, base: Path, names: list[str]) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            full = posixpath.join(p, name)
+            if os.path.islink(full):
+                if not os.path.lexists(base / name):
+                    os.symlink(os.readlink(full), base / name)
+                    if os.path.isdir(os.path.realpath(full)):
+                        self._dest(os.path.realpath(full)).mkdir(parents=True, exist_ok=True)
+            else:
+                _stand_in(base / name, os.path.isdir(full))
 
     def readlink(self, p: str) -> str:
         target = super().readlink(p)
-        with self._lock:  # a plain lock: a signal's exception cannot leave it held
-            if self._open:  # not discarded
-                self._copy_links(posixpath.dirname(p))
-                dest = self._dest(os.path.realpath(posixpath.dirname(p))) / posixpath.basename(p)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if not os.path.lexists(dest):
-                    os.symlink(target, dest)
+        folder, name = posixpath.split(p)
+
+        def link(dest: Path) -> None:
+            dest.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(dest / name):
+                os.symlink(target, dest / name)
+
+        self._keep(folder, link)
         return target
 
     def exists(self, p: str) -> bool:
         found = super().exists(p)
         if found:
-            with self._lock:  # a plain lock: a signal's exception cannot leave it held
-                if self._open:  # not discarded
-                    self._copy_links(p)
-                    dest = self._dest(os.path.realpath(p))
-                    if os.path.isdir(p):
-                        dest.mkdir(parents=True, exist_ok=True)
-                    elif not dest.exists():
-                        # Existence is all that was asked: an empty stand-in, not a copy.
-                        dest.parent.mkdir(parents=True, exist_ok=True)
-                        dest.touch()
+            self._keep(p, lambda dest: _stand_in(dest, os.path.isdir(p)))
         return found
 
     def is_dir(self, p: str) -> bool:
         found = super().is_dir(p)
         if found:
-            with self._lock:  # a plain lock: a signal's exception cannot leave it held
-                if self._open:  # not discarded
-                    self._copy_links(p)
-                    self._dest(os.path.realpath(p)).mkdir(parents=True, exist_ok=True)
+            self._keep(p, lambda dest: _stand_in(dest, True))
         return found
 
-    def run(self, argv, timeout=5.0, key=None, env=None) -> CommandResult:
+    def run(self, argv: Sequence[str], timeout: float = 5.0, key: Optional[str] = None,
+            env: Optional[dict] = None) -> CommandResult:
         res = super().run(argv, timeout=timeout, key=key, env=env)
-        with self._lock:
-            self.meta["commands"][key or command_key(res.argv)] = res.to_json()
+        self._note("commands", key or command_key(res.argv), res.to_json())
         return res
+
+    def _note(self, field: str, key: str, value: Any) -> None:
+        """Record ``value`` as ``_host.json``'s ``field[key]``."""
+        with self._lock:
+            self.meta.setdefault(field, {})[key] = value
 
     def rlimit(self, name: str) -> tuple[int, int]:
         val = super().rlimit(name)
-        with self._lock:
-            self.meta["rlimits"][name] = list(val)
+        self._note("rlimits", name, list(val))
         return val
 
     def affinity(self) -> list[int]:
@@ -813,19 +795,16 @@ class RecordingHost(LiveHost):
 
     def statvfs(self, p: str) -> dict:
         val = super().statvfs(p)
-        with self._lock:
-            self.meta["statvfs"][_norm(p)] = val
+        self._note("statvfs", _norm(p), val)
         return val
 
     def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
         try:
             val = super().resolve(name, timeout)
         except Unavailable as exc:
-            with self._lock:
-                self.meta.setdefault("resolve", {})[name] = {"error": exc.reason}
+            self._note("resolve", name, {"error": exc.reason})
             raise
-        with self._lock:
-            self.meta.setdefault("resolve", {})[name] = val
+        self._note("resolve", name, val)
         return val
 
     def save(self, rewrite: Optional[Callable[[str], str]] = None) -> Path:
@@ -875,6 +854,15 @@ class RecordingHost(LiveHost):
         except OSError as exc:
             raise Unavailable(f"{self.final}: {_reason_for(exc)} (the recording is in {self.out})") from None
         return self.final / HOST_FILE
+
+
+def _stand_in(dest: Path, folder: bool) -> None:
+    """A folder, or an empty file: existence is all that was asked, not a copy."""
+    if folder:
+        dest.mkdir(parents=True, exist_ok=True)
+    elif not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.touch()
 
 
 def _remove(path: Path) -> None:

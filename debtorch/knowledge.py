@@ -1,23 +1,10 @@
 """What the doctor knows, read from the data files in ``checks/``.
 
-The tables (minimum NVIDIA driver per CUDA release, the official PyTorch
-wheels, compute capability by GPU name, Debian releases, thresholds) live in
-TOML files, every row with a ``source`` (docs/knowledge.md).  This module finds
-them, validates them once (lazily, cached) and answers questions about them as
-pure functions.  A lookup never raises on odd input: it answers ``None`` or an
-"unknown" verdict; only a malformed data file raises :class:`KnowledgeError`,
-whose message is one line naming the file and the row.
-
-Where the files are, first match wins:
-
-1. ``$DEBTORCH_CHECKS_DIR`` (an error if it names no folder);
-2. ``checks/`` next to the package, in a source checkout;
-3. ``debtorch/_data/checks`` in an installed wheel (pyproject force-includes it);
-4. ``/usr/share/debtorch/checks`` for the Debian package.
-
-A file is parsed when a check first asks for its tables (the doctor on a
-machine without GPUs never parses the PCI table), and never cached on disk: a
-cache would be one more file that could change the verdicts (docs/knowledge.md).
+The tables (docs/knowledge.md: what each means, where the folder is found, why nothing is cached on
+disk) are validated when a check first asks for them, and answered as pure functions (what each
+answers: the API table of docs/knowledge.md).  A lookup never raises on odd input: it answers
+``None`` or an "unknown" verdict; only a malformed data file raises :class:`KnowledgeError`, whose
+message is one line naming the file and the row.
 """
 
 from __future__ import annotations
@@ -27,7 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 from packaging.version import Version
 
@@ -38,12 +25,7 @@ ENV_DIR = "DEBTORCH_CHECKS_DIR"
 SYSTEM_DIR = DATA_DIRS[-1]
 PIP_INDEX = "https://download.pytorch.org/whl/"
 CONFIDENCE = ("confirmed", "unconfirmed", "derived")
-
-__all__ = [
-    "KnowledgeError", "checks_dir", "load", "min_driver", "driver_supports", "max_cuda_for_driver",
-    "wheel", "variants", "best_variant_for_driver", "python_fits", "parse_arch_list", "arch_support", "older_than_all",
-    "capability_for_name", "debian_release", "threshold", "latest_series", "known_series",
-]
+Row = Dict[str, Any]
 
 
 class KnowledgeError(ValueError):
@@ -54,13 +36,8 @@ class KnowledgeError(ValueError):
 # Where the data is
 
 
-def candidate_dirs() -> List[Path]:
-    """The folders searched for the data files, in order (the env variable aside)."""
-    return list(DATA_DIRS)
-
-
 def checks_dir() -> Path:
-    """The folder the data is read from (see the module docstring)."""
+    """The folder the data is read from (docs/knowledge.md)."""
     env = os.environ.get(ENV_DIR)
     if env:
         path = Path(env)
@@ -69,7 +46,7 @@ def checks_dir() -> Path:
         return path
     found = _installed_dir()
     if found is None:
-        raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, candidate_dirs())) + ")")
+        raise KnowledgeError("no checks/ data folder found (looked in " + ", ".join(map(str, DATA_DIRS)) + ")")
     return found
 
 
@@ -77,7 +54,7 @@ def checks_dir() -> Path:
 def _installed_dir() -> Optional[Path]:
     """The first candidate folder holding the data; looked up once per process (load() is asked
     for every check of every node a fleet compares)."""
-    for path in candidate_dirs():
+    for path in DATA_DIRS:
         if (path / "cuda_driver.toml").is_file():
             return path
     return None
@@ -151,7 +128,7 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
 SCHEMA: Dict[str, schema.Table] = {name: schema.Table(tables, tuple(tables)) for name, tables in _FILES.items()}
 
 
-def _read_tables(path: Path) -> Dict[str, List[Dict[str, Any]]]:
+def _read_tables(path: Path) -> Dict[str, List[Row]]:
     """The checked tables of one data file (read through the one door, :mod:`debtorch.inputs`)."""
     try:
         text = inputs.read_bytes(path, inputs.MAX_BYTES).decode("utf-8")
@@ -178,16 +155,16 @@ class _Tables(Mapping):
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self._loaded: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+        self._loaded: Dict[str, Dict[str, List[Row]]] = {}
 
-    def __getitem__(self, name: str) -> Dict[str, List[Dict[str, Any]]]:
+    def __getitem__(self, name: str) -> Dict[str, List[Row]]:
         if name not in self._loaded:
             if name not in SCHEMA:
                 raise KeyError(name)
             self._loaded[name] = _read_tables(self.folder / name)
         return self._loaded[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(SCHEMA)
 
     def __len__(self) -> int:
@@ -212,27 +189,26 @@ class Knowledge:
         return self
 
     @functools.cached_property
-    def toolkits(self) -> List[Dict[str, Any]]:
-        return sorted(self.tables["cuda_driver.toml"]["toolkit"], key=lambda r: versions.numeric(r["cuda"]))
+    def toolkits(self) -> List[Row]:
+        return sorted(self.tables["cuda_driver.toml"]["toolkit"], key=lambda r: _version(r["cuda"]))
 
     @functools.cached_property
-    def by_minor(self) -> Dict[Tuple[int, int], List[Dict[str, Any]]]:
-        out: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+    def by_minor(self) -> Dict[Tuple[int, int], List[Row]]:
+        out: Dict[Tuple[int, int], List[Row]] = {}
         for row in self.toolkits:
-            rel = versions.numeric(row["cuda"]).release
-            out.setdefault((rel[0], rel[1] if len(rel) > 1 else 0), []).append(row)
+            out.setdefault(_minor(_version(row["cuda"])), []).append(row)
         return out
 
     @functools.cached_property
-    def minor_compat(self) -> Dict[int, Dict[str, Any]]:
+    def minor_compat(self) -> Dict[int, Row]:
         return {r["major"]: r for r in self.tables["cuda_driver.toml"]["minor_compat"]}
 
     @property
-    def caveats(self) -> List[Dict[str, Any]]:
+    def caveats(self) -> List[Row]:
         return self.tables["cuda_driver.toml"]["caveat"]
 
     @property
-    def wheels(self) -> List[Dict[str, Any]]:
+    def wheels(self) -> List[Row]:
         return self.tables["torch_wheels.toml"]["wheel"]
 
     @functools.cached_property
@@ -244,16 +220,69 @@ class Knowledge:
                 if not tokens:
                     bad = schema.Invalid(f"gpu[{i}].match", f"must name a GPU in every entry (got {schema.show(key)})")
                     raise KnowledgeError(schema.place(bad, str(self.folder / "gpus.toml")))
-                keys.append((tokens, versions.fmt_cc(versions.parse_cc(row["cc"])), row["name"]))
+                keys.append((tokens, _cc(row["cc"]), row["name"]))
         return keys
 
     @property
-    def debian(self) -> List[Dict[str, Any]]:
+    def debian(self) -> List[Row]:
         return self.tables["debian.toml"]["release"]
 
+    @property
+    def all_debian(self) -> List[Row]:
+        """The releases, current and archived."""
+        return self.debian + self.tables["debian.toml"]["archived"]
+
     @functools.cached_property
-    def thresholds(self) -> Dict[str, Dict[str, Any]]:
+    def thresholds(self) -> Dict[str, Row]:
         return {r["name"]: r for r in self.tables["thresholds.toml"]["threshold"]}
+
+    @functools.cached_property
+    def wheel_index(self) -> Dict[Tuple[str, str], List[Tuple[Optional[str], Row]]]:
+        """(platform, series) -> [(release or None for the whole series, row)]."""
+        index: Dict[Tuple[str, str], List[Tuple[Optional[str], Row]]] = {}
+        for row in self.wheels:
+            for series in row["torch"]:
+                for rel in row.get("releases") or [None]:
+                    parsed = versions.torch_version(rel) if rel else None
+                    if rel is None or (parsed and parsed["series"] == series):
+                        index.setdefault((row.get("platform", "linux-x86_64"), series), []).append((rel, row))
+        return index
+
+    @functools.cached_property
+    def pci_names(self) -> Dict[Tuple[str, ...], set]:
+        """pci.ids' product names (the bracketed part of checks/pci.toml's names, "/" separating
+        alternatives) as name tokens -> the capabilities of the chips they are made on."""
+        index: Dict[Tuple[str, ...], set] = {}
+        for row in self.tables["pci.toml"]["device"]:
+            m = re.search(r"\[(.+)\]", row["name"])
+            for product in (m.group(1).split("/") if m else []):
+                tokens = tuple(_gpu_tokens(product))
+                if tokens:
+                    index.setdefault(tokens, set()).add(_cc(row["cc"]))
+        return index
+
+    @functools.cached_property
+    def pci_devices(self) -> Dict[str, Row]:
+        return {row["id"].lower(): row for row in self.tables["pci.toml"]["device"]}
+
+    @functools.cached_property
+    def nvcc_rows(self) -> List[Row]:
+        return sorted(self.tables["cuda_arch.toml"]["nvcc"], key=lambda r: _version(r["cuda"]))
+
+
+def _version(text: str) -> Version:
+    """A version column of a checked table (the schema let only readable ones in)."""
+    return cast(Version, versions.numeric(text))
+
+
+def _cc(text: str) -> str:
+    """A compute capability column of a checked table, as "8.6"."""
+    return cast(str, versions.fmt_cc(versions.parse_cc(text)))
+
+
+def _minor(v: Version) -> Tuple[int, int]:
+    """(major, minor) of a CUDA version: "12" is 12.0."""
+    return v.release[0], v.release[1] if len(v.release) > 1 else 0
 
 
 @functools.lru_cache(maxsize=8)
@@ -274,38 +303,31 @@ def _platform_key(platform: str) -> str:
 # CUDA and the driver
 
 
-def _toolkit_row(kb: Knowledge, cuda: Version) -> Optional[Dict[str, Any]]:
+def _toolkit_row(kb: Knowledge, cuda: Version) -> Optional[Row]:
     rel = cuda.release
-    rows = kb.by_minor.get((rel[0], rel[1] if len(rel) > 1 else 0))
+    rows = kb.by_minor.get(_minor(cuda))
     if not rows:
         return None
     if len(rel) < 3:
         return rows[0]
-    fitting = [r for r in rows if versions.numeric(r["cuda"]).release[2:3] <= rel[2:3]]
+    fitting = [r for r in rows if _version(r["cuda"]).release[2:3] <= rel[2:3]]
     return fitting[-1] if fitting else rows[0]
 
 
-def _driver_for(row: Dict[str, Any], kind: str, platform: str) -> Optional[str]:
+def _driver_for(row: Row, kind: str, platform: str) -> Optional[str]:
     """The driver column of a toolkit (kind="driver") or minor_compat (kind="min_driver") row."""
     plat = _platform_key(platform)
     value = row.get(f"{kind}_{plat}")
-    if value is None and plat == "windows":
+    if value is None and plat == "windows":    # CUDA 13 rows have no Windows column: the Linux branch number
         value = row.get(f"{kind}_linux") if row.get("cuda", "").startswith("13") or row.get("major") == 13 else None
     return value
 
 
-def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Dict[str, Any]]:
-    """The drivers a CUDA release needs.
-
-    Returns ``{"cuda", "release", "toolkit_driver", "minor_compat", "minor_compat_driver",
-    "caveats", "sources"}`` (``toolkit_driver`` None for a release newer than the table;
-    ``minor_compat_driver`` None where there is no minor-version compatibility), or None
-    for text that is not a CUDA version or a CUDA major the table does not know.
-    A bare "12.6" means the GA release; a wheel built with 12.6.3 needs the 12.6
-    Update 3 driver for the full feature set.  ``platform`` is "linux" or
-    "windows" (also "wsl": WSL reports the Windows driver); CUDA 13 rows have no
-    Windows column and fall back to the Linux branch number.
-    """
+def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Row]:
+    """The drivers a CUDA release needs (``toolkit_driver`` None for a release newer than the table,
+    ``minor_compat_driver`` None without minor-version compatibility).  A bare "12.6" means the GA
+    release; a wheel built with 12.6.3 needs the 12.6 Update 3 driver for the full feature set.
+    ``platform`` "windows" (or "wsl": WSL reports the Windows driver) reads the Windows column."""
     cuda = versions.numeric(cuda_version)
     if cuda is None:
         return None
@@ -328,19 +350,14 @@ def min_driver(cuda_version: str, platform: str = "linux") -> Optional[Dict[str,
 
 def _family(kb: Knowledge, driver: Version, platform: str) -> Optional[int]:
     """The newest CUDA major the driver runs through minor-version compatibility."""
-    majors = [m for m, r in kb.minor_compat.items()
-              if r["supported"] and _driver_for(r, "min_driver", platform)
-              and driver >= versions.numeric(_driver_for(r, "min_driver", platform))]
+    need = {m: _driver_for(r, "min_driver", platform) for m, r in kb.minor_compat.items() if r["supported"]}
+    majors = [m for m, d in need.items() if d and driver >= _version(d)]
     return max(majors) if majors else None
 
 
 def driver_supports(driver_version: str, cuda_version: str, platform: str = "linux") -> Tuple[str, str]:
-    """Whether a driver runs code built with a CUDA release.
-
-    Returns ``(verdict, detail)``: verdict "full" (driver >= the toolkit driver),
-    "minor-compat" (same major family, limited features: see detail), "too-old", or
-    "unknown" when either version is not understood; detail is one sentence.
-    """
+    """Whether a driver runs code built with a CUDA release: ("full", "minor-compat", "too-old" or
+    "unknown", a sentence saying why)."""
     driver = versions.numeric(driver_version)
     if driver is None:
         return "unknown", f"not a driver version: {driver_version!r}"
@@ -350,10 +367,10 @@ def driver_supports(driver_version: str, cuda_version: str, platform: str = "lin
     kb = load()
     cuda = need["cuda"]
     toolkit = need["toolkit_driver"]
-    if toolkit and driver >= versions.numeric(toolkit):
+    if toolkit and driver >= _version(toolkit):
         return "full", f"driver {driver_version} >= {toolkit}, the {need['release']} toolkit driver"
     mc = need["minor_compat_driver"]
-    if mc and driver >= versions.numeric(mc):
+    if mc and driver >= _version(mc):
         older = f"older than the {need['release']} toolkit driver {toolkit}" if toolkit else f"CUDA {cuda} is newer than the table"
         return "minor-compat", (f"driver {driver_version} is {older}; it runs CUDA {cuda} through minor-version "
                                 f"compatibility (>= {mc}) with limited features; PTX JIT (+PTX archs, run-time "
@@ -363,7 +380,7 @@ def driver_supports(driver_version: str, cuda_version: str, platform: str = "lin
         wants += f" (or >= {mc} with minor-version compatibility)"
     detail = f"driver {driver_version} is too old for CUDA {cuda}: needs {wants}"
     family = _family(kb, driver, platform)
-    cuda_major = versions.numeric(cuda).release[0]
+    cuda_major = _version(cuda).release[0]
     if family is not None and family < cuda_major:
         detail += (f"; a CUDA {family}.x driver runs CUDA {cuda_major} only with the cuda-compat forward-compatibility "
                    "package on data-center GPUs")
@@ -388,15 +405,9 @@ def driver_cuda_supports(driver_cuda: Any, cuda_version: Any) -> Optional[str]:
     return "full"
 
 
-def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Dict[str, Any]]:
-    """The newest CUDA a driver runs.
-
-    Returns ``{"full", "full_toolkit", "full_release", "minor_compat_major", "detail"}``:
-    ``full`` is the newest CUDA ("12.2") whose toolkit driver is <= the driver
-    (what nvidia-smi prints as "CUDA Version"); ``minor_compat_major`` the CUDA major
-    whose every release runs with minor-version compatibility (12), or None.
-    None for text that is not a driver version.
-    """
+def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Row]:
+    """The newest CUDA a driver runs: ``full`` (what nvidia-smi prints as "CUDA Version") and the
+    CUDA major whose every release it runs with minor-version compatibility."""
     driver = versions.numeric(driver_version)
     if driver is None:
         return None
@@ -404,13 +415,10 @@ def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optiona
     best = None
     for row in kb.toolkits:
         need = _driver_for(row, "driver", platform)
-        if need and driver >= versions.numeric(need):
+        if need and driver >= _version(need):
             best = row
     family = _family(kb, driver, platform)
-    full = None
-    if best:
-        rel = versions.numeric(best["cuda"]).release
-        full = f"{rel[0]}.{rel[1]}"
+    full = "{}.{}".format(*_minor(_version(best["cuda"]))) if best else None
     parts = [f"runs CUDA up to {full} with every feature" if full else "older than every toolkit driver in the table"]
     if family is not None:
         parts.append(f"every CUDA {family}.x release through minor-version compatibility")
@@ -423,14 +431,9 @@ def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optiona
 
 
 def parse_arch_list(arch_list: Any, strict: bool = False) -> Tuple[frozenset, frozenset]:
-    """SASS and PTX targets of an arch list.
-
-    Accepts TORCH_CUDA_ARCH_LIST text ("7.5;8.0;12.0+PTX", space or comma separated)
-    or torch.cuda.get_arch_list() output (["sm_75", "compute_120"] or its text).
-    Returns ``(sass, ptx)``, sets of ``(major, minor, suffix)`` where suffix is "",
-    "a" (arch-specific) or "f" (family-specific).  Unreadable entries are skipped,
-    or raise ValueError when ``strict``.
-    """
+    """SASS and PTX targets of TORCH_CUDA_ARCH_LIST text or torch.cuda.get_arch_list()'s list: sets of
+    ``(major, minor, suffix)``, suffix "", "a" (arch-specific) or "f" (family-specific).  Unreadable
+    entries are skipped, or raise ValueError when ``strict``."""
     if isinstance(arch_list, (list, tuple, set, frozenset)):
         items = [str(x) for x in arch_list]
     elif isinstance(arch_list, str):
@@ -439,7 +442,8 @@ def parse_arch_list(arch_list: Any, strict: bool = False) -> Tuple[frozenset, fr
         if strict:
             raise ValueError("must be a string or a list")
         return frozenset(), frozenset()
-    sass, ptx = set(), set()
+    sass: set = set()
+    ptx: set = set()
     for item in items:
         text = item.strip().lower()
         if not text:
@@ -473,14 +477,9 @@ def older_than_all(compute_capability: Any, arch_list: Any) -> bool:
 
 
 def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
-    """Whether a wheel built for ``arch_list`` has code for a GPU.
-
-    Returns ``(verdict, detail)``: "sass" when it has machine code the GPU runs
-    (sm_XY runs on X.Z for Z >= Y, never across majors; sm_XYa only on X.Y),
-    "ptx" when only PTX (compute_XY, "+PTX") the driver can JIT-compile forward to
-    the GPU, "none" otherwise (the detail says when the GPU is older than every
-    architecture in the list), "unknown" for a capability that cannot be read.
-    """
+    """Whether a wheel built for ``arch_list`` has code for a GPU: ("sass", "ptx", "none" or "unknown",
+    why).  SASS for X.Y runs on X.Z with Z >= Y, never across majors (sm_XYa only on X.Y); PTX
+    (compute_XY, "+PTX") the driver JIT-compiles forward to the GPU."""
     cc = versions.parse_cc(compute_capability)
     if cc is None:
         return "unknown", f"not a compute capability: {compute_capability!r}"
@@ -517,32 +516,17 @@ def _norm_platform(platform: str) -> str:
     return "linux-aarch64" if ("aarch64" in p or "arm64" in p or "sbsa" in p) else "linux-x86_64"
 
 
-def _wheel_index(kb: Knowledge) -> Dict[Tuple[str, str], List[Tuple[Optional[str], Dict[str, Any]]]]:
-    """(platform, series) -> [(release or None for the whole series, row)], built once per Knowledge."""
-    index = kb.__dict__.get("_wheel_index")
-    if index is None:
-        index = {}
-        for row in kb.wheels:
-            for series in row["torch"]:
-                for rel in row.get("releases") or [None]:
-                    parsed = versions.torch_version(rel) if rel else None
-                    if rel is None or (parsed and parsed["series"] == series):
-                        index.setdefault((row.get("platform", "linux-x86_64"), series), []).append((rel, row))
-        kb.__dict__["_wheel_index"] = index
-    return index
-
-
-def _wheel_rows(kb: Knowledge, series: str, platform: str, version: Optional[str] = None) -> List[Dict[str, Any]]:
+def _wheel_rows(kb: Knowledge, series: str, platform: str, version: Optional[str] = None) -> List[Row]:
     """The rows of a series, or of one release of it: where rows name releases, the newest named
     release not newer than ``version`` (with no version, the newest: what ``torch==X.Y.*`` installs)."""
-    entries = _wheel_index(kb).get((_norm_platform(platform), series), [])
+    entries = kb.wheel_index.get((_norm_platform(platform), series), [])
     named = sorted({rel for rel, _ in entries if rel}, key=Version)
     fit = [r for r in named if version is None or Version(r) <= Version(version)]
-    pick = (fit or named or [None])[-1 if fit else 0]
+    pick = fit[-1] if fit else named[0] if named else None
     return [row for rel, row in entries if rel is None or rel == pick]
 
 
-def python_fits(row: Dict[str, Any], python: Optional[str]) -> bool:
+def python_fits(row: Row, python: Optional[str]) -> bool:
     """The row publishes wheels for CPython ``python`` ("3.11"); True when the Python is unknown."""
     return python is None or python in row.get("python", ())
 
@@ -552,7 +536,7 @@ def _pip(version: Optional[str], series: str, variant: str) -> str:
     return f"pip install {pin} --index-url {PIP_INDEX}{variant}"
 
 
-def _wheel_answer(row: Dict[str, Any], series: str, version: Optional[str]) -> Dict[str, Any]:
+def _wheel_answer(row: Row, series: str, version: Optional[str]) -> Row:
     answer = dict(row)
     answer.setdefault("platform", "linux-x86_64")
     answer.setdefault("confidence", "confirmed")
@@ -561,14 +545,9 @@ def _wheel_answer(row: Dict[str, Any], series: str, version: Optional[str]) -> D
     return answer
 
 
-def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "linux-x86_64") -> Optional[Dict[str, Any]]:
-    """The official wheel row for a release and variant.
-
-    ``torch_version`` as torch reports it ("2.5.1+cu124") or plain ("2.13.0", "2.13");
-    ``variant`` ("cu126", "cpu") defaults to the version's local part.  Returns the
-    row (torch, variant, platform, cuda, arch_list, cudnn, nccl, status, python, source,
-    confidence, note) plus ``series`` and ``pip``, or None.
-    """
+def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "linux-x86_64") -> Optional[Row]:
+    """The official wheel row (plus ``series`` and ``pip``) for a release as torch reports it
+    ("2.5.1+cu124") or plain ("2.13.0", "2.13"); ``variant`` defaults to the version's local part."""
     parsed = versions.torch_version(torch_version)
     if parsed is None:
         return None
@@ -592,7 +571,7 @@ def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
 def known_series(platform: str = "linux-x86_64") -> List[str]:
     """The PyTorch release series the table knows, oldest first ("1.0" ... "2.14")."""
     plat = _norm_platform(platform)
-    return sorted({s for p, s in _wheel_index(load()) if p == plat}, key=Version)
+    return sorted({s for p, s in load().wheel_index if p == plat}, key=Version)
 
 
 def _nearest_series(series: str, platform: str) -> Optional[str]:
@@ -617,24 +596,13 @@ STATUS_RANK = {"stable": 2, "legacy": 1}
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
                             driver_platform: str = "linux", python: Optional[str] = None,
-                            driver_cuda: Optional[str] = None) -> Optional[Dict[str, Any]]:
-    """The official CUDA variant of a release that runs on this driver and GPU (or every GPU
-    of a list of compute capabilities; an empty list: the GPU is not known).
-
-    Candidates are the release's CUDA variants (or the nearest release the table
-    knows: the newest one not newer than asked) published for ``platform`` and
-    CPython ``python`` (None: any), whose CUDA the driver runs (not "too-old") and
-    whose arch list has code for the GPU.  Preference: SASS over PTX, then full
-    driver support over minor-version compatibility, then stable over legacy over
-    experimental, then the newer CUDA.  Returns the wheel row (see :func:`wheel`) plus
-    ``driver_verdict``, ``arch_verdict``, ``detail`` and ``nearest`` (True when
-    another release was used), or None when no variant fits or an input is not
-    understood.  ``exclude`` names variants not to answer (the one installed, when it
-    is the problem).  A ``driver_version`` of None judges by the newest CUDA the driver
-    runs (``driver_cuda``: nvidia-smi's "CUDA Version", torch's "found version 11040"),
-    else by the GPU alone (``driver_verdict`` "unknown").  ``driver_platform`` is
-    "windows" for a driver that Windows serves (WSL 2).
-    """
+                            driver_cuda: Optional[str] = None) -> Optional[Row]:
+    """The official CUDA variant of a release (or of the newest release the table knows not newer
+    than it) that runs on this driver and has code for every GPU of ``compute_capability`` (one, or
+    a list; empty: the GPU is not known), published for ``platform`` and ``python``: SASS over PTX,
+    then full driver support over minor-version compatibility, then stable over legacy over
+    experimental, then the newer CUDA.  A ``driver_version`` of None judges by ``driver_cuda`` (the
+    newest CUDA the driver runs), else by the GPU alone; ``exclude`` names variants not to answer."""
     parsed = versions.torch_version(torch_version)
     ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
     if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
@@ -711,7 +679,7 @@ def capability_for_name(gpu_name: Any) -> Optional[str]:
     # OEM parts ("PH402 SKU 200": GP100) and the products made on another chip than the
     # name's family ("GeForce RTX 3050 A Laptop GPU": AD106/AD107, Ada).  A name pci.ids
     # gives on chips of different capability keeps gpus.toml's answer if it is one of them.
-    exact = _pci_names(load()).get(tuple(tokens))
+    exact = load().pci_names.get(tuple(tokens))
     if exact:
         if len(exact) == 1:
             return next(iter(exact))
@@ -719,27 +687,11 @@ def capability_for_name(gpu_name: Any) -> Optional[str]:
     return table
 
 
-def _pci_names(kb: Knowledge) -> Dict[Tuple[str, ...], set]:
-    """pci.ids' product names (the bracketed part of checks/pci.toml's names, "/" separating
-    alternatives) as name tokens -> the capabilities of the chips they are made on."""
-    index = kb.__dict__.get("_pci_names")
-    if index is None:
-        index = {}
-        for row in kb.tables["pci.toml"]["device"]:
-            m = re.search(r"\[(.+)\]", row["name"])
-            for product in (m.group(1).split("/") if m else []):
-                tokens = tuple(_gpu_tokens(product))
-                if tokens:
-                    index.setdefault(tokens, set()).add(versions.fmt_cc(versions.parse_cc(row["cc"])))
-        kb.__dict__["_pci_names"] = index
-    return index
-
-
 # --------------------------------------------------------------------------
 # Debian and thresholds
 
 
-def debian_release(release_or_codename: Any) -> Optional[Dict[str, Any]]:
+def debian_release(release_or_codename: Any) -> Optional[Row]:
     """The debian.toml row for "12", "12.7", "bookworm", "Debian 12", "testing",
     "trixie/sid" (a testing system's debian_version), "sid"; None if unknown."""
     if not isinstance(release_or_codename, (str, int)) or isinstance(release_or_codename, bool):
@@ -766,8 +718,7 @@ def debian_version_for(codename: Any) -> Optional[str]:
     if not isinstance(codename, str):
         return None
     text = codename.strip().lower()
-    kb = load()
-    for row in kb.debian + kb.tables["debian.toml"]["archived"]:
+    for row in load().all_debian:
         if row["codename"].lower() == text and versions.numeric(row["version"]) is not None:
             return row["version"]
     return None
@@ -776,8 +727,7 @@ def debian_version_for(codename: Any) -> Optional[str]:
 def debian_codename_for(release: Any) -> Optional[str]:
     """The codename of a numbered Debian release, current or archived ("8" -> "jessie")."""
     text = str(release).strip() if isinstance(release, (str, int)) and not isinstance(release, bool) else ""
-    kb = load()
-    for row in kb.debian + kb.tables["debian.toml"]["archived"]:
+    for row in load().all_debian:
         if row["version"] == text:
             return row["codename"]
     return None
@@ -801,7 +751,7 @@ def debian_support(release: Any) -> str:
         names = {row["version"], row["codename"], *row.get("aliases", [])}
         return "supported" if names & set(supported) or str(release).lower() in supported else "older"
     number = versions.numeric(str(release)) if isinstance(release, (str, int)) and not isinstance(release, bool) else None
-    known = [versions.numeric(r["version"]) for r in load().debian if versions.numeric(r["version"]) is not None]
+    known = [v for r in load().debian if (v := versions.numeric(r["version"])) is not None]
     if number is None or not known:
         return "unknown"
     major = Version(str(number.release[0]))
@@ -836,14 +786,6 @@ def is_debian_suite(suite: Any) -> bool:
 NVIDIA_PCI_VENDOR = "10de"
 
 
-def _pci_index(kb: Knowledge) -> Dict[str, Dict[str, Any]]:
-    index = kb.__dict__.get("_pci_devices")
-    if index is None:
-        index = {row["id"].lower(): row for row in kb.tables["pci.toml"]["device"]}
-        kb.__dict__["_pci_devices"] = index
-    return index
-
-
 def pci_device_id(value: Any) -> Optional[str]:
     """The NVIDIA device id ("2684") in the forms reports print it: "2684",
     "0x2684", "10de:2684" (lspci -n), "0x268410DE" (nvidia-smi's pci_device_id:
@@ -867,11 +809,11 @@ def pci_device_id(value: Any) -> Optional[str]:
     return text if re.fullmatch(r"[0-9a-f]{4}", text) else None
 
 
-def pci_device(device_id: Any) -> Optional[Dict[str, Any]]:
+def pci_device(device_id: Any) -> Optional[Row]:
     """The checks/pci.toml row (id, name, chip, cc, source) of an NVIDIA PCI
     device id in any form :func:`pci_device_id` reads, or None."""
-    dev = pci_device_id(device_id)
-    return dict(_pci_index(load())[dev]) if dev and dev in _pci_index(load()) else None
+    row = load().pci_devices.get(pci_device_id(device_id) or "")
+    return dict(row) if row else None
 
 
 def capability_for_pci_id(device_id: Any) -> Optional[str]:
@@ -879,70 +821,44 @@ def capability_for_pci_id(device_id: Any) -> Optional[str]:
     for a GPU nvidia-smi names "Graphics Device" (a driver older than the GPU).
     None for an unknown id or text that is not one."""
     row = pci_device(device_id)
-    return versions.fmt_cc(versions.parse_cc(row["cc"])) if row else None
-
-
-def _nvcc_rows(kb: Knowledge) -> List[Dict[str, Any]]:
-    rows = kb.__dict__.get("_nvcc_rows")
-    if rows is None:
-        rows = sorted(kb.tables["cuda_arch.toml"]["nvcc"], key=lambda r: versions.numeric(r["cuda"]))
-        kb.__dict__["_nvcc_rows"] = rows
-    return rows
+    return _cc(row["cc"]) if row else None
 
 
 def _cc_list(arch_list: Any) -> List[str]:
     sass, _ptx = parse_arch_list(arch_list or "")
-    return [versions.fmt_cc((t[0], t[1])) for t in sorted(sass)]
+    return [f"{t[0]}.{t[1]}" for t in sorted(sass)]
 
 
-def cuda_builds_sass(cuda_version: Any) -> Optional[Dict[str, Any]]:
-    """What nvcc of a CUDA release compiles machine code for.
-
-    Returns ``{"cuda", "row", "sass", "added", "dropped", "oldest", "newest",
-    "nearest", "source"}`` (capabilities as "8.6" strings, oldest first), or None
-    for text that is not a version or a CUDA major the table does not know.
-    A release between or after the table's rows of its major uses the newest row
-    of that major not newer than it, with ``nearest`` True ("12.7" -> 12.6);
-    a release older than every row of its major answers None.
-    """
+def cuda_builds_sass(cuda_version: Any) -> Optional[Row]:
+    """What nvcc of a CUDA release compiles machine code for (capabilities as "8.6", oldest first): the
+    newest row of its major not newer than it (``nearest`` when it is another: "12.7" -> 12.6)."""
     cuda = versions.numeric(cuda_version) if isinstance(cuda_version, str) else None
     if cuda is None:
         return None
-    rel = cuda.release
-    want = (rel[0], rel[1] if len(rel) > 1 else 0)
-    best = None
-    for row in _nvcc_rows(load()):
-        r = versions.numeric(row["cuda"]).release
-        if r[0] == want[0] and (r[0], r[1]) <= want:
-            best = row
-    if best is None:
+    want = _minor(cuda)
+    fits = [row for row in load().nvcc_rows if (r := _minor(_version(row["cuda"])))[0] == want[0] and r <= want]
+    if not fits:
         return None
-    r = versions.numeric(best["cuda"]).release
+    best = fits[-1]
     sass = _cc_list(best["sass"])
     return {"cuda": f"{want[0]}.{want[1]}", "row": best["cuda"], "sass": sass, "added": _cc_list(best.get("added")),
             "dropped": _cc_list(best.get("dropped")), "oldest": sass[0] if sass else None,
-            "newest": sass[-1] if sass else None, "nearest": (r[0], r[1]) != want, "source": best["source"]}
+            "newest": sass[-1] if sass else None, "nearest": _minor(_version(best["cuda"])) != want, "source": best["source"]}
 
 
 def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]:
-    """Whether code compiled by that CUDA release can carry machine code that runs
-    on a GPU: True when nvcc emits SASS for an architecture of the GPU's major at
-    or below its minor (the binary-compatibility rule of :func:`arch_support`),
-    False when it cannot (a wheel built with it has no kernels for the GPU unless
-    it ships PTX of an older architecture), None when either input is unknown."""
+    """Whether nvcc of that CUDA release emits SASS that runs on the GPU (:func:`arch_support`'s rule);
+    None when either is unknown."""
     cc = versions.parse_cc(compute_capability)
     info = cuda_builds_sass(cuda_version)
     if cc is None or info is None:
         return None
-    return any(t[0] == cc[0] and t[1] <= cc[1] for t in (versions.parse_cc(x) for x in info["sass"]))
+    return any(c[0] == cc[0] and c[1] <= cc[1] for x in info["sass"] if (c := versions.parse_cc(x)))
 
 
-def wheel_machine(arch: Any) -> Optional[Dict[str, Any]]:
-    """The torch_wheels.toml [[machine]] row of a CPU architecture as ``uname -m`` (or
-    Windows, macOS, Debian) names it ("x86_64", "AMD64", "arm64"): the machine, its
-    aliases, what the official wheels build there (``builds``: cuda, cpu) and the
-    source; None for an architecture PyTorch publishes no Linux wheels for
-    (armv7l, i686, ppc64le, riscv64 ...) or text that names none."""
+def wheel_machine(arch: Any) -> Optional[Row]:
+    """The torch_wheels.toml [[machine]] row of a CPU architecture as ``uname -m``, Windows, macOS or
+    Debian name it ("x86_64", "AMD64", "arm64"); None where PyTorch publishes no Linux wheels."""
     if not isinstance(arch, str) or not arch.strip():
         return None
     text = arch.strip().lower()
@@ -955,7 +871,3 @@ def wheel_machine(arch: Any) -> Optional[Dict[str, Any]]:
 def wheel_machines() -> List[str]:
     """The architectures PyTorch publishes Linux wheels for, as ``uname -m`` names them."""
     return [row["machine"] for row in load().tables["torch_wheels.toml"]["machine"]]
-
-
-__all__ += ["pci_device_id", "pci_device", "capability_for_pci_id", "cuda_builds_sass", "cuda_can_build",
-            "debian_version_for", "debian_codename_for", "wheel_machine", "wheel_machines"]

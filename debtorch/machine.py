@@ -1,26 +1,10 @@
 """The machine view: one typed reading of a facts document.
 
-Every question about the facts that needs interpretation is answered here,
-once, and every command reads the answer from here: the doctor's checks and
-report, tune's rules, the config fingerprint, the collect_env triage, fleet.
-
-* which NVIDIA driver the machine has, and where that answer came from;
-* its GPUs, each with a compute capability and where that came from;
-* the GPUs CUDA will use (CUDA_VISIBLE_DEVICES, compute mode);
-* how many CPUs training may use, and whether that is known;
-* whether /dev/shm holds the DataLoader workers a tuned run would start;
-* which Debian release this is (or is derived from), from checks/debian.toml;
-* the installed PyTorch: version, series, build (CUDA, ROCm or CPU), variant,
-  the GPU architectures it has code for (its own list, the wheel's, else what
-  its CUDA release could build);
-* whether CUDA works for it, from the deep probe or torch's own warnings in a
-  pasted report ("Found no NVIDIA driver", "driver too old (found version
-  12020)", "no kernel image", "CUDA unknown error");
-* whether PyTorch publishes wheels for the CPU architecture;
-* the cuDNN and NCCL torch loads;
-* the network: interfaces, InfiniBand/RoCE ports, what ``NCCL_SOCKET_IFNAME``
-  and ``GLOO_SOCKET_IFNAME`` select here, whether ``MASTER_ADDR`` resolves;
-* the Slurm job this process runs in, and its allocation.
+Every question about the facts that needs interpretation is answered here, once, and every
+command reads the answer from here (docs/architecture.md): the driver and where its version came
+from, the GPUs with their compute capability and those CUDA will use, usable CPUs, /dev/shm
+against the planned DataLoader workers, the Debian release, the installed PyTorch (its build, its
+arch list, whether CUDA works for it, the cuDNN and NCCL it loads), the network and the Slurm job.
 
 ``Machine.from_facts(doc)`` never raises on a well-formed document (what
 :func:`debtorch.facts.load` or :func:`debtorch.facts.collect` returns): an
@@ -31,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from debtorch import hostlist, knowledge, versions
@@ -46,32 +30,25 @@ def _str(value: Any) -> Optional[str]:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
+def _float(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 # ---------------------------------------------------------------- the parts
 
 
-class _Part:
-    """A part of the view: a frozen dataclass whose repr is the one ``@dataclass`` would write,
-    shared instead of generated per class (on Python 3.11 each generated method is compiled
-    when the class is made: the repr is half of that, 15 ms of the doctor's start)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
-        return f"{type(self).__qualname__}({shown})"
-
-
-@dataclass(frozen=True, repr=False)
-class Driver(_Part):
-    """The NVIDIA driver.
-
-    ``version`` is the user-space driver (what CUDA checks against and what
-    runs after a reboot): NVML's or nvidia-smi's answer, else the version in
-    the driver libraries' file names, else the loaded kernel module's.
-    ``source`` says which.  ``cuda`` is the newest CUDA the driver runs (what
-    nvidia-smi prints as "CUDA Version"), from NVML, nvidia-smi or torch's
-    "driver too old (found version 12020)" warning.
-    """
+@dataclass(frozen=True)
+class Driver:
+    """The NVIDIA driver (docs/facts.md, the machine view): ``version`` is the user-space driver, what
+    CUDA checks against and what runs after a reboot; ``cuda`` the newest CUDA it runs."""
 
     version: Optional[str] = None
     source: Optional[str] = None
@@ -93,8 +70,8 @@ class Driver(_Part):
         return bool(self.kernel_module and self.libraries and self.kernel_module != self.libraries)
 
 
-@dataclass(frozen=True, repr=False)
-class GPU(_Part):
+@dataclass(frozen=True)
+class GPU:
     """One NVIDIA GPU: from NVML or nvidia-smi (``row`` is that entry of
     ``nvidia.gpus``), or only seen on the PCI bus (``row`` is None)."""
 
@@ -118,8 +95,8 @@ class GPU(_Part):
         return default if v is None else v
 
 
-@dataclass(frozen=True, repr=False)
-class CPUs(_Part):
+@dataclass(frozen=True)
+class CPUs:
     usable: int                          # what training may use (assumed when unknown)
     known: bool                          # False: ``usable`` is assumed
     logical: Optional[int]
@@ -132,8 +109,8 @@ class CPUs(_Part):
     allocation: Optional[int] = None     # Slurm's SLURM_CPUS_PER_TASK, when it bounds ``usable``
 
 
-@dataclass(frozen=True, repr=False)
-class Shm(_Part):
+@dataclass(frozen=True)
+class Shm:
     """/dev/shm against the DataLoader workers a tuned run would start here (checks/thresholds.toml)."""
 
     total: Optional[float]               # bytes (memory.shm_total); None: unknown
@@ -158,8 +135,8 @@ class Shm(_Part):
         return max(1, self.needed // 1024 ** 3 + 1)
 
 
-@dataclass(frozen=True, repr=False)
-class DebianRelease(_Part):
+@dataclass(frozen=True)
+class DebianRelease:
     """A Debian release as checks/debian.toml knows it (``row``), or only by name."""
 
     release: str                         # "12", "testing", "sid", "15"
@@ -175,8 +152,8 @@ class DebianRelease(_Part):
         return f"Debian {self.release}" + (f" ({self.codename})" if self.codename else "")
 
 
-@dataclass(frozen=True, repr=False)
-class OS(_Part):
+@dataclass(frozen=True)
+class OS:
     platform: str                        # "linux", "windows", "macos", or "unknown"
     id: Optional[str]
     name: Optional[str]                  # PRETTY_NAME, or the id
@@ -189,8 +166,8 @@ class OS(_Part):
     wsl: Optional[int] = None
 
 
-@dataclass(frozen=True, repr=False)
-class Apt(_Part):
+@dataclass(frozen=True)
+class Apt:
     """APT as it concerns Debian: the components enabled for Debian's own suites."""
 
     components: Optional[list]           # None: no sources could be read
@@ -200,8 +177,8 @@ class Apt(_Part):
     unknown: Optional[str] = None
 
 
-@dataclass(frozen=True, repr=False)
-class Torch(_Part):
+@dataclass(frozen=True)
+class Torch:
     """The PyTorch of the target interpreter."""
 
     known: bool                          # False: the facts do not say (probe failed, not in a report)
@@ -233,15 +210,10 @@ class Torch(_Part):
         return versions.torch_series_tuple(self.version)
 
 
-@dataclass(frozen=True, repr=False)
-class ArchList(_Part):
-    """The GPU architectures the installed PyTorch has code for.
-
-    ``exact`` when torch said so (the deep probe's get_arch_list(), its "supports
-    CUDA capabilities ..." warning) or checks/torch_wheels.toml knows the wheel;
-    otherwise ``sass`` is only what nvcc of torch's CUDA release could build
-    (checks/cuda_arch.toml): a GPU outside it has no kernels, one inside it may
-    still have none (the wheel chose fewer), which cannot be judged."""
+@dataclass(frozen=True)
+class ArchList:
+    """The GPU architectures the installed PyTorch has code for.  Not ``exact``: only what nvcc of its
+    CUDA release could build; a GPU outside it has no kernels, one inside it may still have none."""
 
     arch: Any                            # a list ("sm_86", ...) or TORCH_CUDA_ARCH_LIST text
     source: str
@@ -252,17 +224,10 @@ class ArchList(_Part):
         return self.arch if isinstance(self.arch, str) else " ".join(self.arch)
 
 
-@dataclass(frozen=True, repr=False)
-class CudaState(_Part):
-    """Whether CUDA works for the installed PyTorch, as far as the facts tell.
-
-    ``failure``: "no-driver" (torch found no driver, or nothing answered for one),
-    "driver-not-loaded" (nvidia-smi cannot talk to the kernel module),
-    "driver-too-old", "init-failed" (CUDA does not start although the driver
-    answers), "no-visible-gpu" (CUDA_VISIBLE_DEVICES hides every GPU, or all
-    are Prohibited), "no-kernel-image" (a kernel launch found no code for the
-    GPU), or None.  ``evidence`` is the words it rests on; ``from_torch`` says they are
-    torch's own."""
+@dataclass(frozen=True)
+class CudaState:
+    """Whether CUDA works for the installed PyTorch, as far as the facts tell (docs/facts.md, the
+    machine view): ``failure`` and the words it rests on; ``from_torch``: torch's own words."""
 
     available: Optional[bool]            # torch.cuda.is_available(); None: unknown
     failure: Optional[str] = None
@@ -270,16 +235,16 @@ class CudaState(_Part):
     from_torch: bool = False
 
 
-@dataclass(frozen=True, repr=False)
-class Version(_Part):
+@dataclass(frozen=True)
+class Version:
     """A version and where it was read (``source``); ``value`` None when nothing tells."""
 
     value: Optional[str] = None
     source: Optional[str] = None
 
 
-@dataclass(frozen=True, repr=False)
-class Interface(_Part):
+@dataclass(frozen=True)
+class Interface:
     """A network interface of /sys/class/net."""
 
     name: str
@@ -296,8 +261,8 @@ class Interface(_Part):
         return self.link_type == "loopback" or self.name == "lo"
 
 
-@dataclass(frozen=True, repr=False)
-class IfnameChoice(_Part):
+@dataclass(frozen=True)
+class IfnameChoice:
     """What ``NCCL_SOCKET_IFNAME`` or ``GLOO_SOCKET_IFNAME`` selects on this machine."""
 
     variable: str
@@ -314,8 +279,8 @@ class IfnameChoice(_Part):
         return bool(self.usable) and all(n == "lo" for n in self.usable)
 
 
-@dataclass(frozen=True, repr=False)
-class IBPort(_Part):
+@dataclass(frozen=True)
+class IBPort:
     """An InfiniBand or RoCE port of /sys/class/infiniband."""
 
     device: str
@@ -336,8 +301,8 @@ class IBPort(_Part):
         return (self.state or "").upper() == "ACTIVE"
 
 
-@dataclass(frozen=True, repr=False)
-class Network(_Part):
+@dataclass(frozen=True)
+class Network:
     interfaces: Optional[tuple]          # None: /sys/class/net could not be read
     unknown: Optional[str]
     ib_ports: tuple
@@ -346,9 +311,6 @@ class Network(_Part):
     master_addr: Optional[str] = None
     master_addresses: Optional[tuple] = None
     master_error: Optional[str] = None   # why MASTER_ADDR does not resolve
-
-    def interface(self, name: str) -> Optional[Interface]:
-        return next((i for i in self.interfaces or () if i.name == name), None)
 
     @property
     def traffic_interfaces(self) -> tuple:
@@ -364,6 +326,20 @@ class Network(_Part):
             names = [i.name for i in self.interfaces if _usable(i) and not i.loopback
                      and not i.name.startswith(("docker", "virbr", "veth", "br-"))]
         return tuple(i for i in self.interfaces if i.name in names)
+
+
+def _interface(r: dict) -> Interface:
+    """A row of network.interfaces, read."""
+    flags = _int(r.get("flags"))
+    state = (_str(r.get("operstate")) or "").lower()
+    admin = True if flags is None else bool(flags & 0x1)     # IFF_UP
+    # "unknown" is what lo, tun and some drivers report while up: trust the carrier.
+    oper = state == "up" or (state in ("unknown", "") and r.get("carrier") is not False)
+    addrs = r.get("addresses")
+    return Interface(name=r["name"].strip(), up=admin and oper, operstate=state or None, mtu=_int(r.get("mtu")),
+                     speed_mbps=_int(r.get("speed_mbps")), link_type=_str(r.get("link_type")),
+                     virtual=bool(r.get("virtual")),
+                     addresses=tuple(a for a in addrs if isinstance(a, str)) if isinstance(addrs, list) else None)
 
 
 def _usable(i: Interface) -> bool:
@@ -392,8 +368,8 @@ def select_interfaces(variable: str, value: str, interfaces) -> tuple:
     return tuple(n for n in names if match(n) != exclude)
 
 
-@dataclass(frozen=True, repr=False)
-class Slurm(_Part):
+@dataclass(frozen=True)
+class Slurm:
     """The Slurm job and step this process belongs to, from Slurm's variables."""
 
     job_id: Optional[str] = None
@@ -434,17 +410,16 @@ class Machine:
     def unknown(self, dotted: str) -> Optional[str]:
         return unknown_reason(self.facts, dotted)
 
-    def section(self, name: str) -> dict:
-        sec = self.facts.get(name)
-        return sec if isinstance(sec, dict) else {}
+    def section(self, dotted: str) -> dict:
+        """The table at ``dotted`` ("nvidia", "python.deep"); {} when it is not one."""
+        return _dict(self.get(dotted))
 
     # ---------------------------------------------------------- NVIDIA
 
     @functools.cached_property
     def driver(self) -> Driver:
         nv = self.section("nvidia")
-        nvml = nv.get("nvml") if isinstance(nv.get("nvml"), dict) else {}
-        kmod = nv.get("kernel_module") if isinstance(nv.get("kernel_module"), dict) else {}
+        nvml, kmod = _dict(nv.get("nvml")), _dict(nv.get("kernel_module"))
         kernel = _str(kmod.get("version"))
         libs = _str(nv.get("userspace_driver_version"))
         version, source = None, None
@@ -461,10 +436,8 @@ class Machine:
 
     def _torch_said_driver_cuda(self) -> Optional[str]:
         """The CUDA in torch's "driver too old (found version 11040)", from the deep probe."""
-        deep = self.get("python.deep")
-        if not isinstance(deep, dict):
-            return None
-        for text in [*(deep.get("errors") or {}).values(), *(deep.get("warnings") or [])]:
+        deep = self.section("python.deep")
+        for text in [*_dict(deep.get("errors")).values(), *_list(deep.get("warnings"))]:
             m = torch_messages.DRIVER_TOO_OLD.search(str(text))
             if m:
                 return versions.cuda_from_int(m.group(1))
@@ -477,17 +450,15 @@ class Machine:
             return "windows"
         if self.get("os.platform") == "macos":
             return "macos"
-        listed = self.get("nvidia.gpus")
-        models = {str(g.get("driver_model")).upper() for g in listed if isinstance(g, dict)} if isinstance(listed, list) else set()
+        models = {str(g.get("driver_model")).upper() for g in _list(self.get("nvidia.gpus")) if isinstance(g, dict)}
         return "windows" if "WDDM" in models else "linux"
 
     @functools.cached_property
     def gpus(self) -> list:
         """Every NVIDIA GPU the facts know: NVML / nvidia-smi entries, else PCI GPUs."""
         out = []
-        listed = self.get("nvidia.gpus")
         source = self.get("nvidia.source") or "NVML"
-        for i, g in enumerate(listed if isinstance(listed, list) else []):
+        for i, g in enumerate(_list(self.get("nvidia.gpus"))):
             if not isinstance(g, dict):
                 continue
             name = _str(g.get("name"))
@@ -519,8 +490,7 @@ class Machine:
     @functools.cached_property
     def pci_gpus(self) -> list:
         """NVIDIA GPUs on the PCI bus (not audio functions), as the facts list them."""
-        devices = self.get("nvidia.pci_devices")
-        return [d for d in devices if isinstance(d, dict) and d.get("is_gpu", True)] if isinstance(devices, list) else []
+        return [d for d in _list(self.get("nvidia.pci_devices")) if isinstance(d, dict) and d.get("is_gpu", True)]
 
     @property
     def gpus_listed(self) -> bool:
@@ -540,11 +510,9 @@ class Machine:
     @functools.cached_property
     def compute_gpus(self) -> list:
         """The GPUs CUDA will use: those CUDA_VISIBLE_DEVICES leaves (in its order), not Prohibited."""
-        gpus = [g for g in self.gpus if g.row is not None]
-        visible = visible_devices(self.get("env.variables.CUDA_VISIBLE_DEVICES"), gpus)
-        if visible is not None:
-            gpus = visible
-        return [g for g in gpus if str(g.value("compute_mode", "")).lower() != "prohibited"]
+        gpus = visible_devices(self.get("env.variables.CUDA_VISIBLE_DEVICES"), self.listed_gpus)
+        return [g for g in (self.listed_gpus if gpus is None else gpus)
+                if str(g.value("compute_mode", "")).lower() != "prohibited"]
 
     @functools.cached_property
     def gpu_hint(self) -> Optional[str]:
@@ -552,10 +520,8 @@ class Machine:
         a CUDA toolkit installed beside torch.  None when the facts give no hint."""
         if self.has_nvidia_gpu is not None:
             return None
-        nvcc = self.get("cuda.toolkit_nvcc")
-        if isinstance(nvcc, dict) and _str(nvcc.get("version")):
-            return f"a CUDA {nvcc['version']} toolkit (nvcc) is installed"
-        return None
+        nvcc = _str(self.get("cuda.toolkit_nvcc.version"))
+        return f"a CUDA {nvcc} toolkit (nvcc) is installed" if nvcc else None
 
     @property
     def vgpu(self) -> bool:
@@ -566,7 +532,8 @@ class Machine:
     def oldest_cc(gpus: list) -> Optional[tuple]:
         """The oldest compute capability among ``gpus``; None when any is unknown or there are none."""
         ccs = [versions.parse_cc(g.cc) for g in gpus]
-        return min(ccs) if ccs and all(ccs) else None
+        known = [cc for cc in ccs if cc]
+        return min(known) if known and len(known) == len(ccs) else None
 
     @functools.cached_property
     def p2p(self) -> list:
@@ -574,9 +541,8 @@ class Machine:
 
         From ``nvidia.topology`` (NVML, or ``nvidia-smi topo -p2p r``); pairs whose
         status is unknown are left out."""
-        topo = self.get("nvidia.topology")
         pairs = []
-        for row in topo if isinstance(topo, list) else []:
+        for row in _list(self.get("nvidia.topology")):
             if not isinstance(row, dict):
                 continue
             ids, status = row.get("gpus"), row.get("p2p_read")
@@ -600,24 +566,22 @@ class Machine:
         usable = _int(self.get("cpu.usable_cpus"))
         logical = _int(self.get("cpu.logical_cpus"))
         feats = self.get("cpu.features")
-        bf16 = tuple(f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)) if isinstance(feats, dict) else None
-        quota = self.get("cpu.cgroup_quota_cpus")
-        quota = float(quota) if isinstance(quota, (int, float)) and not isinstance(quota, bool) else None
-        common = dict(logical=logical, model=_str(self.get("cpu.model")), bf16=bf16, quota=quota,
-                      affinity=_int(self.get("cpu.affinity_cpus")))
-        alloc = self.slurm.cpus_per_task
+        alloc, why = self.slurm.cpus_per_task, None
         if alloc and alloc > 0 and (not usable or usable <= 0 or alloc < usable):
             # A task of this job may use SLURM_CPUS_PER_TASK CPUs, whatever the node has: a batch
             # script sees the whole allocation, the tasks srun starts get their share.
             had = f"; cpu.usable_cpus {usable}" if usable and usable > 0 else ""
-            return CPUs(usable=alloc, known=True, allocation=alloc,
-                        note=f"{alloc} usable CPUs (Slurm allocation: SLURM_CPUS_PER_TASK={alloc}{had})", **common)
-        if usable and usable > 0:
-            return CPUs(usable=usable, known=True, note=f"{usable} usable CPUs (cpu.usable_cpus)", **common)
-        assumed = logical if logical and logical > 0 else 1
-        why = self.unknown("cpu.usable_cpus") or "not in the facts"
-        return CPUs(usable=assumed, known=False, unknown=why,
-                    note=f"{assumed} CPUs assumed (cpu.usable_cpus unknown: {why})", **common)
+            count, note = alloc, f"{alloc} usable CPUs (Slurm allocation: SLURM_CPUS_PER_TASK={alloc}{had})"
+        elif usable and usable > 0:
+            count, note, alloc = usable, f"{usable} usable CPUs (cpu.usable_cpus)", None
+        else:
+            count, alloc = (logical if logical and logical > 0 else 1), None
+            why = self.unknown("cpu.usable_cpus") or "not in the facts"
+            note = f"{count} CPUs assumed (cpu.usable_cpus unknown: {why})"
+        return CPUs(usable=count, known=why is None, logical=logical, note=note, unknown=why,
+                    model=_str(self.get("cpu.model")), allocation=alloc, affinity=_int(self.get("cpu.affinity_cpus")),
+                    bf16=tuple(f for f in ("amx_bf16", "avx512_bf16") if feats.get(f)) if isinstance(feats, dict) else None,
+                    quota=_float(self.get("cpu.cgroup_quota_cpus")))
 
     @functools.cached_property
     def shm(self) -> Shm:
@@ -707,11 +671,10 @@ class Machine:
         if self.os.wsl == 2 or self.os.container or not self.driver.linux:
             return None     # the driver is Windows' (WSL 2) or the container host's, not this Debian's
         deb = self.os.debian if self.os.is_debian else None
-        row = deb.row if deb else None
-        if not row or not row.get("nvidia_driver"):
+        if deb is None or not deb.row or not deb.row.get("nvidia_driver"):
             return None
-        return {"version": row["nvidia_driver"], "release": row.get("version") or deb.release,
-                "codename": row.get("codename")}
+        return {"version": deb.row["nvidia_driver"], "release": deb.row.get("version") or deb.release,
+                "codename": deb.row.get("codename")}
 
     # ---------------------------------------------------------- PyTorch
 
@@ -744,14 +707,14 @@ class Machine:
         t = self.torch
         if not t.installed or t.hip or t.cpu_only:
             return None
-        deep = self.get("python.deep")
-        listed = deep.get("arch_list") if isinstance(deep, dict) else None
+        deep = self.section("python.deep")
+        listed = deep.get("arch_list")
         if listed:
             said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
             return ArchList(listed, said, True)
         if not t.cuda:
             return None
-        row = knowledge.wheel(t.version, t.variant) if versions.is_release(t.version) else None
+        row = knowledge.wheel(t.version, t.variant) if t.version and versions.is_release(t.version) else None
         if row and row.get("arch_list"):
             return ArchList(row["arch_list"], f"the official {row['series']} {row['variant']} wheel", True)
         built = knowledge.cuda_builds_sass(t.cuda)
@@ -781,14 +744,12 @@ class Machine:
         """Whether CUDA works (see :class:`CudaState`): torch's own words first (the deep
         probe's errors, warnings and computations, or a report's warnings), then what the
         facts imply for a CUDA build that says CUDA is unavailable."""
-        deep = self.get("python.deep")
-        deep = deep if isinstance(deep, dict) else {}
+        deep = self.section("python.deep")
         available = deep.get("cuda_available") if isinstance(deep.get("cuda_available"), bool) else None
-        words = [str(v) for v in (deep.get("errors") or {}).values() if v]
-        words += [str(w) for w in deep.get("warnings") or [] if w]
-        for res in (deep.get("exercise") or {}).values():
-            if isinstance(res, dict):
-                words += [str(v) for v in res.values() if v and v != "ok"]
+        words = [str(v) for v in _dict(deep.get("errors")).values() if v]
+        words += [str(w) for w in _list(deep.get("warnings")) if w]
+        for res in _dict(deep.get("exercise")).values():
+            words += [str(v) for v in _dict(res).values() if v and v != "ok"]
         for text in words:
             found = torch_messages.classify(text)
             if found:
@@ -843,26 +804,23 @@ class Machine:
     def cudnn(self) -> Version:
         """The cuDNN PyTorch loads: what torch said (``--deep``), else the nvidia-cudnn wheel,
         conda's build, or a libcudnn in the interpreter's libraries."""
-        deep = self.get("python.deep") or {}
-        if isinstance(deep, dict) and _int(deep.get("cudnn_version")) and versions.cudnn_from_int(deep["cudnn_version"]):
-            return Version(versions.cudnn_from_int(deep["cudnn_version"]), "torch.backends.cudnn.version()")
-        t = self.get("python.torch")
-        t = t if isinstance(t, dict) else {}
-        if _str(t.get("cudnn_wheel")):
-            return Version(_str(t.get("cudnn_wheel")), "the nvidia-cudnn wheel")
-        if _str(t.get("cudnn_conda")):
-            return Version(_str(t.get("cudnn_conda")), "conda's build string")
-        for lib in self.get("python.libraries") or []:
-            name = str(lib).rsplit("/", 1)[-1]
+        said = versions.cudnn_from_int(self.get("python.deep.cudnn_version"))
+        if said:
+            return Version(said, "torch.backends.cudnn.version()")
+        t = self.section("python.torch")
+        for key, where in (("cudnn_wheel", "the nvidia-cudnn wheel"), ("cudnn_conda", "conda's build string")):
+            if _str(t.get(key)):
+                return Version(_str(t.get(key)), where)
+        for lib in _list(self.get("python.libraries")):
+            folder, _, name = str(lib).rpartition("/")
             if name.startswith("libcudnn.so.") and versions.library_version(name):
-                return Version(versions.library_version(name), str(lib).rsplit("/", 1)[0])
+                return Version(versions.library_version(name), folder)
         return Version()
 
     @functools.cached_property
     def nccl(self) -> Version:
         """The NCCL PyTorch loads: torch.cuda.nccl.version() (``--deep``), else the nvidia-nccl wheel."""
-        deep = self.get("python.deep") or {}
-        v = deep.get("nccl_version") if isinstance(deep, dict) else None
+        v = self.get("python.deep.nccl_version")
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
             v = ".".join(str(x) for x in v)
         if _str(v):
@@ -878,42 +836,21 @@ class Machine:
     def network(self) -> Network:
         n = self.section("network")
         rows = n.get("interfaces")
-        ifaces = None
-        if isinstance(rows, list):
-            ifaces = []
-            for r in rows:
-                if not isinstance(r, dict) or not _str(r.get("name")):
-                    continue
-                flags = _int(r.get("flags"))
-                state = (_str(r.get("operstate")) or "").lower()
-                admin = True if flags is None else bool(flags & 0x1)     # IFF_UP
-                # "unknown" is what lo, tun and some drivers report while up: trust the carrier.
-                oper = state == "up" or (state in ("unknown", "") and r.get("carrier") is not False)
-                addrs = r.get("addresses")
-                ifaces.append(Interface(
-                    name=r["name"].strip(), up=admin and oper, operstate=state or None, mtu=_int(r.get("mtu")),
-                    speed_mbps=_int(r.get("speed_mbps")), link_type=_str(r.get("link_type")),
-                    virtual=bool(r.get("virtual")),
-                    addresses=tuple(a for a in addrs if isinstance(a, str)) if isinstance(addrs, list) else None))
-            ifaces = tuple(ifaces)
-        ports = []
-        for p in n.get("infiniband") or []:
-            if isinstance(p, dict) and _str(p.get("device")):
-                rate = p.get("rate_gbps")
-                ports.append(IBPort(device=p["device"], port=_int(p.get("port")), state=_str(p.get("state")),
-                                    phys_state=_str(p.get("phys_state")), rate=_str(p.get("rate")),
-                                    rate_gbps=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None,
-                                    link_layer=_str(p.get("link_layer")),
-                                    netdevs=tuple(x for x in p.get("netdevs") or [] if isinstance(x, str))))
-        env = self.get("env.variables") or {}
+        ifaces = tuple(_interface(r) for r in rows if isinstance(r, dict) and _str(r.get("name"))) \
+            if isinstance(rows, list) else None
+        ports = [IBPort(device=p["device"], port=_int(p.get("port")), state=_str(p.get("state")),
+                        phys_state=_str(p.get("phys_state")), rate=_str(p.get("rate")), rate_gbps=_float(p.get("rate_gbps")),
+                        link_layer=_str(p.get("link_layer")), netdevs=tuple(x for x in _list(p.get("netdevs")) if isinstance(x, str)))
+                 for p in _list(n.get("infiniband")) if isinstance(p, dict) and _str(p.get("device"))]
+        env = self.section("env.variables")
         choices = []
         for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            value = env.get(var) if isinstance(env, dict) else None
+            value = env.get(var)
             if isinstance(value, str) and value.strip() and ifaces is not None:
                 picked = select_interfaces(var, value, ifaces)
                 usable = tuple(i.name for i in ifaces if i.name in picked and _usable(i))
                 choices.append(IfnameChoice(var, value.strip(), picked, usable))
-        master = n.get("master_addr") if isinstance(n.get("master_addr"), dict) else {}
+        master = _dict(n.get("master_addr"))
         addrs = master.get("addresses")
         return Network(interfaces=ifaces, unknown=None if ifaces is not None else (self.unknown("network.interfaces") or "not in the facts"),
                        ib_ports=tuple(ports), ofed=_str(n.get("ofed_version")), choices=tuple(choices),
@@ -925,30 +862,26 @@ class Machine:
 
     @functools.cached_property
     def slurm(self) -> Slurm:
-        env = self.get("env.variables") or {}
-        env = env if isinstance(env, dict) else {}
+        env = self.section("env.variables")
 
-        def num(*names) -> Optional[int]:
-            for name in names:
-                m = re.match(r"\s*(\d+)", str(env.get(name) or ""))
-                if m:
-                    return int(m.group(1))
-            return None
+        def text(*names: str) -> Optional[str]:
+            return next((v for name in names if (v := _str(env.get(name)))), None)
 
-        job = _str(env.get("SLURM_JOB_ID")) or _str(env.get("SLURM_JOBID"))
-        gpus = next((_str(env.get(v)) for v in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS")
-                     if _str(env.get(v))), None)
+        def num(*names: str) -> Optional[int]:
+            found = (re.match(r"\s*(\d+)", str(env.get(name) or "")) for name in names)
+            return next((int(m.group(1)) for m in found if m), None)
+
         on_node = num("SLURM_GPUS_ON_NODE")
         if on_node is None:
-            listed = _str(env.get("SLURM_STEP_GPUS")) or _str(env.get("SLURM_JOB_GPUS"))
+            listed = text("SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
             on_node = len([x for x in listed.split(",") if x.strip()]) if listed else None
-        return Slurm(job_id=job, step_id=_str(env.get("SLURM_STEP_ID")), procid=num("SLURM_PROCID"),
+        return Slurm(job_id=text("SLURM_JOB_ID", "SLURM_JOBID"), step_id=text("SLURM_STEP_ID"), procid=num("SLURM_PROCID"),
                      ntasks=num("SLURM_NTASKS", "SLURM_NPROCS"), nnodes=num("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
-                     nodelist=next((_str(env.get(v)) for v in ("SLURM_STEP_NODELIST", "SLURM_NODELIST",
-                                                               "SLURM_JOB_NODELIST") if _str(env.get(v))), None),
-                     node_name=_str(env.get("SLURMD_NODENAME")), cpus_per_task=num("SLURM_CPUS_PER_TASK"),
-                     cpus_on_node=num("SLURM_CPUS_ON_NODE"), gpus_on_node=on_node, gpus=gpus,
-                     partition=_str(env.get("SLURM_JOB_PARTITION")))
+                     nodelist=text("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"),
+                     node_name=text("SLURMD_NODENAME"), cpus_per_task=num("SLURM_CPUS_PER_TASK"),
+                     cpus_on_node=num("SLURM_CPUS_ON_NODE"), gpus_on_node=on_node,
+                     gpus=text("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS"),
+                     partition=text("SLURM_JOB_PARTITION"))
 
     # ---------------------------------------------------------- what the answers rest on
 
@@ -1024,8 +957,8 @@ def _debian_base(o: dict, os_id: Optional[str], dv: Optional[str]) -> Optional[D
     VERSION_ID, which is the Debian release it rebuilds.  None when nothing names one
     (Ubuntu's os-release alone does not)."""
     point = dv if dv and versions.numeric(dv) is not None else None
-    for name in (_str(o.get("debian_codename")), _str(o.get("codename"))):
-        number = knowledge.debian_version_for(name) if name else None
+    for name in filter(None, (_str(o.get("debian_codename")), _str(o.get("codename")))):
+        number = knowledge.debian_version_for(name)
         if number:
             return _release(number, name.lower(), point if point and point.split(".")[0] == number else None)
     if dv:

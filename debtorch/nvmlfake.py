@@ -31,8 +31,9 @@ says "not recorded in the NVML fake" (so a replay never pretends).
 from __future__ import annotations
 
 import inspect
+import itertools
 import string
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from debtorch import inputs
 
@@ -63,60 +64,13 @@ NVML_ERROR_MEMORY = 20
 NVML_ERROR_NO_DATA = 21
 NVML_ERROR_UNKNOWN = 999
 
-# Other constants debtorch (and code written against pynvml) uses.
-NVML_FEATURE_DISABLED = 0
-NVML_FEATURE_ENABLED = 1
-NVML_TEMPERATURE_GPU = 0
-NVML_COMPUTEMODE_DEFAULT = 0
-NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1
-NVML_COMPUTEMODE_PROHIBITED = 2
-NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
-NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-NVML_VOLATILE_ECC = 0
-NVML_AGGREGATE_ECC = 1
-NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
-NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
-NVML_TOPOLOGY_INTERNAL = 0
-NVML_TOPOLOGY_SINGLE = 10
+# Other constants of pynvml's that code replayed on the fake (tests/hosts/build_gpu_fixtures.py) names.
 NVML_TOPOLOGY_MULTIPLE = 20
-NVML_TOPOLOGY_HOSTBRIDGE = 30
 NVML_TOPOLOGY_NODE = 40
 NVML_TOPOLOGY_SYSTEM = 50
-NVML_P2P_CAPS_INDEX_WRITE = 1
-NVML_P2P_CAPS_INDEX_NVLINK = 2
-NVML_P2P_STATUS_OK = 0
-NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1
-NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2
-NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3
-NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4
-NVML_P2P_STATUS_NOT_SUPPORTED = 5
-NVML_P2P_STATUS_UNKNOWN = 6
-NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
-NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
-NVML_DEVICE_MIG_DISABLE = 0
-NVML_DEVICE_MIG_ENABLE = 1
-nvmlClocksThrottleReasonGpuIdle = 0x001
-nvmlClocksThrottleReasonApplicationsClocksSetting = 0x002
-nvmlClocksThrottleReasonSwPowerCap = 0x004
-nvmlClocksThrottleReasonHwSlowdown = 0x008
-nvmlClocksThrottleReasonSyncBoost = 0x010
-nvmlClocksThrottleReasonSwThermalSlowdown = 0x020
-nvmlClocksThrottleReasonHwThermalSlowdown = 0x040
-nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x080
-nvmlClocksThrottleReasonDisplayClockSetting = 0x100
-nvmlClocksEventReasonGpuIdle = 0x001
-nvmlClocksEventReasonApplicationsClocksSetting = 0x002
-nvmlClocksEventReasonSwPowerCap = 0x004
-nvmlClocksEventReasonHwSlowdown = 0x008
-nvmlClocksEventReasonSyncBoost = 0x010
-nvmlClocksEventReasonSwThermalSlowdown = 0x020
-nvmlClocksEventReasonHwThermalSlowdown = 0x040
-nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x080
-nvmlClocksEventReasonDisplayClockSetting = 0x100
 
-CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith(("NVML_", "nvmlClocks"))}
+CONSTANTS = {k: v for k, v in dict(globals()).items() if k.startswith("NVML_")}
 
 # The text pynvml gives each error (NVMLError._errcode_to_string); others fall back to this.
 _ERROR_TEXT = {
@@ -145,21 +99,21 @@ NOT_RECORDED = "not recorded in the NVML fake"
 
 
 class NVMLError(Exception):
-    """pynvml's NVMLError: ``NVMLError(value)`` builds the subclass for that value."""
+    """pynvml's NVMLError: ``NVMLError(value)`` builds the subclass for that value; a subclass
+    (``NVMLError_NotSupported()``) knows its own."""
 
     _valClassMapping: dict = {}
+    _code: Optional[int] = None
 
-    def __new__(cls, value, *args):
-        if cls is NVMLError:
-            cls = NVMLError._valClassMapping.get(value, cls)
-        obj = Exception.__new__(cls)
-        obj.value = value
-        return obj
+    def __new__(cls, *args: Any) -> "NVMLError":
+        if cls is NVMLError and args:
+            cls = NVMLError._valClassMapping.get(args[0], cls)
+        return Exception.__new__(cls)
 
-    def __init__(self, value, message: Optional[str] = None):
-        super().__init__(value)
-        self.value = value
-        self._message = message
+    def __init__(self, *args: Any) -> None:
+        self.value = self._code if self._code is not None else args[0]
+        super().__init__(self.value)
+        self._message = next((a for a in args if isinstance(a, str)), None)
 
     def __str__(self):
         if self._message:
@@ -175,24 +129,10 @@ class NVMLError(Exception):
 def _make_error_classes() -> dict:
     classes = {}
     for name, value in CONSTANTS.items():
-        if not name.startswith("NVML_ERROR_"):
-            continue
-        # Same naming rule as pynvml: NVML_ERROR_ALREADY_INITIALIZED -> NVMLError_AlreadyInitialized.
-        cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
-
-        def new(cls, *args, _value=value):
-            obj = Exception.__new__(cls)
-            obj.value = _value
-            return obj
-
-        def init(self, *args, _value=value):
-            Exception.__init__(self, _value)
-            self.value = _value
-            self._message = next((a for a in args if isinstance(a, str)), None)
-
-        cls = type(cls_name, (NVMLError,), {"__new__": new, "__init__": init})
-        NVMLError._valClassMapping[value] = cls
-        classes[cls_name] = cls
+        if name.startswith("NVML_ERROR_"):
+            # Same naming rule as pynvml: NVML_ERROR_ALREADY_INITIALIZED -> NVMLError_AlreadyInitialized.
+            cls_name = "NVMLError_" + string.capwords(name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+            classes[cls_name] = NVMLError._valClassMapping[value] = type(cls_name, (NVMLError,), {"_code": value})
     return classes
 
 
@@ -244,7 +184,7 @@ STRUCT_FIELDS = {
 # name -> (kind, parameters as in pynvml, return shape)
 # kind: system (no handle), device (first parameter a handle), pair (two handles).
 # shape: value | tuple | list | struct:<name> | structs:<name>
-SPEC: dict = {
+SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "nvmlSystemGetDriverVersion": ("system", (), "value"),
     "nvmlSystemGetCudaDriverVersion": ("system", (), "value"),
     "nvmlSystemGetCudaDriverVersion_v2": ("system", (), "value"),
@@ -286,9 +226,7 @@ SPEC: dict = {
     "nvmlDeviceGetTopologyCommonAncestor": ("pair", ("device1", "device2"), "value"),
     "nvmlDeviceGetP2PStatus": ("pair", ("device1", "device2", "p2pIndex"), "value"),
 }
-# Parameters that take a default in pynvml, and that the fake ignores.
-_DEFAULTS = {("nvmlDeviceGetMemoryInfo", "version"): None}
-# Extra parameters that select an answer (the rest of a device call's parameters).
+# Parameters that take a default in pynvml and select no answer here (the others after the handles do).
 _IGNORED = {"nvmlDeviceGetMemoryInfo": ("version",)}
 
 
@@ -302,15 +240,17 @@ class FakeHandle:
         return f"<nvmlDevice {self.index} (fake)>"
 
 
-def _signature(params) -> inspect.Signature:
-    return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+def _signature(name: str, params: tuple) -> inspect.Signature:
+    """pynvml's parameters; those it defaults (and the fake ignores) default to None."""
+    return inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=None if p in _IGNORED.get(name, ()) else inspect.Parameter.empty)
+                              for p in params])
 
 
 class FakeNVML:
     """The object ``load`` returns: use it where ``pynvml`` would be used."""
 
     NVMLError = NVMLError
-    FakeHandle = FakeHandle
 
     def __init__(self, data: dict):
         if not isinstance(data, dict):
@@ -360,32 +300,26 @@ class FakeNVML:
         return FakeHandle(index)
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
-        self._check()
-        for i, d in enumerate(self._devices()):
-            if d.get("nvmlDeviceGetUUID") == uuid:
-                return FakeHandle(i)
-        raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return self._handle_where(lambda d: d.get("nvmlDeviceGetUUID") == uuid)
 
     def nvmlDeviceGetHandleByPciBusId(self, pciBusId):
+        return self._handle_where(lambda d: isinstance(d.get("nvmlDeviceGetPciInfo"), dict)
+                                  and str(d["nvmlDeviceGetPciInfo"].get("busId", "")).lower() == str(pciBusId).lower())
+
+    def _handle_where(self, match: Callable[[dict], bool]) -> FakeHandle:
         self._check()
-        for i, d in enumerate(self._devices()):
-            info = d.get("nvmlDeviceGetPciInfo")
-            if isinstance(info, dict) and str(info.get("busId", "")).lower() == str(pciBusId).lower():
-                return FakeHandle(i)
-        raise NVMLError(NVML_ERROR_NOT_FOUND)
+        index = next((i for i, d in enumerate(self._devices()) if match(d)), None)
+        if index is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return FakeHandle(index)
 
     # -- generated calls ---------------------------------------------------
     def _make(self, name, kind, params, shape):
-        sig = _signature(params)
-        defaults = {p: _DEFAULTS[(name, p)] for p in params if (name, p) in _DEFAULTS}
+        sig = _signature(name, params)
 
         def call(*args, **kwargs):
-            bound = sig.bind_partial(*args, **kwargs)
-            for p, d in defaults.items():
-                bound.arguments.setdefault(p, d)
-            missing = [p for p in params if p not in bound.arguments]
-            if missing:
-                raise TypeError(f"{name}() missing argument(s): {', '.join(missing)}")
+            bound = sig.bind(*args, **kwargs)     # TypeError for a missing argument, as pynvml's own
+            bound.apply_defaults()
             values = [bound.arguments[p] for p in params]
             self._check()
             if kind == "system":
@@ -473,7 +407,7 @@ def _to_json(value: Any) -> Any:
     return str(value)
 
 
-def _record(fn, *args) -> Optional[Any]:
+def _record(fn: Callable, *args: Any) -> Optional[Any]:
     try:
         return _to_json(fn(*args))
     except Exception as exc:  # noqa: BLE001
@@ -484,7 +418,7 @@ def _record(fn, *args) -> Optional[Any]:
 
 
 # Argument values to record for calls that take more than a handle.
-_ARGS = {
+_ARGS: dict[str, list[tuple[int, ...]]] = {
     "nvmlDeviceGetTotalEccErrors": [(1, 0), (1, 1), (0, 0), (0, 1)],
     "nvmlDeviceGetRetiredPages": [(0,), (1,)],
     "nvmlDeviceGetTemperature": [(0,)],
@@ -493,14 +427,27 @@ _ARGS = {
 _NVLINK_CALLS = ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkRemoteDeviceType")
 
 
-def dump(nv, source: str = "recorded from a live NVML") -> dict:
+def _record_calls(nv: Any, kind: str, handles: tuple, into: dict) -> dict:
+    """Record into ``into`` every call of ``kind`` the binding has, on ``handles``: one answer, or
+    a table of answers by the arguments of :data:`_ARGS`."""
+    for name, (k, params, _shape) in SPEC.items():
+        if k != kind or not hasattr(nv, name) or name in _NVLINK_CALLS:
+            continue
+        fn = getattr(nv, name)
+        if len(params) == len(handles) or name in _IGNORED:
+            val = _record(fn, *handles)
+        else:
+            answers = {",".join(map(str, args)): _record(fn, *handles, *args) for args in _ARGS.get(name, [])}
+            val = {key: v for key, v in answers.items() if v is not None} or None
+        if val is not None:
+            into[name] = val
+    return into
+
+
+def dump(nv: Any, source: str = "recorded from a live NVML") -> dict:
     """Record an initialised pynvml-like binding ``nv`` into the fake's JSON."""
-    data: dict = {"format": FORMAT, "source": source, "init_error": None, "system": {}, "devices": [], "pairs": {}}
-    for name, (kind, _params, _shape) in SPEC.items():
-        if kind == "system" and hasattr(nv, name):
-            val = _record(getattr(nv, name))
-            if val is not None:
-                data["system"][name] = val
+    data: dict = {"format": FORMAT, "source": source, "init_error": None,
+                  "system": _record_calls(nv, "system", (), {}), "devices": [], "pairs": {}}
     count = data["system"].get("nvmlDeviceGetCount")
     handles = []
     for i in range(count if isinstance(count, int) else 0):
@@ -509,53 +456,18 @@ def dump(nv, source: str = "recorded from a live NVML") -> dict:
         except Exception:  # noqa: BLE001
             h = None
         handles.append(h)
-        dev: dict = {}
-        data["devices"].append(dev)
-        if h is None:
-            continue
-        for name, (kind, params, _shape) in SPEC.items():
-            if kind != "device" or not hasattr(nv, name) or name in _NVLINK_CALLS:
-                continue
-            fn = getattr(nv, name)
-            if len(params) == 1 or name in _IGNORED:
-                val = _record(fn, h)
-                if val is not None:
-                    dev[name] = val
-            else:
-                table = {}
-                for args in _ARGS.get(name, []):
-                    val = _record(fn, h, *args)
-                    if val is not None:
-                        table[",".join(str(a) for a in args)] = val
-                if table:
-                    dev[name] = table
-        _dump_nvlinks(nv, h, dev)
-    for i in range(len(handles)):
-        for j in range(i + 1, len(handles)):
-            if handles[i] is None or handles[j] is None:
-                continue
-            pair: dict = {}
-            if hasattr(nv, "nvmlDeviceGetTopologyCommonAncestor"):
-                val = _record(nv.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
-                if val is not None:
-                    pair["nvmlDeviceGetTopologyCommonAncestor"] = val
-            if hasattr(nv, "nvmlDeviceGetP2PStatus"):
-                table = {}
-                for (idx,) in _ARGS["nvmlDeviceGetP2PStatus"]:
-                    val = _record(nv.nvmlDeviceGetP2PStatus, handles[i], handles[j], idx)
-                    if val is not None:
-                        table[str(idx)] = val
-                pair["nvmlDeviceGetP2PStatus"] = table
-            data["pairs"][f"{i},{j}"] = pair
+        data["devices"].append(_dump_nvlinks(nv, h, _record_calls(nv, "device", (h,), {})) if h is not None else {})
+    for i, j in itertools.combinations(range(len(handles)), 2):
+        if handles[i] is not None and handles[j] is not None:
+            data["pairs"][f"{i},{j}"] = _record_calls(nv, "pair", (handles[i], handles[j]), {})
     return data
 
 
-def _dump_nvlinks(nv, h, dev: dict) -> None:
-    if not hasattr(nv, "nvmlDeviceGetNvLinkState"):
-        return
-    states: dict = {}
-    remote: dict = {}
-    rtype: dict = {}
+def _dump_nvlinks(nv: Any, h: Any, dev: dict) -> dict:
+    if not hasattr(nv, _NVLINK_CALLS[0]):
+        return dev
+    tables: dict = {name: {} for name in _NVLINK_CALLS}
+    states = tables[_NVLINK_CALLS[0]]
     for link in range(18):
         st = _record(nv.nvmlDeviceGetNvLinkState, h, link)
         if st is None:
@@ -565,20 +477,12 @@ def _dump_nvlinks(nv, h, dev: dict) -> None:
             if link == 0:
                 break
             continue
-        if st == 1:
-            if hasattr(nv, "nvmlDeviceGetNvLinkRemotePciInfo"):
-                val = _record(nv.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
-                if val is not None:
-                    remote[str(link)] = val
-            if hasattr(nv, "nvmlDeviceGetNvLinkRemoteDeviceType"):
-                val = _record(nv.nvmlDeviceGetNvLinkRemoteDeviceType, h, link)
-                if val is not None:
-                    rtype[str(link)] = val
+        for name in _NVLINK_CALLS[1:] if st == 1 else ():
+            val = _record(getattr(nv, name), h, link) if hasattr(nv, name) else None
+            if val is not None:
+                tables[name][str(link)] = val
     if states:
         # Links beyond those recorded answer like an absent link.
         states.setdefault("*", {"nvml_error": NVML_ERROR_INVALID_ARGUMENT})
-        dev["nvmlDeviceGetNvLinkState"] = states
-    if remote:
-        dev["nvmlDeviceGetNvLinkRemotePciInfo"] = remote
-    if rtype:
-        dev["nvmlDeviceGetNvLinkRemoteDeviceType"] = rtype
+    dev.update((name, table) for name, table in tables.items() if table)
+    return dev

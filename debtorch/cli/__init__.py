@@ -113,13 +113,9 @@ def main() -> None:
     code = 0
     null_before = _is_null()
     try:
-        gc.disable()  # start-up makes ~10^5 objects that live until exit: collecting them is wasted time
-        try:
-            _prestart_probe(sys.argv[1:])
-            from debtorch.cli.program import app  # defer: typer and every command, after the probe started
-        finally:
-            gc.freeze()  # ... so they leave the collector's view, and collections stay cheap
-            gc.enable()
+        _prestart_probe(sys.argv[1:])
+        from debtorch.cli.program import app  # defer: typer and every command, after the probe started
+
         app()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
@@ -158,7 +154,8 @@ def main() -> None:
         _quiet_stdout()
         code = code or EXIT_OUTPUT
     # Every file was closed and every temporary folder removed above; the collections of the
-    # interpreter's exit would only walk every object once more (tens of milliseconds).
+    # interpreter's exit would only walk every object once more (docs/performance.md: ~15% of
+    # the doctor's CPU time).
     gc.freeze()
     sys.exit(code)
 

@@ -7,7 +7,7 @@ module per group of areas; fix texts in Debian's terms in ``fixes.py``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from debtorch.doctor import checks_cuda, checks_network, checks_nvidia, checks_resources, checks_site, checks_system  # noqa: F401  (they register)
 from debtorch.doctor.areas import area_states
@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 __all__ = ["AREAS", "AREA_TITLES", "Context", "Registry", "Report", "check", "registry", "diagnose", "SCHEMA_VERSION"]
 
 
-def diagnose(facts, ctx: Optional[Context] = None, checks: Optional[Registry] = None) -> Report:
+def diagnose(facts: Union[dict, Machine], ctx: Optional[Context] = None, checks: Optional[Registry] = None) -> Report:
     """Run the checks (the doctor's own unless ``checks`` is given) on a facts document
     or a :class:`~debtorch.machine.Machine`."""
     machine = facts if isinstance(facts, Machine) else Machine.from_facts(facts)

@@ -1,22 +1,13 @@
-"""Which areas of a report the facts let the doctor judge.
-
-An area whose facts are unknown must not look fine: a pasted collect_env report
-says nothing of APT, memory or storage, a macOS report's OS is outside what
-debtorch judges, a recording without NVML or nvidia-smi says nothing of the
-GPUs' health.  :func:`area_states` decides it, once, from the machine view;
-the renderer only shows the answer (its own mark and wording), and the JSON
-report carries it.
-
-A state is "judged" (the checks had their facts), "unknown" (they had not:
-``reason`` says what was missing) or "not-judged" (the facts are there but
-outside debtorch's scope: a macOS or Windows host's OS).  Findings still decide
-a mark: an error in an unknown area is an error.
+"""Which areas of a report the facts let the doctor judge (docs/checks.md, "What the doctor cannot
+judge"): "judged", "unknown" (``reason`` says what was missing) or "not-judged" (outside debtorch's
+scope: a macOS or Windows host's OS).  An area whose facts are unknown must not look fine;
+:func:`area_states` decides it, once, from the machine view, and the renderer only shows it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable
 
 from debtorch.machine import Machine
 
@@ -38,7 +29,9 @@ class AreaState:
     @property
     def wording(self) -> str:
         """How a report says it: "" when judged, else "not known: ..." or "not judged: ..."."""
-        return describe(self)
+        if self.known:
+            return ""
+        return ("not judged: " if self.state == NOT_JUDGED else "not known: ") + self.reason
 
     def to_json(self) -> dict:
         return {"state": self.state, "reason": self.reason}
@@ -115,21 +108,7 @@ def area_state(m: Machine, area: str) -> AreaState:
     return AreaState(UNKNOWN, f"debtorch does not say which facts the {area} area needs")
 
 
-def area_states(m: Machine, areas) -> dict:
+def area_states(m: Machine, areas: Iterable[str]) -> dict:
     """{area: AreaState} for every area name in ``areas``."""
     return {a: area_state(m, a) for a in areas}
 
-
-def unknown_areas(states: dict) -> list:
-    """The areas not judged, in report order."""
-    return [a for a, s in states.items() if not s.known]
-
-
-def describe(state: Optional[AreaState]) -> str:
-    """The wording a report uses for a state that is not judged."""
-    if state is None or state.known:
-        return ""
-    return ("not judged: " if state.state == NOT_JUDGED else "not known: ") + state.reason
-
-
-__all__ = ["AreaState", "area_state", "area_states", "unknown_areas", "describe", "JUDGED", "UNKNOWN", "NOT_JUDGED"]

@@ -8,17 +8,18 @@ import re
 from debtorch import knowledge, versions
 from debtorch.doctor.fixes import driver_upgrade, externally_managed, pip_command, target_wheel, torch_fix
 from debtorch.doctor.limits import limit
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 
 
-def _torch(m) -> dict:
+def _torch(m: Machine) -> dict:
     return m.get("python.torch") or {}
 
 
 # ---------------------------------------------------------------- torch
 @check("torch")
-def check_torch_installed(m, ctx):
+def check_torch_installed(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     if not t or t.get("installed") is not False:
         return []
@@ -30,7 +31,7 @@ def check_torch_installed(m, ctx):
 
 
 @check("torch")
-def check_cpu_only_on_gpu(m, ctx):
+def check_cpu_only_on_gpu(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     if not m.torch.cpu_only and not m.torch.hip:
         return []       # a CUDA build, or one the facts do not name (never guessed CPU-only)
@@ -46,13 +47,13 @@ def check_cpu_only_on_gpu(m, ctx):
                            "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
 
 
-def _uninstall(m) -> str:
+def _uninstall(m: Machine) -> str:
     """How the wrong torch leaves, before the right one goes in (a venv needs no uninstall)."""
     return "" if externally_managed(m) else "pip uninstall torch\n"
 
 
 @check("torch")
-def check_cuda_build_without_gpu(m, ctx):
+def check_cuda_build_without_gpu(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     devices = m.get("nvidia.pci_devices")
     if not t.get("installed") or not t.get("cuda") or devices is None or m.has_nvidia_gpu:
@@ -65,7 +66,7 @@ def check_cuda_build_without_gpu(m, ctx):
 
 
 @check("torch")
-def check_torch_age(m, ctx):
+def check_torch_age(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     floor = limit("torch_min_version")
     if not t.get("installed") or not versions.below(t.get("version"), floor):
@@ -78,17 +79,12 @@ def check_torch_age(m, ctx):
                     facts={"python.torch.version": t.get("version")})]
 
 
-def _cudnn(m):
-    """(version string or None, where it came from): the machine view's answer."""
-    return m.cudnn.value, m.cudnn.source
-
-
 @check("torch")
-def check_cudnn(m, ctx):
+def check_cudnn(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     if not t.get("installed") or not t.get("cuda"):
         return []
-    version, where = _cudnn(m)
+    version, where = m.cudnn.value, m.cudnn.source
     deep = m.get("python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
@@ -105,7 +101,7 @@ def check_cudnn(m, ctx):
 
 
 @check("torch")
-def check_arch(m, ctx):
+def check_arch(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     arch = m.torch_arch
     if arch is None:
@@ -141,7 +137,7 @@ def check_arch(m, ctx):
 
 
 @check("torch")
-def check_deep_import(m, ctx):
+def check_deep_import(m: Machine, ctx: Context) -> list[Finding]:
     deep = m.get("python.deep")
     if not deep:
         return []
@@ -162,7 +158,7 @@ def check_deep_import(m, ctx):
 
 # ---------------------------------------------------------------- cuda
 @check("cuda")
-def check_driver_for_torch(m, ctx):
+def check_driver_for_torch(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     tcuda = t.get("cuda") if t.get("installed") else None
     if not tcuda:
@@ -186,17 +182,17 @@ def check_driver_for_torch(m, ctx):
         kind = (target_wheel(m) or {}).get("kind")
         if m.cuda.from_torch and m.cuda.failure == "driver-too-old":
             f = dict(f, evidence=m.cuda.evidence)
-        out.append(finding("cuda.E001", variant={"cpu": "cpu", "cpu-driver": "cpu_until_upgrade"}.get(kind, ""),
+        out.append(finding("cuda.E001", variant={"cpu": "cpu", "cpu-driver": "cpu_until_upgrade"}.get(kind or "", ""),
                            driver=driver, cuda=tcuda, upgrade=driver_upgrade(m) if kind != "cpu" else "",
                            install=torch_fix(m), facts=f))
     elif verdict == "minor-compat":
         # The alternative is a wheel this driver runs fully, named from the table (never the installed
         # one, nor one of the same CUDA); where none has code for the GPU, only the driver helps.
         row = target_wheel(m)
-        full = row and row.get("driver_verdict") == "full"
+        full = row if row and row.get("driver_verdict") == "full" else None
         out.append(finding("cuda.W001", variant="" if full else "driver_only", driver=driver, cuda=tcuda,
-                           upgrade=driver_upgrade(m), series=row["series"] if full else m.torch.series,
-                           variant_name=row["variant"] if full else "", wheel_cuda=row["cuda"] if full else "",
+                           upgrade=driver_upgrade(m), series=full["series"] if full else m.torch.series,
+                           variant_name=full["variant"] if full else "", wheel_cuda=full["cuda"] if full else "",
                            install=torch_fix(m) if full else "", facts=f))
     dd = m.debian_driver
     if dd:
@@ -213,9 +209,9 @@ def check_driver_for_torch(m, ctx):
 
 
 @check("cuda")
-def check_cuda_init(m, ctx):
+def check_cuda_init(m: Machine, ctx: Context) -> list[Finding]:
     c = m.cuda
-    if c.failure == "no-visible-gpu" and m.torch.cuda and c.evidence.startswith("CUDA_VISIBLE_DEVICES"):
+    if c.failure == "no-visible-gpu" and m.torch.cuda and (c.evidence or "").startswith("CUDA_VISIBLE_DEVICES"):
         return [finding("cuda.E003", variant="hidden", evidence=c.evidence,
                         facts={"env.CUDA_VISIBLE_DEVICES": m.get("env.variables.CUDA_VISIBLE_DEVICES")})]
     if c.failure != "init-failed" or not m.torch.cuda:
@@ -236,7 +232,7 @@ _WHEEL_DIR = re.compile(r"/(site|dist)-packages/(nvidia/[^/]+/lib|torch/lib)/")
 
 
 @check("cuda")
-def check_mapped_libraries(m, ctx):
+def check_mapped_libraries(m: Machine, ctx: Context) -> list[Finding]:
     deep = m.get("python.deep") or {}
     t = _torch(m)
     if not deep.get("mapped_libraries") or not t.get("cuda"):
@@ -262,7 +258,7 @@ def check_mapped_libraries(m, ctx):
 
 
 @check("cuda")
-def check_nvcc(m, ctx):
+def check_nvcc(m: Machine, ctx: Context) -> list[Finding]:
     nv = m.get("cuda.toolkit_nvcc") or {}
     t = _torch(m)
     ver, tcuda = nv.get("version"), t.get("cuda")
@@ -275,7 +271,7 @@ def check_nvcc(m, ctx):
 
 
 @check("cuda")
-def check_shadowing(m, ctx):
+def check_shadowing(m: Machine, ctx: Context) -> list[Finding]:
     by_dir: dict = {}
     for s in m.get("cuda.shadowing") or []:
         where = s.get("ld_library_path_copy") or ""

@@ -3,18 +3,19 @@ InfiniBand/RoCE ports, MASTER_ADDR).  All read the machine view's ``network``.""
 
 from __future__ import annotations
 
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 
 
-def _candidates(m) -> str:
+def _candidates(m: Machine) -> str:
     """The interfaces a user could name instead: up, not loopback."""
     names = [i.name for i in m.network.interfaces or () if i.up and not i.loopback]
     return ", ".join(names) or "none is up"
 
 
 @check("network")
-def check_ifname(m, ctx):
+def check_ifname(m: Machine, ctx: Context) -> list[Finding]:
     """network.E001/E002: NCCL_SOCKET_IFNAME or GLOO_SOCKET_IFNAME names nothing usable here."""
     out = []
     for c in m.network.choices:
@@ -29,7 +30,7 @@ def check_ifname(m, ctx):
     return out
 
 
-def _multi_node(m) -> bool:
+def _multi_node(m: Machine) -> bool:
     env = m.get("env.variables") or {}
     if (m.slurm.nnodes or 0) > 1:
         return True
@@ -38,7 +39,7 @@ def _multi_node(m) -> bool:
 
 
 @check("network")
-def check_loopback_only(m, ctx):
+def check_loopback_only(m: Machine, ctx: Context) -> list[Finding]:
     """network.W002: in a multi-node job, sockets restricted to the loopback interface."""
     if not _multi_node(m):
         return []
@@ -48,7 +49,7 @@ def check_loopback_only(m, ctx):
 
 
 @check("network")
-def check_master_addr(m, ctx):
+def check_master_addr(m: Machine, ctx: Context) -> list[Finding]:
     """network.E003: MASTER_ADDR does not resolve on this machine."""
     n = m.network
     if not n.master_addr or n.master_addresses is not None or not n.master_error:
@@ -58,7 +59,7 @@ def check_master_addr(m, ctx):
 
 
 @check("network")
-def check_ib_ports(m, ctx):
+def check_ib_ports(m: Machine, ctx: Context) -> list[Finding]:
     """network.W001 (a linked port that is not ACTIVE) and network.I001 (a port that is down)."""
     out = []
     for p in m.network.ib_ports:

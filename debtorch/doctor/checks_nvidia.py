@@ -11,8 +11,9 @@ from debtorch.doctor.fixes import (
     enable_components_fix,
     headers_package,
 )
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import GPU, Machine
 from debtorch.units import human_bytes
 
 DRIVER_PACKAGES = re.compile(
@@ -24,21 +25,21 @@ HARD_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "h
 GiB = 1024 ** 3
 
 
-def _driver_packages(m):
+def _driver_packages(m: Machine) -> list[str]:
     return sorted(p for p in (m.get("apt.packages") or {}) if DRIVER_PACKAGES.match(p))
 
 
-def _blacklisted(m, module):
+def _blacklisted(m: Machine, module: str) -> list[dict]:
     return [b for b in m.get("nvidia.blacklisted") or [] if b.get("module") == module]
 
 
-def _label(d):
+def _label(d: dict) -> str:
     return f"{d.get('address')} ({d.get('name') or 'NVIDIA ' + str(d.get('device_id'))})"
 
 
 # ---------------------------------------------------------------- driver
 @check("driver")
-def check_bound_driver(m, ctx):
+def check_bound_driver(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     installed = _driver_packages(m)
     for d in m.pci_gpus:
@@ -57,7 +58,7 @@ def check_bound_driver(m, ctx):
 
 
 @check("driver")
-def check_driver_missing(m, ctx):
+def check_driver_missing(m: Machine, ctx: Context) -> list[Finding]:
     gpus = m.pci_gpus
     if not gpus or m.get("os.wsl"):
         return []
@@ -101,7 +102,7 @@ def check_driver_missing(m, ctx):
 
 
 @check("driver")
-def check_driver_from_torch(m, ctx):
+def check_driver_from_torch(m: Machine, ctx: Context) -> list[Finding]:
     """What torch (or a report's empty nvidia-smi lines) says about the driver, where the
     PCI bus was not read (a collect_env report, a recording without sysfs): the live
     checks above judge from the bus and the packages instead."""
@@ -123,7 +124,7 @@ def check_driver_from_torch(m, ctx):
 
 
 @check("driver")
-def check_mismatch(m, ctx):
+def check_mismatch(m: Machine, ctx: Context) -> list[Finding]:
     kmod, user = m.driver.kernel_module, m.driver.libraries
     kinds = {m.get("nvidia.nvml.error_kind"), m.get("nvidia.nvidia_smi.error_kind")}
     if m.driver.mismatch or "driver_library_mismatch" in kinds:
@@ -133,7 +134,7 @@ def check_mismatch(m, ctx):
 
 
 @check("driver")
-def check_binding(m, ctx):
+def check_binding(m: Machine, ctx: Context) -> list[Finding]:
     if m.get("nvidia.source") == "nvidia-smi" and m.get("nvidia.nvml.error_kind") == "binding_not_installed":
         return [finding("driver.I001", facts={"nvidia.source": "nvidia-smi"})]
     return []
@@ -141,7 +142,7 @@ def check_binding(m, ctx):
 
 # ---------------------------------------------------------------- gpu
 @check("gpu")
-def check_gpu_health(m, ctx):
+def check_gpu_health(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     for gpu in m.listed_gpus:
         g, lab = gpu.row, gpu.label
@@ -178,7 +179,7 @@ def check_gpu_health(m, ctx):
 
 
 @check("gpu")
-def check_persistence(m, ctx):
+def check_persistence(m: Machine, ctx: Context) -> list[Finding]:
     gpus = [gpu.row for gpu in m.listed_gpus]
     off = [g for g in gpus if g.get("persistence_mode") is False
            and (len(gpus) > 1 or DATA_CENTER.search(g.get("name") or ""))]
@@ -190,7 +191,7 @@ def check_persistence(m, ctx):
 
 
 @check("gpu")
-def check_memory_in_use(m, ctx):
+def check_memory_in_use(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     for gpu in m.listed_gpus:
         g = gpu.row
@@ -214,7 +215,7 @@ LAPTOP_GPU = re.compile(r"\b(Laptop|Mobile|Max-Q Design)\b|\b\d{3,4}MX?\b", re.I
 CLOUD_KERNEL = re.compile(r"-(aws|gcp|gke|azure|oracle|ibm)\b|-cloud-(amd64|arm64)$")
 
 
-def _width_variant(m, gpu, cw: int, narrow: int) -> str:
+def _width_variant(m: Machine, gpu: GPU, cw: int, narrow: int) -> str:
     """Which gpu.W006 fix: a laptop, a virtual machine, an x1 riser, lanes shared by design, else reseat."""
     if LAPTOP_GPU.search(gpu.name or ""):
         return "laptop"
@@ -224,7 +225,7 @@ def _width_variant(m, gpu, cw: int, narrow: int) -> str:
 
 
 @check("gpu")
-def check_pcie(m, ctx):
+def check_pcie(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     for gpu in m.listed_gpus:
         g, lab = gpu.row, gpu.label
@@ -238,15 +239,12 @@ def check_pcie(m, ctx):
                                narrow=narrow, about=lab, facts=f))
         if cg and mg and cg < mg:
             busy = (g.get("utilization_gpu") or 0) >= 50 and "gpu_idle" not in (g.get("throttle_reasons") or [])
-            if busy:
-                out.append(finding("gpu.W005", gen=cg, max_gen=mg, about=lab, facts=f))
-            else:
-                out.append(finding("gpu.I002", gen=cg, max_gen=mg, about=lab, facts=f))
+            out.append(finding("gpu.W005" if busy else "gpu.I002", gen=cg, max_gen=mg, about=lab, facts=f))
     return out
 
 
 @check("gpu")
-def check_p2p(m, ctx):
+def check_p2p(m: Machine, ctx: Context) -> list[Finding]:
     bad = m.p2p_problems
     if not bad:
         return []

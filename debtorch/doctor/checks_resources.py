@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from debtorch import knowledge
 from debtorch.doctor.limits import limit
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 from debtorch.units import human_bytes
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 
-def _gib_up(n: int) -> int:
+def _gib_up(n: float) -> int:
     """Whole GiB for ``mount -o size=``, rounded up (never below what is asked)."""
     return max(1, -(-int(n) // GiB))
 
 
 # ---------------------------------------------------------------- CPU
 @check("cpu")
-def check_governor(m, ctx):
+def check_governor(m: Machine, ctx: Context) -> list[Finding]:
     gov = m.get("cpu.governor")
     if gov is None or gov == "performance":
         return []
@@ -28,7 +29,7 @@ def check_governor(m, ctx):
 
 
 @check("cpu")
-def check_threads(m, ctx):
+def check_threads(m: Machine, ctx: Context) -> list[Finding]:
     env = m.get("env.variables") or {}
     usable = m.cpus.usable if m.cpus.known else None
     omp = env.get("OMP_NUM_THREADS")
@@ -54,7 +55,7 @@ def check_threads(m, ctx):
 
 
 @check("cpu")
-def check_wheel_arch(m, ctx):
+def check_wheel_arch(m: Machine, ctx: Context) -> list[Finding]:
     """PyTorch publishes Linux wheels for a few CPU architectures only (checks/torch_wheels.toml,
     [[machine]]); on any other, pip finds no torch at all."""
     row = m.wheels_for_arch
@@ -68,7 +69,7 @@ def check_wheel_arch(m, ctx):
 
 
 @check("cpu")
-def check_usable(m, ctx):
+def check_usable(m: Machine, ctx: Context) -> list[Finding]:
     usable, logical = (m.cpus.usable if m.cpus.known else None), m.cpus.logical
     if usable and logical and usable < logical:
         how = []
@@ -83,7 +84,7 @@ def check_usable(m, ctx):
 
 # ---------------------------------------------------------------- memory
 @check("memory")
-def check_shm(m, ctx):
+def check_shm(m: Machine, ctx: Context) -> list[Finding]:
     shm = m.shm
     total, free, workers, needed = shm.total, shm.free, shm.workers, shm.needed
     if total is None:
@@ -104,7 +105,7 @@ def check_shm(m, ctx):
 
 
 @check("memory")
-def check_nofile(m, ctx):
+def check_nofile(m: Machine, ctx: Context) -> list[Finding]:
     soft = m.get("memory.nofile_soft")
     hard = m.get("memory.nofile_hard")
     floor = int(limit("nofile_min"))
@@ -120,7 +121,7 @@ def check_nofile(m, ctx):
 
 
 @check("memory")
-def check_memlock(m, ctx):
+def check_memlock(m: Machine, ctx: Context) -> list[Finding]:
     soft = m.get("memory.memlock_soft")
     if soft is None or soft < 0 or not m.gpus:
         return []
@@ -134,7 +135,7 @@ def check_memlock(m, ctx):
 
 
 @check("memory")
-def check_swap(m, ctx):
+def check_swap(m: Machine, ctx: Context) -> list[Finding]:
     used = m.get("memory.swap_used")
     total = m.get("memory.total")
     if not used or used < int(limit("swap_used_warn_bytes")):
@@ -145,7 +146,7 @@ def check_swap(m, ctx):
 
 # ---------------------------------------------------------------- storage
 @check("storage")
-def check_data(m, ctx):
+def check_data(m: Machine, ctx: Context) -> list[Finding]:
     d = m.get("storage.data")
     if not d:
         return []
@@ -163,7 +164,7 @@ def check_data(m, ctx):
 
 
 @check("storage")
-def check_nvme_link(m, ctx):
+def check_nvme_link(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     for c in m.get("storage.nvme") or []:
         cur, mx = c.get("current_gen"), c.get("max_gen")

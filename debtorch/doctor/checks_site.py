@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 from debtorch import versions
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 
 
 @check("site")
-def check_site_minimums(m, ctx):
+def check_site_minimums(m: Machine, ctx: Context) -> list[Finding]:
     mins = ctx.site.minimums if ctx.site else {}
-    out = []
     src = ", ".join(ctx.site.files) if ctx.site and ctx.site.files else "site config"
-    driver = m.driver.version
-    if mins.get("driver") and driver and versions.below(driver, mins["driver"]):
-        out.append(finding("site.E001", driver=driver, minimum=mins["driver"], src=src,
-                           facts={"driver": driver, "minimum": mins["driver"]}))
-    torch = m.torch.version
-    if mins.get("torch") and torch and versions.below(torch, mins["torch"]):
-        out.append(finding("site.E002", torch=torch, minimum=mins["torch"], src=src,
-                           facts={"python.torch.version": torch, "minimum": mins["torch"]}))
-    tcuda = m.torch.cuda
-    if mins.get("torch_cuda") and tcuda and versions.below(tcuda, mins["torch_cuda"]):
-        out.append(finding("site.E003", cuda=tcuda, minimum=mins["torch_cuda"], src=src,
-                           facts={"python.torch.cuda": tcuda, "minimum": mins["torch_cuda"]}))
-    return out
+    # (id, the minimum's key, the message's field, what this machine has, the fact it rests on)
+    rules = (("site.E001", "driver", "driver", m.driver.version, "driver"),
+             ("site.E002", "torch", "torch", m.torch.version, "python.torch.version"),
+             ("site.E003", "torch_cuda", "cuda", m.torch.cuda, "python.torch.cuda"))
+    return [finding(fid, **{field: have}, minimum=mins[key], src=src, facts={fact: have, "minimum": mins[key]})
+            for fid, key, field, have, fact in rules if mins.get(key) and have and versions.below(have, mins[key])]

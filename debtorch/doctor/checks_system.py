@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from debtorch import knowledge
 from debtorch.doctor.fixes import target_wheel, venv_fix
-from debtorch.doctor.registry import check
-from debtorch.findings import finding
+from debtorch.doctor.registry import Context, check
+from debtorch.findings import Finding, finding
+from debtorch.machine import Machine
 
 
 @check("os")
-def check_release(m, ctx):
+def check_release(m: Machine, ctx: Context) -> list[Finding]:
     o = m.os
     if o.id is None:
         return []
@@ -39,7 +40,7 @@ def check_release(m, ctx):
     return []
 
 
-def _wheel_args(m) -> str:
+def _wheel_args(m: Machine) -> str:
     """What the venv's pip installs: the wheel the other findings name, else the installed build."""
     row = target_wheel(m) or (knowledge.wheel(m.torch.version, m.torch.variant) if m.torch.installed and m.torch.version
                               else None)
@@ -47,7 +48,7 @@ def _wheel_args(m) -> str:
 
 
 @check("os")
-def check_wsl(m, ctx):
+def check_wsl(m: Machine, ctx: Context) -> list[Finding]:
     wsl = m.os.wsl
     if not wsl:
         return []
@@ -63,7 +64,7 @@ def check_wsl(m, ctx):
 
 
 @check("python")
-def check_interpreter(m, ctx):
+def check_interpreter(m: Machine, ctx: Context) -> list[Finding]:
     p = m.section("python")
     if p.get("version") is None:
         if ctx.source == "collect_env":

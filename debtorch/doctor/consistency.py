@@ -1,42 +1,16 @@
-"""Fixes that contradict each other or the facts, defined concretely.
-
-One report's findings contradict when:
-
-1. **two PyTorch installs**: two fixes name different torch wheels (another
-   version pin or another index) in a ``pip install`` line.  A
-   ``--force-reinstall`` of the installed build is a repair, not a choice, and
-   is left out;
-2. **a Linux driver where the driver is not Linux's**: a fix installs or loads a
-   Linux NVIDIA driver (``apt install nvidia-driver``, ``cuda-drivers``,
-   ``nvidia-kernel-dkms``, ``nvidia-open``; ``modprobe nvidia``) where
-   Windows serves CUDA (WSL 2, a Windows report, nvidia-smi's WDDM model),
-   on macOS, or in a container (the host's driver serves it);
-3. **an install of what is installed**: a ``pip install`` of the installed
-   torch build (its release series and variant) into the same environment (a
-   new venv is another one), or an ``apt install`` of a package dpkg lists as
-   installed;
-4. **pip into an externally managed Python**: a bare ``pip install`` (or the
-   system interpreter's ``-m pip install``) where the target is Debian's own
-   Python, which PEP 668 makes refuse it: the fix must make a venv;
-5. **two directions**: one fix says to install an older PyTorch while a pip
-   line names a release newer than the installed one;
-6. **a wheel that does not exist for the machine**: a ``pip install``
-   names a torch release and index (or PyPI's default) with no wheel for the
-   machine's CPU architecture and Python in checks/torch_wheels.toml, or any
-   torch where PyTorch publishes no wheels for the architecture.
-
-:func:`contradictions` lists them for a report; tests/test_contradictions.py
-runs it on every fixture machine and every corpus report.  docs/checks.md
-("Fixes never contradict") says the same.
+"""Fixes that contradict each other or the facts, defined concretely: the six rules of docs/checks.md
+("Fixes never contradict"), numbered as there.  :func:`contradictions` lists them for a report;
+tests/test_contradictions.py runs it on every fixture machine and every corpus report.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Iterable, Optional
 
 from debtorch import knowledge, versions
 from debtorch.doctor.fixes import externally_managed
+from debtorch.findings import Finding
 from debtorch.machine import Machine
 
 PIP_TORCH = re.compile(r"(?:^|\s)(?P<cmd>(?:\S*/)?pip3?|\S*python3?(?:\.\d+)? -m pip) install (?P<args>[^#\n]*)")
@@ -78,7 +52,7 @@ def _no_such_wheel(m: Machine, req: str, index: Optional[str]) -> Optional[str]:
     return None
 
 
-def contradictions(m: Machine, findings) -> list:
+def contradictions(m: Machine, findings: Iterable[Finding]) -> list:
     """One line per contradiction among ``findings`` (a report's, on machine ``m``); [] when none."""
     out = []
     installs: dict = {}
@@ -130,5 +104,3 @@ def contradictions(m: Machine, findings) -> list:
                    + ", ".join(fid for fid, _, _ in older_said))
     return out
 
-
-__all__ = ["contradictions"]

@@ -132,22 +132,22 @@ def target_wheel(m: Machine) -> Optional[dict]:
     series = t.series if keep else latest
     if not series or not plat:
         return None
-    release = t.version if keep else series          # pins the installed version in the pip line
+    release = (t.version if keep else None) or series          # pins the installed version in the pip line
     kind, mine = ("same", t.variant) if keep else ("latest", None)
 
-    def answer(row, kind, note=""):
+    def answer(row: Optional[dict], kind: str, note: str = "") -> Optional[dict]:
         same = row and t.installed and (row.get("series"), row["variant"]) == (t.series, t.variant)
         return None if not row or same else dict(row, kind=kind, why=note)
 
     if not m.gpus and m.has_nvidia_gpu is False:
         return answer(_cpu_row(release, plat, py), "cpu")
-    ccs = sorted({g.cc for g in m.gpus if g.cc}, key=versions.parse_cc)     # the variant must suit every GPU
+    ccs = sorted({g.cc for g in m.gpus if g.cc}, key=lambda cc: versions.parse_cc(cc) or ())   # for every GPU
     driver, note = m.driver.version, ""
     if not driver and not m.driver.cuda and m.debian_driver:
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
     platform = "windows" if m.driver.platform == "windows" else "linux"
 
-    def best(s, skip=(), python=py, drv=""):
+    def best(s: str, skip: tuple = (), python: Optional[str] = py, drv: Optional[str] = "") -> Optional[dict]:
         return knowledge.best_variant_for_driver(s, driver if drv == "" else drv, ccs, platform=plat, exclude=skip,
                                                  driver_platform=platform, python=python,
                                                  driver_cuda=m.driver.cuda if drv == "" else None)
@@ -159,7 +159,7 @@ def target_wheel(m: Machine) -> Optional[dict]:
         kind = "nearest"                       # a release newer than the table: its nearest known one
     if row is None and keep and best(release, python=None) and not best(release):
         note = f"{t.version} has no wheels for Python {py}"
-    if row is None and versions.below(series, latest):
+    if row is None and latest and versions.below(series, latest):
         row, kind = best(latest), "newer"
     known = knowledge.known_series(plat)
     for s in reversed([s for s in known if versions.below(s, series)] if row is None else []):
@@ -175,7 +175,7 @@ def target_wheel(m: Machine) -> Optional[dict]:
     if row is None and ccs:
         # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
         # none of those the driver runs does ("cpu-driver": a newer driver would run one).
-        sms = ", ".join(versions.sm_name(c) for c in ccs)
+        sms = ", ".join(str(versions.sm_name(c)) for c in ccs)
         held = bool(driver) and any(best(s, drv=None) for s in known)
         row, kind = _cpu_row(release, plat, py), "cpu-driver" if held else "cpu"
         note = (f"no wheel for Python {py} that driver {driver} runs has code for {sms}" if held
@@ -215,8 +215,10 @@ def _no_wheel_for_python(m: Machine) -> Optional[str]:
     """What to say where no release publishes wheels for the machine's Python (a newer CPython
     than any release, or an old one), else None."""
     plat, py = m.wheel_platform, m.python_version
-    if not plat or not py or _cpu_row(knowledge.latest_series(plat) or "", plat, py):
+    latest = knowledge.latest_series(plat) if plat else None
+    row = knowledge.wheel(latest, "cpu", plat) if plat and latest else None
+    if not plat or not py or not row or _cpu_row(latest or "", plat, py):
         return None
-    newest = max(knowledge.wheel(knowledge.latest_series(plat), "cpu", plat)["python"], key=versions.major_minor)
+    newest = max(row["python"], key=lambda v: versions.major_minor(v) or ())
     return (f"PyTorch publishes no wheels for Python {py} (checks/torch_wheels.toml): make a venv with a Python "
             f"its wheels are built for (Python {newest} for the newest release)")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from debtorch import knowledge
 
 
-def limit(name: str):
+def limit(name: str) -> Any:
     value = knowledge.threshold(name)
     if value is None:
         raise KeyError(f"checks/thresholds.toml has no threshold {name!r}")

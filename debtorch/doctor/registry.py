@@ -99,9 +99,6 @@ class Registry:
     def add(self, area: str, fn: Callable) -> None:
         self.register(area)(fn)
 
-    def checks(self) -> list:
-        return list(self._checks)
-
     def copy(self) -> "Registry":
         other = Registry()
         other._checks = list(self._checks)

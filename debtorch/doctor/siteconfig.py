@@ -1,19 +1,6 @@
-"""The site's own doctor rules and silenced ids (docs/site-config.md).
-
-Read, in order (later files add to earlier ones): ``/etc/debtorch/doctor.toml``,
-``$XDG_CONFIG_HOME/debtorch/doctor.toml`` (default ``~/.config``), and the file
-given with ``--config``::
-
-    silence = ["cpu.W001", "gpu.*"]     # ids (or area.*) never reported here
-
-    [minimums]
-    driver = "550.54.14"                # the cluster's minimum NVIDIA driver
-    torch = "2.4"                       # minimum PyTorch release
-    torch_cuda = "12.4"                 # minimum CUDA that PyTorch was built with
-    shm = "8G"                          # minimum /dev/shm size (K, M, G, T suffixes)
-
-Unknown keys and bad values are rejected with one line naming the file, the
-line and the key.  Nothing in the file is executed.
+"""The site's own doctor rules and silenced ids (docs/site-config.md: the files, in order, and the
+keys).  Unknown keys and bad values are rejected with one line naming the file, the line and the
+key.  Nothing in the file is executed.
 """
 
 from __future__ import annotations
@@ -24,6 +11,7 @@ from typing import Any, Optional
 from packaging.version import Version
 
 from debtorch import inputs, schema
+from debtorch.host import Host
 from debtorch.units import parse_size
 
 SYSTEM_PATH = "/etc/debtorch/doctor.toml"
@@ -77,7 +65,7 @@ def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig
     return cfg
 
 
-def load(host=None, explicit: Optional[str] = None) -> SiteConfig:
+def load(host: Optional[Host] = None, explicit: Optional[str] = None) -> SiteConfig:
     """The site config from the standard places on ``host`` and ``explicit``."""
     cfg = SiteConfig()
     if host is not None:

@@ -1,21 +1,10 @@
-"""What debtorch knows about a machine, as one JSON-ready document.
+"""What debtorch knows about a machine, as one JSON-ready document (docs/facts.md).
 
-``collect(host, options)`` runs every section probe against a :class:`Host`
-and returns a plain dict::
-
-    {"schema_version": 1, "debtorch_version": ..., "host": "live",
-     "os": {...}, "apt": {...}, "cpu": {...}, "memory": {...},
-     "storage": {...}, "nvidia": {...}, "cuda": {...}, "python": {...},
-     "env": {...}, "network": {...}}
-
-Every section is a dict.  A value that could not be determined is ``None``
-and its reason is under the section's ``unknown`` mapping
-(``{"shm_total": "permission denied"}``).  A probe that crashes leaves its
-section as ``{"unknown": {"*": "probe crashed: ..."}}``; it never stops the
-others.  docs/facts.md describes every field.
-
-Sections run concurrently (the slow ones wait on subprocesses); a section
-that needs another one asks the :class:`Context` for it.
+``collect(host, options)`` runs every section's probe against a :class:`Host`, concurrently (a
+section that needs another asks the :class:`Context`), and returns a plain dict of sections.  A
+value that could not be determined is ``None`` and its reason is under the section's ``unknown``
+mapping; a probe that crashes leaves ``{"unknown": {"*": "probe crashed: ..."}}`` and never stops
+the others.
 """
 
 from __future__ import annotations

@@ -49,20 +49,15 @@ def parse_one_line_sources(text: str, filename: str = "") -> list[dict]:
                 options[k] = v
         if len(words) < 2:
             continue
-        uri, suite, components = words[0], words[1], words[2:]
-        entries.append(
-            {
-                "file": filename,
-                "format": "one-line",
-                "types": [kind],
-                "uris": [uri],
-                "suites": [suite],
-                "components": components,
-                "enabled": True,
-                "options": options,
-            }
-        )
+        entries.append(_entry(filename, "one-line", [kind], [words[0]], [words[1]], words[2:], True, options))
     return entries
+
+
+def _entry(file: str, fmt: str, types: list, uris: list, suites: list, components: list, enabled: bool,
+           options: dict) -> dict:
+    """One source entry, whichever format it was written in."""
+    return {"file": file, "format": fmt, "types": types, "uris": uris, "suites": suites, "components": components,
+            "enabled": enabled, "options": options}
 
 
 def parse_deb822_sources(text: str, filename: str = "") -> list[dict]:
@@ -74,20 +69,9 @@ def parse_deb822_sources(text: str, filename: str = "") -> list[dict]:
         if not types:
             continue
         enabled = fields.get("enabled", "yes").strip().lower() not in ("no", "false", "0")
-        entries.append(
-            {
-                "file": filename,
-                "format": "deb822",
-                "types": types,
-                "uris": fields.get("uris", "").split(),
-                "suites": fields.get("suites", "").split(),
-                "components": fields.get("components", "").split(),
-                "enabled": enabled,
-                "options": {
-                    k: v for k, v in fields.items() if k not in ("types", "uris", "suites", "components", "enabled")
-                },
-            }
-        )
+        uris, suites, components = (fields.get(k, "").split() for k in ("uris", "suites", "components"))
+        options = {k: v for k, v in fields.items() if k not in ("types", "uris", "suites", "components", "enabled")}
+        entries.append(_entry(filename, "deb822", types, uris, suites, components, enabled, options))
     return entries
 
 
@@ -158,9 +142,7 @@ def parse_dpkg_status(text: str, wanted=RELEVANT) -> dict:
         state = words[-1] if words else ""
         if state not in ("installed", "half-configured", "unpacked", "half-installed", "triggers-pending", "triggers-awaited"):
             continue
-        arch = stanza.get("Architecture")
-        key = name
-        out[key] = {"version": stanza.get("Version"), "arch": arch, "status": state}
+        out[name] = {"version": stanza.get("Version"), "arch": stanza.get("Architecture"), "status": state}
     return out
 
 
@@ -197,11 +179,7 @@ def collect(host: Host, ctx) -> dict:
         files.append(SOURCES_LIST)
     except Unavailable:
         pass
-    try:
-        names = host.listdir(SOURCES_DIR)
-    except Unavailable:
-        names = []
-    for name in names:
+    for name in host.try_listdir(SOURCES_DIR):
         path = f"{SOURCES_DIR}/{name}"
         if name.endswith(".list"):
             parser = parse_one_line_sources

@@ -1,35 +1,25 @@
-"""Read the text of ``python -m torch.utils.collect_env`` as people paste it
-into bug reports, and turn it into a debtorch facts document.
+"""Read the text of ``python -m torch.utils.collect_env`` as people paste it into bug reports,
+and turn it into a debtorch facts document (docs/collect-env.md: which line goes where, and
+collect_env's traps: its "CUDA runtime version" is the system's nvcc, pytorch/pytorch#21399, and
+its "cuDNN version" the libcudnn files ldconfig knows, pytorch/pytorch#78489).
 
-``parse(text)`` returns the same document ``debtorch facts --json`` writes
-(``schema_version`` 1, the sections os, apt, cpu, memory, storage, nvidia,
-cuda, python, env, network), filled as far as the text tells; every other value is
-``None`` with the reason "not in the collect_env text".  A top-level
-``collect_env`` entry says which layout the text had, what it lacked and
-whether ``nvidia-smi`` output came with it.  ``parse_file(path)`` reads a
-file (``-`` is stdin).  Both raise only :class:`CollectEnvError`, whose
-message is one line: ``"FILE: what is wrong"``.
-
-collect_env's own traps (docs/collect-env.md):
-
-* "CUDA runtime version" is ``nvcc --version`` of the system toolkit, not the
-  CUDA runtime PyTorch uses (pytorch/pytorch#21399), so it goes to
-  ``cuda.toolkit_nvcc`` and never to ``python.torch.cuda``.
-* "cuDNN version" lists the libcudnn files ``ldconfig`` knows, not the cuDNN
-  torch loaded (pytorch/pytorch#78489), so it goes to ``cuda.cudnn_system``.
-* The layout reflects the collect_env.py that ran (people often download the
-  newest script), not necessarily the installed torch.
+``parse(text)`` returns the document ``debtorch facts --json`` writes, filled as far as the text
+tells; every other value is ``None`` with the reason "not in the collect_env text", and a top-level
+``collect_env`` entry says which layout the text had and what it lacked.  ``parse_file(path)``
+reads a file (``-`` is stdin).  Both raise only :class:`CollectEnvError`, whose message is one
+line: ``"FILE: what is wrong"``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional, TypedDict
 
 from debtorch import inputs, versions
 from debtorch.__about__ import __version__
-from debtorch.facts import torch_messages
+from debtorch.facts import Section, torch_messages
 from debtorch.facts.cpu import FEATURES, arm_simd
+from debtorch.facts.pyenv import TORCH_WHEELS, wheel_version
 from debtorch.host import is_allowed
 
 NOT_IN_TEXT = "not in the collect_env text"
@@ -176,11 +166,6 @@ def _bool(value: Optional[str]) -> Optional[bool]:
     return None
 
 
-def _version(text: Optional[str]) -> Optional[str]:
-    m = re.search(r"\d+(?:\.\d+)+", text or "")
-    return m.group(0) if m else None
-
-
 # --- the reader ---------------------------------------------------------------------------
 
 def _clean_lines(text: str) -> list[str]:
@@ -298,16 +283,14 @@ class _Reader:
 
 # --- sections -----------------------------------------------------------------------------
 
-class _Sec(dict):
-    def unknown(self, name: str, reason: str = NOT_IN_TEXT) -> None:
-        self[name] = None
-        self.setdefault("unknown", {})[name] = reason
+class _Sec(Section):
+    """A section of a report's facts: unknown, unless said otherwise, because the text does not say."""
 
-    def put(self, name: str, value, reason: str = NOT_IN_TEXT) -> None:
-        if value is None:
-            self.unknown(name, reason)
-        else:
-            self[name] = value
+    def unknown(self, name: str, reason: str = NOT_IN_TEXT) -> None:
+        super().unknown(name, reason)
+
+    def put(self, name: str, value: Any, reason: str = NOT_IN_TEXT) -> None:
+        self.set_or_unknown(name, value, reason)
 
     def finish(self) -> dict:
         self.setdefault("unknown", {})["*"] = NOT_IN_TEXT
@@ -522,18 +505,11 @@ def _parse_libs(lines: Iterable[str]) -> tuple[dict, dict]:
     return pip, conda
 
 
-def _wheel(pip: dict, prefix: str) -> Optional[str]:
-    for name in sorted(pip):
-        if name.startswith(prefix):
-            return pip[name]
-    return None
-
-
-def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
+def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
 
     sec = _Sec()
     pyv = rd.values.get("python")
-    sec.put("version", _version(pyv) if pyv and not _missing(pyv) else None)
+    sec.put("version", versions.first_dotted(pyv) if pyv and not _missing(pyv) else None)
     if pyv and "bit runtime" in pyv:
         b = re.search(r"(\d+)-bit runtime", pyv)
         sec["bits"] = int(b.group(1)) if b else None
@@ -547,14 +523,14 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
 
     torch = _Sec()
     tv = rd.values.get("torch_version")
-    printed = None if _missing(tv) else tv.split()[0]
+    printed = None if tv is None or _missing(tv) else tv.split()[0]
     pip_torch = pip.get("torch")
     conda_torch = (conda.get("pytorch") or conda.get("torch") or {}).get("version")
     version = printed or pip_torch or conda_torch
     # torch was imported when it answered collect_env or printed its warnings ("PyTorch version:
     # Could not collect" beside "CUDA used to build PyTorch: 12.1", or a paste cut before the lines).
-    imported = bool(_version(rd.values.get("torch_cuda")) or _bool(rd.values.get("cuda_available")) is not None
-                    or warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
+    imported = bool(versions.first_dotted(rd.values.get("torch_cuda")) or _bool(rd.values.get("cuda_available"))
+                    is not None or warn["devices"] or warn["arch_list"] or warn["driver_cuda"])
     if tv is not None and tv.strip().upper() == "N/A" and not (pip_torch or conda_torch):
         torch["installed"] = False
         torch.unknown("version", "collect_env could not import torch")
@@ -589,8 +565,8 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         low = tc.strip().lower()
         if low in ("none", "could not collect") and printed:
             cuda_known = True
-        elif _version(tc):
-            cuda, cuda_known = _version(tc), True
+        elif versions.first_dotted(tc):
+            cuda, cuda_known = versions.first_dotted(tc), True
         elif low == "n/a":
             cuda_known = bool(printed)
     conda_build = (conda.get("pytorch") or {}).get("build") or ""
@@ -603,12 +579,12 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
             cuda, cuda_known = cb.group(1), True
         elif "+cpu" in version:
             cuda_known = True
-        elif _wheel(pip, "nvidia-cuda-runtime-cu"):
-            cuda, cuda_known = ".".join(_wheel(pip, "nvidia-cuda-runtime-cu").split(".")[:2]), True
+        elif runtime := wheel_version(pip, "nvidia-cuda-runtime-cu"):
+            cuda, cuda_known = ".".join(runtime.split(".")[:2]), True
             notes.append("torch's CUDA is inferred from the nvidia-cuda-runtime wheel in the package list")
     tr = rd.values.get("torch_rocm")
     if tr and not _missing(tr):
-        hip = _version(tr) or tr
+        hip = versions.first_dotted(tr) or tr
     elif version and "+rocm" in version:
         hip = version.split("+rocm", 1)[1]
     torch["cuda"] = cuda
@@ -624,9 +600,7 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
         torch["cpu_only"] = False           # torch printed the CUDA architectures it was built for
     if torch.get("cpu_only") is None and torch.get("installed") is not False:
         torch.setdefault("unknown", {})["cpu_only"] = NOT_IN_TEXT
-    torch["cudnn_wheel"] = _wheel(pip, "nvidia-cudnn-")
-    torch["nccl_wheel"] = _wheel(pip, "nvidia-nccl-")
-    torch["cuda_runtime_wheel"] = _wheel(pip, "nvidia-cuda-runtime-")
+    torch.update({key: wheel_version(pip, prefix) for key, prefix in TORCH_WHEELS.items()})
     if cb:
         torch["cudnn_conda"] = cb.group(2)
     torch["debug"] = _bool(rd.values.get("debug"))
@@ -649,14 +623,14 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
     if imported or printed or warn["errors"]:
         # collect_env imported torch and asked is_available(), but ran no computation: the
         # deep probe's "ok" (it completed) stays unknown.
-        deep = {"source": "collect_env", "ok": None, "imported": bool(imported or printed),
-                "version": version, "cuda": cuda, "hip": hip, "cuda_available": avail,
-                "arch_list": warn["arch_list"], "cudnn_version": warn["cudnn_compiled"],
-                "devices": devices, "errors": warn["errors"],
-                "unknown": {"ok": "collect_env imports torch but runs no computation on it",
-                            "exercise": "collect_env runs no computation",
-                            "cudnn_version": "collect_env prints the system's libcudnn files, not torch's cuDNN",
-                            "mapped_libraries": "collect_env does not list the libraries torch loaded"}}
+        deep: dict[str, Any] = {"source": "collect_env", "ok": None, "imported": bool(imported or printed),
+                                "version": version, "cuda": cuda, "hip": hip, "cuda_available": avail,
+                                "arch_list": warn["arch_list"], "cudnn_version": warn["cudnn_compiled"],
+                                "devices": devices, "errors": warn["errors"],
+                                "unknown": {"ok": "collect_env imports torch but runs no computation on it",
+                                            "exercise": "collect_env runs no computation",
+                                            "cudnn_version": "collect_env prints the system's libcudnn files, not torch's cuDNN",
+                                            "mapped_libraries": "collect_env does not list the libraries torch loaded"}}
         if warn["arch_list"] is None:
             deep["unknown"]["arch_list"] = "torch printed no arch list (it does so only for an unsupported GPU)"
         deep["mapped_libraries"] = None
@@ -667,15 +641,25 @@ def _python_section(rd: _Reader, warn: dict, notes: list) -> dict:
     return sec.finish()
 
 
-def parse_torch_warnings(text: str) -> dict:
+class TorchWarnings(TypedDict):
+    """What :func:`parse_torch_warnings` found."""
+
+    devices: list[dict]             # {index, name, capability}
+    arch_list: Optional[list[str]]
+    errors: dict[str, str]          # cuda_init, kernel, cudnn
+    driver_cuda: Optional[str]
+    cudnn_compiled: Optional[int]
+    messages: list[str]
+
+
+def parse_torch_warnings(text: str) -> TorchWarnings:
     """Facts in the warnings torch prints while collect_env imports it (and in a traceback
     pasted with the report): GPUs with their compute capability, the wheel's arch list,
     the driver's CUDA from "driver too old", CUDA init errors (``errors["cuda_init"]``,
     debtorch/facts/torch_messages.py), "no kernel image" (``errors["kernel"]``) and
     cuDNN errors.  Never raises."""
     text = str(text)
-    out = {"devices": [], "arch_list": None, "errors": {}, "driver_cuda": None, "cudnn_compiled": None,
-           "messages": []}
+    out = TorchWarnings(devices=[], arch_list=None, errors={}, driver_cuda=None, cudnn_compiled=None, messages=[])
     for m in INCOMPATIBLE_RE.finditer(text):
         start = text.rfind("\n", max(0, m.start() - 200), m.start()) + 1
         name = re.sub(r"^.*?UserWarning:\s*", "", text[start:m.start()]).strip()
@@ -687,23 +671,19 @@ def parse_torch_warnings(text: str) -> dict:
         out["devices"].append({"index": int(m.group(1)), "name": m.group(2).strip(),
                                "capability": f"{m.group(3)}.{m.group(4)}"})
         out["messages"].append(m.group(0).strip())
-    m = SUPPORTS_RE.search(text)
-    if m:
-        out["arch_list"] = m.group(1).split()
-    m = torch_messages.DRIVER_TOO_OLD.search(text)
-    if m:
-        out["driver_cuda"] = versions.cuda_from_int(m.group(1))
+    if arch := SUPPORTS_RE.search(text):
+        out["arch_list"] = arch.group(1).split()
+    if old := torch_messages.DRIVER_TOO_OLD.search(text):
+        out["driver_cuda"] = versions.cuda_from_int(old.group(1))
     found = torch_messages.classify(text)
     if found and found[0] != "no-kernel-image":
         out["errors"]["cuda_init"] = found[1]
-    m = torch_messages.NO_KERNEL_IMAGE.search(text)
-    if m:
+    if kernel := torch_messages.NO_KERNEL_IMAGE.search(text):
         # A kernel launch failed (a traceback pasted below the report): the wheel has no code for the GPU.
-        out["errors"]["kernel"] = m.group(0)
-    m = CUDNN_MISMATCH_RE.search(text)
-    if m:
-        out["errors"]["cudnn"] = m.group(0)
-        nums = [int(x) for x in re.findall(r"\d+", m.group(1))]
+        out["errors"]["kernel"] = kernel.group(0)
+    if cudnn := CUDNN_MISMATCH_RE.search(text):
+        out["errors"]["cudnn"] = cudnn.group(0)
+        nums = [int(x) for x in re.findall(r"\d+", cudnn.group(1))]
         out["cudnn_compiled"] = nums[0] * 1000 + nums[1] * 100 + nums[2] if len(nums) == 3 else nums[0]
     return out
 
@@ -768,7 +748,8 @@ def _parse_smi(lines: list[str]) -> dict:
     return out
 
 
-def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, smi: dict, notes: list) -> dict:
+def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: TorchWarnings, smi: dict,
+                    notes: list) -> dict:
     sec = _Sec()
     sec["source"] = "collect_env+nvidia-smi" if smi["present"] else "collect_env"
     sec.unknown("pci_devices", "collect_env does not list PCI devices or the kernel driver bound to them")
@@ -777,16 +758,12 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
         sec.unknown(name)
 
     driver_raw = rd.values.get("driver")
-    driver = _version(driver_raw) if driver_raw and not _missing(driver_raw) else None
-    if driver is None and smi["driver"]:
-        driver = smi["driver"]
+    driver = (versions.first_dotted(driver_raw) if driver_raw and not _missing(driver_raw) else None) or smi["driver"]
     nvml: dict = {"available": None, "error": None, "driver_version": driver, "cuda_driver_version": None,
                   "source": None, "unknown": {}}
-    text = rd.text
-    if SMI_FAILED_RE.search(text):
-        nvml["available"], nvml["error"] = False, SMI_FAILED_RE.search(text).group(0)
-    elif NVML_MISMATCH_RE.search(text):
-        nvml["available"], nvml["error"] = False, NVML_MISMATCH_RE.search(text).group(0)
+    failed = SMI_FAILED_RE.search(rd.text) or NVML_MISMATCH_RE.search(rd.text)
+    if failed:
+        nvml["available"], nvml["error"] = False, failed.group(0)
     elif driver:
         nvml["available"] = True  # nvidia-smi answered, so NVML loaded
         nvml["source"] = "nvidia-smi (through collect_env)"
@@ -859,7 +836,6 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
             if g.get(k) is None:
                 g[k] = None
                 g["unknown"][k] = "not in the collect_env text (nvidia-smi -q gives it)"
-    gv = rd.values.get("gpus")
     if gpus:
         sec["gpus"] = gpus
     elif names_from_torch:
@@ -875,15 +851,16 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: dict, 
 def _cuda_section(rd: _Reader) -> dict:
     sec = _Sec()
     nv = rd.values.get("nvcc")
-    if nv is not None and _version(nv):
-        sec["toolkit_nvcc"] = {"version": _version(nv), "release": ".".join(_version(nv).split(".")[:2]),
+    nvcc = versions.first_dotted(nv)
+    if nvcc:
+        sec["toolkit_nvcc"] = {"version": nvcc, "release": ".".join(nvcc.split(".")[:2]),
                                "path": None, "found_via": "collect_env ('CUDA runtime version')"}
     else:
         sec.unknown("toolkit_nvcc", NOT_IN_TEXT if nv is None else
                     "collect_env found no nvcc (a system CUDA toolkit; PyTorch wheels do not need one)")
     cudnn = rd.values.get("cudnn")
     if rd.cudnn_paths:
-        libs = [{"path": p, "version": versions.library_version(p)} for p in rd.cudnn_paths]
+        libs: list[dict] = [{"path": p, "version": versions.library_version(p)} for p in rd.cudnn_paths]
         sec["cudnn_system"] = libs
         main = [lib["version"] for lib in libs if lib["version"]
                 and re.match(r"(libcudnn\.|cudnn64_)", re.split(r"[\\/]", lib["path"])[-1])]

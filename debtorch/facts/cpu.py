@@ -181,12 +181,12 @@ def _cgroup_quota(host: Host) -> tuple[Optional[float], str]:
         return best, where
     for base in ("/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"):
         for sub in (v1_path.rstrip("/"), ""):
-            q = host.try_read(f"{base}{sub}/cpu.cfs_quota_us")
-            p = host.try_read(f"{base}{sub}/cpu.cfs_period_us")
-            if q is None or p is None:
+            q_text = host.try_read(f"{base}{sub}/cpu.cfs_quota_us")
+            p_text = host.try_read(f"{base}{sub}/cpu.cfs_period_us")
+            if q_text is None or p_text is None:
                 continue
             try:
-                quota, period = int(q), int(p)
+                quota, period = int(q_text), int(p_text)
             except ValueError:
                 continue
             if quota > 0 and period > 0:
@@ -236,14 +236,11 @@ def collect(host: Host, ctx) -> dict:
         sec.unknown("numa_nodes", "no /sys/devices/system/node")
 
     governors = set()
-    try:
-        for name in host.listdir("/sys/devices/system/cpu/cpufreq"):
-            if name.startswith("policy"):
-                g = host.try_read(f"/sys/devices/system/cpu/cpufreq/{name}/scaling_governor")
-                if g and g.strip():
-                    governors.add(g.strip())
-    except Unavailable:
-        pass
+    for name in host.try_listdir("/sys/devices/system/cpu/cpufreq"):
+        if name.startswith("policy"):
+            g = host.try_read(f"/sys/devices/system/cpu/cpufreq/{name}/scaling_governor")
+            if g and g.strip():
+                governors.add(g.strip())
     if governors:
         sec["governors"] = sorted(governors)
         sec["governor"] = sorted(governors)[0] if len(governors) == 1 else "mixed"

@@ -1,19 +1,10 @@
-"""CUDA library facts: the toolkit's nvcc, CUDA_HOME, and every copy of the CUDA
-libraries that a PyTorch process could load.
+"""CUDA library facts: the toolkit's nvcc, CUDA_HOME, and every copy of the CUDA libraries a
+PyTorch process could load, in the loader's order (docs/facts.md): ``LD_LIBRARY_PATH`` first (a
+cuDNN there shadows the nvidia-cudnn wheel, pytorch/pytorch#104591), then the RUNPATH of torch's
+libraries (the nvidia-* wheels, ``torch/lib``), then the linker cache (``ldconfig -p``).
 
-Where PyTorch's libraries come from, in the order the dynamic loader tries them
-for a library that ``libtorch_cuda.so`` needs:
-
-1. ``LD_LIBRARY_PATH`` directories (searched before the wheels' RUNPATH: a
-   cuDNN there shadows the nvidia-cudnn wheel, pytorch/pytorch#104591);
-2. the RUNPATH of torch's libraries, which points at the nvidia-* wheels
-   (``site-packages/nvidia/<lib>/lib``) and ``torch/lib``;
-3. the linker cache (``/etc/ld.so.cache``, listed by ``ldconfig -p``), where
-   the driver's ``libcuda.so.1`` and any system CUDA live.
-
-``nvcc`` is the CUDA *toolkit's* compiler.  PyTorch wheels never use it at run
-time: the field is ``toolkit_nvcc`` so that nobody mistakes it for "the CUDA
-runtime version" (the collect_env confusion, pytorch/pytorch#78489).
+``nvcc`` is the CUDA *toolkit's* compiler, which PyTorch wheels never use at run time: the field
+is ``toolkit_nvcc`` so that nobody mistakes it for "the CUDA runtime version" (pytorch/pytorch#78489).
 """
 
 from __future__ import annotations
@@ -27,6 +18,7 @@ from typing import Optional
 
 from debtorch import versions
 from debtorch.facts import Section
+from debtorch.facts.pyenv import wheel_version
 from debtorch.host import COMMAND_NOT_FOUND, Host, Unavailable
 
 # The libraries whose copies matter to a PyTorch process, by family.
@@ -92,8 +84,8 @@ def shadowed(ld_copies: list[dict], wheel_copies: list[dict]) -> list[dict]:
     The loader finds the LD_LIBRARY_PATH copy first (pytorch/pytorch#104591).
     """
     by_name: dict = {}
-    for w in wheel_copies:
-        by_name.setdefault(w["name"], w)
+    for copy in wheel_copies:
+        by_name.setdefault(copy["name"], copy)
     out = []
     for c in ld_copies:
         w = by_name.get(c["name"])
@@ -200,14 +192,8 @@ def _wheel_copies(py: dict) -> list[dict]:
         roots = [i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")]
         inner = parts[roots[-1] + 1:] if roots else parts[-4:]
         source = "torch/lib" if inner[:2] == ["torch", "lib"] else "nvidia wheel"
-        package_version = None
-        if source == "nvidia wheel" and len(inner) >= 3 and inner[0] == "nvidia":
-            prefix = _WHEEL_DIST.get(inner[1])
-            if prefix:
-                for dist in sorted(dists):
-                    if dist.startswith(prefix):
-                        package_version = dists[dist]
-                        break
+        prefix = _WHEEL_DIST.get(inner[1]) if len(inner) >= 3 and inner[0] == "nvidia" else None
+        package_version = wheel_version(dists, prefix) if prefix else None
         out.append(
             {
                 "name": name,
@@ -249,12 +235,8 @@ def _ld_library_path_copies(host: Host) -> tuple[list[dict], list[dict]]:
 
 
 def _local_toolkits(host: Host) -> list[dict]:
-    try:
-        names = host.listdir("/usr/local")
-    except Unavailable:
-        return []
     out = []
-    for name in names:
+    for name in host.try_listdir("/usr/local"):
         if not re.fullmatch(r"cuda-\d+(?:\.\d+)*", name):
             continue
         path = f"/usr/local/{name}"

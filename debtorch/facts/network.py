@@ -1,19 +1,6 @@
-"""Network facts: interfaces, InfiniBand/RoCE ports, OFED, MASTER_ADDR.
-
-What multi-node training needs from the network, read through the Host:
-
-* every interface of ``/sys/class/net``: operational state, carrier, speed,
-  MTU, hardware address, link type, whether it is a device or virtual, and
-  its IP addresses (``ip -j addr show``; iproute2 is in every Debian install);
-* every InfiniBand or RoCE port of ``/sys/class/infiniband``: state, physical
-  state, rate, link layer (``InfiniBand`` or ``Ethernet`` for RoCE), and the
-  network interfaces of its device;
-* the OFED version (``ofed_info -s``), where MLNX_OFED or DOCA-OFED is installed;
-* whether ``MASTER_ADDR`` resolves here (:meth:`Host.resolve`).
-
-Facts record what the machine says; which interfaces ``NCCL_SOCKET_IFNAME``
-selects, and whether they are up, is the machine view's reading
-(:attr:`debtorch.machine.Machine.network`).
+"""Network facts: interfaces (``/sys/class/net``, ``ip -j addr show``), InfiniBand/RoCE ports,
+OFED, whether MASTER_ADDR resolves (docs/facts.md).  Which interfaces ``NCCL_SOCKET_IFNAME``
+selects, and whether they are up, is the machine view's reading (``Machine.network``).
 """
 
 from __future__ import annotations
@@ -110,7 +97,7 @@ def interfaces(host: Host) -> tuple[Optional[list], Optional[str]]:
             "speed_mbps": speed if speed is not None and speed > 0 else None,
             "mtu": _int(_read(host, f"{base}/mtu")),
             "mac": _read(host, f"{base}/address"),
-            "link_type": LINK_TYPES.get(kind, str(kind) if kind is not None else None),
+            "link_type": None if kind is None else LINK_TYPES.get(kind, str(kind)),
             # A physical (or SR-IOV) device has a device link; bridges, veth, tunnels do not.
             "virtual": not host.exists(f"{base}/device"),
         })
@@ -128,15 +115,8 @@ def infiniband(host: Host) -> tuple[list, Optional[str]]:
     ports = []
     for dev in devices:
         base = f"{IB}/{dev}"
-        try:
-            numbers = host.listdir(f"{base}/ports")
-        except Unavailable:
-            numbers = []
-        try:
-            netdevs = host.listdir(f"{base}/device/net")
-        except Unavailable:
-            netdevs = []
-        for num in numbers:
+        netdevs = host.try_listdir(f"{base}/device/net")
+        for num in host.try_listdir(f"{base}/ports"):
             p = f"{base}/ports/{num}"
             rate = _read(host, f"{p}/rate")
             ports.append({

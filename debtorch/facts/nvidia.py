@@ -74,7 +74,6 @@ NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
 NVML_P2P_CAPS_INDEX_READ = 0
 NVML_P2P_CAPS_INDEX_NVLINK = 2
 NVML_NVLINK_MAX_LINKS = 18  # 18 on Hopper; newer bindings say 36, no GPU has more than 18
-NVML_NVLINK_DEVICE_TYPE_GPU = 0
 NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
 
 # nvmlClocksThrottleReason* == nvmlClocksEventReason* bits, by name.
@@ -209,12 +208,7 @@ def parse_cmdline(text: str, targets=BLACKLIST_TARGETS) -> dict:
     """
     params: dict = {}
     blacklist = []
-    words = str(text).split()
-    if "--" in words:
-        words = words[: words.index("--")]  # what follows is for init, not the kernel
-    for w in words:
-        if not w.startswith(CMDLINE_PREFIXES):
-            continue
+    for w in _kernel_words(text):
         name, sep, value = w.partition("=")
         params[name] = value if sep else True
         if name in ("modprobe.blacklist", "module_blacklist", "rd.driver.blacklist"):
@@ -229,10 +223,15 @@ def parse_cmdline(text: str, targets=BLACKLIST_TARGETS) -> dict:
 
 def trim_cmdline(text: str) -> str:
     """Keep only the parameters debtorch reports (for recorded hosts)."""
+    return " ".join(_kernel_words(text)) + "\n"
+
+
+def _kernel_words(text: str) -> list[str]:
+    """The kernel's parameters of a command line that bear on the driver, IOMMU or PCIe."""
     words = str(text).split()
     if "--" in words:
-        words = words[: words.index("--")]
-    return " ".join(w for w in words if w.startswith(CMDLINE_PREFIXES)) + "\n"
+        words = words[: words.index("--")]  # what follows is for init, not the kernel
+    return [w for w in words if w.startswith(CMDLINE_PREFIXES)]
 
 
 def parse_efivar_bool(data) -> Optional[bool]:
@@ -357,12 +356,20 @@ def _enabled(s: str) -> bool:
     return {"enabled": True, "disabled": False, "yes": True, "no": False}[s.lower()]
 
 
+def _number(s: str) -> float:
+    """The number a value starts with ("45 C", "3 %", "70.50 W"); ValueError when there is none."""
+    v = _num(s)
+    if v is None:
+        raise ValueError(s)
+    return v
+
+
 def _int_num(s: str) -> int:
-    return int(_num(s))  # "45 C", "3 %"
+    return int(_number(s))
 
 
 def _watts(s: str) -> float:
-    return round(_num(s), 2)  # "70.50 W"
+    return round(_number(s), 2)
 
 
 def _ecc(kind: str) -> Callable:
@@ -567,7 +574,7 @@ def parse_smi_xml(text: str) -> dict:
     out: dict = {
         "driver_version": version("driver_version"),
         "cuda_driver_version": version("cuda_version"),
-        "attached_gpus": int(txt(root, "attached_gpus")) if (txt(root, "attached_gpus") or "").isdigit() else None,
+        "attached_gpus": _int_or_none(txt(root, "attached_gpus")),
         "gpus": [],
     }
     for index, g in enumerate(root.findall("gpu")):
@@ -684,10 +691,10 @@ def pci_devices(host: Host) -> tuple[Optional[list], Optional[str]]:
         cls = (host.try_read(f"{base}/class") or "").strip().lower()
         device_id = (host.try_read(f"{base}/device") or "").strip().lower() or None
         try:
-            driver: Optional[str] = posixpath.basename(host.readlink(f"{base}/driver"))
+            bound = posixpath.basename(host.readlink(f"{base}/driver"))
+            driver: Optional[str] = PCI_DRIVER_NAMES.get(bound, bound)
         except Unavailable:
             driver = None
-        driver = PCI_DRIVER_NAMES.get(driver, driver)
         numa = (host.try_read(f"{base}/numa_node") or "").strip()
         dev = {
             "address": addr,
@@ -710,11 +717,7 @@ def _blacklists(host: Host) -> list[dict]:
     found: list = []
     seen: set = set()
     for d in MODPROBE_DIRS:
-        try:
-            names = host.listdir(d)
-        except Unavailable:
-            continue
-        for name in names:
+        for name in host.try_listdir(d):
             # A file in an earlier directory overrides one of the same name later (modprobe.d(5)).
             if not name.endswith(".conf") or name in seen:
                 continue
@@ -755,11 +758,7 @@ def _module_files(host: Host, kernel: Optional[str]) -> tuple[list, Optional[str
     files = []
     for sub in ("updates/dkms", "updates", "kernel/drivers/video", "extra", "kernel/nvidia"):
         d = f"/lib/modules/{kernel}/{sub}"
-        try:
-            names = host.listdir(d)
-        except Unavailable:
-            continue
-        files += [f"{d}/{n}" for n in names if re.match(r"nvidia[-_a-z]*\.ko(\.[a-z]+)?$", n)]
+        files += [f"{d}/{n}" for n in host.try_listdir(d) if re.match(r"nvidia[-_a-z]*\.ko(\.[a-z]+)?$", n)]
     return files, None
 
 
@@ -885,7 +884,7 @@ def _nvlinks(call: _Caller, h) -> list[dict]:
 
 def nvml_topology(call: _Caller, gpus: list, handles: list) -> list[dict]:
     links = [_nvlinks(call, h) if h is not None else [] for h in handles]
-    pairs = []
+    pairs: list[dict] = []
     for i in range(len(handles)):
         for j in range(i + 1, len(handles)):
             p = Section(gpus=[i, j])
@@ -996,10 +995,8 @@ def smi_facts(host: Host, topology: bool) -> dict:
         out["error"] = parsed["error"]
         out["error_kind"] = "other"
         return out
-    out["error"] = None
-    out["error_kind"] = None
-    out["driver_version"] = parsed["driver_version"]
-    out["cuda_driver_version"] = parsed["cuda_driver_version"]
+    out.update(error=None, error_kind=None, driver_version=parsed["driver_version"],
+               cuda_driver_version=parsed["cuda_driver_version"])
     caps = parse_compute_cap_csv(results[1].stdout) if results[1].ok else {}
     gpus = []
     for g in parsed["gpus"]:
@@ -1094,7 +1091,7 @@ def collect(host: Host, ctx) -> dict:
     _mok(host, sec, want=bool(sec.get("secure_boot")) and bool(files))
     _userspace_driver(host, sec)
 
-    if not ask:
+    if nvml_started is None:      # not asked
         why = "no NVIDIA GPU on the PCI bus (and no /dev/nvidiactl)"
         sec["nvml"] = {"available": False, "error": f"not asked: {why}", "error_kind": "no_gpu"}
         sec.update(source=None, nvidia_smi=None, gpus=[], topology=None)

@@ -33,12 +33,15 @@ def parse_probe_output(stdout: str) -> Optional[dict]:
     return None
 
 
-def wheel_version(dists: dict, prefix: str) -> Optional[str]:
-    """Version of the first distribution whose name starts with ``prefix`` (nvidia-cudnn-cu12 ...)."""
-    for name in sorted(dists):
-        if name.startswith(prefix):
-            return dists[name].get("version")
-    return None
+# The nvidia-* wheels whose versions say which cuDNN, NCCL and CUDA runtime torch loads.
+TORCH_WHEELS = {"cudnn_wheel": "nvidia-cudnn-", "nccl_wheel": "nvidia-nccl-",
+                "cuda_runtime_wheel": "nvidia-cuda-runtime-"}
+
+
+def wheel_version(installed: dict, prefix: str) -> Optional[str]:
+    """The version (``installed``: name -> version) of the first distribution whose name starts
+    with ``prefix`` (nvidia-cudnn-cu12 ...)."""
+    return next((installed[name] for name in sorted(installed) if name.startswith(prefix)), None)
 
 
 def collect(host: Host, ctx) -> dict:
@@ -66,7 +69,7 @@ def collect(host: Host, ctx) -> dict:
     sec["prefix"] = data.get("prefix")
     sec["site_dirs"] = data.get("site_dirs") or []
     dists = data.get("distributions") or {}
-    sec["distributions"] = {k: v.get("version") for k, v in sorted(dists.items())}
+    installed = sec["distributions"] = {k: v.get("version") for k, v in sorted(dists.items())}
     sec["libraries"] = data.get("libraries") or []
 
     t = data.get("torch")
@@ -83,9 +86,7 @@ def collect(host: Host, ctx) -> dict:
         torch["git_version"] = t.get("git_version")
         torch["variant"] = versions.variant_of(version, torch["cuda"], torch["hip"])
         torch["cpu_only"] = not torch["cuda"] and not torch["hip"]
-        torch["cudnn_wheel"] = wheel_version(dists, "nvidia-cudnn-")
-        torch["nccl_wheel"] = wheel_version(dists, "nvidia-nccl-")
-        torch["cuda_runtime_wheel"] = wheel_version(dists, "nvidia-cuda-runtime-")
+        torch.update({key: wheel_version(installed, prefix) for key, prefix in TORCH_WHEELS.items()})
     sec["torch"] = dict(torch)
 
     if ctx.options.deep:

@@ -80,12 +80,8 @@ def pcie_link(host: Host, device_dir: str) -> dict:
 
 
 def nvme_controllers(host: Host) -> list[dict]:
-    ctrls = []
-    try:
-        names = host.listdir("/sys/class/nvme")
-    except Unavailable:
-        return ctrls
-    for name in names:
+    ctrls: list[dict] = []
+    for name in host.try_listdir("/sys/class/nvme"):
         base = f"/sys/class/nvme/{name}"
         ctrl = {
             "name": name,
@@ -111,10 +107,7 @@ def _disk_rotational(host: Host, devno: str) -> tuple[Optional[bool], Optional[s
         if rot is not None and rot.strip() in ("0", "1"):
             disk = posixpath.basename(cand)
             # device-mapper (LVM, LUKS): the disk underneath decides.
-            try:
-                slaves = host.listdir(f"{cand}/slaves")
-            except Unavailable:
-                slaves = []
+            slaves = host.try_listdir(f"{cand}/slaves")
             if slaves:
                 rots = []
                 for s in slaves:

@@ -1,18 +1,9 @@
 """What torch's own warnings and errors say about CUDA, as stable words.
 
-torch prints its diagnosis while it is imported or first asked for CUDA:
-"Found no NVIDIA driver on your system", "The NVIDIA driver on your system is
-too old (found version 12020)" (12020 is the CUDA the driver runs: 12.2),
-"CUDA capability sm_61 is not compatible with the current PyTorch
-installation", "no kernel image is available for execution on the device",
-"CUDA unknown error".  They come from a pasted collect_env report (the
-warnings printed above it, a traceback below it) or from the deep probe
-(its errors, warnings and the tiny computations).  The patterns live here,
-once: the collect_env reader extracts with them, the machine view
-(debtorch/machine.py) classifies with :func:`classify`.
-
-Every pattern starts with a literal and bounds its repeats, so a search stays
-linear on megabyte lines.
+The words come from a pasted collect_env report (the warnings above it, a traceback below it) or
+from the deep probe.  The patterns live here, once: the collect_env reader extracts with them, the
+machine view classifies with :func:`classify`.  Every pattern starts with a literal and bounds its
+repeats, so a search stays linear on megabyte lines.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""What the commands show, in one place.
-
-One module per command's view (:mod:`~debtorch.report.facts`,
-:mod:`~debtorch.report.doctor`, :mod:`~debtorch.report.tune`,
-:mod:`~debtorch.report.verify`, with verify-train's plot in
-:mod:`~debtorch.report.plot`), one console printer
-(:mod:`~debtorch.report.console`), one JSON writer
-(:mod:`~debtorch.report.jsonout`), the progress bars on stderr
-(:mod:`~debtorch.report.progress`) and ``--redact``
-(:mod:`~debtorch.report.redact`).
+"""What the commands show, in one place: one module per command's view, one console printer, one
+JSON writer, the progress bars on stderr and ``--redact`` (docs/architecture.md).
 
 A view lists its ``formats`` and has one method per format: ``lines()`` for
 text, ``document()`` for JSON, ``env()`` for tune's shell exports.
@@ -18,8 +10,9 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import assert_never
+from typing import Any, assert_never
 
+from debtorch.__about__ import __version__
 from debtorch.report import console, jsonout
 
 
@@ -29,6 +22,16 @@ class Format(str, Enum):
     text = "text"  # the readable view (the default)
     json = "json"  # --json: one document, strict JSON
     env = "env"    # tune --emit env: shell exports and the torchrun line
+
+
+def plural(n: int, word: str) -> str:
+    """ "1 error", "2 errors"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def document(schema_version: int, **fields: Any) -> dict:
+    """A ``--json`` document: its schema version and debtorch's version first, then ``fields``."""
+    return {"schema_version": schema_version, "debtorch_version": __version__, **fields}
 
 
 class OutputFailed(Exception):

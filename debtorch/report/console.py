@@ -42,7 +42,7 @@ def print_view(items: Iterable[Union[Line, Table]], file: Optional[TextIO] = Non
     if not any(isinstance(i, Table) for i in items) and not _terminal(out):
         # Lines for a pipe or a log: no colour to add, nothing to wrap, and no rich to import
         # (debtorch doctor's start-up time).
-        out.write("".join(item.text + "\n" for item in items))
+        out.write("".join(item.text + "\n" for item in items if isinstance(item, Line)))
         out.flush()
         return
     from rich.console import Console  # defer: colour and tables only where they show

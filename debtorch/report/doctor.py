@@ -4,12 +4,12 @@ one summary line (flutter doctor's face); or one JSON object.  Pure functions, a
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
-from debtorch.__about__ import __version__
 from debtorch.doctor import AREAS, SCHEMA_VERSION, Report
 from debtorch.machine import Machine
-from debtorch.report import Format
+from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
 from debtorch.report.facts import show_value
 from debtorch.units import human_bytes
@@ -53,10 +53,7 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
         return text
     if area == "gpu":
         if m.listed_gpus:
-            names: dict = {}
-            for g in m.listed_gpus:
-                names[g.name or "GPU"] = names.get(g.name or "GPU", 0) + 1
-            return ", ".join(f"{c} x {n}" for n, c in names.items())
+            return ", ".join(f"{c} x {n}" for n, c in Counter(g.name or "GPU" for g in m.listed_gpus).items())
         if m.has_nvidia_gpu is None:
             return "unknown"
         n = len(m.pci_gpus)
@@ -165,21 +162,15 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
         lines.extend(Line(f"    - {x}") for x in lacking)
     lines.append(Line(""))
     errors, warnings_ = report.count("error"), report.count("warning")
-    crashed = len(report.crashed)
-    infos = report.count("info")
+    crashed, infos = len(report.crashed), report.count("info")
     if errors or warnings_:
-        parts = []
-        if errors:
-            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
-        if warnings_:
-            parts.append(f"{warnings_} warning{'s' if warnings_ != 1 else ''}")
-        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {problem_areas} area{'s' if problem_areas != 1 else ''}"
-        if crashed:
-            summary += f" ({crashed} check{'s' if crashed != 1 else ''} crashed)"
-        lines.append(Line(summary + "."))
+        parts = [plural(n, word) for n, word in ((errors, "error"), (warnings_, "warning")) if n]
+        summary = f"{marks['warning']} Doctor found {' and '.join(parts)} in {plural(problem_areas, 'area')}"
+        lines.append(Line(summary + (f" ({plural(crashed, 'check')} crashed)" if crashed else "") + "."))
     else:
         found_none = "No issues found in what the input shows" if not_known else "No issues found!"
-        lines.append(Line(f"{marks['info']} {found_none}" + (f" ({infos} info line{'s' if infos != 1 else ''} with -v)" if infos and not verbose else "")))
+        lines.append(Line(f"{marks['info']} {found_none}"
+                          + (f" ({plural(infos, 'info line')} with -v)" if infos and not verbose else "")))
     if not_known:
         lines.append(Line(f"  {marks['unknown']} Not judged: {', '.join(not_known)}.", "unknown"))
     if report.silenced:
@@ -202,8 +193,8 @@ class DoctorView:
                             lacking=self.lacking, site_files=self.site_files)
 
     def document(self) -> dict:
-        doc = {"schema_version": SCHEMA_VERSION, "debtorch_version": __version__, "exit_code": self.exit_code,
-               "fail_on": self.fail_on, "site_config": self.site_files, **self.report.to_json(), "facts": self.facts}
+        doc = document(SCHEMA_VERSION, exit_code=self.exit_code, fail_on=self.fail_on, site_config=self.site_files,
+                       **self.report.to_json(), facts=self.facts)
         if self.lacking is not None:
             doc["lacking"] = self.lacking
         return doc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from debtorch.machine import Machine
@@ -86,17 +87,17 @@ def facts_lines(doc: dict) -> list[str]:
     row("usable CPUs", f"{_val(c, 'usable_cpus')} (affinity {_val(c, 'affinity_cpus')}, cgroup quota {quota if quota is not None else 'none'})")
     row("NUMA nodes", _val(c, "numa_nodes"))
     feats = c.get("features")
-    row("features", ", ".join(k for k, v in (feats or {}).items() if v) or _unknown(c, "features") if feats is None else ", ".join(k for k, v in feats.items() if v) or "none of interest")
+    row("features", _unknown(c, "features") if feats is None else ", ".join(k for k, v in feats.items() if v) or "none of interest")
     row("governor", _val(c, "governor"))
 
-    m = doc.get("memory") or {}
+    mem = doc.get("memory") or {}
     head("Memory")
-    row("RAM", f"{_val(m, 'total', human_bytes)} total, {_val(m, 'available', human_bytes)} available")
-    row("swap", f"{_val(m, 'swap_total', human_bytes)} total, {_val(m, 'swap_used', human_bytes)} used")
-    row("/dev/shm", f"{_val(m, 'shm_total', human_bytes)} total, {_val(m, 'shm_free', human_bytes)} free")
-    row("RLIMIT_MEMLOCK", f"{_val(m, 'memlock_soft', human_bytes)} (hard {_val(m, 'memlock_hard', human_bytes)})")
-    row("RLIMIT_NOFILE", f"{_val(m, 'nofile_soft')} (hard {_val(m, 'nofile_hard')})")
-    row("transparent hugepages", _val(m, "transparent_hugepages"))
+    row("RAM", f"{_val(mem, 'total', human_bytes)} total, {_val(mem, 'available', human_bytes)} available")
+    row("swap", f"{_val(mem, 'swap_total', human_bytes)} total, {_val(mem, 'swap_used', human_bytes)} used")
+    row("/dev/shm", f"{_val(mem, 'shm_total', human_bytes)} total, {_val(mem, 'shm_free', human_bytes)} free")
+    row("RLIMIT_MEMLOCK", f"{_val(mem, 'memlock_soft', human_bytes)} (hard {_val(mem, 'memlock_hard', human_bytes)})")
+    row("RLIMIT_NOFILE", f"{_val(mem, 'nofile_soft')} (hard {_val(mem, 'nofile_hard')})")
+    row("transparent hugepages", _val(mem, "transparent_hugepages"))
 
     s = doc.get("storage") or {}
     head("Storage")
@@ -152,7 +153,7 @@ def facts_lines(doc: dict) -> list[str]:
         else:
             row("deep probe", show_value(deep.get("errors")))
 
-    net = Machine.from_facts(doc).network
+    net = m.network
     head("Network")
     if net.interfaces is None:
         row("interfaces", f"unknown ({net.unknown})")
@@ -168,7 +169,7 @@ def facts_lines(doc: dict) -> list[str]:
     if net.master_addr:
         row("MASTER_ADDR", f"{net.master_addr} -> " + (", ".join(net.master_addresses) if net.master_addresses
                                                        else f"does not resolve ({net.master_error})"))
-    sl = Machine.from_facts(doc).slurm
+    sl = m.slurm
     if sl.job_id:
         head("Slurm")
         row("job", f"{sl.job_id}" + (f" step {sl.step_id}" if sl.step_id else "") + (f", task {sl.procid} of {sl.ntasks}" if sl.ntasks else ""))
@@ -297,17 +298,10 @@ def nvidia_lines(n: dict) -> list[str]:
             out.append(_kv("", "; ".join(extra)))
     topo = n.get("topology") or []
     if topo:
-        kinds: dict = {}
-        for p in topo:
-            if p.get("link") == "nvlink":
-                k = f"NVLink x{p.get('nvlink_count')}" + (f" via {p['nvlink_via']}" if p.get("nvlink_via") else "")
-            else:
-                k = f"PCIe {p.get('pcie_level') or '?'}"
-            kinds[k] = kinds.get(k, 0) + 1
+        kinds = Counter(f"NVLink x{p.get('nvlink_count')}" + (f" via {p['nvlink_via']}" if p.get("nvlink_via") else "")
+                        if p.get("link") == "nvlink" else f"PCIe {p.get('pcie_level') or '?'}" for p in topo)
         out.append(_kv("GPU pairs", ", ".join(f"{c} x {k}" for k, c in kinds.items())))
-        p2p: dict = {}
-        for p in topo:
-            p2p[p.get("p2p_read") or "unknown"] = p2p.get(p.get("p2p_read") or "unknown", 0) + 1
+        p2p = Counter(p.get("p2p_read") or "unknown" for p in topo)
         out.append(_kv("P2P read", ", ".join(f"{c} pair(s) {k}" for k, c in p2p.items())))
     return out
 

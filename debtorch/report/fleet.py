@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Optional
 
 from debtorch import hostlist
-from debtorch.__about__ import __version__
 from debtorch.findings import ERROR, INFO, WARNING
 from debtorch.fleet import probe as fleet_probe
 from debtorch.fleet.compare import SECTIONS, Summary
-from debtorch.report import Format
+from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
 
 SCHEMA_VERSION = 1
@@ -29,13 +28,9 @@ def _names(names) -> str:
     return text if len(text) <= MAX_NAMES else text[: MAX_NAMES - 3].rsplit(",", 1)[0] + ",..."
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def headline(s: Summary) -> list:
     compared = s.compared
-    lines = [f"debtorch fleet: {_plural(s.expected, 'node')} expected, {len(compared)} compared"]
+    lines = [f"debtorch fleet: {plural(s.expected, 'node')} expected, {len(compared)} compared"]
     if not s.identical:
         return lines
     names, _ = s.identical[0]
@@ -50,7 +45,7 @@ def headline(s: Summary) -> list:
                      + (", ..." if len(what) > 6 else "") + ")")
     if len(rest) > len(shown):
         more = sum(len(g) for g, _ in rest[len(shown):])
-        lines.append(f"  ... {len(rest) - len(shown)} more groups ({_plural(more, 'node')})")
+        lines.append(f"  ... {len(rest) - len(shown)} more groups ({plural(more, 'node')})")
     return lines
 
 
@@ -69,7 +64,7 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
             WARNING if any(f.level == WARNING for f in found) else None)
         shown = [f for f in found if verbose or f.level != INFO]
         head = f"[{marks[level] if level else marks['ok']}] {title}"
-        out.append(Line(head + (f": {_plural(len(shown), 'finding')}" if shown else ": no differences" if key in
+        out.append(Line(head + (f": {plural(len(shown), 'finding')}" if shown else ": no differences" if key in
                                 ("consistency", "network") else ""), level or "ok"))
         if key == "probe" and probe_lines:
             out.extend(Line("    " + x) for x in probe_lines)
@@ -81,15 +76,14 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
                                 f"{g.value}: {_names(g.nodes)}"))
             if len(f.groups) > MAX_GROUPS:
                 more = sum(len(g.nodes) for g in f.groups[MAX_GROUPS:])
-                out.append(Line(f"        ... {len(f.groups) - MAX_GROUPS} more values on {_plural(more, 'node')} "
+                out.append(Line(f"        ... {len(f.groups) - MAX_GROUPS} more values on {plural(more, 'node')} "
                                 "(--json lists them)"))
             if f.finding.fix:
                 out.append(Line(f"      fix: {f.finding.fix}"))
     out.append(Line(""))
     errors, warnings = s.count(ERROR), s.count(WARNING)
     if errors or warnings:
-        parts = [_plural(errors, "error")] if errors else []
-        parts += [_plural(warnings, "warning")] if warnings else []
+        parts = [plural(n, word) for n, word in ((errors, "error"), (warnings, "warning")) if n]
         out.append(Line(f"{marks['warning']} Fleet found {' and '.join(parts)}."))
     else:
         out.append(Line(f"{marks['info']} No differences between the nodes."))
@@ -97,12 +91,11 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
 
 
 def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "debtorch_version": __version__,
-        "exit_code": s.exit_code(fail_on),
-        "fail_on": fail_on,
-        "nodes": {
+    out = document(
+        SCHEMA_VERSION,
+        exit_code=s.exit_code(fail_on),
+        fail_on=fail_on,
+        nodes={
             "expected": s.expected,
             "compared": len(s.compared),
             "groups": [{"count": len(names), "nodes": hostlist.compress(names), "differs_in": what}
@@ -110,9 +103,9 @@ def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
             "not_compared": [{"name": n.name, "rank": n.rank, "status": n.status, "detail": n.detail}
                              for n in s.nodes if not n.ok],
         },
-        "summary": {"errors": s.count(ERROR), "warnings": s.count(WARNING), "infos": s.count(INFO)},
-        "findings": [f.to_json() for f in s.findings],
-    }
+        summary={"errors": s.count(ERROR), "warnings": s.count(WARNING), "infos": s.count(INFO)},
+        findings=[f.to_json() for f in s.findings],
+    )
     if probe is not None:
         out["probe"] = probe
     return out
@@ -130,7 +123,7 @@ class FleetView:
 
     def lines(self) -> list:
         probe_lines = fleet_probe.lines(self.verdict) if self.verdict is not None else (self.notes or None)
-        out = lines(self.summary, self.marks, verbose=self.verbose, probe_lines=probe_lines)
+        out = lines(self.summary, self.marks or {}, verbose=self.verbose, probe_lines=probe_lines)
         if self.redactor is not None:
             out = [Line(self.redactor.text(x.text), x.kind) for x in out]
         return out

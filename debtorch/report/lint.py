@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import List
 
-from debtorch.__about__ import __version__
 from debtorch.findings import catalogue
 from debtorch.lint.result import SCHEMA_VERSION, Report
-from debtorch.report import Format
+from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
 
 INDENT = "    "
@@ -31,11 +30,11 @@ def text_lines(report: Report, verbose: bool = False) -> List[str]:
 
 def summary(report: Report) -> str:
     c = report.counts()
-    files = f"{report.files} file" + ("s" if report.files != 1 else "")
+    files = plural(report.files, "file")
     if report.findings:
-        parts = [f"{n} {name}{'s' if n != 1 and name != 'info' else ''}"
+        parts = [plural(n, name) if name != "info" else f"{n} info"
                  for name, n in (("error", c["error"]), ("warning", c["warning"]), ("info", c["info"])) if n]
-        head = f"{len(report.findings)} finding{'s' if len(report.findings) != 1 else ''} ({', '.join(parts)}) in {files}"
+        head = f"{plural(len(report.findings), 'finding')} ({', '.join(parts)}) in {files}"
     else:
         head = f"no findings in {files}"
     extra = []
@@ -64,14 +63,13 @@ class LintView:
 
 
 def to_json(report: Report, fail_on: str, exit_code: int) -> dict:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "debtorch_version": __version__,
-        "exit_code": exit_code,
-        "fail_on": fail_on,
-        "summary": {**report.counts(), "files": report.files, "skipped": report.skipped,
-                    "not_linted": len(report.errors), "silenced": report.suppressed},
-        "torchfix": report.torchfix,
-        "findings": [f.to_json() for f in sorted(report.findings, key=lambda x: x.sort_key())],
-        "errors": [e.to_json() for e in report.errors],
-    }
+    return document(
+        SCHEMA_VERSION,
+        exit_code=exit_code,
+        fail_on=fail_on,
+        summary={**report.counts(), "files": report.files, "skipped": report.skipped,
+                 "not_linted": len(report.errors), "silenced": report.suppressed},
+        torchfix=report.torchfix,
+        findings=[f.to_json() for f in sorted(report.findings, key=lambda x: x.sort_key())],
+        errors=[e.to_json() for e in report.errors],
+    )

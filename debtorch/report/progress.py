@@ -7,7 +7,7 @@ nothing (tune).  No rich Progress is made off a terminal: rich 13.3
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 class Bar:
@@ -19,7 +19,8 @@ class Bar:
 
         self.console = Console(stderr=True)
         self.unit, self.prefix, self.log, self.first = unit, prefix, log, first
-        self.bar = self.task = None
+        self.bar: Any = None         # a rich Progress, on a terminal
+        self.task: Any = None
 
     def __enter__(self) -> "Bar":
         if self.console.is_terminal:

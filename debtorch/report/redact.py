@@ -1,20 +1,10 @@
-"""``--redact``: hide what identifies a machine or a person, consistently.
+"""``--redact``: hide what identifies a machine or a person, consistently (docs/security.md: what
+is replaced, by which stable tokens, and what it cannot know).
 
-Host names (the machine's, ``MASTER_ADDR``, a network filesystem's server),
-user names (in any case), home paths, serial numbers, UUIDs, MAC addresses
-(``00:1b:..`` and ``00-1B-..``), IP addresses and the credentials in a URL
-(``https://user:token@index/``) are replaced by stable tokens (``HOST1``,
-``USER1``, ``UUID1``, ``IP1`` ...): the same value always gets the same token
-within one report, so the report still reads sensibly when pasted into a
-public bug report.  Versions that merely look like IPv4 addresses (cuDNN
-9.1.0.70) are kept.
-
-Two passes: :meth:`Redactor.learn` reads a facts document for the values its
-keys name (``hostname``, ``user``, ``serial`` ...), then :meth:`Redactor.text`
-replaces those and every value of a recognisable shape in any text.
-:class:`Redacted` applies it to a whole view (every line, table cell and JSON
-field), so every command's output is redacted the same way.  docs/security.md
-says what it cannot know (a secret named by no key, in no known shape).
+Two passes: :meth:`Redactor.learn` reads a facts document for the values its keys name
+(``hostname``, ``user``, ``serial`` ...), then :meth:`Redactor.text` replaces those and every value
+of a recognisable shape in any text.  :class:`Redacted` applies it to a whole view (every line,
+table cell and JSON field), so every command's output is redacted the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from debtorch.report.console import Line, Table
 
@@ -141,7 +131,7 @@ class Redacted:
         self.formats = view.formats
 
     def lines(self) -> list:
-        out = []
+        out: list[Union[Line, Table]] = []
         for item in self.view.lines():
             if isinstance(item, Table):
                 out.append(Table(self.r.text(item.title), tuple(self.r.text(c) for c in item.columns),

@@ -7,11 +7,10 @@ its summary, the config and the machine's facts).  The plot: :mod:`debtorch.repo
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 from debtorch import inputs, stats
-from debtorch.__about__ import __version__
-from debtorch.report import Format
+from debtorch.report import Format, document
 from debtorch.report.console import Line, Table
 from debtorch.train.settings import Settings
 from debtorch.units import human_bytes
@@ -103,10 +102,10 @@ def _why(d: dict) -> str:
     """The verdict when it is a result; otherwise why not, or what would resolve it."""
     if d.get("verdict") in analysis.RESULTS:
         return d["verdict"]
-    return stats.resolve_hint(d.get("verdict"), d.get("more_rounds")) or d.get("reason") or d.get("verdict", "")
+    return stats.resolve_hint(d.get("verdict") or "", d.get("more_rounds")) or d.get("reason") or d.get("verdict", "")
 
 
-def lines(m, summary: dict, warnings: list = ()) -> list:
+def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
     """The lines under the table: how the measurement went, what to watch for, what failed."""
     out = []
     ic = summary["instrumentation"]
@@ -203,9 +202,10 @@ def rounds_lines(m, summary: dict) -> list:
     b = m.budget or {}
     if not b.get("rounds"):
         return []
+    stopped = b.get("stopped") or ""
     why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
            "max rounds": "the most rounds allowed", "cannot resolve": "more rounds would not resolve it",
-           }.get(b.get("stopped"), b.get("stopped") or "")
+           }.get(stopped, stopped)
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""
     seq = summary.get("sequential") or {}
@@ -266,32 +266,13 @@ class VerifyView:
     def document(self) -> dict:
         """Everything, with the config, the warnings and the machine's facts."""
         o, m = self.outcome, self.outcome.measured
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "debtorch_version": __version__,
-            "command": "verify-train",
-            "exit_code": self.exit_code,
-            "verdict": o.verdict,
-            "summary": o.summary,
-            "plan": m.plan,
-            "device": m.device,
-            "workload": m.workload,
-            "worker": m.worker,
-            "settings": {"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
-            "config": o.config,
-            "trials": m.trials,
-            "converge": m.converge,
-            "ddp": m.ddp,
-            "profile": m.profile,
-            "failure": m.failure.to_json() if m.failure else None,
-            "interrupted": m.interrupted,
-            "notes": m.notes,
-            "host_waits": m.host_waits,
-            "attribution": m.attribution,
-            "budget": m.budget,
-            "warnings": o.warnings,
-            "facts": o.facts,
-        }
+        return document(
+            SCHEMA_VERSION, command="verify-train", exit_code=self.exit_code, verdict=o.verdict, summary=o.summary,
+            plan=m.plan, device=m.device, workload=m.workload, worker=m.worker,
+            settings={"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
+            config=o.config, trials=m.trials, converge=m.converge, ddp=m.ddp, profile=m.profile,
+            failure=m.failure.to_json() if m.failure else None, interrupted=m.interrupted, notes=m.notes,
+            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings, facts=o.facts)
 
 
 class RefusedView:
@@ -309,14 +290,6 @@ class RefusedView:
     def document(self) -> dict:
         failure = (self.failure.to_json() if self.failure is not None
                    else {"kind": "refused", "message": self.message, "user_input": self.exit_code == 2})
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "debtorch_version": __version__,
-            "command": "verify-train",
-            "exit_code": self.exit_code,
-            "verdict": f"failed: {self.message}",
-            "summary": None,
-            "failure": failure,
-            "interrupted": False,
-            "facts": self.facts,
-        }
+        return document(SCHEMA_VERSION, command="verify-train", exit_code=self.exit_code,
+                        verdict=f"failed: {self.message}", summary=None, failure=failure, interrupted=False,
+                        facts=self.facts)
