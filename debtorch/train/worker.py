@@ -32,13 +32,11 @@ def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
     err = server.describe(exc)
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
-    mod = sys.modules.get("debtorch.train.workloads")
-    eng = sys.modules.get("debtorch.train.engine")
-    if mod is not None and isinstance(exc, mod.WorkloadError):
-        err.update(kind="workload", message=first)
-        err.pop("traceback", None)
-    elif eng is not None and isinstance(exc, eng.TrialError):
-        err.update(kind="settings", message=first)
+    ours = {"workload": getattr(sys.modules.get("debtorch.train.workloads"), "WorkloadError", None),
+            "settings": getattr(sys.modules.get("debtorch.train.engine"), "TrialError", None)}
+    kind = next((k for k, cls in ours.items() if cls is not None and isinstance(exc, cls)), None)
+    if kind:
+        err.update(kind=kind, message=first)
         err.pop("traceback", None)
     elif _is_oom(exc, text):
         mb, acc = ctx.get("micro_batch"), ctx.get("accumulation_steps") or 1

@@ -62,12 +62,15 @@ class BadRequest(RequestError):
     pass
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (``Type`` alone when there is none)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def describe(exc: BaseException) -> dict:
     """The error object of a request that raised ``exc``: its type, first line and traceback."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    name = type(exc).__name__
-    return {"kind": "exception", "type": name, "message": f"{name}: {first}" if first else name,
+    return {"kind": "exception", "type": type(exc).__name__, "message": one_line(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
 
 
