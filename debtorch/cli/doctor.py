@@ -11,7 +11,6 @@ from debtorch.cli.shared import (
     EXIT_OK,
     FailOn,
     Prog,
-    check_answered,
     check_python,
     choose_format,
     collect,
@@ -72,8 +71,7 @@ def doctor(
         lacking = (doc.get("collect_env") or {}).get("lacking") or []
     else:
         host = open_host(prog, replay)
-        doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
-        check_answered(prog, doc, python, host)
+        doc = collect(prog, host, facts_mod.Options(python=python, data=data, deep=deep))
         source = "live" if host.live else "facts"
     try:
         site = siteconfig.load(host if host is not None else LiveHost(), config)

@@ -7,7 +7,6 @@ import typer
 from debtorch import facts as facts_mod
 from debtorch.cli.shared import (
     Prog,
-    check_answered,
     check_python,
     choose_format,
     collect,
@@ -38,8 +37,7 @@ def facts(
     check_python(prog, python, elsewhere=bool(replay))
     host = open_host(prog, replay, record)
     try:
-        doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
-        check_answered(prog, doc, python, host)
+        doc = collect(prog, host, facts_mod.Options(python=python, data=data, deep=deep))
         r = redactor(doc) if redact else None
         if record:
             # With --redact the recording itself is redacted (file contents, names, links and

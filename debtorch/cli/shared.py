@@ -158,12 +158,14 @@ def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = 
     return LiveHost()
 
 
-def collect(host: Host, options: facts_mod.Options) -> dict:
-    """The facts read through ``host``, which is closed after."""
+def collect(prog: Prog, host: Host, options: facts_mod.Options) -> dict:
+    """The facts read through ``host``, which is closed after (:func:`check_answered` applied)."""
     try:
-        return facts_mod.collect(host, options)
+        doc = facts_mod.collect(host, options)
     finally:
         host.close()
+    check_answered(prog, doc, options.python, host)
+    return doc
 
 
 def load_facts(prog: Prog, path: str) -> dict:
