@@ -1,16 +1,9 @@
-"""The config file ``debtorch tune --write`` writes and training code loads.
-
-One TOML file: every setting under a table, its reason as a comment above
-it, environment hints, a fingerprint of the machine it was tuned on, and how
-it was chosen.  docs/tune.md lists every key.
-
-Writing uses tomlkit (python3-tomlkit in Debian 12 is 0.11.7: only its old
-API is used) and :mod:`debtorch.outputs` (atomic: a temporary file created
-exclusively in the same directory, then ``os.link``, which never replaces an
-existing file, or, with ``force``, ``os.replace`` over a regular file only).
-Loading uses the standard library's tomllib, then checks every key against
-:data:`SCHEMA` (:mod:`debtorch.schema`): an unknown key or a bad value is one
-line naming the file, the line and the key.  Nothing in a config file is ever executed or imported.
+"""The config file ``debtorch tune --write`` writes and training code loads (docs/tune.md lists every
+key): every setting under a table with its reason as a comment, environment hints, the fingerprint
+of the machine it was tuned on, and how it was chosen.  Written with tomlkit (Debian 12's 0.11.7:
+only its old API) through :mod:`debtorch.outputs` (atomic, never over a file without ``force``);
+loaded with tomllib and checked against :data:`SCHEMA`, every problem one line naming the file, the
+line and the key.  Nothing in a config file is ever executed or imported.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from typing import Optional
 
 from debtorch import inputs, outputs, schema
 from debtorch.__about__ import __version__
+from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
 
@@ -73,14 +67,10 @@ class ConfigFile:
 
 
 # ---------------------------------------------------------------------------
-# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use (the settings':
-# train/settings.FIELDS).  Workers, threads and processes are also bounded by the machine that runs them:
-# at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
-# processes together (processes x (1 + workers)) included, so that a typo or a
-# hostile file cannot start a storm of processes.  Only the code or command line that
-# loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
-# verify-train --oversubscribe), never settings.PROCESS_MAX; ``oversubscribe = true`` in [limits]
-# records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
+# Bounds (docs/tune.md, "Bounds"): besides each number's range (train/settings.FIELDS), workers, threads
+# and processes (all together included) are bounded by the machine, at most MACHINE_FACTOR times its
+# usable CPUs, so that a typo or a hostile file cannot start a storm of processes.  Only the code or
+# command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
 BUDGET_MAX_S = 7 * 24 * 3600.0
 MACHINE_FACTOR = 4
@@ -110,6 +100,14 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
         return "num_workers", (f"{nproc} process(es) x (1 + {workers} workers) = {nproc * (1 + workers)} processes, "
                                f"more than this machine can run ({why})")
     return None
+
+
+def usable_cpus(host: Host) -> Optional[int]:
+    """The CPUs this process may use (its affinity), which bound a config's workers and processes."""
+    try:
+        return len(host.affinity()) or None
+    except Unavailable:
+        return None
 
 
 OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or verify-train --oversubscribe "
@@ -147,10 +145,8 @@ ORDER = {key: i for i, key in enumerate(SCHEMA)}      # the order problems are l
 
 
 def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
-    """Read and check a config file; raise :class:`ConfigError` (one line) when it cannot be used.
-
-    ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
-    threads and processes (see :func:`machine_problem`); None checks the ranges only."""
+    """Read and check a config file; :class:`ConfigError` (one line) when it cannot be used.  ``cpus``:
+    the usable CPUs of the machine that will run it (:func:`machine_problem`); None: the ranges only."""
     try:
         text = inputs.read_text(path, inputs.MAX_CONFIG, what="a debtorch config")
     except inputs.InputError as exc:
@@ -269,11 +265,7 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
 
 
 def check_destination(path: str, force: bool = False) -> str:
-    """Refuse a destination :func:`write_atomic` would refuse; return its directory.
-
-    Raises :class:`ConfigError` (one line).  ``debtorch tune`` calls it before
-    measuring, so that minutes of trials are not lost to a bad destination.
-    """
+    """Refuse (ConfigError) a destination :func:`write_atomic` would refuse, before minutes of measuring."""
     try:
         return outputs.check_destination(path, force)
     except outputs.OutputError as exc:
@@ -281,8 +273,7 @@ def check_destination(path: str, force: bool = False) -> str:
 
 
 def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all (:func:`debtorch.outputs.write_atomic`);
-    never replace a file without ``force``, nor anything but a regular file.  Raises :class:`ConfigError`."""
+    """:func:`debtorch.outputs.write_atomic`, its failure a :class:`ConfigError`."""
     try:
         outputs.write_atomic(path, text, force)
     except outputs.OutputError as exc:

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.budget import Budget, Where, stopped
+from debtorch.budget import Budget, Where
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train import sim
 from debtorch.train.runner import TrainingWorker
-from debtorch.transport.client import START_TIMEOUT, WorkerError, WorkerTimeout, worker_python
+from debtorch.transport.client import START_TIMEOUT, WorkerError, bounded, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -146,16 +146,15 @@ class EngineTrials:
         return cls(str(exc))
 
     def _wait(self, call: Callable[[float], Any], longest: float) -> Any:
-        """``call(timeout)`` with the timeout capped by the budget; BudgetStop when the budget cut it."""
-        cut = self.budget.binding(longest)
+        """``call(timeout)`` within the budget; BudgetStop (the worker killed) when the budget cut it."""
         try:
-            return call(self.budget.cap(longest))
-        except WorkerTimeout:
-            if cut:
-                if self.worker is not None:
-                    self.worker.kill()
-                raise BudgetStop(stopped(self.budget, self.where)) from None
-            raise
+            return bounded(self.budget, self.where, call, longest)
+        except WorkerError as exc:
+            if exc.kind != "budget":
+                raise
+            if self.worker is not None:
+                self.worker.kill()
+            raise BudgetStop(exc.message) from None
 
     def _start(self) -> dict:
         self.where.doing("starting the worker (importing torch)")

@@ -1,15 +1,8 @@
-"""Training settings from the facts document, instantly, each with its reason.
-
-``recommend(facts, request)`` returns a :class:`Recommendation`: a
-:class:`~debtorch.train.settings.Settings`, one :class:`Reason` per field
-(a stable rule id ``tune.Rnnn`` and a one-line explanation naming the facts it
-used), environment hints for job scripts, and notes.  Measurement
-(:mod:`debtorch.tune.measure`) later replaces some reasons with what it
-measured (``tune.Mnnn``).
-
-Torch-free and machine-free: a pure function of a facts dict, so that a test
-is a small dict and ``debtorch tune --facts FILE`` tunes for another machine.
-Rule ids are declared in checks/findings/tune.toml (documented in docs/tune.md), never renumbered.
+"""Training settings from the facts document, instantly, each with its reason: ``recommend(facts,
+request)`` gives a :class:`Recommendation` (settings, one :class:`Reason` per field: a rule id
+``tune.Rnnn`` of checks/findings/tune.toml and a line naming the facts it used, environment hints,
+notes); measurement later replaces some reasons (``tune.Mnnn``).  Torch-free and machine-free: a pure
+function of a facts dict, so that ``debtorch tune --facts FILE`` tunes for another machine.
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ from debtorch.tune.config import machine_problem
 from debtorch.units import human_bytes as human
 
 MiB = 1024 * 1024
-GiB = 1024 * MiB
 
 # Assumed size of one batch in shared memory when the workload is unknown:
 # a 64-image batch of 3x224x224 float32 is 37 MiB.
@@ -213,8 +205,6 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
         else:
             text = "CPU training: one process uses every core through intra-op threads; DDP would split them"
         backend, why = "gloo", "gloo, PyTorch's CPU collective backend"
-    if nproc < 1:
-        raise RequestError(f"nproc must be >= 1 (got {nproc})")
     bad = None if req.oversubscribe else machine_problem({"nproc": nproc}, m.cpus.usable)
     if bad:
         raise RequestError(f"--nproc {bad[1]}; give --oversubscribe to ask for it deliberately")
@@ -430,10 +420,7 @@ def thread_env(rec: Recommendation) -> None:
 
 
 def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
-    g, m = req.global_batch, req.micro_batch
-    for name, v in (("--global-batch", g), ("--micro-batch", m)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
+    g, m = req.global_batch, req.micro_batch  # integers >= 1 (Request.check)
     if g is not None and m is not None:
         per_step = m * nproc
         if g < per_step:
@@ -466,9 +453,6 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
 
 
 def _schedule(rec: Recommendation, req: Request) -> None:
-    for name, v in (("--epochs", req.epochs), ("--steps", req.steps)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
     if req.steps is not None:
         total, how = req.steps, f"--steps {req.steps} optimizer steps"
     elif req.epochs is not None and req.steps_per_epoch:

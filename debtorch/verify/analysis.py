@@ -1,14 +1,9 @@
-"""From trial results to what verify-train reports: pure functions, torch-free.
+"""From trial results to what verify-train reports (docs/verify-train.md): pure functions, torch-free.
 
-A *trial* is the engine's result dict (docs/engine.md); an *arm* is one kind of
-trial repeated over the interleaved rounds (``baseline``, ``tuned``, the bare
-loop, the compute-only bounds, the attribution arms).  Every arm is summarised
-by its median and spread; every comparison is a ratio of medians over the
-paired rounds with an interval and a verdict from :mod:`debtorch.stats`, and
-a figure that cannot exceed 100% (a share of a bound, scaling efficiency) or
-fall below 0 (a cost) is a failed measurement beyond noise, never a result.
-AMP diverges from fp32 by the tolerances below (docs/verify-train.md, "What is
-measured, and how").
+A *trial* is the engine's result dict (docs/engine.md); an *arm* is one kind of trial repeated over
+the interleaved rounds.  Every comparison is a ratio of medians over the paired rounds with an
+interval and a verdict from :mod:`debtorch.stats`; a figure that cannot exceed 100% or fall below 0
+is a failed measurement beyond noise, never a result.
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ import statistics
 from typing import Optional
 
 from debtorch import stats
+from debtorch.inputs import finite as _finite
 from debtorch.train import sim
 from debtorch.train.settings import Settings
 
@@ -31,10 +27,6 @@ BOUND_MARGIN = 0.05             # a share whose interval lies within 5% of its b
 RESULTS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE, stats.BELOW, stats.REACHED)
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _median(values: list) -> Optional[float]:
     vals = [v for v in values if _finite(v)]
     return statistics.median(vals) if vals else None
@@ -45,7 +37,7 @@ def summarise(results: list) -> dict:
     sps = [r.get("samples_per_s") for r in results]
     good = [v for v in sps if _finite(v) and v > 0]
     med = statistics.median(good) if good else None
-    out = {
+    return {
         "runs": len(good),
         "samples_per_s": med,
         "samples_per_s_min": min(good) if good else None,
@@ -63,7 +55,6 @@ def summarise(results: list) -> dict:
                                         if _finite(r.get("overhead_s")) and _finite(r.get("wall_s")) and r["wall_s"] > 0]),
         "notes": sorted({n for r in results for n in (r.get("notes") or [])}),
     }
-    return out
 
 
 def _max(values: list) -> Optional[float]:
@@ -385,10 +376,7 @@ def converge_phrase(c: dict) -> str:
 
 
 def verdict(summary: dict) -> str:
-    """The one line under the table.
-
-    ``summary`` is :func:`summary`'s result.
-    """
+    """The one line under the table, from :func:`summary`'s result."""
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
     parts = []

@@ -1,19 +1,9 @@
-"""The verify-train plan and its execution through the training engine's worker.
-
-Torch-free.  One worker process of the target interpreter
-(:class:`debtorch.train.runner.TrainingWorker`) loads the workload once and runs
-every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
-run goes through :func:`debtorch.train.runner.launch_distributed`
-(``torch.distributed.run``).  The loop is the engine's: nothing here trains.
-
-The plan is docs/verify-train.md's, all within ``budget_s`` (a wall-clock
-promise from the command's start, :mod:`debtorch.budget`): warm-up trials not
-counted; interleaved rounds of every arm until the speed-up resolves or the
-budget is spent (:func:`debtorch.stats.adaptive_rounds`); the profile; the
-convergence runs, sized to what the budget still pays for; the multi-process
-run.  When the budget ends inside a trial its worker is killed and the
-rounds completed are kept.  Everything measured goes into a :class:`Measured`
-as it arrives, so that a failure or Ctrl-C still reports what was measured.
+"""The verify-train plan (docs/verify-train.md) and its execution through the training engine's
+worker (torch-free: nothing here trains), all within ``budget_s``, a wall-clock promise from the
+command's start: interleaved rounds until the speed-up resolves (:func:`debtorch.stats.adaptive_rounds`),
+the profile, the convergence runs sized to what the budget still pays for, the multi-process run.
+Everything measured goes into a :class:`Measured` as it arrives, so that a failure, the budget's
+end or Ctrl-C still reports what was measured.
 """
 
 from __future__ import annotations
@@ -28,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from debtorch import stats
-from debtorch.budget import Budget, Where, stopped
+from debtorch.budget import Budget, Where
 from debtorch.lint.measured import static_result
 from debtorch.train import runner, sim
 from debtorch.train.settings import Settings
-from debtorch.transport.client import START_TIMEOUT, WorkerError
+from debtorch.transport.client import START_TIMEOUT, WorkerError, bounded
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
 
@@ -216,8 +206,12 @@ class Verifier:
         if self.worker is None:
             self.spawn()
         self.where.doing("starting the worker (importing torch)")
-        self.worker.start_timeout = self.budget.cap(START_TIMEOUT)
-        self._bounded(self.worker.start, START_TIMEOUT)
+
+        def start(timeout: float) -> dict:
+            self.worker.start_timeout = timeout
+            return self.worker.start()
+
+        bounded(self.budget, self.where, start, START_TIMEOUT)
         self.measured.worker = self._request("info")
         self.where.doing(f"loading {p.workload}")
         self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
@@ -235,23 +229,10 @@ class Verifier:
         if hasattr(self.worker, "spawn"):
             self.worker.spawn()
 
-    # -- the budget ----------------------------------------------------------
-    def _bounded(self, call: Callable[[], Any], longest: float) -> Any:
-        """``call()``, whose own limit is ``longest`` seconds (or the budget's, when less): a timeout
-        the budget caused becomes a WorkerError of kind ``budget`` that says where it stopped."""
-        cut = self.budget.binding(longest)
-        try:
-            return call()
-        except WorkerError as exc:
-            if exc.kind == "timeout" and cut:
-                raise WorkerError("budget", stopped(self.budget, self.where)) from None
-            raise
-
     def _request(self, op: str, on_event: Optional[Callable] = None, **fields: Any) -> dict:
         """One request to the worker, within the budget."""
-        longest = self.plan.timeout
-        return self._bounded(lambda: self.worker.request(op, on_event=on_event, timeout=self.budget.cap(longest),
-                                                         **fields), longest)
+        return bounded(self.budget, self.where, lambda timeout: self.worker.request(
+            op, on_event=on_event, timeout=timeout, **fields), self.plan.timeout)
 
     # -- the plan ----------------------------------------------------------
     def prime_jobs(self) -> list:
@@ -301,7 +282,7 @@ class Verifier:
             same = tune.replace(**{f: getattr(base, f) for f in analysis.SCHEDULE})
             out.append(_Job("convergence: tuned, baseline's schedule", "converge:same_schedule", same,
                             "instrumented", steps, p.warmup, stop))
-        ref = self.reference(base, tune)
+        ref = tune.replace(precision="fp32") if tune.precision != "fp32" else None  # AMP's fp32 reference
         if ref is not None:
             self.measured.reference = ref.to_dict()
             if not self._baseline_is_reference(base, ref):
@@ -349,12 +330,6 @@ class Verifier:
     def simulated(self) -> bool:
         return sim.is_sim(self.plan.device)
 
-    def reference(self, base: Settings, tune: Settings) -> Optional[Settings]:
-        """fp32 with tuned's other settings, when tuned uses AMP (else None)."""
-        if tune.precision == "fp32":
-            return None
-        return tune.replace(precision="fp32")
-
     def _baseline_is_reference(self, base: Settings, ref: Settings) -> bool:
         batch = int(self.measured.workload.get("batch_size") or 1)
         return base.precision == "fp32" and analysis.same_numerics(base.to_dict(), ref.to_dict(), batch)
@@ -393,26 +368,23 @@ class Verifier:
         extra = [max(0.0, took - steps * step) for took, steps, step in self._costs if step]
         return statistics.median(extra) if extra else 0.0
 
-    def _converge_cost(self, cap: int, runs: int) -> float:
-        slow = max(self._step_s("baseline"), self._step_s("tuned"))
-        return runs * (self._overhead_s() + cap * slow)
-
     def _ddp_runs(self) -> int:
-        if self.plan.nproc <= 1:
-            return 0
-        return 1 if self.plan.quick else self.plan.repeats
+        return 0 if self.plan.nproc <= 1 else 1 if self.plan.quick else self.plan.repeats
+
+    def _ddp_cost(self) -> float:
+        """What one multi-process run takes: about a worker's start and a trial per process."""
+        return self._started_s + (self.plan.steps + self.plan.warmup) * self._step_s("tuned") * 2
 
     def _after_cost(self) -> float:
         """What the steps after the rounds need: the profile, the convergence runs at their cap and the
-        multi-process runs (each about a worker's start and a trial per process)."""
+        multi-process runs."""
         p = self.plan
-        tuned = self._step_s("tuned")
-        cost = 0.0
+        cost = self._ddp_runs() * self._ddp_cost()
         if p.profile_dir:
-            cost += self._overhead_s() + (max(2, p.profile_steps) + 1) * tuned + 2.0
+            cost += self._overhead_s() + (max(2, p.profile_steps) + 1) * self._step_s("tuned") + 2.0
         if p.converge_steps > 0 and self._target() is not None:
-            cost += self._converge_cost(p.converge_steps, self._converge_runs())
-        cost += self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * tuned * 2)
+            slow = max(self._step_s("baseline"), self._step_s("tuned"))
+            cost += self._converge_runs() * (self._overhead_s() + p.converge_steps * slow)
         return cost
 
     def _converge_runs(self) -> int:
@@ -430,8 +402,7 @@ class Verifier:
             return cap
         runs = self._converge_runs()
         slow = max(self._step_s("baseline"), self._step_s("tuned"))
-        ddp = self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * self._step_s("tuned") * 2)
-        left = self.budget.left() - ddp - runs * self._overhead_s()
+        left = self.budget.left() - self._ddp_runs() * self._ddp_cost() - runs * self._overhead_s()
         if slow > 0:
             cap = min(cap, int(left / runs / slow))
         return cap
@@ -536,20 +507,18 @@ class Verifier:
         ddp = self.ddp_settings(tuned)
         m.ddp_settings = ddp.to_dict()
         for i in range(runs):
-            if i and not self.budget.fits(self._started_s + (self.plan.steps + self.plan.warmup)
-                                          * self._step_s("tuned") * 2):
+            if i and not self.budget.fits(self._ddp_cost()):
                 m.notes.append(f"{i} of {runs} multi-process runs: {self.budget.words()} was spent")
                 return
             label = f"{self.plan.nproc} processes: tuned" + (f" ({i + 1}/{runs})" if runs > 1 else "")
             self.progress.begin(label, self.plan.steps + self.plan.warmup)
             self.where.doing(label)
             try:
-                m.ddp.append(self._bounded(lambda: self._launch(
+                m.ddp.append(bounded(self.budget, self.where, lambda timeout: self._launch(
                     self.plan.python, self.plan.workload, ddp, self.plan.nproc, steps=self.plan.steps,
                     warmup=self.plan.warmup, seed=self.plan.seed, device=m.device, options=self.plan.options,
-                    launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
-                    timeout=self.budget.cap(self.plan.timeout), on_event=self.progress.advance),
-                    self.plan.timeout))
+                    launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd, timeout=timeout,
+                    on_event=self.progress.advance), self.plan.timeout))
             except WorkerError as exc:
                 m.failure = from_worker_error(exc, label, self.facts)
                 return

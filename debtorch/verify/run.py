@@ -1,11 +1,7 @@
-"""One ``debtorch verify-train``, from its options to what was measured.
-
-:func:`prepare` checks the options (before anything runs), loads the config,
-reads this machine through a Host and names a config tuned elsewhere;
-:meth:`Prepared.run` starts the worker, takes the tuned settings (the
-config's, or the rules' for this machine and workload now), runs the plan
-and summarises it.  Torch-free.  The command line renders the
-:class:`Outcome` and chooses the exit code.
+"""One ``debtorch verify-train``, from its options to what was measured (torch-free): :func:`prepare`
+checks the options before anything runs, loads the config and reads this machine; :meth:`Prepared.run`
+takes the tuned settings (the config's, or the rules' for this machine and workload), runs the plan
+and summarises it.  The command line renders the :class:`Outcome` and chooses the exit code.
 """
 
 from __future__ import annotations
@@ -16,12 +12,12 @@ from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
-from debtorch.host import Host, Unavailable
+from debtorch.host import Host
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
-from debtorch.tune.config import ConfigError, ConfigFile, load_config
+from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
 from debtorch.verify import analysis
 from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
 from debtorch.verify.measure import Measured, Plan, Progress, Verifier
@@ -108,13 +104,6 @@ def _range_problem(o: Options) -> Optional[str]:
     return None
 
 
-def _usable_cpus(host: Host) -> Optional[int]:
-    try:
-        return len(host.affinity()) or None
-    except Unavailable:
-        return None
-
-
 @dataclass
 class Outcome:
     """What a run measured, with what the report shows beside it."""
@@ -148,7 +137,7 @@ def plan_of(o: Options) -> Plan:
         if value is not None:
             kw[name] = value
     plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
-    problems = plan.problems() + (["--nproc must be >= 1"] if o.nproc is not None and o.nproc < 1 else [])
+    problems = plan.problems()
     if problems:
         raise Refused(problems[0])
     return plan
@@ -180,12 +169,12 @@ def prepare(o: Options, host: Host) -> "Prepared":
     cfg = None
     if o.config:
         try:
-            cfg = load_config(o.config, cpus=None if o.oversubscribe else _usable_cpus(host))
+            cfg = load_config(o.config, cpus=None if o.oversubscribe else usable_cpus(host))
         except ConfigError as exc:
             raise Refused(f"--config {exc}") from None
     if o.nproc is not None and not o.oversubscribe:
         workers = cfg.settings.num_workers if cfg is not None else 0
-        bad = config.machine_problem({"nproc": o.nproc, "num_workers": workers}, _usable_cpus(host))
+        bad = config.machine_problem({"nproc": o.nproc, "num_workers": workers}, usable_cpus(host))
         if bad:
             what = f"--nproc {bad[1]}" if bad[0] == "nproc" else f"--nproc {o.nproc} with {o.config}'s workers: {bad[1]}"
             raise Refused(f"{what}; give --oversubscribe to allow it deliberately")
