@@ -1,13 +1,7 @@
 """Comparing nodes: the answers that must agree across a job, and the findings when they do not.
-
-Each :class:`Aspect` reads one answer from a node's machine view
-(:class:`debtorch.machine.Machine`) as a short string, or None when the
-facts do not tell (an unknown is never a difference).  :func:`read` gives a
-node's answers; :func:`summarise` groups the nodes by each answer and returns
-the fleet's findings, each naming the values and the nodes that have them.
-Nodes that agree on everything are one group, so 1,000 nodes give a short
-report.  Finding ids are declared in checks/findings/fleet.toml (documented in docs/fleet.md) and
-never renumbered.
+Each :class:`Aspect` reads one answer from a node's machine view as a short string, or None when the
+facts do not tell (an unknown is never a difference); :func:`summarise` groups the nodes by each
+answer, so that nodes that agree are one group and 1,000 nodes give a short report.
 """
 
 from __future__ import annotations
@@ -136,7 +130,6 @@ ASPECTS = (
     Aspect("ofed", "fleet.W014", "OFED", _ofed, section="network"),
     Aspect("debtorch", "fleet.I001", "debtorch version", lambda m: m.get("debtorch_version")),
 )
-BY_KEY = {a.key: a for a in ASPECTS}
 ENV_ID = "fleet.W007"
 TUNED_ID = "fleet.W011"
 

@@ -1,18 +1,8 @@
-"""One node of a fleet: its document, read and checked, reduced to what the comparison needs.
-
-A node's document is one of
-
-* an envelope, what a rank of ``debtorch fleet`` sends to rank 0:
-  ``{"fleet": 1, "rank": 3, "node": "gpu07", "debtorch_version": ..., "findings": [...], "facts": {...}}``;
-* a ``debtorch doctor --json`` document (``findings`` and ``facts``);
-* a ``debtorch facts --json`` document (the doctor runs on it here).
-
-:func:`read_node` turns the text into a :class:`Node`: the answers the
-comparison needs (:mod:`debtorch.fleet.compare`) and the node's doctor
-findings, never the whole document, so that rank 0 holds one document at a
-time however many nodes there are.  A document that cannot be read, or that
-another schema version wrote, is a node with a ``status`` and a one-line
-``detail``; it never stops the others.
+"""One node of a fleet: its document (a rank's envelope ``{"fleet": 1, "rank", "node",
+"debtorch_version", "findings", "facts"}``, a ``doctor --json`` or a ``facts --json`` document), read
+and checked, reduced to what the comparison needs (its answers and its doctor's findings, never the
+whole document: rank 0 holds one at a time).  A document that cannot be read, or that another
+schema version wrote, is a node with a ``status`` and a one-line ``detail``; it never stops the others.
 """
 
 from __future__ import annotations
@@ -20,7 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import inputs
@@ -58,7 +48,6 @@ class DocumentError(Exception):
     def __init__(self, status: str, message: str):
         super().__init__(message)
         self.status = status
-        self.message = message
 
 
 def encode(envelope: dict) -> bytes:
@@ -110,23 +99,14 @@ def read_node(text: str, name: str, read: Callable[[Machine], dict], rank: Optio
     try:
         facts, findings, meta = parse(text, name)
     except DocumentError as exc:
-        return Node(name=name, rank=rank, status=exc.status, detail=exc.message)
+        return Node(name=name, rank=rank, status=exc.status, detail=str(exc))
     machine = Machine.from_facts(facts)
     return Node(name=name, rank=meta.get("rank") if isinstance(meta.get("rank"), int) else rank,
                 values=read(machine), findings=_findings(machine, findings),
                 debtorch_version=str(meta.get("debtorch_version") or facts.get("debtorch_version") or "") or None)
 
 
-def failed(name: str, status: str, detail: str, rank: Optional[int] = None) -> Node:
-    """A node that sent no readable document (missing, died)."""
-    return Node(name=name, rank=rank, status=status, detail=detail)
-
-
 def envelope(facts: dict, findings: list, rank: int, node: str, version: str) -> dict:
     """What a rank sends: its facts and its doctor's findings (JSON-ready)."""
     return {"fleet": ENVELOPE_VERSION, "rank": rank, "node": node, "debtorch_version": version,
             "findings": findings, "facts": facts}
-
-
-def jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))

@@ -1,21 +1,7 @@
-"""The bad-node finder (``debtorch fleet --probe``): the plan every rank runs, and the verdict.
-
-The plan (:func:`plan`) splits ``--budget`` seconds between a compute check
-on every rank at once (n x n matmuls: fp32 on CPU, bf16 on a GPU) and rounds
-of all-reduces between pairs of ranks (a round-robin schedule: in each round
-every rank has one partner, and no pair repeats; at most :data:`MAX_ROUNDS`
-rounds), each pair for a fixed time.
-Bus bandwidth is what nccl-tests reports for all-reduce (doc/PERFORMANCE.md
-in NVIDIA/nccl-tests): ``busbw = algbw * 2 (n - 1) / n`` with ``n = 2``.
-
-The verdict (:func:`judge`) ranks every node against the median of all
-nodes: a node whose compute rate is below :data:`SLOW` of the median, or
-whose pairs (at least two) are all below :data:`SLOW` of the median pair
-bandwidth, is named slow; a
-pair below :data:`SLOW_PAIR` whose two nodes are fine with their other
-partners is named a slow pair (a link, a cable, a switch port); a rank that sent no result
-within the budget, or an error, failed.  The nodes named make the list for
-``srun --exclude``.  Pure functions; the measuring is in
+"""The bad-node finder (``debtorch fleet --probe``; docs/fleet.md, "The bad-node finder"): the plan
+every rank runs (:func:`plan`: ``--budget`` split between a compute check on every rank and rounds
+of pairwise all-reduces) and the verdict (:func:`judge`: every node against the median of all;
+the nodes named make the list for ``srun --exclude``).  Pure functions; the measuring is in
 :mod:`debtorch.fleet.torchside`.
 """
 
