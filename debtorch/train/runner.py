@@ -12,12 +12,15 @@ import time
 from typing import Any, Callable, Optional
 
 from debtorch import outputs
+from debtorch.budget import Budget, Where
 from debtorch.transport.client import (
+    START_TIMEOUT,
     Shim,
     StderrTail,
     Worker,
     WorkerError,
     WorkerTimeout,
+    bounded,
     exit_text,
     kill_group,
     private_tmp,
@@ -51,6 +54,21 @@ class TrainingWorker(Worker):
                             steps=steps, warmup=warmup, mode=mode, seed=seed,
                             profile_dir=profile_dir, sample_memory=sample_memory,
                             progress=on_progress is not None)
+
+
+def start_and_load(worker: Any, budget: Budget, where: Where, longest: float, workload: str, **load: Any) -> dict:
+    """Start ``worker`` (a training worker) and load ``workload``, each wait within ``budget``
+    (:func:`~debtorch.transport.client.bounded`); the load's answer."""
+    where.doing("starting the worker (importing torch)")
+
+    def start(timeout: float) -> dict:
+        worker.start_timeout = timeout
+        return worker.start()
+
+    bounded(budget, where, start, START_TIMEOUT)
+    where.doing(f"loading {workload}")
+    return bounded(budget, where, lambda timeout: worker.request("load", workload=workload, timeout=timeout, **load),
+                   longest)
 
 
 def launch_distributed(python: str, workload: str, settings: Any, nproc: int, steps: int = 20,

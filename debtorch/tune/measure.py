@@ -20,8 +20,8 @@ from debtorch.budget import Budget, Where
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train import sim
-from debtorch.train.runner import TrainingWorker
-from debtorch.transport.client import START_TIMEOUT, WorkerError, bounded, worker_python
+from debtorch.train.runner import TrainingWorker, start_and_load
+from debtorch.transport.client import WorkerError, bounded, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -145,10 +145,10 @@ class EngineTrials:
         cls = MeasureUsageError if exc.user_input else MeasureError
         return cls(str(exc))
 
-    def _wait(self, call: Callable[[float], Any], longest: float) -> Any:
-        """``call(timeout)`` within the budget; BudgetStop (the worker killed) when the budget cut it."""
+    def _budget_stop(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (its waits within the budget); BudgetStop (the worker killed) when the budget cut it."""
         try:
-            return bounded(self.budget, self.where, call, longest)
+            return call()
         except WorkerError as exc:
             if exc.kind != "budget":
                 raise
@@ -157,25 +157,18 @@ class EngineTrials:
             raise BudgetStop(exc.message) from None
 
     def _start(self) -> dict:
-        self.where.doing("starting the worker (importing torch)")
         self.worker = TrainingWorker(self.python, cwd=os.getcwd())
-
-        def start(timeout: float) -> dict:
-            self.worker.start_timeout = timeout
-            return self.worker.start()
-
-        self._wait(start, START_TIMEOUT)
-        self.where.doing(f"loading {self.workload}")
-        return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
-                                                           seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
+        return self._budget_stop(lambda: start_and_load(self.worker, self.budget, self.where, TRIAL_TIMEOUT,
+                                                        self.workload, device=self.device, options=self.options,
+                                                        seed=self.seed))
 
     def trial(self, settings, steps: int, warmup: int) -> dict:
         self.count += 1
         self.where.trial(f"trial {self.count} ({settings.short()})", warmup)
         try:
-            return self._wait(lambda timeout: self.worker.trial(
+            return self._budget_stop(lambda: bounded(self.budget, self.where, lambda timeout: self.worker.trial(
                 settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
-                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT)
+                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT))
         except WorkerError as exc:
             if exc.kind in ("died", "timeout"):
                 try:

@@ -154,23 +154,14 @@ class _Job:
 
 
 class Verifier:
-    """Runs a :class:`Plan` in one worker; use as a context manager.
-
-    ``worker_factory(python, cwd=..., timeout=..., start_timeout=...)`` makes
-    the worker (:class:`debtorch.train.runner.TrainingWorker`); ``launcher`` is
-    :func:`debtorch.train.runner.launch_distributed`.  ``facts`` (the
-    machine's, for the doctor's /dev/shm check) is optional; ``clock`` is
-    the budget's (a fake one in tests).
-    """
+    """Runs a :class:`Plan` in one worker; use as a context manager.  ``facts`` (the machine's, for the
+    doctor's /dev/shm check) is optional; ``clock`` is the budget's (a fake one in tests)."""
 
     def __init__(self, plan: Plan, facts: Optional[dict] = None, progress: Optional[Progress] = None,
-                 worker_factory: Optional[Callable] = None, launcher: Optional[Callable] = None,
                  clock: Callable[[], float] = time.monotonic):
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()
-        self._factory = worker_factory or runner.TrainingWorker
-        self._launch = launcher or runner.launch_distributed
         self.clock = clock
         self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
         self.where = Where(clock)
@@ -195,27 +186,15 @@ class Verifier:
             self.worker = None
 
     def start(self) -> dict:
-        """Start the worker and load the workload; return its description.
-
-        Raises :class:`debtorch.transport.client.WorkerError` (no torch, a workload
-        that cannot be imported, a device this torch cannot use; kind
-        ``budget`` when the budget ended first).
-        """
+        """Start the worker and load the workload; return its description.  WorkerError: no torch, a
+        workload that cannot be imported, a device this torch cannot use, the budget's end (``budget``)."""
         p = self.plan
         t0 = self.clock()
         if self.worker is None:
             self.spawn()
-        self.where.doing("starting the worker (importing torch)")
-
-        def start(timeout: float) -> dict:
-            self.worker.start_timeout = timeout
-            return self.worker.start()
-
-        bounded(self.budget, self.where, start, START_TIMEOUT)
+        self.measured.workload = runner.start_and_load(self.worker, self.budget, self.where, p.timeout, p.workload,
+                                                       device=p.device, options=p.options, seed=p.seed)
         self.measured.worker = self._request("info")
-        self.where.doing(f"loading {p.workload}")
-        self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
-                                               seed=p.seed)
         self.measured.device = self.measured.workload.get("device")
         self._started_s = self.clock() - t0
         return self.measured.workload
@@ -224,8 +203,8 @@ class Verifier:
         """Start the worker's process without waiting for it (it imports torch meanwhile);
         :meth:`start` waits for it.  A worker without ``spawn`` starts in :meth:`start`."""
         p = self.plan
-        self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout,
-                                    start_timeout=self.budget.cap(START_TIMEOUT))
+        self.worker = runner.TrainingWorker(p.python, cwd=p.cwd, timeout=p.timeout,
+                                            start_timeout=self.budget.cap(START_TIMEOUT))
         if hasattr(self.worker, "spawn"):
             self.worker.spawn()
 
@@ -514,7 +493,7 @@ class Verifier:
             self.progress.begin(label, self.plan.steps + self.plan.warmup)
             self.where.doing(label)
             try:
-                m.ddp.append(bounded(self.budget, self.where, lambda timeout: self._launch(
+                m.ddp.append(bounded(self.budget, self.where, lambda timeout: runner.launch_distributed(
                     self.plan.python, self.plan.workload, ddp, self.plan.nproc, steps=self.plan.steps,
                     warmup=self.plan.warmup, seed=self.plan.seed, device=m.device, options=self.plan.options,
                     launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd, timeout=timeout,
