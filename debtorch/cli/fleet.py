@@ -1,10 +1,5 @@
-"""``debtorch fleet``: many machines, one verdict.
-
-Thin: parse options, call :mod:`debtorch.fleet` (offline or gathered), render, choose the exit code.
-Exit codes: 0 no finding at the --fail-on level; 1 findings at that level (a node missing, dead or
-unreadable counts as an error), or this rank could not take part; 2 bad usage or unreadable input;
-130 interrupted.  In gathered mode every rank exits with rank 0's code.
-"""
+"""``debtorch fleet``: many machines, one verdict (docs/fleet.md; exit codes: docs/cli.md).  In gathered
+mode every rank exits with rank 0's code."""
 
 import os
 import re

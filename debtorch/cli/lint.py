@@ -1,11 +1,5 @@
-"""``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md).
-
-Thin: parse options, call :func:`debtorch.lint.api.lint_paths`, show
-:class:`debtorch.report.lint.LintView`, choose the exit code.  Exit codes (the doctor's): 0 no finding at ``--fail-on``
-level; 1 findings at that level; 2 bad input (a path that does not exist, a
-file that is not valid Python or cannot be read; the other files are still
-linted and reported), 130 interrupted.
-"""
+"""``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md;
+exit codes: docs/cli.md; a file that cannot be read or parsed is bad input, the others still linted)."""
 
 from typing import List, Optional
 

@@ -1,7 +1,5 @@
-"""What the commands share: the exit codes and their meaning, the one-line
-failure, the ``--device`` option, the output format, the ``--python`` check,
-and the machine a command reads (``--host``, ``--record``, ``--facts``).
-
+"""What the commands share: the exit codes, the one-line failure, the ``--device`` option, the output
+format, the ``--python`` check, and the machine a command reads (``--host``, ``--record``, ``--facts``).
 Only the command line leaves the process with an exit code (``typer.Exit``).
 """
 

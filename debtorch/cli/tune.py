@@ -1,10 +1,5 @@
-"""``debtorch tune``: training settings for a machine, by rules or by measurement (docs/tune.md).
-
-Exit codes: 0 fine; 1 the measurement failed; 2 bad usage or input (a
-workload that cannot be loaded, a budget too small, a destination that
-cannot be written, an unreadable facts file, a recorded machine to
-measure); 130 interrupted (Ctrl-C).
-"""
+"""``debtorch tune``: training settings for a machine, by rules or by measurement (docs/tune.md;
+exit codes: docs/cli.md)."""
 
 import contextlib
 import time

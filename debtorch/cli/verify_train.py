@@ -1,15 +1,6 @@
-"""``debtorch verify-train``: baseline (PyTorch's defaults) against tuned settings on a real training loop.
-
-Torch-free: every trial runs in a worker of the target interpreter
-(``--python``).  docs/verify-train.md describes what is measured and how.
-
-Exit codes: 0 measured (whatever the verdict); 1 the run failed (out of
-memory, a DataLoader worker killed, the worker died or timed out); 2 bad
-usage or input (options, a config that does not load, a workload that cannot
-be imported, an interpreter without torch, a device this torch cannot use,
-a machine other than this one); 130 interrupted (Ctrl-C), after printing
-what was measured so far.
-"""
+"""``debtorch verify-train``: baseline (PyTorch's defaults) against tuned settings on a real training
+loop (docs/verify-train.md; exit codes: docs/cli.md).  Torch-free: every trial runs in a worker of
+the target interpreter (``--python``)."""
 
 import contextlib
 import os

@@ -6,14 +6,13 @@ may carry a ``finding`` and a ``suggestion``.  Standard library only at import t
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from typing import Optional
 
 from debtorch.hostwaits import count_host_waits, workload_file
 from debtorch.train import sim
 from debtorch.transport import server
-from debtorch.transport.server import PROTOCOL_VERSION, BadRequest, RequestError
+from debtorch.transport.server import BadRequest, RequestError
 
 SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
 
@@ -202,27 +201,15 @@ class DeviceError(RequestError):
 def info() -> dict:
     import torch
 
-    out = {
-        "pid": os.getpid(),
-        "python": sys.executable,
-        "python_version": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
-        "gpus": [],
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "mkldnn_bf16": _mkldnn_bf16(torch),
-        "distributed": torch.distributed.is_available(),
-        "protocol": PROTOCOL_VERSION,
-        "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__)),
-    }
-    if out["cuda_available"]:
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            out["gpus"].append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                                "memory_bytes": p.total_memory})
-    return out
+    out, cuda = server.hello(torch), torch.cuda.is_available()
+    protocol = out.pop("protocol")
+    props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {**out, "torch_cuda": torch.version.cuda, "cuda_available": cuda,
+            "gpus": [{"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}", "memory_bytes": p.total_memory}
+                     for i, p in enumerate(props)],
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "mkldnn_bf16": _mkldnn_bf16(torch),
+            "distributed": torch.distributed.is_available(), "protocol": protocol,
+            "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__))}
 
 
 def _mkldnn_bf16(torch) -> Optional[bool]:

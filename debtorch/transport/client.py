@@ -11,6 +11,7 @@ Ctrl-C, failures as one-line errors.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -144,10 +145,8 @@ class Shim:
 def kill_group(proc: subprocess.Popen) -> None:
     """Kill a process started in its own session and everything in its group; reap it."""
     host_kill_group(proc)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 class StderrTail(threading.Thread):
@@ -165,18 +164,13 @@ class StderrTail(threading.Thread):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 self.lines.append(line)
                 if self.sink is not None:
-                    try:
+                    with contextlib.suppress(Exception):  # a display hook must not kill the reader
                         self.sink(line)
-                    except Exception:  # noqa: BLE001 - a display hook must not kill the reader
-                        pass
         except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
             pass
 
     def last(self) -> str:
-        for line in reversed(self.lines):
-            if line.strip():
-                return line.strip()[:200]
-        return ""
+        return next((line.strip()[:200] for line in reversed(self.lines) if line.strip()), "")
 
 
 class Worker:
@@ -302,15 +296,10 @@ class Worker:
             kill_group(self.proc)
             if self._stderr is not None:
                 self._stderr.join(timeout=2)  # EOF arrives once the group is gone
-            streams = [self.proc.stdin]
-            if self._stderr is None or not self._stderr.is_alive():
-                streams.append(self.proc.stderr)
-            for stream in streams:
-                try:
+            for stream in (self.proc.stdin, self.proc.stderr if not (self._stderr and self._stderr.is_alive()) else None):
+                with contextlib.suppress(OSError):
                     if stream:
                         stream.close()
-                except OSError:
-                    pass
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None

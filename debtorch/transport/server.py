@@ -135,6 +135,12 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
+def hello(torch: Any) -> dict:
+    """Who answers: this process, its Python and torch, the protocol."""
+    return {"pid": os.getpid(), "python": sys.executable, "python_version": platform.python_version(),
+            "torch": torch.__version__, "protocol": PROTOCOL_VERSION}
+
+
 def main(make_session: Any) -> int:
     """The start-up of a torch-side module: the protocol, stdout to stderr, torch imported, the hello;
     then ``make_session(proto)`` answers the requests."""
@@ -156,7 +162,5 @@ def main(make_session: Any) -> int:
         proto.send({"event": "fatal", "kind": "broken_torch",
                     "message": f"{sys.executable}: import torch failed: {type(exc).__name__}: {str(exc).strip()[:200]}"})
         return 3
-    proto.send({"event": "hello", "pid": os.getpid(), "python": sys.executable,
-                "python_version": platform.python_version(), "torch": torch.__version__,
-                "protocol": PROTOCOL_VERSION})
+    proto.send({"event": "hello", **hello(torch)})
     return serve(proto, sys.stdin, make_session(proto))

@@ -1,10 +1,7 @@
-"""``debtorch tune --measure``: short trials on a real workload, within a budget.
-
-Torch-free: the trials run in a worker process of the target interpreter
-(:class:`debtorch.train.runner.TrainingWorker`, the engine shared with
-verify-train); this module calibrates the trial length, hands the search
-(:mod:`debtorch.tune.search`) a trial function, and writes what was
-measured into the recommendation's reasons.
+"""``debtorch tune --measure``: short trials on a real workload, within a budget (docs/tune.md,
+"Measurement").  Torch-free: the trials run in a training worker of the target interpreter; this
+module calibrates the trial length, hands the search a trial function, and writes what was measured
+into the recommendation's reasons.
 """
 
 from __future__ import annotations
@@ -117,14 +114,9 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
 
 
 class EngineTrials:
-    """Trials in a worker process of the target interpreter (the engine's TrainingWorker).
-
-    A worker that dies in a trial (a DataLoader killed by a bus error, the
-    OOM killer) is restarted for the next one; the trial counts as failed.
-    Every wait is capped by ``budget``: when it ends inside one (starting
-    the worker, loading the workload, a trial), the worker is killed and
-    :class:`BudgetStop` says where.
-    """
+    """Trials in a training worker of the target interpreter.  A worker that dies in a trial (a bus
+    error, the OOM killer) is restarted for the next one, the trial failed; every wait is within
+    ``budget``, and when it ends inside one the worker is killed and :class:`BudgetStop` says where."""
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
                  host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
@@ -184,14 +176,9 @@ class EngineTrials:
 
 
 class Trialer:
-    """Runs trials through an engine and sizes them: calibration, then every
-    config timed over about the same window whatever its speed.
-
-    ``engine`` has ``trial(settings, steps, warmup) -> dict`` (the engine's
-    result: ``samples_per_s``, ``data_wait_share``) and ``info`` (the
-    workload's description).  Calling the Trialer runs one trial and returns
-    an :class:`~debtorch.tune.search.Outcome`.
-    """
+    """Runs trials through an engine (``trial(settings, steps, warmup) -> dict`` and ``info``, the
+    workload's description) and sizes them: calibration, then every config timed over about the same
+    window whatever its speed.  Calling it runs one trial: an :class:`~debtorch.tune.search.Outcome`."""
 
     def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
         self.engine, self.clock = engine, clock
@@ -227,13 +214,9 @@ class Trialer:
         return Outcome(float(sps), cost, r.get("data_wait_share"), None)
 
     def calibrate(self, settings, seconds: float) -> float:
-        """Warm up, measure a step, size trials so that about TRIALS_PLANNED fit ``seconds``.
-
-        The first trial in a fresh worker pays one-time costs (kernel selection,
-        first-call initialisation): it only warms up.  The second measures the
-        step time and what a trial costs beyond its steps.  Returns the
-        expected cost of one trial.
-        """
+        """Size trials so that about TRIALS_PLANNED fit ``seconds``; the expected cost of one.  The first
+        trial in a fresh worker pays one-time costs and only warms up; the second measures the step
+        time and what a trial costs beyond its steps."""
         warm = self.run(settings, 2)
         if warm.samples_per_s is None:
             raise MeasureError(f"the first trial failed: {warm.error}")
@@ -271,17 +254,10 @@ class Trialer:
 def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
             on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic,
             host: Optional[Host] = None) -> Result:
-    """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
-
-    ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
-    ``info``); by default an :class:`EngineTrials` for ``opts.workload`` on ``host``
-    (the live machine).
-    The budget is a wall-clock promise from ``opts.started`` (the command's
-    start): the worker's start, loading, calibration, the search and any
-    restart.  When it ends inside a trial of the search, the trial is stopped
-    and the search decides with what it has; when it ends before the search
-    (starting, loading, calibrating), :class:`BudgetStop` says where.
-    """
+    """Search around ``rec``'s settings on a real workload (``trials``, an engine as :class:`Trialer`
+    takes, by default an :class:`EngineTrials` on ``host``); update ``rec``; return the search's
+    result.  The budget counts from ``opts.started``: when it ends inside a trial of the search, the
+    search decides with what it has; before the search, :class:`BudgetStop` says where."""
     if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
         raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
                                 f"give at least {MIN_BUDGET_S:g} seconds")

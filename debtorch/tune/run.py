@@ -1,9 +1,6 @@
-"""One ``debtorch tune``, from a machine to settings: the rules, then (``--measure``)
-short trials on a real workload, and the config written from them.
-
-The machine is given: a facts document read through a Host (the live machine,
-or one recorded with ``debtorch facts --record``) or saved elsewhere.  Only the
-live machine can be measured.  The command line parses, calls these and renders.
+"""One ``debtorch tune``, from a machine to settings: the rules, then (``--measure``, on the live machine
+only) short trials on a real workload, and the config written from them.  The machine is a facts
+document, read through a Host (live or recorded) or saved elsewhere.
 """
 
 from __future__ import annotations
