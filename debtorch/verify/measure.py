@@ -75,24 +75,6 @@ class Plan:
             plan.options = dict(QUICK_OPTIONS[plan.workload])
         return plan
 
-    def problems(self) -> list:
-        errs = []
-        if self.repeats < MIN_REPEATS:
-            errs.append(f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)")
-        if self.steps < 2:
-            errs.append("--steps must be at least 2")
-        if self.warmup < 0:
-            errs.append("--warmup must be >= 0")
-        if self.converge_steps < 0:
-            errs.append("--max-steps must be >= 0")
-        if self.nproc < 1:
-            errs.append("--nproc must be >= 1")
-        if self.target_loss is not None and not (math.isfinite(self.target_loss)):
-            errs.append("--target-loss must be a finite number")
-        if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s > 0):
-            errs.append("--budget must be a positive number of seconds")
-        return errs
-
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -20,7 +20,7 @@ from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
 from debtorch.verify import analysis
 from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
-from debtorch.verify.measure import Measured, Plan, Progress, Verifier
+from debtorch.verify.measure import MIN_REPEATS, Measured, Plan, Progress, Verifier
 
 
 class Refused(Exception):
@@ -101,6 +101,13 @@ def _range_problem(o: Options) -> Optional[str]:
             return f"{name} must be at most {MAX_STEPS} (got {value})"
     if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
         return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
+    if o.repeats < MIN_REPEATS:
+        return f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)"
+    for name, value, least in (("--steps", o.steps, 2), ("--warmup", o.warmup, 0), ("--max-steps", o.max_steps, 0)):
+        if value is not None and value < least:
+            return f"{name} must be " + (f"at least {least}" if least else ">= 0")
+    if o.target_loss is not None and not inputs.finite(o.target_loss):
+        return "--target-loss must be a finite number"
     return None
 
 
@@ -136,11 +143,7 @@ def plan_of(o: Options) -> Plan:
                         ("budget_s", o.budget)):
         if value is not None:
             kw[name] = value
-    plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
-    problems = plan.problems()
-    if problems:
-        raise Refused(problems[0])
-    return plan
+    return Plan.quick_plan(**kw) if o.quick else Plan(**kw)
 
 
 def check_profile_dir(profile: str, force: bool) -> None:
