@@ -142,34 +142,29 @@ def _pct(x: Optional[float], med: Optional[float]) -> str:
 
 
 def _findings(v: Verdict, by_rank: dict) -> None:
-    failed = [s for s in v.scores if s.verdict == "failed"]
-    slow_c = [s for s in v.scores if s.verdict == "slow compute"]
-    slow_b = [s for s in v.scores if s.verdict == "slow all-reduce"]
-    n = len(v.scores)
-    if failed:
-        v.findings.append(FleetFinding(finding("fleet.E010", "probe", count=len(failed), nodes=n),
-                                       tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
-    if slow_c:
-        v.findings.append(FleetFinding(
-            finding("fleet.W016", "probe", count=len(slow_c), nodes=n, bar=f"{SLOW:.0%}"),
-            tuple(Group(f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median "
-                        f"{v.median_gflops:.1f})", (s.name,)) for s in slow_c), "probe"))
-    if slow_b:
-        v.findings.append(FleetFinding(
-            finding("fleet.W017", "probe", count=len(slow_b), nodes=n, bar=f"{SLOW:.0%}"),
-            tuple(Group(f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
-                        f"{v.median_busbw:.2f}), slow with all {s.partners} partners", (s.name,)) for s in slow_b),
-            "probe"))
-    named = {s.rank for s in failed + slow_c + slow_b}
+    n, bar = len(v.scores), {"bar": f"{SLOW:.0%}"}
+    named = []
+    for verdict, fid, extra, value in (
+            ("failed", "fleet.E010", {}, lambda s: s.error or "failed"),
+            ("slow compute", "fleet.W016", bar, lambda s: f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} "
+                                                          f"of the median {v.median_gflops:.1f})"),
+            ("slow all-reduce", "fleet.W017", bar, lambda s: f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} "
+                                                             f"of the median {v.median_busbw:.2f}), slow with all {s.partners} partners")):
+        these = [s for s in v.scores if s.verdict == verdict]
+        if these:
+            v.findings.append(FleetFinding(finding(fid, "probe", count=len(these), nodes=n, **extra),
+                                           tuple(Group(value(s), (s.name,)) for s in these), "probe"))
+        named += these
+    ranks = {s.rank for s in named}
     slow_pairs = [(a, b, bw) for a, b, bw in v.pairs
-                  if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
+                  if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in ranks and b not in ranks]
     if slow_pairs:
         v.findings.append(FleetFinding(
             finding("fleet.W018", "probe", count=len(slow_pairs),
                     plural="s" if len(slow_pairs) != 1 else "", bar=f"{SLOW_PAIR:.0%}"),
             tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
                         (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
-    v.exclude = sorted({s.name for s in failed + slow_c + slow_b})
+    v.exclude = sorted({s.name for s in named})
 
 
 def lines(v: Verdict, limit: int = 12) -> list:

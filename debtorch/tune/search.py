@@ -59,9 +59,7 @@ def _apply_pin(s: Settings, v: bool) -> Settings:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
 @dataclass
@@ -101,9 +99,7 @@ class Dimension:
 
     def more(self, tried: set, winner: Any) -> list:
         """Values to race next to ``winner`` (coarse-to-fine, the split); none for the others."""
-        if self.refine is not None:
-            return [v for v in self.refine(tried, winner) if v not in tried]
-        return []
+        return [v for v in self.refine(tried, winner) if v not in tried] if self.refine is not None else []
 
 
 def coarse(values: list) -> list:
@@ -259,8 +255,7 @@ class Result:
     looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
 
     def median(self, s: Settings) -> Optional[float]:
-        vals = self.samples(s)
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if (vals := self.samples(s)) else None
 
     def samples(self, s: Settings) -> list:
         return [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
@@ -376,8 +371,7 @@ class Search:
         return out.samples_per_s
 
     def med(self, s: Settings) -> Optional[float]:
-        vals = self.samples.get(key(s))
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if (vals := self.samples.get(key(s))) else None
 
     def n(self, s: Settings) -> int:
         return len(self.samples.get(key(s), []))
@@ -761,9 +755,7 @@ class Search:
 
     def _leader(self, alive: list) -> Optional[Settings]:
         scored = [(self.med(c), c) for c in alive if self.med(c) is not None]
-        if not scored:
-            return None
-        return max(scored, key=lambda x: x[0])[1]
+        return max(scored, key=lambda x: x[0])[1] if scored else None
 
     def _choose(self, dim: Dimension, best: Settings, incumbent: Settings, winner: Settings) -> tuple:
         n, label = self.n, lambda c: dim.label(dim.get(c))  # noqa: E731
@@ -814,9 +806,7 @@ class _Stop(Exception):
 
 
 def _short(dim: Dimension, v: Any) -> str:
-    if dim.show:
-        return dim.show(v)
-    return _fmt(v)
+    return dim.show(v) if dim.show else _fmt(v)
 
 
 def _values(dim: Dimension, configs: list, most: int = 4) -> str:
