@@ -207,60 +207,42 @@ def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: 
 
 
 def render_config(rec, fingerprint: dict, tuned: dict) -> str:
-    """The TOML text for recommendation ``rec`` (a :class:`~debtorch.tune.rules.Recommendation`)."""
+    """The TOML text for recommendation ``rec`` (a :class:`~debtorch.tune.rules.Recommendation`): each
+    table a list of comments (strings) and (key, value) pairs."""
     import tomlkit
 
-    doc = tomlkit.document()
-    doc.add(tomlkit.comment("debtorch training settings, written by `debtorch tune`."))
-    doc.add(tomlkit.comment("Load in training code: cfg = debtorch.load(\"this file\")  (docs/runtime.md)."))
-    doc.add(tomlkit.comment("Above each setting: the rule (docs/tune.md) or the measurement that chose it."))
-    doc.add(tomlkit.comment("Edit freely: loading checks every key and value."))
-    doc.add("schema_version", SCHEMA_VERSION)
-    values = rec.settings.to_dict()
+    values, tables = rec.settings.to_dict(), {}
     for table, names in TABLES.items():
-        t = tomlkit.table()
-        for name in names:
-            reason = rec.reasons.get(name)
-            if reason is not None:
-                t.add(tomlkit.comment(str(reason)))
-            value = values[name]
-            if value is None:
-                t.add(tomlkit.comment(f"{name}: not set, meaning {UNSET.get(name, 'the default')}"))
-            else:
-                t.add(name, value)
-        if table == "batch" and rec.global_batch:
-            t.add(tomlkit.comment(f"global batch: {rec.global_batch} samples per optimizer step"))
-        if table == "schedule":
-            if rec.total_steps:
-                t.add(tomlkit.comment("optimizer steps in the run: cfg.scheduler() uses it unless given"))
-                t.add("total_steps", rec.total_steps)
-            if rec.epochs:
-                t.add(tomlkit.comment("epochs in the run: cfg.scheduler(opt, steps_per_epoch=len(loader)) uses it"))
-                t.add("epochs", rec.epochs)
-        doc.add(table, t)
+        tables[table] = [x for name in names for x in ([str(rec.reasons[name])] if name in rec.reasons else []) + [
+            f"{name}: not set, meaning {UNSET.get(name, 'the default')}" if values[name] is None else (name, values[name])]]
+    if rec.global_batch:
+        tables["batch"].append(f"global batch: {rec.global_batch} samples per optimizer step")
+    if rec.total_steps:
+        tables["schedule"] += ["optimizer steps in the run: cfg.scheduler() uses it unless given",
+                               ("total_steps", rec.total_steps)]
+    if rec.epochs:
+        tables["schedule"] += ["epochs in the run: cfg.scheduler(opt, steps_per_epoch=len(loader)) uses it",
+                               ("epochs", rec.epochs)]
     if getattr(rec, "oversubscribe", False):
+        tables["limits"] = [f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
+                            "usable CPUs); load with debtorch.load(path, oversubscribe=True)", ("oversubscribe", True)]
+    tables["env"] = ["Environment for job scripts (`debtorch tune --emit env`); never applied by loading."] + [
+        x for name in sorted(rec.env) for x in (str(rec.env_reasons[name]), (name, rec.env[name]))]
+    tables["tuned"] = [f"note: {note}" for note in rec.notes] + list(tuned.items())
+    tables["fingerprint"] = ["The machine these settings were tuned on; the runtime warns when it differs.",
+                             *fingerprint.items()]
+    doc = tomlkit.document()
+    for line in ("debtorch training settings, written by `debtorch tune`.",
+                 "Load in training code: cfg = debtorch.load(\"this file\")  (docs/runtime.md).",
+                 "Above each setting: the rule (docs/tune.md) or the measurement that chose it.",
+                 "Edit freely: loading checks every key and value."):
+        doc.add(tomlkit.comment(line))
+    doc.add("schema_version", SCHEMA_VERSION)
+    for name, items in tables.items():
         t = tomlkit.table()
-        t.add(tomlkit.comment(f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
-                              "usable CPUs); load with debtorch.load(path, oversubscribe=True)"))
-        t.add("oversubscribe", True)
-        doc.add("limits", t)
-    env = tomlkit.table()
-    env.add(tomlkit.comment("Environment for job scripts (`debtorch tune --emit env`); never applied by loading."))
-    for name in sorted(rec.env):
-        env.add(tomlkit.comment(str(rec.env_reasons[name])))
-        env.add(name, rec.env[name])
-    doc.add("env", env)
-    t = tomlkit.table()
-    for note in rec.notes:
-        t.add(tomlkit.comment(f"note: {note}"))
-    for key, value in tuned.items():
-        t.add(key, value)
-    doc.add("tuned", t)
-    fp = tomlkit.table()
-    fp.add(tomlkit.comment("The machine these settings were tuned on; the runtime warns when it differs."))
-    for key, value in fingerprint.items():
-        fp.add(key, value)
-    doc.add("fingerprint", fp)
+        for item in items:
+            t.add(tomlkit.comment(item)) if isinstance(item, str) else t.add(*item)
+        doc.add(name, t)
     return tomlkit.dumps(doc)
 
 
