@@ -63,7 +63,7 @@ def _write_exclude(path: str, verdict, force: bool) -> None:
     odd = [n for n in names if not hostlist.is_host(n)]
     if odd:
         prog.fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
-              "nothing written", 1)
+                  "nothing written", 1)
     try:
         outputs.write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
     except outputs.OutputError as exc:
@@ -123,7 +123,7 @@ def fleet(
     if paths:
         if replay or do_probe or deep or python or secret_file:
             prog.fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
-                  "compared as they are")
+                      "compared as they are")
         try:
             summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
         except offline.FleetInputError as exc:
@@ -140,7 +140,7 @@ def fleet(
         prog.fail(str(exc))
     if rdzv is None:
         prog.fail("no launcher here (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS): start it with srun "
-              "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
+                  "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
     if replay:
         replay = replay.replace("{rank}", str(rdzv.rank))
         try:

@@ -14,16 +14,13 @@ from typing import NoReturn, Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.codes import (  # noqa: F401
+from debtorch.cli.codes import (  # noqa: F401 - the commands import them from here
     EXIT_CODES,
     EXIT_FAILED,
-    EXIT_HANGUP,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_OUTPUT,
     EXIT_PIPE,
-    EXIT_QUIT,
-    EXIT_TERMINATED,
     EXIT_USAGE,
 )
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable

@@ -59,18 +59,8 @@ def _gpu_models(m: Machine) -> Optional[str]:
     return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.compute_gpus})) or "none usable"
 
 
-def _shm(m: Machine) -> Optional[str]:
-    total = m.get("memory.shm_total")
-    return human_bytes(total) if isinstance(total, int) else None
-
-
-def _memlock(m: Machine) -> Optional[str]:
-    soft = m.get("memory.memlock_soft")
-    return human_bytes(soft) if isinstance(soft, int) else None
-
-
-def _cpus(m: Machine) -> Optional[str]:
-    return str(m.cpus.usable) if m.cpus.known else None
+def _size(path: str) -> Callable[[Machine], Optional[str]]:
+    return lambda m: human_bytes(m.get(path)) if isinstance(m.get(path), int) else None
 
 
 def _ifname(m: Machine) -> Optional[str]:
@@ -122,9 +112,9 @@ ASPECTS = (
     Aspect("kernel", "fleet.W004", "kernel", lambda m: m.os.kernel),
     Aspect("python", "fleet.W005", "Python", lambda m: str(m.get("python.version") or "") or None),
     Aspect("gpu_models", "fleet.W006", "GPU models", _gpu_models),
-    Aspect("shm", "fleet.W008", "/dev/shm", _shm),
-    Aspect("memlock", "fleet.W009", "RLIMIT_MEMLOCK", _memlock),
-    Aspect("usable_cpus", "fleet.W010", "usable CPUs", _cpus),
+    Aspect("shm", "fleet.W008", "/dev/shm", _size("memory.shm_total")),
+    Aspect("memlock", "fleet.W009", "RLIMIT_MEMLOCK", _size("memory.memlock_soft")),
+    Aspect("usable_cpus", "fleet.W010", "usable CPUs", lambda m: str(m.cpus.usable) if m.cpus.known else None),
     Aspect("mtu", "fleet.W012", "MTU", _mtu, section="network"),
     Aspect("infiniband", "fleet.W013", "InfiniBand/RoCE ports", _ib, section="network"),
     Aspect("ofed", "fleet.W014", "OFED", _ofed, section="network"),

@@ -77,15 +77,10 @@ def _descendants(pid: int) -> list:
 
 
 def children_memory(pid: Optional[int] = None) -> int:
-    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own.
-
-    Anonymous and shared-memory resident pages (``RssAnon + RssShmem``): each
-    worker's heap and the batches it puts in /dev/shm.  File-backed pages
-    (torch's libraries, shared with the trainer) are left out; anonymous
-    pages still shared copy-on-write with the trainer count twice, so this
-    errs high.  Read from ``status``, which costs microseconds, where the
-    exact ``Pss`` of ``smaps_rollup`` costs milliseconds.
-    """
+    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own: ``RssAnon + RssShmem``
+    (heaps and the batches put in /dev/shm, not torch's shared libraries; pages still shared
+    copy-on-write count twice, so this errs high), from ``status`` (microseconds; the exact ``Pss`` of
+    ``smaps_rollup`` costs milliseconds)."""
     total = 0
     for p in _descendants(os.getpid() if pid is None else pid):
         vals = _proc_values(f"/proc/{p}/status", "RssAnon", "RssShmem") or {}
@@ -528,11 +523,8 @@ def run_trial(
                 gauges.timing = True
             profiler = _profiler(profile_dir, device, steps) if profile_dir else None
             with (profiler or contextlib.nullcontext()):
-                if instrument:
-                    stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
-                    timed = _timed_window(trial, steps, _sync(device), profiler, progress, gauges, stop)
-                else:
-                    timed = _bare_window(trial, steps, _sync(device), progress)
+                stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
+                timed = _window(trial, steps, _sync(device), progress, instrument, profiler, gauges, stop)
             timed["sim"] = _sim_result(trial, timed) if simulated else None
             if gauges is not None:
                 gauges.timing = False
@@ -558,20 +550,22 @@ def run_trial(
     return result
 
 
-def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
-                  stop: Optional[Callable[[list], bool]] = None) -> dict:
-    """The instrumented loop: every step cut into chained data-wait and compute segments.
-
-    The device is synchronised before every clock read.  One segment's
-    closing read opens the next, so data wait + compute = step time exactly.
-    ``stop(losses)``, when given, ends the window early (a convergence run).
-    """
+def _window(trial: _Trial, steps: int, sync, progress, instrument: bool = True, profiler=None, gauges=None,
+            stop: Optional[Callable[[list], bool]] = None) -> dict:
+    """The timed window.  Instrumented, every step is cut into chained data-wait and compute segments,
+    the device synchronised before every clock read (one segment's closing read opens the next, so data
+    wait + compute = step time exactly); ``stop(losses)`` may end it early (a convergence run).  Bare,
+    the same steps with one clock read at each end, their losses read afterwards."""
     clock = time.perf_counter
     step_s, data_s, compute_s, step_losses = [], [], [], []
     last = trial.accum - 1
     trial.drain(sync, start=True)
     window_start = clock()
     for s in range(steps):
+        if not instrument:
+            step_losses.append(trial.step())
+            progress("timed", s + 1, steps)
+            continue
         losses, waited, worked = [], 0.0, 0.0
         sync()
         t_open = start = clock()
@@ -601,22 +595,10 @@ def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
             break
     trial.drain(sync)
     wall = clock() - window_start
+    if not instrument:
+        return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
+                "losses": [_mean_loss(x) for x in step_losses]}
     return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
-
-
-def _bare_window(trial: _Trial, steps: int, sync, progress) -> dict:
-    """The same steps with one clock read at each end; losses read afterwards."""
-    clock = time.perf_counter
-    pending = []
-    trial.drain(sync, start=True)
-    window_start = clock()
-    for s in range(steps):
-        pending.append(trial.step())
-        progress("timed", s + 1, steps)
-    trial.drain(sync)
-    wall = clock() - window_start
-    return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
-            "losses": [_mean_loss(x) for x in pending]}
 
 
 def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_steps: int, seed: int,
