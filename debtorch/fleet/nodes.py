@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import inputs
@@ -37,7 +37,6 @@ class Node:
     detail: str = ""                               # why, for a node that is not OK
     values: dict = field(default_factory=dict)     # aspect key -> comparable value (None: unknown)
     findings: tuple = ()                           # its doctor's findings: (id, level, message)
-    debtorch_version: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -55,21 +54,17 @@ def encode(envelope: dict) -> bytes:
     return zlib.compress(json.dumps(envelope, separators=(",", ":"), default=str).encode(), 6)
 
 
-def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
-    """(facts, doctor findings as JSON or None, envelope fields) of a document's text.
-
-    Raises :class:`DocumentError` with status malformed or schema."""
+def parse(text: str, where: str) -> tuple[dict, Optional[list], Any]:
+    """(facts, doctor findings as JSON or None, the rank an envelope names) of a document's text;
+    :class:`DocumentError` with status malformed or schema."""
     try:
         doc = inputs.parse_json(text, where)
     except inputs.InputError as exc:
         raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)[:120]) from None
     if not isinstance(doc, dict):
         raise DocumentError(MALFORMED, "not a JSON object")
-    meta: dict = {}
-    if "fleet" in doc:
-        meta = {k: doc.get(k) for k in ("fleet", "rank", "node", "debtorch_version", "error")}
-        if doc.get("error"):
-            raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
+    if "fleet" in doc and doc.get("error"):
+        raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
     findings = doc.get("findings") if isinstance(doc.get("findings"), list) else None
     inner = doc.get("facts") if isinstance(doc.get("facts"), dict) else doc
     version = inner.get("schema_version")
@@ -80,7 +75,7 @@ def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
         facts = facts_mod.validate(inner, where)
     except facts_mod.FactsFileError as exc:
         raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)) from None
-    return facts, findings, meta
+    return facts, findings, doc.get("rank") if "fleet" in doc else None
 
 
 def _findings(machine: Machine, findings: Optional[list]) -> tuple:
@@ -97,13 +92,12 @@ def _findings(machine: Machine, findings: Optional[list]) -> tuple:
 def read_node(text: str, name: str, read: Callable[[Machine], dict], rank: Optional[int] = None) -> Node:
     """A :class:`Node` from a document's text; ``read`` gives the comparable answers of a Machine."""
     try:
-        facts, findings, meta = parse(text, name)
+        facts, findings, sent_rank = parse(text, name)
     except DocumentError as exc:
         return Node(name=name, rank=rank, status=exc.status, detail=str(exc))
     machine = Machine.from_facts(facts)
-    return Node(name=name, rank=meta.get("rank") if isinstance(meta.get("rank"), int) else rank,
-                values=read(machine), findings=_findings(machine, findings),
-                debtorch_version=str(meta.get("debtorch_version") or facts.get("debtorch_version") or "") or None)
+    return Node(name=name, rank=sent_rank if isinstance(sent_rank, int) else rank,
+                values=read(machine), findings=_findings(machine, findings))
 
 
 def envelope(facts: dict, findings: list, rank: int, node: str, version: str) -> dict:
