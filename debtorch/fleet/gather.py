@@ -119,9 +119,7 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
             ask("send", path=path)
         except WorkerError as exc:
             raise _worker_error(exc, f"rank {rdzv.rank} joining {rdzv.addr}:{rdzv.port}") from None
-        if rdzv.rank == 0:
-            return _rank0(ask, rdzv, options, work, on_report)
-        return _other(ask, rdzv, options)
+        return _rank0(ask, rdzv, options, work, on_report) if rdzv.rank == 0 else _other(ask, rdzv, options)
     finally:
         worker.close(grace=5.0)
         shutil.rmtree(work, ignore_errors=True)

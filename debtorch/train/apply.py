@@ -92,9 +92,7 @@ def to_device(torch: Any, s: Settings, obj: Any, device: Any, channels_last: Opt
         return obj
     if isinstance(obj, (tuple, list)):
         return type(obj)(to_device(torch, s, x, device, cl) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_device(torch, s, v, device, cl) for k, v in obj.items()}
-    return obj
+    return {k: to_device(torch, s, v, device, cl) for k, v in obj.items()} if isinstance(obj, dict) else obj
 
 
 def device_type(device: Any) -> str:

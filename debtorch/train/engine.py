@@ -271,17 +271,13 @@ def _split(batch):
 def _call(model, inputs):
     if isinstance(inputs, dict):
         return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
 
 
 def _sync(device) -> Callable[[], None]:
     """The synchronisation before each clock read: CUDA's; a simulated device's queue is drained only
     at the window's ends (per step it would forbid the run-ahead being measured)."""
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def _device(device):
@@ -681,9 +677,7 @@ def time_to_target(target: Optional[float], warmup_losses: list, losses: list, s
 
 
 def _range(name: str, profiler):
-    if profiler is None:
-        return contextlib.nullcontext()
-    return torch.profiler.record_function(name)
+    return contextlib.nullcontext() if profiler is None else torch.profiler.record_function(name)
 
 
 def _trace_path(profile_dir: str) -> str:

@@ -111,6 +111,10 @@ class Session(server.Session):
         self.file = out["file"] = workload_file(spec)
         return out
 
+    def _loaded(self) -> None:
+        if self.workload is None:
+            raise BadRequest("no workload loaded: send a load request first")
+
     def op_host_waits(self, req: dict) -> dict:
         """Synchronising CUDA calls per step in the workload's own file (docs/lint.md); CUDA only."""
         import torch
@@ -118,8 +122,7 @@ class Session(server.Session):
         from debtorch.train.engine import run_trial  # defer: imports torch
         from debtorch.train.settings import Settings  # defer: with the engine
 
-        if self.workload is None:
-            raise BadRequest("no workload loaded: send a load request first")
+        self._loaded()
         path = self.file
         if torch.device(self.device).type != "cuda" or not hasattr(torch.cuda, "set_sync_debug_mode"):
             return {"measured": False, "file": path}
@@ -137,25 +140,18 @@ class Session(server.Session):
         from debtorch.train.engine import MODES, run_trial  # defer: torch, after the worker said it started
         from debtorch.train.settings import Settings  # defer: with the engine
 
-        if self.workload is None:
-            raise BadRequest("no workload loaded: send a load request first")
+        self._loaded()
         mode = req.get("mode", "instrumented")
         if mode not in MODES:
             raise BadRequest(f"mode must be one of {', '.join(MODES)}")
-        raw = req.get("settings") or {}
         try:
-            settings = Settings.from_dict(raw)
+            settings = Settings.from_dict(req.get("settings") or {})
         except KeyError as exc:
             raise BadRequest(f"unknown setting {exc.args[0]!r}") from None
         except TypeError as exc:
             raise BadRequest(f"bad settings: {exc}") from None
         rid = req.get("id")
-        want_progress = req.get("progress", True)
-
-        def on_step(ev: dict) -> None:
-            if want_progress:
-                self.proto.send(dict(ev, event="progress", id=rid))
-
+        on_step = (lambda ev: self.proto.send(dict(ev, event="progress", id=rid))) if req.get("progress", True) else None
         self.context = {"micro_batch": settings.micro_batch or self.workload.batch_size,
                         "accumulation_steps": settings.accumulation_steps,
                         "num_workers": settings.num_workers, "device": self.device}

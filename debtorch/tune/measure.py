@@ -82,9 +82,7 @@ def precisions_for(rec: Recommendation, facts) -> list:
         cc = Machine.oldest_cc(m.compute_gpus)
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
-        if cc and cc >= (7, 0):
-            return ["fp32", "fp16"]
-        return ["fp32"]
+        return ["fp32", "fp16"] if cc and cc >= (7, 0) else ["fp32"]
     return ["fp32", "bf16"] if m.cpus.bf16 else ["fp32"]
 
 

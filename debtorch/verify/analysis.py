@@ -355,15 +355,11 @@ def same_numerics(a: dict, b: dict, batch_size: int) -> bool:
 
 
 def seconds(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
+    return "-" if x is None else (f"{x:.1f} s" if x < 10 else f"{x:.0f} s")
 
 
 def percent(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
+    return "-" if x is None else (f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}")
 
 
 def converge_phrase(c: dict) -> str:
@@ -463,9 +459,7 @@ CONVERGE_KEYS = ("target_loss", "target_step", "time_to_target_s", "steps", "ste
 
 
 def _converge_view(result: Optional[dict]) -> Optional[dict]:
-    if not result:
-        return None
-    return {k: result.get(k) for k in CONVERGE_KEYS}
+    return {k: result.get(k) for k in CONVERGE_KEYS} if result else None
 
 
 def summary(m) -> dict:

@@ -350,9 +350,7 @@ class Verifier:
 
     def _converge_runs(self) -> int:
         base, tune = self._arms.get("baseline"), self._arms.get("tuned")
-        if base is None or tune is None:
-            return 2
-        return len(self.converge_jobs(base, tune, 1))
+        return 2 if base is None or tune is None else len(self.converge_jobs(base, tune, 1))
 
     def _converge_cap(self) -> int:
         """The convergence runs' cap: ``converge_steps``, or as many steps as the budget left pays for
