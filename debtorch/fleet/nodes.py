@@ -82,11 +82,8 @@ def _findings(machine: Machine, findings: Optional[list]) -> tuple:
     """The node's findings as (id, level, message): those its doctor sent, else the doctor's here."""
     if findings is None:
         return tuple((f.id, f.level, f.message) for f in diagnose(machine, Context(source="facts")).findings)
-    out = []
-    for f in findings:
-        if isinstance(f, dict) and isinstance(f.get("id"), str) and f.get("level") in ("info", "warning", "error"):
-            out.append((f["id"], f["level"], str(f.get("message") or "")))
-    return tuple(out)
+    return tuple((f["id"], f["level"], str(f.get("message") or "")) for f in findings
+                 if isinstance(f, dict) and isinstance(f.get("id"), str) and f.get("level") in ("info", "warning", "error"))
 
 
 def read_node(text: str, name: str, read: Callable[[Machine], dict], rank: Optional[int] = None) -> Node:

@@ -115,10 +115,8 @@ class _Gauges:
         self._last = now
         self.children_peak = max(self.children_peak, children_memory())
         if self.timing and self._handle is not None:
-            try:
+            with contextlib.suppress(Exception):  # an NVML hiccup loses one sample, not the trial
                 self.util.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
-            except Exception:  # noqa: BLE001 - an NVML hiccup loses one sample, not the trial
-                pass
 
     def peak_host(self) -> Optional[int]:
         own = (_proc_values("/proc/self/status", "VmHWM") or {}).get("VmHWM")

@@ -98,12 +98,10 @@ def private_tmp(env: dict, folder: str) -> dict:
 
     env = dict(env)
     if "TORCHINDUCTOR_CACHE_DIR" not in env:
-        try:
+        with contextlib.suppress(KeyError, OSError):  # no user name (a container without one): torch's own choice
             user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
             tmp_before = env.get("TMPDIR") or tempfile.gettempdir()  # the processes' own, not ours
             env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp_before, "torchinductor_" + user)
-        except (KeyError, OSError):  # no user name (a container without one): torch's own choice
-            pass
     tmp = os.path.join(folder, "tmp")
     os.mkdir(tmp, 0o700)
     env["TMPDIR"] = tmp
@@ -159,15 +157,13 @@ class StderrTail(threading.Thread):
         self.sink = sink
 
     def run(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the stream closed under us: nothing more to keep
             for raw in iter(self.stream.readline, b""):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 self.lines.append(line)
                 if self.sink is not None:
                     with contextlib.suppress(Exception):  # a display hook must not kill the reader
                         self.sink(line)
-        except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
-            pass
 
     def last(self) -> str:
         return next((line.strip()[:200] for line in reversed(self.lines) if line.strip()), "")
@@ -281,12 +277,10 @@ class Worker:
             return
         try:
             if self.proc.poll() is None:
-                try:
+                with contextlib.suppress(WorkerError, OSError, subprocess.TimeoutExpired):
                     self._send({"op": "exit"})
                     self._read(time.monotonic() + grace, "exiting")
                     self.proc.wait(timeout=grace)
-                except (WorkerError, OSError, subprocess.TimeoutExpired):
-                    pass
         finally:
             self.kill()  # even when a signal interrupts the goodbye: no worker, no folder left
 

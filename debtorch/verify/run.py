@@ -6,6 +6,7 @@ and summarises it.  The command line renders the :class:`Outcome` and chooses th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -186,10 +187,8 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except WorkerError as exc:
         raise Refused(str(exc)) from None
     verifier = Verifier(plan)
-    try:
+    with contextlib.suppress(WorkerError):  # starting it again in run() says why, as one line
         verifier.spawn()
-    except WorkerError:
-        pass  # starting it again in run() says why, as one line
     try:
         # The machine's facts (no --deep): the JSON document's and the stale-config check's.
         facts = facts_mod.collect(host, facts_mod.Options(python=plan.python))
