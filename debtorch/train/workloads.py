@@ -1,16 +1,8 @@
-"""Workloads: what the engine trains (runs inside the target interpreter).
-
-The contract is docs/workloads.md's: ``--workload module:function`` names a
-function that returns a :class:`Workload`, or a dict with the same keys
-(``model``, a map-style ``dataset`` whose items collate to ``(inputs,
-target)``, ``loss_fn``, ``batch_size``; optionally ``name``, ``target_loss``,
-``lr``, ``convolutional``, ``collate_fn``).  The built-ins (``builtin:cnn``,
-``builtin:images``, ``builtin:transformer``) are deterministic by seed and
-sized so that a trial on a 2-core CPU takes seconds; their data costs CPU per
-item like a real pipeline, and their labels come from a fixed random teacher,
-so the loss really falls.
-
-Imports only torch and the standard library.
+"""Workloads: what the engine trains (in the target interpreter; torch and the standard library only).
+``--workload module:function`` names a function returning a :class:`Workload` or a dict of its fields
+(the contract: docs/workloads.md).  The built-ins are deterministic by seed, sized so that a trial
+on a 2-core CPU takes seconds, their data costs CPU per item like a real pipeline, and their labels
+come from a fixed random teacher, so the loss really falls.
 """
 
 from __future__ import annotations

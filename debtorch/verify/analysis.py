@@ -464,9 +464,9 @@ def _converge_view(result: Optional[dict]) -> Optional[dict]:
 
 def summary(m) -> dict:
     """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
-    arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
+    arms, budget = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}, m.budget or {}
     out = dict(arms)
-    looks = stats.Looks(**{k: ((m.budget or {}).get("looks") or {}).get(k, 1) for k in ("first", "last")})
+    looks = stats.Looks(**{k: (budget.get("looks") or {}).get(k, 1) for k in ("first", "last")})
     out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [], looks.confidence)
     out["sequential"] = looks.to_dict(out["speedup"]["rounds"])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
@@ -493,23 +493,13 @@ def summary(m) -> dict:
         n = m.ddp[0].get("nproc") or 1
         utils = [r.get("gpu_util_mean") for d in m.ddp for r in d.get("ranks") or [] if r.get("gpu_util_mean") is not None]
         out["scaling"] = {
-            "nproc": n,
-            "backend": m.ddp[0].get("backend"),
-            "runs": len(m.ddp),
-            "samples_per_s": many,
-            "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
-            "one_process_samples_per_s": one,
-            "gpu_util": statistics.fmean(utils) if utils else None,
-            "one_process_gpu_util": arms["tuned"]["gpu_util"],
+            "nproc": n, "backend": m.ddp[0].get("backend"), "runs": len(m.ddp), "samples_per_s": many,
+            "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp], "one_process_samples_per_s": one,
+            "gpu_util": statistics.fmean(utils) if utils else None, "one_process_gpu_util": arms["tuned"]["gpu_util"],
             **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
-    out["nonfinite_loss"] = nonfinite_losses(m)
-    out["attribution"] = attribution(m.attribution, m.trials)
-    out["rounds"] = (m.budget or {}).get("rounds")
-    out["rounds_stopped"] = (m.budget or {}).get("stopped")
-    out["round_s"] = (m.budget or {}).get("round_s")
-    out["spent_s"] = (m.budget or {}).get("spent_s")
-    out["disturbed_rounds"] = disturbed_rounds(m.trials)
-    out["interrupted"] = m.interrupted
-    out["failed"] = m.failure.line() if m.failure else None
+    out.update(nonfinite_loss=nonfinite_losses(m), attribution=attribution(m.attribution, m.trials),
+               rounds=budget.get("rounds"), rounds_stopped=budget.get("stopped"), round_s=budget.get("round_s"),
+               spent_s=budget.get("spent_s"), disturbed_rounds=disturbed_rounds(m.trials), interrupted=m.interrupted,
+               failed=m.failure.line() if m.failure else None)
     return out
