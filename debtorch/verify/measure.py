@@ -381,11 +381,9 @@ class Verifier:
         m.budget = {"budget_s": p.budget_s, "rounds": 0, "stopped": None, "converge_cap": None, "cut": None}
         try:
             self._tell(sum(j.total for j in self.jobs(baseline, tuned)))
-            for job in self.prime_jobs():
-                self._keep(job, self._run(job))
+            self._run_all(self.prime_jobs())
             m.budget["rounds"], m.budget["stopped"] = self._rounds()
-            for job in self._profile_jobs(tune):
-                self._keep(job, self._run(job))
+            self._run_all(self._profile_jobs(tune))
             cap = 0 if self.simulated else self._converge_cap()
             if self.simulated and p.converge_steps:
                 m.notes.append("convergence runs skipped: a simulated accelerator runs no model, so no loss falls")
@@ -397,8 +395,7 @@ class Verifier:
             elif 0 < cap < p.converge_steps:
                 m.notes.append(f"convergence runs capped at {cap} steps (of {p.converge_steps}) to fit "
                                f"{self.budget.words()}")
-            for job in self.converge_jobs(base, tune, cap):
-                self._keep(job, self._run(job))
+            self._run_all(self.converge_jobs(base, tune, cap))
             self._current = None
             m.host_waits = self.host_waits()
         except WorkerError as exc:
@@ -436,20 +433,15 @@ class Verifier:
             jobs = self.round_jobs(r)
             if r >= p.repeats:
                 self._tell(self._planned + sum(j.total for j in jobs))
-            for job in jobs:
-                self._keep(job, self._run(job))
+            self._run_all(jobs)
             return {"tuned": (m.trials["tuned"][-1] or {}).get("samples_per_s"),
                     "baseline": (m.trials["baseline"][-1] or {}).get("samples_per_s")}
 
-        def judge(data: dict, confidence: float) -> stats.Estimate:
-            return stats.compare(data["tuned"], data["baseline"], confidence=confidence)
-
-        def reserve(data: dict) -> float:
-            return min(self._after_cost(), keep_for_rest)
-
         m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # before: a cut round too
-        got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
-                                    max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
+        got = stats.adaptive_rounds(run_round, lambda data, level: stats.compare(data["tuned"], data["baseline"],
+                                                                                confidence=level),
+                                    limit, min_rounds=p.repeats, max_rounds=max(p.repeats, p.max_rounds),
+                                    clock=self.clock, reserve=lambda data: min(self._after_cost(), keep_for_rest))
         if got.rounds:
             m.budget["round_s"] = got.spent / got.rounds
         return got.rounds, got.stopped
@@ -520,17 +512,20 @@ class Verifier:
         self._costs.append((self.clock() - t0, ran, step if isinstance(step, (int, float)) else 0.0))
         return out
 
-    def _keep(self, job: _Job, result: dict) -> None:
-        m = self.measured
-        if job.arm == "prime":
-            return
-        if job.arm == "profile":
-            m.profile = {"trace": result.get("profile_trace"), "steps": job.steps,
-                         "samples_per_s": result.get("samples_per_s")}
-        elif job.arm.startswith("converge:"):
-            m.converge[job.arm.split(":", 1)[1]] = result
-        else:
-            m.trials[job.arm].append(result)
+    def _run_all(self, jobs: list) -> None:
+        """Run each job and keep its result where it belongs: the rounds' arms, the profile, the convergence
+        runs (a priming trial's is not kept)."""
+        for job in jobs:
+            result, m = self._run(job), self.measured
+            if job.arm == "prime":
+                continue
+            if job.arm == "profile":
+                m.profile = {"trace": result.get("profile_trace"), "steps": job.steps,
+                             "samples_per_s": result.get("samples_per_s")}
+            elif job.arm.startswith("converge:"):
+                m.converge[job.arm.split(":", 1)[1]] = result
+            else:
+                m.trials[job.arm].append(result)
 
     def _failure(self, exc, job: _Job) -> Failure:
         if getattr(exc, "kind", None) == "oom" and self.worker is not None and self.worker.proc is not None:
