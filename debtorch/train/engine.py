@@ -658,12 +658,9 @@ def _reached(target: float, losses: list) -> bool:
 
 
 def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:
-    """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``.
-
-    ``target_step`` counts every optimizer step, warm-up included (1-based).
-    ``time_to_target_s`` adds up the step times to that step; warm-up steps
-    (whose times include start-up costs) are counted at the median timed step.
-    """
+    """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``: the step
+    (1-based, warm-up included) and the time to it (warm-up steps, whose times include start-up costs,
+    counted at the median timed step)."""
     out = {"target_loss": target, "target_step": None, "time_to_target_s": None}
     every = list(warmup_losses) + list(losses)
     step = None if target is None else next((n for n in range(SMOOTH, len(every) + 1)

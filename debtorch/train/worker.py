@@ -22,11 +22,8 @@ SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
 
 
 def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
-    """A structured, one-line account of why a request failed.
-
-    ``context`` may hold ``micro_batch``, ``accumulation_steps``,
-    ``num_workers`` and ``device`` of the failing trial.
-    """
+    """A structured, one-line account of why a request failed; ``context`` may hold the failing trial's
+    ``micro_batch``, ``accumulation_steps``, ``num_workers`` and ``device``."""
     ctx = context or {}
     err = server.describe(exc)
     text = str(exc).strip()

@@ -55,11 +55,8 @@ class WorkloadError(Exception):
 
 
 def load_workload(spec: str, options: Optional[dict] = None, seed: int = 0) -> Workload:
-    """Import ``module:function``, call it with ``options`` and validate the result.
-
-    ``torch.manual_seed(seed)`` is set first so that model initialisation is
-    deterministic.  Every failure is a :class:`WorkloadError` with one line.
-    """
+    """Import ``module:function``, call it with ``options`` (after ``torch.manual_seed(seed)``: model
+    initialisation is deterministic) and validate the result; every failure a one-line WorkloadError."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise WorkloadError(f"workload {spec!r} must be module:function (e.g. mymod:make or builtin:cnn)")
     modname, funcname = spec.split(":")

@@ -25,13 +25,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (``PR_SET_PDEATHSIG``).
-
-    Used by the worker, by each torchrun rank (torchrun starts ranks in their
-    own sessions, so a process-group kill does not reach them) and by each
-    DataLoader worker, so that killing debtorch never leaves strays behind.
-    A no-op where prctl is unavailable.
-    """
+    """Ask Linux to kill this process when its parent dies (``PR_SET_PDEATHSIG``; a no-op without prctl):
+    the worker, each torchrun rank (in a session of its own, out of reach of a group kill) and each
+    DataLoader worker, so that killing debtorch never leaves strays behind."""
     if not sys.platform.startswith("linux"):
         return
     try:

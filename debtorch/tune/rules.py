@@ -385,11 +385,8 @@ def _nccl(rec: Recommendation, m: Machine) -> None:
 
 
 def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
-    """prefetch_factor, persistent_workers and start_method follow num_workers (rules R007-R009).
-
-    Also called after measurement changed num_workers; a measured prefetch
-    factor is kept.
-    """
+    """prefetch_factor, persistent_workers and start_method follow num_workers (R007-R009); also after
+    measurement changed num_workers (a measured prefetch factor is kept)."""
     workers = rec.settings.num_workers
     if workers:
         measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")

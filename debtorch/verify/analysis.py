@@ -185,11 +185,8 @@ DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while somet
 
 
 def disturbed_rounds(trials: dict, arms: tuple = ("baseline", "tuned", "tuned_bare")) -> list:
-    """1-based rounds in which a trial of ``arms`` ran at under ``DISTURBED`` times its arm's median.
-
-    On a shared machine another process can take a core for part of a run
-    and slow a trial several-fold; medians resist that, ranges do not.
-    """
+    """1-based rounds in which a trial of ``arms`` ran at under ``DISTURBED`` times its arm's median
+    (another process took a core for part of it: medians resist that, ranges do not)."""
     out = set()
     for arm in arms:
         results = trials.get(arm) or []
@@ -292,10 +289,8 @@ def all_losses(result: dict) -> list:
 
 
 def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
-    """Does AMP's loss curve (trial ``amp``) diverge from fp32's (trial ``ref``)?
-
-    Both are convergence runs from the same weights on the same batches.
-    """
+    """Does AMP's loss curve (trial ``amp``) diverge from fp32's (``ref``)?  Both convergence runs from
+    the same weights on the same batches."""
     a, r = all_losses(amp), all_losses(ref)
     n = min(len(a), len(r))
     out = {"precision": precision, "compared_steps": n, "tolerance_rel": LOSS_TOL_REL,
@@ -335,12 +330,8 @@ def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
 
 
 def same_numerics(a: dict, b: dict, batch_size: int) -> bool:
-    """Whether two settings dicts train the same curve up to precision and speed-only choices.
-
-    Micro-batch (the workload's when unset), accumulation and the learning-rate
-    schedule decide the loss curve; workers, threads, memory format and the
-    like only decide how fast it is walked.
-    """
+    """Whether two settings dicts train the same curve up to precision and speed-only choices (the
+    micro-batch, the workload's when unset, accumulation and the schedule decide the loss curve)."""
     def key(s: dict) -> tuple:
         sched = s.get("lr_schedule", "constant")
         return (s.get("micro_batch") or batch_size, s.get("accumulation_steps", 1), sched,

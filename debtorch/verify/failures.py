@@ -92,10 +92,8 @@ def nonfinite_loss(events: list) -> Failure:
 
 def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict],
                 stopped: Optional[str] = None) -> str:
-    """One line for an out-of-memory, with what fits when a smaller micro-batch was found.
-
-    ``stopped`` says why the search for one ended early (another failure), when it did.
-    """
+    """One line for an out-of-memory, with what fits when a smaller micro-batch was found (``stopped``:
+    why the search for one ended early, when it did)."""
     where = "the GPU" if device.startswith("cuda") else device
     glob = micro_batch * accumulation_steps
     msg = f"{where} ran out of memory at micro-batch {micro_batch}"

@@ -301,11 +301,8 @@ class Verifier:
         return self.measured.workload.get("target_loss")
 
     def ddp_settings(self, tuned: Settings) -> Settings:
-        """Tuned settings for the multi-process run.
-
-        When ``--nproc`` differs from the processes the settings were tuned
-        for, threads are left to each rank (usable CPUs // local processes).
-        """
+        """Tuned settings for the multi-process run (threads left to each rank when ``--nproc`` is not
+        what the settings were tuned for)."""
         s = tuned.replace(nproc=self.plan.nproc)
         if tuned.nproc != self.plan.nproc and tuned.threads is not None:
             s = s.replace(threads=None)
@@ -368,11 +365,8 @@ class Verifier:
 
     # -- running -------------------------------------------------------------
     def run(self, baseline: Settings, tuned: Settings) -> Measured:
-        """Run the plan; failures end it and are recorded in ``measured.failure``.
-
-        KeyboardInterrupt propagates (the worker is killed on the way); what
-        was measured until then stays in ``self.measured``.
-        """
+        """Run the plan; a failure ends it in ``measured.failure``.  KeyboardInterrupt propagates (the
+        worker killed on the way), what was measured staying in ``self.measured``."""
         m = self.measured
         m.baseline, m.tuned = baseline.to_dict(), tuned.to_dict()
         self._set_arms(baseline, tuned)
