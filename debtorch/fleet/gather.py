@@ -71,8 +71,7 @@ def node_name(facts: dict, environ: dict) -> str:
 
 
 def _worker_error(exc: WorkerError, doing: str) -> GatherError:
-    code = 2 if exc.user_input else 1
-    return GatherError(f"{doing}: {exc.message.removeprefix('RuntimeError: ')}", code)
+    return GatherError(f"{doing}: {exc.message.removeprefix('RuntimeError: ')}", 2 if exc.user_input else 1)
 
 
 class _Bounded:

@@ -304,15 +304,11 @@ class _Trial:
             self._model(workload, settings, device, warmup_steps + steps, seed, distributed, notes)
         self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
                                                  distributed)
-        self.iterator = None
-        self.epochs = 0
+        self.iterator, self.epochs, self.counting, self.position = None, 0, False, 0
         self.digest = hashlib.blake2b(digest_size=8)
-        self.counting = False
         self.cached: list = []
-        self.position = 0
         if compute_only:
-            want = min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)
-            for _ in range(want):
+            for _ in range(min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)):
                 batch, indices = self._from_loader()
                 inputs, target = _split(batch)
                 self.cached.append(((self._to_device(inputs, self.channels_last),
@@ -534,7 +530,7 @@ def run_trial(
             "gpu_util_mean": statistics.fmean(gauges.util) if (gauges is not None and gauges.util) else None,
             "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
             "threads": torch.get_num_threads(),
-            "profile_trace": _trace_path(profile_dir) if profile_dir else None,
+            "profile_trace": os.path.join(profile_dir, "trace.json") if profile_dir else None,
             "sim": timed["sim"],
         })
     del trial
@@ -675,22 +671,14 @@ def _range(name: str, profiler):
     return contextlib.nullcontext() if profiler is None else torch.profiler.record_function(name)
 
 
-def _trace_path(profile_dir: str) -> str:
-    return os.path.join(profile_dir, "trace.json")
-
-
 def _profiler(profile_dir: str, device: torch.device, steps: int):
+    """A torch.profiler trace of up to 5 timed steps, written to ``profile_dir``/trace.json."""
     os.makedirs(profile_dir, exist_ok=True)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    active = max(1, min(5, steps - 1))
-    path = _trace_path(profile_dir)
+    kinds = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
     return torch.profiler.profile(
-        activities=activities,
-        schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=active, repeat=1),
-        on_trace_ready=lambda prof: _export_trace(prof, path),
-    )
+        activities=kinds,
+        schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=max(1, min(5, steps - 1)), repeat=1),
+        on_trace_ready=lambda prof: _export_trace(prof, os.path.join(profile_dir, "trace.json")))
 
 
 def _export_trace(prof, path: str) -> None:

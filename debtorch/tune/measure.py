@@ -181,12 +181,10 @@ class Trialer:
     def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
         self.engine, self.clock = engine, clock
         self.info = getattr(engine, "info", {}) or {}
-        self.steps = CALIBRATION_STEPS
-        self.step_s = 0.0
-        self.overhead = 0.0
+        self.steps = self.max_steps = CALIBRATION_STEPS
+        self.step_s = self.overhead = 0.0
         self.batch = 1
         self.steps_for: dict = {}
-        self.max_steps = CALIBRATION_STEPS
         self.searching = False   # set by calibrate(): from then on, a trial the budget stopped is a failed trial
         self.cut = ""            # where the budget stopped a trial of the search
 

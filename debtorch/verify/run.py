@@ -161,10 +161,8 @@ def check_profile_dir(profile: str, force: bool) -> None:
 
 
 def prepare(o: Options, host: Host) -> "Prepared":
-    """Everything before the plan runs.  ``host`` must be the live machine: training runs here.
-
-    The worker's process is started here, so that it imports torch (seconds) while the machine
-    is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) on the result."""
+    """Everything before the plan runs, on the live machine ``host``; the worker's process starts here, to
+    import torch while the machine is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) after."""
     if not host.live:
         raise Refused(f"verify-train trains on this machine, not a recorded one ({host.label})")
     plan = plan_of(o)
