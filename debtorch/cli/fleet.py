@@ -64,10 +64,8 @@ def _write_exclude(path: str, verdict, force: bool) -> None:
     if odd:
         prog.fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
                   "nothing written", 1)
-    try:
+    with prog.fails_on(outputs.OutputError, code=1):
         outputs.write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
-    except outputs.OutputError as exc:
-        prog.fail(str(exc), 1)
     prog.note(f"wrote {len(names)} node(s) to exclude to {path}")
 
 
@@ -109,14 +107,10 @@ def fleet(
     if exclude_file:
         from debtorch import outputs  # defer: only with --exclude-file
 
-        try:
+        with prog.fails_on(outputs.OutputError):
             outputs.check_destination(exclude_file, force)
-        except outputs.OutputError as exc:
-            prog.fail(str(exc))
-    try:
+    with prog.fails_on(offline.FleetInputError):
         fingerprint = offline.load_tuned(tuned) if tuned else None
-    except offline.FleetInputError as exc:
-        prog.fail(str(exc))
     redactor = Redactor() if redact else None
     rename = (lambda nodes: _redact_names(nodes, redactor)) if redactor else None
 
@@ -124,20 +118,16 @@ def fleet(
         if replay or do_probe or deep or python or secret_file:
             prog.fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
                       "compared as they are")
-        try:
+        with prog.fails_on(offline.FleetInputError):
             summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
-        except offline.FleetInputError as exc:
-            prog.fail(str(exc))
         _emit(summary, level, fmt, verbose, None, [], redactor)
         raise typer.Exit(summary.exit_code(level))
 
     host = LiveHost()
     environ = host.environ
-    try:
+    with prog.fails_on(RendezvousError):
         rdzv = from_environ(environ)
         secret = load_secret(os.environ, secret_file)   # the secret is never one of the facts' variables
-    except RendezvousError as exc:
-        prog.fail(str(exc))
     if rdzv is None:
         prog.fail("no launcher here (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS): start it with srun "
                   "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")

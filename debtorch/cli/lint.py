@@ -32,10 +32,8 @@ def lint(
     for value in silenced:
         if not known_id(value):
             prog.fail(f"--ignore {value}: not a lint id (script.W001 ... script.I006, torchfix.TORnnn) or area")
-    try:
+    with prog.fails_on(LintUsageError):
         report = lint_paths(paths, ignore=silenced, torchfix=torchfix)
-    except LintUsageError as exc:
-        prog.fail(str(exc))
     code = report.exit_code(fail_on.value)
     r = redactor(host=LiveHost()) if redact else None
     for err in report.errors:

@@ -5,11 +5,12 @@ Only the command line leaves the process with an exit code (``typer.Exit``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 from enum import Enum
-from typing import NoReturn, Optional
+from typing import Iterator, NoReturn, Optional
 
 import typer
 
@@ -43,10 +44,8 @@ def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
         return value
     if not value.startswith("sim:"):
         prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
-    try:
+    with prog.fails_on(ValueError, prefix="--device "):
         return sim_device(value)
-    except ValueError as exc:
-        prog.fail(f"--device {exc}")
 
 
 def sim_device(value: str) -> str:
@@ -81,6 +80,14 @@ class Prog:
         """One line on stderr and leave with ``code``; no traceback."""
         self.note(message)
         raise typer.Exit(code)
+
+    @contextlib.contextmanager
+    def fails_on(self, *errors: type, code: int = EXIT_USAGE, prefix: str = "") -> Iterator[None]:
+        """A block in which any of ``errors`` ends the command: its one line (after ``prefix``), ``code``."""
+        try:
+            yield
+        except errors as exc:
+            self.fail(prefix + str(exc), code)
 
     def warn(self, message: str) -> None:
         self.note(f"warning: {message}")
@@ -165,10 +172,8 @@ def collect(prog: Prog, host: Host, options: facts_mod.Options) -> dict:
 
 def load_facts(prog: Prog, path: str) -> dict:
     """``--facts FILE``: facts saved by ``debtorch facts --json``; one line when it cannot be used."""
-    try:
+    with prog.fails_on(facts_mod.FactsFileError, prefix="--facts "):
         return facts_mod.load(path)
-    except facts_mod.FactsFileError as exc:
-        prog.fail(f"--facts {exc}")
 
 
 def given_paths(prog: Prog, **paths: Optional[str]) -> None:

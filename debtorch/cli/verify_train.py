@@ -73,11 +73,9 @@ def verify_train(
     given_paths(prog, config=config, python=python, plot=plot_file, profile=profile)
     if force and not (plot_file or profile):
         prog.fail("--force only applies to --plot and --profile")
-    try:
-        if plot_file:
+    if plot_file:
+        with prog.fails_on(PlotError):
             check_plot_path(plot_file, force)
-    except PlotError as exc:
-        prog.fail(str(exc))
     facts = None
     try:
         options = run.Options(
