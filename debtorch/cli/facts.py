@@ -42,10 +42,8 @@ def facts(
         if record:
             # With --redact the recording itself is redacted (file contents, names, links and
             # _host.json alike), so that it can be attached to a public bug report.
-            try:
+            with prog.fails_on(Unavailable, prefix="--record "):
                 saved = host.save(rewrite=r.text if r else None)
-            except Unavailable as exc:
-                prog.fail(f"--record {exc.reason}")
             prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
                       + (" (redacted)" if r else ""))
     finally:

@@ -133,10 +133,8 @@ def fleet(
                   "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
     if replay:
         replay = replay.replace("{rank}", str(rdzv.rank))
-        try:
+        with prog.fails_on(Unavailable, prefix="--host "):
             ReplayHost(replay)
-        except Unavailable as exc:
-            prog.fail(f"--host {exc.reason}")
     interpreter = python or host.default_python   # the live one, whose torch.distributed gathers
     check_python(prog, interpreter)
     interpreter = shutil.which(interpreter) or interpreter

@@ -145,7 +145,7 @@ def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = 
     """The machine to read: recorded in ``--host DIR``, or this one (copied into ``--record DIR``)."""
     if replay and record:
         prog.fail("--host and --record cannot be used together")
-    try:
+    with prog.fails_on(Unavailable, prefix="--host " if replay else "--record "):
         if replay:
             return ReplayHost(replay)
         if record:
@@ -155,8 +155,6 @@ def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = 
             # Of the large files, only what the facts read.
             return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
                                                **{p: trim_pci_ids for p in PCI_IDS}})
-    except Unavailable as exc:
-        prog.fail(f"{'--host' if replay else '--record'} {exc.reason}")
     return LiveHost()
 
 
