@@ -422,31 +422,32 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
         per_step = m * nproc
         if g < per_step:
             raise RequestError(f"--global-batch {g} is smaller than one step: --micro-batch {m} x {nproc} process(es)")
-        acc = math.ceil(g / per_step)
-        text = f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step"
-        if acc * per_step != g:
-            text += f" (gives {acc * per_step}, the nearest reachable)"
-            rec.note("tune.R023", f"global batch {g} is not a multiple of {per_step}; using {acc * per_step}")
+        acc, gives = _reachable(rec, g, per_step, str(per_step))
         rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}")
-        rec.set("accumulation_steps", acc, "tune.R023", text)
+        rec.set("accumulation_steps", acc, "tune.R023",
+                f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step{gives}")
         rec.global_batch = acc * per_step
     elif g is not None:
         if g < nproc:
             raise RequestError(f"--global-batch {g} is smaller than one sample per process ({nproc} processes)")
-        micro = math.ceil(g / nproc)
-        text = f"--global-batch {g} / {nproc} process(es)"
-        if micro * nproc != g:
-            text += f" (gives {micro * nproc}, the nearest reachable)"
-            rec.note("tune.R023", f"global batch {g} is not a multiple of {nproc} process(es); "
-                                  f"using {micro * nproc}")
-        rec.set("micro_batch", micro, "tune.R023", text + "; if it does not fit in memory, give --micro-batch "
-                "and accumulate")
+        micro, gives = _reachable(rec, g, nproc, f"{nproc} process(es)")
+        rec.set("micro_batch", micro, "tune.R023", f"--global-batch {g} / {nproc} process(es){gives}; if it does "
+                "not fit in memory, give --micro-batch and accumulate")
         rec.set("accumulation_steps", 1, "tune.R023", "no --micro-batch: each step is one micro-batch")
         rec.global_batch = micro * nproc
     else:
         rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}" if m else "the workload's own batch size")
         rec.set("accumulation_steps", 1, "tune.R023", "no --global-batch target: no accumulation")
         rec.global_batch = m * nproc if m else None
+
+
+def _reachable(rec: Recommendation, g: int, unit: int, words: str) -> tuple:
+    """(units per global batch ``g``, rounded up; the words that say so when ``g`` is not a multiple)."""
+    n = math.ceil(g / unit)
+    if n * unit == g:
+        return n, ""
+    rec.note("tune.R023", f"global batch {g} is not a multiple of {words}; using {n * unit}")
+    return n, f" (gives {n * unit}, the nearest reachable)"
 
 
 def _schedule(rec: Recommendation, req: Request) -> None:
