@@ -11,7 +11,6 @@ from debtorch.cli.shared import (
     EXIT_OK,
     FailOn,
     Prog,
-    check_answered,
     check_python,
     choose_format,
     collect,
@@ -55,34 +54,24 @@ def doctor(
     if (facts_file or collect_env) and (python or data or deep):
         prog.fail("--python, --data and --deep describe a live machine; they cannot be combined with --facts or --from-collect-env")
     check_python(prog, python, elsewhere=bool(replay))
-    try:
+    with prog.fails_on(knowledge.KnowledgeError):
         knowledge.load()  # no checks/ folder is bad input, not a crash of every check
-    except knowledge.KnowledgeError as exc:
-        prog.fail(str(exc))
     lacking = host = None
     if facts_file:
         doc, source = load_facts(prog, facts_file), "facts"
     elif collect_env:
         from debtorch.facts import collectenv  # defer: only --from-collect-env reads a report
 
-        try:
+        with prog.fails_on(collectenv.CollectEnvError):
             doc, source = collectenv.parse_file(collect_env), "collect_env"
-        except collectenv.CollectEnvError as exc:
-            prog.fail(str(exc))
         lacking = (doc.get("collect_env") or {}).get("lacking") or []
     else:
         host = open_host(prog, replay)
-        doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
-        check_answered(prog, doc, python, host)
+        doc = collect(prog, host, facts_mod.Options(python=python, data=data, deep=deep))
         source = "live" if host.live else "facts"
-    try:
+    with prog.fails_on(siteconfig.SiteConfigError, knowledge.KnowledgeError):  # checks/ read when first needed
         site = siteconfig.load(host if host is not None else LiveHost(), config)
-    except siteconfig.SiteConfigError as exc:
-        prog.fail(str(exc))
-    try:
         report = diagnose(doc, Context(site=site, source=source))
-    except knowledge.KnowledgeError as exc:  # a data file of checks/ is read when first needed
-        prog.fail(str(exc))
     site_files = site.files
     r = redactor(doc) if redact else None
     if r is not None:

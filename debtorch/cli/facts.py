@@ -7,7 +7,6 @@ import typer
 from debtorch import facts as facts_mod
 from debtorch.cli.shared import (
     Prog,
-    check_answered,
     check_python,
     choose_format,
     collect,
@@ -38,16 +37,13 @@ def facts(
     check_python(prog, python, elsewhere=bool(replay))
     host = open_host(prog, replay, record)
     try:
-        doc = collect(host, facts_mod.Options(python=python, data=data, deep=deep))
-        check_answered(prog, doc, python, host)
+        doc = collect(prog, host, facts_mod.Options(python=python, data=data, deep=deep))
         r = redactor(doc) if redact else None
         if record:
             # With --redact the recording itself is redacted (file contents, names, links and
             # _host.json alike), so that it can be attached to a public bug report.
-            try:
+            with prog.fails_on(Unavailable, prefix="--record "):
                 saved = host.save(rewrite=r.text if r else None)
-            except Unavailable as exc:
-                prog.fail(f"--record {exc.reason}")
             prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
                       + (" (redacted)" if r else ""))
     finally:

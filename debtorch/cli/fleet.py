@@ -1,10 +1,5 @@
-"""``debtorch fleet``: many machines, one verdict.
-
-Thin: parse options, call :mod:`debtorch.fleet` (offline or gathered), render, choose the exit code.
-Exit codes: 0 no finding at the --fail-on level; 1 findings at that level (a node missing, dead or
-unreadable counts as an error), or this rank could not take part; 2 bad usage or unreadable input;
-130 interrupted.  In gathered mode every rank exits with rank 0's code.
-"""
+"""``debtorch fleet``: many machines, one verdict (docs/fleet.md; exit codes: docs/cli.md).  In gathered
+mode every rank exits with rank 0's code."""
 
 import os
 import re
@@ -16,7 +11,7 @@ import typer
 
 from debtorch import facts as facts_mod
 from debtorch import hostlist, inputs
-from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_USAGE, FailOn, Prog, check_python, choose_format
+from debtorch.cli.shared import EXIT_INTERRUPTED, FailOn, Prog, check_python, choose_format
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
 
@@ -24,13 +19,8 @@ prog = Prog("debtorch fleet")
 MAX_S = 7 * 24 * 3600.0     # --timeout, --budget: a week at most
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
-    prog.fail(message, code)
-
-
 def _marks() -> dict:
     from debtorch.report.doctor import MARKS_ASCII, MARKS_UNICODE  # defer: only for this command
-
 
     enc = (getattr(sys.stdout, "encoding", None) or "").lower()
     return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
@@ -72,12 +62,10 @@ def _write_exclude(path: str, verdict, force: bool) -> None:
     names = sorted({re.sub(r":\d+$", "", n) for n in (verdict.exclude if verdict is not None else [])})
     odd = [n for n in names if not hostlist.is_host(n)]
     if odd:
-        _fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
-              "nothing written", 1)
-    try:
+        prog.fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
+                  "nothing written", 1)
+    with prog.fails_on(outputs.OutputError, code=1):
         outputs.write_atomic(path, (hostlist.compress(names) + "\n") if names else "", force=force)
-    except outputs.OutputError as exc:
-        _fail(str(exc), 1)
     prog.note(f"wrote {len(names)} node(s) to exclude to {path}")
 
 
@@ -109,54 +97,44 @@ def fleet(
     fmt = choose_format(prog, json_out)
     level = fail_on.value
     if not (inputs.finite(timeout) and 0 < timeout <= MAX_S):
-        _fail(f"--timeout must be a number of seconds > 0 and at most {MAX_S:g} (got {timeout:g})")
+        prog.fail(f"--timeout must be a number of seconds > 0 and at most {MAX_S:g} (got {timeout:g})")
     if do_probe and not (inputs.finite(budget) and probe.MIN_BUDGET_S <= budget <= MAX_S):
-        _fail(f"--budget must be a number of seconds from {probe.MIN_BUDGET_S:g} to {MAX_S:g} to probe (got {budget:g})")
+        prog.fail(f"--budget must be a number of seconds from {probe.MIN_BUDGET_S:g} to {MAX_S:g} to probe (got {budget:g})")
     if (exclude_file or force) and not do_probe:
-        _fail("--exclude-file and --force go with --probe")
+        prog.fail("--exclude-file and --force go with --probe")
     if force and not exclude_file:
-        _fail("--force only applies to --exclude-file")
+        prog.fail("--force only applies to --exclude-file")
     if exclude_file:
         from debtorch import outputs  # defer: only with --exclude-file
 
-        try:
+        with prog.fails_on(outputs.OutputError):
             outputs.check_destination(exclude_file, force)
-        except outputs.OutputError as exc:
-            _fail(str(exc))
-    try:
+    with prog.fails_on(offline.FleetInputError):
         fingerprint = offline.load_tuned(tuned) if tuned else None
-    except offline.FleetInputError as exc:
-        _fail(str(exc))
     redactor = Redactor() if redact else None
     rename = (lambda nodes: _redact_names(nodes, redactor)) if redactor else None
 
     if paths:
         if replay or do_probe or deep or python or secret_file:
-            _fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
-                  "compared as they are")
-        try:
+            prog.fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
+                      "compared as they are")
+        with prog.fails_on(offline.FleetInputError):
             summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
-        except offline.FleetInputError as exc:
-            _fail(str(exc))
         _emit(summary, level, fmt, verbose, None, [], redactor)
         raise typer.Exit(summary.exit_code(level))
 
     host = LiveHost()
     environ = host.environ
-    try:
+    with prog.fails_on(RendezvousError):
         rdzv = from_environ(environ)
         secret = load_secret(os.environ, secret_file)   # the secret is never one of the facts' variables
-    except RendezvousError as exc:
-        _fail(str(exc))
     if rdzv is None:
-        _fail("no launcher here (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS): start it with srun "
-              "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
+        prog.fail("no launcher here (RANK/WORLD_SIZE/MASTER_ADDR or SLURM_PROCID/SLURM_NTASKS): start it with srun "
+                  "or torchrun (docs/fleet.md), or compare saved documents: debtorch fleet FILE|DIR ...")
     if replay:
         replay = replay.replace("{rank}", str(rdzv.rank))
-        try:
+        with prog.fails_on(Unavailable, prefix="--host "):
             ReplayHost(replay)
-        except Unavailable as exc:
-            _fail(f"--host {exc.reason}")
     interpreter = python or host.default_python   # the live one, whose torch.distributed gathers
     check_python(prog, interpreter)
     interpreter = shutil.which(interpreter) or interpreter
@@ -176,7 +154,7 @@ def fleet(
     try:
         outcome = gather.run(rdzv, interpreter, _describe(replay, python, deep, environ), options, environ, on_report)
     except gather.GatherError as exc:
-        _fail(str(exc), exc.code)
+        prog.fail(str(exc), exc.code)
     except KeyboardInterrupt:
-        _fail("interrupted", EXIT_INTERRUPTED)
+        prog.fail("interrupted", EXIT_INTERRUPTED)
     raise typer.Exit(outcome.code)

@@ -1,11 +1,5 @@
-"""``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md).
-
-Thin: parse options, call :func:`debtorch.lint.api.lint_paths`, show
-:class:`debtorch.report.lint.LintView`, choose the exit code.  Exit codes (the doctor's): 0 no finding at ``--fail-on``
-level; 1 findings at that level; 2 bad input (a path that does not exist, a
-file that is not valid Python or cannot be read; the other files are still
-linted and reported), 130 interrupted.
-"""
+"""``debtorch lint PATH...``: the training loop's performance advice, checked in the script (docs/lint.md;
+exit codes: docs/cli.md; a file that cannot be read or parsed is bad input, the others still linted)."""
 
 from typing import List, Optional
 
@@ -38,10 +32,8 @@ def lint(
     for value in silenced:
         if not known_id(value):
             prog.fail(f"--ignore {value}: not a lint id (script.W001 ... script.I006, torchfix.TORnnn) or area")
-    try:
+    with prog.fails_on(LintUsageError):
         report = lint_paths(paths, ignore=silenced, torchfix=torchfix)
-    except LintUsageError as exc:
-        prog.fail(str(exc))
     code = report.exit_code(fail_on.value)
     r = redactor(host=LiveHost()) if redact else None
     for err in report.errors:

@@ -1,22 +1,12 @@
 """The man page debtorch(1) and the bash completion, generated from the CLI itself.
 
-    python3 -m debtorch.cli.manpage                      # roff on stdout
-    python3 -m debtorch.cli.manpage -o debtorch.1
+    python3 -m debtorch.cli.manpage [-o debtorch.1]      # roff
     python3 -m debtorch.cli.manpage --bash -o debtorch   # bash completion script
 
-Both walk typer's command tree (``typer.main.get_command(app)``), so every
-command and option that ``debtorch/cli`` registers is documented and
-completed without hand edits; the .deb build runs this (debian/rules).
-
-The tree is read only through attributes that Debian 12's typer 0.7 (on
-click 8.1) and current typer (which vendors its own click) both have:
-``name``, ``help``, ``hidden``, ``params``, ``commands``, ``context_class``,
-``collect_usage_pieces`` and, per parameter, ``opts``, ``secondary_opts``,
-``is_flag``, ``metavar``, ``default``, ``required``, ``get_help_record``.
-click is never imported.
-
-The date in the page is ``SOURCE_DATE_EPOCH`` when set (dpkg-buildpackage
-sets it from debian/changelog), so two builds give the same bytes.
+Both walk typer's command tree, so every command and option is documented and completed without
+hand edits (debian/rules runs this).  The tree is read only through attributes that Debian 12's
+typer 0.7 (click 8.1) and current typer (its own click) both have; click is never imported.  The
+page's date is ``SOURCE_DATE_EPOCH`` when set, so that two builds give the same bytes.
 """
 
 from __future__ import annotations
@@ -24,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import enum
+import inspect
 import os
 import re
 import sys
@@ -70,18 +61,6 @@ class Command:
         return [p for p in self.params if not p.argument]
 
 
-# --------------------------------------------------------------------------
-# Reading the tree
-
-
-def _click_root(app=None):
-    return typer.main.get_command(app or debtorch_app)
-
-
-def _context(cmd, name: str, parent=None):
-    return cmd.context_class(cmd, info_name=name, parent=parent)
-
-
 _CHOICES = re.compile(r"^[\[<{]([^\]>}]*\|[^\]>}]*)[\]>}]$")
 
 
@@ -91,86 +70,62 @@ def _param(p, ctx) -> Param:
     # Short names first, as --help prints them.
     names = [n for _, n in sorted(enumerate(names), key=lambda t: (not re.match(r"^-[^-]", t[1]), t[0]))]
     is_flag = bool(getattr(p, "is_flag", False)) and not argument
-    metavar = ""
+    metavar = p.metavar or ""
     if argument:
-        metavar = p.metavar or (p.name or "ARG").upper()
-    elif not is_flag:
-        metavar = p.metavar or ""
-        if not metavar:
-            # The help record's first column is "-f, --format [text|json]":
-            # what is left after the names is the metavar this typer prints.
-            try:
-                rec = p.get_help_record(ctx)
-            except Exception:  # a typer we do not know: fall back to the name
-                rec = None
-            first = rec[0] if rec else ""
-            for n in sorted(names, key=len, reverse=True):
-                first = first.replace(n, "")
-            metavar = first.strip(" ,") or (p.name or "VALUE").upper()
-    if argument:
-        names, metavar = [metavar], ""
+        names, metavar = [metavar or (p.name or "ARG").upper()], ""
+    elif not is_flag and not metavar:
+        # The help record's first column is "-f, --format [text|json]": what is left after the
+        # names is the metavar this typer prints.
+        try:
+            first = (p.get_help_record(ctx) or [""])[0]
+        except Exception:  # a typer we do not know: fall back to the name
+            first = ""
+        for n in sorted(names, key=len, reverse=True):
+            first = first.replace(n, "")
+        metavar = first.strip(" ,") or (p.name or "VALUE").upper()
+    elif is_flag:
+        metavar = ""
     m = _CHOICES.match(metavar)
-    choices = [c.strip() for c in m.group(1).split("|")] if m else []
-    default = None
     d = getattr(p, "default", None)
-    if not is_flag and d is not None and not callable(d) and d != () and d != []:
-        default = str(d.value if isinstance(d, enum.Enum) else d)
-    return Param(
-        names=names,
-        metavar=metavar,
-        help=_clean_help(getattr(p, "help", None) or ""),
-        choices=choices,
-        default=default,
-        required=bool(getattr(p, "required", False)),
-        argument=argument,
-    )
+    shown = not is_flag and d is not None and not callable(d) and d != () and d != []
+    return Param(names=names, metavar=metavar, help=_clean_help(getattr(p, "help", None) or ""),
+                 choices=[c.strip() for c in m.group(1).split("|")] if m else [],
+                 default=str(d.value if isinstance(d, enum.Enum) else d) if shown else None,
+                 required=bool(getattr(p, "required", False)), argument=argument)
 
 
 def _clean_help(text: str) -> str:
     """Help text as paragraphs: click's \\b markers and indentation dropped."""
-    import inspect
-
-    text = inspect.cleandoc(text or "")
-    return "\n".join(line for line in text.splitlines() if line.strip() != "\b")
+    return "\n".join(line for line in inspect.cleandoc(text or "").splitlines() if line.strip() != "\b")
 
 
 def walk(app=None) -> list:
     """Every visible command, depth first, in the order debtorch/cli registers them."""
-    root = _click_root(app)
     out: list = []
 
     def visit(cmd, path: tuple, parent_ctx) -> None:
-        ctx = _context(cmd, path[-1] if path else PROG, parent_ctx)
-        params = []
-        for p in cmd.get_params(ctx):
-            if getattr(p, "hidden", False):
-                continue
-            if path and list(p.opts) == ["--help"]:
-                continue  # once, on the top level, is enough
-            params.append(_param(p, ctx))
+        ctx = cmd.context_class(cmd, info_name=path[-1] if path else PROG, parent=parent_ctx)
+        params = [_param(p, ctx) for p in cmd.get_params(ctx)
+                  if not getattr(p, "hidden", False) and not (path and list(p.opts) == ["--help"])]  # once is enough
         params.sort(key=lambda q: q.argument)
-        subs = getattr(cmd, "commands", None)
-        visible = [n for n, c in (subs or {}).items() if not getattr(c, "hidden", False)]
+        subs = getattr(cmd, "commands", None) or {}
+        visible = [n for n, c in subs.items() if not getattr(c, "hidden", False)]
         usage = " ".join([PROG, *path, *cmd.collect_usage_pieces(ctx)])
         out.append(Command(path=path, usage=usage, help=_clean_help(cmd.help or ""), params=params, subcommands=visible))
         for name in visible:
             visit(subs[name], path + (name,), ctx)
 
-    visit(root, (), None)
+    visit(typer.main.get_command(app or debtorch_app), (), None)
     return out
 
 
 def _summary(app=None) -> str:
     """The NAME line: the top-level callback's docstring, else the app's help."""
     app = app or debtorch_app
-    text = ""
     cb = getattr(getattr(app, "registered_callback", None), "callback", None)
-    if cb is not None and cb.__doc__:
-        text = cb.__doc__.strip().splitlines()[0]
-    if not text:
-        text = (getattr(getattr(app, "info", None), "help", None) or PROG).strip().splitlines()[0]
-    text = re.sub(rf"^{PROG}\s*[:\-]\s*", "", text).rstrip(".")
-    return text
+    text = (cb.__doc__ or "").strip() if cb is not None else ""
+    text = (text or getattr(getattr(app, "info", None), "help", None) or PROG).strip().splitlines()[0]
+    return re.sub(rf"^{PROG}\s*[:\-]\s*", "", text).rstrip(".")
 
 
 # --------------------------------------------------------------------------
@@ -182,40 +137,24 @@ def _roff_text(text: str) -> str:
     text = text.replace("\\", "\\e")
     text = re.sub(r"(?<![\w-])-(?=[-\w])", r"\\-", text)
     text = re.sub(r"(?<=\\-)-", r"\\-", text)
-    out = []
-    for line in text.splitlines():
-        if line.startswith((".", "'")):
-            line = "\\&" + line
-        out.append(line)
-    return "\n".join(out)
+    return "\n".join("\\&" + line if line.startswith((".", "'")) else line for line in text.splitlines())
 
 
 def _roff_paragraphs(text: str) -> list:
-    paras = [p for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
-    return [_roff_text(" ".join(p.split())) for p in paras]
-
-
-def _roff_names(p: Param) -> str:
-    if p.argument:
-        return "\\fI" + _roff_text(p.names[0]) + "\\fR"
-    names = ", ".join("\\fB" + _roff_text(n) + "\\fR" for n in p.names)
-    if p.metavar:
-        names += " \\fI" + _roff_text(p.metavar) + "\\fR"
-    return names
+    return [_roff_text(" ".join(p.split())) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
 
 
 def _roff_param(p: Param) -> list:
-    lines = [".TP", _roff_names(p)]
+    if p.argument:
+        names = "\\fI" + _roff_text(p.names[0]) + "\\fR"
+    else:
+        names = ", ".join("\\fB" + _roff_text(n) + "\\fR" for n in p.names)
+        names += " \\fI" + _roff_text(p.metavar) + "\\fR" if p.metavar else ""
+    notes = ([f"default: {p.default}"] if p.default is not None else []) + (["required"] if p.required else [])
     body = " ".join(_clean_help(p.help).split())
-    notes = []
-    if p.default is not None:
-        notes.append(f"default: {p.default}")
-    if p.required:
-        notes.append("required")
     if notes:
         body = (body + " " if body else "") + "[" + "; ".join(notes) + "]"
-    lines.append(_roff_text(body) if body else "\\&")
-    return lines
+    return [".TP", names, _roff_text(body) if body else "\\&"]
 
 
 def _quote(text: str) -> str:
@@ -223,8 +162,7 @@ def _quote(text: str) -> str:
 
 
 def build_date(environ=None) -> str:
-    environ = os.environ if environ is None else environ
-    epoch = environ.get("SOURCE_DATE_EPOCH")
+    epoch = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH")
     try:
         stamp = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch else None
     except (ValueError, OverflowError, OSError):
@@ -253,50 +191,30 @@ def known_environment() -> list:
 
 
 def render_man(commands: Optional[list] = None, *, version: Optional[str] = None, summary: Optional[str] = None,
-               exits: Optional[list] = None, date: Optional[str] = None, files: Optional[list] = None,
-               environment: Optional[list] = None) -> str:
+               exits: Optional[list] = None, date: Optional[str] = None) -> str:
     """debtorch(1) as roff."""
-    if commands is None:
-        commands = walk()
-    version = __version__ if version is None else version
-    if summary is None:
-        summary = _summary()
-    exits = list(EXIT_CODES) if exits is None else exits
-    date = date or build_date()
+    commands = walk() if commands is None else commands
     root, subs = commands[0], commands[1:]
-
-    out = [
-        '.\\" debtorch(1), generated by "python3 -m debtorch.cli.manpage" from the CLI; do not edit.',
-        f".TH DEBTORCH 1 {date} {_quote(PROG + ' ' + version)} \"User Commands\"",
-        ".SH NAME",
-        f"{PROG} \\- {_roff_text(summary)}",
-        ".SH SYNOPSIS",
-    ]
+    out = ['.\\" debtorch(1), generated by "python3 -m debtorch.cli.manpage" from the CLI; do not edit.',
+           f".TH DEBTORCH 1 {date or build_date()} {_quote(PROG + ' ' + (version or __version__))} \"User Commands\"",
+           ".SH NAME", f"{PROG} \\- {_roff_text(_summary() if summary is None else summary)}", ".SH SYNOPSIS"]
     for cmd in commands:
         if cmd.subcommands and cmd.path:
             continue  # a group's commands are listed one by one
         pieces = cmd.usage.split()
-        line = ".B " + _roff_text(" ".join(pieces[: 1 + len(cmd.path)]))
         rest = " ".join(pieces[1 + len(cmd.path):])
-        out += [line, _roff_text(rest)] if rest else [line]
-        out.append(".br")
-    if out[-1] == ".br":
-        out.pop()
-    out.append(".SH DESCRIPTION")
+        out += [".B " + _roff_text(" ".join(pieces[: 1 + len(cmd.path)]))] + ([_roff_text(rest)] if rest else []) + [".br"]
+    out[-1:] = [".SH DESCRIPTION"]
     for i, para in enumerate(_roff_paragraphs(root.help)):
         out += ([".PP"] if i else []) + [para]
     if subs:
-        out.append(".PP")
-        out.append("Commands:")
+        out.append(".PP\nCommands:")
         for cmd in subs:
-            out += [".TP", "\\fB" + _roff_text(" ".join(cmd.path)) + "\\fR"]
-            first = _roff_paragraphs(cmd.help)
-            out.append(first[0] if first else "\\&")
+            out += [".TP", "\\fB" + _roff_text(" ".join(cmd.path)) + "\\fR", (_roff_paragraphs(cmd.help) or ["\\&"])[0]]
     out.append(".SH OPTIONS")
     for p in root.params:
         out += _roff_param(p)
-    out.append(".PP")
-    out.append("Every command also accepts \\fB\\-\\-help\\fR.")
+    out.append(".PP\nEvery command also accepts \\fB\\-\\-help\\fR.")
     if subs:
         out.append(".SH COMMANDS")
     for cmd in subs:
@@ -305,122 +223,87 @@ def render_man(commands: Optional[list] = None, *, version: Optional[str] = None
             out += ([".PP"] if i else []) + [para]
         for p in cmd.params:
             out += _roff_param(p)
-    if exits:
-        out.append(".SH EXIT STATUS")
-        for code, meaning in exits:
-            out += [".TP", f"\\fB{code}\\fR", _roff_text(meaning)]
-    files = known_files() if files is None else files
-    if files:
-        out.append(".SH FILES")
-        for path, what in files:
-            out += [".TP", ".I " + _roff_text(path), _roff_text(what)]
-    envs = known_environment() if environment is None else environment
-    if envs:
-        out.append(".SH ENVIRONMENT")
-        for name, what in envs:
-            out += [".TP", ".B " + _roff_text(name), _roff_text(what)]
-    out += [
-        ".SH SEE ALSO",
-        "The documents under",
-        ".IR /usr/share/doc/debtorch/ .",
-    ]
+    for title, rows, mark in (("EXIT STATUS", list(EXIT_CODES) if exits is None else exits, "\\fB{}\\fR"),
+                              ("FILES", known_files(), ".I {}"), ("ENVIRONMENT", known_environment(), ".B {}")):
+        if rows:
+            out.append(".SH " + title)
+        for name, what in rows:
+            out += [".TP", mark.format(name if title == "EXIT STATUS" else _roff_text(name)), _roff_text(what)]
+    out += [".SH SEE ALSO", "The documents under", ".IR /usr/share/doc/debtorch/ ."]
     return "\n".join(out) + "\n"
 
 
 # --------------------------------------------------------------------------
 # bash completion
 
+_BASH = """\
+# bash completion for debtorch(1)
+# Generated by "python3 -m debtorch.cli.manpage --bash" from the CLI; do not edit.
 
-def _sh_words(words) -> str:
-    return " ".join(words)
+_debtorch()
+{
+    local cur prev words cword split
+    _init_completion -s || return
+
+    # The command path typed so far ("", "facts", ...).
+    local cmd="" i w
+    for ((i = 1; i < cword; i++)); do
+        w=${words[i]}
+        [[ $w == -* ]] && continue
+        case "${cmd:+$cmd }$w" in
+@PATHS@        esac
+    done
+
+    # Values of options that take one.
+    case "$cmd:$prev" in
+@VALUES@    esac
+    $split && return
+
+    local opts="" subs=""
+    case "$cmd" in
+@OPTS@    esac
+    if [[ $cur == -* || -z $subs ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    else
+        COMPREPLY=($(compgen -W "$subs" -- "$cur"))
+    fi
+} &&
+    complete -F _debtorch debtorch
+
+# ex: filetype=sh
+"""
 
 
 def _sh_case_pattern(text: str) -> str:
     return re.sub(r"([^\w./:=-])", r"\\\1", text)
 
 
+def _completion(p: Param) -> str:
+    """What bash offers for the value of option ``p``."""
+    if p.choices:
+        return f'COMPREPLY=($(compgen -W "{" ".join(p.choices)}" -- "$cur"))'
+    if p.metavar.upper() in ("DIR", "DIRECTORY", "FOLDER"):
+        return "_filedir -d"
+    return "_filedir" if p.metavar.upper() in ("PATH", "FILE", "FILENAME", "<PATH>", "<FILE>") else "COMPREPLY=()"
+
+
 def render_bash(commands: Optional[list] = None) -> str:
     """A static bash completion script for the command tree."""
-    if commands is None:
-        commands = walk()
-    paths = [" ".join(c.path) for c in commands if c.path]
-    lines = [
-        "# bash completion for debtorch(1)",
-        '# Generated by "python3 -m debtorch.cli.manpage --bash" from the CLI; do not edit.',
-        "",
-        "_debtorch()",
-        "{",
-        "    local cur prev words cword split",
-        "    _init_completion -s || return",
-        "",
-        "    # The command path typed so far (\"\", \"facts\", ...).",
-        '    local cmd="" i w',
-        "    for ((i = 1; i < cword; i++)); do",
-        '        w=${words[i]}',
-        "        [[ $w == -* ]] && continue",
-        '        case "${cmd:+$cmd }$w" in',
-    ]
-    if paths:
-        lines.append("            " + "|".join(_sh_case_pattern(p) for p in paths) + ')')
-        lines.append('                cmd="${cmd:+$cmd }$w" ;;')
-    lines += [
-        "        esac",
-        "    done",
-        "",
-        "    # Values of options that take one.",
-        '    case "$cmd:$prev" in',
-    ]
+    commands = walk() if commands is None else commands
+    paths = "|".join(_sh_case_pattern(" ".join(c.path)) for c in commands if c.path)
+    values, opts = "", ""
     for cmd in commands:
         key = " ".join(cmd.path)
         for p in cmd.options:
-            if not p.metavar:
-                continue
-            pat = "|".join(_sh_case_pattern(f"{key}:{n}") for n in p.names)
-            if p.choices:
-                action = f'COMPREPLY=($(compgen -W "{_sh_words(p.choices)}" -- "$cur"))'
-            elif p.metavar.upper() in ("DIR", "DIRECTORY", "FOLDER"):
-                action = "_filedir -d"
-            elif p.metavar.upper() in ("PATH", "FILE", "FILENAME", "<PATH>", "<FILE>"):
-                action = "_filedir"
-            else:
-                action = "COMPREPLY=()"
-            lines.append(f"        {pat})")
-            lines.append(f"            {action}")
-            lines.append("            return ;;")
-    lines += [
-        "    esac",
-        "    $split && return",
-        "",
-        '    local opts="" subs=""',
-        '    case "$cmd" in',
-    ]
-    for cmd in commands:
-        key = " ".join(cmd.path)
-        names = [n for p in cmd.options for n in p.names]
-        if cmd.path:
-            names.append("--help")
-        lines.append(f'        {_sh_case_pattern(key) if key else chr(34) + chr(34)})')
-        lines.append(f'            opts="{_sh_words(names)}"')
-        if cmd.subcommands:
-            lines.append(f'            subs="{_sh_words(cmd.subcommands)}"')
-        lines.append("            ;;")
-    lines += [
-        "    esac",
-        '    if [[ $cur == -* || -z $subs ]]; then',
-        '        COMPREPLY=($(compgen -W "$opts" -- "$cur"))',
-        "    else",
-        '        COMPREPLY=($(compgen -W "$subs" -- "$cur"))',
-        "    fi",
-        "} &&",
-        "    complete -F _debtorch debtorch",
-        "",
-        "# ex: filetype=sh",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------
-# Entry point
+            if p.metavar:
+                pat = "|".join(_sh_case_pattern(f"{key}:{n}") for n in p.names)
+                values += f"        {pat})\n            {_completion(p)}\n            return ;;\n"
+        names = [n for p in cmd.options for n in p.names] + (["--help"] if cmd.path else [])
+        opts += f'        {_sh_case_pattern(key) if key else chr(34) * 2})\n            opts="{" ".join(names)}"\n'
+        opts += f'            subs="{" ".join(cmd.subcommands)}"\n' if cmd.subcommands else ""
+        opts += "            ;;\n"
+    paths = f'            {paths})\n                cmd="${{cmd:+$cmd }}$w" ;;\n' if paths else ""
+    return _BASH.replace("@PATHS@", paths).replace("@VALUES@", values).replace("@OPTS@", opts)
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -429,14 +312,14 @@ def main(argv: Optional[list] = None) -> int:
     ap.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     args = ap.parse_args(argv)
     text = render_bash() if args.bash else render_man()
-    if args.output:
-        try:
-            outputs.write_atomic(args.output, text, force=True)
-        except outputs.OutputError as exc:
-            print(f"debtorch.cli.manpage: {exc}", file=sys.stderr)
-            return 2
-    else:
+    if not args.output:
         sys.stdout.write(text)
+        return 0
+    try:
+        outputs.write_atomic(args.output, text, force=True)
+    except outputs.OutputError as exc:
+        print(f"debtorch.cli.manpage: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

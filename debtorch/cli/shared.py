@@ -1,31 +1,27 @@
-"""What the commands share: the exit codes and their meaning, the one-line
-failure, the ``--device`` option, the output format, the ``--python`` check,
-and the machine a command reads (``--host``, ``--record``, ``--facts``).
-
+"""What the commands share: the exit codes, the one-line failure, the ``--device`` option, the output
+format, the ``--python`` check, and the machine a command reads (``--host``, ``--record``, ``--facts``).
 Only the command line leaves the process with an exit code (``typer.Exit``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
 from enum import Enum
-from typing import NoReturn, Optional
+from typing import Iterator, NoReturn, Optional
 
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch.cli.codes import (  # noqa: F401
+from debtorch.cli.codes import (  # noqa: F401 - the commands import them from here
     EXIT_CODES,
     EXIT_FAILED,
-    EXIT_HANGUP,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_OUTPUT,
     EXIT_PIPE,
-    EXIT_QUIT,
-    EXIT_TERMINATED,
     EXIT_USAGE,
 )
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
@@ -48,10 +44,8 @@ def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
         return value
     if not value.startswith("sim:"):
         prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
-    try:
+    with prog.fails_on(ValueError, prefix="--device "):
         return sim_device(value)
-    except ValueError as exc:
-        prog.fail(f"--device {exc}")
 
 
 def sim_device(value: str) -> str:
@@ -86,6 +80,14 @@ class Prog:
         """One line on stderr and leave with ``code``; no traceback."""
         self.note(message)
         raise typer.Exit(code)
+
+    @contextlib.contextmanager
+    def fails_on(self, *errors: type, code: int = EXIT_USAGE, prefix: str = "") -> Iterator[None]:
+        """A block in which any of ``errors`` ends the command: its one line (after ``prefix``), ``code``."""
+        try:
+            yield
+        except errors as exc:
+            self.fail(prefix + str(exc), code)
 
     def warn(self, message: str) -> None:
         self.note(f"warning: {message}")
@@ -143,7 +145,7 @@ def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = 
     """The machine to read: recorded in ``--host DIR``, or this one (copied into ``--record DIR``)."""
     if replay and record:
         prog.fail("--host and --record cannot be used together")
-    try:
+    with prog.fails_on(Unavailable, prefix="--host " if replay else "--record "):
         if replay:
             return ReplayHost(replay)
         if record:
@@ -153,25 +155,23 @@ def open_host(prog: Prog, replay: Optional[str] = None, record: Optional[str] = 
             # Of the large files, only what the facts read.
             return RecordingHost(record, trim={DPKG_STATUS: trim_dpkg_status, "/proc/cmdline": trim_cmdline,
                                                **{p: trim_pci_ids for p in PCI_IDS}})
-    except Unavailable as exc:
-        prog.fail(f"{'--host' if replay else '--record'} {exc.reason}")
     return LiveHost()
 
 
-def collect(host: Host, options: facts_mod.Options) -> dict:
-    """The facts read through ``host``, which is closed after."""
+def collect(prog: Prog, host: Host, options: facts_mod.Options) -> dict:
+    """The facts read through ``host``, which is closed after (:func:`check_answered` applied)."""
     try:
-        return facts_mod.collect(host, options)
+        doc = facts_mod.collect(host, options)
     finally:
         host.close()
+    check_answered(prog, doc, options.python, host)
+    return doc
 
 
 def load_facts(prog: Prog, path: str) -> dict:
     """``--facts FILE``: facts saved by ``debtorch facts --json``; one line when it cannot be used."""
-    try:
+    with prog.fails_on(facts_mod.FactsFileError, prefix="--facts "):
         return facts_mod.load(path)
-    except facts_mod.FactsFileError as exc:
-        prog.fail(f"--facts {exc}")
 
 
 def given_paths(prog: Prog, **paths: Optional[str]) -> None:

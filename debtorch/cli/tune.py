@@ -1,10 +1,5 @@
-"""``debtorch tune``: training settings for a machine, by rules or by measurement (docs/tune.md).
-
-Exit codes: 0 fine; 1 the measurement failed; 2 bad usage or input (a
-workload that cannot be loaded, a budget too small, a destination that
-cannot be written, an unreadable facts file, a recorded machine to
-measure); 130 interrupted (Ctrl-C).
-"""
+"""``debtorch tune``: training settings for a machine, by rules or by measurement (docs/tune.md;
+exit codes: docs/cli.md)."""
 
 import contextlib
 import time
@@ -92,18 +87,14 @@ def tune(
         prog.fail("give --epochs or --steps, not both")
     check_python(prog, python, elsewhere=bool(elsewhere))
     if write is not None:
-        try:
+        with prog.fails_on(config.ConfigError):
             config.check_destination(write, force)  # before minutes of measuring
-        except config.ConfigError as exc:
-            prog.fail(str(exc))
 
     request = rules.Request(device=device_option(prog, device), global_batch=global_batch,
                             micro_batch=micro_batch, epochs=epochs, steps=steps, compile=compile_,
                             model=model.value if model else None, nproc=nproc, oversubscribe=oversubscribe)
-    try:
+    with prog.fails_on(rules.RequestError):
         request.check()  # the numbers' ranges, before the facts are read (seconds)
-    except rules.RequestError as exc:
-        prog.fail(str(exc))
     options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
                              started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
@@ -127,9 +118,7 @@ def tune(
     r = redactor(facts) if redact else None
     present(TuneView(tuned, settings=not write), fmt, r)
     if write is not None:
-        try:
+        with prog.fails_on(config.ConfigError):
             tuned.write(write, force)
-        except config.ConfigError as exc:
-            prog.fail(str(exc))
         prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
     raise typer.Exit(EXIT_OK)

@@ -1,15 +1,6 @@
-"""``debtorch verify-train``: baseline (PyTorch's defaults) against tuned settings on a real training loop.
-
-Torch-free: every trial runs in a worker of the target interpreter
-(``--python``).  docs/verify-train.md describes what is measured and how.
-
-Exit codes: 0 measured (whatever the verdict); 1 the run failed (out of
-memory, a DataLoader worker killed, the worker died or timed out); 2 bad
-usage or input (options, a config that does not load, a workload that cannot
-be imported, an interpreter without torch, a device this torch cannot use,
-a machine other than this one); 130 interrupted (Ctrl-C), after printing
-what was measured so far.
-"""
+"""``debtorch verify-train``: baseline (PyTorch's defaults) against tuned settings on a real training
+loop (docs/verify-train.md; exit codes: docs/cli.md).  Torch-free: every trial runs in a worker of
+the target interpreter (``--python``)."""
 
 import contextlib
 import os
@@ -82,11 +73,9 @@ def verify_train(
     given_paths(prog, config=config, python=python, plot=plot_file, profile=profile)
     if force and not (plot_file or profile):
         prog.fail("--force only applies to --plot and --profile")
-    try:
-        if plot_file:
+    if plot_file:
+        with prog.fails_on(PlotError):
             check_plot_path(plot_file, force)
-    except PlotError as exc:
-        prog.fail(str(exc))
     facts = None
     try:
         options = run.Options(

@@ -1,13 +1,7 @@
 """Comparing nodes: the answers that must agree across a job, and the findings when they do not.
-
-Each :class:`Aspect` reads one answer from a node's machine view
-(:class:`debtorch.machine.Machine`) as a short string, or None when the
-facts do not tell (an unknown is never a difference).  :func:`read` gives a
-node's answers; :func:`summarise` groups the nodes by each answer and returns
-the fleet's findings, each naming the values and the nodes that have them.
-Nodes that agree on everything are one group, so 1,000 nodes give a short
-report.  Finding ids are declared in checks/findings/fleet.toml (documented in docs/fleet.md) and
-never renumbered.
+Each :class:`Aspect` reads one answer from a node's machine view as a short string, or None when the
+facts do not tell (an unknown is never a difference); :func:`summarise` groups the nodes by each
+answer, so that nodes that agree are one group and 1,000 nodes give a short report.
 """
 
 from __future__ import annotations
@@ -65,18 +59,8 @@ def _gpu_models(m: Machine) -> Optional[str]:
     return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.compute_gpus})) or "none usable"
 
 
-def _shm(m: Machine) -> Optional[str]:
-    total = m.get("memory.shm_total")
-    return human_bytes(total) if isinstance(total, int) else None
-
-
-def _memlock(m: Machine) -> Optional[str]:
-    soft = m.get("memory.memlock_soft")
-    return human_bytes(soft) if isinstance(soft, int) else None
-
-
-def _cpus(m: Machine) -> Optional[str]:
-    return str(m.cpus.usable) if m.cpus.known else None
+def _size(path: str) -> Callable[[Machine], Optional[str]]:
+    return lambda m: human_bytes(m.get(path)) if isinstance(m.get(path), int) else None
 
 
 def _ifname(m: Machine) -> Optional[str]:
@@ -128,15 +112,14 @@ ASPECTS = (
     Aspect("kernel", "fleet.W004", "kernel", lambda m: m.os.kernel),
     Aspect("python", "fleet.W005", "Python", lambda m: str(m.get("python.version") or "") or None),
     Aspect("gpu_models", "fleet.W006", "GPU models", _gpu_models),
-    Aspect("shm", "fleet.W008", "/dev/shm", _shm),
-    Aspect("memlock", "fleet.W009", "RLIMIT_MEMLOCK", _memlock),
-    Aspect("usable_cpus", "fleet.W010", "usable CPUs", _cpus),
+    Aspect("shm", "fleet.W008", "/dev/shm", _size("memory.shm_total")),
+    Aspect("memlock", "fleet.W009", "RLIMIT_MEMLOCK", _size("memory.memlock_soft")),
+    Aspect("usable_cpus", "fleet.W010", "usable CPUs", lambda m: str(m.cpus.usable) if m.cpus.known else None),
     Aspect("mtu", "fleet.W012", "MTU", _mtu, section="network"),
     Aspect("infiniband", "fleet.W013", "InfiniBand/RoCE ports", _ib, section="network"),
     Aspect("ofed", "fleet.W014", "OFED", _ofed, section="network"),
     Aspect("debtorch", "fleet.I001", "debtorch version", lambda m: m.get("debtorch_version")),
 )
-BY_KEY = {a.key: a for a in ASPECTS}
 ENV_ID = "fleet.W007"
 TUNED_ID = "fleet.W011"
 

@@ -1,22 +1,8 @@
-"""Gathered mode: one ``debtorch fleet`` per node, started by the job's launcher.
-
-Every rank, in debtorch's own process (no torch):
-
-1. starts its torch side (:mod:`debtorch.fleet.torchside`, in the user's
-   interpreter, through :class:`debtorch.transport.client.Worker`) and, while
-   torch imports, collects its facts and runs its doctor;
-2. joins the rendezvous (:mod:`debtorch.fleet.rendezvous`): the torch side
-   connects to the TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it
-   unless torchrun's agent does) and says hello with the node's name;
-3. sends its envelope (facts and findings, compressed) into the store.
-
-Rank 0 then waits until every rank's document is in, or until ``timeout``
-seconds after it joined: a rank that never said hello is *missing*, one that
-said hello and sent nothing *died*.  It reads the documents one at a time,
-publishes the plan (``--probe`` or not), compares, prints the report and
-publishes the verdict (the exit code); every other rank waits for the plan
-and the verdict (bounded), acknowledges it and exits with that code.  A rank
-that cannot reach rank 0 within ``timeout`` exits 1 with one line.
+"""Gathered mode: one ``debtorch fleet`` per node, started by the job's launcher (docs/fleet.md, "How
+the gather works"): each rank starts its torch side (:mod:`debtorch.fleet.torchside`) and, while torch
+imports, collects its facts and runs its doctor, joins the rendezvous and sends its envelope; rank 0
+compares what came within ``timeout``, prints the report and publishes the verdict (the exit code);
+every other rank waits for the plan and the verdict (bounded), acknowledges it and exits with it.
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from typing import Callable, Optional
 from debtorch import hostlist, inputs
 from debtorch.__about__ import __version__
 from debtorch.fleet import compare, probe
-from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, encode, envelope, failed, jsonable, read_node
+from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, Node, encode, envelope, read_node
 from debtorch.fleet.rendezvous import Rendezvous
 from debtorch.transport.client import Worker, WorkerError
 
@@ -85,8 +71,7 @@ def node_name(facts: dict, environ: dict) -> str:
 
 
 def _worker_error(exc: WorkerError, doing: str) -> GatherError:
-    code = 2 if exc.user_input else 1
-    return GatherError(f"{doing}: {exc.message.removeprefix('RuntimeError: ')}", code)
+    return GatherError(f"{doing}: {exc.message.removeprefix('RuntimeError: ')}", 2 if exc.user_input else 1)
 
 
 class _Bounded:
@@ -129,13 +114,11 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
                 secret=options.secret.decode("latin-1") if options.secret else None)
             path = os.path.join(work, "envelope.bin")
             with open(path, "wb") as fh:
-                fh.write(encode(envelope(jsonable(facts), findings, rdzv.rank, name, __version__)))
+                fh.write(encode(envelope(facts, findings, rdzv.rank, name, __version__)))
             ask("send", path=path)
         except WorkerError as exc:
             raise _worker_error(exc, f"rank {rdzv.rank} joining {rdzv.addr}:{rdzv.port}") from None
-        if rdzv.rank == 0:
-            return _rank0(ask, rdzv, options, work, on_report)
-        return _other(ask, rdzv, options)
+        return _rank0(ask, rdzv, options, work, on_report) if rdzv.rank == 0 else _other(ask, rdzv, options)
     finally:
         worker.close(grace=5.0)
         shutil.rmtree(work, ignore_errors=True)
@@ -205,18 +188,17 @@ def read_gathered(world: int, got: dict, name_of: Callable[[int], str], read: Ca
     for r in range(world):
         name = hostlist.safe(joined[r]) if r in joined else name_of(r)
         if r in files and end is not None and time.monotonic() > end:
-            node = failed(name, MALFORMED, "not read: this rank's bound ran out", rank=r)
+            node = Node(name, r, MALFORMED, "not read: this rank's bound ran out")
         elif r in files:
             try:
                 node = read_node(inputs.read_text(files[r], what="a fleet document"), name, read, rank=r)
             except inputs.InputError as exc:
-                node = failed(name, MALFORMED, str(exc), rank=r)
+                node = Node(name, r, MALFORMED, str(exc))
             os.unlink(files[r])
         elif r in bad:
-            node = failed(name, MALFORMED, bad[r][:200], rank=r)
+            node = Node(name, r, MALFORMED, bad[r][:200])
         else:
-            node = failed(name, DIED if r in joined else MISSING,
-                          "joined, sent nothing" if r in joined else "did not join", rank=r)
+            node = Node(name, r, *((DIED, "joined, sent nothing") if r in joined else (MISSING, "did not join")))
         node.rank = r
         nodes.append(node)
     _unique_names(nodes)

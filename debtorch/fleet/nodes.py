@@ -1,18 +1,8 @@
-"""One node of a fleet: its document, read and checked, reduced to what the comparison needs.
-
-A node's document is one of
-
-* an envelope, what a rank of ``debtorch fleet`` sends to rank 0:
-  ``{"fleet": 1, "rank": 3, "node": "gpu07", "debtorch_version": ..., "findings": [...], "facts": {...}}``;
-* a ``debtorch doctor --json`` document (``findings`` and ``facts``);
-* a ``debtorch facts --json`` document (the doctor runs on it here).
-
-:func:`read_node` turns the text into a :class:`Node`: the answers the
-comparison needs (:mod:`debtorch.fleet.compare`) and the node's doctor
-findings, never the whole document, so that rank 0 holds one document at a
-time however many nodes there are.  A document that cannot be read, or that
-another schema version wrote, is a node with a ``status`` and a one-line
-``detail``; it never stops the others.
+"""One node of a fleet: its document (a rank's envelope ``{"fleet": 1, "rank", "node",
+"debtorch_version", "findings", "facts"}``, a ``doctor --json`` or a ``facts --json`` document), read
+and checked, reduced to what the comparison needs (its answers and its doctor's findings, never the
+whole document: rank 0 holds one at a time).  A document that cannot be read, or that another
+schema version wrote, is a node with a ``status`` and a one-line ``detail``; it never stops the others.
 """
 
 from __future__ import annotations
@@ -47,7 +37,6 @@ class Node:
     detail: str = ""                               # why, for a node that is not OK
     values: dict = field(default_factory=dict)     # aspect key -> comparable value (None: unknown)
     findings: tuple = ()                           # its doctor's findings: (id, level, message)
-    debtorch_version: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -58,7 +47,6 @@ class DocumentError(Exception):
     def __init__(self, status: str, message: str):
         super().__init__(message)
         self.status = status
-        self.message = message
 
 
 def encode(envelope: dict) -> bytes:
@@ -66,21 +54,17 @@ def encode(envelope: dict) -> bytes:
     return zlib.compress(json.dumps(envelope, separators=(",", ":"), default=str).encode(), 6)
 
 
-def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
-    """(facts, doctor findings as JSON or None, envelope fields) of a document's text.
-
-    Raises :class:`DocumentError` with status malformed or schema."""
+def parse(text: str, where: str) -> tuple[dict, Optional[list], Any]:
+    """(facts, doctor findings as JSON or None, the rank an envelope names) of a document's text;
+    :class:`DocumentError` with status malformed or schema."""
     try:
         doc = inputs.parse_json(text, where)
     except inputs.InputError as exc:
         raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)[:120]) from None
     if not isinstance(doc, dict):
         raise DocumentError(MALFORMED, "not a JSON object")
-    meta: dict = {}
-    if "fleet" in doc:
-        meta = {k: doc.get(k) for k in ("fleet", "rank", "node", "debtorch_version", "error")}
-        if doc.get("error"):
-            raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
+    if "fleet" in doc and doc.get("error"):
+        raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
     findings = doc.get("findings") if isinstance(doc.get("findings"), list) else None
     inner = doc.get("facts") if isinstance(doc.get("facts"), dict) else doc
     version = inner.get("schema_version")
@@ -91,42 +75,29 @@ def parse(text: str, where: str) -> tuple[dict, Optional[list], dict]:
         facts = facts_mod.validate(inner, where)
     except facts_mod.FactsFileError as exc:
         raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)) from None
-    return facts, findings, meta
+    return facts, findings, doc.get("rank") if "fleet" in doc else None
 
 
 def _findings(machine: Machine, findings: Optional[list]) -> tuple:
     """The node's findings as (id, level, message): those its doctor sent, else the doctor's here."""
     if findings is None:
         return tuple((f.id, f.level, f.message) for f in diagnose(machine, Context(source="facts")).findings)
-    out = []
-    for f in findings:
-        if isinstance(f, dict) and isinstance(f.get("id"), str) and f.get("level") in ("info", "warning", "error"):
-            out.append((f["id"], f["level"], str(f.get("message") or "")))
-    return tuple(out)
+    return tuple((f["id"], f["level"], str(f.get("message") or "")) for f in findings
+                 if isinstance(f, dict) and isinstance(f.get("id"), str) and f.get("level") in ("info", "warning", "error"))
 
 
 def read_node(text: str, name: str, read: Callable[[Machine], dict], rank: Optional[int] = None) -> Node:
     """A :class:`Node` from a document's text; ``read`` gives the comparable answers of a Machine."""
     try:
-        facts, findings, meta = parse(text, name)
+        facts, findings, sent_rank = parse(text, name)
     except DocumentError as exc:
-        return Node(name=name, rank=rank, status=exc.status, detail=exc.message)
+        return Node(name=name, rank=rank, status=exc.status, detail=str(exc))
     machine = Machine.from_facts(facts)
-    return Node(name=name, rank=meta.get("rank") if isinstance(meta.get("rank"), int) else rank,
-                values=read(machine), findings=_findings(machine, findings),
-                debtorch_version=str(meta.get("debtorch_version") or facts.get("debtorch_version") or "") or None)
-
-
-def failed(name: str, status: str, detail: str, rank: Optional[int] = None) -> Node:
-    """A node that sent no readable document (missing, died)."""
-    return Node(name=name, rank=rank, status=status, detail=detail)
+    return Node(name=name, rank=sent_rank if isinstance(sent_rank, int) else rank,
+                values=read(machine), findings=_findings(machine, findings))
 
 
 def envelope(facts: dict, findings: list, rank: int, node: str, version: str) -> dict:
     """What a rank sends: its facts and its doctor's findings (JSON-ready)."""
     return {"fleet": ENVELOPE_VERSION, "rank": rank, "node": node, "debtorch_version": version,
             "findings": findings, "facts": facts}
-
-
-def jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))

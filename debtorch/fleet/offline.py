@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Optional
 
 from debtorch import hostlist, inputs
 from debtorch.fleet import compare
-from debtorch.fleet.nodes import MALFORMED, failed, read_node
+from debtorch.fleet.nodes import MALFORMED, Node, read_node
 from debtorch.tune.config import ConfigError, load_config
 
 
@@ -42,24 +42,18 @@ def document_paths(args: Iterable[str]) -> list:
     return [(hostlist.safe(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix(""))), str(f)) for f in found]
 
 
-def reader(tuned: Optional[dict] = None):
-    """The function that reads a node's comparable answers from its machine view."""
-    return lambda m: compare.read(m, tuned)
-
-
 def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Optional[str] = None,
                rename: Optional[Callable[[list], None]] = None) -> compare.Summary:
     """Compare saved documents; one document is in memory at a time.  ``rename`` may rename the
     nodes before they are compared (``--redact``)."""
-    read = reader(tuned)
     nodes: list = []
     for name, path in document_paths(args):
         try:
             text = inputs.read_text(path, what="a facts document")
         except inputs.InputError as exc:
-            nodes.append(failed(name, MALFORMED, str(exc)))
+            nodes.append(Node(name, status=MALFORMED, detail=str(exc)))
             continue
-        nodes.append(read_node(text, name, read))
+        nodes.append(read_node(text, name, lambda m: compare.read(m, tuned)))
         del text
     if rename is not None:
         rename(nodes)

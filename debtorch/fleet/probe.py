@@ -1,21 +1,7 @@
-"""The bad-node finder (``debtorch fleet --probe``): the plan every rank runs, and the verdict.
-
-The plan (:func:`plan`) splits ``--budget`` seconds between a compute check
-on every rank at once (n x n matmuls: fp32 on CPU, bf16 on a GPU) and rounds
-of all-reduces between pairs of ranks (a round-robin schedule: in each round
-every rank has one partner, and no pair repeats; at most :data:`MAX_ROUNDS`
-rounds), each pair for a fixed time.
-Bus bandwidth is what nccl-tests reports for all-reduce (doc/PERFORMANCE.md
-in NVIDIA/nccl-tests): ``busbw = algbw * 2 (n - 1) / n`` with ``n = 2``.
-
-The verdict (:func:`judge`) ranks every node against the median of all
-nodes: a node whose compute rate is below :data:`SLOW` of the median, or
-whose pairs (at least two) are all below :data:`SLOW` of the median pair
-bandwidth, is named slow; a
-pair below :data:`SLOW_PAIR` whose two nodes are fine with their other
-partners is named a slow pair (a link, a cable, a switch port); a rank that sent no result
-within the budget, or an error, failed.  The nodes named make the list for
-``srun --exclude``.  Pure functions; the measuring is in
+"""The bad-node finder (``debtorch fleet --probe``; docs/fleet.md, "The bad-node finder"): the plan
+every rank runs (:func:`plan`: ``--budget`` split between a compute check on every rank and rounds
+of pairwise all-reduces) and the verdict (:func:`judge`: every node against the median of all;
+the nodes named make the list for ``srun --exclude``).  Pure functions; the measuring is in
 :mod:`debtorch.fleet.torchside`.
 """
 
@@ -156,34 +142,29 @@ def _pct(x: Optional[float], med: Optional[float]) -> str:
 
 
 def _findings(v: Verdict, by_rank: dict) -> None:
-    failed = [s for s in v.scores if s.verdict == "failed"]
-    slow_c = [s for s in v.scores if s.verdict == "slow compute"]
-    slow_b = [s for s in v.scores if s.verdict == "slow all-reduce"]
-    n = len(v.scores)
-    if failed:
-        v.findings.append(FleetFinding(finding("fleet.E010", "probe", count=len(failed), nodes=n),
-                                       tuple(Group(s.error or "failed", (s.name,)) for s in failed), "probe"))
-    if slow_c:
-        v.findings.append(FleetFinding(
-            finding("fleet.W016", "probe", count=len(slow_c), nodes=n, bar=f"{SLOW:.0%}"),
-            tuple(Group(f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median "
-                        f"{v.median_gflops:.1f})", (s.name,)) for s in slow_c), "probe"))
-    if slow_b:
-        v.findings.append(FleetFinding(
-            finding("fleet.W017", "probe", count=len(slow_b), nodes=n, bar=f"{SLOW:.0%}"),
-            tuple(Group(f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
-                        f"{v.median_busbw:.2f}), slow with all {s.partners} partners", (s.name,)) for s in slow_b),
-            "probe"))
-    named = {s.rank for s in failed + slow_c + slow_b}
+    n, bar = len(v.scores), {"bar": f"{SLOW:.0%}"}
+    named = []
+    for verdict, fid, extra, value in (
+            ("failed", "fleet.E010", {}, lambda s: s.error or "failed"),
+            ("slow compute", "fleet.W016", bar, lambda s: f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} "
+                                                          f"of the median {v.median_gflops:.1f})"),
+            ("slow all-reduce", "fleet.W017", bar, lambda s: f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} "
+                                                             f"of the median {v.median_busbw:.2f}), slow with all {s.partners} partners")):
+        these = [s for s in v.scores if s.verdict == verdict]
+        if these:
+            v.findings.append(FleetFinding(finding(fid, "probe", count=len(these), nodes=n, **extra),
+                                           tuple(Group(value(s), (s.name,)) for s in these), "probe"))
+        named += these
+    ranks = {s.rank for s in named}
     slow_pairs = [(a, b, bw) for a, b, bw in v.pairs
-                  if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in named and b not in named]
+                  if v.median_busbw and bw < SLOW_PAIR * v.median_busbw and a not in ranks and b not in ranks]
     if slow_pairs:
         v.findings.append(FleetFinding(
             finding("fleet.W018", "probe", count=len(slow_pairs),
                     plural="s" if len(slow_pairs) != 1 else "", bar=f"{SLOW_PAIR:.0%}"),
             tuple(Group(f"{bw:.2f} GB/s ({_pct(bw, v.median_busbw)} of the median)",
                         (by_rank[a].name, by_rank[b].name)) for a, b, bw in slow_pairs), "probe"))
-    v.exclude = sorted({s.name for s in failed + slow_c + slow_b})
+    v.exclude = sorted({s.name for s in named})
 
 
 def lines(v: Verdict, limit: int = 12) -> list:

@@ -1,22 +1,8 @@
-"""Where the ranks of a gathered ``debtorch fleet`` meet: read from the launcher's variables.
-
-* ``torchrun`` (torch.distributed.run) sets ``RANK``, ``WORLD_SIZE``,
-  ``MASTER_ADDR`` and ``MASTER_PORT``; its agent on the first node already
-  hosts a TCPStore there, so every rank is a client of it
-  (``TORCHELASTIC_USE_AGENT_STORE=True``), and our keys live under a prefix
-  of the run (``TORCHELASTIC_RUN_ID``, restart count).
-* ``srun`` sets ``SLURM_PROCID``, ``SLURM_NTASKS`` and the step's node list;
-  rank 0's node is the first of the list (block distribution), rank 0 hosts
-  the store on ``MASTER_ADDR`` (default: that node) and ``MASTER_PORT``
-  (default: 20000 + the job id modulo 20000, so that two jobs sharing a node
-  do not collide).
-* Any other launcher: set ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-  ``MASTER_PORT`` yourself; rank 0 hosts the store.
-
-:func:`from_environ` is a pure function of a mapping; bad values are one line.
-:func:`listen_address` says where rank 0's store listens (the address MASTER_ADDR names, never
-every interface unless it must), :func:`load_secret` reads the shared secret that signs what
-the ranks send (docs/security.md, "fleet's store").
+"""Where the ranks of a gathered ``debtorch fleet`` meet, read from the launcher's variables (torchrun's,
+srun's, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by hand; docs/fleet.md, "Launch lines").
+:func:`from_environ` is a pure function of a mapping, bad values one line; :func:`listen_address` says
+where rank 0's store listens (the address MASTER_ADDR names, every interface only when it must);
+:func:`load_secret` reads the shared secret that signs what the ranks send (docs/security.md).
 """
 
 from __future__ import annotations

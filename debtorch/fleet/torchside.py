@@ -1,32 +1,13 @@
-"""The torch side of ``debtorch fleet``: one process per rank, in the user's interpreter.
+"""The torch side of ``debtorch fleet``: one process per rank in the user's interpreter, a transport
+session (docs/engine.md) that :mod:`debtorch.fleet.gather` talks to; everything that touches
+torch.distributed is here.  Standard library only at import time.
 
-:mod:`debtorch.fleet.gather` starts this module through
-:class:`debtorch.transport.client.Worker` and speaks the transport's protocol
-(docs/engine.md): JSON requests on stdin, results on the protocol
-descriptor.  Everything that touches torch.distributed is here; debtorch's
-own process never imports torch.  Standard library only at import time.
-
-The rendezvous is torch.distributed's own TCPStore: rank 0 hosts it (or,
-under torchrun, the agent already does and every rank is a client), every
-key of the run lives under a prefix.  Keys:
-
-* ``nonce``: rank 0's random word for this run (only with a secret);
-* ``hello/<rank>``: the node's name, set as soon as a rank joins;
-  ``joined``: the ranks that did, appended;
-* ``doc/<rank>``: the node's document (zlib-compressed JSON), then
-  ``arrived``: the ranks whose document is in;
-* ``plan``, ``verdict``: what rank 0 tells every rank (the probe to run, the
-  exit code); ``acks`` counts the ranks that read the verdict, so that rank 0
-  keeps the store up until they have;
-* ``probe/<rank>``: a rank's probe results; the probe's process group meets
-  under ``pg/``.
-
-Ops: ``join``, ``send``, ``collect`` (rank 0; with ``key: probe`` it collects
-the probe's results), ``publish`` (rank 0), ``await``, ``ack``, ``finish``
-(rank 0), ``caps``, ``probe``.
-
-The store is not trusted (docs/security.md, "fleet's store"): every value is
-bounded and checked where it is read; with a secret every value is signed.
+The rendezvous is torch.distributed's TCPStore (rank 0 hosts it unless torchrun's agent does), every
+key under the run's prefix: ``nonce`` (rank 0's random word, with a secret), ``hello/<rank>`` (the
+node's name) and the list ``joined``, ``doc/<rank>`` (zlib-compressed JSON) and ``arrived``, ``plan``
+and ``verdict`` (from rank 0) with ``acks``, ``probe/<rank>`` (the probe's process group under
+``pg/``).  The store is not trusted (docs/security.md, "fleet's store"): every value is bounded and
+checked where it is read; with a secret every value is signed.
 """
 
 from __future__ import annotations

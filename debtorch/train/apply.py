@@ -1,32 +1,12 @@
 """Settings applied to PyTorch, in one place: what is measured is what is applied.
 
-The measuring engine (:mod:`debtorch.train.engine`, for ``tune --measure`` and
-``verify-train``) and the runtime API (``debtorch.load(...).configure_torch()``,
-``autocast``, ``prepare_model``, ``to_device``) both call these functions, so a
-setting cannot mean one thing while it is measured and another once a training
-script adopts it (two paths once disagreed: with ``tf32 = false`` the runtime
-turned cuDNN's TF32 off while the engine left PyTorch's default on).
-
-Every function takes the ``torch`` module as its first argument: this module
-imports nothing of torch itself, so debtorch's own process (which never imports
-torch) can import the package, and tests can compare the state that the engine
-and the runtime leave behind (:func:`state`).
-
-Process-wide state (:func:`configure`):
-
-* ``threads``: ``torch.set_num_threads`` when set; unset leaves PyTorch's own
-  choice alone.
-* ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and
-  ``torch.backends.cudnn.allow_tf32``, both to the setting: ``false`` turns
-  TF32 off for convolutions too (PyTorch's default allows it there).  Only the
-  CUDA flags are touched: ``torch.set_float32_matmul_precision`` would also
-  change oneDNN's CPU matmul precision, which no setting asks for.
-* ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark``.
-
-Per model and batch: ``channels_last`` (:func:`prepare_model`,
-:func:`to_device`: 4-D tensors only), ``compile``, ``precision``
-(:func:`autocast`: bf16 or fp16 autocast, nothing for fp32), ``non_blocking``
-(copies to a GPU, or a simulated one: :mod:`debtorch.train.sim`, with ``pin_memory``).
+The measuring engine (``tune --measure``, ``verify-train``) and the runtime API
+(``debtorch.load(...)``) both call these functions, so a setting cannot mean one thing while it
+is measured and another once a training script adopts it (two paths once disagreed: with
+``tf32 = false`` the runtime turned cuDNN's TF32 off while the engine left PyTorch's default on).
+Every function takes the ``torch`` module as its first argument: this module imports nothing of
+torch, so debtorch's own process can import the package.  ``tf32`` sets only the CUDA flags:
+``torch.set_float32_matmul_precision`` would also change oneDNN's CPU matmul precision.
 """
 
 from __future__ import annotations
@@ -39,12 +19,9 @@ from debtorch.train.settings import Settings
 
 def configure(torch: Any, s: Settings) -> dict:
     """Apply the process-wide settings; return what was set (``tf32``, ``cudnn_benchmark``, ``threads``)."""
-    done: dict = {}
-    torch.backends.cuda.matmul.allow_tf32 = bool(s.tf32)
-    torch.backends.cudnn.allow_tf32 = bool(s.tf32)
-    done["tf32"] = bool(s.tf32)
-    torch.backends.cudnn.benchmark = bool(s.cudnn_benchmark)
-    done["cudnn_benchmark"] = bool(s.cudnn_benchmark)
+    done: dict = {"tf32": bool(s.tf32), "cudnn_benchmark": bool(s.cudnn_benchmark)}
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = done["tf32"]
+    torch.backends.cudnn.benchmark = done["cudnn_benchmark"]
     if s.threads is not None:
         torch.set_num_threads(s.threads)
         done["threads"] = s.threads
@@ -92,10 +69,8 @@ def autocast(torch: Any, s: Settings, kind: str):
 
 
 def prepare_model(torch: Any, s: Settings, model: Any, convolutional: bool = True) -> Any:
-    """The model in channels_last memory format (convolutional models only) and compiled, as set.
-
-    The runtime cannot know whether a model is convolutional: it converts any
-    model when asked (a no-op for models without 4-D weights)."""
+    """The model in channels_last memory format and compiled, as set (the runtime cannot know whether a
+    model is convolutional: it converts any, a no-op for models without 4-D weights)."""
     if s.channels_last and convolutional:
         model = model.to(memory_format=torch.channels_last)
     if s.compile:
@@ -117,16 +92,10 @@ def to_device(torch: Any, s: Settings, obj: Any, device: Any, channels_last: Opt
         return obj
     if isinstance(obj, (tuple, list)):
         return type(obj)(to_device(torch, s, x, device, cl) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_device(torch, s, v, device, cl) for k, v in obj.items()}
-    return obj
+    return {k: to_device(torch, s, v, device, cl) for k, v in obj.items()} if isinstance(obj, dict) else obj
 
 
 def device_type(device: Any) -> str:
     """"cpu", "cuda" ... of a torch.device, a string like "cuda:1", or None (the CPU)."""
-    if device is None:
-        return "cpu"
-    kind = getattr(device, "type", None)
-    if kind is not None:
-        return str(kind)
-    return str(device).split(":", 1)[0]
+    kind = "cpu" if device is None else getattr(device, "type", None)
+    return str(kind) if kind is not None else str(device).split(":", 1)[0]

@@ -1,13 +1,7 @@
-"""One rank of a multi-process trial, started by ``torch.distributed.run``.
-
-:func:`debtorch.train.runner.launch_distributed` runs
-``python -m torch.distributed.run --nproc_per_node N <this module's boot script> REQUEST``;
-each rank reads the request (workload, settings, steps), joins the process
-group (gloo on CPU, nccl on GPUs unless the settings name a backend), runs
-:func:`debtorch.train.engine.run_trial` with DDP and a DistributedSampler,
-and writes ``rank<R>.json`` beside the request.  Rank 0 also appends its
-progress events to ``events.jsonl`` there.  Failures are written as
-structured errors, like the worker's.
+"""One rank of a multi-process trial, started by ``torch.distributed.run`` for
+:func:`debtorch.train.runner.launch_distributed` (docs/engine.md, "More than one process"):
+:func:`debtorch.train.engine.run_trial` under DDP, its result or error object written to
+``rank<R>.json`` beside the request; rank 0 appends its progress events to ``events.jsonl``.
 """
 
 from __future__ import annotations
@@ -16,14 +10,12 @@ import json
 import os
 import sys
 
+from debtorch.outputs import write_atomic
 from debtorch.transport.server import die_with_parent
 
 
 def _write(path: str, obj: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, default=str), force=True)
 
 
 def main() -> int:

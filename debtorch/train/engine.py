@@ -1,22 +1,10 @@
-"""The training-step engine: one loop, shared by tune and verify-train.
+"""The training-step engine: one loop, shared by tune and verify-train (docs/engine.md).
 
-Runs inside the target interpreter (it imports torch); imports only torch and
-the standard library.  :func:`run_trial` trains a fresh copy of a workload's
-model for ``warmup_steps + steps`` optimizer steps under one
-:class:`~debtorch.train.settings.Settings` and measures the timed window.
-
-How it measures (docs/engine.md): warm-up steps untimed; the device
-synchronised before every clock read; each step cut into chained segments,
-``data_wait`` and ``compute``, whose closing and opening clock reads are one,
-so they add up to the step time exactly.  ``mode="bare"`` times only the
-whole window (the instrumentation's own cost is measured against it);
-``mode="compute_only"`` feeds micro-batches already in device memory.
-
-Every optimizer step consumes ``accumulation_steps`` micro-batches of
-``micro_batch`` samples (the workload's batch size unless the settings name
-one).  Trials are deterministic by seed: model weights are a fresh copy of
-the workload's pristine model, the sampler's generator is seeded, and the
-batches consumed in the timed window are summarised in ``sample_digest``.
+Runs inside the target interpreter; imports only torch and the standard library.  :func:`run_trial`
+trains a fresh copy of a workload's model for ``warmup_steps + steps`` optimizer steps under one
+:class:`~debtorch.train.settings.Settings` and measures the timed window: the device synchronised
+before every clock read, each step cut into chained ``data_wait`` and ``compute`` segments whose
+closing and opening clock reads are one, so they add up to the step time exactly.
 """
 
 from __future__ import annotations
@@ -45,7 +33,6 @@ MODES = ("instrumented", "bare", "compute_only")
 SMOOTH = 5              # steps in the running mean that decides "loss below target"
 COMPUTE_ONLY_BATCHES = 16  # distinct micro-batches kept in device memory for compute_only
 SAMPLE_INTERVAL = 0.25  # seconds between gauge readings (between steps)
-
 
 
 class TrialError(Exception):
@@ -90,15 +77,10 @@ def _descendants(pid: int) -> list:
 
 
 def children_memory(pid: Optional[int] = None) -> int:
-    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own.
-
-    Anonymous and shared-memory resident pages (``RssAnon + RssShmem``): each
-    worker's heap and the batches it puts in /dev/shm.  File-backed pages
-    (torch's libraries, shared with the trainer) are left out; anonymous
-    pages still shared copy-on-write with the trainer count twice, so this
-    errs high.  Read from ``status``, which costs microseconds, where the
-    exact ``Pss`` of ``smaps_rollup`` costs milliseconds.
-    """
+    """Bytes the descendants of ``pid`` (DataLoader workers) hold of their own: ``RssAnon + RssShmem``
+    (heaps and the batches put in /dev/shm, not torch's shared libraries; pages still shared
+    copy-on-write count twice, so this errs high), from ``status`` (microseconds; the exact ``Pss`` of
+    ``smaps_rollup`` costs milliseconds)."""
     total = 0
     for p in _descendants(os.getpid() if pid is None else pid):
         vals = _proc_values(f"/proc/{p}/status", "RssAnon", "RssShmem") or {}
@@ -107,18 +89,11 @@ def children_memory(pid: Optional[int] = None) -> int:
 
 
 class _Gauges:
-    """Peak host memory and GPU utilisation, read in the training thread between steps.
-
-    No sampling thread: on a machine with two cores, a third runnable thread
-    (and its hold on the GIL) would slow the very steps being measured.  The
-    training process's peak comes from the kernel's own high-water mark
-    (``VmHWM``, reset at the start of the trial through
-    ``/proc/self/clear_refs``), so the peak inside a backward pass is not
-    missed.  DataLoader workers add the peak of :func:`children_memory`,
-    read at most every ``SAMPLE_INTERVAL`` seconds between steps, like
-    NVML's utilisation.  This is the one place the engine reads /proc:
-    accounting for its own process tree.
-    """
+    """Peak host memory and GPU utilisation, read in the training thread between steps: on two
+    cores a sampling thread (and its hold on the GIL) would slow the very steps it measures.  The
+    trainer's peak is the kernel's high-water mark (``VmHWM``, reset through clear_refs), so a peak
+    inside a backward pass is not missed; DataLoader workers add the peak of :func:`children_memory`,
+    read at most every ``SAMPLE_INTERVAL`` seconds, like NVML's utilisation."""
 
     def __init__(self, nvml: Any = None, handle: Any = None, notes: Optional[list] = None):
         self._nvml, self._handle = nvml, handle
@@ -140,34 +115,32 @@ class _Gauges:
         self._last = now
         self.children_peak = max(self.children_peak, children_memory())
         if self.timing and self._handle is not None:
-            try:
+            with contextlib.suppress(Exception):  # an NVML hiccup loses one sample, not the trial
                 self.util.append(float(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
-            except Exception:  # noqa: BLE001 - an NVML hiccup loses one sample, not the trial
-                pass
 
     def peak_host(self) -> Optional[int]:
         own = (_proc_values("/proc/self/status", "VmHWM") or {}).get("VmHWM")
         return None if own is None else own + self.children_peak
 
 
-def _nvml_for(device: torch.device):
-    """(pynvml module, handle) for a CUDA device, or (None, reason)."""
+def _nvml_for(device: torch.device, notes: list) -> tuple:
+    """(pynvml module, handle) for a CUDA device, or (None, None) with a note saying why."""
     try:
         import pynvml  # nvidia-ml-py, optional in the target venv
     except ImportError:
-        return None, "nvidia-ml-py is not installed in this environment"
+        notes.append("nvidia-ml-py is not installed in this environment")
+        return None, None
     try:
         pynvml.nvmlInit()
         index = device.index if device.index is not None else torch.cuda.current_device()
         uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if uuid is not None:
-            text = str(uuid)
-            handle = pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith("GPU-") else f"GPU-{text}")
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        return pynvml, handle
+        if uuid is None:
+            return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        text = str(uuid)
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith("GPU-") else f"GPU-{text}")
     except Exception as exc:  # noqa: BLE001 - NVML is optional
-        return None, f"NVML unavailable: {str(exc).strip() or type(exc).__name__}"
+        notes.append(f"NVML unavailable: {str(exc).strip() or type(exc).__name__}")
+        return None, None
 
 
 # ---------------------------------------------------------------------------
@@ -178,11 +151,8 @@ def _nvml_for(device: torch.device):
 def _torch_state(settings: Settings, device: torch.device, notes: list):
     """Threads, TF32 and cuDNN flags for one trial, as ``debtorch.load()`` applies them
     (:mod:`debtorch.train.apply`), restored afterwards."""
-    if device.type != "cuda":
-        if settings.tf32:
-            notes.append("tf32 applies to CUDA only; ignored")
-        if settings.cudnn_benchmark:
-            notes.append("cudnn_benchmark applies to CUDA only; ignored")
+    notes += [f"{f} applies to CUDA only; ignored" for f in ("tf32", "cudnn_benchmark")
+              if getattr(settings, f) and device.type != "cuda"]
     with apply.applied(torch, settings):
         yield
 
@@ -217,12 +187,9 @@ def _schedule(optimizer, settings: Settings, lr: float, total_steps: int):
 
 
 class _TrackedBatches:
-    """A batch sampler that remembers the index batches it handed out, in order.
-
-    The DataLoader returns batches in the order the sampler produced them
-    (prefetching workers included), so the oldest remembered batch is the one
-    the training loop has just received.
-    """
+    """A batch sampler that remembers the index batches it handed out, in order: the DataLoader
+    returns batches in that order (prefetching workers included), so the oldest is the one the
+    training loop has just received."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -246,9 +213,7 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
             ds, num_replicas=distributed["world_size"], rank=distributed["rank"], shuffle=True,
             seed=seed, drop_last=True)
     else:
-        gen = torch.Generator()
-        gen.manual_seed(seed)
-        sampler = torch.utils.data.RandomSampler(ds, generator=gen)
+        sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
     tracked = _TrackedBatches(torch.utils.data.BatchSampler(sampler, micro_batch, drop_last=True))
     if len(tracked) == 0:
         raise TrialError(f"dataset has {len(ds)} samples, fewer than one micro-batch of {micro_batch}"
@@ -271,12 +236,9 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
 
 
 def _worker_death(iterator) -> Optional[RuntimeError]:
-    """PyTorch's own wording for a DataLoader worker killed by a signal, or None.
-
-    When a worker dies between batches PyTorch may only say it "exited
-    unexpectedly"; the worker's exit code still says which signal killed it
-    (SIGBUS when /dev/shm ran out), and that is what the diagnosis needs.
-    """
+    """PyTorch's own wording for a DataLoader worker killed by a signal, or None: when a worker dies
+    between batches PyTorch may only say it "exited unexpectedly", but its exit code still says which
+    signal (SIGBUS when /dev/shm ran out), and that is what the diagnosis needs."""
     for proc in getattr(iterator, "_workers", None) or []:
         code = getattr(proc, "exitcode", None)
         if code is not None and code < 0:
@@ -300,29 +262,20 @@ def _split(batch):
         return batch[0], batch[1]
     if isinstance(batch, dict) and set(batch) >= {"inputs", "target"} and len(batch) == 2:
         return batch["inputs"], batch["target"]
-    raise TrialError(f"a batch must be (inputs, target); the DataLoader gave {_describe(batch)}")
-
-
-def _describe(obj) -> str:
-    if isinstance(obj, (tuple, list)):
-        return f"a {type(obj).__name__} of {len(obj)}"
-    return f"a {type(obj).__name__}"
+    what = f"a {type(batch).__name__}" + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else "")
+    raise TrialError(f"a batch must be (inputs, target); the DataLoader gave {what}")
 
 
 def _call(model, inputs):
     if isinstance(inputs, dict):
         return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
 
 
 def _sync(device) -> Callable[[], None]:
     """The synchronisation before each clock read: CUDA's; a simulated device's queue is drained only
     at the window's ends (per step it would forbid the run-ahead being measured)."""
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
 
 def _device(device):
@@ -334,13 +287,9 @@ def _device(device):
 
 
 class _Trial:
-    """One trial's model, optimizer and batch source, and the step they take.
-
-    ``fetch`` hands out the next micro-batch (from the DataLoader, or from
-    device memory in compute-only mode) and adds its sample indices to the
-    digest while the window is being timed; ``step`` is one optimizer step
-    over ``accumulation_steps`` micro-batches.
-    """
+    """One trial's model, optimizer and batch source: ``fetch`` hands out the next micro-batch (from
+    the DataLoader, or device memory in compute-only mode), adding its sample indices to the digest
+    while the window is timed; ``step`` is one optimizer step over ``accumulation_steps`` of them."""
 
     def __init__(self, workload: Workload, settings: Settings, device: torch.device, steps: int,
                  warmup_steps: int, seed: int, compute_only: bool, distributed: Optional[dict], notes: list):
@@ -355,15 +304,11 @@ class _Trial:
             self._model(workload, settings, device, warmup_steps + steps, seed, distributed, notes)
         self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
                                                  distributed)
-        self.iterator = None
-        self.epochs = 0
+        self.iterator, self.epochs, self.counting, self.position = None, 0, False, 0
         self.digest = hashlib.blake2b(digest_size=8)
-        self.counting = False
         self.cached: list = []
-        self.position = 0
         if compute_only:
-            want = min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)
-            for _ in range(want):
+            for _ in range(min(self.accum * (warmup_steps + steps), COMPUTE_ONLY_BATCHES)):
                 batch, indices = self._from_loader()
                 inputs, target = _split(batch)
                 self.cached.append(((self._to_device(inputs, self.channels_last),
@@ -476,17 +421,10 @@ class _Trial:
 
 
 def settle_steps(settings: Settings) -> int:
-    """Optimizer steps to run untimed after the warm-up so that the timed window starts
-    with the DataLoader's queue as it is in steady state, not full; the timed window is
-    made at least as long (a trial asked for fewer steps runs this many).
-
-    With workers, ``num_workers * prefetch_factor`` micro-batches are in flight and ready when
-    the warm-up ends: a loader slower than the model hands them out at compute speed, so a short
-    window reads the queue, not the loader (benchmarks/results/engine.md).  While the model eats
-    the queue the workers refill it at the ratio of loader to model speed: a slow loader's queue
-    is gone after a turn or two, a nearly fast one keeps much of it for long.  Two turns of the
-    queue untimed, and a timed window at least as long, bound both.
-    """
+    """Untimed steps after the warm-up, and the shortest timed window: two turns of the DataLoader's
+    prefetch queue, so that the window reads the loader, not the queue the warm-up left full
+    (docs/engine.md; a slow loader's queue is gone after a turn or two, a nearly fast one keeps
+    much of it for long)."""
     workers = settings.num_workers or 0
     if workers <= 0:
         return 0
@@ -511,18 +449,9 @@ def run_trial(
     stop_at_target: bool = False,
     sync_each_step: bool = False,
 ) -> dict:
-    """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``.
-
-    ``settings`` is a :class:`Settings` or its dict.  ``on_step`` receives a
-    progress dict after every step.  ``distributed`` (``{"rank", "world_size"}``,
-    with the process group already initialised) wraps the model in DDP and
-    shards the data.  ``target_loss`` overrides the workload's; with
-    ``stop_at_target`` the timed window ends at the first step whose running
-    mean loss is below it (a convergence run: ``steps`` is then a cap, the
-    result's ``steps`` is what ran and ``steps_requested`` the cap).  Returns
-    the result dict documented in docs/engine.md.  ``device`` ``sim:...`` is a simulated accelerator
-    (:mod:`debtorch.train.sim`: no model runs); ``sync_each_step`` reads its loss every step.
-    """
+    """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``; the arguments
+    and the result dict are docs/engine.md's.  ``settings`` is a :class:`Settings` or its dict;
+    ``distributed`` (``{"rank", "world_size"}``) needs the process group initialised."""
     if isinstance(settings, dict):
         settings = Settings.from_dict(settings)
     problems = settings.validate()
@@ -567,7 +496,9 @@ def run_trial(
         trial = _Trial(workload, settings, device, steps, warmup_steps + settle, seed, compute_only,
                        distributed, notes)
         trial.sync_each_step = sync_each_step
-        gauges = _start_gauges(device, notes) if (sample_memory and instrument) else None
+        gauges = None
+        if sample_memory and instrument:
+            gauges = _Gauges(*(_nvml_for(device, notes) if device.type == "cuda" else (None, None)), notes)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         try:
@@ -582,11 +513,8 @@ def run_trial(
                 gauges.timing = True
             profiler = _profiler(profile_dir, device, steps) if profile_dir else None
             with (profiler or contextlib.nullcontext()):
-                if instrument:
-                    stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
-                    timed = _timed_window(trial, steps, _sync(device), profiler, progress, gauges, stop)
-                else:
-                    timed = _bare_window(trial, steps, _sync(device), progress)
+                stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
+                timed = _window(trial, steps, _sync(device), progress, instrument, profiler, gauges, stop)
             timed["sim"] = _sim_result(trial, timed) if simulated else None
             if gauges is not None:
                 gauges.timing = False
@@ -602,7 +530,7 @@ def run_trial(
             "gpu_util_mean": statistics.fmean(gauges.util) if (gauges is not None and gauges.util) else None,
             "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
             "threads": torch.get_num_threads(),
-            "profile_trace": _trace_path(profile_dir) if profile_dir else None,
+            "profile_trace": os.path.join(profile_dir, "trace.json") if profile_dir else None,
             "sim": timed["sim"],
         })
     del trial
@@ -612,20 +540,22 @@ def run_trial(
     return result
 
 
-def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
-                  stop: Optional[Callable[[list], bool]] = None) -> dict:
-    """The instrumented loop: every step cut into chained data-wait and compute segments.
-
-    The device is synchronised before every clock read.  One segment's
-    closing read opens the next, so data wait + compute = step time exactly.
-    ``stop(losses)``, when given, ends the window early (a convergence run).
-    """
+def _window(trial: _Trial, steps: int, sync, progress, instrument: bool = True, profiler=None, gauges=None,
+            stop: Optional[Callable[[list], bool]] = None) -> dict:
+    """The timed window.  Instrumented, every step is cut into chained data-wait and compute segments,
+    the device synchronised before every clock read (one segment's closing read opens the next, so data
+    wait + compute = step time exactly); ``stop(losses)`` may end it early (a convergence run).  Bare,
+    the same steps with one clock read at each end, their losses read afterwards."""
     clock = time.perf_counter
     step_s, data_s, compute_s, step_losses = [], [], [], []
     last = trial.accum - 1
     trial.drain(sync, start=True)
     window_start = clock()
     for s in range(steps):
+        if not instrument:
+            step_losses.append(trial.step())
+            progress("timed", s + 1, steps)
+            continue
         losses, waited, worked = [], 0.0, 0.0
         sync()
         t_open = start = clock()
@@ -655,32 +585,10 @@ def _timed_window(trial: _Trial, steps: int, sync, profiler, progress, gauges,
             break
     trial.drain(sync)
     wall = clock() - window_start
+    if not instrument:
+        return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
+                "losses": [_mean_loss(x) for x in step_losses]}
     return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
-
-
-def _bare_window(trial: _Trial, steps: int, sync, progress) -> dict:
-    """The same steps with one clock read at each end; losses read afterwards."""
-    clock = time.perf_counter
-    pending = []
-    trial.drain(sync, start=True)
-    window_start = clock()
-    for s in range(steps):
-        pending.append(trial.step())
-        progress("timed", s + 1, steps)
-    trial.drain(sync)
-    wall = clock() - window_start
-    return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
-            "losses": [_mean_loss(x) for x in pending]}
-
-
-def _start_gauges(device: torch.device, notes: list) -> _Gauges:
-    nvml, handle = None, None
-    if device.type == "cuda":
-        nvml, handle = _nvml_for(device)
-        if nvml is None:
-            notes.append(handle)
-            handle = None
-    return _Gauges(nvml, handle, notes)
 
 
 def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_steps: int, seed: int,
@@ -713,7 +621,8 @@ def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_
         "losses": losses,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "nonfinite_loss_step": _first_nonfinite(warmup_losses + losses),
+        "nonfinite_loss_step": next((i for i, x in enumerate(warmup_losses + losses)
+                                     if x is not None and not math.isfinite(x)), None),
         "sample_digest": trial.digest.hexdigest(),
         "epochs": trial.epochs,
         "world_size": dist["world_size"] if dist else 1,
@@ -739,62 +648,37 @@ def _sim_result(trial: _Trial, timed: dict) -> dict:
             "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps}
 
 
-def _first_nonfinite(losses: list) -> Optional[int]:
-    for i, x in enumerate(losses):
-        if x is not None and not math.isfinite(x):
-            return i
-    return None
-
-
 def _reached(target: float, losses: list) -> bool:
     """Whether the running mean of the last ``SMOOTH`` losses is below ``target``."""
     return len(losses) >= SMOOTH and sum(losses[-SMOOTH:]) / SMOOTH < target
 
 
 def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:
-    """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``.
-
-    ``target_step`` counts every optimizer step, warm-up included (1-based).
-    ``time_to_target_s`` adds up the step times to that step; warm-up steps
-    (whose times include start-up costs) are counted at the median timed step.
-    """
+    """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``: the step
+    (1-based, warm-up included) and the time to it (warm-up steps, whose times include start-up costs,
+    counted at the median timed step)."""
     out = {"target_loss": target, "target_step": None, "time_to_target_s": None}
-    if target is None:
-        return out
     every = list(warmup_losses) + list(losses)
-    typical = statistics.median(step_times) if step_times else 0.0
-    times = [typical] * len(warmup_losses) + list(step_times)
-    for i in range(SMOOTH - 1, len(every)):
-        window = every[i - SMOOTH + 1: i + 1]
-        if sum(window) / SMOOTH < target:
-            out["target_step"] = i + 1
-            out["time_to_target_s"] = sum(times[: i + 1])
-            break
+    step = None if target is None else next((n for n in range(SMOOTH, len(every) + 1)
+                                             if _reached(target, every[:n])), None)
+    if step is not None:
+        typical = statistics.median(step_times) if step_times else 0.0
+        out.update(target_step=step, time_to_target_s=sum(([typical] * len(warmup_losses) + list(step_times))[:step]))
     return out
 
 
 def _range(name: str, profiler):
-    if profiler is None:
-        return contextlib.nullcontext()
-    return torch.profiler.record_function(name)
-
-
-def _trace_path(profile_dir: str) -> str:
-    return os.path.join(profile_dir, "trace.json")
+    return contextlib.nullcontext() if profiler is None else torch.profiler.record_function(name)
 
 
 def _profiler(profile_dir: str, device: torch.device, steps: int):
+    """A torch.profiler trace of up to 5 timed steps, written to ``profile_dir``/trace.json."""
     os.makedirs(profile_dir, exist_ok=True)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    active = max(1, min(5, steps - 1))
-    path = _trace_path(profile_dir)
+    kinds = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
     return torch.profiler.profile(
-        activities=activities,
-        schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=active, repeat=1),
-        on_trace_ready=lambda prof: _export_trace(prof, path),
-    )
+        activities=kinds,
+        schedule=torch.profiler.schedule(wait=0, warmup=1 if steps > 1 else 0, active=max(1, min(5, steps - 1)), repeat=1),
+        on_trace_ready=lambda prof: _export_trace(prof, os.path.join(profile_dir, "trace.json")))
 
 
 def _export_trace(prof, path: str) -> None:

@@ -4,6 +4,7 @@ PyTorch's launcher.  Protocol and result keys: docs/engine.md."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,12 +13,15 @@ import time
 from typing import Any, Callable, Optional
 
 from debtorch import outputs
+from debtorch.budget import Budget, Where
 from debtorch.transport.client import (
+    START_TIMEOUT,
     Shim,
     StderrTail,
     Worker,
     WorkerError,
     WorkerTimeout,
+    bounded,
     exit_text,
     kill_group,
     private_tmp,
@@ -53,21 +57,29 @@ class TrainingWorker(Worker):
                             progress=on_progress is not None)
 
 
+def start_and_load(worker: Any, budget: Budget, where: Where, longest: float, workload: str, **load: Any) -> dict:
+    """Start ``worker`` (a training worker) and load ``workload``, each wait within ``budget``
+    (:func:`~debtorch.transport.client.bounded`); the load's answer."""
+    where.doing("starting the worker (importing torch)")
+
+    def start(timeout: float) -> dict:
+        worker.start_timeout = timeout
+        return worker.start()
+
+    bounded(budget, where, start, START_TIMEOUT)
+    where.doing(f"loading {workload}")
+    return bounded(budget, where, lambda timeout: worker.request("load", workload=workload, timeout=timeout, **load),
+                   longest)
+
+
 def launch_distributed(python: str, workload: str, settings: Any, nproc: int, steps: int = 20,
                        warmup: int = 3, seed: int = 0, device: Optional[str] = None,
                        options: Optional[dict] = None, launcher_args: Optional[list] = None,
                        env: Optional[dict] = None, cwd: Optional[str] = None, timeout: float = 900.0,
                        on_event: Optional[Callable[[dict], None]] = None) -> dict:
-    """Run one trial in ``nproc`` processes under ``python -m torch.distributed.run``.
-
-    Each rank wraps the model in DDP (gloo on CPU, nccl on GPUs unless the
-    settings name a backend) and shards the data with a DistributedSampler.
-    ``launcher_args`` are passed to torchrun (multi-node options); without
-    them the run is ``--standalone`` on this machine.  Returns
-    ``{"nproc", "backend", "samples_per_s", "per_rank_samples_per_s", "ranks"}``
-    where ``samples_per_s`` is all ranks' samples over the slowest rank's
-    window.  ``on_event`` receives rank 0's progress events.
-    """
+    """Run one trial in ``nproc`` processes under ``python -m torch.distributed.run`` (docs/engine.md,
+    "More than one process"); ``launcher_args`` are torchrun's multi-node options (else
+    ``--standalone``); ``on_event`` receives rank 0's progress events.  Returns :func:`aggregate`'s."""
     if hasattr(settings, "to_dict"):
         settings = settings.to_dict()
     shim = Shim()
@@ -122,8 +134,7 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
         if proc.returncode != 0 or not ranks:
             last = tail.last()
             raise WorkerError("died", f"torch.distributed.run {exit_text(proc.returncode)}" + (f": {last}" if last else ""))
-        results = [r["result"] for r in ranks]
-        return aggregate(results)
+        return aggregate([r["result"] for r in ranks])
     finally:
         shim.remove()
         outputs.remove_folder(work)
@@ -131,11 +142,9 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
 
 def _stop_launcher(proc: subprocess.Popen) -> None:
     """SIGTERM torchrun (it stops its ranks), then kill its group."""
-    try:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
     kill_group(proc)
 
 
@@ -157,7 +166,7 @@ def _pump_events(path: str, seen: int, on_event: Optional[Callable[[dict], None]
 
 
 def aggregate(results: list) -> dict:
-    """Whole-job throughput from the ranks' results."""
+    """Whole-job throughput from the ranks' results: all samples over the slowest rank's window."""
     slowest = max(r["wall_s"] for r in results)
     total = sum(r["samples"] for r in results)
     return {

@@ -80,10 +80,9 @@ class Settings:
     @classmethod
     def from_dict(cls, data: dict) -> "Settings":
         """Build from a dict; unknown keys raise KeyError naming the key."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in names:
-                raise KeyError(key)
+        unknown = [k for k in data if k not in {f.name for f in dataclasses.fields(cls)}]
+        if unknown:
+            raise KeyError(unknown[0])
         return cls(**data)
 
     def replace(self, **changes: Any) -> "Settings":
@@ -91,26 +90,11 @@ class Settings:
 
     def short(self) -> str:
         """A compact label for tables: 'w2 pf4 pin bf16 t2 cl' ('np': workers not persistent)."""
-        parts = [f"w{self.num_workers}"]
-        if self.prefetch_factor is not None:
-            parts.append(f"pf{self.prefetch_factor}")
-        if self.num_workers and not self.persistent_workers:
-            parts.append("np")
-        if self.pin_memory:
-            parts.append("pin")
-        parts.append(self.precision)
-        if self.threads is not None:
-            parts.append(f"t{self.threads}")
-        if self.channels_last:
-            parts.append("cl")
-        if self.compile:
-            parts.append("compile")
-        return " ".join(parts)
+        parts = [f"w{self.num_workers}", self.prefetch_factor is not None and f"pf{self.prefetch_factor}",
+                 self.num_workers and not self.persistent_workers and "np", self.pin_memory and "pin",
+                 self.precision, self.threads is not None and f"t{self.threads}", self.channels_last and "cl",
+                 self.compile and "compile"]
+        return " ".join(p for p in parts if p)
 
 
 OPTIONAL = {f.name for f in dataclasses.fields(Settings) if f.default is None}
-
-
-def defaults() -> Settings:
-    """PyTorch's own defaults: what a training script gets when it tunes nothing."""
-    return Settings()

@@ -1,21 +1,8 @@
-"""A simulated accelerator: the input pipeline measured the way a GPU sees it (docs/engine.md).
-
-``--device sim:RATE`` trains no model.  Each micro-batch is copied "to the device" and
-``micro_batch / RATE`` seconds of device work are queued; the device is a schedule of finish
-times, so it holds neither a core nor the GIL (the host sleeps only when it must wait for it).
-
-* Launch: the host spins ``launch`` ms per micro-batch (real CPU work, holding the GIL like
-  PyTorch's dispatcher); the device starts the micro-batch's work when its launch starts and
-  cannot finish it before the launch ends (kernels run as they are launched).
-* Copies, in stream order with the compute: ``n`` bytes take ``n / gbps`` of device time.  A
-  pageable batch first costs a real host memcpy into a staging buffer; a pinned batch copied
-  with ``non_blocking`` costs the host nothing.  Without ``non_blocking`` the copy synchronises
-  the stream (PyTorch's copy then ``cudaStreamSynchronize``): the host waits for the queue.
-* The host may queue at most ``ahead`` optimizer steps beyond the one the device runs;
-  ``sync`` (a ``.item()`` of the loss each step) waits for the queue to drain.
-
-Standard library only at import (the command line checks specs); torch is imported for the
-staging copy, in the worker.
+"""A simulated accelerator (``--device sim:RATE``): the input pipeline measured the way a GPU sees
+it; the model, its parameters and what it leaves out are docs/engine.md's.  No model runs: each
+micro-batch is copied "to the device" and ``micro_batch / RATE`` seconds of device work are queued;
+the device is a schedule of finish times, so it holds neither a core nor the GIL.  Standard
+library only at import (the command line checks specs); torch is imported for the staging copy.
 """
 
 from __future__ import annotations

@@ -6,14 +6,13 @@ may carry a ``finding`` and a ``suggestion``.  Standard library only at import t
 from __future__ import annotations
 
 import os
-import platform
 import sys
 from typing import Optional
 
 from debtorch.hostwaits import count_host_waits, workload_file
 from debtorch.train import sim
 from debtorch.transport import server
-from debtorch.transport.server import PROTOCOL_VERSION, BadRequest, RequestError
+from debtorch.transport.server import BadRequest, RequestError
 
 SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
 
@@ -23,22 +22,17 @@ SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
 
 
 def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
-    """A structured, one-line account of why a request failed.
-
-    ``context`` may hold ``micro_batch``, ``accumulation_steps``,
-    ``num_workers`` and ``device`` of the failing trial.
-    """
+    """A structured, one-line account of why a request failed; ``context`` may hold the failing trial's
+    ``micro_batch``, ``accumulation_steps``, ``num_workers`` and ``device``."""
     ctx = context or {}
     err = server.describe(exc)
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
-    mod = sys.modules.get("debtorch.train.workloads")
-    eng = sys.modules.get("debtorch.train.engine")
-    if mod is not None and isinstance(exc, mod.WorkloadError):
-        err.update(kind="workload", message=first)
-        err.pop("traceback", None)
-    elif eng is not None and isinstance(exc, eng.TrialError):
-        err.update(kind="settings", message=first)
+    ours = {"workload": getattr(sys.modules.get("debtorch.train.workloads"), "WorkloadError", None),
+            "settings": getattr(sys.modules.get("debtorch.train.engine"), "TrialError", None)}
+    kind = next((k for k, cls in ours.items() if cls is not None and isinstance(exc, cls)), None)
+    if kind:
+        err.update(kind=kind, message=first)
         err.pop("traceback", None)
     elif _is_oom(exc, text):
         mb, acc = ctx.get("micro_batch"), ctx.get("accumulation_steps") or 1
@@ -114,6 +108,10 @@ class Session(server.Session):
         self.file = out["file"] = workload_file(spec)
         return out
 
+    def _loaded(self) -> None:
+        if self.workload is None:
+            raise BadRequest("no workload loaded: send a load request first")
+
     def op_host_waits(self, req: dict) -> dict:
         """Synchronising CUDA calls per step in the workload's own file (docs/lint.md); CUDA only."""
         import torch
@@ -121,8 +119,7 @@ class Session(server.Session):
         from debtorch.train.engine import run_trial  # defer: imports torch
         from debtorch.train.settings import Settings  # defer: with the engine
 
-        if self.workload is None:
-            raise BadRequest("no workload loaded: send a load request first")
+        self._loaded()
         path = self.file
         if torch.device(self.device).type != "cuda" or not hasattr(torch.cuda, "set_sync_debug_mode"):
             return {"measured": False, "file": path}
@@ -140,25 +137,18 @@ class Session(server.Session):
         from debtorch.train.engine import MODES, run_trial  # defer: torch, after the worker said it started
         from debtorch.train.settings import Settings  # defer: with the engine
 
-        if self.workload is None:
-            raise BadRequest("no workload loaded: send a load request first")
+        self._loaded()
         mode = req.get("mode", "instrumented")
         if mode not in MODES:
             raise BadRequest(f"mode must be one of {', '.join(MODES)}")
-        raw = req.get("settings") or {}
         try:
-            settings = Settings.from_dict(raw)
+            settings = Settings.from_dict(req.get("settings") or {})
         except KeyError as exc:
             raise BadRequest(f"unknown setting {exc.args[0]!r}") from None
         except TypeError as exc:
             raise BadRequest(f"bad settings: {exc}") from None
         rid = req.get("id")
-        want_progress = req.get("progress", True)
-
-        def on_step(ev: dict) -> None:
-            if want_progress:
-                self.proto.send(dict(ev, event="progress", id=rid))
-
+        on_step = (lambda ev: self.proto.send(dict(ev, event="progress", id=rid))) if req.get("progress", True) else None
         self.context = {"micro_batch": settings.micro_batch or self.workload.batch_size,
                         "accumulation_steps": settings.accumulation_steps,
                         "num_workers": settings.num_workers, "device": self.device}
@@ -204,27 +194,15 @@ class DeviceError(RequestError):
 def info() -> dict:
     import torch
 
-    out = {
-        "pid": os.getpid(),
-        "python": sys.executable,
-        "python_version": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
-        "gpus": [],
-        "threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "mkldnn_bf16": _mkldnn_bf16(torch),
-        "distributed": torch.distributed.is_available(),
-        "protocol": PROTOCOL_VERSION,
-        "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__)),
-    }
-    if out["cuda_available"]:
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            out["gpus"].append({"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}",
-                                "memory_bytes": p.total_memory})
-    return out
+    out, cuda = server.hello(torch), torch.cuda.is_available()
+    protocol = out.pop("protocol")
+    props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())] if cuda else []
+    return {**out, "torch_cuda": torch.version.cuda, "cuda_available": cuda,
+            "gpus": [{"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}", "memory_bytes": p.total_memory}
+                     for i, p in enumerate(props)],
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "mkldnn_bf16": _mkldnn_bf16(torch),
+            "distributed": torch.distributed.is_available(), "protocol": protocol,
+            "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__))}
 
 
 def _mkldnn_bf16(torch) -> Optional[bool]:

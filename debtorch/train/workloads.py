@@ -1,16 +1,8 @@
-"""Workloads: what the engine trains (runs inside the target interpreter).
-
-The contract is docs/workloads.md's: ``--workload module:function`` names a
-function that returns a :class:`Workload`, or a dict with the same keys
-(``model``, a map-style ``dataset`` whose items collate to ``(inputs,
-target)``, ``loss_fn``, ``batch_size``; optionally ``name``, ``target_loss``,
-``lr``, ``convolutional``, ``collate_fn``).  The built-ins (``builtin:cnn``,
-``builtin:images``, ``builtin:transformer``) are deterministic by seed and
-sized so that a trial on a 2-core CPU takes seconds; their data costs CPU per
-item like a real pipeline, and their labels come from a fixed random teacher,
-so the loss really falls.
-
-Imports only torch and the standard library.
+"""Workloads: what the engine trains (in the target interpreter; torch and the standard library only).
+``--workload module:function`` names a function returning a :class:`Workload` or a dict of its fields
+(the contract: docs/workloads.md).  The built-ins are deterministic by seed, sized so that a trial
+on a 2-core CPU takes seconds, their data costs CPU per item like a real pipeline, and their labels
+come from a fixed random teacher, so the loss really falls.
 """
 
 from __future__ import annotations
@@ -29,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from debtorch import outputs
+from debtorch.transport.server import one_line as _one_line
 
 REQUIRED = ("model", "dataset", "loss_fn", "batch_size")
 EXPECTED = "expected a Workload or dict with model, dataset, loss_fn, batch_size"
@@ -48,17 +41,9 @@ class Workload:
 
     def describe(self) -> dict:
         """JSON-ready summary for the worker's ``load`` response."""
-        params = sum(p.numel() for p in self.model.parameters())
-        return {
-            "name": self.name,
-            "batch_size": self.batch_size,
-            "dataset_len": len(self.dataset),
-            "parameters": params,
-            "target_loss": self.target_loss,
-            "lr": self.lr,
-            "convolutional": self.convolutional,
-            "model_class": type(self.model).__name__,
-        }
+        return {"name": self.name, "batch_size": self.batch_size, "dataset_len": len(self.dataset),
+                "parameters": sum(p.numel() for p in self.model.parameters()), "target_loss": self.target_loss,
+                "lr": self.lr, "convolutional": self.convolutional, "model_class": type(self.model).__name__}
 
 
 class WorkloadError(Exception):
@@ -70,11 +55,8 @@ class WorkloadError(Exception):
 
 
 def load_workload(spec: str, options: Optional[dict] = None, seed: int = 0) -> Workload:
-    """Import ``module:function``, call it with ``options`` and validate the result.
-
-    ``torch.manual_seed(seed)`` is set first so that model initialisation is
-    deterministic.  Every failure is a :class:`WorkloadError` with one line.
-    """
+    """Import ``module:function``, call it with ``options`` (after ``torch.manual_seed(seed)``: model
+    initialisation is deterministic) and validate the result; every failure a one-line WorkloadError."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise WorkloadError(f"workload {spec!r} must be module:function (e.g. mymod:make or builtin:cnn)")
     modname, funcname = spec.split(":")
@@ -159,11 +141,6 @@ def _a(noun: str) -> str:
     return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 # ---------------------------------------------------------------------------
 # builtin:cnn
 
@@ -181,15 +158,10 @@ class _Teacher(nn.Module):
 
 
 class SyntheticImages(torch.utils.data.Dataset):
-    """Images decoded from latent vectors and augmented per item, labelled by a teacher.
-
-    "Decoding" mixes a flip-symmetric low-resolution basis by the latent
-    vector, upsamples it bicubically to ``raw`` pixels and adds texture noise,
-    giving a uint8 image as a JPEG decoder would.  Augmentation then takes a
-    random resized crop to ``size`` pixels, flips, jitters brightness,
-    contrast and saturation and normalises.  All randomness is seeded by
-    (seed, index), so an item is the same whichever process builds it.
-    """
+    """Images "decoded" from latent vectors (a flip-symmetric low-resolution basis mixed by the
+    latent, upsampled to ``raw`` pixels, texture noise: a uint8 image as a JPEG decoder gives), then
+    augmented per item (random resized crop to ``size``, flip, colour jitter, normalisation) and
+    labelled by a teacher.  Seeded by (seed, index): an item is the same in every process."""
 
     def __init__(self, samples: int = 4096, size: int = 64, raw: int = 128, latent: int = 8,
                  classes: int = 10, seed: int = 0):
@@ -275,9 +247,8 @@ class SmallResNet(nn.Module):
 def cnn(samples: int = 4096, size: int = 64, width: int = 32, batch_size: int = 32, seed: int = 0,
         raw: Optional[int] = None) -> Workload:
     """The built-in CNN workload (see the module docstring)."""
-    if raw is None:
-        raw = size * 2
-    return _resnet("builtin:cnn", SyntheticImages(samples=samples, size=size, raw=raw, seed=seed), width, batch_size)
+    return _resnet("builtin:cnn", SyntheticImages(samples=samples, size=size, raw=raw or size * 2, seed=seed), width,
+                   batch_size)
 
 
 def _resnet(name: str, dataset: Any, width: int, batch_size: int) -> Workload:
@@ -300,13 +271,9 @@ def _pillow():
 
 
 class ImageFiles(torch.utils.data.Dataset):
-    """JPEG files on disk, decoded with Pillow in ``__getitem__`` and augmented there: a random
-    resized crop to ``size`` pixels (scale 0.6-1), a horizontal flip, normalisation.
-
-    The files are written once into ``folder`` from :class:`SyntheticImages` (the same latent
-    images and teacher labels as ``builtin:cnn``, at ``raw`` pixels); all randomness is seeded
-    by (seed, index), so an item is the same whichever process decodes it.
-    """
+    """JPEG files (:class:`SyntheticImages`' images and labels, written once into ``folder``),
+    decoded with Pillow in ``__getitem__`` and augmented there (random resized crop, flip,
+    normalisation); seeded by (seed, index)."""
 
     def __init__(self, folder: str, labels: torch.Tensor, size: int = 64, seed: int = 0):
         self.folder, self.targets, self.size, self.seed = folder, labels, size, seed
@@ -423,21 +390,9 @@ class SmallTransformer(nn.Module):
 def transformer(samples: int = 4096, length: int = 64, dim: int = 128, layers: int = 2,
                 batch_size: int = 32, seed: int = 0) -> Workload:
     """The built-in Transformer workload (see the module docstring)."""
-    return Workload(
-        model=SmallTransformer(length=length, dim=dim, layers=layers),
-        dataset=SyntheticSequences(samples=samples, length=length, seed=seed),
-        loss_fn=F.cross_entropy,
-        batch_size=batch_size,
-        name="builtin:transformer",
-        target_loss=1.0,
-        lr=1e-3,
-        convolutional=False,
-    )
+    return Workload(model=SmallTransformer(length=length, dim=dim, layers=layers),
+                    dataset=SyntheticSequences(samples=samples, length=length, seed=seed), loss_fn=F.cross_entropy,
+                    batch_size=batch_size, name="builtin:transformer", target_loss=1.0, lr=1e-3)
 
 
 BUILTINS: dict = {"cnn": cnn, "images": images, "transformer": transformer}
-
-
-if __name__ == "__main__":  # pragma: no cover - a quick look: python -m debtorch.train.workloads
-    wl = load_workload(sys.argv[1] if len(sys.argv) > 1 else "builtin:cnn")
-    print(wl.describe())

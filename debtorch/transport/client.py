@@ -1,20 +1,17 @@
 """Running code in the target interpreter, from debtorch's own process (torch-free; docs/engine.md).
 
-What needs torch runs in a *worker*: a subprocess of the target interpreter (``--python``) running one
-of debtorch's torch-side modules (whose ``main()`` is :func:`debtorch.transport.server.main`), imported
-through a temporary folder holding only a symlink ``debtorch -> <this package>``, first on its path;
-nothing else of debtorch's site-packages, and never the working folder (docs/security.md).
-
-Besides :class:`debtorch.host.Host` (commands run to completion), this module (and
-:func:`debtorch.train.runner.launch_distributed`, with its parts) is the one place that starts
-processes, under Host's rules: a new session (a timeout or Ctrl-C kills the whole process group,
-DataLoader workers included), a deadline on every wait, failures as one-line errors.  Each torch-side
-process also dies with its parent (``PR_SET_PDEATHSIG``), which reaches torchrun's ranks.
+A *worker* is a subprocess of the target interpreter running one of debtorch's torch-side modules,
+imported through a temporary folder that holds only ``debtorch -> <this package>`` (never the
+working folder: docs/security.md).  Besides :class:`debtorch.host.Host`, this module (with
+:func:`debtorch.train.runner.launch_distributed`) is the one place that starts processes, under
+Host's rules: a new session, a deadline on every wait, the process group killed on a timeout or
+Ctrl-C, failures as one-line errors.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -27,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from debtorch import outputs
+from debtorch.budget import Budget, Where, stopped
 from debtorch.host import kill_group as host_kill_group
 from debtorch.transport.server import PROTOCOL_FD_ENV
 
@@ -35,20 +33,15 @@ STDERR_LINES = 200
 START_TIMEOUT = 180.0  # importing torch on a cold cache takes a while
 
 
-# Failures caused by what the user gave (an interpreter, a workload, a device, settings),
-# not by the run itself: every command exits 2 for these and 1 for a run that failed
-# (docs/cli.md).  One list, read by tune --measure and verify-train alike.
+# Failures about what the user gave (an interpreter, a workload, a device, settings): every command
+# exits 2 for these, 1 for a run that failed (docs/cli.md).
 USER_INPUT_KINDS = frozenset({"no_python", "no_torch", "broken_torch", "workload", "device", "bad_request",
                               "settings"})
 
 
 class WorkerError(Exception):
-    """A request that failed, or a worker that could not run.
-
-    ``kind`` is stable (docs/engine.md): no_python, no_torch, broken_torch,
-    start, died, timeout, interrupted, bad_request, workload, settings,
-    device, oom, shm, dataloader, exception.  ``str()`` is one line.
-    """
+    """A request that failed, or a worker that could not run: a stable ``kind`` (docs/engine.md), and
+    ``str()`` one line."""
 
     def __init__(self, kind: str, message: str, detail: Optional[dict] = None):
         super().__init__(message)
@@ -75,11 +68,21 @@ class WorkerTimeout(WorkerError):
     pass
 
 
-def worker_python(python_option: Optional[str], host) -> str:
-    """The interpreter that trains: ``--python`` if given, else the venv's, else ours.
+def bounded(budget: Budget, where: Where, call: Callable[[float], Any], longest: float) -> Any:
+    """``call(timeout)``, its timeout ``longest`` seconds or what is left of ``budget``: a timeout the
+    budget caused is a WorkerError of kind ``budget`` that says where it stopped."""
+    cut = budget.binding(longest)
+    try:
+        return call(budget.cap(longest))
+    except WorkerError as exc:
+        if exc.kind == "timeout" and cut:
+            raise WorkerError("budget", stopped(budget, where)) from None
+        raise
 
-    Raises :class:`WorkerError` (kind ``no_python``) when it does not exist.
-    """
+
+def worker_python(python_option: Optional[str], host) -> str:
+    """The interpreter that trains: ``--python`` if given, else the venv's, else ours; WorkerError
+    (``no_python``) when it does not exist."""
     path = host.program(python_option or host.default_python)
     if not host.exists(path):
         raise WorkerError("no_python", f"{path}: no such Python interpreter (--python names one)")
@@ -87,22 +90,18 @@ def worker_python(python_option: Optional[str], host) -> str:
 
 
 def private_tmp(env: dict, folder: str) -> dict:
-    """``env`` with a temporary directory of its own inside ``folder`` (one of debtorch's registered
-    temporary folders): what the training processes leave there when they are killed (the
-    DataLoader's multiprocessing folders, torchelastic's) goes with ``folder`` however the run
-    ends.  torch.compile's cache stays where torch would have put it, so that it is kept between
-    runs (torch's default is torchinductor_<user> in the temporary directory)."""
+    """``env`` with a temporary directory of its own inside ``folder`` (a registered temporary folder),
+    so that what killed training processes leave there goes with it; torch.compile's cache stays
+    where torch would put it (torchinductor_<user> in the temporary directory), kept between runs."""
     import getpass  # defer: only a training run needs the user name
     import tempfile  # defer: as above
 
     env = dict(env)
     if "TORCHINDUCTOR_CACHE_DIR" not in env:
-        try:
+        with contextlib.suppress(KeyError, OSError):  # no user name (a container without one): torch's own choice
             user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
             tmp_before = env.get("TMPDIR") or tempfile.gettempdir()  # the processes' own, not ours
             env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp_before, "torchinductor_" + user)
-        except (KeyError, OSError):  # no user name (a container without one): torch's own choice
-            pass
     tmp = os.path.join(folder, "tmp")
     os.mkdir(tmp, 0o700)
     env["TMPDIR"] = tmp
@@ -144,10 +143,8 @@ class Shim:
 def kill_group(proc: subprocess.Popen) -> None:
     """Kill a process started in its own session and everything in its group; reap it."""
     host_kill_group(proc)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 class StderrTail(threading.Thread):
@@ -160,37 +157,23 @@ class StderrTail(threading.Thread):
         self.sink = sink
 
     def run(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # the stream closed under us: nothing more to keep
             for raw in iter(self.stream.readline, b""):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 self.lines.append(line)
                 if self.sink is not None:
-                    try:
+                    with contextlib.suppress(Exception):  # a display hook must not kill the reader
                         self.sink(line)
-                    except Exception:  # noqa: BLE001 - a display hook must not kill the reader
-                        pass
-        except (OSError, ValueError):  # the stream was closed under us: nothing more to keep
-            pass
 
     def last(self) -> str:
-        for line in reversed(self.lines):
-            if line.strip():
-                return line.strip()[:200]
-        return ""
+        return next((line.strip()[:200] for line in reversed(self.lines) if line.strip()), "")
 
 
 class Worker:
-    """A torch-side module of debtorch (``module``) running in the target interpreter.
-
-    Use as a context manager::
-
-        with Worker(python, "debtorch.fleet.torchside") as w:
-            caps = w.request("caps")
-
-    Every request has a deadline (``timeout`` seconds unless the call names
-    one); on a timeout, an exception in the caller (Ctrl-C included) or
-    :meth:`close`, the worker's whole process group is killed.
-    """
+    """A torch-side module of debtorch (``module``) in the target interpreter, as a context manager:
+    ``with Worker(python, "debtorch.fleet.torchside") as w: w.request("caps")``.  Every request has a
+    deadline (``timeout`` unless the call names one); on a timeout, an exception in the caller
+    (Ctrl-C included) or :meth:`close`, the worker's whole process group is killed."""
 
     # What the worker was doing, by request, for "the worker exited with status 3 while exiting".
     DOING = {"exit": "exiting"}
@@ -294,12 +277,10 @@ class Worker:
             return
         try:
             if self.proc.poll() is None:
-                try:
+                with contextlib.suppress(WorkerError, OSError, subprocess.TimeoutExpired):
                     self._send({"op": "exit"})
                     self._read(time.monotonic() + grace, "exiting")
                     self.proc.wait(timeout=grace)
-                except (WorkerError, OSError, subprocess.TimeoutExpired):
-                    pass
         finally:
             self.kill()  # even when a signal interrupts the goodbye: no worker, no folder left
 
@@ -309,15 +290,10 @@ class Worker:
             kill_group(self.proc)
             if self._stderr is not None:
                 self._stderr.join(timeout=2)  # EOF arrives once the group is gone
-            streams = [self.proc.stdin]
-            if self._stderr is None or not self._stderr.is_alive():
-                streams.append(self.proc.stderr)
-            for stream in streams:
-                try:
+            for stream in (self.proc.stdin, self.proc.stderr if not (self._stderr and self._stderr.is_alive()) else None):
+                with contextlib.suppress(OSError):
                     if stream:
                         stream.close()
-                except OSError:
-                    pass
         if self._rfd is not None:
             os.close(self._rfd)
             self._rfd = None
@@ -328,12 +304,8 @@ class Worker:
     # -- requests --------------------------------------------------------
     def request(self, op: str, on_event: Optional[Callable[[dict], None]] = None,
                 timeout: Optional[float] = None, **fields: Any) -> dict:
-        """Send one request; pass its events to ``on_event``; return its result.
-
-        Raises :class:`WorkerError` with the worker's ``kind`` and one-line
-        message when the request failed, and kills the worker on a timeout
-        or on any exception in the caller (KeyboardInterrupt included).
-        """
+        """Send one request; pass its events to ``on_event``; return its result.  A failed request is
+        a :class:`WorkerError`; a timeout or any exception in the caller (Ctrl-C too) kills the worker."""
         if self.proc is None or self._rfd is None:
             raise WorkerError("died", "the worker is not running")
         self._next_id += 1

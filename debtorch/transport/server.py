@@ -25,13 +25,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (``PR_SET_PDEATHSIG``).
-
-    Used by the worker, by each torchrun rank (torchrun starts ranks in their
-    own sessions, so a process-group kill does not reach them) and by each
-    DataLoader worker, so that killing debtorch never leaves strays behind.
-    A no-op where prctl is unavailable.
-    """
+    """Ask Linux to kill this process when its parent dies (``PR_SET_PDEATHSIG``; a no-op without prctl):
+    the worker, each torchrun rank (in a session of its own, out of reach of a group kill) and each
+    DataLoader worker, so that killing debtorch never leaves strays behind."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -62,12 +58,15 @@ class BadRequest(RequestError):
     pass
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (``Type`` alone when there is none)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def describe(exc: BaseException) -> dict:
     """The error object of a request that raised ``exc``: its type, first line and traceback."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    name = type(exc).__name__
-    return {"kind": "exception", "type": name, "message": f"{name}: {first}" if first else name,
+    return {"kind": "exception", "type": type(exc).__name__, "message": one_line(exc),
             "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]}
 
 
@@ -132,6 +131,12 @@ def _release() -> None:
         torch.cuda.empty_cache()
 
 
+def hello(torch: Any) -> dict:
+    """Who answers: this process, its Python and torch, the protocol."""
+    return {"pid": os.getpid(), "python": sys.executable, "python_version": platform.python_version(),
+            "torch": torch.__version__, "protocol": PROTOCOL_VERSION}
+
+
 def main(make_session: Any) -> int:
     """The start-up of a torch-side module: the protocol, stdout to stderr, torch imported, the hello;
     then ``make_session(proto)`` answers the requests."""
@@ -153,7 +158,5 @@ def main(make_session: Any) -> int:
         proto.send({"event": "fatal", "kind": "broken_torch",
                     "message": f"{sys.executable}: import torch failed: {type(exc).__name__}: {str(exc).strip()[:200]}"})
         return 3
-    proto.send({"event": "hello", "pid": os.getpid(), "python": sys.executable,
-                "python_version": platform.python_version(), "torch": torch.__version__,
-                "protocol": PROTOCOL_VERSION})
+    proto.send({"event": "hello", **hello(torch)})
     return serve(proto, sys.stdin, make_session(proto))

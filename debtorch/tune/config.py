@@ -1,16 +1,9 @@
-"""The config file ``debtorch tune --write`` writes and training code loads.
-
-One TOML file: every setting under a table, its reason as a comment above
-it, environment hints, a fingerprint of the machine it was tuned on, and how
-it was chosen.  docs/tune.md lists every key.
-
-Writing uses tomlkit (python3-tomlkit in Debian 12 is 0.11.7: only its old
-API is used) and :mod:`debtorch.outputs` (atomic: a temporary file created
-exclusively in the same directory, then ``os.link``, which never replaces an
-existing file, or, with ``force``, ``os.replace`` over a regular file only).
-Loading uses the standard library's tomllib, then checks every key against
-:data:`SCHEMA` (:mod:`debtorch.schema`): an unknown key or a bad value is one
-line naming the file, the line and the key.  Nothing in a config file is ever executed or imported.
+"""The config file ``debtorch tune --write`` writes and training code loads (docs/tune.md lists every
+key): every setting under a table with its reason as a comment, environment hints, the fingerprint
+of the machine it was tuned on, and how it was chosen.  Written with tomlkit (Debian 12's 0.11.7:
+only its old API) through :mod:`debtorch.outputs` (atomic, never over a file without ``force``);
+loaded with tomllib and checked against :data:`SCHEMA`, every problem one line naming the file, the
+line and the key.  Nothing in a config file is ever executed or imported.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from typing import Optional
 
 from debtorch import inputs, outputs, schema
 from debtorch.__about__ import __version__
+from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
 
@@ -73,14 +67,10 @@ class ConfigFile:
 
 
 # ---------------------------------------------------------------------------
-# Bounds (docs/tune.md, "Bounds"): every number has a range a training run can use (the settings':
-# train/settings.FIELDS).  Workers, threads and processes are also bounded by the machine that runs them:
-# at most MACHINE_FACTOR times its usable CPUs (never below MACHINE_FLOOR), all
-# processes together (processes x (1 + workers)) included, so that a typo or a
-# hostile file cannot start a storm of processes.  Only the code or command line that
-# loads a file lifts the machine's bound (``debtorch.load(path, oversubscribe=True)``,
-# verify-train --oversubscribe), never settings.PROCESS_MAX; ``oversubscribe = true`` in [limits]
-# records that tune was told so, and lifts nothing by itself.  Every integer fits a signed 64-bit TOML integer.
+# Bounds (docs/tune.md, "Bounds"): besides each number's range (train/settings.FIELDS), workers, threads
+# and processes (all together included) are bounded by the machine, at most MACHINE_FACTOR times its
+# usable CPUs, so that a typo or a hostile file cannot start a storm of processes.  Only the code or
+# command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
 BUDGET_MAX_S = 7 * 24 * 3600.0
 MACHINE_FACTOR = 4
@@ -110,6 +100,14 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
         return "num_workers", (f"{nproc} process(es) x (1 + {workers} workers) = {nproc * (1 + workers)} processes, "
                                f"more than this machine can run ({why})")
     return None
+
+
+def usable_cpus(host: Host) -> Optional[int]:
+    """The CPUs this process may use (its affinity), which bound a config's workers and processes."""
+    try:
+        return len(host.affinity()) or None
+    except Unavailable:
+        return None
 
 
 OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or verify-train --oversubscribe "
@@ -147,10 +145,8 @@ ORDER = {key: i for i, key in enumerate(SCHEMA)}      # the order problems are l
 
 
 def load_config(path: str, cpus: Optional[int] = None) -> ConfigFile:
-    """Read and check a config file; raise :class:`ConfigError` (one line) when it cannot be used.
-
-    ``cpus``: the usable CPUs of the machine that will run it, which bound workers,
-    threads and processes (see :func:`machine_problem`); None checks the ranges only."""
+    """Read and check a config file; :class:`ConfigError` (one line) when it cannot be used.  ``cpus``:
+    the usable CPUs of the machine that will run it (:func:`machine_problem`); None: the ranges only."""
     try:
         text = inputs.read_text(path, inputs.MAX_CONFIG, what="a debtorch config")
     except inputs.InputError as exc:
@@ -211,69 +207,47 @@ def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: 
 
 
 def render_config(rec, fingerprint: dict, tuned: dict) -> str:
-    """The TOML text for recommendation ``rec`` (a :class:`~debtorch.tune.rules.Recommendation`)."""
+    """The TOML text for recommendation ``rec`` (a :class:`~debtorch.tune.rules.Recommendation`): each
+    table a list of comments (strings) and (key, value) pairs."""
     import tomlkit
 
-    doc = tomlkit.document()
-    doc.add(tomlkit.comment("debtorch training settings, written by `debtorch tune`."))
-    doc.add(tomlkit.comment("Load in training code: cfg = debtorch.load(\"this file\")  (docs/runtime.md)."))
-    doc.add(tomlkit.comment("Above each setting: the rule (docs/tune.md) or the measurement that chose it."))
-    doc.add(tomlkit.comment("Edit freely: loading checks every key and value."))
-    doc.add("schema_version", SCHEMA_VERSION)
-    values = rec.settings.to_dict()
+    values, tables = rec.settings.to_dict(), {}
     for table, names in TABLES.items():
-        t = tomlkit.table()
-        for name in names:
-            reason = rec.reasons.get(name)
-            if reason is not None:
-                t.add(tomlkit.comment(str(reason)))
-            value = values[name]
-            if value is None:
-                t.add(tomlkit.comment(f"{name}: not set, meaning {UNSET.get(name, 'the default')}"))
-            else:
-                t.add(name, value)
-        if table == "batch" and rec.global_batch:
-            t.add(tomlkit.comment(f"global batch: {rec.global_batch} samples per optimizer step"))
-        if table == "schedule":
-            if rec.total_steps:
-                t.add(tomlkit.comment("optimizer steps in the run: cfg.scheduler() uses it unless given"))
-                t.add("total_steps", rec.total_steps)
-            if rec.epochs:
-                t.add(tomlkit.comment("epochs in the run: cfg.scheduler(opt, steps_per_epoch=len(loader)) uses it"))
-                t.add("epochs", rec.epochs)
-        doc.add(table, t)
+        tables[table] = [x for name in names for x in ([str(rec.reasons[name])] if name in rec.reasons else []) + [
+            f"{name}: not set, meaning {UNSET.get(name, 'the default')}" if values[name] is None else (name, values[name])]]
+    if rec.global_batch:
+        tables["batch"].append(f"global batch: {rec.global_batch} samples per optimizer step")
+    if rec.total_steps:
+        tables["schedule"] += ["optimizer steps in the run: cfg.scheduler() uses it unless given",
+                               ("total_steps", rec.total_steps)]
+    if rec.epochs:
+        tables["schedule"] += ["epochs in the run: cfg.scheduler(opt, steps_per_epoch=len(loader)) uses it",
+                               ("epochs", rec.epochs)]
     if getattr(rec, "oversubscribe", False):
+        tables["limits"] = [f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
+                            "usable CPUs); load with debtorch.load(path, oversubscribe=True)", ("oversubscribe", True)]
+    tables["env"] = ["Environment for job scripts (`debtorch tune --emit env`); never applied by loading."] + [
+        x for name in sorted(rec.env) for x in (str(rec.env_reasons[name]), (name, rec.env[name]))]
+    tables["tuned"] = [f"note: {note}" for note in rec.notes] + list(tuned.items())
+    tables["fingerprint"] = ["The machine these settings were tuned on; the runtime warns when it differs.",
+                             *fingerprint.items()]
+    doc = tomlkit.document()
+    for line in ("debtorch training settings, written by `debtorch tune`.",
+                 "Load in training code: cfg = debtorch.load(\"this file\")  (docs/runtime.md).",
+                 "Above each setting: the rule (docs/tune.md) or the measurement that chose it.",
+                 "Edit freely: loading checks every key and value."):
+        doc.add(tomlkit.comment(line))
+    doc.add("schema_version", SCHEMA_VERSION)
+    for name, items in tables.items():
         t = tomlkit.table()
-        t.add(tomlkit.comment(f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
-                              "usable CPUs); load with debtorch.load(path, oversubscribe=True)"))
-        t.add("oversubscribe", True)
-        doc.add("limits", t)
-    env = tomlkit.table()
-    env.add(tomlkit.comment("Environment for job scripts (`debtorch tune --emit env`); never applied by loading."))
-    for name in sorted(rec.env):
-        env.add(tomlkit.comment(str(rec.env_reasons[name])))
-        env.add(name, rec.env[name])
-    doc.add("env", env)
-    t = tomlkit.table()
-    for note in rec.notes:
-        t.add(tomlkit.comment(f"note: {note}"))
-    for key, value in tuned.items():
-        t.add(key, value)
-    doc.add("tuned", t)
-    fp = tomlkit.table()
-    fp.add(tomlkit.comment("The machine these settings were tuned on; the runtime warns when it differs."))
-    for key, value in fingerprint.items():
-        fp.add(key, value)
-    doc.add("fingerprint", fp)
+        for item in items:
+            t.add(tomlkit.comment(item)) if isinstance(item, str) else t.add(*item)
+        doc.add(name, t)
     return tomlkit.dumps(doc)
 
 
 def check_destination(path: str, force: bool = False) -> str:
-    """Refuse a destination :func:`write_atomic` would refuse; return its directory.
-
-    Raises :class:`ConfigError` (one line).  ``debtorch tune`` calls it before
-    measuring, so that minutes of trials are not lost to a bad destination.
-    """
+    """Refuse (ConfigError) a destination :func:`write_atomic` would refuse, before minutes of measuring."""
     try:
         return outputs.check_destination(path, force)
     except outputs.OutputError as exc:
@@ -281,8 +255,7 @@ def check_destination(path: str, force: bool = False) -> str:
 
 
 def write_atomic(path: str, text: str, force: bool = False) -> None:
-    """Write ``text`` to ``path`` whole or not at all (:func:`debtorch.outputs.write_atomic`);
-    never replace a file without ``force``, nor anything but a regular file.  Raises :class:`ConfigError`."""
+    """:func:`debtorch.outputs.write_atomic`, its failure a :class:`ConfigError`."""
     try:
         outputs.write_atomic(path, text, force)
     except outputs.OutputError as exc:

@@ -1,10 +1,7 @@
-"""``debtorch tune --measure``: short trials on a real workload, within a budget.
-
-Torch-free: the trials run in a worker process of the target interpreter
-(:class:`debtorch.train.runner.TrainingWorker`, the engine shared with
-verify-train); this module calibrates the trial length, hands the search
-(:mod:`debtorch.tune.search`) a trial function, and writes what was
-measured into the recommendation's reasons.
+"""``debtorch tune --measure``: short trials on a real workload, within a budget (docs/tune.md,
+"Measurement").  Torch-free: the trials run in a training worker of the target interpreter; this
+module calibrates the trial length, hands the search a trial function, and writes what was measured
+into the recommendation's reasons.
 """
 
 from __future__ import annotations
@@ -16,12 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.budget import Budget, Where, stopped
+from debtorch.budget import Budget, Where
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train import sim
-from debtorch.train.runner import TrainingWorker
-from debtorch.transport.client import START_TIMEOUT, WorkerError, WorkerTimeout, worker_python
+from debtorch.train.runner import TrainingWorker, start_and_load
+from debtorch.transport.client import WorkerError, bounded, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
 from debtorch.tune.search import Outcome, Result, Search, default_space, key
@@ -85,9 +82,7 @@ def precisions_for(rec: Recommendation, facts) -> list:
         cc = Machine.oldest_cc(m.compute_gpus)
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
-        if cc and cc >= (7, 0):
-            return ["fp32", "fp16"]
-        return ["fp32"]
+        return ["fp32", "fp16"] if cc and cc >= (7, 0) else ["fp32"]
     return ["fp32", "bf16"] if m.cpus.bf16 else ["fp32"]
 
 
@@ -117,14 +112,9 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
 
 
 class EngineTrials:
-    """Trials in a worker process of the target interpreter (the engine's TrainingWorker).
-
-    A worker that dies in a trial (a DataLoader killed by a bus error, the
-    OOM killer) is restarted for the next one; the trial counts as failed.
-    Every wait is capped by ``budget``: when it ends inside one (starting
-    the worker, loading the workload, a trial), the worker is killed and
-    :class:`BudgetStop` says where.
-    """
+    """Trials in a training worker of the target interpreter.  A worker that dies in a trial (a bus
+    error, the OOM killer) is restarted for the next one, the trial failed; every wait is within
+    ``budget``, and when it ends inside one the worker is killed and :class:`BudgetStop` says where."""
 
     def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
                  host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
@@ -145,38 +135,30 @@ class EngineTrials:
         cls = MeasureUsageError if exc.user_input else MeasureError
         return cls(str(exc))
 
-    def _wait(self, call: Callable[[float], Any], longest: float) -> Any:
-        """``call(timeout)`` with the timeout capped by the budget; BudgetStop when the budget cut it."""
-        cut = self.budget.binding(longest)
+    def _budget_stop(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (its waits within the budget); BudgetStop (the worker killed) when the budget cut it."""
         try:
-            return call(self.budget.cap(longest))
-        except WorkerTimeout:
-            if cut:
-                if self.worker is not None:
-                    self.worker.kill()
-                raise BudgetStop(stopped(self.budget, self.where)) from None
-            raise
+            return call()
+        except WorkerError as exc:
+            if exc.kind != "budget":
+                raise
+            if self.worker is not None:
+                self.worker.kill()
+            raise BudgetStop(exc.message) from None
 
     def _start(self) -> dict:
-        self.where.doing("starting the worker (importing torch)")
         self.worker = TrainingWorker(self.python, cwd=os.getcwd())
-
-        def start(timeout: float) -> dict:
-            self.worker.start_timeout = timeout
-            return self.worker.start()
-
-        self._wait(start, START_TIMEOUT)
-        self.where.doing(f"loading {self.workload}")
-        return self._wait(lambda timeout: self.worker.load(self.workload, device=self.device, options=self.options,
-                                                           seed=self.seed, timeout=timeout), TRIAL_TIMEOUT)
+        return self._budget_stop(lambda: start_and_load(self.worker, self.budget, self.where, TRIAL_TIMEOUT,
+                                                        self.workload, device=self.device, options=self.options,
+                                                        seed=self.seed))
 
     def trial(self, settings, steps: int, warmup: int) -> dict:
         self.count += 1
         self.where.trial(f"trial {self.count} ({settings.short()})", warmup)
         try:
-            return self._wait(lambda timeout: self.worker.trial(
+            return self._budget_stop(lambda: bounded(self.budget, self.where, lambda timeout: self.worker.trial(
                 settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
-                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT)
+                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT))
         except WorkerError as exc:
             if exc.kind in ("died", "timeout"):
                 try:
@@ -192,24 +174,17 @@ class EngineTrials:
 
 
 class Trialer:
-    """Runs trials through an engine and sizes them: calibration, then every
-    config timed over about the same window whatever its speed.
-
-    ``engine`` has ``trial(settings, steps, warmup) -> dict`` (the engine's
-    result: ``samples_per_s``, ``data_wait_share``) and ``info`` (the
-    workload's description).  Calling the Trialer runs one trial and returns
-    an :class:`~debtorch.tune.search.Outcome`.
-    """
+    """Runs trials through an engine (``trial(settings, steps, warmup) -> dict`` and ``info``, the
+    workload's description) and sizes them: calibration, then every config timed over about the same
+    window whatever its speed.  Calling it runs one trial: an :class:`~debtorch.tune.search.Outcome`."""
 
     def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
         self.engine, self.clock = engine, clock
         self.info = getattr(engine, "info", {}) or {}
-        self.steps = CALIBRATION_STEPS
-        self.step_s = 0.0
-        self.overhead = 0.0
+        self.steps = self.max_steps = CALIBRATION_STEPS
+        self.step_s = self.overhead = 0.0
         self.batch = 1
         self.steps_for: dict = {}
-        self.max_steps = CALIBRATION_STEPS
         self.searching = False   # set by calibrate(): from then on, a trial the budget stopped is a failed trial
         self.cut = ""            # where the budget stopped a trial of the search
 
@@ -235,13 +210,9 @@ class Trialer:
         return Outcome(float(sps), cost, r.get("data_wait_share"), None)
 
     def calibrate(self, settings, seconds: float) -> float:
-        """Warm up, measure a step, size trials so that about TRIALS_PLANNED fit ``seconds``.
-
-        The first trial in a fresh worker pays one-time costs (kernel selection,
-        first-call initialisation): it only warms up.  The second measures the
-        step time and what a trial costs beyond its steps.  Returns the
-        expected cost of one trial.
-        """
+        """Size trials so that about TRIALS_PLANNED fit ``seconds``; the expected cost of one.  The first
+        trial in a fresh worker pays one-time costs and only warms up; the second measures the step
+        time and what a trial costs beyond its steps."""
         warm = self.run(settings, 2)
         if warm.samples_per_s is None:
             raise MeasureError(f"the first trial failed: {warm.error}")
@@ -279,17 +250,10 @@ class Trialer:
 def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
             on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic,
             host: Optional[Host] = None) -> Result:
-    """Search around ``rec``'s settings on a real workload; update ``rec``; return the search's result.
-
-    ``trials`` is an engine (``trial(settings, steps, warmup) -> dict`` and
-    ``info``); by default an :class:`EngineTrials` for ``opts.workload`` on ``host``
-    (the live machine).
-    The budget is a wall-clock promise from ``opts.started`` (the command's
-    start): the worker's start, loading, calibration, the search and any
-    restart.  When it ends inside a trial of the search, the trial is stopped
-    and the search decides with what it has; when it ends before the search
-    (starting, loading, calibrating), :class:`BudgetStop` says where.
-    """
+    """Search around ``rec``'s settings on a real workload (``trials``, an engine as :class:`Trialer`
+    takes, by default an :class:`EngineTrials` on ``host``); update ``rec``; return the search's
+    result.  The budget counts from ``opts.started``: when it ends inside a trial of the search, the
+    search decides with what it has; before the search, :class:`BudgetStop` says where."""
     if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
         raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
                                 f"give at least {MIN_BUDGET_S:g} seconds")

@@ -1,15 +1,8 @@
-"""Training settings from the facts document, instantly, each with its reason.
-
-``recommend(facts, request)`` returns a :class:`Recommendation`: a
-:class:`~debtorch.train.settings.Settings`, one :class:`Reason` per field
-(a stable rule id ``tune.Rnnn`` and a one-line explanation naming the facts it
-used), environment hints for job scripts, and notes.  Measurement
-(:mod:`debtorch.tune.measure`) later replaces some reasons with what it
-measured (``tune.Mnnn``).
-
-Torch-free and machine-free: a pure function of a facts dict, so that a test
-is a small dict and ``debtorch tune --facts FILE`` tunes for another machine.
-Rule ids are declared in checks/findings/tune.toml (documented in docs/tune.md), never renumbered.
+"""Training settings from the facts document, instantly, each with its reason: ``recommend(facts,
+request)`` gives a :class:`Recommendation` (settings, one :class:`Reason` per field: a rule id
+``tune.Rnnn`` of checks/findings/tune.toml and a line naming the facts it used, environment hints,
+notes); measurement later replaces some reasons (``tune.Mnnn``).  Torch-free and machine-free: a pure
+function of a facts dict, so that ``debtorch tune --facts FILE`` tunes for another machine.
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ from debtorch.tune.config import machine_problem
 from debtorch.units import human_bytes as human
 
 MiB = 1024 * 1024
-GiB = 1024 * MiB
 
 # Assumed size of one batch in shared memory when the workload is unknown:
 # a 64-image batch of 3x224x224 float32 is 37 MiB.
@@ -213,8 +205,6 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
         else:
             text = "CPU training: one process uses every core through intra-op threads; DDP would split them"
         backend, why = "gloo", "gloo, PyTorch's CPU collective backend"
-    if nproc < 1:
-        raise RequestError(f"nproc must be >= 1 (got {nproc})")
     bad = None if req.oversubscribe else machine_problem({"nproc": nproc}, m.cpus.usable)
     if bad:
         raise RequestError(f"--nproc {bad[1]}; give --oversubscribe to ask for it deliberately")
@@ -395,11 +385,8 @@ def _nccl(rec: Recommendation, m: Machine) -> None:
 
 
 def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
-    """prefetch_factor, persistent_workers and start_method follow num_workers (rules R007-R009).
-
-    Also called after measurement changed num_workers; a measured prefetch
-    factor is kept.
-    """
+    """prefetch_factor, persistent_workers and start_method follow num_workers (R007-R009); also after
+    measurement changed num_workers (a measured prefetch factor is kept)."""
     workers = rec.settings.num_workers
     if workers:
         measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")
@@ -430,33 +417,22 @@ def thread_env(rec: Recommendation) -> None:
 
 
 def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
-    g, m = req.global_batch, req.micro_batch
-    for name, v in (("--global-batch", g), ("--micro-batch", m)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
+    g, m = req.global_batch, req.micro_batch  # integers >= 1 (Request.check)
     if g is not None and m is not None:
         per_step = m * nproc
         if g < per_step:
             raise RequestError(f"--global-batch {g} is smaller than one step: --micro-batch {m} x {nproc} process(es)")
-        acc = math.ceil(g / per_step)
-        text = f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step"
-        if acc * per_step != g:
-            text += f" (gives {acc * per_step}, the nearest reachable)"
-            rec.note("tune.R023", f"global batch {g} is not a multiple of {per_step}; using {acc * per_step}")
+        acc, gives = _reachable(rec, g, per_step, str(per_step))
         rec.set("micro_batch", m, "tune.R023", f"--micro-batch {m}")
-        rec.set("accumulation_steps", acc, "tune.R023", text)
+        rec.set("accumulation_steps", acc, "tune.R023",
+                f"--global-batch {g} / (--micro-batch {m} x {nproc} process(es)) = {acc} micro-batches per step{gives}")
         rec.global_batch = acc * per_step
     elif g is not None:
         if g < nproc:
             raise RequestError(f"--global-batch {g} is smaller than one sample per process ({nproc} processes)")
-        micro = math.ceil(g / nproc)
-        text = f"--global-batch {g} / {nproc} process(es)"
-        if micro * nproc != g:
-            text += f" (gives {micro * nproc}, the nearest reachable)"
-            rec.note("tune.R023", f"global batch {g} is not a multiple of {nproc} process(es); "
-                                  f"using {micro * nproc}")
-        rec.set("micro_batch", micro, "tune.R023", text + "; if it does not fit in memory, give --micro-batch "
-                "and accumulate")
+        micro, gives = _reachable(rec, g, nproc, f"{nproc} process(es)")
+        rec.set("micro_batch", micro, "tune.R023", f"--global-batch {g} / {nproc} process(es){gives}; if it does "
+                "not fit in memory, give --micro-batch and accumulate")
         rec.set("accumulation_steps", 1, "tune.R023", "no --micro-batch: each step is one micro-batch")
         rec.global_batch = micro * nproc
     else:
@@ -465,10 +441,16 @@ def _batch(rec: Recommendation, req: Request, nproc: int) -> None:
         rec.global_batch = m * nproc if m else None
 
 
+def _reachable(rec: Recommendation, g: int, unit: int, words: str) -> tuple:
+    """(units per global batch ``g``, rounded up; the words that say so when ``g`` is not a multiple)."""
+    n = math.ceil(g / unit)
+    if n * unit == g:
+        return n, ""
+    rec.note("tune.R023", f"global batch {g} is not a multiple of {words}; using {n * unit}")
+    return n, f" (gives {n * unit}, the nearest reachable)"
+
+
 def _schedule(rec: Recommendation, req: Request) -> None:
-    for name, v in (("--epochs", req.epochs), ("--steps", req.steps)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise RequestError(f"{name} must be an integer >= 1 (got {v!r})")
     if req.steps is not None:
         total, how = req.steps, f"--steps {req.steps} optimizer steps"
     elif req.epochs is not None and req.steps_per_epoch:

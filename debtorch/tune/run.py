@@ -1,9 +1,6 @@
-"""One ``debtorch tune``, from a machine to settings: the rules, then (``--measure``)
-short trials on a real workload, and the config written from them.
-
-The machine is given: a facts document read through a Host (the live machine,
-or one recorded with ``debtorch facts --record``) or saved elsewhere.  Only the
-live machine can be measured.  The command line parses, calls these and renders.
+"""One ``debtorch tune``, from a machine to settings: the rules, then (``--measure``, on the live machine
+only) short trials on a real workload, and the config written from them.  The machine is a facts
+document, read through a Host (live or recorded) or saved elsewhere.
 """
 
 from __future__ import annotations
@@ -46,11 +43,8 @@ class Tuned:
 def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
          options: Optional[measure.MeasureOptions] = None, on_trial: Optional[Callable] = None) -> Tuned:
     """Settings for the machine ``facts`` describe, by the rules; with ``options``, measured on ``host``.
-
-    Raises :class:`~debtorch.tune.rules.RequestError` (the request does not fit the
-    machine) and :class:`~debtorch.tune.measure.MeasureError` (``user_input`` says
-    whether it is about what was given: a recorded machine, a workload, a budget).
-    """
+    Raises RequestError (the request does not fit the machine) and MeasureError (``user_input``: about
+    what was given)."""
     rec = rules.recommend(facts, request)
     tuned = Tuned(rec, fingerprint.from_facts(facts), options=options)
     if options is not None:

@@ -1,24 +1,6 @@
-"""The runtime API: training code adopts a tuned config in one line each.
-
-::
-
-    cfg = debtorch.load("debtorch.toml")
-    cfg.configure_torch()                      # TF32, cudnn.benchmark, threads
-    loader = DataLoader(ds, shuffle=True, **cfg.loader_kwargs(batch_size=32))
-    model = cfg.prepare_model(model.to(device))  # channels_last, torch.compile
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **cfg.optimizer_kwargs())
-    sched = cfg.scheduler(opt, total_steps)    # OneCycleLR, or constant
-    scaler = cfg.scaler(device)                # a no-op unless fp16
-    for i, (x, y) in enumerate(loader):
-        x, y = cfg.to_device(x, device), cfg.to_device(y, device)
-        with cfg.autocast(device):
-            loss = loss_fn(model(x), y) / cfg.accumulation_steps
-        scaler.scale(loss).backward()
-        if (i + 1) % cfg.accumulation_steps == 0:
-            scaler.step(opt); scaler.update(); opt.zero_grad(); sched.step()
-
-The only module of debtorch that imports torch, and only when a method needs
-it.  docs/runtime.md documents every method.
+"""The runtime API: training code adopts a tuned config in one line each (``cfg =
+debtorch.load("debtorch.toml")``; docs/runtime.md shows the loop and documents every method).
+The only module of debtorch that imports torch, and only when a method needs it.
 """
 
 from __future__ import annotations
@@ -27,10 +9,10 @@ import warnings
 from typing import Any, Optional
 
 from debtorch import fingerprint as fp_mod
-from debtorch.host import LiveHost, Unavailable
+from debtorch.host import LiveHost
 from debtorch.train import apply
 from debtorch.tune import watch as watch_mod
-from debtorch.tune.config import ConfigFile, load_config
+from debtorch.tune.config import ConfigFile, load_config, usable_cpus
 
 _warned = False  # the fingerprint warning is given once per process
 
@@ -69,13 +51,8 @@ class Config:
 
     # -- data ------------------------------------------------------------
     def loader_kwargs(self, **defaults: Any) -> dict:
-        """Keyword arguments for ``torch.utils.data.DataLoader``.
-
-        ``defaults`` are yours (``batch_size=32, drop_last=True``): the config
-        wins where it sets something.  ``batch_size`` is the config's
-        micro-batch when it sets one.  Pinned memory is asked only when CUDA is
-        available (it would only warn otherwise).
-        """
+        """Keyword arguments for ``torch.utils.data.DataLoader``: the config's, over your ``defaults``;
+        pinned memory only when CUDA is available (it would only warn otherwise)."""
         import torch
 
         s = self.settings
@@ -143,12 +120,8 @@ class Config:
 
     # -- schedule ----------------------------------------------------------
     def scheduler(self, optimizer: Any, total_steps: Optional[int] = None, steps_per_epoch: Optional[int] = None):
-        """OneCycleLR over the run, or a constant schedule; call ``.step()`` after each optimizer step.
-
-        The run length is ``total_steps`` (optimizer steps), else the file's
-        ``schedule.total_steps``, else the file's ``schedule.epochs`` x
-        ``steps_per_epoch``.
-        """
+        """OneCycleLR over the run (``total_steps``, else the file's, else its epochs x ``steps_per_epoch``),
+        or a constant schedule; call ``.step()`` after each optimizer step."""
         import torch
 
         s = self.settings
@@ -190,23 +163,11 @@ def check_fingerprint(cfg: Config, here: Optional[dict] = None) -> list[str]:
     return diffs
 
 
-def _usable_cpus() -> Optional[int]:
-    """The CPUs this process may use (its affinity), through the one door to the machine."""
-    try:
-        return len(LiveHost().affinity()) or None
-    except Unavailable:
-        return None
-
-
 def load(path: str = "debtorch.toml", *, warn_on_mismatch: bool = True, oversubscribe: bool = False) -> Config:
-    """Load a config written by ``debtorch tune --write``.
-
-    Raises :class:`~debtorch.tune.config.ConfigError` (one line: file, line,
-    key) when the file cannot be used, including workers, threads or processes
-    beyond what this machine runs (a few times its usable CPUs), unless the caller
-    says ``oversubscribe=True``: a file cannot lift that bound by itself (docs/tune.md "Bounds").
-    """
-    cfg = Config(load_config(path, cpus=None if oversubscribe else _usable_cpus()))
+    """Load a config written by ``debtorch tune --write``; :class:`~debtorch.tune.config.ConfigError` (one
+    line: file, line, key) when it cannot be used, workers or processes beyond what this machine runs
+    included unless the caller says ``oversubscribe=True`` (docs/tune.md, "Bounds")."""
+    cfg = Config(load_config(path, cpus=None if oversubscribe else usable_cpus(LiveHost())))
     if warn_on_mismatch:
         check_fingerprint(cfg)
     return cfg

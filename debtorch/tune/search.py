@@ -1,21 +1,10 @@
-"""The search for the fastest settings: what ``debtorch tune --measure`` does
-with its budget.  Torch-free; it only calls a trial function, so tests run it
-on synthetic, noisy response surfaces.
+"""The search for the fastest settings: what ``debtorch tune --measure`` does with its budget.
+Torch-free: it only calls a trial function, so tests run it on synthetic, noisy response surfaces.
 
-The strategy is docs/tune.md's "Measurement": precision and memory format
-first at the rules' split; the CPU split (threads, loader workers) as one
-decision; then prefetch and pinned memory.  Each decision is a race
-(:meth:`Search.race`: rounds in rotating order, the hopeless dropped, a
-leader kept only beyond noise at Pocock's level, :meth:`Search.better`); a
-challenger replaces the rule's value only when its median leads by
-``min_gain``.  Interactions are checked by re-racing earlier decisions in a
-changed context and by the corner of every pair's runners-up; a small space
-is measured whole.  When the choice does not beat the runner-up beyond
-noise, the result says so (``within_noise``, ``runner_up``).  Every trial's
-cost, measured by ``clock`` (wall time, restarts and bookkeeping too), counts
-against the budget, and no trial starts that the budget cannot pay.
-How the strategy was chosen, on replays and synthetic surfaces:
-benchmarks/results/tune.md.
+The strategy, step by step, is docs/tune.md's "Measurement": each decision a race
+(:meth:`Search.race`, "beyond noise" is :meth:`Search.better`), interactions re-raced, a small
+space measured whole, close calls settled, no trial started that the budget cannot pay.  How it
+was chosen, on replays and synthetic surfaces: benchmarks/results/tune.md.
 """
 
 from __future__ import annotations
@@ -70,9 +59,7 @@ def _apply_pin(s: Settings, v: bool) -> Settings:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return str(v)
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
 @dataclass
@@ -112,9 +99,7 @@ class Dimension:
 
     def more(self, tried: set, winner: Any) -> list:
         """Values to race next to ``winner`` (coarse-to-fine, the split); none for the others."""
-        if self.refine is not None:
-            return [v for v in self.refine(tried, winner) if v not in tried]
-        return []
+        return [v for v in self.refine(tried, winner) if v not in tried] if self.refine is not None else []
 
 
 def coarse(values: list) -> list:
@@ -144,16 +129,9 @@ MAX_SPLITS = 12          # every feasible split up to this many; beyond, the mod
 
 
 def cpu_splits(cpus: int, device: str = "cpu", max_workers: Optional[int] = None) -> tuple:
-    """(every feasible split, the first race's splits) for a process with ``cpus`` CPUs.
-
-    A split is (threads, workers): threads 1 .. the CPUs (on a GPU at most 4:
-    the GPU computes, a few threads feed it), workers 0 .. 2 x the CPUs (the
-    article's rule lies inside) within ``max_workers`` (shm and open-file
-    limits).  When there are at most ``MAX_SPLITS`` the first race has them
-    all; otherwise the model keeps a coarse lattice (1, 2, 4 ... on each
-    axis) and, of it, the splits nearest to using every CPU once
-    (threads + workers = CPUs), and the search refines towards the winner.
-    """
+    """(every feasible (threads, workers) split, the first race's) for a process with ``cpus`` CPUs:
+    docs/tune.md, "The CPU split" (threads at most 4 on a GPU; workers up to 2 x the CPUs within
+    ``max_workers``; beyond ``MAX_SPLITS`` a coarse lattice, the splits nearest to using every CPU once)."""
     cpus = max(1, cpus)
     top_w = 2 * cpus if max_workers is None else max(0, min(2 * cpus, max_workers))
     top_t = cpus if device == "cpu" else min(cpus, 4)
@@ -277,8 +255,7 @@ class Result:
     looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
 
     def median(self, s: Settings) -> Optional[float]:
-        vals = self.samples(s)
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if (vals := self.samples(s)) else None
 
     def samples(self, s: Settings) -> list:
         return [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
@@ -326,12 +303,10 @@ def key(s: Settings) -> tuple:
 
 
 def unique(items: list) -> list:
-    seen, out = set(), []
+    seen: dict = {}
     for s in items:
-        if key(s) not in seen:
-            seen.add(key(s))
-            out.append(s)
-    return out
+        seen.setdefault(key(s), s)
+    return list(seen.values())
 
 
 class Search:
@@ -396,16 +371,14 @@ class Search:
         return out.samples_per_s
 
     def med(self, s: Settings) -> Optional[float]:
-        vals = self.samples.get(key(s))
-        return statistics.median(vals) if vals else None
+        return statistics.median(vals) if (vals := self.samples.get(key(s))) else None
 
     def n(self, s: Settings) -> int:
         return len(self.samples.get(key(s), []))
 
     def sigma(self) -> float:
-        """Robust relative noise: the spread of log(samples/s) around each config's
-        median, pooled over configs measured at least twice (MAD x 1.4826).
-        5% until something has been measured twice; never below 1%."""
+        """Robust relative noise: the spread of log(samples/s) around each config's median, pooled over
+        configs measured at least twice (MAD x 1.4826); 5% until then; never below 1%."""
         return self._noise()[0]
 
     def _noise(self) -> tuple:
@@ -438,9 +411,9 @@ class Search:
         return d > math.log1p(self.min_gain) and d - t * self._se(self.n(a), self.n(b), sd) > math.log1p(margin)
 
     def confirmed(self, a: Settings, b: Settings) -> bool:
-        """Is ``a`` faster than ``b`` by enough to claim it in a reason (an interaction)?  Both are
-        first brought to ``repeats`` samples (a median of two cannot outvote an outlier), and the
-        interval must lie above 1 + ``min_gain``: many pairs are probed, and a claim must not come from noise."""
+        """Is ``a`` faster than ``b`` by enough to claim an interaction?  Both measured ``repeats`` times
+        (a median of two cannot outvote an outlier), the interval above 1 + ``min_gain`` (many pairs are
+        probed: a claim must not come from noise)."""
         while min(self.n(a), self.n(b)) < self.repeats:
             for c in (a, b) if self.n(a) <= self.n(b) else (b, a):
                 if self.n(c) < self.repeats and self.measure(c) is None:
@@ -523,10 +496,8 @@ class Search:
         return result
 
     def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
-        """A space whose one pass fits half the budget left (at the longest trial so far) is measured
-        whole, once; its ``2 x top`` best race, and the winner races each of its settings back at the
-        rules' value (kept unless the winner's leads by ``min_gain``): no order of decisions can miss
-        a point, and no noise moves a setting away from the rules."""
+        """docs/tune.md's "A small space": measured whole when one pass fits half the budget left; its
+        ``2 x top`` best race, and the winner races each of its settings back at the rules' value."""
         points = grid_points(start, dims)
         if len(points) * max(t.seconds for t in self.trials) > (self.budget - self.spent) / 2:
             return False
@@ -553,16 +524,12 @@ class Search:
                 if dim.name not in choices or dim in todo:
                     self._rank(dim, best)
                     measured = dim.active(best) and len(self._tried(dim, best)) > 1
-                    choices[dim.name] = (self._choose(dim, best, best, best)[1] if measured else
-                                         Choice(dim.name, dim.get(best), "tune.M005", f"{dim.name} not measured: no "
-                                                f"effect with {best.short()}", False, measured=False,
-                                                fields=dim.decides()))
+                    choices[dim.name] = self._choose(dim, best, best, best)[1] if measured else _unmeasured(dim, best)
         return True
 
     def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
-        """One dimension at a time from ``self.best``; later passes revisit a dimension only when
-        another changed after it was decided (``changed``: dimensions that changed since the
-        earlier choices were made).  A revisit that changes the winner is an interaction."""
+        """One dimension at a time from ``self.best``, revisiting one only when another changed after it
+        was decided (``changed``: since the earlier choices); a revisit that changes the winner interacts."""
         changes = list(changed)
         decided_at: dict = {d.name: (len(changes) if d.name in changed else 0) for d in dims if d.name in choices}
         settled = {name for name, c in choices.items() if c.settled}
@@ -579,9 +546,7 @@ class Search:
                 decided_at[dim.name] = len(changes)
                 if not dim.active(best):
                     if dim.name not in choices or not choices[dim.name].measured:
-                        choices[dim.name] = Choice(dim.name, dim.get(best), "tune.M005",
-                                                   f"{dim.name} not measured: no effect with {best.short()}", False,
-                                                   measured=False, fields=dim.decides())
+                        choices[dim.name] = _unmeasured(dim, best)
                     continue
                 self.phase = dim.name + (" (again)" if revisit else "")
                 raced = True
@@ -626,9 +591,8 @@ class Search:
         self.ranking[dim.name] = sorted(tried, key=lambda v: -self.med(tried[v]))
 
     def _dimension(self, best: Settings, dim: Dimension, revisit: bool = False) -> tuple:
-        """Race one dimension from ``best``: (new best, Choice).  A revisit races only the values
-        that were best where it was last raced.  When the budget runs out, decides what it can
-        (``self.best``) and raises _Stop with the choice, if any."""
+        """Race one dimension from ``best``: (new best, Choice); a revisit races the values that were best
+        where it was last raced.  When the budget runs out: _Stop with what it could decide, if anything."""
         current = dim.get(best)
         first = dim.first_values()
         if revisit and self.ranking.get(dim.name):
@@ -675,11 +639,9 @@ class Search:
         return next((v for v in self.ranking.get(dim.name, []) if v != current), None)
 
     def _probe_pairs(self, dims: list, choices: dict) -> None:
-        """For every pair of dimensions, the corner that changes both to their runners-up (which a
-        one-at-a-time search never visits): measured once, and raced against the incumbent when it
-        beats it.  When it wins, it is raced against each change alone: if it beats both beyond
-        noise, the pair interacts and is raced together (then the others are revisited); if one change alone does
-        as well, that setting was misjudged and takes its better value."""
+        """docs/tune.md's "Interactions": every pair's corner of runners-up, measured once and raced when
+        it beats the incumbent; a pair that beats both changes alone interacts and is raced together,
+        else a change alone that does as well was misjudged and takes its better value."""
         for a, b in itertools.combinations(dims, 2):
             best = self.best
             if not (a.active(best) and b.active(best)):
@@ -746,9 +708,8 @@ class Search:
         return list(dict.fromkeys(ranked + dim.more(set(), current)))
 
     def _refine(self, dims: list, choices: dict) -> None:
-        """With budget left, settle the close calls: for every dimension not decided beyond
-        noise, race the chosen value against its alternatives *where the search ended up*
-        (a choice made early may have been made in another context), with more repeats."""
+        """With budget left, settle every choice not made beyond noise: its value against the alternatives
+        *where the search ended up* (an early choice was made in another context), with more repeats."""
         for dim in dims:
             best = self.best
             choice = choices.get(dim.name)
@@ -782,19 +743,11 @@ class Search:
 
     # -- choosing ----------------------------------------------------------------
     def _equivalent(self, c: Settings, others: list) -> bool:
-        """Clearly no difference: every other candidate's median is within ``min_gain`` of
-        ``c``'s, and the noise is small enough that a real difference of twice that would
-        have shown."""
-        if not others:
-            return False
-        for o in others:
-            ma, mb = self.med(c), self.med(o)
-            na, nb = self.n(c), self.n(o)
-            if not (ma and mb and na and nb):
-                return False
-            if abs(math.log(ma / mb)) + self.z * self._se(na, nb) > math.log1p(2 * self.min_gain):
-                return False
-        return True
+        """Clearly no difference: every other median within ``min_gain`` of ``c``'s, and the noise small
+        enough that a real difference of twice that would have shown."""
+        return bool(others) and all(
+            self.med(c) and self.med(o) and self.n(c) and self.n(o) and abs(math.log(self.med(c) / self.med(o)))
+            + self.z * self._se(self.n(c), self.n(o)) <= math.log1p(2 * self.min_gain) for o in others)
 
     def _beats_all(self, c: Settings, dim: Dimension, best: Settings) -> bool:
         others = [o for k, o in self._tried(dim, best).items() if key(o) != key(c)]
@@ -802,33 +755,28 @@ class Search:
 
     def _leader(self, alive: list) -> Optional[Settings]:
         scored = [(self.med(c), c) for c in alive if self.med(c) is not None]
-        if not scored:
-            return None
-        return max(scored, key=lambda x: x[0])[1]
+        return max(scored, key=lambda x: x[0])[1] if scored else None
 
     def _choose(self, dim: Dimension, best: Settings, incumbent: Settings, winner: Settings) -> tuple:
         n, label = self.n, lambda c: dim.label(dim.get(c))  # noqa: E731
         raced = f"; {len(self._tried(dim, best))} {dim.unit} raced" if dim.unit else ""
         fields = dim.decides()
         if self.med(incumbent) is None:
-            return best, Choice(dim.name, dim.get(incumbent), "tune.M005", f"{dim.name} not measured", False,
-                                measured=False, fields=fields)
+            return best, _unmeasured(dim, incumbent, "")
+
+        def leads(a: Settings, b: Settings, changed: bool, likelier: str = "") -> tuple:
+            text = (f"{label(a)}: {self.med(a):.1f} samples/s vs {self.med(b):.1f} with {label(b)}, "
+                    f"median of {min(n(a), n(b))}{raced}")
+            if not self.better(a, b):
+                text += f" (within noise {self.sigma():.1%}{likelier})"
+            return a, Choice(dim.name, dim.get(a), dim.rule, text, changed, self._beats_all(a, dim, best), fields=fields)
+
         if key(winner) != key(incumbent) and self.ahead(winner, incumbent):
-            text = (f"{label(winner)}: {self.med(winner):.1f} samples/s vs {self.med(incumbent):.1f} with "
-                    f"{label(incumbent)}, median of {min(n(winner), n(incumbent))}{raced}")
-            if not self.better(winner, incumbent):
-                text += f" (within noise {self.sigma():.1%}: the likelier of the two)"
-            return winner, Choice(dim.name, dim.get(winner), dim.rule, text, True,
-                                  self._beats_all(winner, dim, best), fields=fields)
+            return leads(winner, incumbent, True, ": the likelier of the two")
         others = [c for c in self._tried(dim, best).values() if key(c) != key(incumbent)]
         runner = self._leader(others)
         if runner is not None and self.ahead(incumbent, runner):
-            text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s vs {self.med(runner):.1f} with "
-                    f"{label(runner)}, median of {min(n(incumbent), n(runner))}{raced}")
-            if not self.better(incumbent, runner):
-                text += f" (within noise {self.sigma():.1%})"
-            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False,
-                                     self._beats_all(incumbent, dim, best), fields=fields)
+            return leads(incumbent, runner, False)
         slower = [c for c in others if self.better(incumbent, c)]
         if runner is not None and slower:
             close = [c for c in others if c not in slower]
@@ -842,6 +790,13 @@ class Search:
                                  self._equivalent(incumbent, others), fields=fields)
 
 
+def _unmeasured(dim: Dimension, s: Settings, why: Optional[str] = None) -> Choice:
+    """``dim`` never raced: no effect in settings ``s`` (``why`` says otherwise), or no trial succeeded."""
+    why = f": no effect with {s.short()}" if why is None else why
+    return Choice(dim.name, dim.get(s), "tune.M005", f"{dim.name} not measured{why}", False, measured=False,
+                  fields=dim.decides())
+
+
 class _Stop(Exception):
     """The budget ran out inside a decision: the choice it could still make, if any."""
 
@@ -851,9 +806,7 @@ class _Stop(Exception):
 
 
 def _short(dim: Dimension, v: Any) -> str:
-    if dim.show:
-        return dim.show(v)
-    return _fmt(v)
+    return dim.show(v) if dim.show else _fmt(v)
 
 
 def _values(dim: Dimension, configs: list, most: int = 4) -> str:

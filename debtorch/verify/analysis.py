@@ -1,14 +1,9 @@
-"""From trial results to what verify-train reports: pure functions, torch-free.
+"""From trial results to what verify-train reports (docs/verify-train.md): pure functions, torch-free.
 
-A *trial* is the engine's result dict (docs/engine.md); an *arm* is one kind of
-trial repeated over the interleaved rounds (``baseline``, ``tuned``, the bare
-loop, the compute-only bounds, the attribution arms).  Every arm is summarised
-by its median and spread; every comparison is a ratio of medians over the
-paired rounds with an interval and a verdict from :mod:`debtorch.stats`, and
-a figure that cannot exceed 100% (a share of a bound, scaling efficiency) or
-fall below 0 (a cost) is a failed measurement beyond noise, never a result.
-AMP diverges from fp32 by the tolerances below (docs/verify-train.md, "What is
-measured, and how").
+A *trial* is the engine's result dict (docs/engine.md); an *arm* is one kind of trial repeated over
+the interleaved rounds.  Every comparison is a ratio of medians over the paired rounds with an
+interval and a verdict from :mod:`debtorch.stats`; a figure that cannot exceed 100% or fall below 0
+is a failed measurement beyond noise, never a result.
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ import statistics
 from typing import Optional
 
 from debtorch import stats
+from debtorch.inputs import finite as _finite
 from debtorch.train import sim
 from debtorch.train.settings import Settings
 
@@ -31,10 +27,6 @@ BOUND_MARGIN = 0.05             # a share whose interval lies within 5% of its b
 RESULTS = (stats.FASTER, stats.SLOWER, stats.EQUIVALENT, stats.COSTS, stats.NEGLIGIBLE, stats.BELOW, stats.REACHED)
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _median(values: list) -> Optional[float]:
     vals = [v for v in values if _finite(v)]
     return statistics.median(vals) if vals else None
@@ -45,7 +37,7 @@ def summarise(results: list) -> dict:
     sps = [r.get("samples_per_s") for r in results]
     good = [v for v in sps if _finite(v) and v > 0]
     med = statistics.median(good) if good else None
-    out = {
+    return {
         "runs": len(good),
         "samples_per_s": med,
         "samples_per_s_min": min(good) if good else None,
@@ -63,7 +55,6 @@ def summarise(results: list) -> dict:
                                         if _finite(r.get("overhead_s")) and _finite(r.get("wall_s")) and r["wall_s"] > 0]),
         "notes": sorted({n for r in results for n in (r.get("notes") or [])}),
     }
-    return out
 
 
 def _max(values: list) -> Optional[float]:
@@ -194,11 +185,8 @@ DISTURBED = 0.5  # a trial below half its arm's median samples/s ran while somet
 
 
 def disturbed_rounds(trials: dict, arms: tuple = ("baseline", "tuned", "tuned_bare")) -> list:
-    """1-based rounds in which a trial of ``arms`` ran at under ``DISTURBED`` times its arm's median.
-
-    On a shared machine another process can take a core for part of a run
-    and slow a trial several-fold; medians resist that, ranges do not.
-    """
+    """1-based rounds in which a trial of ``arms`` ran at under ``DISTURBED`` times its arm's median
+    (another process took a core for part of it: medians resist that, ranges do not)."""
     out = set()
     for arm in arms:
         results = trials.get(arm) or []
@@ -301,10 +289,8 @@ def all_losses(result: dict) -> list:
 
 
 def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
-    """Does AMP's loss curve (trial ``amp``) diverge from fp32's (trial ``ref``)?
-
-    Both are convergence runs from the same weights on the same batches.
-    """
+    """Does AMP's loss curve (trial ``amp``) diverge from fp32's (``ref``)?  Both convergence runs from
+    the same weights on the same batches."""
     a, r = all_losses(amp), all_losses(ref)
     n = min(len(a), len(r))
     out = {"precision": precision, "compared_steps": n, "tolerance_rel": LOSS_TOL_REL,
@@ -344,12 +330,8 @@ def compare_curves(amp: dict, ref: dict, precision: str = "bf16") -> dict:
 
 
 def same_numerics(a: dict, b: dict, batch_size: int) -> bool:
-    """Whether two settings dicts train the same curve up to precision and speed-only choices.
-
-    Micro-batch (the workload's when unset), accumulation and the learning-rate
-    schedule decide the loss curve; workers, threads, memory format and the
-    like only decide how fast it is walked.
-    """
+    """Whether two settings dicts train the same curve up to precision and speed-only choices (the
+    micro-batch, the workload's when unset, accumulation and the schedule decide the loss curve)."""
     def key(s: dict) -> tuple:
         sched = s.get("lr_schedule", "constant")
         return (s.get("micro_batch") or batch_size, s.get("accumulation_steps", 1), sched,
@@ -364,15 +346,11 @@ def same_numerics(a: dict, b: dict, batch_size: int) -> bool:
 
 
 def seconds(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
+    return "-" if x is None else (f"{x:.1f} s" if x < 10 else f"{x:.0f} s")
 
 
 def percent(x: Optional[float]) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
+    return "-" if x is None else (f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}")
 
 
 def converge_phrase(c: dict) -> str:
@@ -385,10 +363,7 @@ def converge_phrase(c: dict) -> str:
 
 
 def verdict(summary: dict) -> str:
-    """The one line under the table.
-
-    ``summary`` is :func:`summary`'s result.
-    """
+    """The one line under the table, from :func:`summary`'s result."""
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
     parts = []
@@ -475,16 +450,14 @@ CONVERGE_KEYS = ("target_loss", "target_step", "time_to_target_s", "steps", "ste
 
 
 def _converge_view(result: Optional[dict]) -> Optional[dict]:
-    if not result:
-        return None
-    return {k: result.get(k) for k in CONVERGE_KEYS}
+    return {k: result.get(k) for k in CONVERGE_KEYS} if result else None
 
 
 def summary(m) -> dict:
     """The summary of everything measured in ``m`` (a :class:`~debtorch.verify.measure.Measured`), JSON-ready."""
-    arms = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}
+    arms, budget = {arm: summarise(m.trials.get(arm) or []) for arm in ARMS}, m.budget or {}
     out = dict(arms)
-    looks = stats.Looks(**{k: ((m.budget or {}).get("looks") or {}).get(k, 1) for k in ("first", "last")})
+    looks = stats.Looks(**{k: (budget.get("looks") or {}).get(k, 1) for k in ("first", "last")})
     out["speedup"] = speedup(m.trials.get("tuned") or [], m.trials.get("baseline") or [], looks.confidence)
     out["sequential"] = looks.to_dict(out["speedup"]["rounds"])
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
@@ -511,23 +484,13 @@ def summary(m) -> dict:
         n = m.ddp[0].get("nproc") or 1
         utils = [r.get("gpu_util_mean") for d in m.ddp for r in d.get("ranks") or [] if r.get("gpu_util_mean") is not None]
         out["scaling"] = {
-            "nproc": n,
-            "backend": m.ddp[0].get("backend"),
-            "runs": len(m.ddp),
-            "samples_per_s": many,
-            "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp],
-            "one_process_samples_per_s": one,
-            "gpu_util": statistics.fmean(utils) if utils else None,
-            "one_process_gpu_util": arms["tuned"]["gpu_util"],
+            "nproc": n, "backend": m.ddp[0].get("backend"), "runs": len(m.ddp), "samples_per_s": many,
+            "samples_per_s_all": [r.get("samples_per_s") for r in m.ddp], "one_process_samples_per_s": one,
+            "gpu_util": statistics.fmean(utils) if utils else None, "one_process_gpu_util": arms["tuned"]["gpu_util"],
             **scaling(m.ddp, m.trials.get("tuned") or [], n),
         }
-    out["nonfinite_loss"] = nonfinite_losses(m)
-    out["attribution"] = attribution(m.attribution, m.trials)
-    out["rounds"] = (m.budget or {}).get("rounds")
-    out["rounds_stopped"] = (m.budget or {}).get("stopped")
-    out["round_s"] = (m.budget or {}).get("round_s")
-    out["spent_s"] = (m.budget or {}).get("spent_s")
-    out["disturbed_rounds"] = disturbed_rounds(m.trials)
-    out["interrupted"] = m.interrupted
-    out["failed"] = m.failure.line() if m.failure else None
+    out.update(nonfinite_loss=nonfinite_losses(m), attribution=attribution(m.attribution, m.trials),
+               rounds=budget.get("rounds"), rounds_stopped=budget.get("stopped"), round_s=budget.get("round_s"),
+               spent_s=budget.get("spent_s"), disturbed_rounds=disturbed_rounds(m.trials), interrupted=m.interrupted,
+               failed=m.failure.line() if m.failure else None)
     return out

@@ -1,12 +1,7 @@
-"""Failures are findings, not tracebacks (docs/verify-train.md, "When a run fails").
-
-The worker already classifies what went wrong (:func:`debtorch.train.worker.classify`:
-``kind``, a one-line ``message``, sometimes ``finding`` and ``suggestion``).
-Here that becomes what the user reads: the doctor's id for a bus error in a
-DataLoader worker (``memory.E002`` in a container with Docker's default
-/dev/shm, ``memory.E001`` otherwise, as the machine view answers for this
-machine's facts, with the catalogue's fix), the micro-batch and accumulation steps that fit after
-an out-of-memory, and the exit code.  Torch-free.
+"""Failures are findings, not tracebacks (docs/verify-train.md, "When a run fails"): the worker's
+classification (:func:`debtorch.train.worker.classify`) becomes what the user reads: the doctor's id
+for a bus error in a DataLoader worker, as the machine view answers it, what fits after an
+out-of-memory, and the exit code.  Torch-free.
 """
 
 from __future__ import annotations
@@ -52,12 +47,8 @@ class Failure:
 
 
 def shm_finding(facts: Optional[dict]) -> tuple:
-    """(doctor id, fix) for a DataLoader worker killed by a bus error on this machine.
-
-    The machine view's answer, as the doctor gives it (checks/thresholds.toml): a
-    container with Docker's default 64 MB /dev/shm is ``memory.E002``; any
-    other /dev/shm that ran out is ``memory.E001``.
-    """
+    """(doctor id, fix) for a DataLoader worker killed by a bus error on this machine, as the doctor
+    gives it: ``memory.E002`` in a container with Docker's default 64 MB /dev/shm, else ``memory.E001``."""
     shm = Machine.from_facts(facts).shm if facts else None
     if shm is not None and (shm.docker_default or shm.too_small):
         fid = "memory.E002" if shm.docker_default else "memory.E001"
@@ -101,10 +92,8 @@ def nonfinite_loss(events: list) -> Failure:
 
 def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict],
                 stopped: Optional[str] = None) -> str:
-    """One line for an out-of-memory, with what fits when a smaller micro-batch was found.
-
-    ``stopped`` says why the search for one ended early (another failure), when it did.
-    """
+    """One line for an out-of-memory, with what fits when a smaller micro-batch was found (``stopped``:
+    why the search for one ended early, when it did)."""
     where = "the GPU" if device.startswith("cuda") else device
     glob = micro_batch * accumulation_steps
     msg = f"{where} ran out of memory at micro-batch {micro_batch}"

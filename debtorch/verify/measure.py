@@ -1,19 +1,9 @@
-"""The verify-train plan and its execution through the training engine's worker.
-
-Torch-free.  One worker process of the target interpreter
-(:class:`debtorch.train.runner.TrainingWorker`) loads the workload once and runs
-every trial with :func:`debtorch.train.engine.run_trial`; the multi-process
-run goes through :func:`debtorch.train.runner.launch_distributed`
-(``torch.distributed.run``).  The loop is the engine's: nothing here trains.
-
-The plan is docs/verify-train.md's, all within ``budget_s`` (a wall-clock
-promise from the command's start, :mod:`debtorch.budget`): warm-up trials not
-counted; interleaved rounds of every arm until the speed-up resolves or the
-budget is spent (:func:`debtorch.stats.adaptive_rounds`); the profile; the
-convergence runs, sized to what the budget still pays for; the multi-process
-run.  When the budget ends inside a trial its worker is killed and the
-rounds completed are kept.  Everything measured goes into a :class:`Measured`
-as it arrives, so that a failure or Ctrl-C still reports what was measured.
+"""The verify-train plan (docs/verify-train.md) and its execution through the training engine's
+worker (torch-free: nothing here trains), all within ``budget_s``, a wall-clock promise from the
+command's start: interleaved rounds until the speed-up resolves (:func:`debtorch.stats.adaptive_rounds`),
+the profile, the convergence runs sized to what the budget still pays for, the multi-process run.
+Everything measured goes into a :class:`Measured` as it arrives, so that a failure, the budget's
+end or Ctrl-C still reports what was measured.
 """
 
 from __future__ import annotations
@@ -28,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from debtorch import stats
-from debtorch.budget import Budget, Where, stopped
+from debtorch.budget import Budget, Where
 from debtorch.lint.measured import static_result
 from debtorch.train import runner, sim
 from debtorch.train.settings import Settings
-from debtorch.transport.client import START_TIMEOUT, WorkerError
+from debtorch.transport.client import START_TIMEOUT, WorkerError, bounded
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, oom_message
 
@@ -84,24 +74,6 @@ class Plan:
         if not plan.options and plan.workload in QUICK_OPTIONS:
             plan.options = dict(QUICK_OPTIONS[plan.workload])
         return plan
-
-    def problems(self) -> list:
-        errs = []
-        if self.repeats < MIN_REPEATS:
-            errs.append(f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)")
-        if self.steps < 2:
-            errs.append("--steps must be at least 2")
-        if self.warmup < 0:
-            errs.append("--warmup must be >= 0")
-        if self.converge_steps < 0:
-            errs.append("--max-steps must be >= 0")
-        if self.nproc < 1:
-            errs.append("--nproc must be >= 1")
-        if self.target_loss is not None and not (math.isfinite(self.target_loss)):
-            errs.append("--target-loss must be a finite number")
-        if self.budget_s is not None and not (math.isfinite(self.budget_s) and self.budget_s > 0):
-            errs.append("--budget must be a positive number of seconds")
-        return errs
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -164,23 +136,14 @@ class _Job:
 
 
 class Verifier:
-    """Runs a :class:`Plan` in one worker; use as a context manager.
-
-    ``worker_factory(python, cwd=..., timeout=..., start_timeout=...)`` makes
-    the worker (:class:`debtorch.train.runner.TrainingWorker`); ``launcher`` is
-    :func:`debtorch.train.runner.launch_distributed`.  ``facts`` (the
-    machine's, for the doctor's /dev/shm check) is optional; ``clock`` is
-    the budget's (a fake one in tests).
-    """
+    """Runs a :class:`Plan` in one worker; use as a context manager.  ``facts`` (the machine's, for the
+    doctor's /dev/shm check) is optional; ``clock`` is the budget's (a fake one in tests)."""
 
     def __init__(self, plan: Plan, facts: Optional[dict] = None, progress: Optional[Progress] = None,
-                 worker_factory: Optional[Callable] = None, launcher: Optional[Callable] = None,
                  clock: Callable[[], float] = time.monotonic):
         self.plan = plan
         self.facts = facts
         self.progress = progress or Progress()
-        self._factory = worker_factory or runner.TrainingWorker
-        self._launch = launcher or runner.launch_distributed
         self.clock = clock
         self.budget = Budget(plan.budget_s, start=plan.started, clock=clock)
         self.where = Where(clock)
@@ -205,23 +168,15 @@ class Verifier:
             self.worker = None
 
     def start(self) -> dict:
-        """Start the worker and load the workload; return its description.
-
-        Raises :class:`debtorch.transport.client.WorkerError` (no torch, a workload
-        that cannot be imported, a device this torch cannot use; kind
-        ``budget`` when the budget ended first).
-        """
+        """Start the worker and load the workload; return its description.  WorkerError: no torch, a
+        workload that cannot be imported, a device this torch cannot use, the budget's end (``budget``)."""
         p = self.plan
         t0 = self.clock()
         if self.worker is None:
             self.spawn()
-        self.where.doing("starting the worker (importing torch)")
-        self.worker.start_timeout = self.budget.cap(START_TIMEOUT)
-        self._bounded(self.worker.start, START_TIMEOUT)
+        self.measured.workload = runner.start_and_load(self.worker, self.budget, self.where, p.timeout, p.workload,
+                                                       device=p.device, options=p.options, seed=p.seed)
         self.measured.worker = self._request("info")
-        self.where.doing(f"loading {p.workload}")
-        self.measured.workload = self._request("load", workload=p.workload, device=p.device, options=p.options,
-                                               seed=p.seed)
         self.measured.device = self.measured.workload.get("device")
         self._started_s = self.clock() - t0
         return self.measured.workload
@@ -230,28 +185,15 @@ class Verifier:
         """Start the worker's process without waiting for it (it imports torch meanwhile);
         :meth:`start` waits for it.  A worker without ``spawn`` starts in :meth:`start`."""
         p = self.plan
-        self.worker = self._factory(p.python, cwd=p.cwd, timeout=p.timeout,
-                                    start_timeout=self.budget.cap(START_TIMEOUT))
+        self.worker = runner.TrainingWorker(p.python, cwd=p.cwd, timeout=p.timeout,
+                                            start_timeout=self.budget.cap(START_TIMEOUT))
         if hasattr(self.worker, "spawn"):
             self.worker.spawn()
 
-    # -- the budget ----------------------------------------------------------
-    def _bounded(self, call: Callable[[], Any], longest: float) -> Any:
-        """``call()``, whose own limit is ``longest`` seconds (or the budget's, when less): a timeout
-        the budget caused becomes a WorkerError of kind ``budget`` that says where it stopped."""
-        cut = self.budget.binding(longest)
-        try:
-            return call()
-        except WorkerError as exc:
-            if exc.kind == "timeout" and cut:
-                raise WorkerError("budget", stopped(self.budget, self.where)) from None
-            raise
-
     def _request(self, op: str, on_event: Optional[Callable] = None, **fields: Any) -> dict:
         """One request to the worker, within the budget."""
-        longest = self.plan.timeout
-        return self._bounded(lambda: self.worker.request(op, on_event=on_event, timeout=self.budget.cap(longest),
-                                                         **fields), longest)
+        return bounded(self.budget, self.where, lambda timeout: self.worker.request(
+            op, on_event=on_event, timeout=timeout, **fields), self.plan.timeout)
 
     # -- the plan ----------------------------------------------------------
     def prime_jobs(self) -> list:
@@ -301,7 +243,7 @@ class Verifier:
             same = tune.replace(**{f: getattr(base, f) for f in analysis.SCHEDULE})
             out.append(_Job("convergence: tuned, baseline's schedule", "converge:same_schedule", same,
                             "instrumented", steps, p.warmup, stop))
-        ref = self.reference(base, tune)
+        ref = tune.replace(precision="fp32") if tune.precision != "fp32" else None  # AMP's fp32 reference
         if ref is not None:
             self.measured.reference = ref.to_dict()
             if not self._baseline_is_reference(base, ref):
@@ -349,12 +291,6 @@ class Verifier:
     def simulated(self) -> bool:
         return sim.is_sim(self.plan.device)
 
-    def reference(self, base: Settings, tune: Settings) -> Optional[Settings]:
-        """fp32 with tuned's other settings, when tuned uses AMP (else None)."""
-        if tune.precision == "fp32":
-            return None
-        return tune.replace(precision="fp32")
-
     def _baseline_is_reference(self, base: Settings, ref: Settings) -> bool:
         batch = int(self.measured.workload.get("batch_size") or 1)
         return base.precision == "fp32" and analysis.same_numerics(base.to_dict(), ref.to_dict(), batch)
@@ -365,11 +301,8 @@ class Verifier:
         return self.measured.workload.get("target_loss")
 
     def ddp_settings(self, tuned: Settings) -> Settings:
-        """Tuned settings for the multi-process run.
-
-        When ``--nproc`` differs from the processes the settings were tuned
-        for, threads are left to each rank (usable CPUs // local processes).
-        """
+        """Tuned settings for the multi-process run (threads left to each rank when ``--nproc`` is not
+        what the settings were tuned for)."""
         s = tuned.replace(nproc=self.plan.nproc)
         if tuned.nproc != self.plan.nproc and tuned.threads is not None:
             s = s.replace(threads=None)
@@ -393,33 +326,28 @@ class Verifier:
         extra = [max(0.0, took - steps * step) for took, steps, step in self._costs if step]
         return statistics.median(extra) if extra else 0.0
 
-    def _converge_cost(self, cap: int, runs: int) -> float:
-        slow = max(self._step_s("baseline"), self._step_s("tuned"))
-        return runs * (self._overhead_s() + cap * slow)
-
     def _ddp_runs(self) -> int:
-        if self.plan.nproc <= 1:
-            return 0
-        return 1 if self.plan.quick else self.plan.repeats
+        return 0 if self.plan.nproc <= 1 else 1 if self.plan.quick else self.plan.repeats
+
+    def _ddp_cost(self) -> float:
+        """What one multi-process run takes: about a worker's start and a trial per process."""
+        return self._started_s + (self.plan.steps + self.plan.warmup) * self._step_s("tuned") * 2
 
     def _after_cost(self) -> float:
         """What the steps after the rounds need: the profile, the convergence runs at their cap and the
-        multi-process runs (each about a worker's start and a trial per process)."""
+        multi-process runs."""
         p = self.plan
-        tuned = self._step_s("tuned")
-        cost = 0.0
+        cost = self._ddp_runs() * self._ddp_cost()
         if p.profile_dir:
-            cost += self._overhead_s() + (max(2, p.profile_steps) + 1) * tuned + 2.0
+            cost += self._overhead_s() + (max(2, p.profile_steps) + 1) * self._step_s("tuned") + 2.0
         if p.converge_steps > 0 and self._target() is not None:
-            cost += self._converge_cost(p.converge_steps, self._converge_runs())
-        cost += self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * tuned * 2)
+            slow = max(self._step_s("baseline"), self._step_s("tuned"))
+            cost += self._converge_runs() * (self._overhead_s() + p.converge_steps * slow)
         return cost
 
     def _converge_runs(self) -> int:
         base, tune = self._arms.get("baseline"), self._arms.get("tuned")
-        if base is None or tune is None:
-            return 2
-        return len(self.converge_jobs(base, tune, 1))
+        return 2 if base is None or tune is None else len(self.converge_jobs(base, tune, 1))
 
     def _converge_cap(self) -> int:
         """The convergence runs' cap: ``converge_steps``, or as many steps as the budget left pays for
@@ -430,19 +358,15 @@ class Verifier:
             return cap
         runs = self._converge_runs()
         slow = max(self._step_s("baseline"), self._step_s("tuned"))
-        ddp = self._ddp_runs() * (self._started_s + (p.steps + p.warmup) * self._step_s("tuned") * 2)
-        left = self.budget.left() - ddp - runs * self._overhead_s()
+        left = self.budget.left() - self._ddp_runs() * self._ddp_cost() - runs * self._overhead_s()
         if slow > 0:
             cap = min(cap, int(left / runs / slow))
         return cap
 
     # -- running -------------------------------------------------------------
     def run(self, baseline: Settings, tuned: Settings) -> Measured:
-        """Run the plan; failures end it and are recorded in ``measured.failure``.
-
-        KeyboardInterrupt propagates (the worker is killed on the way); what
-        was measured until then stays in ``self.measured``.
-        """
+        """Run the plan; a failure ends it in ``measured.failure``.  KeyboardInterrupt propagates (the
+        worker killed on the way), what was measured staying in ``self.measured``."""
         m = self.measured
         m.baseline, m.tuned = baseline.to_dict(), tuned.to_dict()
         self._set_arms(baseline, tuned)
@@ -451,11 +375,9 @@ class Verifier:
         m.budget = {"budget_s": p.budget_s, "rounds": 0, "stopped": None, "converge_cap": None, "cut": None}
         try:
             self._tell(sum(j.total for j in self.jobs(baseline, tuned)))
-            for job in self.prime_jobs():
-                self._keep(job, self._run(job))
+            self._run_all(self.prime_jobs())
             m.budget["rounds"], m.budget["stopped"] = self._rounds()
-            for job in self._profile_jobs(tune):
-                self._keep(job, self._run(job))
+            self._run_all(self._profile_jobs(tune))
             cap = 0 if self.simulated else self._converge_cap()
             if self.simulated and p.converge_steps:
                 m.notes.append("convergence runs skipped: a simulated accelerator runs no model, so no loss falls")
@@ -467,8 +389,7 @@ class Verifier:
             elif 0 < cap < p.converge_steps:
                 m.notes.append(f"convergence runs capped at {cap} steps (of {p.converge_steps}) to fit "
                                f"{self.budget.words()}")
-            for job in self.converge_jobs(base, tune, cap):
-                self._keep(job, self._run(job))
+            self._run_all(self.converge_jobs(base, tune, cap))
             self._current = None
             m.host_waits = self.host_waits()
         except WorkerError as exc:
@@ -506,20 +427,15 @@ class Verifier:
             jobs = self.round_jobs(r)
             if r >= p.repeats:
                 self._tell(self._planned + sum(j.total for j in jobs))
-            for job in jobs:
-                self._keep(job, self._run(job))
+            self._run_all(jobs)
             return {"tuned": (m.trials["tuned"][-1] or {}).get("samples_per_s"),
                     "baseline": (m.trials["baseline"][-1] or {}).get("samples_per_s")}
 
-        def judge(data: dict, confidence: float) -> stats.Estimate:
-            return stats.compare(data["tuned"], data["baseline"], confidence=confidence)
-
-        def reserve(data: dict) -> float:
-            return min(self._after_cost(), keep_for_rest)
-
         m.budget["looks"] = stats.Looks(p.repeats, max(p.repeats, p.max_rounds)).to_dict()  # before: a cut round too
-        got = stats.adaptive_rounds(run_round, judge, limit, min_rounds=p.repeats,
-                                    max_rounds=max(p.repeats, p.max_rounds), clock=self.clock, reserve=reserve)
+        got = stats.adaptive_rounds(run_round, lambda data, level: stats.compare(data["tuned"], data["baseline"],
+                                                                                confidence=level),
+                                    limit, min_rounds=p.repeats, max_rounds=max(p.repeats, p.max_rounds),
+                                    clock=self.clock, reserve=lambda data: min(self._after_cost(), keep_for_rest))
         if got.rounds:
             m.budget["round_s"] = got.spent / got.rounds
         return got.rounds, got.stopped
@@ -536,20 +452,18 @@ class Verifier:
         ddp = self.ddp_settings(tuned)
         m.ddp_settings = ddp.to_dict()
         for i in range(runs):
-            if i and not self.budget.fits(self._started_s + (self.plan.steps + self.plan.warmup)
-                                          * self._step_s("tuned") * 2):
+            if i and not self.budget.fits(self._ddp_cost()):
                 m.notes.append(f"{i} of {runs} multi-process runs: {self.budget.words()} was spent")
                 return
             label = f"{self.plan.nproc} processes: tuned" + (f" ({i + 1}/{runs})" if runs > 1 else "")
             self.progress.begin(label, self.plan.steps + self.plan.warmup)
             self.where.doing(label)
             try:
-                m.ddp.append(self._bounded(lambda: self._launch(
+                m.ddp.append(bounded(self.budget, self.where, lambda timeout: runner.launch_distributed(
                     self.plan.python, self.plan.workload, ddp, self.plan.nproc, steps=self.plan.steps,
                     warmup=self.plan.warmup, seed=self.plan.seed, device=m.device, options=self.plan.options,
-                    launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd,
-                    timeout=self.budget.cap(self.plan.timeout), on_event=self.progress.advance),
-                    self.plan.timeout))
+                    launcher_args=self.plan.launcher_args or None, cwd=self.plan.cwd, timeout=timeout,
+                    on_event=self.progress.advance), self.plan.timeout))
             except WorkerError as exc:
                 m.failure = from_worker_error(exc, label, self.facts)
                 return
@@ -592,17 +506,20 @@ class Verifier:
         self._costs.append((self.clock() - t0, ran, step if isinstance(step, (int, float)) else 0.0))
         return out
 
-    def _keep(self, job: _Job, result: dict) -> None:
-        m = self.measured
-        if job.arm == "prime":
-            return
-        if job.arm == "profile":
-            m.profile = {"trace": result.get("profile_trace"), "steps": job.steps,
-                         "samples_per_s": result.get("samples_per_s")}
-        elif job.arm.startswith("converge:"):
-            m.converge[job.arm.split(":", 1)[1]] = result
-        else:
-            m.trials[job.arm].append(result)
+    def _run_all(self, jobs: list) -> None:
+        """Run each job and keep its result where it belongs: the rounds' arms, the profile, the convergence
+        runs (a priming trial's is not kept)."""
+        for job in jobs:
+            result, m = self._run(job), self.measured
+            if job.arm == "prime":
+                continue
+            if job.arm == "profile":
+                m.profile = {"trace": result.get("profile_trace"), "steps": job.steps,
+                             "samples_per_s": result.get("samples_per_s")}
+            elif job.arm.startswith("converge:"):
+                m.converge[job.arm.split(":", 1)[1]] = result
+            else:
+                m.trials[job.arm].append(result)
 
     def _failure(self, exc, job: _Job) -> Failure:
         if getattr(exc, "kind", None) == "oom" and self.worker is not None and self.worker.proc is not None:

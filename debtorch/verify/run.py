@@ -1,30 +1,27 @@
-"""One ``debtorch verify-train``, from its options to what was measured.
-
-:func:`prepare` checks the options (before anything runs), loads the config,
-reads this machine through a Host and names a config tuned elsewhere;
-:meth:`Prepared.run` starts the worker, takes the tuned settings (the
-config's, or the rules' for this machine and workload now), runs the plan
-and summarises it.  Torch-free.  The command line renders the
-:class:`Outcome` and chooses the exit code.
+"""One ``debtorch verify-train``, from its options to what was measured (torch-free): :func:`prepare`
+checks the options before anything runs, loads the config and reads this machine; :meth:`Prepared.run`
+takes the tuned settings (the config's, or the rules' for this machine and workload), runs the plan
+and summarises it.  The command line renders the :class:`Outcome` and chooses the exit code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
-from debtorch.host import Host, Unavailable
+from debtorch.host import Host
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
-from debtorch.tune.config import ConfigError, ConfigFile, load_config
+from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
 from debtorch.verify import analysis
 from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
-from debtorch.verify.measure import Measured, Plan, Progress, Verifier
+from debtorch.verify.measure import MIN_REPEATS, Measured, Plan, Progress, Verifier
 
 
 class Refused(Exception):
@@ -105,14 +102,14 @@ def _range_problem(o: Options) -> Optional[str]:
             return f"{name} must be at most {MAX_STEPS} (got {value})"
     if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
         return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
+    if o.repeats < MIN_REPEATS:
+        return f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)"
+    for name, value, least in (("--steps", o.steps, 2), ("--warmup", o.warmup, 0), ("--max-steps", o.max_steps, 0)):
+        if value is not None and value < least:
+            return f"{name} must be " + (f"at least {least}" if least else ">= 0")
+    if o.target_loss is not None and not inputs.finite(o.target_loss):
+        return "--target-loss must be a finite number"
     return None
-
-
-def _usable_cpus(host: Host) -> Optional[int]:
-    try:
-        return len(host.affinity()) or None
-    except Unavailable:
-        return None
 
 
 @dataclass
@@ -147,11 +144,7 @@ def plan_of(o: Options) -> Plan:
                         ("budget_s", o.budget)):
         if value is not None:
             kw[name] = value
-    plan = Plan.quick_plan(**kw) if o.quick else Plan(**kw)
-    problems = plan.problems() + (["--nproc must be >= 1"] if o.nproc is not None and o.nproc < 1 else [])
-    if problems:
-        raise Refused(problems[0])
-    return plan
+    return Plan.quick_plan(**kw) if o.quick else Plan(**kw)
 
 
 def check_profile_dir(profile: str, force: bool) -> None:
@@ -168,10 +161,8 @@ def check_profile_dir(profile: str, force: bool) -> None:
 
 
 def prepare(o: Options, host: Host) -> "Prepared":
-    """Everything before the plan runs.  ``host`` must be the live machine: training runs here.
-
-    The worker's process is started here, so that it imports torch (seconds) while the machine
-    is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) on the result."""
+    """Everything before the plan runs, on the live machine ``host``; the worker's process starts here, to
+    import torch while the machine is read: call :meth:`Prepared.run` (or :meth:`Prepared.close`) after."""
     if not host.live:
         raise Refused(f"verify-train trains on this machine, not a recorded one ({host.label})")
     plan = plan_of(o)
@@ -180,12 +171,12 @@ def prepare(o: Options, host: Host) -> "Prepared":
     cfg = None
     if o.config:
         try:
-            cfg = load_config(o.config, cpus=None if o.oversubscribe else _usable_cpus(host))
+            cfg = load_config(o.config, cpus=None if o.oversubscribe else usable_cpus(host))
         except ConfigError as exc:
             raise Refused(f"--config {exc}") from None
     if o.nproc is not None and not o.oversubscribe:
         workers = cfg.settings.num_workers if cfg is not None else 0
-        bad = config.machine_problem({"nproc": o.nproc, "num_workers": workers}, _usable_cpus(host))
+        bad = config.machine_problem({"nproc": o.nproc, "num_workers": workers}, usable_cpus(host))
         if bad:
             what = f"--nproc {bad[1]}" if bad[0] == "nproc" else f"--nproc {o.nproc} with {o.config}'s workers: {bad[1]}"
             raise Refused(f"{what}; give --oversubscribe to allow it deliberately")
@@ -194,10 +185,8 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except WorkerError as exc:
         raise Refused(str(exc)) from None
     verifier = Verifier(plan)
-    try:
+    with contextlib.suppress(WorkerError):  # starting it again in run() says why, as one line
         verifier.spawn()
-    except WorkerError:
-        pass  # starting it again in run() says why, as one line
     try:
         # The machine's facts (no --deep): the JSON document's and the stale-config check's.
         facts = facts_mod.collect(host, facts_mod.Options(python=plan.python))
