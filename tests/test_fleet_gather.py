@@ -103,41 +103,6 @@ def test_torchrun_four_identical_ranks_give_no_difference(tmp_path):
     assert code == report["exit_code"] == 0
 
 
-def test_missing_dead_and_unreadable_nodes_are_named_and_every_rank_exits_with_the_verdict(tmp_path):
-    """Six ranks: two real ones, three peers that die or send bad documents, one that never starts."""
-    port = _free_port()
-    for r in (0, 1):
-        hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
-    common = {"WORLD_SIZE": "6", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    ranks = [subprocess.Popen([sys.executable, "-m", "debtorch", "fleet", "--json", "--host", str(tmp_path / "r{rank}"),
-                               "--timeout", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=_env(dict(common, RANK=str(r)))) for r in (0, 1)]
-    peers = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleet_peer.py"), "127.0.0.1", str(port),
-                              "debtorch-fleet/env/0/", "2:died", "3:malformed", "4:schema"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-    outs = [p.communicate(timeout=180) for p in ranks]
-    peer_out, peer_err = peers.communicate(timeout=60)
-    report = json.loads(outs[0][0])
-    status = {n["rank"]: (n["name"], n["status"]) for n in report["nodes"]["not_compared"]}
-    assert status == {2: ("peer-died", "died"), 3: ("peer-malformed", "malformed"),
-                      4: ("peer-schema", "schema"), 5: ("rank 5", "missing")}
-    assert report["nodes"]["compared"] == 2 and report["nodes"]["groups"][0]["nodes"] == "vm[0-1]"
-    assert {f["id"] for f in report["findings"] if f["section"] == "nodes"} == \
-        {"fleet.E001", "fleet.E002", "fleet.E003", "fleet.E004"}
-    assert [p.returncode for p in ranks] == [1, 1], outs[1][1]
-    assert outs[1][0] == ""                     # only rank 0 prints the report
-    assert sorted(peer_out.split("\n")[:2]) == ["3 1", "4 1"], peer_err
-
-
-def test_a_rank_that_cannot_reach_rank_0_exits_1_within_its_timeout(tmp_path):
-    hostname(make_host(tmp_path, base="debian12-vm-2core", name="r1"), "vm1")
-    env = _env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
-    proc = subprocess.run([sys.executable, "-m", "debtorch", "fleet", "--host", str(tmp_path / "r1"),
-                           "--timeout", "3"], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 1
-    assert "reach rank 0" in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-
-
 def test_srun_variables_two_tasks_meet_and_agree(tmp_path):
     """What srun sets (no RANK/WORLD_SIZE): rank 0 is the first node of the list and hosts the store."""
     for r in (0, 1):
@@ -168,11 +133,13 @@ def test_probe_measures_every_rank_within_its_budget_and_writes_the_exclude_list
     assert code == report["exit_code"]
 
 
+# -- the runs that mostly wait (for ranks that never come, for a rank 0 that is not there), run at once
+
 SECRETS = [None, "a secret the ranks share, not the attacker"]
 
 
 def _hostile(tmp_path, secret):
-    """Two ranks and a hostile peer writing into rank 0's store (the run the test below judges):
+    """Two ranks and a hostile peer writing into rank 0's store (what the hostile test judges):
     (the ranks, their (stdout, stderr, seconds)), the world size and the timeout."""
     import time
 
@@ -203,21 +170,68 @@ def _hostile(tmp_path, secret):
     return ranks, outs, world, timeout
 
 
+def _missing(tmp_path):
+    """Six ranks: two real ones, three peers that die or send bad documents, one that never starts:
+    (the ranks, their (stdout, stderr), the peers' (stdout, stderr))."""
+    port = _free_port()
+    for r in (0, 1):
+        hostname(make_host(tmp_path, base="debian12-vm-2core", name=f"r{r}"), f"vm{r}")
+    common = {"WORLD_SIZE": "6", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    ranks = [subprocess.Popen([sys.executable, "-m", "debtorch", "fleet", "--json", "--host", str(tmp_path / "r{rank}"),
+                               "--timeout", "15"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(dict(common, RANK=str(r)))) for r in (0, 1)]
+    peers = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fleet_peer.py"), "127.0.0.1", str(port),
+                              "debtorch-fleet/env/0/", "2:died", "3:malformed", "4:schema"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    outs = [p.communicate(timeout=180) for p in ranks]
+    return ranks, outs, peers.communicate(timeout=60)
+
+
+def _unreachable(tmp_path):
+    hostname(make_host(tmp_path, base="debian12-vm-2core", name="r1"), "vm1")
+    env = _env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    return subprocess.run([sys.executable, "-m", "debtorch", "fleet", "--host", str(tmp_path / "r1"),
+                           "--timeout", "3"], capture_output=True, text=True, env=env, timeout=120)
+
+
 @pytest.fixture(scope="module")
-def hostile_runs(tmp_path_factory):
-    """Both runs at once (each mostly waits out its timeout for the ranks that never come)."""
-    return at_once({s: lambda s=s, d=tmp_path_factory.mktemp("hostile"): _hostile(d, s) for s in SECRETS},
-                   workers=len(SECRETS))
+def waiting(tmp_path_factory):
+    """The runs that mostly wait (for ranks that never come, for a rank 0 that is not there), all at
+    once: "missing", "unreachable" and each of SECRETS (the hostile runs) -> what it returned."""
+    runs = {"missing": _missing, "unreachable": _unreachable,
+            **{s: (lambda d, s=s: _hostile(d, s)) for s in SECRETS}}
+    folders = {key: tmp_path_factory.mktemp("waiting") for key in runs}
+    return at_once({key: (lambda run=run, d=folders[key]: run(d)) for key, run in runs.items()}, workers=len(runs))
+
+
+def test_missing_dead_and_unreadable_nodes_are_named_and_every_rank_exits_with_the_verdict(waiting):
+    ranks, outs, (peer_out, peer_err) = waiting["missing"]
+    report = json.loads(outs[0][0])
+    status = {n["rank"]: (n["name"], n["status"]) for n in report["nodes"]["not_compared"]}
+    assert status == {2: ("peer-died", "died"), 3: ("peer-malformed", "malformed"),
+                      4: ("peer-schema", "schema"), 5: ("rank 5", "missing")}
+    assert report["nodes"]["compared"] == 2 and report["nodes"]["groups"][0]["nodes"] == "vm[0-1]"
+    assert {f["id"] for f in report["findings"] if f["section"] == "nodes"} == \
+        {"fleet.E001", "fleet.E002", "fleet.E003", "fleet.E004"}
+    assert [p.returncode for p in ranks] == [1, 1], outs[1][1]
+    assert outs[1][0] == ""                     # only rank 0 prints the report
+    assert sorted(peer_out.split("\n")[:2]) == ["3 1", "4 1"], peer_err
+
+
+def test_a_rank_that_cannot_reach_rank_0_exits_1_within_its_timeout(waiting):
+    proc = waiting["unreachable"]
+    assert proc.returncode == 1
+    assert "reach rank 0" in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("secret", SECRETS)
-def test_a_hostile_process_forges_floods_and_bombs_the_store_and_changes_nothing(hostile_runs, secret):
+def test_a_hostile_process_forges_floods_and_bombs_the_store_and_changes_nothing(waiting, secret):
     """Issue 23: a process that is not a rank writes into rank 0's store: ranks out of range, a
     joined entry without hello, a 1 MB document that decompresses to 1 GiB under a name made of
     terminal escapes, tens of MB of junk, and (with a secret) a well-formed unsigned document, a
     forged plan asking for a 500 s probe and a forged verdict of 0.  The report names what it
     must, every rank exits with rank 0's code, and every rank ends well within its bound."""
-    ranks, outs, world, timeout = hostile_runs[secret]
+    ranks, outs, world, timeout = waiting[secret]
     report = json.loads(outs[0][0])
     status = {n["rank"]: (n["name"], n["status"], n["detail"]) for n in report["nodes"]["not_compared"]}
     if secret is None:

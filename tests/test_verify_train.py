@@ -38,15 +38,24 @@ def verify(*args, cwd=None, tmpdir=None):
                           text=True, env=env, cwd=cwd or WORKLOADS, timeout=TIMEOUT)
 
 
+def torch_sees_a_gpu():
+    """Asked of this interpreter's torch in a process of its own (this one never imports torch)."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() != "False"
+
+
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory):
-    """The runs that fail (each soon after the worker starts), run at once: name -> result."""
+    """The runs that fail (each soon after the worker starts) and torch_sees_a_gpu, run at once:
+    name -> result."""
     cfg = tmp_path_factory.mktemp("verify") / "workers.toml"
     cfg.write_text("schema_version = 1\n[loader]\nnum_workers = 1\n[tuned]\nby = \"rules\"\ndevice = \"cpu\"\n")
     runs = {"shm": ("--workload", "vw:shm_full", "--config", str(cfg)), "oom": ("--workload", "vw:oom_above"),
             "import": ("--workload", "vw_broken:make"), "cuda": ("--device", "cuda"),
             "nan": ("--workload", "vw:nan_loss", "--json"), "exit": ("--workload", "vw:exit_while_loading", "--json")}
-    return at_once({name: (lambda args=args: verify("--quick", *args)) for name, args in runs.items()})
+    calls = {name: (lambda args=args: verify("--quick", *args)) for name, args in runs.items()}
+    return at_once({**calls, "gpu": torch_sees_a_gpu})
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +75,9 @@ def quick_json(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quick_run_prints_the_table_and_the_verdict():
-    res = verify("--quick")
+    # A user's module:function whose steps take a millisecond (the built-in default's --quick run is
+    # quick_json's): what is judged here is the report's text, not the workload.
+    res = verify("--quick", "--workload", "vw:points")
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for row in ("samples/s (min-max)", "speed-up", "waiting for data", "computing", "compute-only bound",
@@ -134,7 +145,7 @@ def test_profile_writes_a_chrome_trace_with_the_step_breakdown(quick_json):
 
 @pytest.mark.slow
 def test_two_processes_on_cpu_report_scaling(tmp_path):
-    res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0", tmpdir=tmp_path)
+    res = verify("--quick", "--json", "--nproc", "2", "--max-steps", "0", "--workload", "vw:points", tmpdir=tmp_path)
     assert res.returncode == 0, res.stderr
     # torch.distributed.run's torchelastic_* folders went with debtorch's own (issue 13, item 7);
     # torch's compile cache (torchinductor_<user>) is meant to stay.
@@ -179,9 +190,7 @@ def test_a_workload_module_that_fails_to_import_is_one_line(failures):
 
 @pytest.mark.slow
 def test_cuda_on_a_machine_without_one_is_bad_input(failures):
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
-                           capture_output=True, text=True)
-    if probe.stdout.strip() != "False":
+    if failures["gpu"]:
         pytest.skip("this machine has a GPU")
     res = failures["cuda"]
     assert res.returncode == 2 and "sees no GPU" in res.stderr
@@ -190,8 +199,8 @@ def test_cuda_on_a_machine_without_one_is_bad_input(failures):
 @pytest.mark.slow
 def test_ctrl_c_prints_what_was_measured_and_exits_130():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--budget", BUDGET],
-                            cwd=WORKLOADS,
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--budget", BUDGET,
+                             "--workload", "vw:points"], cwd=WORKLOADS,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = []
     deadline = time.monotonic() + TIMEOUT
@@ -302,8 +311,12 @@ def test_a_worker_that_exits_while_loading_gives_a_whole_line_and_a_json_documen
 
 @pytest.mark.slow
 def test_a_simulated_accelerator_run_says_so_everywhere_and_skips_convergence(tmp_path):
-    plot = tmp_path / "sim.png"
-    res = verify("--quick", "--device", "sim:20000", "--workload", "vw:points", "--plot", str(plot))
+    # Three runs at once (each mostly starts an interpreter and a worker: a CPU each).
+    plot, sim = tmp_path / "sim.png", ("--quick", "--device", "sim:20000")
+    done = at_once({"text": lambda: verify(*sim, "--workload", "vw:points", "--plot", str(plot)),
+                    "json": lambda: verify(*sim, "--json", "--workload", "vw:points"),
+                    "nproc": lambda: verify(*sim, "--nproc", "2")}, workers=3)
+    res = done["text"]
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "on simulated accelerator (20000 samples/s)" in out and "device bound (simulated)" in out
@@ -311,7 +324,7 @@ def test_a_simulated_accelerator_run_says_so_everywhere_and_skips_convergence(tm
     assert "convergence runs skipped: a simulated accelerator runs no model" in out and "time to loss" not in out
     assert re.search(r"(?m)^verdict: simulated accelerator \(20000 samples/s\): .*of the device", out)
     assert plot.stat().st_size > 0
-    doc = json.loads(verify("--quick", "--json", "--device", "sim:20000", "--workload", "vw:points").stdout)
+    doc = json.loads(done["json"].stdout)
     assert doc["summary"]["sim"]["words"] == "simulated accelerator (20000 samples/s)"
     assert doc["device"] == "sim:20000,launch=1,gbps=25,ahead=3,sync=0" and doc["trials"]["tuned_sync"]
-    assert verify("--quick", "--device", "sim:20000", "--nproc", "2").returncode == 2
+    assert done["nproc"].returncode == 2

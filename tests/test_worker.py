@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clitools import at_once
 
 from debtorch.train.runner import TrainingWorker as Worker
 from debtorch.train.runner import launch_distributed
@@ -159,11 +160,12 @@ def test_worker_python_prefers_the_option_then_the_venv(replay):
         worker_python("/no/such/python", host)
 
 
-@pytest.mark.slow
-def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
-    w = Worker(PYTHON, cwd=WORKLOADS, timeout=60)
+def _stuck(tmp_path):
+    """A worker whose trial never gets a batch (tiny:littering: tiny:stuck, which also leaves a folder
+    in its temporary directory), ended by the trial's timeout: what was seen and what it left."""
+    w = Worker(PYTHON, cwd=WORKLOADS, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
     w.start()
-    seen, done = set(), threading.Event()
+    seen, done, out = set(), threading.Event(), {"worker": w, "tmpdir": tmp_path}
 
     def watch(pgid):
         while not done.is_set():
@@ -171,37 +173,56 @@ def test_a_timeout_kills_the_worker_and_its_dataloader_workers():
             time.sleep(0.05)
 
     try:
-        w.load("tiny:stuck")
+        w.load("tiny:littering")
+        own = (Path(f"/proc/{w.pid}/environ").read_bytes().split(b"\0"))
+        out["tmp"] = next(v.split(b"=", 1)[1].decode() for v in own if v.startswith(b"TMPDIR="))
+        out["littered"] = any(os.scandir(out["tmp"]))
         watcher = threading.Thread(target=watch, args=(w.pid,), daemon=True)
         watcher.start()
-        # The stuck dataset never yields a batch: the trial can only end by the deadline.
-        with pytest.raises(WorkerTimeout):
-            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=10)   # time enough to start workers on a busy machine
+        try:   # the stuck dataset never yields a batch: the trial can only end by the deadline,
+            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=10)   # time enough to start workers when busy
+        except WorkerTimeout as exc:
+            out["raised"] = exc
     finally:
         done.set()
         w.kill()
-    assert len(seen) >= 3  # the worker and its two DataLoader workers were there
-    assert w.proc.returncode is not None
-    assert _gone(seen)
+    out["seen"], out["gone"] = seen, _gone(seen)
+    return out
+
+
+@pytest.fixture(scope="module")
+def waited(tmp_path_factory):
+    """The stuck trial (which waits out its timeout) and the two launches of two processes, at once."""
+    def launch(spec, steps, warmup):
+        try:
+            return launch_distributed(PYTHON, spec, Settings(), nproc=2, steps=steps, warmup=warmup, cwd=WORKLOADS,
+                                      timeout=300)
+        except WorkerError as exc:
+            return exc
+
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    return at_once({"stuck": lambda: _stuck(tmp), "gloo": lambda: launch("tiny:make", 3, 1),
+                    "failing": lambda: launch("tiny:wrong", 1, 0)}, workers=3)
 
 
 @pytest.mark.slow
-def test_what_a_killed_worker_leaves_in_the_temporary_directory_goes_with_it(tmp_path):
+def test_a_timeout_kills_the_worker_and_its_dataloader_workers(waited):
+    stuck = waited["stuck"]
+    assert isinstance(stuck.get("raised"), WorkerTimeout)
+    assert len(stuck["seen"]) >= 3  # the worker and its two DataLoader workers were there
+    assert stuck["worker"].proc.returncode is not None
+    assert stuck["gone"]
+
+
+@pytest.mark.slow
+def test_what_a_killed_worker_leaves_in_the_temporary_directory_goes_with_it(waited):
     """A worker killed mid-trial never runs its exit handlers (multiprocessing's pymp-* folders
     stay): its temporary directory is one of debtorch's own folders, removed after it."""
-    w = Worker(PYTHON, cwd=WORKLOADS, timeout=60, env={**os.environ, "TMPDIR": str(tmp_path)})
-    w.start()
-    try:
-        w.load("tiny:littering")
-        own = (Path(f"/proc/{w.pid}/environ").read_bytes().split(b"\0"))
-        tmp = next(v.split(b"=", 1)[1].decode() for v in own if v.startswith(b"TMPDIR="))
-        assert Path(tmp).parent.name.startswith("debtorch-worker-") and any(os.scandir(tmp))
-        with pytest.raises(WorkerTimeout):
-            w.trial(Settings(num_workers=2), steps=1, warmup=0, timeout=5)
-    finally:
-        w.kill()
-    assert not os.path.exists(tmp)
-    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
+    stuck = waited["stuck"]
+    assert Path(stuck["tmp"]).parent.name.startswith("debtorch-worker-") and stuck["littered"]
+    assert isinstance(stuck.get("raised"), WorkerTimeout)
+    assert not os.path.exists(stuck["tmp"])
+    assert [p.name for p in stuck["tmpdir"].iterdir() if not p.name.startswith("torchinductor_")] == []
 
 
 @pytest.mark.slow
@@ -226,9 +247,8 @@ def test_ctrl_c_in_the_caller_kills_the_worker_group():
 
 
 @pytest.mark.slow
-def test_two_processes_train_with_gloo():
-    res = launch_distributed(PYTHON, "tiny:make", Settings(), nproc=2, steps=3, warmup=1, cwd=WORKLOADS,
-                             timeout=300)
+def test_two_processes_train_with_gloo(waited):
+    res = waited["gloo"]
     assert res["nproc"] == 2 and res["backend"] == "gloo"
     ranks = res["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
@@ -238,10 +258,9 @@ def test_two_processes_train_with_gloo():
 
 
 @pytest.mark.slow
-def test_a_failing_rank_is_reported_as_a_finding():
-    with pytest.raises(WorkerError) as info:
-        launch_distributed(PYTHON, "tiny:wrong", Settings(), nproc=2, steps=1, warmup=0, cwd=WORKLOADS, timeout=300)
-    assert info.value.kind == "workload" and "returned a list" in str(info.value)
+def test_a_failing_rank_is_reported_as_a_finding(waited):
+    err = waited["failing"]
+    assert isinstance(err, WorkerError) and err.kind == "workload" and "returned a list" in str(err)
 
 
 @pytest.mark.slow
