@@ -273,9 +273,7 @@ class Host:
     def default_python(self) -> str:
         """The interpreter inspected when none is named: the active venv's, else ours."""
         venv = self.environ.get("VIRTUAL_ENV")
-        if venv:
-            return posixpath.join(venv, "bin", "python")
-        return self._own_python()
+        return posixpath.join(venv, "bin", "python") if venv else self._own_python()
 
     def _own_python(self) -> str:
         raise NotImplementedError

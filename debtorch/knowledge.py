@@ -757,9 +757,7 @@ def debian_support(release: Any) -> str:
     major = Version(str(number.release[0]))
     if major > max(known):
         return "newer"
-    if major < min(known):
-        return "older"
-    return "unknown"
+    return "older" if major < min(known) else "unknown"
 
 
 # Suite names that are not releases (debian-policy, sources.list(5)).

@@ -503,9 +503,7 @@ class Machine:
         none; None when nothing tells."""
         if self.gpus or _int(self.get("nvidia.pci_gpu_count")):
             return True
-        if isinstance(self.get("nvidia.pci_devices"), list):
-            return False
-        return None
+        return False if isinstance(self.get("nvidia.pci_devices"), list) else None
 
     @functools.cached_property
     def compute_gpus(self) -> list:
@@ -636,9 +634,7 @@ class Machine:
                 codename = dv.split("/")[0].lower() or None
             return _release(release, codename, None)
         legacy = _str(o.get("release"))     # facts saved by debtorch 0.x named the release themselves
-        if legacy:
-            return _release(legacy, codename, point)
-        return None
+        return _release(legacy, codename, point) if legacy else None
 
     @functools.cached_property
     def apt(self) -> Apt:
@@ -735,9 +731,7 @@ class Machine:
         if self.driver.version:
             verdict = knowledge.driver_supports(self.driver.version, tcuda, platform)[0]
             return None if verdict == "unknown" else verdict
-        if self.driver.cuda:
-            return knowledge.driver_cuda_supports(self.driver.cuda, tcuda)
-        return None
+        return knowledge.driver_cuda_supports(self.driver.cuda, tcuda) if self.driver.cuda else None
 
     @functools.cached_property
     def cuda(self) -> CudaState:
@@ -782,9 +776,7 @@ class Machine:
         ({machine, builds, source}), {} when PyTorch publishes no wheels for it, None when the
         architecture is unknown or the machine is not Linux."""
         arch = self.os.arch
-        if not arch or self.os.platform != "linux":
-            return None
-        return knowledge.wheel_machine(arch) or {}
+        return None if not arch or self.os.platform != "linux" else knowledge.wheel_machine(arch) or {}
 
     @property
     def wheel_platform(self) -> Optional[str]:
@@ -826,9 +818,7 @@ class Machine:
         if _str(v):
             return Version(_str(v), "torch.cuda.nccl.version()")
         wheel = _str(self.get("python.torch.nccl_wheel"))
-        if wheel:
-            return Version(wheel, "the nvidia-nccl wheel")
-        return Version()
+        return Version(wheel, "the nvidia-nccl wheel") if wheel else Version()
 
     # ---------------------------------------------------------- network
 

@@ -161,9 +161,7 @@ def _bool(value: Optional[str]) -> Optional[bool]:
     v = (value or "").strip().lower()
     if v in ("true", "yes"):
         return True
-    if v in ("false", "no"):
-        return False
-    return None
+    return False if v in ("false", "no") else None
 
 
 # --- the reader ---------------------------------------------------------------------------

@@ -73,9 +73,7 @@ def lib_family(filename: str) -> Optional[str]:
 def parse_nvcc_version(text: str) -> Optional[dict]:
     """``nvcc --version`` -> {release: '12.4', version: '12.4.131'}.  Never raises."""
     m = re.search(r"release\s+(\d+\.\d+)\s*,\s*V(\d+(?:\.\d+)*)", str(text))
-    if not m:
-        return None
-    return {"release": m.group(1), "version": m.group(2)}
+    return {"release": m.group(1), "version": m.group(2)} if m else None
 
 
 def shadowed(ld_copies: list[dict], wheel_copies: list[dict]) -> list[dict]:

@@ -248,9 +248,7 @@ def parse_mokutil_test_key(text: str) -> Optional[bool]:
     t = str(text).lower()
     if "is already enrolled" in t or "already in the enrollment request" in t:
         return True
-    if "is not enrolled" in t:
-        return False
-    return None
+    return False if "is not enrolled" in t else None
 
 
 def normalise_bus_id(bus_id) -> Optional[str]:
@@ -302,9 +300,7 @@ def classify_failure(text) -> Optional[str]:
         return "gpu_lost"
     if "timed out" in t or "did not answer" in t:
         return "timed_out"
-    if t.strip() == COMMAND_NOT_FOUND:
-        return "command_not_found"
-    return "other"
+    return "command_not_found" if t.strip() == COMMAND_NOT_FOUND else "other"
 
 
 def parse_pci_ids_nvidia(text: str) -> dict:
@@ -562,9 +558,7 @@ def parse_smi_xml(text: str) -> dict:
 
     def txt(el, path) -> Optional[str]:
         node = el.find(path)
-        if node is None or node.text is None:
-            return None
-        return node.text.strip()
+        return None if node is None or node.text is None else node.text.strip()
 
     def version(path) -> Optional[str]:
         """A version nvidia-smi printed; None for its placeholders ("Not Found", "N/A")."""

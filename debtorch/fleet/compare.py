@@ -47,9 +47,7 @@ def _torch(m: Machine) -> Optional[str]:
 
 
 def _gpu_count(m: Machine) -> Optional[str]:
-    if not m.gpus_listed and m.has_nvidia_gpu is not False:
-        return None
-    return str(len(m.compute_gpus))
+    return None if not m.gpus_listed and m.has_nvidia_gpu is not False else str(len(m.compute_gpus))
 
 
 def _gpu_models(m: Machine) -> Optional[str]:

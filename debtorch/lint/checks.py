@@ -167,9 +167,7 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
             return True
         name = script.qualname(test.func)
         return name.startswith("torch.") and name[6:] in _TRUTH_METHODS and any(kind(a) == DEVICE for a in test.args)
-    if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
-        return kind(test) == DEVICE
-    return False
+    return isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)) and kind(test) == DEVICE
 
 
 def check_syncs(script: Script) -> Iterator[Located]:
@@ -244,9 +242,7 @@ def _fresh(script: Script, recv: ast.AST, scope: ast.AST) -> bool:
 def _with_non_blocking(code: str) -> str:
     if code.endswith("()"):
         return code[:-1] + "non_blocking=True)"
-    if code.endswith(")"):
-        return code[:-1] + ", non_blocking=True)"
-    return code + " with non_blocking=True"
+    return code[:-1] + ", non_blocking=True)" if code.endswith(")") else code + " with non_blocking=True"
 
 
 # ---------------------------------------------------------------------------
@@ -661,9 +657,7 @@ def _loss_of_backward(call: ast.Call) -> Optional[ast.AST]:
     if method(call) != "backward" or call.args:
         return None
     recv = call.func.value
-    if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args:
-        return recv.args[0]
-    return recv
+    return recv.args[0] if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args else recv
 
 
 def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> bool:

@@ -30,9 +30,7 @@ def _unknown(sec: dict, name: str) -> str:
 
 def _val(sec: dict, name: str, fmt=show_value) -> str:
     v = sec.get(name)
-    if v is None:
-        return _unknown(sec, name)
-    return fmt(v)
+    return _unknown(sec, name) if v is None else fmt(v)
 
 
 def facts_lines(doc: dict) -> list[str]:

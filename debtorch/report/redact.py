@@ -118,9 +118,7 @@ class Redactor:
             return [self.walk(v) for v in obj]
         if isinstance(obj, tuple):
             return tuple(self.walk(v) for v in obj)
-        if isinstance(obj, str):
-            return self.text(obj)
-        return obj
+        return self.text(obj) if isinstance(obj, str) else obj
 
 
 class Redacted:
