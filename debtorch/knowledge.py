@@ -54,10 +54,7 @@ def checks_dir() -> Path:
 def _installed_dir() -> Optional[Path]:
     """The first candidate folder holding the data; looked up once per process (load() is asked
     for every check of every node a fleet compares)."""
-    for path in DATA_DIRS:
-        if (path / "cuda_driver.toml").is_file():
-            return path
-    return None
+    return next((path for path in DATA_DIRS if (path / "cuda_driver.toml").is_file()), None)
 
 
 # --------------------------------------------------------------------------
@@ -554,10 +551,9 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
     want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
     if not want:
         return None
-    for row in _wheel_rows(load(), parsed["series"], platform, parsed["version"]):
-        if row["variant"] == want:
-            return _wheel_answer(row, parsed["series"], parsed["version"])
-    return None
+    row = next((r for r in _wheel_rows(load(), parsed["series"], platform, parsed["version"])
+                if r["variant"] == want), None)
+    return None if row is None else _wheel_answer(row, parsed["series"], parsed["version"])
 
 
 def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
@@ -718,19 +714,14 @@ def debian_version_for(codename: Any) -> Optional[str]:
     if not isinstance(codename, str):
         return None
     text = codename.strip().lower()
-    for row in load().all_debian:
-        if row["codename"].lower() == text and versions.numeric(row["version"]) is not None:
-            return row["version"]
-    return None
+    return next((row["version"] for row in load().all_debian
+                 if row["codename"].lower() == text and versions.numeric(row["version"]) is not None), None)
 
 
 def debian_codename_for(release: Any) -> Optional[str]:
     """The codename of a numbered Debian release, current or archived ("8" -> "jessie")."""
     text = str(release).strip() if isinstance(release, (str, int)) and not isinstance(release, bool) else ""
-    for row in load().all_debian:
-        if row["version"] == text:
-            return row["codename"]
-    return None
+    return next((row["codename"] for row in load().all_debian if row["version"] == text), None)
 
 
 def threshold(name: str) -> Any:
@@ -860,10 +851,8 @@ def wheel_machine(arch: Any) -> Optional[Row]:
     if not isinstance(arch, str) or not arch.strip():
         return None
     text = arch.strip().lower()
-    for row in load().tables["torch_wheels.toml"]["machine"]:
-        if text == row["machine"] or text in (a.lower() for a in row.get("aliases", [])):
-            return dict(row)
-    return None
+    return next((dict(row) for row in load().tables["torch_wheels.toml"]["machine"]
+                 if text == row["machine"] or text in (a.lower() for a in row.get("aliases", []))), None)
 
 
 def wheel_machines() -> List[str]:

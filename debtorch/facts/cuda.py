@@ -171,10 +171,8 @@ def _find_nvcc(host: Host) -> tuple[Optional[str], Optional[str]]:
     for d in path.split(":"):
         if d and d.startswith("/") and host.exists(posixpath.join(d, "nvcc")):
             return posixpath.join(d, "nvcc"), "PATH"
-    for d in ("/usr/local/cuda/bin",):
-        if host.exists(posixpath.join(d, "nvcc")):
-            return posixpath.join(d, "nvcc"), d
-    return None, None
+    d = "/usr/local/cuda/bin"
+    return (posixpath.join(d, "nvcc"), d) if host.exists(posixpath.join(d, "nvcc")) else (None, None)
 
 
 def _wheel_copies(py: dict) -> list[dict]:

@@ -941,10 +941,7 @@ def _start_nvml(host: Host) -> tuple[threading.Thread, dict]:
     def work():
         try:
             nv, reason = host.nvml()
-            if nv is None:
-                box["result"] = (None, reason)
-            else:
-                box["result"] = (nvml_facts(nv), None)
+            box["result"] = (None, reason) if nv is None else (nvml_facts(nv), None)
         except Exception as exc:  # noqa: BLE001 - never let NVML take the section down
             box["result"] = (None, f"NVML failed: {type(exc).__name__}: {exc}")
 
