@@ -559,9 +559,7 @@ class ReplayHost(Host):
         args = tuple(str(a) for a in argv)
         rec = (self.meta.get("commands") or {}).get(key or command_key(args))
         if rec is None:
-            # Not recorded: the replayed machine did not have it, or the
-            # recording did not run it.  Never run it here.
-            # A named probe (key=...) that was not recorded is unknown; a plain command
+            # Never run here: a named probe (key=...) not recorded is unknown; a plain command
             # missing from the recording was not on the recorded machine.
             reason = NOT_RECORDED if key else (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND)
             return CommandResult(args, None, "", "", reason)
@@ -641,12 +639,8 @@ class ReplayHost(Host):
 
 
 class RecordingHost(LiveHost):
-    """The live machine, writing what it reads into ``folder``.
-
-    Used by ``debtorch facts --record DIR`` to capture fixture hosts and
-    machines for bug reports.  Only what debtorch reads is copied; the
-    environment is reduced to the allowlist of :mod:`debtorch.facts.env`.
-    """
+    """The live machine, writing what it reads into ``folder`` (``debtorch facts --record DIR``): only what
+    debtorch reads is copied, the environment reduced to the allowlist (:func:`allowed_environ`)."""
 
     def __init__(self, folder, trim: Optional[dict] = None) -> None:
         super().__init__()

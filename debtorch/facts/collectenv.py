@@ -158,10 +158,7 @@ def _bare(name: Optional[str]) -> str:
 
 
 def _bool(value: Optional[str]) -> Optional[bool]:
-    v = (value or "").strip().lower()
-    if v in ("true", "yes"):
-        return True
-    return False if v in ("false", "no") else None
+    return {"true": True, "yes": True, "false": False, "no": False}.get((value or "").strip().lower())
 
 
 # --- the reader ---------------------------------------------------------------------------
@@ -442,7 +439,6 @@ def _container_evidence(text: str, os_id: Optional[str], derivative: bool, prett
 
 
 def _cpu_section(rd: _Reader) -> dict:
-
     sec = _Sec()
     kv: dict[str, str] = {}
     for line in rd.cpu_lines:
@@ -504,7 +500,6 @@ def _parse_libs(lines: Iterable[str]) -> tuple[dict, dict]:
 
 
 def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
-
     sec = _Sec()
     pyv = rd.values.get("python")
     sec.put("version", versions.first_dotted(pyv) if pyv and not _missing(pyv) else None)
@@ -878,7 +873,6 @@ def _cuda_section(rd: _Reader) -> dict:
 
 
 def _env_section(rd: _Reader) -> dict:
-
     sec = _Sec()
     variables: dict[str, str] = {}
     for line in rd.env_lines:

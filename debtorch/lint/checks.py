@@ -196,9 +196,7 @@ def _truthy_pin(value: ast.AST) -> bool:
 
 
 def _non_blocking(call: ast.Call) -> bool:
-    kw = keyword(call, "non_blocking")
-    if kw is None:
-        kw = keyword(call, "async")
+    kw = keyword(call, "non_blocking") or keyword(call, "async")
     if kw is None:
         # x.to(device, None, True): to(device, dtype, non_blocking)
         return method(call) == "to" and len(call.args) >= 3 and constant(call.args[2]) is True
@@ -212,9 +210,7 @@ def check_copies(script: Script) -> Iterator[Located]:
     for step in script.per_step():
         if not step.header and not step.guarded:
             for n in local_nodes(step.node):
-                if not isinstance(n, ast.Call):
-                    continue
-                if not (moved_to(n) or method(n) == "cuda"):
+                if not isinstance(n, ast.Call) or not (moved_to(n) or method(n) == "cuda"):
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
