@@ -357,8 +357,7 @@ class LiveHost(Host):
 
     def run(self, argv: Sequence[str], timeout: float = 5.0, key: Optional[str] = None,
             env: Optional[dict] = None) -> CommandResult:
-        args = tuple(str(a) for a in argv)
-        if args:
+        if args := tuple(str(a) for a in argv):
             args = (self.program(args[0]),) + args[1:]
         start = time.monotonic()
         proc = (_PRESTARTED.pop(args, None) if not env else None) or _spawn(args, env)
@@ -504,8 +503,7 @@ class ReplayHost(Host):
                 self.meta = inputs.parse_json(inputs.read_text(str(meta_path), what="a recording"), str(meta_path))
             except inputs.InputError as exc:
                 raise Unavailable(str(exc)) from None
-            bad = _meta_problem(self.meta)
-            if bad:
+            if bad := _meta_problem(self.meta):
                 raise Unavailable(f"{meta_path}: {bad}")
         self._nvml: Optional[tuple[Any, Optional[str]]] = None
 
@@ -753,14 +751,12 @@ class RecordingHost(LiveHost):
         return target
 
     def exists(self, p: str) -> bool:
-        found = super().exists(p)
-        if found:
+        if found := super().exists(p):
             self._keep(p, lambda dest: _stand_in(dest, os.path.isdir(p)))
         return found
 
     def is_dir(self, p: str) -> bool:
-        found = super().is_dir(p)
-        if found:
+        if found := super().is_dir(p):
             self._keep(p, lambda dest: _stand_in(dest, True))
         return found
 

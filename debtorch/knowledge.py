@@ -38,8 +38,7 @@ class KnowledgeError(ValueError):
 
 def checks_dir() -> Path:
     """The folder the data is read from (docs/knowledge.md)."""
-    env = os.environ.get(ENV_DIR)
-    if env:
+    if env := os.environ.get(ENV_DIR):
         path = Path(env)
         if not path.is_dir():
             raise KnowledgeError(f"{ENV_DIR}={env}: not a folder")
@@ -253,8 +252,7 @@ class Knowledge:
         for row in self.tables["pci.toml"]["device"]:
             m = re.search(r"\[(.+)\]", row["name"])
             for product in (m.group(1).split("/") if m else []):
-                tokens = tuple(_gpu_tokens(product))
-                if tokens:
+                if tokens := tuple(_gpu_tokens(product)):
                     index.setdefault(tokens, set()).add(_cc(row["cc"]))
         return index
 
@@ -487,8 +485,7 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
         best = runs[-1]
         how = "exact match" if best[:2] == cc else f"SASS for {best[0]}.{best[1]} runs on {cc[0]}.{cc[1]} (same major)"
         return "sass", f"{_arch_name(best, 'sm')} covers {name}: {how}"
-    jit = sorted(t for t in ptx if (t[:2] == cc if t[2] == "a" else t[:2] <= cc))
-    if jit:
+    if jit := sorted(t for t in ptx if (t[:2] == cc if t[2] == "a" else t[:2] <= cc)):
         best = jit[-1]
         return "ptx", (f"no SASS for {name}; the driver JIT-compiles {_arch_name(best, 'compute')} PTX at first use "
                        "(slow start; needs a driver at least as new as the wheel's CUDA toolkit driver)")
@@ -675,8 +672,7 @@ def capability_for_name(gpu_name: Any) -> Optional[str]:
     # OEM parts ("PH402 SKU 200": GP100) and the products made on another chip than the
     # name's family ("GeForce RTX 3050 A Laptop GPU": AD106/AD107, Ada).  A name pci.ids
     # gives on chips of different capability keeps gpus.toml's answer if it is one of them.
-    exact = load().pci_names.get(tuple(tokens))
-    if exact:
+    if exact := load().pci_names.get(tuple(tokens)):
         if len(exact) == 1:
             return next(iter(exact))
         return table if table in exact else None
@@ -696,8 +692,7 @@ def debian_release(release_or_codename: Any) -> Optional[Row]:
     text = re.sub(r"^debian\s*(gnu/linux\s*)?", "", text).strip()
     if "/" in text:
         text = text.split("/")[0].strip()
-    m = re.fullmatch(r"(\d+)(?:\.\d+)*", text)
-    if m:
+    if m := re.fullmatch(r"(\d+)(?:\.\d+)*", text):
         text = m.group(1)
     for row in load().debian:
         names = {row["version"].lower(), row["codename"].lower(), *(a.lower() for a in row.get("aliases", []))}

@@ -640,8 +640,7 @@ def parse_topo_matrix(text: str) -> dict:
 def topo_link(code: str) -> dict:
     """A topo -m cell -> {link, nvlink_count, pcie_level}.  Never raises."""
     code = str(code).strip()
-    m = re.fullmatch(r"NV(\d+)", code)
-    if m:
+    if m := re.fullmatch(r"NV(\d+)", code):
         return {"link": "nvlink", "nvlink_count": int(m.group(1)), "pcie_level": None}
     level = TOPO_CODES.get(code)
     return {"link": "pcie" if level else None, "nvlink_count": 0, "pcie_level": level}
@@ -654,8 +653,7 @@ def parse_compute_cap_csv(text: str) -> dict:
     for line in str(text).splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and re.fullmatch(r"\d+\.\d+", parts[1]):
-            addr = normalise_bus_id(parts[0])
-            if addr:
+            if addr := normalise_bus_id(parts[0]):
                 out[addr] = parts[1]
     return out
 
@@ -678,8 +676,7 @@ def pci_devices(host: Host) -> tuple[Optional[list], Optional[str]]:
         if ids is None:
             ids = {}
             for path in PCI_IDS:
-                text = host.try_read(path)
-                if text:
+                if text := host.try_read(path):
                     ids = parse_pci_ids_nvidia(text)
                     break
         cls = (host.try_read(f"{base}/class") or "").strip().lower()
@@ -716,8 +713,7 @@ def _blacklists(host: Host) -> list[dict]:
             if not name.endswith(".conf") or name in seen:
                 continue
             seen.add(name)
-            text = host.try_read(f"{d}/{name}")
-            if text:
+            if text := host.try_read(f"{d}/{name}"):
                 found += parse_modprobe_conf(text, f"{d}/{name}")
     return found
 
@@ -991,8 +987,7 @@ def smi_facts(host: Host, topology: bool) -> dict:
     caps = parse_compute_cap_csv(results[1].stdout) if results[1].ok else {}
     gpus = []
     for g in parsed["gpus"]:
-        cc = caps.get(g.get("pci_address") or "")
-        if cc:
+        if cc := caps.get(g.get("pci_address") or ""):
             g["compute_capability"] = cc
             g.get("unknown", {}).pop("compute_capability", None)
         elif not results[1].ok:

@@ -299,8 +299,7 @@ def summarise(nodes: list, expected: Optional[int] = None, timeout: Optional[flo
     ok = [n for n in nodes if n.ok]
     found = _status(nodes, timeout)
     for a in ASPECTS:
-        f = _difference(a, ok)
-        if f:
+        if f := _difference(a, ok):
             found.append(f)
     found += _env_differences(ok)
     if tuned_path:

@@ -479,8 +479,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
 def _calls(script: Script) -> Iterator[Tuple[ast.Call, str]]:
     for n in script.nodes:
         if isinstance(n, ast.Call):
-            name = script.qualname(n.func)
-            if name:
+            if name := script.qualname(n.func):
                 yield n, name
 
 

@@ -750,8 +750,7 @@ def moved_to(call: ast.AST) -> Optional[bool]:
 
 def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
     func = node.func
-    m = method(node)
-    if m:
+    if m := method(node):
         recv = func.value
         if m in PLAIN_METHODS:
             return OTHER
