@@ -80,9 +80,7 @@ def catalogue() -> Dict[str, Entry]:
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple, set)):
-        return tuple(_freeze(v) for v in value)
-    return value
+    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple, set)) else value
 
 
 @dataclass(frozen=True)

@@ -273,9 +273,7 @@ class Host:
     def default_python(self) -> str:
         """The interpreter inspected when none is named: the active venv's, else ours."""
         venv = self.environ.get("VIRTUAL_ENV")
-        if venv:
-            return posixpath.join(venv, "bin", "python")
-        return self._own_python()
+        return posixpath.join(venv, "bin", "python") if venv else self._own_python()
 
     def _own_python(self) -> str:
         raise NotImplementedError
@@ -359,8 +357,7 @@ class LiveHost(Host):
 
     def run(self, argv: Sequence[str], timeout: float = 5.0, key: Optional[str] = None,
             env: Optional[dict] = None) -> CommandResult:
-        args = tuple(str(a) for a in argv)
-        if args:
+        if args := tuple(str(a) for a in argv):
             args = (self.program(args[0]),) + args[1:]
         start = time.monotonic()
         proc = (_PRESTARTED.pop(args, None) if not env else None) or _spawn(args, env)
@@ -506,8 +503,7 @@ class ReplayHost(Host):
                 self.meta = inputs.parse_json(inputs.read_text(str(meta_path), what="a recording"), str(meta_path))
             except inputs.InputError as exc:
                 raise Unavailable(str(exc)) from None
-            bad = _meta_problem(self.meta)
-            if bad:
+            if bad := _meta_problem(self.meta):
                 raise Unavailable(f"{meta_path}: {bad}")
         self._nvml: Optional[tuple[Any, Optional[str]]] = None
 
@@ -561,9 +557,7 @@ class ReplayHost(Host):
         args = tuple(str(a) for a in argv)
         rec = (self.meta.get("commands") or {}).get(key or command_key(args))
         if rec is None:
-            # Not recorded: the replayed machine did not have it, or the
-            # recording did not run it.  Never run it here.
-            # A named probe (key=...) that was not recorded is unknown; a plain command
+            # Never run here: a named probe (key=...) not recorded is unknown; a plain command
             # missing from the recording was not on the recorded machine.
             reason = NOT_RECORDED if key else (self.meta.get("missing_command_reason") or COMMAND_NOT_FOUND)
             return CommandResult(args, None, "", "", reason)
@@ -643,12 +637,8 @@ class ReplayHost(Host):
 
 
 class RecordingHost(LiveHost):
-    """The live machine, writing what it reads into ``folder``.
-
-    Used by ``debtorch facts --record DIR`` to capture fixture hosts and
-    machines for bug reports.  Only what debtorch reads is copied; the
-    environment is reduced to the allowlist of :mod:`debtorch.facts.env`.
-    """
+    """The live machine, writing what it reads into ``folder`` (``debtorch facts --record DIR``): only what
+    debtorch reads is copied, the environment reduced to the allowlist (:func:`allowed_environ`)."""
 
     def __init__(self, folder, trim: Optional[dict] = None) -> None:
         super().__init__()
@@ -761,14 +751,12 @@ class RecordingHost(LiveHost):
         return target
 
     def exists(self, p: str) -> bool:
-        found = super().exists(p)
-        if found:
+        if found := super().exists(p):
             self._keep(p, lambda dest: _stand_in(dest, os.path.isdir(p)))
         return found
 
     def is_dir(self, p: str) -> bool:
-        found = super().is_dir(p)
-        if found:
+        if found := super().is_dir(p):
             self._keep(p, lambda dest: _stand_in(dest, True))
         return found
 

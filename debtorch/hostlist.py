@@ -56,9 +56,7 @@ def _range(item: str) -> list[str]:
     lo, hi = m.group(1), m.group(2) or m.group(1)
     width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
     a, b = int(lo), int(hi)
-    if b < a or b - a > MAX_HOSTS:
-        return []
-    return [str(n).zfill(width) for n in range(a, b + 1)]
+    return [] if b < a or b - a > MAX_HOSTS else [str(n).zfill(width) for n in range(a, b + 1)]
 
 
 def _expand_one(word: str, budget: int) -> list[str]:

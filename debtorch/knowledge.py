@@ -38,8 +38,7 @@ class KnowledgeError(ValueError):
 
 def checks_dir() -> Path:
     """The folder the data is read from (docs/knowledge.md)."""
-    env = os.environ.get(ENV_DIR)
-    if env:
+    if env := os.environ.get(ENV_DIR):
         path = Path(env)
         if not path.is_dir():
             raise KnowledgeError(f"{ENV_DIR}={env}: not a folder")
@@ -54,10 +53,7 @@ def checks_dir() -> Path:
 def _installed_dir() -> Optional[Path]:
     """The first candidate folder holding the data; looked up once per process (load() is asked
     for every check of every node a fleet compares)."""
-    for path in DATA_DIRS:
-        if (path / "cuda_driver.toml").is_file():
-            return path
-    return None
+    return next((path for path in DATA_DIRS if (path / "cuda_driver.toml").is_file()), None)
 
 
 # --------------------------------------------------------------------------
@@ -256,8 +252,7 @@ class Knowledge:
         for row in self.tables["pci.toml"]["device"]:
             m = re.search(r"\[(.+)\]", row["name"])
             for product in (m.group(1).split("/") if m else []):
-                tokens = tuple(_gpu_tokens(product))
-                if tokens:
+                if tokens := tuple(_gpu_tokens(product)):
                     index.setdefault(tokens, set()).add(_cc(row["cc"]))
         return index
 
@@ -490,8 +485,7 @@ def arch_support(compute_capability: Any, arch_list: Any) -> Tuple[str, str]:
         best = runs[-1]
         how = "exact match" if best[:2] == cc else f"SASS for {best[0]}.{best[1]} runs on {cc[0]}.{cc[1]} (same major)"
         return "sass", f"{_arch_name(best, 'sm')} covers {name}: {how}"
-    jit = sorted(t for t in ptx if (t[:2] == cc if t[2] == "a" else t[:2] <= cc))
-    if jit:
+    if jit := sorted(t for t in ptx if (t[:2] == cc if t[2] == "a" else t[:2] <= cc)):
         best = jit[-1]
         return "ptx", (f"no SASS for {name}; the driver JIT-compiles {_arch_name(best, 'compute')} PTX at first use "
                        "(slow start; needs a driver at least as new as the wheel's CUDA toolkit driver)")
@@ -554,10 +548,9 @@ def wheel(torch_version: str, variant: Optional[str] = None, platform: str = "li
     want = (variant.strip().lower() if isinstance(variant, str) and variant.strip() else None) or parsed["local"]
     if not want:
         return None
-    for row in _wheel_rows(load(), parsed["series"], platform, parsed["version"]):
-        if row["variant"] == want:
-            return _wheel_answer(row, parsed["series"], parsed["version"])
-    return None
+    row = next((r for r in _wheel_rows(load(), parsed["series"], platform, parsed["version"])
+                if r["variant"] == want), None)
+    return None if row is None else _wheel_answer(row, parsed["series"], parsed["version"])
 
 
 def variants(torch_version: str, platform: str = "linux-x86_64") -> List[str]:
@@ -679,8 +672,7 @@ def capability_for_name(gpu_name: Any) -> Optional[str]:
     # OEM parts ("PH402 SKU 200": GP100) and the products made on another chip than the
     # name's family ("GeForce RTX 3050 A Laptop GPU": AD106/AD107, Ada).  A name pci.ids
     # gives on chips of different capability keeps gpus.toml's answer if it is one of them.
-    exact = load().pci_names.get(tuple(tokens))
-    if exact:
+    if exact := load().pci_names.get(tuple(tokens)):
         if len(exact) == 1:
             return next(iter(exact))
         return table if table in exact else None
@@ -700,8 +692,7 @@ def debian_release(release_or_codename: Any) -> Optional[Row]:
     text = re.sub(r"^debian\s*(gnu/linux\s*)?", "", text).strip()
     if "/" in text:
         text = text.split("/")[0].strip()
-    m = re.fullmatch(r"(\d+)(?:\.\d+)*", text)
-    if m:
+    if m := re.fullmatch(r"(\d+)(?:\.\d+)*", text):
         text = m.group(1)
     for row in load().debian:
         names = {row["version"].lower(), row["codename"].lower(), *(a.lower() for a in row.get("aliases", []))}
@@ -718,19 +709,14 @@ def debian_version_for(codename: Any) -> Optional[str]:
     if not isinstance(codename, str):
         return None
     text = codename.strip().lower()
-    for row in load().all_debian:
-        if row["codename"].lower() == text and versions.numeric(row["version"]) is not None:
-            return row["version"]
-    return None
+    return next((row["version"] for row in load().all_debian
+                 if row["codename"].lower() == text and versions.numeric(row["version"]) is not None), None)
 
 
 def debian_codename_for(release: Any) -> Optional[str]:
     """The codename of a numbered Debian release, current or archived ("8" -> "jessie")."""
     text = str(release).strip() if isinstance(release, (str, int)) and not isinstance(release, bool) else ""
-    for row in load().all_debian:
-        if row["version"] == text:
-            return row["codename"]
-    return None
+    return next((row["codename"] for row in load().all_debian if row["version"] == text), None)
 
 
 def threshold(name: str) -> Any:
@@ -757,9 +743,7 @@ def debian_support(release: Any) -> str:
     major = Version(str(number.release[0]))
     if major > max(known):
         return "newer"
-    if major < min(known):
-        return "older"
-    return "unknown"
+    return "older" if major < min(known) else "unknown"
 
 
 # Suite names that are not releases (debian-policy, sources.list(5)).
@@ -862,10 +846,8 @@ def wheel_machine(arch: Any) -> Optional[Row]:
     if not isinstance(arch, str) or not arch.strip():
         return None
     text = arch.strip().lower()
-    for row in load().tables["torch_wheels.toml"]["machine"]:
-        if text == row["machine"] or text in (a.lower() for a in row.get("aliases", [])):
-            return dict(row)
-    return None
+    return next((dict(row) for row in load().tables["torch_wheels.toml"]["machine"]
+                 if text == row["machine"] or text in (a.lower() for a in row.get("aliases", []))), None)
 
 
 def wheel_machines() -> List[str]:

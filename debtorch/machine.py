@@ -438,8 +438,7 @@ class Machine:
         """The CUDA in torch's "driver too old (found version 11040)", from the deep probe."""
         deep = self.section("python.deep")
         for text in [*_dict(deep.get("errors")).values(), *_list(deep.get("warnings"))]:
-            m = torch_messages.DRIVER_TOO_OLD.search(str(text))
-            if m:
+            if m := torch_messages.DRIVER_TOO_OLD.search(str(text)):
                 return versions.cuda_from_int(m.group(1))
         return None
 
@@ -503,9 +502,7 @@ class Machine:
         none; None when nothing tells."""
         if self.gpus or _int(self.get("nvidia.pci_gpu_count")):
             return True
-        if isinstance(self.get("nvidia.pci_devices"), list):
-            return False
-        return None
+        return False if isinstance(self.get("nvidia.pci_devices"), list) else None
 
     @functools.cached_property
     def compute_gpus(self) -> list:
@@ -636,9 +633,7 @@ class Machine:
                 codename = dv.split("/")[0].lower() or None
             return _release(release, codename, None)
         legacy = _str(o.get("release"))     # facts saved by debtorch 0.x named the release themselves
-        if legacy:
-            return _release(legacy, codename, point)
-        return None
+        return _release(legacy, codename, point) if legacy else None
 
     @functools.cached_property
     def apt(self) -> Apt:
@@ -708,8 +703,7 @@ class Machine:
         if not t.installed or t.hip or t.cpu_only:
             return None
         deep = self.section("python.deep")
-        listed = deep.get("arch_list")
-        if listed:
+        if listed := deep.get("arch_list"):
             said = "torch's warning" if deep.get("source") == "collect_env" else "torch.cuda.get_arch_list()"
             return ArchList(listed, said, True)
         if not t.cuda:
@@ -735,9 +729,7 @@ class Machine:
         if self.driver.version:
             verdict = knowledge.driver_supports(self.driver.version, tcuda, platform)[0]
             return None if verdict == "unknown" else verdict
-        if self.driver.cuda:
-            return knowledge.driver_cuda_supports(self.driver.cuda, tcuda)
-        return None
+        return knowledge.driver_cuda_supports(self.driver.cuda, tcuda) if self.driver.cuda else None
 
     @functools.cached_property
     def cuda(self) -> CudaState:
@@ -751,8 +743,7 @@ class Machine:
         for res in _dict(deep.get("exercise")).values():
             words += [str(v) for v in _dict(res).values() if v and v != "ok"]
         for text in words:
-            found = torch_messages.classify(text)
-            if found:
+            if found := torch_messages.classify(text):
                 return CudaState(available, found[0], found[1], True)
         kinds = {self.get("nvidia.nvml.error_kind"), self.get("nvidia.nvidia_smi.error_kind")}
         if available is not False or not self.torch.cuda or self.torch.hip:
@@ -782,9 +773,7 @@ class Machine:
         ({machine, builds, source}), {} when PyTorch publishes no wheels for it, None when the
         architecture is unknown or the machine is not Linux."""
         arch = self.os.arch
-        if not arch or self.os.platform != "linux":
-            return None
-        return knowledge.wheel_machine(arch) or {}
+        return None if not arch or self.os.platform != "linux" else knowledge.wheel_machine(arch) or {}
 
     @property
     def wheel_platform(self) -> Optional[str]:
@@ -804,8 +793,7 @@ class Machine:
     def cudnn(self) -> Version:
         """The cuDNN PyTorch loads: what torch said (``--deep``), else the nvidia-cudnn wheel,
         conda's build, or a libcudnn in the interpreter's libraries."""
-        said = versions.cudnn_from_int(self.get("python.deep.cudnn_version"))
-        if said:
+        if said := versions.cudnn_from_int(self.get("python.deep.cudnn_version")):
             return Version(said, "torch.backends.cudnn.version()")
         t = self.section("python.torch")
         for key, where in (("cudnn_wheel", "the nvidia-cudnn wheel"), ("cudnn_conda", "conda's build string")):
@@ -826,9 +814,7 @@ class Machine:
         if _str(v):
             return Version(_str(v), "torch.cuda.nccl.version()")
         wheel = _str(self.get("python.torch.nccl_wheel"))
-        if wheel:
-            return Version(wheel, "the nvidia-nccl wheel")
-        return Version()
+        return Version(wheel, "the nvidia-nccl wheel") if wheel else Version()
 
     # ---------------------------------------------------------- network
 
@@ -958,15 +944,13 @@ def _debian_base(o: dict, os_id: Optional[str], dv: Optional[str]) -> Optional[D
     (Ubuntu's os-release alone does not)."""
     point = dv if dv and versions.numeric(dv) is not None else None
     for name in filter(None, (_str(o.get("debian_codename")), _str(o.get("codename")))):
-        number = knowledge.debian_version_for(name)
-        if number:
+        if number := knowledge.debian_version_for(name):
             return _release(number, name.lower(), point if point and point.split(".")[0] == number else None)
     if dv:
         base = dv.split("/")[0].strip().lower()
         if versions.numeric(base) is not None:
             return _release(base.split(".")[0], None, base if "." in base else None)
-        number = knowledge.debian_version_for(base)
-        if number:
+        if number := knowledge.debian_version_for(base):
             return _release(number, base, None)
     version_id = _str(o.get("version_id"))
     if os_id == "raspbian" and version_id and versions.numeric(version_id) is not None:

@@ -44,9 +44,7 @@ def parse_cc(value: Any) -> Optional[CC]:
             major, minor = int(digits[:-1]), int(digits[-1])
     else:
         return None
-    if not (1 <= major <= 99 and 0 <= minor <= 9):
-        return None
-    return (major, minor)
+    return (major, minor) if 1 <= major <= 99 and 0 <= minor <= 9 else None
 
 
 def fmt_cc(cc: Optional[CC]) -> Optional[str]:

@@ -69,9 +69,7 @@ class Context:
     def section(self, name: str) -> dict:
         self._submitted.wait()
         fut = self._futures.get(name)
-        if fut is None:
-            return {}
-        return fut.result()
+        return {} if fut is None else fut.result()
 
 
 def _run_section(name: str, ctx: Context) -> dict:

@@ -158,12 +158,7 @@ def _bare(name: Optional[str]) -> str:
 
 
 def _bool(value: Optional[str]) -> Optional[bool]:
-    v = (value or "").strip().lower()
-    if v in ("true", "yes"):
-        return True
-    if v in ("false", "no"):
-        return False
-    return None
+    return {"true": True, "yes": True, "false": False, "no": False}.get((value or "").strip().lower())
 
 
 # --- the reader ---------------------------------------------------------------------------
@@ -205,8 +200,7 @@ class _Reader:
         self._read(_clean_lines(text))
 
     def _label(self, line: str) -> Optional[tuple[str, str]]:
-        m = BARE_TORCH_RE.match(line)
-        if m:
+        if m := BARE_TORCH_RE.match(line):
             return "torch_version", m.group(1)
         m = LABEL_RE.match(line)
         if not m:
@@ -344,12 +338,10 @@ def _os_section(rd: _Reader, platform: str) -> dict:
     if pretty:
         m = re.search(r"\b(\d+(?:\.\d+)*)\b", pretty)
         version_id = m.group(1) if m and (is_debian or "." in m.group(1)) else None
-        c = re.search(r"\(([a-z]+)\)", pretty)
-        if c:
+        if c := re.search(r"\(([a-z]+)\)", pretty):
             codename = c.group(1)
         if is_debian:
-            c2 = re.search(r"GNU/Linux\s+([a-z]+/sid|sid)\b", pretty)
-            if c2:
+            if c2 := re.search(r"GNU/Linux\s+([a-z]+/sid|sid)\b", pretty):
                 debian_version = c2.group(1)
     sec.put("version_id", version_id)
     sec.put("codename", codename)
@@ -436,15 +428,13 @@ def _container_evidence(text: str, os_id: Optional[str], derivative: bool, prett
     if any(low.startswith(name) for name in CONTAINER_ONLY_OS):
         kind = kind or "other"
         evidence.append(f"{pretty} is published only as container images")
-    m = DOCKER_PROMPT_RE.search(text or "")
-    if m:
+    if m := DOCKER_PROMPT_RE.search(text or ""):
         kind = "docker"
         evidence.append(f"the shell prompt's hostname {m.group(1)} is Docker's default (the container's ID)")
     return kind, evidence
 
 
 def _cpu_section(rd: _Reader) -> dict:
-
     sec = _Sec()
     kv: dict[str, str] = {}
     for line in rd.cpu_lines:
@@ -473,8 +463,7 @@ def _cpu_section(rd: _Reader) -> dict:
         sec.put("sockets", sockets)
         sec.put("physical_cores", cps * sockets if cps and sockets else (logical // tpc if logical and tpc else None))
         sec.put("numa_nodes", num("numa node(s)"))
-        flags = arm_simd(set(kv.get("flags", "").split()))
-        if flags:
+        if flags := arm_simd(set(kv.get("flags", "").split())):
             sec["features"] = {f: (f in flags) for f in FEATURES}
         else:
             sec.unknown("features")
@@ -494,8 +483,7 @@ def _parse_libs(lines: Iterable[str]) -> tuple[dict, dict]:
         if _missing(rest) or rest.lower() == "no relevant packages":
             continue
         if kind.startswith("pip"):
-            n = re.match(r"([A-Za-z0-9_.\-]+)\s*(?:==|@|\s)\s*(\S+)", rest)
-            if n:
+            if n := re.match(r"([A-Za-z0-9_.\-]+)\s*(?:==|@|\s)\s*(\S+)", rest):
                 pip.setdefault(n.group(1).lower().replace("_", "-"), n.group(2))
         else:
             parts = rest.split()
@@ -506,7 +494,6 @@ def _parse_libs(lines: Iterable[str]) -> tuple[dict, dict]:
 
 
 def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
-
     sec = _Sec()
     pyv = rd.values.get("python")
     sec.put("version", versions.first_dotted(pyv) if pyv and not _missing(pyv) else None)
@@ -572,8 +559,7 @@ def _python_section(rd: _Reader, warn: TorchWarnings, notes: list) -> dict:
     conda_build = (conda.get("pytorch") or {}).get("build") or ""
     cb = re.search(r"cuda([\d.]+)_cudnn([\d.]+)", conda_build)
     if not cuda_known and version:
-        m = re.search(r"\+cu(\d+)(\d)\b", version)
-        if m:
+        if m := re.search(r"\+cu(\d+)(\d)\b", version):
             cuda, cuda_known = f"{m.group(1)}.{m.group(2)}", True
         elif cb:
             cuda, cuda_known = cb.group(1), True
@@ -703,8 +689,7 @@ def _parse_smi(lines: list[str]) -> dict:
     for line in lines:
         if len(line) > SMI_LINE_MAX:
             continue
-        h = SMI_HEADER_RE.search(line)
-        if h:
+        if h := SMI_HEADER_RE.search(line):
             out["present"] = True
             out["driver"] = h.group(2)
             out["cuda"] = None if h.group(3) in (None, "N/A") else h.group(3)
@@ -713,15 +698,13 @@ def _parse_smi(lines: list[str]) -> dict:
             in_procs = True
             continue
         if in_procs:
-            p = SMI_PROC_RE.match(line)
-            if p:
+            if p := SMI_PROC_RE.match(line):
                 mem = p.group(7)
                 out["processes"].append({"gpu": int(p.group(1)), "pid": int(p.group(4)), "type": p.group(5),
                                          "name": p.group(6).strip(),
                                          "used_memory": int(mem[:-3]) * MIB if mem.endswith("MiB") else None})
             continue
-        r1 = SMI_ROW1_RE.match(line)
-        if r1:
+        if r1 := SMI_ROW1_RE.match(line):
             out["present"] = True
             ecc = r1.group(6)
             pending = {"index": int(r1.group(1)), "name": r1.group(2).strip(), "persistence_mode": None,
@@ -851,8 +834,7 @@ def _nvidia_section(rd: _Reader, platform: str, hip: Optional[str], warn: TorchW
 def _cuda_section(rd: _Reader) -> dict:
     sec = _Sec()
     nv = rd.values.get("nvcc")
-    nvcc = versions.first_dotted(nv)
-    if nvcc:
+    if nvcc := versions.first_dotted(nv):
         sec["toolkit_nvcc"] = {"version": nvcc, "release": ".".join(nvcc.split(".")[:2]),
                                "path": None, "found_via": "collect_env ('CUDA runtime version')"}
     else:
@@ -880,7 +862,6 @@ def _cuda_section(rd: _Reader) -> dict:
 
 
 def _env_section(rd: _Reader) -> dict:
-
     sec = _Sec()
     variables: dict[str, str] = {}
     for line in rd.env_lines:

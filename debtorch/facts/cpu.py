@@ -146,9 +146,7 @@ def parse_cgroup_v2_cpu_max(text: str) -> Optional[float]:
         period = int(words[1]) if len(words) > 1 else 100000
     except ValueError:
         return None
-    if quota <= 0 or period <= 0:
-        return None
-    return quota / period
+    return None if quota <= 0 or period <= 0 else quota / period
 
 
 def _cgroup_quota(host: Host) -> tuple[Optional[float], str]:

@@ -73,9 +73,7 @@ def lib_family(filename: str) -> Optional[str]:
 def parse_nvcc_version(text: str) -> Optional[dict]:
     """``nvcc --version`` -> {release: '12.4', version: '12.4.131'}.  Never raises."""
     m = re.search(r"release\s+(\d+\.\d+)\s*,\s*V(\d+(?:\.\d+)*)", str(text))
-    if not m:
-        return None
-    return {"release": m.group(1), "version": m.group(2)}
+    return {"release": m.group(1), "version": m.group(2)} if m else None
 
 
 def shadowed(ld_copies: list[dict], wheel_copies: list[dict]) -> list[dict]:
@@ -173,10 +171,8 @@ def _find_nvcc(host: Host) -> tuple[Optional[str], Optional[str]]:
     for d in path.split(":"):
         if d and d.startswith("/") and host.exists(posixpath.join(d, "nvcc")):
             return posixpath.join(d, "nvcc"), "PATH"
-    for d in ("/usr/local/cuda/bin",):
-        if host.exists(posixpath.join(d, "nvcc")):
-            return posixpath.join(d, "nvcc"), d
-    return None, None
+    d = "/usr/local/cuda/bin"
+    return (posixpath.join(d, "nvcc"), d) if host.exists(posixpath.join(d, "nvcc")) else (None, None)
 
 
 def _wheel_copies(py: dict) -> list[dict]:

@@ -50,9 +50,7 @@ def parse_ip_addr_json(text: str) -> dict:
 
 def parse_ib_state(text: Optional[str]) -> Optional[str]:
     """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'.  Never raises."""
-    if not text or not text.strip():
-        return None
-    return text.strip().split(":", 1)[-1].strip() or None
+    return None if not text or not text.strip() else text.strip().split(":", 1)[-1].strip() or None
 
 
 def parse_ib_rate(text: Optional[str]) -> Optional[float]:

@@ -248,9 +248,7 @@ def parse_mokutil_test_key(text: str) -> Optional[bool]:
     t = str(text).lower()
     if "is already enrolled" in t or "already in the enrollment request" in t:
         return True
-    if "is not enrolled" in t:
-        return False
-    return None
+    return False if "is not enrolled" in t else None
 
 
 def normalise_bus_id(bus_id) -> Optional[str]:
@@ -302,9 +300,7 @@ def classify_failure(text) -> Optional[str]:
         return "gpu_lost"
     if "timed out" in t or "did not answer" in t:
         return "timed_out"
-    if t.strip() == COMMAND_NOT_FOUND:
-        return "command_not_found"
-    return "other"
+    return "command_not_found" if t.strip() == COMMAND_NOT_FOUND else "other"
 
 
 def parse_pci_ids_nvidia(text: str) -> dict:
@@ -562,9 +558,7 @@ def parse_smi_xml(text: str) -> dict:
 
     def txt(el, path) -> Optional[str]:
         node = el.find(path)
-        if node is None or node.text is None:
-            return None
-        return node.text.strip()
+        return None if node is None or node.text is None else node.text.strip()
 
     def version(path) -> Optional[str]:
         """A version nvidia-smi printed; None for its placeholders ("Not Found", "N/A")."""
@@ -646,8 +640,7 @@ def parse_topo_matrix(text: str) -> dict:
 def topo_link(code: str) -> dict:
     """A topo -m cell -> {link, nvlink_count, pcie_level}.  Never raises."""
     code = str(code).strip()
-    m = re.fullmatch(r"NV(\d+)", code)
-    if m:
+    if m := re.fullmatch(r"NV(\d+)", code):
         return {"link": "nvlink", "nvlink_count": int(m.group(1)), "pcie_level": None}
     level = TOPO_CODES.get(code)
     return {"link": "pcie" if level else None, "nvlink_count": 0, "pcie_level": level}
@@ -660,8 +653,7 @@ def parse_compute_cap_csv(text: str) -> dict:
     for line in str(text).splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and re.fullmatch(r"\d+\.\d+", parts[1]):
-            addr = normalise_bus_id(parts[0])
-            if addr:
+            if addr := normalise_bus_id(parts[0]):
                 out[addr] = parts[1]
     return out
 
@@ -684,8 +676,7 @@ def pci_devices(host: Host) -> tuple[Optional[list], Optional[str]]:
         if ids is None:
             ids = {}
             for path in PCI_IDS:
-                text = host.try_read(path)
-                if text:
+                if text := host.try_read(path):
                     ids = parse_pci_ids_nvidia(text)
                     break
         cls = (host.try_read(f"{base}/class") or "").strip().lower()
@@ -722,8 +713,7 @@ def _blacklists(host: Host) -> list[dict]:
             if not name.endswith(".conf") or name in seen:
                 continue
             seen.add(name)
-            text = host.try_read(f"{d}/{name}")
-            if text:
+            if text := host.try_read(f"{d}/{name}"):
                 found += parse_modprobe_conf(text, f"{d}/{name}")
     return found
 
@@ -947,10 +937,7 @@ def _start_nvml(host: Host) -> tuple[threading.Thread, dict]:
     def work():
         try:
             nv, reason = host.nvml()
-            if nv is None:
-                box["result"] = (None, reason)
-            else:
-                box["result"] = (nvml_facts(nv), None)
+            box["result"] = (None, reason) if nv is None else (nvml_facts(nv), None)
         except Exception as exc:  # noqa: BLE001 - never let NVML take the section down
             box["result"] = (None, f"NVML failed: {type(exc).__name__}: {exc}")
 
@@ -1000,8 +987,7 @@ def smi_facts(host: Host, topology: bool) -> dict:
     caps = parse_compute_cap_csv(results[1].stdout) if results[1].ok else {}
     gpus = []
     for g in parsed["gpus"]:
-        cc = caps.get(g.get("pci_address") or "")
-        if cc:
+        if cc := caps.get(g.get("pci_address") or ""):
             g["compute_capability"] = cc
             g.get("unknown", {}).pop("compute_capability", None)
         elif not results[1].ok:

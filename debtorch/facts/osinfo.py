@@ -119,9 +119,7 @@ def detect_wsl(kernel_release: str, proc_version: str) -> Optional[int]:
     text = f"{kernel_release} {proc_version}"
     if "WSL2" in text or "microsoft-standard" in text.lower():
         return 2
-    if "Microsoft" in text or "microsoft" in text:
-        return 1
-    return None
+    return 1 if "Microsoft" in text or "microsoft" in text else None
 
 
 def parse_glibc(text: str) -> Optional[str]:

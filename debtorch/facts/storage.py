@@ -162,8 +162,5 @@ def data_path(host: Host, path: str) -> dict:
 def collect(host: Host, ctx) -> dict:
     sec = Section()
     sec["nvme"] = nvme_controllers(host)
-    if ctx.options.data:
-        sec["data"] = data_path(host, ctx.options.data)
-    else:
-        sec["data"] = None
+    sec["data"] = data_path(host, ctx.options.data) if ctx.options.data else None
     return sec

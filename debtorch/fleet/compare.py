@@ -47,9 +47,7 @@ def _torch(m: Machine) -> Optional[str]:
 
 
 def _gpu_count(m: Machine) -> Optional[str]:
-    if not m.gpus_listed and m.has_nvidia_gpu is not False:
-        return None
-    return str(len(m.compute_gpus))
+    return None if not m.gpus_listed and m.has_nvidia_gpu is not False else str(len(m.compute_gpus))
 
 
 def _gpu_models(m: Machine) -> Optional[str]:
@@ -301,8 +299,7 @@ def summarise(nodes: list, expected: Optional[int] = None, timeout: Optional[flo
     ok = [n for n in nodes if n.ok]
     found = _status(nodes, timeout)
     for a in ASPECTS:
-        f = _difference(a, ok)
-        if f:
+        if f := _difference(a, ok):
             found.append(f)
     found += _env_differences(ok)
     if tuned_path:

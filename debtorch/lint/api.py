@@ -125,9 +125,7 @@ def lint_file(path: str, ignore: Iterable[str] = (), torchfix: bool = False, wal
     data, error = read_script(path)
     if error is not None:
         return FileResult(path, error=error)
-    if walked and not any(m in data for m in MARKERS):
-        return None
-    return lint_text(data, path, ignore, torchfix)
+    return None if walked and not any(m in data for m in MARKERS) else lint_text(data, path, ignore, torchfix)
 
 
 def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:

@@ -167,9 +167,7 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
             return True
         name = script.qualname(test.func)
         return name.startswith("torch.") and name[6:] in _TRUTH_METHODS and any(kind(a) == DEVICE for a in test.args)
-    if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
-        return kind(test) == DEVICE
-    return False
+    return isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)) and kind(test) == DEVICE
 
 
 def check_syncs(script: Script) -> Iterator[Located]:
@@ -198,9 +196,7 @@ def _truthy_pin(value: ast.AST) -> bool:
 
 
 def _non_blocking(call: ast.Call) -> bool:
-    kw = keyword(call, "non_blocking")
-    if kw is None:
-        kw = keyword(call, "async")
+    kw = keyword(call, "non_blocking") or keyword(call, "async")
     if kw is None:
         # x.to(device, None, True): to(device, dtype, non_blocking)
         return method(call) == "to" and len(call.args) >= 3 and constant(call.args[2]) is True
@@ -214,9 +210,7 @@ def check_copies(script: Script) -> Iterator[Located]:
     for step in script.per_step():
         if not step.header and not step.guarded:
             for n in local_nodes(step.node):
-                if not isinstance(n, ast.Call):
-                    continue
-                if not (moved_to(n) or method(n) == "cuda"):
+                if not isinstance(n, ast.Call) or not (moved_to(n) or method(n) == "cuda"):
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
@@ -244,9 +238,7 @@ def _fresh(script: Script, recv: ast.AST, scope: ast.AST) -> bool:
 def _with_non_blocking(code: str) -> str:
     if code.endswith("()"):
         return code[:-1] + "non_blocking=True)"
-    if code.endswith(")"):
-        return code[:-1] + ", non_blocking=True)"
-    return code + " with non_blocking=True"
+    return code[:-1] + ", non_blocking=True)" if code.endswith(")") else code + " with non_blocking=True"
 
 
 # ---------------------------------------------------------------------------
@@ -487,8 +479,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
 def _calls(script: Script) -> Iterator[Tuple[ast.Call, str]]:
     for n in script.nodes:
         if isinstance(n, ast.Call):
-            name = script.qualname(n.func)
-            if name:
+            if name := script.qualname(n.func):
                 yield n, name
 
 
@@ -661,9 +652,7 @@ def _loss_of_backward(call: ast.Call) -> Optional[ast.AST]:
     if method(call) != "backward" or call.args:
         return None
     recv = call.func.value
-    if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args:
-        return recv.args[0]
-    return recv
+    return recv.args[0] if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args else recv
 
 
 def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> bool:

@@ -574,9 +574,7 @@ class Kinds:
     def of(self, name: str) -> Optional[str]:
         if name in self.names:
             return self.names[name]
-        if self.outer is not None and name not in self.assigned:
-            return self.outer.of(name)
-        return None
+        return self.outer.of(name) if self.outer is not None and name not in self.assigned else None
 
 
 class _IterOf(ast.expr):
@@ -699,9 +697,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     if isinstance(node, ast.IfExp):
         a, b = rec(node.body), rec(node.orelse)
         return a if a == b else None
-    if isinstance(node, ast.NamedExpr):
-        return rec(node.value)
-    return None
+    return rec(node.value) if isinstance(node, ast.NamedExpr) else None
 
 
 def _where(kinds: set) -> Optional[str]:
@@ -736,18 +732,14 @@ def device_arg(node: ast.AST) -> Optional[bool]:
     if isinstance(c, str):
         if c.startswith("cuda"):
             return True
-        if c == "cpu":
-            return False
-        return None
+        return False if c == "cpu" else None
     if isinstance(node, ast.Call) and identifier(node.func) == "device" and node.args:
         return device_arg(node.args[0])
     if isinstance(node, ast.JoinedStr):
         text = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
         return True if "cuda" in text else None
     name = identifier(node)
-    if name and _DEVICE_ARG.search(name) and "dtype" not in name.lower():
-        return True
-    return None
+    return True if name and _DEVICE_ARG.search(name) and "dtype" not in name.lower() else None
 
 
 def moved_to(call: ast.AST) -> Optional[bool]:
@@ -758,8 +750,7 @@ def moved_to(call: ast.AST) -> Optional[bool]:
 
 def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
     func = node.func
-    m = method(node)
-    if m:
+    if m := method(node):
         recv = func.value
         if m in PLAIN_METHODS:
             return OTHER
@@ -774,9 +765,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if rk == MODEL:
             if m in ("forward", "__call__"):
                 return DEVICE
-            if m in ("train", "eval", "half", "float", "to", "requires_grad_", "cuda"):
-                return MODEL
-            return None
+            return MODEL if m in ("train", "eval", "half", "float", "to", "requires_grad_", "cuda") else None
         if m in TENSOR_METHODS and rk in (DEVICE, CPU):
             return rk
     name = script.qualname(func)
@@ -787,9 +776,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return _where({rec(node.args[0])}) or OTHER
         if func.id == "sum" and node.args:
             return _elements(node.args[0], rec)  # sum(loss_dict.values()): a tensor where its parts are
-        if func.id in ("min", "max", "sum"):
-            return None
-        return OTHER
+        return None if func.id in ("min", "max", "sum") else OTHER
     if name.startswith("torch.nn.functional."):
         return CPU if _where({rec(a) for a in node.args}) == CPU else DEVICE
     if name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper():

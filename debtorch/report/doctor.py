@@ -90,9 +90,7 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
             return f"data {d.get('path')} on {d.get('fstype')} ({kind})"
         n = len(m.get("storage.nvme") or [])
         return f"{n} NVMe controller(s)" + ("" if d else "; no --data given")
-    if area == "network":
-        return network_summary(m)
-    return ""
+    return network_summary(m) if area == "network" else ""
 
 
 def network_summary(m: Machine) -> str:

@@ -30,9 +30,7 @@ def _unknown(sec: dict, name: str) -> str:
 
 def _val(sec: dict, name: str, fmt=show_value) -> str:
     v = sec.get(name)
-    if v is None:
-        return _unknown(sec, name)
-    return fmt(v)
+    return _unknown(sec, name) if v is None else fmt(v)
 
 
 def facts_lines(doc: dict) -> list[str]:
@@ -75,8 +73,7 @@ def facts_lines(doc: dict) -> list[str]:
     else:
         shown = {k: v for k, v in pk.items() if not k.startswith(("linux-image", "libc6", "python3"))}
         row("relevant packages", ", ".join(f"{k} {v['version']}" for k, v in sorted(shown.items())) or "none")
-    rkh = a.get("running_kernel_headers")
-    if rkh:
+    if rkh := a.get("running_kernel_headers"):
         row("headers for kernel", f"{rkh['package']}: {'installed' if rkh.get('installed') else 'not installed'}")
 
     c = doc.get("cpu") or {}
@@ -107,8 +104,7 @@ def facts_lines(doc: dict) -> list[str]:
     for ctrl in nv:
         link = f"PCIe gen{ctrl.get('current_gen') or '?'} x{ctrl.get('current_width') or '?'} (max gen{ctrl.get('max_gen') or '?'} x{ctrl.get('max_width') or '?'})"
         row(ctrl.get("name", "nvme"), f"{ctrl.get('model') or 'unknown model'}, firmware {ctrl.get('firmware') or '?'}, {link}")
-    d = s.get("data")
-    if d:
+    if d := s.get("data"):
         if not d.get("exists"):
             row("data", f"{d.get('path')}: does not exist")
         else:
@@ -138,8 +134,7 @@ def facts_lines(doc: dict) -> list[str]:
             row("cuDNN wheel", t["cudnn_wheel"])
         if t.get("nccl_wheel"):
             row("NCCL wheel", t["nccl_wheel"])
-    deep = p.get("deep")
-    if deep:
+    if deep := p.get("deep"):
         if deep.get("errors", {}).get("import"):
             row("import torch", deep["errors"]["import"])
         elif deep.get("ok"):
@@ -272,8 +267,7 @@ def nvidia_lines(n: dict) -> list[str]:
         out.append(_kv(f"GPU {g.get('index')}", f"{g.get('name') or '?'}, {('sm ' + cc) if cc else 'sm ?'}, {mem}, "
                                                  f"{_link(g, 'pcie_')}"))
         ecc = _gpu_value(g, "ecc_mode_current", lambda v: "on" if v else "off")
-        errs = g.get("ecc_uncorrected_volatile")
-        if errs:
+        if errs := g.get("ecc_uncorrected_volatile"):
             ecc += f", {errs} uncorrected"
         mig = _gpu_value(g, "mig_mode_current", lambda v: "on" if v else "off")
         power = (f"{g['power_draw_w']:g}/{g['power_limit_w']:g} W" if g.get("power_draw_w") is not None
@@ -283,11 +277,9 @@ def nvidia_lines(n: dict) -> list[str]:
                            f"ECC {ecc}, MIG {mig}, compute {_gpu_value(g, 'compute_mode')}, {temp}, {power}, "
                            f"util {_gpu_value(g, 'utilization_gpu', lambda v: f'{v}%')}"))
         extra = []
-        tr = g.get("throttle_reasons")
-        if tr:
+        if tr := g.get("throttle_reasons"):
             extra.append("clocks held back by " + ", ".join(tr))
-        procs = g.get("processes")
-        if procs:
+        if procs := g.get("processes"):
             extra.append("processes " + ", ".join(f"{p['pid']} ({human_bytes(p.get('used_memory'))})" for p in procs))
         for flag, text in (("retired_pages_pending", "page retirement pending"),
                            ("remapped_rows_pending", "row remapping pending"),

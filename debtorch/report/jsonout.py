@@ -24,9 +24,7 @@ def plain(obj: Any) -> Any:
         return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [plain(v) for v in obj]
-    if isinstance(obj, (set, frozenset)):
-        return sorted(plain(v) for v in obj)
-    return str(obj)
+    return sorted(plain(v) for v in obj) if isinstance(obj, (set, frozenset)) else str(obj)
 
 
 def dumps(doc: Any) -> str:

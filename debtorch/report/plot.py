@@ -85,8 +85,7 @@ def plot(m, summary: dict, path: str, force: bool = False) -> None:
     if conv:
         ax = axes[2]
         for name, color in (("baseline", "#999999"), ("tuned", "#2a7ab9"), ("reference", "#5aa05a")):
-            r = conv.get(name)
-            if r:
+            if r := conv.get(name):
                 curve = analysis.running_means(analysis.all_losses(r))
                 ax.plot(range(1, len(curve) + 1), curve, color=color,
                         label=name if name != "reference" else "fp32 reference")

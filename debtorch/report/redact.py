@@ -62,8 +62,7 @@ class Redactor:
             if kind:
                 self.secret(kind, obj)
             elif key.lower() in SOURCE_KEYS:
-                m = NET_SOURCE_RE.match(obj)
-                if m:
+                if m := NET_SOURCE_RE.match(obj):
                     self.secret("HOST", next(g for g in m.groups() if g))
             elif VERSIONISH_KEY.search(key):
                 self.versions.add(obj)
@@ -118,9 +117,7 @@ class Redactor:
             return [self.walk(v) for v in obj]
         if isinstance(obj, tuple):
             return tuple(self.walk(v) for v in obj)
-        if isinstance(obj, str):
-            return self.text(obj)
-        return obj
+        return self.text(obj) if isinstance(obj, str) else obj
 
 
 class Redacted:

@@ -31,8 +31,7 @@ def report_line(result: Optional[dict]) -> Optional[str]:
     count = "-" if n is None else (f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}")
     if result.get("measured"):
         how = f"measured with torch.cuda.set_sync_debug_mode over {result.get('steps')} steps"
-        elsewhere = result.get("elsewhere_per_step")
-        if elsewhere:
+        if elsewhere := result.get("elsewhere_per_step"):
             how += f"; {elsewhere:.1f} more per step outside the workload's code"
     else:
         how = "read from the code: the lines that would wait on a GPU (debtorch lint)"
@@ -117,16 +116,14 @@ def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
     out.extend(sim_lines(summary))
     out.extend(rounds_lines(m, summary))
     out.extend(attribution_lines(m, summary))
-    waits = report_line(m.host_waits)
-    if waits:
+    if waits := report_line(m.host_waits):
         out.append(waits)
     bad = summary.get("disturbed_rounds") or []
     if bad:
         out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
                    "its median speed (another process busy?); medians resist this, the ranges include it")
     conv = summary.get("convergence") or {}
-    amp = conv.get("amp")
-    if amp:
+    if amp := conv.get("amp"):
         if amp.get("diverged"):
             out.append(f"AMP: {amp['reason']} (tolerance {amp['tolerance_rel']:.0%}; compared with the "
                        f"fp32 {conv.get('reference')} run on the same batches)")
@@ -146,8 +143,7 @@ def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
                    f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps"
                    + (f" (last loss {last:.3g})" if inputs.finite(last) else "")
                    + "; raise --max-steps or set --target-loss")
-    sc = summary.get("scaling")
-    if sc:
+    if sc := summary.get("scaling"):
         eff = analysis.figure(sc, "efficiency", percent)
         one = f"{sc['one_process_samples_per_s']:.1f}" if sc.get("one_process_samples_per_s") else "-"
         many = f"{sc['samples_per_s']:.1f}" if sc.get("samples_per_s") else "-"
