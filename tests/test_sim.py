@@ -86,6 +86,30 @@ def test_the_model_on_a_fake_clock():
     assert fake_rate([0.090, 0.005, 0.005, 0.005], 0.030, ahead=2) == pytest.approx(10 / 0.030, rel=0.01)
 
 
+def test_a_host_that_wakes_late_after_a_drain_is_counted_and_the_model_adds_it():
+    from debtorch.verify.analysis import predicted_sync_cost
+
+    class LateClock(FakeClock):
+        def sleep(self, s):
+            self.t += s + 0.0005          # every wait overshoots by half a millisecond, as a timer does
+
+    clock = LateClock()
+    d = sim.SimDevice(sim.SimSpec(rate=100, launch_ms=0, gbps=25, ahead=3), clock=clock, sleep=clock.sleep)
+    for _ in range(4):
+        d.compute(1)                       # 10 ms of work
+        d.end_step(sync=True)
+    assert d.late == pytest.approx(4 * 0.0005, rel=0.05)
+    assert d.waited == pytest.approx(4 * 0.0105, rel=0.05)
+    # The same synced step (20 ms: 10 of the host's own, 10 waited of which 0.5 late): the model without the
+    # wake-up would forecast a 19.5 ms step and call the measured cost of 20 ms too high.
+    nosync = [_trial(32 / 0.012, 0.0, 0.010)]
+    synced = [_trial(32 / 0.020, 0.0105, 0.010)]
+    synced[0]["sim"]["wake_s"] = 0.0005
+    assert predicted_sync_cost(nosync, synced, 0.0) == pytest.approx(1 - 0.012 / 0.020, abs=1e-6)
+    del synced[0]["sim"]["wake_s"]
+    assert predicted_sync_cost(nosync, synced, 0.0) == pytest.approx(1 - 0.012 / 0.0195, abs=1e-6)
+
+
 @pytest.mark.torch
 def test_a_blocking_copy_waits_for_the_queue_and_a_pinned_one_does_not():
     import torch
@@ -258,7 +282,7 @@ def test_report_states_the_simulated_device_its_bound_and_what_a_per_step_sync_c
     assert cost["predicted"] == pytest.approx(1 - (32 / 290) / (0.1067 + 0.024), abs=0.01)
     text = "\n".join(str(x) for x in lines(m, s))
     assert "per-step sync (the loss read every step, as .item() does): costs" in text
-    assert "the model (a drained queue: the synced steps' host time plus the device's) gives" in text
+    assert "the model (a drained queue: the synced steps' host time plus the device's and the host's wake-up) gives" in text
     assert "within the interval" in text
     assert ("device bound (simulated)", "300", "300") in rows(m, s)
     v = analysis.verdict(s)

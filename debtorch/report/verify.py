@@ -179,7 +179,7 @@ def sim_lines(summary: dict) -> list:
     if c.get("cost") is not None:
         out.append(f"per-step sync (the loss read every step, as .item() does): costs {analysis.figure(c, 'cost', percent)}"
                    f" of tuned's throughput ({_why(c)})" + (
-                       f"; the model (a drained queue: the synced steps' host time plus the device's) gives "
+                       f"; the model (a drained queue: the synced steps' host time plus the device's and the host's wake-up) gives "
                        f"{percent(c['predicted'])}" + (f", {c['model']} the interval" if c.get("model") else "")
                        if c.get("predicted") is not None else "; the model's figure is impossible here (a disturbed "
                        "round)"))

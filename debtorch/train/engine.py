@@ -645,7 +645,8 @@ def _sim_result(trial: _Trial, timed: dict) -> dict:
     """What the simulated device did per timed step: its work, the host's waits for it, the staging copies."""
     d, steps = trial.sim, max(1, len(timed["losses"]))
     return {"spec": d.spec.text(), "words": d.spec.words(), "rate": d.spec.rate, "sync_each_step": trial.sync_each_step,
-            "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps}
+            "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps,
+            "wake_s": d.late / steps}
 
 
 def _reached(target: float, losses: list) -> bool:

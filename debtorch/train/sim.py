@@ -102,13 +102,16 @@ class SimDevice:
         return self.spec.text()
 
     def reset(self) -> None:
-        self.busy = self.waited = self.staged = 0.0   # device work queued, host waits, host memcpy (seconds)
+        # device work queued, host waits, host memcpy, the host's wake-up after the device ran dry (seconds)
+        self.busy = self.waited = self.staged = self.late = 0.0
 
     def _until(self, t: float) -> None:
         now = self.clock()
         if t > now:
             self.sleep(t - now)
-            self.waited += self.clock() - now
+            woke = self.clock()
+            self.waited += woke - now
+            self.late += max(0.0, woke - t)
 
     def _queue(self, seconds: float) -> None:
         self.free_at = max(self.clock(), self.free_at) + seconds

@@ -212,23 +212,25 @@ def bound_fraction(arm: list, bound: list) -> dict:
 
 
 def _per_step(r: dict) -> Optional[tuple]:
-    """(step, the host's waits for the device, the device's work) per step of a simulated trial, seconds."""
+    """(step, the host's waits for the device, the device's work, the host's wake-up after the device ran dry)
+    per step of a simulated trial, seconds."""
     d, steps = (r or {}).get("sim") or {}, (r or {}).get("steps") or 0
     if not steps or not _finite(r.get("wall_s")) or not _finite(d.get("device_busy_s")):
         return None
-    return r["wall_s"] / steps, d.get("device_wait_s") or 0.0, d["device_busy_s"]
+    return r["wall_s"] / steps, d.get("device_wait_s") or 0.0, d["device_busy_s"], d.get("wake_s") or 0.0
 
 
 def predicted_sync_cost(nosync: list, synced: list, launch_s: float) -> Optional[float]:
     """What reading the loss every step costs by the model (the queue drained every step: the device
     idles while the host fetches and copies, the host while the device works, but for the launch they
-    share), paired by round: 1 - step / (host's own time but the launch + max(launch, device's work))."""
+    share, and the host wakes as late as it measured), paired by round: 1 - step / (host's own time but the
+    launch + max(launch, device's work) + wake-up)."""
     costs = []
     for a, b in zip(nosync, synced):
         pa, pb = _per_step(a), _per_step(b)
         if pa and pb:
             launch = launch_s * (b.get("accumulation_steps") or 1)
-            costs.append(1.0 - pa[0] / (pb[0] - pb[1] - launch + max(launch, pb[2])))
+            costs.append(1.0 - pa[0] / (pb[0] - pb[1] - launch + max(launch, pb[2]) + pb[3]))
     return statistics.median(costs) if costs else None
 
 
