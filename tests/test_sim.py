@@ -98,7 +98,7 @@ def test_a_host_that_wakes_late_after_a_drain_is_counted_and_the_model_adds_it()
     for _ in range(4):
         d.compute(1)                       # 10 ms of work
         d.end_step(sync=True)
-    assert d.late == pytest.approx(4 * 0.0005, rel=0.05)
+    assert d.wake == pytest.approx(4 * 0.0005, rel=0.05)
     assert d.waited == pytest.approx(4 * 0.0105, rel=0.05)
     # The same synced step (20 ms: 10 of the host's own, 10 waited of which 0.5 late): the model without the
     # wake-up would forecast a 19.5 ms step and call the measured cost of 20 ms too high.

@@ -646,7 +646,7 @@ def _sim_result(trial: _Trial, timed: dict) -> dict:
     d, steps = trial.sim, max(1, len(timed["losses"]))
     return {"spec": d.spec.text(), "words": d.spec.words(), "rate": d.spec.rate, "sync_each_step": trial.sync_each_step,
             "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps,
-            "wake_s": d.late / steps}
+            "wake_s": d.wake / steps}
 
 
 def _reached(target: float, losses: list) -> bool:

@@ -103,7 +103,7 @@ class SimDevice:
 
     def reset(self) -> None:
         # device work queued, host waits, host memcpy, the host's wake-up after the device ran dry (seconds)
-        self.busy = self.waited = self.staged = self.late = 0.0
+        self.busy = self.waited = self.staged = self.wake = 0.0
 
     def _until(self, t: float) -> None:
         now = self.clock()
@@ -111,7 +111,7 @@ class SimDevice:
             self.sleep(t - now)
             woke = self.clock()
             self.waited += woke - now
-            self.late += max(0.0, woke - t)
+            self.wake += max(0.0, woke - t)
 
     def _queue(self, seconds: float) -> None:
         self.free_at = max(self.clock(), self.free_at) + seconds

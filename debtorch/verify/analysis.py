@@ -229,8 +229,9 @@ def predicted_sync_cost(nosync: list, synced: list, launch_s: float) -> Optional
     for a, b in zip(nosync, synced):
         pa, pb = _per_step(a), _per_step(b)
         if pa and pb:
+            step, waited, work, wake = pb
             launch = launch_s * (b.get("accumulation_steps") or 1)
-            costs.append(1.0 - pa[0] / (pb[0] - pb[1] - launch + max(launch, pb[2]) + pb[3]))
+            costs.append(1.0 - pa[0] / (step - waited - launch + max(launch, work) + wake))
     return statistics.median(costs) if costs else None
 
 
