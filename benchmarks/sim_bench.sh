@@ -1,18 +1,18 @@
 #!/bin/sh
-# Issue 20's measurements, on a quiet machine, in one command (about 1 h 45 min on 2 CPUs):
+# Issue 20's measurements, on a quiet machine, in one command (51 min on a quiet 2-CPU Xeon with BUDGET=150):
 #
 #   OUT=sim-bench-out PYTHON=.venv/bin/python sh benchmarks/sim_bench.sh
 #
 # 1. benchmarks/tune_bench.py --device sim: one loader process's decoding rate of builtin:images
 #    (measured first, printed), then at 1.5x and 3x that rate: 5 `tune --measure` runs, the grid,
 #    the re-measured oracle against the fixed rules, each pick's share of the oracle and of the
-#    device (about 1 h);
+#    device (42 min at BUDGET=150);
 # 2. at each rate, `debtorch tune --measure --device sim:RATE --write` and verify-train with that
 #    config (benchmarks/verify_train_bench.py: the speed-up over PyTorch's defaults, tuned's share
-#    of the device, the input-bound line, the per-step sync's cost against the model; about 20 min
+#    of the device, the input-bound line, the per-step sync's cost against the model; about 5 min
 #    each);
 # 3. with BUSY=1, verify-train at 1.5x again beside two busy loops (it must say "inconclusive" only
-#    when its interval spans 1; about 15 min).
+#    when its interval spans 1; about 3 min).
 # Results: $OUT/*.md (tables) and $OUT/*.json (every number).
 set -eu
 cd "$(dirname "$0")/.."
