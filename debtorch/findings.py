@@ -18,7 +18,8 @@ WARNING = "warning"
 INFO = "info"
 LEVELS = (INFO, WARNING, ERROR)
 _RANK = {INFO: 0, WARNING: 1, ERROR: 2}
-# The letter of an id is its level; tune's R (rule) and M (measured) ids are reasons, not findings.
+# The letter of an id is its level; tune's R (rule), M (measured), C (calibrated) and P (from a watch) ids
+# are reasons, not findings.
 LETTER_LEVELS = {"E": ERROR, "W": WARNING, "I": INFO}
 
 # A check that raised becomes this finding, filed under the check's area.

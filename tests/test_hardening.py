@@ -189,8 +189,9 @@ def test_temporary_folders_are_removed_however_the_process_ends():
 @pytest.mark.parametrize("args,said", [
     (["--measure", "--budget", "nan"], "--budget must be a number of seconds > 0 and at most 604800 (got nan)"),
     (["--measure", "--budget", "inf"], "--budget must be a number of seconds > 0 and at most 604800 (got inf)"),
-    (["--budget", "60"], "--budget only applies to --measure (rules alone measure nothing)"),
-    (["--workload", "builtin:transformer"], "--workload only applies to --measure (rules alone measure nothing)"),
+    (["--budget", "60"], "--budget only applies to --measure or --workload (rules alone measure nothing)"),
+    (["--workload", "builtin:cnn", "--budget", "10"], "--budget 10 is too small to measure anything; give at least 20 "
+                                                      "seconds"),
     (["--write", ""], "--write needs a path (got an empty one)"),
     (["--write", "  "], "--write needs a path (got an empty one)"),
 ])

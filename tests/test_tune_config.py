@@ -99,7 +99,7 @@ BAD_VALUES = [
     ("schedule", "pct_start", "1.0", "must be a number between 0 and 1 (got 1.0)"),
     ("schedule", "total_steps", "0", "must be an integer from 1 to 2147483647 (got 0)"),
     ("schedule", "epochs", '"ten"', 'must be an integer from 1 to 2147483647 (got "ten")'),
-    ("tuned", "by", '"guess"', 'must be one of rules, measured (got "guess")'),
+    ("tuned", "by", '"guess"', 'must be one of rules, measured, calibrated, watch (got "guess")'),
     ("tuned", "device", '"tpu"', 'must be "cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec (got "tpu")'),
     ("tuned", "budget_s", "-5", "must be a number > 0 and at most 604800 (got -5)"),
     ("tuned", "date", "2026-11-01", "must be a string (got 2026-11-01)"),

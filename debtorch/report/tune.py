@@ -27,7 +27,7 @@ def settings_lines(rec, width: int = 100) -> list:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
     device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
-    lines = [f"debtorch tune: {device}, chosen by {rec.chosen_by}"]
+    lines = [f"debtorch tune: {device}, chosen by {CHOSEN_BY.get(rec.chosen_by, rec.chosen_by)}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
         for name in names:
@@ -49,7 +49,21 @@ def settings_lines(rec, width: int = 100) -> list:
             lines.append(f"    {rec.env_reasons[name]}")
     for note in rec.notes:
         lines.append(f"note: {note}")
+    if rec.prescription is not None:
+        lines.append(prediction_line(rec.prescription))
     return lines
+
+
+# How the settings were chosen, in words (the config's [tuned] by).
+CHOSEN_BY = {"rules": "rules", "measured": "measured", "calibrated": "rules calibrated on the workload",
+             "watch": "your job's watch record"}
+
+
+def prediction_line(p: Any) -> str:
+    """What the prescribed loader is predicted to do (tune --from-watch)."""
+    return (f"prediction: {p.workers} worker(s) at {p.per_worker:.0f} samples/s each supply up to {p.supplied:.0f}; "
+            f"the loop consumes {p.consumed:.0f}: data wait about {p.predicted_wait:.0%} "
+            "(check it: run the job again with cfg.watch)")
 
 
 def trials_lines(result) -> list:
@@ -155,6 +169,8 @@ class TuneView:
             "torchrun": rec.torchrun_line(),
             "fingerprint": self.fingerprint,
             "measurement": measurement,
+            "calibration": rec.calibration.to_json() if rec.calibration is not None else None,
+            "prescription": rec.prescription.to_json() if rec.prescription is not None else None,
         }
 
     def env(self) -> str:

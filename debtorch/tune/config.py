@@ -131,7 +131,7 @@ SCHEMA: dict[str, schema.Spec] = {
        for table, names in TABLES.items()},
     "limits": {"oversubscribe": schema.BOOL},
     "env": schema.Table({"*": TEXT}, keys=("an environment variable name (A-Z, 0-9, _)", ENV_NAME.match)),
-    "tuned": {"by": schema.one_of("rules", "measured"), "date": TEXT, "debtorch_version": TEXT,
+    "tuned": {"by": schema.one_of("rules", "measured", "calibrated", "watch"), "date": TEXT, "debtorch_version": TEXT,
               "device": DEVICE, "workload": TEXT,
               "budget_s": schema.number(f"a number > 0 and at most {BUDGET_MAX_S:g}", lambda v: 0 < v <= BUDGET_MAX_S)},
     "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,

@@ -71,6 +71,7 @@ class MeasureOptions:
     repeats: int = 3
     seed: int = 0
     started: Optional[float] = None   # time.monotonic() when the command started (None: when measuring starts)
+    search: bool = True               # False: only calibrate the rules on the workload (no --measure)
 
 
 def precisions_for(rec: Recommendation, facts) -> list:

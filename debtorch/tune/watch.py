@@ -23,6 +23,7 @@ from typing import Any, Iterable, Optional
 from debtorch import knowledge, stats
 from debtorch.findings import finding
 from debtorch.hostwaits import syncs_reported  # the one import of the sync counter
+from debtorch.tune.jobprobe import JobProbe
 
 WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
 MAX_WINDOWS = 64
@@ -142,6 +143,7 @@ class Watch:
         self._pending: collections.deque = collections.deque()   # [start event, fetched event or None]
         self._pool: list = []
         self._last_line = time.perf_counter()
+        self._job = JobProbe()                           # what tune --from-watch needs (the record's "pipeline")
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]
@@ -155,6 +157,7 @@ class Watch:
     def __iter__(self):
         it, stack, log, ended, stop = iter(self.iterable), contextlib.ExitStack(), [], False, threading.Event()
         self._reported, n = False, 0
+        self._job.workers(it)
         _open.add(self)
         if self._counting:                                # a later pass of a loop found on CUDA
             self._count_syncs(stack)
@@ -175,6 +178,8 @@ class Watch:
                     self._mark(fetched=True)
                 n += 1                                    # the size of one batch in SIZE_EVERY: sizing costs
                 size = (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1
+                if n == 2:
+                    self._job.batch(batch)
                 log.append((t0, t1, self._syncs, size))
                 if len(log) > CHUNK or n == 2:            # book-keeping in chunks: little code runs each step
                     self._account(log, stack)
@@ -220,6 +225,8 @@ class Watch:
         del log[:-1]
         if self._cuda is not None:
             self._drain()
+        if self._seen > 1:
+            self._job.tick(self.busy)
 
     def _count_syncs(self, stack: contextlib.ExitStack) -> None:
         with contextlib.suppress(Exception):
@@ -255,6 +262,7 @@ class Watch:
             q.clear()
 
     def _add(self, wait: float, step: float) -> None:
+        self._job.step(wait, step)
         c = self._cur
         c[0] += wait
         c[1] += step
@@ -281,7 +289,8 @@ class Watch:
                               "high": None if high is None else min(1.0, high), "windows": len(wins)},
                 "syncs_per_step": (self._syncs_closed / self.steps if self.steps else 0.0) if self._counting else None,
                 "steps_with_sync": self._synced, "timing": "cuda events" if self._cuda is not None else "host clock",
-                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))}}
+                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))},
+                "pipeline": self._job.record(self.iterable, self._cuda, self.busy)}
 
     def _emit(self, final: bool, s: Optional[dict] = None) -> None:
         """Write the line (and the JSON record) on rank 0; a failure is a note on stderr, never the loop's."""

@@ -485,6 +485,12 @@ class Verifier:
         return static_result(self.measured.workload.get("file"))
 
     # -- one trial ---------------------------------------------------------
+    def calibration_trial(self, settings: Settings, steps: int, warmup: int) -> dict:
+        """One trial of the calibration that sizes the rules' loader (``calibration.TrialFn``): the
+        rounds' engine and worker, within the budget, not counted in any arm."""
+        return self._run(_Job(f"calibrating: {settings.short()}", "calibration", settings, "instrumented", steps,
+                              warmup))
+
     def _run(self, job: _Job) -> dict:
         self._current = job
         self.progress.begin(job.label, job.total)

@@ -7,6 +7,7 @@ and summarises it.  The command line renders the :class:`Outcome` and chooses th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -17,7 +18,7 @@ from debtorch.host import Host
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
-from debtorch.tune import config, rules
+from debtorch.tune import calibration, config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
 from debtorch.verify import analysis
 from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
@@ -66,6 +67,7 @@ MAX_REPEATS = 1000
 MAX_STEPS = 1_000_000
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 SEED_MAX = 2**32 - 1
+CALIBRATION_SHARE = 0.1   # of the budget, at most, for calibrating the rules' loader on the workload
 
 
 def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
@@ -241,7 +243,7 @@ class Prepared:
                     failure = from_worker_error(exc, "starting", self.facts)
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
-                tuned = self._tuned(info, warn)
+                tuned = self._tuned(info, warn, verifier)
                 if self.options.nproc is None and not sim.is_sim(self.plan.device):
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
                 m.plan = self.plan.to_json()
@@ -258,8 +260,9 @@ class Prepared:
             verdict = f"failed: {m.failure.line()}"
         return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
 
-    def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
-        """The config's settings, or the rules' for this machine and the loaded workload."""
+    def _tuned(self, info: dict, warn: Callable[[str], None], verifier: Optional[Verifier] = None) -> Settings:
+        """The config's settings, or the rules' for this machine and the loaded workload, calibrated on it
+        through ``verifier``'s worker (docs/tune.md, "Calibrated rules")."""
         device = info.get("device") or "cpu"
         device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
@@ -274,7 +277,31 @@ class Prepared:
             rec = rules.recommend(self.facts, request)
         except rules.RequestError as exc:
             raise Refused(f"cannot tune for this machine: {exc}") from None
+        cal = self._calibrate(rec, info, verifier) if verifier is not None else None
+        if cal is not None:
+            rec = rules.recommend(self.facts, dataclasses.replace(request, calibration=cal))
+            rec.notes.append(calibration.describe(cal))
         self.config = {"source": "rules", "settings": rec.settings.to_dict(),
                        "reasons": {k: str(v) for k, v in rec.reasons.items()}, "notes": list(rec.notes),
-                       "env": dict(rec.env)}
+                       "env": dict(rec.env), "calibration": cal.to_json() if cal is not None else None}
         return rec.settings
+
+    def _calibrate(self, rec: rules.Recommendation, info: dict,
+                   verifier: Verifier) -> Optional[calibration.Calibration]:
+        """The calibration of the rules on the loaded workload, in at most a tenth of the budget (and
+        :data:`calibration.CALIBRATION_S`); None, with a note, when its trials give no usable figures.
+        The budget's end and a failed worker pass through (the run reports them)."""
+        seconds = calibration.CALIBRATION_S
+        if verifier.budget.limited:
+            seconds = min(seconds, CALIBRATION_SHARE * verifier.budget.seconds)
+        batch = int(info.get("batch_size") or 1)
+        try:
+            return calibration.calibrate(verifier.calibration_trial, rec.settings, rec.device, batch,
+                                         rec.per_process_cpus, seconds=seconds, clock=verifier.clock)
+        except calibration.CalibrationError as exc:
+            verifier.measured.notes.append(f"the rules were not calibrated: {exc}")
+            return None
+        except WorkerError as exc:  # the budget's end, a worker that died: the run cannot go on
+            failure = from_worker_error(exc, "calibrating the rules", self.facts)
+            raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.user_input,
+                          failure) from None
