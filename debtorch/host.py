@@ -31,6 +31,7 @@ import os
 import posixpath
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -141,6 +142,27 @@ class CommandResult:
         }
 
 
+@dataclass(frozen=True)
+class DirEntry:
+    """One name in a folder, as :meth:`Host.scan` sees it (links are never followed)."""
+
+    name: str
+    kind: str      # "file" (regular), "dir", "link" or "other"
+    size: int      # bytes of a regular file; 0 otherwise
+
+
+@dataclass(frozen=True)
+class ColdRead:
+    """One whole-file read from the disk (:meth:`Host.read_cold`): what it read and how long it took."""
+
+    bytes: int
+    seconds: float     # from the open to the last read
+    dropped: bool      # the file's cached pages were dropped first (posix_fadvise DONTNEED)
+
+
+READ_BLOCK = 1024 * 1024
+
+
 def command_key(argv: Sequence[str]) -> str:
     """The name a command is recorded under: its words joined by spaces."""
     return " ".join(str(a) for a in argv)
@@ -205,6 +227,24 @@ class Host:
             return os.readlink(self.path(p))
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
+
+    def scan(self, p: str, limit: int = 100_000) -> list[DirEntry]:
+        """The first ``limit`` names in folder ``p`` with their kind and size (links not followed)."""
+        out: list[DirEntry] = []
+        try:
+            with os.scandir(self.path(p)) as it:
+                for entry in it:
+                    if len(out) >= limit:
+                        break
+                    out.append(_dir_entry(entry))
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        return out
+
+    def read_cold(self, p: str, limit: int, block: int = READ_BLOCK) -> ColdRead:
+        """Read at most ``limit`` bytes of the regular file ``p`` from its disk, not from the page cache,
+        and time it (``debtorch doctor --measure-data``).  Only this machine's disks are measured."""
+        raise Unavailable(f"{self.label}: only this machine's disks are measured")
 
     def realpath(self, p: str) -> str:
         """``p`` with symbolic links resolved, as a path on the described machine."""
@@ -414,6 +454,40 @@ class LiveHost(Host):
             "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
         }
 
+    def read_cold(self, p: str, limit: int, block: int = READ_BLOCK) -> ColdRead:
+        # Never writes: the file is opened read-only, never through a link, never a FIFO or device.
+        # posix_fadvise(DONTNEED) drops its clean cached pages (on tmpfs the pages are the file: nothing
+        # drops, and the read shows memory's speed, as it should).
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(p, flags)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise Unavailable(f"is {inputs.kind(mode)}, not a regular file")
+            dropped = _drop_cache(fd)
+        finally:
+            os.close(fd)
+        buf = bytearray(block)
+        view = memoryview(buf)
+        total = 0
+        start = time.perf_counter()
+        try:
+            fd = os.open(p, flags)
+            try:
+                while total < limit:
+                    n = os.readv(fd, [view[:min(block, limit - total)]])
+                    if n <= 0:
+                        break
+                    total += n
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        return ColdRead(total, time.perf_counter() - start, dropped)
+
     def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
         # getaddrinfo has no timeout of its own and a dead DNS server hangs it: ask in a
         # thread and stop waiting (the thread ends when the resolver gives up).
@@ -454,6 +528,28 @@ class LiveHost(Host):
                     self._nvml[0].nvmlShutdown()
                 except Exception:  # noqa: BLE001 - shutting down must not fail a report
                     pass
+
+
+def _drop_cache(fd: int) -> bool:
+    """Drop the cached pages of an open file (posix_fadvise DONTNEED); whether the kernel took it."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _dir_entry(entry: os.DirEntry) -> DirEntry:
+    try:
+        if entry.is_symlink():
+            return DirEntry(entry.name, "link", 0)
+        if entry.is_dir(follow_symlinks=False):
+            return DirEntry(entry.name, "dir", 0)
+        if entry.is_file(follow_symlinks=False):
+            return DirEntry(entry.name, "file", entry.stat(follow_symlinks=False).st_size)
+    except OSError:
+        pass
+    return DirEntry(entry.name, "other", 0)
 
 
 def _load_live_nvml() -> tuple[Any, Optional[str]]:

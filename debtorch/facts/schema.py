@@ -32,6 +32,10 @@ GPU = {
     "unknown": UNKNOWN,
 }
 
+# One pass of --measure-data's reads (facts/dataread.py).
+READ_PASS = {"readers": INT, "files": INT, "bytes": NUM, "seconds": NUM, "failed": INT, "mb_per_s": NUM,
+             "files_per_s": NUM}
+
 SCHEMA: dict = {
     "os": {"id": STR, "id_like": STR, "pretty_name": STR, "version": STR, "version_id": STR, "codename": STR,
            "ubuntu_codename": STR, "debian_codename": STR, "debian_version": STR, "debian_version_full": STR, "platform": STR, "kernel": STR, "arch": STR,
@@ -54,7 +58,12 @@ SCHEMA: dict = {
     "storage": {"nvme": [{"name": STR, "model": STR, "firmware": STR, "current_gen": INT, "max_gen": INT,
                                "current_width": INT, "max_width": INT}],
                 "data": {"path": STR, "exists": BOOL, "mount_point": STR, "fstype": STR, "network": BOOL,
-                         "device": STR, "rotational": BOOL, "free_bytes": NUM, "total_bytes": NUM},
+                         "device": STR, "rotational": BOOL, "free_bytes": NUM, "total_bytes": NUM,
+                         "read": {"path": STR, "files_found": INT, "mean_file_bytes": NUM, "cold": BOOL,
+                                  "one": READ_PASS, "many": READ_PASS, "seconds": NUM, "data_rate": NUM,
+                                  "samples_per_s": NUM, "need_mb_per_s": NUM, "best_mb_per_s": NUM,
+                                  "best_files_per_s": NUM},
+                         "unknown": UNKNOWN},
                 "unknown": UNKNOWN},
     "nvidia": {"pci_devices": [{"address": STR, "device_id": STR, "name": STR, "driver": STR, "is_gpu": BOOL,
                                      "numa_node": INT}],

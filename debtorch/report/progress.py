@@ -86,3 +86,14 @@ class StepsBar(Bar):
     def end(self) -> None:
         if self.done < self.expected:
             self.update(advance=self.expected - self.done)
+
+
+class ShareBar(Bar):
+    """``doctor --measure-data``: the share of its time spent, and what it reads (a ``dataread.Progress``)."""
+
+    def __init__(self, prefix: str = "[bold]reading[/] "):
+        super().__init__("%", prefix=prefix)
+
+    def __call__(self, share: float, label: str) -> None:
+        self.update(total=100, completed=min(100.0, 100.0 * share))
+        self.label(label)
