@@ -238,7 +238,7 @@ def test_workload_without_measure_calibrates_and_elsewhere_is_refused(tmp_path):
 @pytest.mark.slow
 def test_tune_with_a_workload_writes_calibrated_settings(tmp_path):
     out = tmp_path / "cal.toml"
-    env = {**os.environ, "DEBTORCH_CACHE": str(tmp_path / "cache")}
+    env = dict(os.environ)   # the session's cache (conftest): the images are written once
     run = subprocess.run([sys.executable, "-m", "debtorch", "tune", "--workload", "builtin:images", "--device",
                           "sim:900", "--budget", "60", "--write", str(out), "--json"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=180)
@@ -249,3 +249,17 @@ def test_tune_with_a_workload_writes_calibrated_settings(tmp_path):
     assert 'by = "calibrated"' in text and 'workload = "builtin:images"' in text
     assert "# tune.C001: " in text
     assert any(n.startswith("calibrated in ") for n in doc["notes"])
+
+
+@pytest.mark.slow
+def test_verify_trains_default_tuned_settings_are_calibrated_on_its_workload(tmp_path):
+    env = dict(os.environ)   # the session's cache (conftest): the images are written once
+    run = subprocess.run([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--workload", "builtin:images",
+                          "--device", "sim:2000", "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr
+    config = json.loads(run.stdout)["config"]
+    assert config["source"] == "rules" and config["calibration"]["kind"] == "sim"
+    assert config["calibration"]["seconds"] <= 0.1 * 13 + 1.0   # a tenth of --quick's budget, and a trial's end
+    assert config["reasons"]["num_workers"].startswith("tune.C001: ")
+    assert "verify-train: calibrating: w0 " in run.stderr

@@ -169,7 +169,7 @@ def read_watch(path: str) -> WatchRecord:
 
 
 def _record(path: str, no: int, r: dict) -> WatchRecord:
-    p, d, loader = r["pipeline"], r["data_wait"] or {}, r.get("loader") or {}
+    p, d, loader = r.get("pipeline") or {}, r.get("data_wait") or {}, r.get("loader") or {}
     fetch, cpus = p.get("fetch_s") or {}, p.get("cpus") or {}
 
     def need(value: Any, what: str) -> Any:
