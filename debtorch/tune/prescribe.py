@@ -8,8 +8,11 @@ rules (:mod:`debtorch.tune.rules`, tune.P001-P005) size the loader from it with 
   process, ``HANDOVER`` of ``batch / data wait`` (a worker hands its batch over through shared memory);
 * a worker costs the CPU the job's workers used per sample (when recorded), and the CPUs beside the
   training process's measured share bound them all;
-* the data wait predicted is the step's shortfall, ``1 - supplied / consumed``, or the job's fastest
-  fetches (its hand-over) when the supply keeps up.
+* the data wait predicted is what the step is not spent on the loop's own work (in the record's clock:
+  the GPU's with CUDA events, where that is ``1 - supplied / consumed``; the host's otherwise), or the
+  job's fastest fetches (its hand-over) when the supply keeps up;
+* on a simulated accelerator (``--device sim:RATE``) the device consumes RATE: a host clock cannot see
+  an asynchronous device's rate.
 
 Pure and torch-free.
 """
@@ -27,6 +30,7 @@ MAX_RECORDS = 1_000_000
 HANDOVER = 0.85          # a worker's rate over loading in the training process (the hand-over through /dev/shm)
 HEADROOM = 1.15          # workers for 15% more than the loop consumes
 IDLE_WORKER = 0.5        # input-bound workers using less CPU each than this wait on reads, not decoding
+READY_S = 0.001          # fetching a batch that is already in the queue, at most (the hand-over)
 THRESHOLD = 0.05         # watch's input-bound threshold (checks/thresholds.toml dataloader_time_fraction_warn)
 
 _SECONDS = schema.number("a number of seconds, 0 or more, finite", lambda v: 0 <= v <= 1e9)
@@ -210,31 +214,53 @@ def per_worker(w: WatchRecord) -> float:
     return max(each, w.consumed / w.num_workers)
 
 
+def loading_busy(w: WatchRecord) -> Optional[float]:
+    """CPUs the training process spent loading, when it loaded its own batches: one CPU at most (loading
+    runs in the loop's thread) for the share of the time it waited."""
+    if w.num_workers or w.main_busy is None:
+        return None
+    return min(1.0, w.main_busy) * w.data_wait
+
+
 def cpu_per_sample(w: WatchRecord, rate: float) -> float:
-    """CPU seconds a worker spends on one sample: from the workers' recorded CPU time when input-bound,
-    else a worker's whole CPU at ``rate``."""
+    """CPU seconds a worker spends on one sample: from the workers' recorded CPU time when input-bound, from
+    the training process's when it loaded (over ``HANDOVER``), else a whole CPU at ``rate``."""
     if w.num_workers and w.input_bound and w.workers_busy:
         return w.workers_busy / w.delivered
+    busy = loading_busy(w)
+    if busy:
+        return busy / w.delivered / HANDOVER
     return 1.0 / rate
 
 
-def plan(w: WatchRecord, workers: int, cpus: int) -> Plan:
-    """The model's figures for ``workers`` loader workers on a process with ``cpus`` CPUs."""
-    rate = per_worker(w)
-    cost = cpu_per_sample(w, rate)
-    main = w.main_busy if w.main_busy is not None else (1.0 if w.device == "cuda" else float(cpus) / 2)
-    loading = max(1.0, cpus - min(main, cpus - 1.0)) if cpus > 1 else 1.0
-    supplied = min(workers * rate, loading / cost) if workers else w.delivered
-    consumed = w.consumed
+def main_cpus(w: WatchRecord, cpus: int) -> float:
+    """CPUs the training process needs of its own beside the workers: what it used, less its own loading
+    (unknown: one drives a GPU, half of them compute on a CPU)."""
+    if w.main_busy is None:
+        return 1.0 if w.device == "cuda" else float(cpus) / 2
+    return max(0.0, w.main_busy - (loading_busy(w) or 0.0))
+
+
+def plan(w: WatchRecord, workers: int, cpus: int, rate: Optional[float] = None) -> Plan:
+    """The model's figures for ``workers`` loader workers on a process with ``cpus`` CPUs; ``rate``: the
+    samples/s the device consumes when it is known (a simulated accelerator), else the record's."""
+    each = per_worker(w)
+    cost = cpu_per_sample(w, each)
+    loading = max(1.0, cpus - min(main_cpus(w, cpus), cpus - 1.0)) if cpus > 1 else 1.0
+    supplied = min(workers * each, loading / cost) if workers else w.delivered
+    consumed = rate or w.consumed
     if supplied >= consumed:
-        floor = (w.fetch_p10_s or 0.0) if w.num_workers else 0.0
+        # A batch already in the queue still takes its hand-over: the job's fastest fetches, at most READY_S.
+        floor = min(w.fetch_p10_s or READY_S, READY_S)
         predicted = min(1.0, floor / (w.batch_size / consumed + floor))
     else:
-        predicted = 1.0 - supplied / consumed
+        # A step lasts a batch at the rate supplied; of it, the loop's own time (what the record measured
+        # beside the wait, in its clock) is not waiting.
+        predicted = max(0.0, 1.0 - (w.step_s - w.wait_s) * supplied / w.batch_size)
     busy_each = (w.workers_busy / w.num_workers) if (w.workers_busy is not None and w.num_workers) else None
     waits_on_reads = bool(w.input_bound and busy_each is not None and busy_each < IDLE_WORKER
                           and spare_cpus(w) >= IDLE_WORKER)
-    return Plan(workers=workers, per_worker=rate, cpu_per_sample=cost, loading_cpus=loading, consumed=consumed,
+    return Plan(workers=workers, per_worker=each, cpu_per_sample=cost, loading_cpus=loading, consumed=consumed,
                 supplied=supplied, predicted_wait=predicted, cpu_bound=consumed * cost > loading,
                 waits_on_reads=waits_on_reads)
 
@@ -247,11 +273,11 @@ def spare_cpus(w: WatchRecord) -> float:
     return max(0.0, w.usable_cpus - w.machine_busy)
 
 
-def workers_for(w: WatchRecord, cpus: int) -> int:
-    """Workers for the rate the loop consumes, within the CPUs beside the training process (input-bound
-    workers that wait on reads, not the CPU, are not bounded by it)."""
-    first = plan(w, 1, cpus)
-    need = w.consumed / first.per_worker * HEADROOM
+def workers_for(w: WatchRecord, cpus: int, rate: Optional[float] = None) -> int:
+    """Workers for the rate the loop consumes (``rate``, when known), within the CPUs beside the training
+    process (input-bound workers that wait on reads, not the CPU, are not bounded by it)."""
+    first = plan(w, 1, cpus, rate)
+    need = first.consumed / first.per_worker * HEADROOM
     if first.waits_on_reads:
         return max(1, math.ceil(need))
     by_cpu = first.loading_cpus / (first.per_worker * first.cpu_per_sample)

@@ -324,12 +324,18 @@ def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> in
     return workers
 
 
+def _device_rate(rec: Recommendation) -> Optional[float]:
+    """Samples/s the device consumes when the request says (a simulated accelerator), else None."""
+    return sim.parse(rec.device).rate if sim.is_sim(rec.device) else None
+
+
 def _prescribed(rec: Recommendation, w: WatchRecord) -> int:
     """tune.P001 and P005: the loader's workers for the rate the user's loop consumed (docs/tune.md,
     "Prescriptions from your job"), before the /dev/shm and open-file bounds."""
-    cpus = rec.per_process_cpus
+    cpus, rate = rec.per_process_cpus, _device_rate(rec)
+    consumed = rate or w.consumed
     measured = (f"measured: {w.data_wait:.0%} data wait at {w.num_workers} worker(s), {w.delivered:.0f} samples/s "
-                f"from the loader, {w.consumed:.0f} consumed")
+                f"from the loader, {consumed:.0f} consumed")
     if not w.input_bound:
         level = "below" if w.fine else "not above"
         rec.set("num_workers", w.num_workers, "tune.P005", f"{measured}: the data wait is {level} "
@@ -337,10 +343,10 @@ def _prescribed(rec: Recommendation, w: WatchRecord) -> int:
                 "the loader keeps up; kept")
         return w.num_workers
     most = 2 * cpus   # as --measure's search: workers beyond that wait for a CPU
-    if prescribe.plan(w, 1, cpus).waits_on_reads:
+    if prescribe.plan(w, 1, cpus, rate).waits_on_reads:
         most = machine_limit(cpus)   # waiting on reads, they overlap them: as many as the machine may run
-    workers = min(prescribe.workers_for(w, cpus), most)
-    rec.set("num_workers", workers, "tune.P001", _prescribed_text(w, prescribe.plan(w, workers, cpus), measured))
+    workers = min(prescribe.workers_for(w, cpus, rate), most)
+    rec.set("num_workers", workers, "tune.P001", _prescribed_text(w, prescribe.plan(w, workers, cpus, rate), measured))
     return workers
 
 
@@ -355,7 +361,7 @@ def _prescribed_text(w: WatchRecord, p: prescribe.Plan, measured: str) -> str:
 def _prescribed_after_bounds(rec: Recommendation, w: WatchRecord) -> None:
     """The prediction for the workers the bounds left, its notes (tune.P003, P004) and prefetch (tune.P002)."""
     cpus, workers = rec.per_process_cpus, rec.settings.num_workers
-    p = prescribe.plan(w, workers, cpus)
+    p = prescribe.plan(w, workers, cpus, _device_rate(rec))
     if w.input_bound:
         rec.prescription = p   # kept settings (tune.P005) predict nothing new: the record is the measurement
     if w.input_bound and rec.reasons["num_workers"].rule != "tune.P001":
