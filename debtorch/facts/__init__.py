@@ -126,8 +126,9 @@ def _measure_data(host: Host, options: Options, results: dict) -> None:
     if not isinstance(data, dict) or not data.get("exists"):
         return
     cpus = (results.get("cpu") or {}).get("usable_cpus") or 1
+    root = str(data.get("realpath") or options.data)
     try:
-        got = dataread.measure(host, data.get("realpath") or options.data, dataread.default_readers(cpus),
+        got = dataread.measure(host, root, dataread.default_readers(cpus),
                                options.data_seconds, options.data_rate, options.progress)
     except (dataread.NothingToRead, Unavailable) as exc:
         data["read"] = None
