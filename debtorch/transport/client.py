@@ -89,6 +89,28 @@ def worker_python(python_option: Optional[str], host) -> str:
     return path
 
 
+# A Unix socket's path holds at most 107 bytes (sun_path), and the processes we start make some under
+# their TMPDIR: Python's multiprocessing at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, through which
+# torch's DataLoader workers pass each batch's shared-memory descriptor.  Past the limit the worker cannot
+# send a batch (the error goes to its stderr) and the loop waits for it for ever.  Our folders
+# (PREFIX-XXXXXXXX/tmp, then those 31 bytes) go to /tmp when the temporary directory's own path leaves too
+# little room (a pytest or Slurm job's TMPDIR can).
+SOCKET_PATH_MAX = 107
+SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
+
+
+def short_tmp_base(prefix: str) -> Optional[str]:
+    """Where to make a temporary folder ``PREFIX-XXXXXXXX`` whose ``tmp`` a process's TMPDIR becomes: the
+    temporary directory, or /tmp when that leaves too little room for a socket's path (None: the default)."""
+    import tempfile  # defer: only a training run needs it
+
+    base = tempfile.gettempdir()
+    room = SOCKET_PATH_MAX - SOCKET_TAIL - len(f"/{prefix}12345678/tmp")
+    if len(base) <= room or not os.access("/tmp", os.W_OK | os.X_OK):
+        return None
+    return "/tmp"
+
+
 def private_tmp(env: dict, folder: str) -> dict:
     """``env`` with a temporary directory of its own inside ``folder`` (a registered temporary folder),
     so that what killed training processes leave there goes with it; torch.compile's cache stays
@@ -113,7 +135,7 @@ class Shim:
 
     def __init__(self) -> None:
         # Registered: removed at exit however the run ends (debtorch.outputs).
-        self.path = outputs.temporary_folder("debtorch-worker-")
+        self.path = outputs.temporary_folder("debtorch-worker-", dir=short_tmp_base("debtorch-worker-"))
         os.symlink(PACKAGE_DIR, os.path.join(self.path, "debtorch"))
 
     def env(self, base: dict) -> dict:

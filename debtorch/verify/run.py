@@ -301,7 +301,12 @@ class Prepared:
         except calibration.CalibrationError as exc:
             verifier.measured.notes.append(f"the rules were not calibrated: {exc}")
             return None
-        except WorkerError as exc:  # the budget's end, a worker that died: the run cannot go on
-            failure = from_worker_error(exc, "calibrating the rules", self.facts)
-            raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.user_input,
-                          failure) from None
+        except WorkerError as exc:
+            if exc.kind == "budget":  # the budget's end: the line says where, the run cannot go on
+                failure = from_worker_error(exc, "calibrating the rules", self.facts)
+                raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.user_input,
+                              failure) from None
+            # A trial that failed (out of memory, a worker's bus error, a worker that died): the plain
+            # rules, and the rounds meet the failure where the report explains it (the micro-batch that fits).
+            verifier.measured.notes.append(f"the rules were not calibrated: {exc.message}")
+            return None
