@@ -13,7 +13,7 @@ import tokenize
 from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 from debtorch.findings import finding
-from debtorch.lint.result import Located
+from debtorch.lint.result import Located, located
 from debtorch.lint.script import (
     CPU,
     DEFS,
@@ -76,8 +76,8 @@ def column(script: Script, node: ast.AST) -> int:
 def at(script: Script, node: ast.AST, id: str, variant: str = "", **values: str) -> Located:
     """The catalogue's ``id`` at ``node`` (docs/lint.md); ``values`` fill its message and fix."""
     line = getattr(node, "lineno", 1) or 1
-    return Located(script.path, line, column(script, node),
-                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line).rstrip())
+    return located(script.path, line, column(script, node),
+                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line))
 
 
 # ---------------------------------------------------------------------------
@@ -604,8 +604,8 @@ def check_nvprof(script: Script) -> Iterator[Located]:
     for tok in tokens:
         if tok.type in (tokenize.COMMENT, tokenize.STRING) and re.search(r"\bnvprof\b", tok.string):
             line, col = tok.start
-            yield Located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
-                          script.code(line).rstrip())
+            yield located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
+                          script.code(line))
             break
 
 
@@ -852,14 +852,18 @@ CHECKS: Tuple[Check, ...] = (
 )
 
 
-def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Located]:
-    """Every check's findings; a check that raises becomes a script.E001 finding instead."""
-    out: List[Located] = []
+def iter_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> Iterator[Located]:
+    """Every check's findings as they are found; a check that raises becomes a script.E001 finding
+    instead (what it yielded before stays)."""
     for check in checks:
         try:
-            out.extend(check(script))
+            yield from check(script)
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
             text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
             crash = finding("script.E001", about=script.path, error=text)
-            out.append(Located(script.path, 1, 1, crash, script.code(1)))
-    return out
+            yield located(script.path, 1, 1, crash, script.code(1))
+
+
+def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Located]:
+    """Every check's findings, in a list (:func:`iter_checks`)."""
+    return list(iter_checks(script, checks))
