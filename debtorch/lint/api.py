@@ -19,7 +19,9 @@ from debtorch.findings import catalogue, finding
 from debtorch.lint import torchfix_bridge
 from debtorch.lint.checks import iter_checks
 from debtorch.lint.result import FileError, Kept, Located, Report, located, new_counts
-from debtorch.lint.script import Script
+from debtorch.lint.project import Project, Summaries
+from debtorch.lint.project import FunctionSummary, top_functions
+from debtorch.lint.script import Script, return_kind
 
 __all__ = ["FileResult", "Located", "Report", "lint_text", "lint_file", "lint_paths",
            "discover", "LintUsageError"]
@@ -108,9 +110,34 @@ def _silenced(f: Located, ignore: frozenset[str], lines: List[str]) -> bool:
     return bool(m) and (not m.group("ids") or f.id in re.split(r"[,\s]+", m.group("ids")))
 
 
+def summarise(path: str, data: bytes, room: int) -> Optional[Summaries]:
+    """What the top-level functions of an imported module of the project give (project.py), or None
+    when it is not valid Python or parsing it needs more than ``room`` bytes of memory."""
+    text = _decode(data)
+    if estimated_memory(text) > room:
+        return None
+    tree, text, error = parse(text, path)
+    if tree is None or error is not None:
+        return None
+    try:
+        script = Script(tree, text, path)
+        return {name: FunctionSummary(return_kind(script, f), script.function_kind(f) == "step")
+                for name, f in top_functions(tree).items()}
+    except (Exception, RecursionError):  # noqa: BLE001 - a module that cannot be read is unknown, never a crash
+        return None
+
+
+def project_for(path: str) -> Project:
+    """The project a file or folder named on the command line belongs to: the folder itself, or the
+    file's own folder."""
+    root = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    return Project(root, summarise, MAX_SCRIPT)
+
+
 def lint_text(data: Union[str, bytes], path: str = "<string>", ignore: Iterable[str] = (),
-              torchfix: bool = False) -> FileResult:
-    """Lint source text (str or bytes); never raises.  The findings kept are bounded (result.py)."""
+              torchfix: bool = False, project: Optional[Project] = None) -> FileResult:
+    """Lint source text (str or bytes); never raises.  The findings kept are bounded (result.py).
+    ``project``: the folder tree whose modules the script's imports are read from (project.py)."""
     tree, text, error = parse(data, path)
     result = FileResult(path)
     if error is not None or tree is None:
@@ -119,7 +146,8 @@ def lint_text(data: Union[str, bytes], path: str = "<string>", ignore: Iterable[
     lines = text.splitlines()
     found: Iterable[Located]
     try:
-        script = Script(tree, text, path)
+        room = MEMORY_BUDGET - estimated_memory(text)
+        script = Script(tree, text, path, project=project, room=room)
     except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crash is a finding, never a traceback
         crash = finding("script.E001", about=path, error=f"reading: {type(exc).__name__}: {exc}"[:120])
         found = [located(path, 1, 1, crash, lines[0] if lines else "")]
@@ -174,29 +202,37 @@ def read_script(path: str) -> Tuple[bytes, Optional[FileError]]:
 
 
 def lint_file(path: str, ignore: Iterable[str] = (), torchfix: bool = False,
-              walked: bool = False) -> Optional[FileResult]:
-    """Lint one file; None when ``walked`` (found in a folder) and it mentions nothing the rules look for."""
+              walked: bool = False, project: Optional[Project] = None) -> Optional[FileResult]:
+    """Lint one file; None when ``walked`` (found in a folder) and it mentions nothing the rules look for.
+    ``project``: where its imports are read from (default: its own folder)."""
     data, error = read_script(path)
     if error is not None:
         return FileResult(path, error=error)
-    return None if walked and not any(m in data for m in MARKERS) else lint_text(data, path, ignore, torchfix)
+    if walked and not any(m in data for m in MARKERS):
+        return None
+    return lint_text(data, path, ignore, torchfix, project if project is not None else project_for(path))
 
 
 def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:
     """(file, found by walking a folder) for every file to lint, folders walked for ``*.py`` in name order
     (the folders not entered: docs/lint.md); every path must exist."""
+    return [(f, walked) for f, walked, _ in _discover(paths)]
+
+
+def _discover(paths: Sequence[str]) -> List[Tuple[str, bool, str]]:
+    """As :func:`discover`, with the path named on the command line each file came from."""
     for p in paths:
         if not os.path.exists(p):
             raise LintUsageError(f"{p}: no such file or directory")
-    files: List[Tuple[str, bool]] = []
+    files: List[Tuple[str, bool, str]] = []
     for p in paths:
         if os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
                                  and not os.path.exists(os.path.join(root, d, "pyvenv.cfg")))
-                files.extend((os.path.join(root, n), True) for n in sorted(names) if n.endswith(".py"))
+                files.extend((os.path.join(root, n), True, p) for n in sorted(names) if n.endswith(".py"))
         else:
-            files.append((p, False))
+            files.append((p, False, p))
     return files
 
 
@@ -208,15 +244,16 @@ def lint_paths(paths: Sequence[str], ignore: Iterable[str] = (), torchfix: Optio
     Raises :class:`LintUsageError` for a path that does not exist, before linting anything.
     """
     start = time.perf_counter()
-    files = discover(paths)
+    files = _discover(paths)
+    projects = {p: project_for(p) for p in paths}   # one per path named: each module is read once a run
     report = Report()
     use_tf = torchfix_bridge.version() if torchfix is not False else None
     if torchfix and use_tf is None:
         raise LintUsageError("--torchfix: TorchFix is not installed (pip install torchfix)")
     report.torchfix = use_tf
     silence = frozenset(ignore)
-    for path, walked in files:
-        res = lint_file(path, silence, bool(use_tf), walked)
+    for path, walked, named in files:
+        res = lint_file(path, silence, bool(use_tf), walked, projects[named])
         if res is None:
             report.skipped += 1
             continue
