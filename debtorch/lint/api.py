@@ -18,9 +18,8 @@ from debtorch import inputs
 from debtorch.findings import catalogue, finding
 from debtorch.lint import torchfix_bridge
 from debtorch.lint.checks import iter_checks
+from debtorch.lint.project import FunctionSummary, Project, Summaries, top_functions
 from debtorch.lint.result import FileError, Kept, Located, Report, located, new_counts
-from debtorch.lint.project import Project, Summaries
-from debtorch.lint.project import FunctionSummary, top_functions
 from debtorch.lint.script import Script, return_kind
 
 __all__ = ["FileResult", "Located", "Report", "lint_text", "lint_file", "lint_paths",
@@ -107,7 +106,10 @@ def _silenced(f: Located, ignore: frozenset[str], lines: List[str]) -> bool:
     if "noqa" not in line.lower():
         return False
     m = _NOQA.search(line)
-    return bool(m) and (not m.group("ids") or f.id in re.split(r"[,\s]+", m.group("ids")))
+    if m is None:
+        return False
+    listed = m.group("ids")
+    return not listed or f.id in re.split(r"[,\s]+", listed)
 
 
 def summarise(path: str, data: bytes, room: int) -> Optional[Summaries]:

@@ -34,7 +34,6 @@ from debtorch.lint.script import (
     argument,
     constant,
     device_arg,
-    has_star_kwargs,
     identifier,
     is_mod,
     keyword,

@@ -157,7 +157,8 @@ class Definitions:
         out = []
         for d in defs:
             before = getattr(d.node, "lineno", 0) <= line
-            in_same_loop = any(loop.lineno <= line <= (loop.end_lineno or loop.lineno) for loop in d.loops)
+            in_same_loop = any(getattr(loop, "lineno", 0) <= line <= (getattr(loop, "end_lineno", None) or 0)
+                               for loop in d.loops)
             if before or in_same_loop:
                 out.append(d.value)
         return out
