@@ -25,6 +25,14 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 if TYPE_CHECKING:
     from debtorch.lint.script import Script
 
+
+def all_children(node: ast.AST) -> List[ast.AST]:
+    """``node``'s children, kept on the node (the same cache as script.all_children)."""
+    kids = node.__dict__.get("_lint_all")
+    if kids is None:
+        kids = node._lint_all = list(ast.iter_child_nodes(node))  # type: ignore[attr-defined]
+    return kids  # type: ignore[no-any-return]
+
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -112,7 +120,7 @@ class Definitions:
                 continue
             self._record(node, around)
             inner = around + (node,) if isinstance(node, LOOPS) else around
-            stack.extend((c, inner) for c in reversed(list(ast.iter_child_nodes(node))))
+            stack.extend((c, inner) for c in reversed(all_children(node)))
 
     def _add(self, name: str, value: object, node: ast.AST, loops: Tuple[ast.AST, ...]) -> None:
         self.by_name.setdefault(name, []).append(Definition(name, value, node, loops))

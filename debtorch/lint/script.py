@@ -209,6 +209,7 @@ class Script:
         self._imported: Dict[str, Optional["FunctionSummary"]] = {}
         self.all_functions: List[ast.AST] = []
         self._whole: Dict[ast.AST, bool] = {}
+        self._effects: Dict[tuple, Set[str]] = {}
         self.lines = text.splitlines()
         self.aliases: Dict[str, str] = {}
         self.functions: Dict[str, List[ast.AST]] = {}
@@ -330,6 +331,8 @@ class Script:
                 found = self.method_of(cls, func.attr)
                 return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
                                                      if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+            if not any(func.attr in m for m in self.methods.values()):
+                return []  # no class of the file has such a method: nothing to look up
             cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
             found = self.method_of(cls, func.attr) if cls is not None else None
             return [found] if found else []
@@ -447,7 +450,18 @@ class Script:
 
     # -- what runs per step --------------------------------------------------
     def effects(self, body: list, scope: ast.AST, depth: int = 0) -> Set[str]:
-        """What ``body`` runs, nested loops and the functions it calls included: "backward", "step"."""
+        """What ``body`` runs, nested loops and the functions it calls included: "backward", "step"
+        (remembered per body: a loop's or a function's statements are asked about often)."""
+        key = (id(body), id(scope))
+        known = self._effects.get(key)
+        if known is not None:
+            return known
+        found = self._effects_of(body, scope, depth)
+        if depth == 0:
+            self._effects[key] = found
+        return found
+
+    def _effects_of(self, body: list, scope: ast.AST, depth: int) -> Set[str]:
         found: Set[str] = set()
         if depth > 3:
             return found
