@@ -274,3 +274,66 @@ def test_a_wrapper_of_the_same_project_that_trains_makes_the_loop_a_training_loo
         r = cli_runner().invoke(app, ["lint", "--json", str(tmp_path / "train.py")])
         doc = json.loads(r.stdout)
         assert [(f["id"], f["line"]) for f in doc["findings"]] == [("script.W001", 11)], module
+
+
+# ---------------------------------------------------------------- classes found in the first held-out round
+
+def test_a_dataset_that_returns_gpu_tensors_is_not_given_workers_or_pinning():
+    src = """\
+    class Samples(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            return data[i : i + 128].long().cuda()
+        def __len__(self):
+            return 1000
+
+    loader = DataLoader(Samples(), batch_size=4)
+    for x in loader:
+        loss = model(x)
+        loss.backward()
+        optimizer.step()
+    """
+    assert found(src) == []
+    assert sorted(found(src.replace(".long().cuda()", ".long()"))) == [("script.I001", 7), ("script.W005", 7)]
+
+
+def test_a_loader_read_with_next_only_in_a_validation_branch_is_not_the_training_loader():
+    src = """\
+    train_loader = cycle(DataLoader(train_ds, batch_size=4, num_workers=8, pin_memory=True, persistent_workers=True))
+    val_loader = cycle(DataLoader(val_ds, batch_size=4))
+    for i in range(1000):
+        x, y = next(train_loader)
+        loss = criterion(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
+        loss.backward()
+        optimizer.step()
+        if i % 100 == 0:
+            vx, vy = next(val_loader)
+    """
+    assert found("def cycle(dl):\n    while True:\n        yield from dl\n" + textwrap.dedent(src)) == [("script.I003", 4)]
+
+
+def test_a_loss_function_imported_from_another_module_is_not_assumed_on_the_device():
+    src = """\
+    from mypkg.utils.loss import compute_loss
+    for x, y in batches:
+        loss, parts = compute_loss(model(x.to(device)), y.to(device))
+        loss.backward()
+        optimizer.step()
+        log(float(parts[0]))
+    """
+    assert found(src) == []
+    assert found(src.replace("from mypkg.utils.loss import compute_loss", "import os")) == [("script.W002", 6)]
+
+
+def test_micro_batches_in_an_inner_loop_under_ddp_or_accelerate_all_reduce_each_time():
+    src = """\
+    model = DDP(model)
+    for step in range(1000):
+        for _ in range(accum):
+            loss = criterion(model(next(batches).to(device)), y) / accum
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    """
+    assert found(src) == [("script.W012", 5)]
+    synced = src.replace("            loss.backward()\n", "            with model.no_sync():\n                loss.backward()\n")
+    assert found(synced) == []

@@ -265,8 +265,11 @@ def _loop_sources(script: Script, region: Region) -> List[ast.AST]:
     """What a training loop takes its batches from: what a ``for`` loop iterates, and what the loop calls
     ``next()`` on (``for step in range(n): x, y = next(batches)``, ``while`` loops alike)."""
     out = [_unwrap_iter(region.loop.iter)] if isinstance(region.loop, (ast.For, ast.AsyncFor)) else []
-    out += [_unwrap_iter(n.args[0]) for n in local_nodes(region.loop.body)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
+    for step in region.steps:  # a next() that runs every step; one in a validation branch is another loader's
+        if step.guarded or step.header or step.scope is not region.scope:
+            continue
+        out += [_unwrap_iter(n.args[0]) for n in local_nodes(step.node)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
     return out
 
 
@@ -432,6 +435,22 @@ def training_loaders(script: Script) -> List[ast.Call]:
     return list({id(c): c for c in out}.values())
 
 
+def _device_batches(script: Script, call: ast.Call, scope: ast.AST) -> bool:
+    """Does the loader's dataset (a class of this file) move its items to the GPU in ``__getitem__``
+    (``return seq.cuda()``)? Then workers cannot make its batches and there is nothing to pin."""
+    ds = argument(call, "dataset", 0)
+    values: List[ast.AST] = [ds] if ds is not None else []
+    if isinstance(ds, ast.Name):
+        values += [v for v, _ in values_of(script, ds.id, scope, call) or [] if isinstance(v, ast.AST)]
+    for v in values:
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in script.classes:
+            get = script.method_of(script.classes[v.func.id], "__getitem__")
+            if get is not None and any(isinstance(n, ast.Call) and (method(n) == "cuda" or moved_to(n))
+                                       for n in local_nodes(get.body)):
+                return True
+    return False
+
+
 def _in_memory(script: Script, call: ast.Call) -> bool:
     ds = argument(call, "dataset", 0)
     if ds is None:
@@ -559,6 +578,8 @@ def check_loaders(script: Script) -> Iterator[Located]:
     per_epoch = None
     for call in loaders:
         scope = script.enclosing_scope(call)
+        if _device_batches(script, call, scope):
+            continue  # items already on the GPU: workers cannot make them, pinning has nothing to do
         kwargs, star = loader_kwargs(script, call, scope)
         nw = kwargs.get("num_workers") or (call.args[5] if len(call.args) > 5 else None)
         nwc = constant(nw) if nw is not None else None
@@ -839,7 +860,33 @@ def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
         free = [b for b, ifs in backwards if guard not in ifs]
         if free:
             out.append(_Accumulation(loop, every, guard, free, [s for s, _ in guarded]))
+    if broad:
+        out += _inner_accumulations(script)
     return out
+
+
+def _inner_accumulations(script: Script) -> List[_Accumulation]:
+    """Training loops whose micro-batches run in an inner loop (backward there, the optimizer step after
+    it): ``for _ in range(accum): loss.backward()`` then ``optimizer.step()``.  ``guard`` is the inner
+    loop, ``every`` its ``range()`` count when it has one."""
+    out = []
+    for region in script.regions():
+        loop = region.loop
+        steps = [n for n, _ in _direct_nodes(loop.body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
+        for inner in (n for n in local_nodes(loop.body) if isinstance(n, (ast.For, ast.AsyncFor))):
+            backwards = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_backward(n)]
+            inner_steps = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
+            outer_steps = steps or [n for n in local_nodes(loop.body) if isinstance(n, ast.Call) and
+                                    script.is_optimizer_step(n) and not _inside(n, inner)]
+            if backwards and not inner_steps and outer_steps:
+                count = inner.iter.args[-1] if isinstance(inner.iter, ast.Call) and \
+                    identifier(inner.iter.func) == "range" and len(inner.iter.args) == 1 else None
+                out.append(_Accumulation(loop, count, inner, backwards, outer_steps))
+    return out
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return any(n is node for n in local_nodes(outer))
 
 
 def check_accumulation(script: Script) -> Iterator[Located]:
@@ -890,8 +937,12 @@ def check_ddp_accumulation(script: Script) -> Iterator[Located]:
         call = acc.backwards[0]
         if id(call) not in seen:
             seen.add(id(call))
-            when = f"every {segment(script, acc.every, 60)} micro-batches" if acc.every is not None else \
-                f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
+            if acc.every is not None:
+                when = f"every {segment(script, acc.every, 60)} micro-batches"
+            elif isinstance(acc.guard, (ast.For, ast.AsyncFor)):
+                when = f"after the micro-batches of the inner loop (line {acc.guard.lineno})"
+            else:
+                when = f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
             yield at(script, call, "script.W012", call=callee(script, call), when=when)
 
 

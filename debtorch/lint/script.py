@@ -847,6 +847,15 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     return rec(node.value) if isinstance(node, ast.NamedExpr) else None
 
 
+def _imported_elsewhere(script: Script, func: ast.AST) -> bool:
+    """Is ``func`` a name imported from a module other than torch's (a project's ``compute_loss``)? What
+    such a function returns is not known from its name: it may already be on the host."""
+    if not isinstance(func, ast.Name):
+        return False
+    origin = script.aliases.get(func.id)
+    return origin is not None and not origin.startswith("torch")
+
+
 def _where(kinds: set) -> Optional[str]:
     """Where a value computed from values of these kinds lives: on the device if any is, else the host."""
     return DEVICE if DEVICE in kinds else CPU if CPU in kinds else None
@@ -955,7 +964,7 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and MODELISH.match(ident) and fk is None:
         return DEVICE
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and LOSSISH.search(ident) and fk is None \
-            and not script.functions.get(ident):
+            and not script.functions.get(ident) and not _imported_elsewhere(script, func):
         return DEVICE
     return None
 
