@@ -77,13 +77,14 @@ def test_precision_is_at_least_95_and_recall_at_least_90_percent_on_the_developm
 
 
 def test_the_held_out_split_keeps_its_measured_scores():
-    """Issue 31's held-out split: scripts labelled before linting, scored once the rules were final.
-    This holds its measured floor (docs/lint.md); a rule change that raises it updates the
-    expectations, never the labels."""
-    if not HELD_OUT:
-        pytest.skip("no held-out scripts")
+    """Issue 31's held-out split (round 2: 16 scripts from 16 new repositories, labelled before linting,
+    scored once with the final rules): precision 40 of 45 (89%), recall 40 of 49 (82%). The targets
+    (95% and 90%) are NOT met (docs/lint.md says where it fails). This holds the measured floor; a rule
+    change that raises it updates the expectations, never the labels."""
+    assert len(HELD_OUT) >= 15
     judged, precision, recall = _scores(HELD_OUT)
-    assert judged > 0 and precision >= 0.0 and recall >= 0.0
+    assert judged >= 45
+    assert precision >= 0.88 and recall >= 0.81
 
 
 # Issue 22's patterns, each in a real script (the same patterns on minimal scripts: tests/test_lint_steps.py).
