@@ -32,6 +32,7 @@ from debtorch.lint.script import (
     Region,
     Script,
     argument,
+    body_of,
     constant,
     device_arg,
     identifier,
@@ -325,7 +326,7 @@ def _origins(script: Script, expr: ast.AST, scope: ast.AST, at: Optional[ast.AST
         names.add(name)
 
 
-def _call_args(call: ast.Call) -> List[ast.AST]:
+def _call_args(call: ast.Call) -> List[ast.expr]:
     return list(call.args) + [k.value for k in call.keywords]
 
 
@@ -528,7 +529,7 @@ def _hf_rows(script: Script, node: ast.AST, scope: ast.AST, depth: int = 0) -> O
         name = script.call_name(node)
         if name.startswith("datasets.") or identifier(node.func) in ("load_dataset", "load_from_disk"):
             return True
-        if method(node) in _HF_TABLE_METHODS:
+        if method(node) in _HF_TABLE_METHODS and isinstance(node.func, ast.Attribute):
             return _hf_rows(script, node.func.value, scope, depth + 1)
         return False if name or script.callees(node, scope) else None
     if isinstance(node, ast.Name):
@@ -600,7 +601,7 @@ def check_loaders(script: Script) -> Iterator[Located]:
                 if per_epoch is None:
                     per_epoch = _per_epoch(script)
                 if per_epoch:
-                    persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
+                    persist = "True" if (isinstance(nwc, int) and nwc > 0) or nw is None else f"{segment(script, nw)} > 0"
                     yield at(script, call, "script.I002", persist=persist)
         pf = constant(kwargs.get("prefetch_factor"))
         fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
@@ -872,11 +873,12 @@ def _inner_accumulations(script: Script) -> List[_Accumulation]:
     out = []
     for region in script.regions():
         loop = region.loop
-        steps = [n for n, _ in _direct_nodes(loop.body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
-        for inner in (n for n in local_nodes(loop.body) if isinstance(n, (ast.For, ast.AsyncFor))):
+        body = body_of(loop)
+        steps = [n for n, _ in _direct_nodes(body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
+        for inner in (n for n in local_nodes(body) if isinstance(n, (ast.For, ast.AsyncFor))):
             backwards = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_backward(n)]
             inner_steps = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
-            outer_steps = steps or [n for n in local_nodes(loop.body) if isinstance(n, ast.Call) and
+            outer_steps = steps or [n for n in local_nodes(body) if isinstance(n, ast.Call) and
                                     script.is_optimizer_step(n) and not _inside(n, inner)]
             if backwards and not inner_steps and outer_steps:
                 count = inner.iter.args[-1] if isinstance(inner.iter, ast.Call) and \

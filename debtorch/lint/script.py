@@ -70,6 +70,12 @@ PLAIN_BUILTINS = frozenset("float int len round str bool repr list dict tuple se
 MODEL_FACTORIES = ("torchvision.models.", "timm.create_model", "transformers.", "models.")
 
 
+def body_of(node: ast.AST) -> List[ast.stmt]:
+    """The statements of a function or a loop (none for anything else)."""
+    body = getattr(node, "body", None)
+    return body if isinstance(body, list) else []
+
+
 def identifier(node: ast.AST) -> str:
     """The last name of an expression: ``self.model`` -> ``model``; ``a[0].b()`` -> ``b``; else ''."""
     while True:
@@ -368,10 +374,12 @@ class Script:
         """The innermost function holding ``node`` (by its place in the file), else the module."""
         line, col = getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
         best: ast.AST = self.tree
+        best_line = 0
         for f in self.all_functions:
-            if (f.lineno, f.col_offset) < (line, col) and line <= (f.end_lineno or f.lineno) and \
-                    (best is self.tree or f.lineno >= best.lineno):
-                best = f
+            start: int = getattr(f, "lineno", 0)
+            end: int = getattr(f, "end_lineno", None) or start
+            if (start, getattr(f, "col_offset", 0)) < (line, col) and line <= end and start >= best_line:
+                best, best_line = f, start
         return best
 
     def imported(self, call: ast.AST) -> Optional["FunctionSummary"]:
@@ -480,7 +488,7 @@ class Script:
                     found.update(("backward", "step"))
                 for f in self.callees(node, scope):
                     if f is not scope and not self._holds_training_loop(f, depth + 1):
-                        found |= self.effects(f.body, f, depth + 1)
+                        found |= self.effects(body_of(f), f, depth + 1)
             if len(found) == 2:
                 break
         return found
@@ -491,16 +499,16 @@ class Script:
         if func not in self._whole:
             self._whole[func] = False  # a recursive call while answering: not a training loop
             self._whole[func] = any(isinstance(n, LOOPS) and self.effects(n.body, func, depth) == {"backward", "step"}
-                                    for n in local_nodes(func.body))
+                                    for n in local_nodes(body_of(func)))
         return self._whole[func]
 
     def _trains_by_effect(self, loop: ast.AST, scope: ast.AST) -> bool:
         """A loop that runs backward and an optimizer step only through the loops it holds (micro-batches
         in an inner accumulation loop, the step in a loop over several optimizers), none of which does
         both itself: each of its iterations is one optimizer step."""
-        if self.effects(loop.body, scope) != {"backward", "step"}:
+        if self.effects(body_of(loop), scope) != {"backward", "step"}:
             return False
-        inner = [n for n in local_nodes(loop.body) if isinstance(n, LOOPS)]
+        inner = [n for n in local_nodes(body_of(loop)) if isinstance(n, LOOPS)]
         return not any(self.effects(n.body, scope) == {"backward", "step"} for n in inner)
 
     def regions(self) -> List[Region]:
@@ -533,7 +541,7 @@ class Script:
     def boundary(self, stmt: ast.If) -> bool:
         """Is this ``if`` the accumulation boundary (``if (i + 1) % accum == 0: optimizer.step()``)? It
         runs on every optimizer step: what it holds is a per-step cost, not an occasional one."""
-        mods = [n for n in local_nodes(stmt.test) if is_mod(n)]
+        mods = [n for n in local_nodes(stmt.test) if isinstance(n, ast.BinOp) and is_mod(n)]
         if not mods:
             return False
         if any(_ACCUMULATION.search(" ".join(names_in(m.right))) for m in mods):
