@@ -71,11 +71,12 @@ DEVELOPMENT = [p for p in SCRIPTS if p not in HELD_OUT]
 
 
 def test_the_development_split_keeps_its_measured_scores():
-    """The development split (the scripts the rules were written against, held-out rounds 1 and 2 included):
-    precision 197 of 202 (97.5%), recall 197 of 201 (98.0%) at the rules of 2d9f17f."""
+    """The development split (the scripts the rules were written against, held-out rounds 1 and 2 included),
+    its 76 expectation files: precision 216 of 221 (97.7%), recall 216 of 220 (98.2%) at the rules of
+    2d9f17f (the 69 scripts fetched here give 197 of 202 of those findings)."""
     judged, precision, recall = _scores(DEVELOPMENT)
-    assert judged >= 202
-    assert precision >= 0.975 and recall >= 0.98
+    assert judged >= 221
+    assert precision >= 216 / 221 and recall >= 216 / 220
 
 
 def test_both_scored_held_out_rounds_before_the_last_are_development_now():
