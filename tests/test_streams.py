@@ -6,7 +6,10 @@ and exit 74 (docs/cli.md, "Exit codes").  Real processes: the streams are the
 operating system's.
 """
 
+import fcntl
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -85,3 +88,84 @@ def test_help_and_version_end_like_every_command(args):
     with open("/dev/full", "w") as full:
         res = run(args, stdout=full)
     assert res.returncode == 74 and res.stderr == "debtorch: cannot write to standard output: No space left on device\n"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "debtorch", *args],
+                         stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert res.returncode == 74, (res.returncode, res.stderr)      # issue 30: --help >&- exited 0
+    assert res.stderr == "debtorch: cannot write to standard output: standard output is closed\n"
+
+
+# -- a reader that leaves in the middle of a report (issue 30) ---------------------------------------------
+
+BIG = {  # reports larger than the pipe below, so that the reader leaves while debtorch is still writing
+    "facts --json": ["facts", "--host", str(HOSTS / "debian12-server-8xa100-nvlink"), "--json"],
+    "doctor --json": ["doctor", "--host", str(HOSTS / "debian12-server-8xa100-nvlink"), "--json"],
+    "facts": ["facts", "--host", str(HOSTS / "debian12-server-8xa100-nvlink")],
+}
+
+
+@pytest.mark.parametrize("name", BIG)
+def test_a_reader_that_leaves_mid_report_is_a_broken_pipe_141(name):
+    """Python's buffered writer returns a short count instead of raising when the reader leaves during
+    a large write; the command exited 0 with its report cut short.  A 4 KiB pipe (F_SETPIPE_SZ) makes
+    "during" certain: the reader takes 100 bytes and leaves while the rest waits to be written."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", *BIG[name]], stdout=w, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    os.close(w)
+    first = os.read(r, 100)
+    os.close(r)
+    err = proc.communicate(timeout=120)[1]
+    assert first and proc.returncode == 141 and err == "", (proc.returncode, err)
+
+
+# -- standard error that cannot be written (issue 30) -------------------------------------------------------
+
+ON_FULL_STDERR = {   # (arguments, the exit code they end with whatever stderr does)
+    "a usage error": (["doctor", "--no-such-option"], 2),
+    "bad input": (["doctor", "--facts", "/nonexistent/facts.json"], 2),
+    "verify-train --json, refused": (["verify-train", "--config", "/nonexistent/debtorch.toml", "--json"], 2),
+    "doctor --json": (["doctor", "--host", HOST, "--json"], 0),
+    "tune": (["tune", "--host", HOST], 0),
+}
+
+
+@pytest.mark.parametrize("name", ON_FULL_STDERR)
+def test_a_full_stderr_changes_neither_stdout_nor_the_exit_code(name):
+    args, code = ON_FULL_STDERR[name]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ok = subprocess.run([sys.executable, "-m", "debtorch", *args], capture_output=True, text=True, env=env,
+                        timeout=120)
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "debtorch", *args], stdout=subprocess.PIPE, stderr=full,
+                             text=True, env=env, timeout=120)
+    assert ok.returncode == res.returncode == code, (ok.returncode, res.returncode, ok.stderr)
+    if "--json" in args:                  # the document, but for when it was collected
+        strip = re.compile(r'"collected_at": "[^"]*"')
+        assert strip.sub("", res.stdout) == strip.sub("", ok.stdout)
+    else:
+        assert res.stdout == ok.stdout
+
+
+def test_a_full_stderr_changes_no_file_written(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = [sys.executable, "-m", "debtorch", "tune", "--host", HOST, "--write"]
+    ok = subprocess.run([*args, str(tmp_path / "ok.toml")], capture_output=True, text=True, env=env, timeout=120)
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([*args, str(tmp_path / "full.toml")], stdout=subprocess.PIPE, stderr=full, text=True,
+                             env=env, timeout=120)
+    assert ok.returncode == res.returncode == 0 and "wrote" in ok.stderr + ok.stdout
+    assert (tmp_path / "full.toml").read_text() == (tmp_path / "ok.toml").read_text()
+
+
+@pytest.mark.slow
+def test_verify_train_json_with_a_full_stderr_measures_and_exits_as_usual():
+    """Issue 30: verify-train --json printed nothing and exited 1 when its progress lines could not be written."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--device", "sim:200",
+                              "--json"], stdout=subprocess.PIPE, stderr=full, text=True, env=env, timeout=300)
+    doc = json.loads(res.stdout)
+    assert res.returncode == doc["exit_code"] == 0 and doc["failure"] is None and doc["summary"] is not None

@@ -132,8 +132,12 @@ def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:
     """(file, found by walking a folder) for every file to lint, folders walked for ``*.py`` in name order
     (the folders not entered: docs/lint.md); every path must exist."""
     for p in paths:
-        if not os.path.exists(p):
-            raise LintUsageError(f"{p}: no such file or directory")
+        try:
+            os.stat(p)
+        except FileNotFoundError:
+            raise LintUsageError(f"{p}: no such file or directory") from None
+        except OSError as exc:  # a loop of symbolic links, a folder not ours to enter
+            raise LintUsageError(f"{p}: {inputs.os_reason(exc)}") from None
     files: List[Tuple[str, bool]] = []
     for p in paths:
         if os.path.isdir(p):
