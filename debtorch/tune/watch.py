@@ -174,7 +174,7 @@ class Watch:
     appended to ``file``; JSON lines to ``json``; ``timer=True``: the lines on a thread of its own."""
 
     def __init__(self, iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None,
-                 verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False):
+                 verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False) -> None:
         if not hasattr(iterable, "__iter__"):
             raise TypeError(f"watch: {type(iterable).__name__} is not iterable")
         if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
@@ -490,6 +490,9 @@ class _Peers:
 
     def _connect(self) -> Any:
         if self.store is None:
+            # The default group's store (torch.distributed keeps it in distributed_c10d; no public
+            # accessor as of PyTorch 2.13): set, check, get and delete_key are the store's own
+            # requests, never collectives of the process group.
             c10d = self.dist.distributed_c10d
             clone = c10d._get_default_store().clone()     # a connection of its own
             clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
