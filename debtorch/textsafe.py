@@ -6,7 +6,7 @@ lines above, set the clipboard (OSC 52) or reorder what the reader sees (Trojan 
 overrides, CVE-2021-42574).  :func:`printable` writes each of those characters as an escape instead:
 C0 controls (line breaks and tabs included: a value cannot start a line of its own), DEL, C1
 controls, the Unicode line and paragraph separators, the bidirectional embeddings, overrides and
-isolates (U+202A-U+202E, U+2066-U+2069), and lone surrogates (an undecodable file name; printing one
+isolates (U+202A-U+202E, U+2066-U+2069) and marks (U+061C, U+200E, U+200F), and lone surrogates (an undecodable file name; printing one
 would raise).  Everything else, other scripts included, is shown as it is.  ``--json`` documents are
 left alone: JSON escapes controls itself, and a reader of JSON wants the value.  Pure; every layer may
 import it.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match) -> str:
