@@ -97,6 +97,13 @@ def test_lint_shows_an_evil_file_name_and_code_line_escaped(tmp_path):
     assert json.loads(res.stdout)["findings"][0]["path"] == str(path)      # --json unchanged
 
 
+def test_lint_shows_a_tab_indented_code_line_as_spaces_not_escapes(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import torch\nif True:\n\tscaler = torch.cuda.amp.GradScaler()\t# old AMP\n")
+    res = runner.invoke(app, ["lint", str(path)])
+    assert "GradScaler()    # old AMP" in res.stdout and "\\x09" not in res.stdout, res.stdout
+
+
 def test_a_note_quoting_a_file_name_shows_it_escaped(tmp_path):
     res = runner.invoke(app, ["doctor", "--facts", str(tmp_path / "no\u202eexist\x1b[2J.json")])
     assert res.exit_code == 2

@@ -24,8 +24,9 @@ def finding_lines(found: Iterable[Located], verbose: bool = False) -> List[str]:
     out: List[str] = []
     for f in sorted(found, key=Located.sort_key):
         out.append(f"{f.path}:{f.line}:{f.col}: {f.id} {f.finding.message}")
-        if f.code.strip():
-            out.append(INDENT + f.code.strip())
+        code = f.code.strip().expandtabs(4)  # a tab in code is layout, not a control to escape
+        if code:
+            out.append(INDENT + code)
         if f.finding.fix:
             out.append(INDENT + "fix: " + f.finding.fix)
         rule = catalogue().get(f.id)
