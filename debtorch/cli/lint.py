@@ -10,6 +10,7 @@ import typer
 from debtorch.cli.shared import FailOn, Prog, choose_format, present, redactor
 from debtorch.host import LiveHost
 from debtorch.report import Format
+from debtorch.textsafe import printable
 
 if TYPE_CHECKING:
     from debtorch.lint.api import FileResult
@@ -31,19 +32,19 @@ def lint(
     Exit status: 0 no finding at --fail-on level (default warning), 1 findings at that level, 2 bad input.
     """
     from debtorch.lint.api import LintUsageError, known_id, lint_paths  # defer: the linter, only for this command
-    from debtorch.report.lint import FileView, LintView, escape_untrusted  # defer: as above
+    from debtorch.report.lint import FileView, LintView  # defer: as above
 
     fmt = choose_format(prog, json_out)
     silenced = [x.strip() for item in (ignore or []) for x in item.split(",") if x.strip()]
     for value in silenced:
         if not known_id(value):
-            prog.fail(f"--ignore {escape_untrusted(value)}: not a lint id (script.W001 ... script.I006, "
+            prog.fail(f"--ignore {printable(value)}: not a lint id (script.W001 ... script.I006, "
                       f"torchfix.TORnnn) or area")
     r = redactor(host=LiveHost()) if redact else None
 
     def note_error(res: "FileResult") -> None:
         if res.error is not None:
-            line = escape_untrusted(res.error.line_text())
+            line = printable(res.error.line_text())
             prog.note(r.text(line) if r else line)
 
     def stream(res: "FileResult") -> None:
@@ -55,7 +56,7 @@ def lint(
         report = lint_paths(paths, ignore=silenced, torchfix=torchfix,
                             on_file=stream if fmt is Format.text else note_error)
     except LintUsageError as exc:
-        prog.fail(escape_untrusted(str(exc)))
+        prog.fail(printable(str(exc)))
     code = report.exit_code(fail_on.value)
     present(LintView(report, fail_on.value, code, verbose, streamed=fmt is Format.text), fmt, r)
     raise typer.Exit(code)

@@ -224,8 +224,12 @@ def discover(paths: Sequence[str]) -> List[Tuple[str, bool]]:
 def _discover(paths: Sequence[str]) -> List[Tuple[str, bool, str]]:
     """As :func:`discover`, with the path named on the command line each file came from."""
     for p in paths:
-        if not os.path.exists(p):
-            raise LintUsageError(f"{p}: no such file or directory")
+        try:
+            os.stat(p)
+        except FileNotFoundError:
+            raise LintUsageError(f"{p}: no such file or directory") from None
+        except OSError as exc:  # a loop of symbolic links, a folder not ours to enter
+            raise LintUsageError(f"{p}: {inputs.os_reason(exc)}") from None
     files: List[Tuple[str, bool, str]] = []
     for p in paths:
         if os.path.isdir(p):

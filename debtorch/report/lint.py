@@ -3,7 +3,8 @@
 The text report streams: one :class:`FileView` per file as soon as it is linted, then the
 :class:`LintView`'s summary (``LintView.lines()`` gives the whole report at once, for callers that
 have it).  File names, code lines and messages come from the linted files, so every text line is
-shown with control characters and bidirectional overrides escaped (:func:`escape_untrusted`).
+shown with control characters and bidirectional overrides escaped (:func:`debtorch.textsafe.printable`,
+the rule of every text report; the console printer applies it again).
 """
 
 from __future__ import annotations
@@ -14,42 +15,29 @@ from debtorch.findings import catalogue
 from debtorch.lint.result import PER_FILE, PER_LINE, SCHEMA_VERSION, Located, Report
 from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
+from debtorch.textsafe import printable
 
 INDENT = "    "
-
-# C0 controls but the tab, DEL, C1 controls, and the characters that reorder or hide text on a
-# terminal (bidirectional embeddings, overrides, isolates and marks; line and paragraph separators):
-# a linted file's name or code must not retitle the terminal, erase lines or reverse what follows.
-# The project's base-layer escaping (issue 30, item 5) is to replace this table.
-_UNTRUSTED = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))}
-_UNTRUSTED.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
-                                              *range(0x2066, 0x206A), 0x2028, 0x2029)})
-
-
-def escape_untrusted(text: str) -> str:
-    """``text`` with control characters and bidirectional overrides written as escapes (``\\x1b``,
-    ``\\u202e``); everything else, tabs and non-Latin scripts included, as it is."""
-    return text.translate(_UNTRUSTED)
-
 
 def finding_lines(found: Iterable[Located], verbose: bool = False) -> List[str]:
     """``path:line:col: id message``, the code excerpt and ``fix:`` under it (``why:`` with --verbose)."""
     out: List[str] = []
     for f in sorted(found, key=Located.sort_key):
         out.append(f"{f.path}:{f.line}:{f.col}: {f.id} {f.finding.message}")
-        if f.code.strip():
-            out.append(INDENT + f.code.strip())
+        code = f.code.strip().expandtabs(4)  # a tab in code is layout, not a control to escape
+        if code:
+            out.append(INDENT + code)
         if f.finding.fix:
             out.append(INDENT + "fix: " + f.finding.fix)
         rule = catalogue().get(f.id)
         if verbose and rule is not None:
             out.append(INDENT + "why: " + rule.why)
-    return [escape_untrusted(line) for line in out]
+    return [printable(line) for line in out]
 
 
 def hidden_line(path: str, hidden: int) -> str:
     """The line that says how many findings of a file are not shown."""
-    return escape_untrusted(f"{path}: {plural(hidden, 'more finding')} not shown "
+    return printable(f"{path}: {plural(hidden, 'more finding')} not shown "
                             f"(at most {PER_LINE} a line and {PER_FILE} a file)")
 
 
@@ -80,7 +68,7 @@ def summary(report: Report) -> str:
     if report.suppressed:
         extra.append(f"{report.suppressed} silenced")
     if report.torchfix:
-        extra.append(f"with TorchFix {escape_untrusted(report.torchfix)}")
+        extra.append(f"with TorchFix {printable(report.torchfix)}")
     return head + (f" ({'; '.join(extra)})" if extra else "")
 
 
