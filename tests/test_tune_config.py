@@ -337,3 +337,32 @@ def test_read_only_destination_is_one_line_and_no_file(readonly_dir):
         write_config(str(path), rec, fp, tuned)
     assert str(exc.value).startswith(f"{path}: cannot write")
     assert list(readonly_dir.iterdir()) == []
+
+
+def _sim_spec() -> str:
+    from debtorch.cli.shared import sim_device
+
+    return sim_device("sim:800")
+
+
+def test_a_config_tuned_on_a_simulated_device_is_for_the_gpu_it_stands_for(tmp_path):
+    """tune --measure --device sim:800 --write: training code runs on the real device (issue 34, item 2)."""
+    spec = _sim_spec()
+    rec, fp, _ = sample(request=Request(device=spec))
+    path = tmp_path / "sim.toml"
+    write_config(str(path), rec, fp, config.tuned_table("measured", spec, workload="builtin:images", now=NOW))
+    text = path.read_text()
+    assert 'device = "cuda"' in text and f'simulated = "{spec}"' in text
+    cfg = load_config(str(path))
+    assert (cfg.device, cfg.simulated, cfg.tuned_for) == ("cuda", spec, spec)
+
+
+def test_an_older_config_holding_a_sim_spec_as_its_device_loads_as_cuda():
+    spec = _sim_spec()
+    cfg = parse_config(f'schema_version = 1\n[tuned]\nby = "measured"\ndevice = "{spec}"\n')
+    assert (cfg.device, cfg.simulated) == ("cuda", spec)
+    for device in ("cpu", "cuda"):
+        cfg = parse_config(f'schema_version = 1\n[tuned]\ndevice = "{device}"\n')
+        assert (cfg.device, cfg.simulated, cfg.tuned_for) == (device, None, device)
+    with pytest.raises(ConfigError, match="tuned.simulated"):
+        parse_config('schema_version = 1\n[tuned]\ndevice = "cuda"\nsimulated = "cuda"\n')

@@ -63,7 +63,22 @@ class ConfigFile:
 
     @property
     def device(self) -> str:
-        return self.tuned.get("device", "cpu")
+        """The device training code runs these settings on: "cpu" or "cuda".  A config tuned on a
+        simulated accelerator names the accelerator it stands for, "cuda" (a config written before
+        ``[tuned] simulated`` existed holds the simulation's spec as its device)."""
+        device = self.tuned.get("device", "cpu")
+        return SIMULATED_STANDS_FOR if sim.is_sim(device) else device
+
+    @property
+    def simulated(self) -> Optional[str]:
+        """The simulated accelerator the settings were measured on (its full ``sim:`` spec), or None."""
+        device = self.tuned.get("device")
+        return self.tuned.get("simulated") or (device if sim.is_sim(device) else None)
+
+    @property
+    def tuned_for(self) -> str:
+        """What the settings were tuned on: the simulation's spec, else the device."""
+        return self.simulated or self.device
 
 
 # ---------------------------------------------------------------------------
@@ -73,6 +88,7 @@ class ConfigFile:
 # command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
 BUDGET_MAX_S = 7 * 24 * 3600.0
+SIMULATED_STANDS_FOR = "cuda"   # a simulated accelerator (debtorch.train.sim) stands for a GPU
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32
 MACHINE_BOUND = ("num_workers", "threads", "nproc")
@@ -114,15 +130,21 @@ OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or ve
                       "to allow it deliberately")
 
 
-def _is_device(v) -> bool:
-    """cpu, cuda, or a simulated accelerator's full spec (as tune writes it)."""
+def _is_sim_spec(v: object) -> bool:
+    """A simulated accelerator's full spec, as tune writes it."""
     try:
-        return v in DEVICES or bool(sim.parse(v))
+        return isinstance(v, str) and bool(sim.parse(v))
     except (ValueError, TypeError):
         return False
 
 
+def _is_device(v: object) -> bool:
+    """cpu, cuda, or (a config written before ``simulated``) a simulated accelerator's full spec."""
+    return v in DEVICES or _is_sim_spec(v)
+
+
 DEVICE = schema.Value(('"cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec', _is_device))
+SIM_SPEC = schema.Value(("a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec", _is_sim_spec))
 TEXT = schema.text(max_len=4096, one_line=True)
 TEXTS = schema.List(TEXT, max_len=4096, expect="an array of strings")
 SCHEMA: dict[str, schema.Spec] = {
@@ -132,7 +154,7 @@ SCHEMA: dict[str, schema.Spec] = {
     "limits": {"oversubscribe": schema.BOOL},
     "env": schema.Table({"*": TEXT}, keys=("an environment variable name (A-Z, 0-9, _)", ENV_NAME.match)),
     "tuned": {"by": schema.one_of("rules", "measured"), "date": TEXT, "debtorch_version": TEXT,
-              "device": DEVICE, "workload": TEXT,
+              "device": DEVICE, "simulated": SIM_SPEC, "workload": TEXT,
               "budget_s": schema.number(f"a number > 0 and at most {BUDGET_MAX_S:g}", lambda v: 0 < v <= BUDGET_MAX_S)},
     "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,
                     "driver": TEXT, "python": TEXT, "torch": TEXT, "torch_cuda": TEXT},
@@ -195,10 +217,14 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
 
 def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: Optional[float] = None,
                 now: Optional[_dt.datetime] = None) -> dict:
-    """How the settings were chosen, for the ``[tuned]`` table."""
+    """How the settings were chosen, for the ``[tuned]`` table.  Tuned on a simulated accelerator
+    (``device`` a ``sim:`` spec), ``device`` names the accelerator it stands for and ``simulated`` the
+    simulation: training code runs on the real device."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     out = {"by": by, "date": now.replace(microsecond=0).isoformat(), "debtorch_version": __version__,
            "device": device}
+    if sim.is_sim(device):
+        out.update(device=SIMULATED_STANDS_FOR, simulated=device)
     if workload:
         out["workload"] = workload
     if budget_s:

@@ -263,8 +263,8 @@ class Prepared:
         device = info.get("device") or "cpu"
         device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
-            if self.cfg.device != device:
-                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
+            if self.cfg.tuned_for != device:
+                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.tuned_for}; "
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
