@@ -146,7 +146,7 @@ def test_the_issue_example_message(tmp_path):
      "t.toml:3: optimizer: unknown key (known: schema_version, loader, compute, distributed, batch, schedule, limits, "
      "env, tuned, fingerprint)"),
     ("schema_version = 1\n[tuned]\nby = 'rules'\nhost = 'x'\n",
-     "t.toml:4: tuned.host: unknown key (known: by, date, debtorch_version, device, workload, budget_s)"),
+     "t.toml:4: tuned.host: unknown key (known: by, date, debtorch_version, device, simulated, workload, budget_s)"),
     ("schema_version = 1\n[env]\nlower = 'x'\n", "t.toml:3: env.lower: not an environment variable name (A-Z, 0-9, _)"),
     ("schema_version = 1\nloader = 3\n", "t.toml:2: loader: must be a table (got 3)"),
     ("schema_version = 2\n", "t.toml:1: schema_version: this debtorch reads 1 (got 2)"),
