@@ -42,7 +42,7 @@ def vm_json(tmp_path):
 def test_table_shows_every_setting_with_its_reason(server_json):
     r = invoke("--facts", server_json)
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.startswith("debtorch tune: cuda training, chosen by rules")
+    assert r.stdout.startswith("debtorch tune: cuda training, chosen by the rules")
     assert "loader.num_workers" in r.stdout and "tune.R003:" in r.stdout
     assert "NCCL_P2P_DISABLE=1" in r.stdout
 
@@ -204,3 +204,13 @@ def test_the_library_refuses_to_measure_a_recorded_machine(replay):
     with pytest.raises(MeasureUsageError, match="--measure needs this machine") as exc:
         run.tune(facts, rules.Request(), host, MeasureOptions())
     assert exc.value.user_input
+
+
+def test_the_written_settings_are_said_in_words_and_how_they_were_chosen(vm_json, tmp_path):
+    """`wrote t.toml (w0 bf16 t2; chosen by rules)` said nothing to a new user (issue 34, item 10)."""
+    path = tmp_path / "t.toml"
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == (f"debtorch tune: wrote {path}: no DataLoader workers (loading in the training process), "
+                        "bf16, 2 compute threads (w0 bf16 t2, chosen by the rules)\n")
+    assert invoke("--facts", vm_json).stdout.startswith("debtorch tune: cpu training, chosen by the rules\n")

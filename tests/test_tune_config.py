@@ -366,3 +366,26 @@ def test_an_older_config_holding_a_sim_spec_as_its_device_loads_as_cuda():
         assert (cfg.device, cfg.simulated, cfg.tuned_for) == (device, None, device)
     with pytest.raises(ConfigError, match="tuned.simulated"):
         parse_config('schema_version = 1\n[tuned]\ndevice = "cuda"\nsimulated = "cuda"\n')
+
+
+def test_the_machine_bound_says_where_its_number_comes_from():
+    """"at most 32 here: 4 x 2 usable CPUs" did not add up: the floor is said (issue 34, item 10)."""
+    assert config.machine_problem({"num_workers": 33}, 2) == (
+        "num_workers", "33 is more than this machine can run (at most 32 here: 4 x 2 usable CPUs is 8, "
+                       "below the floor of 32)")
+    assert config.machine_problem({"threads": 65}, 16) == (
+        "threads", "65 is more than this machine can run (at most 64 here: 4 x 16 usable CPUs)")
+
+
+def test_the_short_labels_are_said_in_one_legend():
+    from debtorch.train.settings import Settings, legend
+
+    s = Settings(num_workers=1, prefetch_factor=2, pin_memory=True, threads=1)
+    assert s.short() == "w1 pf2 np pin fp32 t1"
+    assert s.words() == ("1 DataLoader worker, 2 batches prefetched per worker, workers not persistent, "
+                         "pinned memory, fp32, 1 compute thread")
+    assert legend([s.short(), Settings().short()]) == (
+        "settings in short: w = DataLoader workers, pf = batches each worker prefetches, np = workers not "
+        "persistent (restarted every epoch), pin = pinned memory, fp32/bf16/fp16 = precision, t = compute threads")
+    assert legend(["w0 bf16 cl"]) == ("settings in short: w = DataLoader workers, fp32/bf16/fp16 = precision, "
+                                      "cl = channels_last")

@@ -61,7 +61,7 @@ def tune(
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.report.progress import TrialsBar  # defer: as above
-    from debtorch.report.tune import TuneView  # defer: as above
+    from debtorch.report.tune import TuneView, chosen_by  # defer: as above
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -120,5 +120,6 @@ def tune(
     if write is not None:
         with prog.fails_on(config.ConfigError):
             tuned.write(write, force)
-        prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
+        prog.note(f"wrote {r.text(write) if r else write}: {tuned.rec.settings.words()} "
+                  f"({tuned.rec.settings.short()}, chosen by {chosen_by(tuned.rec.chosen_by)})")
     raise typer.Exit(EXIT_OK)

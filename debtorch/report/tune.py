@@ -8,8 +8,10 @@ from typing import Any
 from debtorch.report import Format
 from debtorch.report.console import Line
 from debtorch.train import sim
+from debtorch.train.settings import legend
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
+from debtorch.tune.search import Result
 from debtorch.verify.analysis import figure
 
 JSON_SCHEMA_VERSION = 1
@@ -23,11 +25,19 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def settings_lines(rec, width: int = 100) -> list:
+CHOSEN_BY = {"rules": "the rules", "measured": "measurement"}
+
+
+def chosen_by(by: str) -> str:
+    """How the settings were chosen, in words ('the rules ...', 'measurement ...')."""
+    return CHOSEN_BY.get(by, by)
+
+
+def settings_lines(rec: Any, width: int = 100) -> list:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
     device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
-    lines = [f"debtorch tune: {device}, chosen by {rec.chosen_by}"]
+    lines = [f"debtorch tune: {device}, chosen by {chosen_by(rec.chosen_by)}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
         for name in names:
@@ -52,7 +62,7 @@ def settings_lines(rec, width: int = 100) -> list:
     return lines
 
 
-def trials_lines(result) -> list:
+def trials_lines(result: Result) -> list:
     """The table of trials at the end of a measurement, one row per settings tried."""
     rows: dict = {}
     order: list = []
@@ -87,6 +97,7 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    lines.append(f"  {legend(order)}")
     lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
               f"{result.looks.confidence:.2%}"] if result.looks else []
     if result.close_call():

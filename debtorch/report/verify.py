@@ -12,10 +12,11 @@ from typing import Optional, Sequence
 from debtorch import inputs, stats
 from debtorch.report import Format, document
 from debtorch.report.console import Line, Table
-from debtorch.train.settings import Settings
+from debtorch.train.settings import Settings, legend
 from debtorch.units import human_bytes
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent
+from debtorch.verify.measure import Measured
 from debtorch.verify.run import Outcome
 
 SCHEMA_VERSION = 1
@@ -53,6 +54,14 @@ def _bytes(n: Optional[float]) -> str:
 
 def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+
+
+def _shorts(m: Measured) -> list[str]:
+    """The settings row's short labels (baseline, tuned), when both are known."""
+    try:
+        return [Settings.from_dict(m.baseline).short(), Settings.from_dict(m.tuned).short()] if m.baseline and m.tuned else []
+    except (KeyError, TypeError):
+        return []
 
 
 def rows(m, summary: dict) -> list:
@@ -107,6 +116,8 @@ def _why(d: dict) -> str:
 def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
     """The lines under the table: how the measurement went, what to watch for, what failed."""
     out = []
+    if shorts := _shorts(m):
+        out.append(legend(shorts))
     ic = summary["instrumentation"]
     if ic.get("cost") is not None:
         between = summary["tuned"].get("between_steps_share")

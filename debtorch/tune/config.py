@@ -100,13 +100,21 @@ def machine_limit(cpus: int) -> int:
     return max(MACHINE_FLOOR, MACHINE_FACTOR * max(1, int(cpus)))
 
 
+def limit_words(cpus: int) -> str:
+    """How :func:`machine_limit` comes out for ``cpus``: '4 x 16 usable CPUs', or '4 x 2 usable CPUs is 8,
+    below the floor of 32'."""
+    product = MACHINE_FACTOR * max(1, int(cpus))
+    words = f"{MACHINE_FACTOR} x {cpus} usable CPUs"
+    return words if product >= MACHINE_FLOOR else f"{words} is {product}, below the floor of {MACHINE_FLOOR}"
+
+
 def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     """(key, message) when ``values`` (settings fields) ask more of a machine with ``cpus``
     usable CPUs than :func:`machine_limit`; None when they fit (or ``cpus`` is unknown)."""
     if not cpus:
         return None
     limit = machine_limit(cpus)
-    why = f"at most {limit} here: {MACHINE_FACTOR} x {cpus} usable CPUs"
+    why = f"at most {limit} here: {limit_words(cpus)}"
     for key in MACHINE_BOUND:
         v = values.get(key)
         if schema.is_int(v) and v > limit:
