@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from clitools import cli_runner
 from typer.testing import CliRunner
 
 from debtorch import stats
@@ -661,3 +662,101 @@ def test_every_run_whose_loss_became_nan_is_named_and_becomes_the_failure():
     m.trials["baseline"] = [trial(10, nonfinite_loss_step=0)]
     assert nonfinite_loss(analysis.summary(m)["nonfinite_loss"]).fix.startswith("the loss diverges whatever")
     assert "LOSS NOT FINITE in 3 run(s), first round 1: baseline at step 1" in analysis.verdict(analysis.summary(m))
+
+
+# ---------------------------------------------------------------- one budget rule (issue 34, item 4)
+
+
+class PacedWorker(ClockedWorker):
+    """A :class:`ClockedWorker` that reports every step as it goes, and runs into its timeout (the budget's
+    end) while still making progress: a workload too slow for the budget, not one that hangs."""
+
+    def request(self, op, on_event=None, timeout=None, **req):
+        if op != "trial":
+            return {"measured": False}
+        s = Settings.from_dict(req["settings"])
+        step = self.batch_size / self.speed(s)
+        start = self.now
+        for i in range(req["warmup"] + req["steps"]):
+            if self.now + step - start > timeout:
+                self.now = start + timeout
+                raise WorkerError("timeout", "the worker did not finish trial within its time limit; killed it")
+            self.now += step
+            if on_event:
+                on_event({"event": "progress", "phase": "warmup", "step": i + 1, "steps": req["warmup"] + req["steps"]})
+        return {"samples_per_s": self.speed(s), "step_median_s": step, "losses": [1.0] * req["steps"],
+                "warmup_losses": [], "steps": req["steps"], "mode": req["mode"], "wall_s": req["steps"] * step}
+
+
+def test_a_budget_that_cannot_pay_for_the_first_rounds_is_refused_after_the_warm_up_trials():
+    """verify-train --budget 60 on a workload whose three rounds take two minutes: the warm-up trials tell,
+    the run stops there with the budget that would do (exit 2), instead of spending the whole budget."""
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=60, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "too_small" and m.failure.user_input
+    need = m.failure.detail["need_s"]
+    assert m.failure.message == (f"--budget 60 is too small for this workload: 0 s went to start-up, 4 s to its "
+                                 f"first trials, and its first 3 rounds need about {need - 4} s more; give at least "
+                                 f"{need}")
+    assert 110 < need < 130 and worker.now < 5 and not m.trials["baseline"]
+    # With the budget it names, the rounds run.
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    m = _clocked(worker, repeats=3, converge_steps=0, budget_s=need, attribution=False).run(
+        Settings(), Settings(precision="bf16"))
+    assert m.failure is None and m.budget["rounds"] >= 3
+
+
+def test_a_budget_that_ends_in_the_first_trials_while_they_progress_names_the_budget_that_would_do():
+    worker = PacedWorker(lambda s: 10.0)   # 3.2 s a step
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=20, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "too_small" and m.failure.user_input, m.failure
+    assert m.failure.message.startswith("--budget 20 is too small for this workload: ")
+    assert m.failure.detail["need_s"] > 300   # 2 warm-up trials and 3 rounds of 5 trials of 23 steps
+
+
+@pytest.mark.parametrize("args,said", [
+    (["tune", "--measure", "--budget", "10"], "debtorch tune: --budget 10 is too small to measure anything; give at "
+                                              "least 20 seconds"),
+    (["verify-train", "--budget", "10"], "debtorch verify-train: --budget 10 is too small to measure anything; give "
+                                         "at least 20 seconds"),
+    (["verify-train", "--quick", "--budget", "3"], "debtorch verify-train: --budget 3 is too small to measure "
+                                                   "anything; give at least 5 seconds"),
+    (["fleet", "--probe", "--budget", "3"], "debtorch fleet: --budget 3 is too small to probe anything; give at "
+                                            "least 5 seconds"),
+])
+def test_every_budget_too_small_for_anything_is_refused_at_once_in_the_same_words(args, said, monkeypatch):
+    from debtorch.verify import measure
+
+    def started(*a, **k):
+        raise AssertionError("a worker started")
+
+    monkeypatch.setattr(measure.Verifier, "spawn", started)
+    res = cli_runner().invoke(app, args)
+    assert res.exit_code == 2 and res.stderr == said + "\n"
+
+
+def test_an_inconclusive_verdict_names_the_limit_that_stopped_the_rounds():
+    """--quick --budget 10 stopped at --quick's round cap, not at the budget: the advice said
+    "(--budget 10)" (issue 34, item 4)."""
+    def noisy(s):
+        return 100.0 * (1.15 if s.precision == "bf16" else 1.0)
+
+    said = {}
+    for name, plan in (("quick", {"quick": True, "max_rounds": 5, "budget_s": 10_000}),
+                       ("full", {"max_rounds": 4, "budget_s": 10_000, "steps": 20}),
+                       ("budget", {"max_rounds": 30, "budget_s": 400})):
+        worker = ClockedWorker(noisy, sigma=0.5, seed=1)
+        v = _clocked(worker, repeats=3, converge_steps=0, attribution=False, **plan)
+        m = v.run(Settings(), Settings(precision="bf16"))
+        s = analysis.summary(m)
+        assert s["speedup"]["verdict"] == "inconclusive", name
+        said[name] = (m.budget["stopped"], analysis.verdict(s, m.plan), report.rounds_lines(m, s)[0])
+    assert said["quick"][0] == "max rounds" and said["quick"][1].endswith(
+        "to resolve it; --quick stops at 5 rounds: run without --quick)")
+    assert "(stopped: the most rounds allowed (5 with --quick)" in said["quick"][2]
+    assert said["full"][0] == "max rounds" and said["full"][1].endswith(
+        "; verify-train stops at 4 rounds: longer trials narrow each round (--steps 40))")
+    assert said["budget"][0] == "budget spent" and "(--budget " in said["budget"][1]
+    assert "--budget" not in said["quick"][1] + said["full"][1]

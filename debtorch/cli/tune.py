@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from debtorch import inputs
+from debtorch.budget import seconds_problem
 from debtorch.cli.shared import (
     DEVICE_HELP,
     EXIT_INTERRUPTED,
@@ -79,10 +79,9 @@ def tune(
         if value is not None and not measure:
             prog.fail(f"{name} only applies to --measure (rules alone measure nothing)")
     budget = MeasureOptions.budget_s if budget is None else budget
-    if measure and not (inputs.finite(budget) and 0 < budget <= config.BUDGET_MAX_S):
-        prog.fail(f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {budget:g})")
-    if measure and budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
-        prog.fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
+    problem = seconds_problem("--budget", budget, MIN_BUDGET_S) if measure else None
+    if problem:  # before the facts: probing the interpreter takes seconds
+        prog.fail(problem)
     if epochs is not None and steps is not None:
         prog.fail("give --epochs or --steps, not both")
     check_python(prog, python, elsewhere=bool(elsewhere))

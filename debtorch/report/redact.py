@@ -21,7 +21,7 @@ import functools
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from debtorch import knowledge
 from debtorch.report.console import Line, Table

@@ -210,8 +210,11 @@ def rounds_lines(m, summary: dict) -> list:
     if not b.get("rounds"):
         return []
     stopped = b.get("stopped") or ""
+    cap = (m.plan or {}).get("max_rounds")
+    most = f"the most rounds allowed ({cap}{' with --quick' if (m.plan or {}).get('quick') else ''})" if cap else (
+        "the most rounds allowed")
     why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
-           "max rounds": "the most rounds allowed", "cannot resolve": "more rounds would not resolve it",
+           "max rounds": most, "cannot resolve": "more rounds would not resolve it",
            }.get(stopped, stopped)
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""

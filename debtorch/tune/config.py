@@ -15,6 +15,7 @@ from typing import Optional
 
 from debtorch import inputs, outputs, schema
 from debtorch.__about__ import __version__
+from debtorch.budget import WEEK_S
 from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
@@ -87,7 +88,7 @@ class ConfigFile:
 # usable CPUs, so that a typo or a hostile file cannot start a storm of processes.  Only the code or
 # command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
-BUDGET_MAX_S = 7 * 24 * 3600.0
+BUDGET_MAX_S = WEEK_S
 SIMULATED_STANDS_FOR = "cuda"   # a simulated accelerator (debtorch.train.sim) stands for a GPU
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32

@@ -365,8 +365,30 @@ def converge_phrase(c: dict) -> str:
     return f"not within {ran} steps" + (f" ({seconds(wall)})" if wall else "")
 
 
-def verdict(summary: dict) -> str:
-    """The one line under the table, from :func:`summary`'s result."""
+def limit_hit(summary: dict, plan: Optional[dict] = None) -> str:
+    """What stopped an inconclusive speed-up's rounds, and what to change: the budget (the one that would
+    pay for the rounds that would likely resolve it), ``--quick``'s round cap, or the round cap of a full
+    run; '' when more rounds would not help or the rounds were not stopped by a limit."""
+    sp, plan = summary.get("speedup") or {}, plan or {}
+    more, stopped = sp.get("more_rounds"), summary.get("rounds_stopped")
+    if more is None:
+        return ""
+    if stopped == "max rounds":
+        cap = plan.get("max_rounds") or summary.get("rounds")
+        if plan.get("quick"):
+            return f"; --quick stops at {cap} rounds: run without --quick"
+        steps = plan.get("steps")
+        longer = f" (--steps {2 * steps})" if steps else ""
+        return f"; verify-train stops at {cap} rounds: longer trials narrow each round{longer}"
+    round_s, spent = summary.get("round_s"), summary.get("spent_s")
+    if stopped in ("budget spent", None) and more <= 100 and round_s and spent is not None:
+        return f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
+    return ""
+
+
+def verdict(summary: dict, plan: Optional[dict] = None) -> str:
+    """The one line under the table, from :func:`summary`'s result; ``plan`` (the run's plan) names
+    the limit that stopped an inconclusive run's rounds."""
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
     parts = []
@@ -377,10 +399,7 @@ def verdict(summary: dict) -> str:
         rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
                if sp.get("low") is not None
                else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
-        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))
-        more, round_s, spent = sp.get("more_rounds"), summary.get("round_s"), summary.get("spent_s")
-        if more is not None and more <= 100 and round_s and spent is not None:
-            hint += f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
+        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds')) + limit_hit(summary, plan)
         parts.append(f"speed-up inconclusive ({rng}; {hint})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "

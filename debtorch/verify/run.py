@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
+from debtorch.budget import WEEK_S, seconds_problem, still_starting
 from debtorch.host import Host
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
@@ -20,8 +21,16 @@ from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
 from debtorch.verify import analysis
-from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
-from debtorch.verify.measure import MIN_REPEATS, Measured, Plan, Progress, Verifier
+from debtorch.verify.failures import Failure, from_worker_error, nonfinite_loss, stale_config
+from debtorch.verify.measure import (
+    MIN_BUDGET_QUICK_S,
+    MIN_BUDGET_S,
+    MIN_REPEATS,
+    Measured,
+    Plan,
+    Progress,
+    Verifier,
+)
 
 
 class Refused(Exception):
@@ -64,7 +73,7 @@ class Options:
 # libraries underneath accept (a seed numpy takes, a TCP port).
 MAX_REPEATS = 1000
 MAX_STEPS = 1_000_000
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TIMEOUT_S = WEEK_S
 SEED_MAX = 2**32 - 1
 
 
@@ -89,10 +98,11 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
 def _range_problem(o: Options) -> Optional[str]:
     """The first numeric option outside its range (docs/verify-train.md), or None."""
-    if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
-        return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
-    if o.budget is not None and not (inputs.finite(o.budget) and 0 < o.budget <= config.BUDGET_MAX_S):
-        return f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {o.budget:g})"
+    problem = seconds_problem("--timeout", o.timeout, most=MAX_TIMEOUT_S)
+    if problem is None and o.budget is not None:
+        problem = seconds_problem("--budget", o.budget, MIN_BUDGET_QUICK_S if o.quick else MIN_BUDGET_S)
+    if problem:
+        return problem
     if not 0 <= o.seed <= SEED_MAX:
         return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
     if o.repeats > MAX_REPEATS:
@@ -239,6 +249,9 @@ class Prepared:
                     info = verifier.start()
                 except WorkerError as exc:
                     failure = from_worker_error(exc, "starting", self.facts)
+                    if exc.kind == "budget" and not verifier.where.hung() and self.plan.budget_s:
+                        # Still starting (importing torch, loading the workload) when the budget ended.
+                        failure = Failure("too_small", still_starting(self.plan.budget_s, verifier.budget.spent()))
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
                 tuned = self._tuned(info, warn)
@@ -248,12 +261,14 @@ class Prepared:
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
+        if m.failure is not None and m.failure.kind == "too_small":
+            raise Refused(m.failure.message, True, m.failure)   # nothing measured: the budget that would do
         summary = analysis.summary(m)
         if m.failure is None and summary["nonfinite_loss"]:
             # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
             m.failure = nonfinite_loss(summary["nonfinite_loss"])
             summary["failed"] = m.failure.line()
-        verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
+        verdict = analysis.verdict(summary, m.plan) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
         return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
