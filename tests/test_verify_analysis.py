@@ -598,10 +598,27 @@ def test_a_share_of_the_bound_above_100_percent_is_a_failed_measurement():
     reached = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))["  reached"]
     assert reached[0].startswith("77%") and reached[1].startswith("failed measurement")
     assert "329%" not in " ".join(reached)
-    # One round under its bound: not beyond noise, so inconclusive (still never 329%).
-    m.trials["tuned_bound"] = [trial(x) for x in (100, 400, 80)]
-    reached = dict((r[0], r[2]) for r in report.rows(m, analysis.summary(m)))["  reached"]
-    assert reached.startswith("inconclusive")
+    # One round under its bound: not beyond noise, so inconclusive (still never 329%), and its interval
+    # ends at 100%, what a share can be (issue 34, item 5).
+    m.trials["tuned_bound"] = [trial(x) for x in (330, 400, 80)]
+    summary = analysis.summary(m)
+    reached = dict((r[0], r[2]) for r in report.rows(m, summary))["  reached"]
+    assert reached.startswith("inconclusive (") and reached.endswith(" to 100%)"), reached
+    assert summary["bound_fraction"]["tuned"]["high"] == 1.0
+
+
+def test_a_bound_below_the_measured_rate_is_a_failed_measurement_not_a_figure():
+    """verify-train --quick on a busy machine: baseline 1141.8 samples/s beside a compute-only bound of 6.9
+    printed as a figure, one round (issue 34, item 5)."""
+    m = _measured([1141.8], [6.6])
+    m.trials["baseline_bound"] = [trial(6.9)]
+    m.trials["tuned_bound"] = [trial(7.0)]
+    summary = analysis.summary(m)
+    rows = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))
+    assert rows["compute-only bound"] == ("failed measurement (6.9, below the 1141.8 measured)", "7.0")
+    assert rows["  reached"][0] == "failed measurement" and rows["  reached"][1].startswith("inconclusive")
+    assert summary["bound_fraction"]["baseline"]["verdict"] == "failed measurement"
+    assert "below the measured rate" in summary["bound_fraction"]["baseline"]["reason"]
 
 
 def test_a_negative_instrumentation_cost_is_a_failed_measurement():

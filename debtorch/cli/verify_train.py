@@ -83,18 +83,18 @@ def verify_train(
             budget=budget, started=started, repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
             profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
             timeout=timeout, force=force, cwd=os.getcwd(), oversubscribe=oversubscribe)
-        with contextlib.closing(open_host(prog)) as host:
+        with contextlib.closing(open_host(prog)) as host:   # open while measuring: the load is read after
             ready = run.prepare(options, host)
-        facts = ready.facts
-        r = redactor(facts) if redact else None
+            facts = ready.facts
+            r = redactor(facts) if redact else None
 
-        def warn(text: str) -> None:
-            prog.warn(r.text(text) if r else text)
+            def warn(text: str) -> None:
+                prog.warn(r.text(text) if r else text)
 
-        for w in ready.warnings:
-            warn(w)
-        with StepsBar() as bar:
-            outcome = ready.run(bar, warn=warn)
+            for w in ready.warnings:
+                warn(w)
+            with StepsBar() as bar:
+                outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
         code = exit_for(exc)
         r = redactor(facts) if redact else None

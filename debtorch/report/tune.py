@@ -129,10 +129,13 @@ class TuneView:
 
     def __init__(self, tuned: Tuned, settings: bool = True):
         self.rec, self.fingerprint, self.result, self.settings = tuned.rec, tuned.fingerprint, tuned.result, settings
+        self.load = tuned.load
 
     def lines(self) -> list:
-        out = trials_lines(self.result) if self.result is not None else []
-        return [Line(text) for text in out + (settings_lines(self.rec) if self.settings else [])]
+        out = [Line(text) for text in trials_lines(self.result)] if self.result is not None else []
+        if self.load is not None and self.load.busy:
+            out.append(Line(f"warning: {self.load.warning()}", "warning"))
+        return out + [Line(text) for text in (settings_lines(self.rec) if self.settings else [])]
 
     def document(self) -> dict:
         """Settings, reasons, environment, fingerprint and trials."""
@@ -147,6 +150,7 @@ class TuneView:
             "interactions": [list(p) for p in result.interactions],
             "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}
                               for n, w, e in result.contributions()],
+            "load": self.load.to_json() if self.load is not None else None,
             "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],

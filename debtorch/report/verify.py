@@ -48,6 +48,15 @@ def _rate(arm: dict) -> str:
     return txt
 
 
+def _bound(summary: dict, arm: str) -> str:
+    """An arm's compute-only bound: its rate, or a failed measurement when it came out below the arm's
+    own measured rate (never a figure a ceiling cannot be)."""
+    bound, rate = summary[arm + "_bound"], summary[arm].get("samples_per_s")
+    if analysis.bound_below_rate(summary[arm], bound):
+        return f"failed measurement ({bound['samples_per_s']:.1f}, below the {rate:.1f} measured)"
+    return _rate(bound)
+
+
 def _bytes(n: Optional[float]) -> str:
     return "-" if n is None else human_bytes(int(n))
 
@@ -85,7 +94,7 @@ def rows(m, summary: dict) -> list:
     if simd:
         out.append(("device bound (simulated)", f"{simd['rate']:g}", f"{simd['rate']:g}"))
     else:
-        out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
+        out.append(("compute-only bound", _bound(summary, "baseline"), _bound(summary, "tuned")))
     out.append(("  reached", analysis.figure(bf.get("baseline"), "share", percent),
                 analysis.figure(bf.get("tuned"), "share", percent)))
     out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
@@ -282,7 +291,8 @@ class VerifyView:
             settings={"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
             config=o.config, trials=m.trials, converge=m.converge, ddp=m.ddp, profile=m.profile,
             failure=m.failure.to_json() if m.failure else None, interrupted=m.interrupted, notes=m.notes,
-            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings, facts=o.facts)
+            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings,
+            load=o.load.to_json() if o.load is not None else None, facts=o.facts)
 
 
 class RefusedView:

@@ -207,6 +207,17 @@ def bound_fraction(arm: list, bound: list) -> dict:
     return stats.share(_sps(arm), _sps(bound), margin=BOUND_MARGIN).to_dict("share")
 
 
+def bound_below_rate(arm: dict, bound: dict) -> str:
+    """Why an arm's compute-only bound is a failed measurement when its median came out below the arm's
+    own measured rate by more than ``BOUND_MARGIN`` (a ceiling cannot be beaten: a bound trial slowed by
+    another process), whatever the rounds; '' otherwise."""
+    rate, ceiling = arm.get("samples_per_s"), bound.get("samples_per_s")
+    if not (_finite(rate) and _finite(ceiling)) or ceiling >= rate * (1 - BOUND_MARGIN):
+        return ""
+    return (f"the compute-only bound ({ceiling:.1f} samples/s) came out below the measured rate ({rate:.1f}): "
+            "a bound cannot be beaten, so a bound trial was slowed (another process?)")
+
+
 # ---------------------------------------------------------------------------
 # A simulated accelerator (debtorch.train.sim): its rate is the bound, a per-step sync has a price
 
@@ -485,6 +496,10 @@ def summary(m) -> dict:
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
     out["bound_fraction"] = {arm: bound_fraction(m.trials.get(arm) or [], m.trials.get(arm + "_bound") or [])
                              for arm in ("baseline", "tuned")}
+    for arm, share in out["bound_fraction"].items():
+        below = bound_below_rate(arms[arm], arms[arm + "_bound"])
+        if below and share.get("verdict") != stats.FAILED:
+            share.update(verdict=stats.FAILED, more_rounds=None, reason=below)
     out["sim"] = simulated(m, arms)
     if out["sim"]:
         out["bound_fraction"] = out["sim"]["bound_fraction"]

@@ -14,12 +14,15 @@ from typing import Callable, Optional
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
 from debtorch.budget import WEEK_S, seconds_problem, still_starting
+from debtorch.facts import loadavg
 from debtorch.host import Host
+from debtorch.machine import Machine
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
+from debtorch.tune.run import load_check, trial_tasks
 from debtorch.verify import analysis
 from debtorch.verify.failures import Failure, from_worker_error, nonfinite_loss, stale_config
 from debtorch.verify.measure import (
@@ -132,6 +135,7 @@ class Outcome:
     warnings: list
     config: Optional[dict]  # where the tuned settings came from (the JSON's "config")
     facts: dict
+    load: Optional[loadavg.Busy] = None   # whether the machine was busy while measuring
 
     @property
     def measured_anything(self) -> bool:
@@ -195,6 +199,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except WorkerError as exc:
         raise Refused(str(exc)) from None
     verifier = Verifier(plan)
+    before = loadavg.read(host)   # before the worker starts: other work's load, not ours
     with contextlib.suppress(WorkerError):  # starting it again in run() says why, as one line
         verifier.spawn()
     try:
@@ -203,7 +208,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except BaseException:
         verifier.close(kill=True)
         raise
-    ready = Prepared(o, plan, cfg, facts, verifier=verifier)
+    ready = Prepared(o, plan, cfg, facts, verifier=verifier, host=host, load_before=before)
     if cfg is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
@@ -228,6 +233,8 @@ class Prepared:
     config: Optional[dict] = None
     warnings: list = field(default_factory=list)
     verifier: Optional[Verifier] = None   # its worker already started by prepare()
+    host: Optional[Host] = None           # this machine, for the load after measuring
+    load_before: Optional[loadavg.Reading] = None
 
     def close(self) -> None:
         """Stop the worker prepare() started, when the run is not wanted after all."""
@@ -271,7 +278,20 @@ class Prepared:
         verdict = analysis.verdict(summary, m.plan) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
-        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
+        load = self._load_check(m)
+        if load is not None and load.busy:
+            self.warnings.append(load.warning())
+            warn(self.warnings[-1])
+        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts, load)
+
+    def _load_check(self, m: Measured) -> Optional[loadavg.Busy]:
+        """Was the machine busy with other work while it measured (the load before and after, against its
+        usable CPUs beyond the tasks the trials ran)?  None when nothing was read before."""
+        if self.host is None or self.load_before is None or not (m.baseline or m.tuned):
+            return None
+        cpus = Machine.from_facts(self.facts).cpus.usable
+        own = max(trial_tasks(Settings.from_dict(s), cpus) for s in (m.baseline, m.tuned) if s)
+        return load_check(self.load_before, loadavg.read(self.host), cpus, own)
 
     def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
         """The config's settings, or the rules' for this machine and the loaded workload."""
