@@ -97,13 +97,14 @@ def tune(
     options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
                              started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
-    bar = TrialsBar() if measure else contextlib.nullcontext()
+    bar = TrialsBar(f"measuring {options.workload} within --budget {budget:g} s: starting the worker (importing torch), "
+                    "then a calibration trial") if options else contextlib.nullcontext()
     try:
         facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
         if host is not None:
             check_answered(prog, facts, python, host)
         with bar:
-            tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if measure else None)
+            tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if options else None)
     except rules.RequestError as exc:
         prog.fail(str(exc))
     except MeasureError as exc:

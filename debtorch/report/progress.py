@@ -31,6 +31,8 @@ class Bar:
                                 TimeElapsedColumn(), console=self.console, transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.first, total=1)
+        else:
+            self.label(self.first)   # a log says what happens before the first trial too
         return self
 
     def __exit__(self, *exc) -> None:
@@ -41,7 +43,7 @@ class Bar:
         if self.bar is not None:
             self.bar.update(self.task, description=text)
         elif self.log:
-            self.console.print(f"{self.log}: {text}", markup=False, highlight=False)
+            self.console.print(f"{self.log}: {text}", markup=False, highlight=False, soft_wrap=True)
 
     def update(self, **kw) -> None:
         """``completed``, ``total`` or ``advance`` of the bar (nothing off a terminal)."""
@@ -50,15 +52,16 @@ class Bar:
 
 
 class TrialsBar(Bar):
-    """``tune --measure``: seconds of the budget spent, and the trial just run."""
+    """``tune --measure``: seconds of the budget spent, and the trial just run (in a log: a line each)."""
 
-    def __init__(self):
-        super().__init__("s", prefix="[bold]measuring[/] ")
+    def __init__(self, first: str = "starting the worker (importing torch), then a calibration trial") -> None:
+        super().__init__("s", prefix="[bold]measuring[/] ", log="tune", first=first)
 
-    def on_trial(self, trial, spent: float, budget: float) -> None:
+    def on_trial(self, trial: Any, spent: float, budget: float) -> None:
         got = f"{trial.samples_per_s:.1f} samples/s" if trial.samples_per_s is not None else "failed"
         self.update(total=budget, completed=min(spent, budget))
-        self.label(f"{trial.phase}: {trial.settings.short()} -> {got}")
+        self.label(f"trial {trial.index} ({trial.phase}): {trial.settings.short()} -> {got}, "
+                   f"{spent:.0f} s of the search's {budget:.0f}")
 
 
 class StepsBar(Bar):
