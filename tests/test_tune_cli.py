@@ -238,3 +238,18 @@ def test_measuring_off_a_terminal_logs_its_start_and_a_line_per_trial(vm_json, t
         "calibration trial",
         "tune: trial 1 (split): w0 bf16 t2 -> 100.0 samples/s, 10 s of the search's 100",
         "tune: trial 2 (split): w1 np fp32 t1 -> failed, 20 s of the search's 100"]
+
+
+def test_the_settings_are_followed_by_what_to_run_next(vm_json, tmp_path):
+    """Results without a next step (issue 34, item 7): save, load, check, measure."""
+    r = invoke("--facts", vm_json)
+    assert r.stdout.splitlines()[-1] == (
+        "next: save them for your training script: debtorch tune --write debtorch.toml; measure them on your own "
+        "workload: debtorch tune --measure --workload MODULE:FUNCTION --write debtorch.toml (docs/workloads.md)")
+    path = tmp_path / "t.toml"
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.stdout == (f'next: load them in your training script: cfg = debtorch.load("{path}") (docs/runtime.md); '
+                        f"see what they change on this machine: debtorch verify-train --config {path}; measure them "
+                        "on your own workload: debtorch tune --measure --workload MODULE:FUNCTION --write "
+                        "debtorch.toml (docs/workloads.md)\n")
+    assert json.loads(invoke("--facts", vm_json, "--json").stdout)["next"][0].startswith("save them")

@@ -391,7 +391,9 @@ def test_a_clear_speedup_resolves_in_the_first_rounds_and_keeps_the_budget_for_t
     assert m.budget["looks"] == looks.to_dict() and s["sequential"] == looks.to_dict(3) and s["sequential"]["looks"] == 1
     assert s["speedup"]["confidence"] == looks.confidence
     assert ("(stopped: the speed-up resolved at look 1 of at most 28; Pocock's boundary: every look's interval "
-            "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s)[0]
+            "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s, verbose=True)[0]
+    # In plain words by default: the statistics under -v (issue 34, item 7).
+    assert report.rounds_lines(m, s)[0].startswith("rounds: 3 interleaved (stopped: the speed-up resolved), ")
     assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.budget["spent_s"] <= 300
 
@@ -777,3 +779,60 @@ def test_an_inconclusive_verdict_names_the_limit_that_stopped_the_rounds():
         "; verify-train stops at 4 rounds: longer trials narrow each round (--steps 40))")
     assert said["budget"][0] == "budget spent" and "(--budget " in said["budget"][1]
     assert "--budget" not in said["quick"][1] + said["full"][1]
+
+
+# ---------------------------------------------------------------- what next, in plain words (issue 34, item 7)
+
+
+def _outcome(m, config=None):
+    from debtorch.verify.run import Outcome
+
+    s = analysis.summary(m)
+    return Outcome(m, s, analysis.verdict(s, m.plan), [], config, {})
+
+
+def test_every_verdict_is_followed_by_a_next_line():
+    # Tuned by the rules, faster: measure settings for the user's own workload.
+    m = _measured([100, 101, 99, 100], [150, 151, 149, 150])
+    m.plan = {"workload": "mymod:make"}
+    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "rules"}), 0).lines()[1:]]
+    assert said[-1] == ("next: measure settings for your own workload: debtorch tune --measure --workload mymod:make "
+                        "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
+    # A config that pays: use it in training.
+    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "config", "path": "/p/t.toml"}), 0).lines()[1:]]
+    assert said[-1].startswith('next: use it in training: cfg = debtorch.load("t.toml") (docs/runtime.md)')
+    # Host waits read from the code: lint names them.
+    m.host_waits = {"measured": False, "per_step": 2.0, "file": "/p/train.py", "lines": []}
+    assert report.next_steps(_outcome(m, {"source": "config", "path": "t.toml"}))[-1] == (
+        "remove the host's waits for the device in the loop: debtorch lint train.py")
+    # --quick's cap stopped an inconclusive run: without --quick.
+    worker = ClockedWorker(lambda s: 100.0 * (1.15 if s.precision == "bf16" else 1.0), sigma=0.5, seed=1)
+    m = _clocked(worker, repeats=3, converge_steps=0, attribution=False, quick=True, max_rounds=5,
+                 budget_s=10_000).run(Settings(), Settings(precision="bf16"))
+    assert report.next_steps(_outcome(m))[0] == "--quick stopped at 5 rounds: run without --quick"
+
+
+def test_a_data_wait_share_that_rises_while_the_step_shortens_is_explained():
+    """`data wait 90% -> 93%` read like a regression where the device was simply fed faster."""
+    m = _measured([100] * 3, [300] * 3)
+    m.trials["baseline"] = [trial(100, wait=0.90, data_wait_s=[0.0090] * 4, compute_s=[0.0010] * 4)] * 3
+    m.trials["tuned"] = [trial(300, wait=0.93, data_wait_s=[0.0031] * 4, compute_s=[0.0002] * 4)] * 3
+    text = texts(report.lines(m, analysis.summary(m)))
+    assert ("data wait 90% -> 93%: a larger share of a shorter step, not more waiting: the wait per step fell "
+            "(9.0 ms -> 3.1 ms) and the rest of the step fell more (1.0 ms -> 0.2 ms)") in text
+    # Waiting longer per batch is said as such.
+    m.trials["tuned"] = [trial(90, wait=0.93, data_wait_s=[0.0120] * 4, compute_s=[0.0010] * 4)] * 3
+    assert any("tuned waits longer for each batch (9.0 ms -> 12 ms a step)" in x
+               for x in texts(report.lines(m, analysis.summary(m))))
+
+
+def test_alike_median_steps_beside_a_throughput_difference_are_explained():
+    m = _measured([100] * 3, [109] * 3)
+    m.workload = {"batch_size": 32}
+    for arm in ("baseline", "tuned"):
+        for r in m.trials[arm]:
+            r["step_median_s"] = 0.290
+    text = texts(report.lines(m, analysis.summary(m)))
+    assert ("step time: the median steps are alike (290 ms vs 290 ms) but samples/s differs by 9%: the difference "
+            "lies in the slower steps and between steps (mean step 320 ms vs 294 ms), which a median leaves out (an "
+            "epoch's start, where loader workers restart unless persistent)") in text

@@ -57,6 +57,7 @@ def tune(
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Tune for a machine recorded with 'debtorch facts --record DIR', rules only."),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc beyond this machine's bound (4 x its usable CPUs); the config says so."),
     redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the output."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the statistics behind --measure's choices (Pocock's boundary, looks)."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
@@ -116,7 +117,7 @@ def tune(
         if host is not None:
             host.close()
     r = redactor(facts) if redact else None
-    present(TuneView(tuned, settings=not write), fmt, r)
+    present(TuneView(tuned, settings=not write, written=write, verbose=verbose), fmt, r)
     if write is not None:
         with prog.fails_on(config.ConfigError):
             tuned.write(write, force)

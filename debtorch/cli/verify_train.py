@@ -51,7 +51,7 @@ def verify_train(
     master_port: Optional[int] = typer.Option(None, "--master-port", metavar="PORT", help="Passed to torch.distributed.run."),
     timeout: float = typer.Option(900.0, "--timeout", metavar="SECONDS", help="Longest one trial may take before its worker is killed."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --plot file or --profile DIR/trace.json."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="On failure, also print the worker's traceback."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the statistics behind the verdict (Pocock's boundary, looks); on failure, the worker's traceback."),
     facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Not accepted: verify-train trains on this machine (tune --facts tunes for saved facts)."),
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Not accepted: verify-train trains on this machine (tune --host tunes for a recorded one)."),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc (and a config's workers) beyond this machine's bound (4 x its usable CPUs)."),
@@ -110,7 +110,7 @@ def verify_train(
         except PlotError as exc:
             prog.note(str(exc))
             code = code or EXIT_FAILED
-    present(VerifyView(outcome, code), fmt, r)
+    present(VerifyView(outcome, code, verbose), fmt, r)
     if m.failure is not None:
         prog.note(r.text(m.failure.line()) if r else m.failure.line())
         if verbose and m.failure.detail.get("traceback"):

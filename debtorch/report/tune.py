@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Optional
 
 from debtorch.report import Format
 from debtorch.report.console import Line
@@ -62,8 +62,9 @@ def settings_lines(rec: Any, width: int = 100) -> list:
     return lines
 
 
-def trials_lines(result: Result) -> list:
-    """The table of trials at the end of a measurement, one row per settings tried."""
+def trials_lines(result: Result, verbose: bool = False) -> list:
+    """The table of trials at the end of a measurement, one row per settings tried; ``verbose``: also the
+    sequential design "beyond noise" was judged by (Pocock's boundary)."""
     rows: dict = {}
     order: list = []
     for t in result.trials:
@@ -99,7 +100,7 @@ def trials_lines(result: Result) -> list:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
     lines.append(f"  {legend(order)}")
     lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
-              f"{result.looks.confidence:.2%}"] if result.looks else []
+              f"{result.looks.confidence:.2%}"] if result.looks and verbose else []
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")
@@ -127,15 +128,38 @@ class TuneView:
 
     formats = (Format.text, Format.json, Format.env)
 
-    def __init__(self, tuned: Tuned, settings: bool = True):
+    def __init__(self, tuned: Tuned, settings: bool = True, written: Optional[str] = None, verbose: bool = False):
         self.rec, self.fingerprint, self.result, self.settings = tuned.rec, tuned.fingerprint, tuned.result, settings
-        self.load = tuned.load
+        self.load, self.written, self.verbose = tuned.load, written, verbose
+        self.workload = tuned.options.workload if tuned.options is not None else None
 
     def lines(self) -> list:
-        out = [Line(text) for text in trials_lines(self.result)] if self.result is not None else []
+        out = [Line(text) for text in trials_lines(self.result, self.verbose)] if self.result is not None else []
         if self.load is not None and self.load.busy:
             out.append(Line(f"warning: {self.load.warning()}", "warning"))
-        return out + [Line(text) for text in (settings_lines(self.rec) if self.settings else [])]
+        out += [Line(text) for text in (settings_lines(self.rec) if self.settings else [])]
+        return out + [Line("next: " + "; ".join(self.next_steps()))]
+
+    def next_steps(self) -> list[str]:
+        """What to run next, in plain words: save the settings, load them in training, check them with
+        verify-train, measure them on the user's workload."""
+        out = []
+        if self.load is not None and self.load.busy:
+            out.append("measure again when the machine is quiet (other work slowed these trials)")
+        device = f" --device {self.rec.device}" if sim.is_sim(self.rec.device) else ""
+        workload = f" --workload {self.workload}" if self.workload and self.workload != "builtin:cnn" else ""
+        if self.written is None:
+            again = "the same command with --write debtorch.toml" if self.result is not None else (
+                "debtorch tune --write debtorch.toml")
+            out.append(f"save them for your training script: {again}")
+        else:
+            out.append(f'load them in your training script: cfg = debtorch.load("{self.written}") (docs/runtime.md)')
+            out.append(f"see what they change on this machine: debtorch verify-train --config {self.written}"
+                       f"{device}{workload}")
+        if self.result is None:
+            out.append("measure them on your own workload: debtorch tune --measure --workload MODULE:FUNCTION "
+                       "--write debtorch.toml (docs/workloads.md)")
+        return out
 
     def document(self) -> dict:
         """Settings, reasons, environment, fingerprint and trials."""
@@ -157,6 +181,7 @@ class TuneView:
         }
         return {
             "schema_version": JSON_SCHEMA_VERSION,
+            "next": self.next_steps(),
             "device": rec.device,
             "chosen_by": rec.chosen_by,
             "settings": rec.settings.to_dict(),
