@@ -809,7 +809,7 @@ def test_every_verdict_is_followed_by_a_next_line():
     worker = ClockedWorker(lambda s: 100.0 * (1.15 if s.precision == "bf16" else 1.0), sigma=0.5, seed=1)
     m = _clocked(worker, repeats=3, converge_steps=0, attribution=False, quick=True, max_rounds=5,
                  budget_s=10_000).run(Settings(), Settings(precision="bf16"))
-    assert report.next_steps(_outcome(m))[0] == "--quick stopped at 5 rounds: run without --quick"
+    assert report.next_steps(_outcome(m))[0] == "run without --quick: --quick stops at 5 rounds"
 
 
 def test_a_data_wait_share_that_rises_while_the_step_shortens_is_explained():

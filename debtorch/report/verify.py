@@ -333,9 +333,13 @@ def next_steps(o: Outcome) -> list[str]:
                    f"CPUs (about {cpus} of loading)" if cpus else "give the loader more CPUs")
         out.append("or make each sample cheaper to load (pre-processed or smaller inputs)")
     if sp.get("verdict") not in analysis.RESULTS and sp.get("ratio"):
-        limit = analysis.limit_hit(summary, m.plan).strip("; ()")
-        out.append(limit.replace("--quick stops at", "--quick stopped at") if limit
-                   else "run it again: more rounds would not resolve it, the two settings are that close")
+        limit = analysis.limit_hit(summary, m.plan)
+        if limit is None:
+            out.append("take either: more rounds would not tell them apart")
+        elif limit[1].startswith("--budget"):
+            out.append(f"run it again with {limit[1]}: more rounds would likely resolve the speed-up")
+        else:
+            out.append(f"{limit[1]}: {limit[0]}")
     elif sp.get("verdict") == stats.SLOWER:
         out.append("keep PyTorch's defaults for now, and measure what suits this workload: debtorch tune "
                    "--measure --write debtorch.toml")

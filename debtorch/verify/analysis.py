@@ -376,25 +376,25 @@ def converge_phrase(c: dict) -> str:
     return f"not within {ran} steps" + (f" ({seconds(wall)})" if wall else "")
 
 
-def limit_hit(summary: dict, plan: Optional[dict] = None) -> str:
-    """What stopped an inconclusive speed-up's rounds, and what to change: the budget (the one that would
-    pay for the rounds that would likely resolve it), ``--quick``'s round cap, or the round cap of a full
-    run; '' when more rounds would not help or the rounds were not stopped by a limit."""
+def limit_hit(summary: dict, plan: Optional[dict] = None) -> Optional[tuple[str, str]]:
+    """(the limit that stopped an inconclusive speed-up's rounds, what to change) in words: ``--quick``'s
+    round cap, a full run's round cap, or the budget (the one that would pay for the rounds that would
+    likely resolve it); None when more rounds would not help or no limit stopped them."""
     sp, plan = summary.get("speedup") or {}, plan or {}
     more, stopped = sp.get("more_rounds"), summary.get("rounds_stopped")
     if more is None:
-        return ""
+        return None
     if stopped == "max rounds":
         cap = plan.get("max_rounds") or summary.get("rounds")
         if plan.get("quick"):
-            return f"; --quick stops at {cap} rounds: run without --quick"
+            return f"--quick stops at {cap} rounds", "run without --quick"
         steps = plan.get("steps")
-        longer = f" (--steps {2 * steps})" if steps else ""
-        return f"; verify-train stops at {cap} rounds: longer trials narrow each round{longer}"
+        return f"verify-train stops at {cap} rounds", "longer trials narrow each round" + (
+            f" (--steps {2 * steps})" if steps else "")
     round_s, spent = summary.get("round_s"), summary.get("spent_s")
     if stopped in ("budget spent", None) and more <= 100 and round_s and spent is not None:
-        return f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
-    return ""
+        return "the budget was spent", f"--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f}"
+    return None
 
 
 def verdict(summary: dict, plan: Optional[dict] = None) -> str:
@@ -410,7 +410,12 @@ def verdict(summary: dict, plan: Optional[dict] = None) -> str:
         rng = (f"tuned/baseline {sp['low']:.2f}-{sp['high']:.2f} over {sp['rounds']} rounds"
                if sp.get("low") is not None
                else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
-        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds')) + limit_hit(summary, plan)
+        hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))
+        limit = limit_hit(summary, plan)
+        if limit is not None and limit[1].startswith("--budget"):
+            hint += f" ({limit[1]})"
+        elif limit is not None:
+            hint += f"; {limit[0]}: {limit[1]}"
         parts.append(f"speed-up inconclusive ({rng}; {hint})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
