@@ -169,7 +169,7 @@ def test_ctrl_c_while_measuring_is_one_line_exit_130_and_no_file(vm_json, tmp_pa
     path = tmp_path / "debtorch.toml"
     r = invoke("--measure", "--write", str(path))
     assert r.exit_code == 130
-    assert r.stderr.splitlines()[-1] == "debtorch tune: interrupted; nothing written"   # after the progress line
+    assert r.stderr == "debtorch tune: interrupted; nothing written\n"
     assert not path.exists()
 
 
@@ -216,7 +216,7 @@ def test_the_written_settings_are_said_in_words_and_how_they_were_chosen(vm_json
     assert invoke("--facts", vm_json).stdout.startswith("debtorch tune: cpu training, chosen by the rules\n")
 
 
-def test_measuring_off_a_terminal_logs_its_start_and_a_line_per_trial(vm_json, tmp_path, monkeypatch):
+def test_measuring_off_a_terminal_logs_a_line_per_trial(vm_json, tmp_path, monkeypatch):
     """With stderr in a log, tune --measure said nothing for minutes (issue 34, item 6)."""
     from debtorch.train.settings import Settings
     from debtorch.tune import measure as measure_mod
@@ -233,9 +233,7 @@ def test_measuring_off_a_terminal_logs_its_start_and_a_line_per_trial(vm_json, t
     monkeypatch.setattr(measure_mod, "measure", measure)
     r = invoke("--measure", "--budget", "60")
     assert r.exit_code == 0, r.stderr
-    assert r.stderr.splitlines()[:3] == [
-        "tune: measuring builtin:cnn within --budget 60 s: starting the worker (importing torch), then a "
-        "calibration trial",
+    assert r.stderr.splitlines()[:2] == [
         "tune: trial 1 (split): w0 bf16 t2 -> 100.0 samples/s, 10 s of the search's 100",
         "tune: trial 2 (split): w1 np fp32 t1 -> failed, 20 s of the search's 100"]
 

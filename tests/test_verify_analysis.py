@@ -1,6 +1,7 @@
 """verify-train without torch: the numbers, the words, failures as findings, the plan, bad usage."""
 
 import math
+import re
 
 import pytest
 from clitools import cli_runner
@@ -707,18 +708,24 @@ class PacedWorker(ClockedWorker):
                 "warmup_losses": [], "steps": req["steps"], "mode": req["mode"], "wall_s": req["steps"] * step}
 
 
-def test_a_budget_that_cannot_pay_for_the_first_rounds_is_refused_after_the_warm_up_trials():
-    """verify-train --budget 60 on a workload whose three rounds take two minutes: the warm-up trials tell,
-    the run stops there with the budget that would do (exit 2), instead of spending the whole budget."""
+def test_a_budget_that_cannot_pay_for_one_round_is_refused_after_the_warm_up_trials():
+    """verify-train --budget 30 on a workload whose rounds take 40 s each: the warm-up trials tell, the run
+    stops there with the budget its first rounds need (exit 2), instead of spending the whole budget and
+    failing (issue 34, item 4)."""
     worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
-    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=60, attribution=False)
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=30, attribution=False)
     m = v.run(Settings(), Settings(precision="bf16"))
     assert m.failure.kind == "too_small" and m.failure.user_input
     need = m.failure.detail["need_s"]
-    assert m.failure.message == (f"--budget 60 is too small for this workload: 0 s went to start-up, 4 s to its "
-                                 f"first trials, and its first 3 rounds need about {need - 4} s more; give at least "
-                                 f"{need}")
+    assert re.fullmatch(r"--budget 30 is too small for this workload: 0 s went to start-up, 4 s to its first "
+                        r"trials, and one round of its trials needs about 39 s of the 26 s left; give at least "
+                        rf"{need}", m.failure.message), m.failure.message
     assert 110 < need < 130 and worker.now < 5 and not m.trials["baseline"]
+    # A budget for one round but not three runs what it can: the verdict says what would resolve it.
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    m = _clocked(worker, repeats=3, converge_steps=0, budget_s=60, attribution=False).run(
+        Settings(), Settings(precision="bf16"))
+    assert m.failure is None and 1 <= m.budget["rounds"] < 3
     # With the budget it names, the rounds run.
     worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
     m = _clocked(worker, repeats=3, converge_steps=0, budget_s=need, attribution=False).run(

@@ -14,12 +14,11 @@ class Bar:
     """A bar counting ``unit`` (a context manager); off a terminal, labels go to the log as
     ``{log}: {label}`` when ``log`` is given."""
 
-    def __init__(self, unit: str, prefix: str = "", log: Optional[str] = None, first: str = "starting",
-                 log_first: bool = False) -> None:
+    def __init__(self, unit: str, prefix: str = "", log: Optional[str] = None, first: str = "starting") -> None:
         from rich.console import Console
 
         self.console = Console(stderr=True)
-        self.unit, self.prefix, self.log, self.first, self.log_first = unit, prefix, log, first, log_first
+        self.unit, self.prefix, self.log, self.first = unit, prefix, log, first
         self.bar: Any = None         # a rich Progress, on a terminal
         self.task: Any = None
 
@@ -32,8 +31,6 @@ class Bar:
                                 TimeElapsedColumn(), console=self.console, transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.first, total=1)
-        elif self.log_first:
-            self.label(self.first)   # a log says what happens before the first trial too
         return self
 
     def __exit__(self, *exc) -> None:
@@ -56,7 +53,7 @@ class TrialsBar(Bar):
     """``tune --measure``: seconds of the budget spent, and the trial just run (in a log: a line each)."""
 
     def __init__(self, first: str = "starting the worker (importing torch), then a calibration trial") -> None:
-        super().__init__("s", prefix="[bold]measuring[/] ", log="tune", first=first, log_first=True)
+        super().__init__("s", prefix="[bold]measuring[/] ", log="tune", first=first)
 
     def on_trial(self, trial: Any, spent: float, budget: float) -> None:
         got = f"{trial.samples_per_s:.1f} samples/s" if trial.samples_per_s is not None else "failed"

@@ -378,16 +378,20 @@ class Verifier:
         return sum(self._overhead_s() + job.total * self._step_s(job.arm) for job in self.round_jobs(0))
 
     def _too_small(self) -> bool:
-        """After the warm-up trials: whether the budget left cannot pay for the first ``repeats`` rounds
-        (what the rounds leave for the steps after them included, as :meth:`_rounds` plans it); then
-        ``measured.failure`` says the budget that would (a refusal, exit 2), before the rounds start."""
+        """After the warm-up trials: whether the budget left cannot pay for even one round (the run would
+        end without a result); then ``measured.failure`` says the budget that would pay for the first
+        ``repeats`` rounds (a refusal, exit 2), before the rounds start.  A budget that pays for fewer
+        rounds than that runs them, and the verdict says what more would resolve."""
         if not self.budget.limited:
             return False
-        rounds = self.plan.repeats * self._round_cost()
-        need = rounds + min(self._after_cost(), rounds)
-        if need <= self.budget.left():
+        one = self._round_cost()
+        left = self.budget.left()
+        if one <= left:
             return False
-        self.measured.failure = self._too_small_failure(need)
+        rounds = self.plan.repeats * one
+        self.measured.failure = self._too_small_failure(
+            rounds + min(self._after_cost(), rounds),
+            f", and one round of its trials needs about {one:.0f} s of the {left:.0f} s left")
         return True
 
     def _left_estimate(self) -> float:
@@ -399,13 +403,12 @@ class Verifier:
         pace = (self.clock() - self._trial_t0) / max(1, self._trial_steps)
         return max(0, planned - done) * pace
 
-    def _too_small_failure(self, more_s: float) -> Failure:
-        """The budget is too small for this workload: what went where, and the budget that would do
-        (``more_s`` seconds beyond what was spent)."""
+    def _too_small_failure(self, more_s: float, why: str) -> Failure:
+        """The budget is too small for this workload: what went where (``why``: what did not fit), and the
+        budget that would do (``more_s`` seconds beyond what was spent)."""
         spent = self.budget.spent()
         trials = sum(took for took, _, _ in self._costs) + (self.clock() - self._trial_t0 if self._trial_steps else 0.0)
-        message = too_small(self.plan.budget_s or 0.0, spent - trials, trials, spent + more_s,
-                            f", and its first {self.plan.repeats} rounds need about {more_s:.0f} s more")
+        message = too_small(self.plan.budget_s or 0.0, spent - trials, trials, spent + more_s, why)
         return Failure("too_small", message, detail={"need_s": math.ceil(spent + more_s), "spent_s": spent})
 
     # -- running -------------------------------------------------------------
@@ -442,7 +445,9 @@ class Verifier:
         except WorkerError as exc:
             job = self._current
             if exc.kind == "budget" and not self._complete_rounds() and not self.where.hung():
-                m.failure = self._too_small_failure(self._left_estimate())   # still making progress: too slow
+                more = self._left_estimate()   # still making progress: too slow for the budget, not hung
+                m.failure = self._too_small_failure(
+                    more, f", and its first {self.plan.repeats} rounds need about {more:.0f} s more")
                 return self._done()
             if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
                 m.budget["cut"] = exc.message
