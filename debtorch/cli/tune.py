@@ -117,10 +117,10 @@ def tune(
         if host is not None:
             host.close()
     r = redactor(facts) if redact else None
-    present(TuneView(tuned, settings=not write, written=write, verbose=verbose), fmt, r)
-    if write is not None:
+    if write is not None:   # first: the report ends with what to do with the file
         with prog.fails_on(config.ConfigError):
             tuned.write(write, force)
         prog.note(f"wrote {r.text(write) if r else write}: {tuned.rec.settings.words()} "
                   f"({tuned.rec.settings.short()}, chosen by {chosen_by(tuned.rec.chosen_by)})")
+    present(TuneView(tuned, settings=not write, written=write, verbose=verbose), fmt, r)
     raise typer.Exit(EXIT_OK)
