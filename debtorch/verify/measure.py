@@ -372,10 +372,11 @@ class Verifier:
             cap = min(cap, int(left / runs / slow))
         return cap
 
-    def _round_cost(self) -> float:
-        """What one round costs, by the warm-up trials: each trial's steps at the step time of its
-        settings, and what a trial costs beyond its steps."""
-        return sum(self._overhead_s() + job.total * self._step_s(job.arm) for job in self.round_jobs(0))
+    def _round_steps_s(self) -> float:
+        """What one round's steps take at least, by the warm-up trials: each trial's steps at the step time
+        of its settings (what a trial costs beyond its steps is left out: a warm-up trial pays one-time
+        costs the round's trials do not)."""
+        return sum(job.total * self._step_s(job.arm) for job in self.round_jobs(0))
 
     def _too_small(self) -> bool:
         """After the warm-up trials: whether the budget left cannot pay for even one round (the run would
@@ -384,14 +385,14 @@ class Verifier:
         rounds than that runs them, and the verdict says what more would resolve."""
         if not self.budget.limited:
             return False
-        one = self._round_cost()
+        one = self._round_steps_s()
         left = self.budget.left()
         if one <= left:
             return False
         rounds = self.plan.repeats * one
         self.measured.failure = self._too_small_failure(
             rounds + min(self._after_cost(), rounds),
-            f", and one round of its trials needs about {one:.0f} s of the {left:.0f} s left")
+            f", and one round of its trials needs at least {one:.0f} s of the {left:.0f} s left")
         return True
 
     def _left_estimate(self) -> float:
