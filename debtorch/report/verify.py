@@ -222,9 +222,10 @@ def rounds_lines(m: Measured, summary: dict, verbose: bool = False) -> list:
     if not b.get("rounds"):
         return []
     stopped = b.get("stopped") or ""
-    cap = (m.plan or {}).get("max_rounds")
-    most = f"the most rounds allowed ({cap}{' with --quick' if (m.plan or {}).get('quick') else ''})" if cap else (
-        "the most rounds allowed")
+    plan = m.plan or {}
+    most = "the most rounds allowed"
+    if plan.get("max_rounds"):
+        most += f" ({plan['max_rounds']}{' with --quick' if plan.get('quick') else ''})"
     why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
            "max rounds": most, "cannot resolve": "more rounds would not resolve it",
            }.get(stopped, stopped)
@@ -268,10 +269,6 @@ def attribution_lines(m, summary: dict) -> list:
     return out
 
 
-def _ms_word(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
-
-
 def _mean_step(m: Measured, arm: dict, settings: dict) -> Optional[float]:
     """An arm's mean optimizer step: the samples of a step over its median samples/s."""
     sps = arm.get("samples_per_s")
@@ -294,20 +291,20 @@ def step_lines(m: Measured, summary: dict) -> list:
         head = f"data wait {percent(wb)} -> {percent(wt)}"
         if dt <= db:
             out.append(f"{head}: a larger share of a shorter step, not more waiting: the wait per step fell "
-                       f"({_ms_word(db)} -> {_ms_word(dt)}) and the rest of the step fell more ({_ms_word(cb)} -> "
-                       f"{_ms_word(ct)})")
+                       f"({_ms(db)} -> {_ms(dt)}) and the rest of the step fell more ({_ms(cb)} -> "
+                       f"{_ms(ct)})")
         elif ct < cb:
-            out.append(f"{head}: tuned computes faster ({_ms_word(cb)} -> {_ms_word(ct)} a step) and loading did "
-                       f"not keep up (the wait per step {_ms_word(db)} -> {_ms_word(dt)}): what is left to win is "
+            out.append(f"{head}: tuned computes faster ({_ms(cb)} -> {_ms(ct)} a step) and loading did "
+                       f"not keep up (the wait per step {_ms(db)} -> {_ms(dt)}): what is left to win is "
                        "in loading (more loader workers or CPUs)")
         else:
-            out.append(f"{head}: tuned waits longer for each batch ({_ms_word(db)} -> {_ms_word(dt)} a step): its "
+            out.append(f"{head}: tuned waits longer for each batch ({_ms(db)} -> {_ms(dt)} a step): its "
                        "loader settings feed this workload slower than the baseline's here")
     sb, st, sp = b.get("step_s"), t.get("step_s"), summary.get("speedup") or {}
     if sb and st and sp.get("ratio") and abs(st / sb - 1) < 0.02 and abs(sp["ratio"] - 1) > 0.05:
         mb, mt = _mean_step(m, b, m.baseline or {}), _mean_step(m, t, m.tuned or {})
-        means = f" (mean step {_ms_word(mb)} vs {_ms_word(mt)})" if mb and mt else ""
-        out.append(f"step time: the median steps are alike ({_ms_word(sb)} vs {_ms_word(st)}) but samples/s "
+        means = f" (mean step {_ms(mb)} vs {_ms(mt)})" if mb and mt else ""
+        out.append(f"step time: the median steps are alike ({_ms(sb)} vs {_ms(st)}) but samples/s "
                    f"differs by {abs(sp['ratio'] - 1):.0%}: the difference lies in the slower steps and between "
                    f"steps{means}, which a median leaves out (an epoch's start, where loader workers restart "
                    "unless persistent)")
@@ -328,9 +325,10 @@ def next_steps(o: Outcome) -> list[str]:
     simd = summary.get("sim") or {}
     ib = simd.get("input_bound")
     if ib:
-        cpus = ib.get("cpus")
-        out.append(f"this machine's CPUs cannot feed a {simd['rate']:g} samples/s device: give the loader more "
-                   f"CPUs (about {cpus} of loading)" if cpus else "give the loader more CPUs")
+        feed = f"this machine's CPUs cannot feed a {simd['rate']:g} samples/s device: give the loader more CPUs"
+        if ib.get("cpus"):
+            feed += f" (about {ib['cpus']} of loading)"
+        out.append(feed)
         out.append("or make each sample cheaper to load (pre-processed or smaller inputs)")
     if sp.get("verdict") not in analysis.RESULTS and sp.get("ratio"):
         limit = analysis.limit_hit(summary, m.plan)
@@ -349,8 +347,9 @@ def next_steps(o: Outcome) -> list[str]:
         out.append(f"measure settings for your own workload: debtorch tune --measure --workload {workload} "
                    "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
     elif source == "config" and sp.get("verdict") == stats.FASTER:
-        out.append(f"use it in training: cfg = debtorch.load(\"{os.path.basename((o.config or {}).get('path') or 'debtorch.toml')}\") "
-                   "(docs/runtime.md), and cfg.watch(loader) to judge the real job")
+        name = os.path.basename((o.config or {}).get("path") or "debtorch.toml")
+        out.append(f'use it in training: cfg = debtorch.load("{name}") (docs/runtime.md), and cfg.watch(loader) '
+                   "to judge the real job")
     if not simd and (t.get("data_wait_share") or 0) >= 0.05 and sp.get("verdict") in analysis.RESULTS:
         out.append(f"tuned still waits for data {percent(t['data_wait_share'])} of the time: more loader workers "
                    "or CPUs (debtorch tune --measure races them)")
