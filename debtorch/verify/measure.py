@@ -408,7 +408,9 @@ class Verifier:
         """The budget is too small for this workload: what went where (``why``: what did not fit), and the
         budget that would do (``more_s`` seconds beyond what was spent)."""
         spent = self.budget.spent()
-        trials = sum(took for took, _, _ in self._costs) + (self.clock() - self._trial_t0 if self._trial_steps else 0.0)
+        trials = sum(took for took, _, _ in self._costs)
+        if self._trial_steps:   # the trial the budget cut had run some steps: its time went to trials too
+            trials += self.clock() - self._trial_t0
         message = too_small(self.plan.budget_s or 0.0, spent - trials, trials, spent + more_s, why)
         return Failure("too_small", message, detail={"need_s": math.ceil(spent + more_s), "spent_s": spent})
 
