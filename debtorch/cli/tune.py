@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from debtorch import inputs
+from debtorch.budget import seconds_problem
 from debtorch.cli.shared import (
     DEVICE_HELP,
     EXIT_INTERRUPTED,
@@ -58,11 +58,12 @@ def tune(
     from_watch: Optional[str] = typer.Option(None, "--from-watch", metavar="PATH", help="Prescribe loader settings from your job: the JSON lines cfg.watch(loader, json=PATH) wrote (docs/tune.md)."),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc beyond this machine's bound (4 x its usable CPUs); the config says so."),
     redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the output."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the statistics behind --measure's choices (Pocock's boundary, looks)."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.report.progress import TrialsBar  # defer: as above
-    from debtorch.report.tune import CHOSEN_BY, TuneView  # defer: as above
+    from debtorch.report.tune import TuneView, chosen_by  # defer: as above
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -86,10 +87,9 @@ def tune(
     if budget is not None and not (measure or calibrate):
         prog.fail("--budget only applies to --measure or --workload (rules alone measure nothing)")
     budget = MeasureOptions.budget_s if budget is None else budget
-    if (measure or calibrate) and not (inputs.finite(budget) and 0 < budget <= config.BUDGET_MAX_S):
-        prog.fail(f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {budget:g})")
-    if (measure or calibrate) and budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
-        prog.fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
+    problem = seconds_problem("--budget", budget, MIN_BUDGET_S) if (measure or calibrate) else None
+    if problem:  # before the facts: probing the interpreter takes seconds
+        prog.fail(problem)
     if epochs is not None and steps is not None:
         prog.fail("give --epochs or --steps, not both")
     check_python(prog, python, elsewhere=bool(elsewhere))
@@ -112,7 +112,8 @@ def tune(
         options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
                                  started=started, search=measure)
     host = None if facts_file else open_host(prog, replay)
-    bar = TrialsBar() if options is not None else contextlib.nullcontext()
+    bar = TrialsBar(f"measuring {options.workload} within --budget {budget:g} s: starting the worker (importing torch), "
+                    "then a calibration trial") if options else contextlib.nullcontext()
     try:
         facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
         if host is not None:
@@ -131,9 +132,10 @@ def tune(
         if host is not None:
             host.close()
     r = redactor(facts) if redact else None
-    present(TuneView(tuned, settings=not write), fmt, r)
-    if write is not None:
+    if write is not None:   # first: the report ends with what to do with the file
         with prog.fails_on(config.ConfigError):
             tuned.write(write, force)
-        prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {CHOSEN_BY[tuned.rec.chosen_by]})")
+        prog.note(f"wrote {r.text(write) if r else write}: {tuned.rec.settings.words()} "
+                  f"({tuned.rec.settings.short()}, chosen by {chosen_by(tuned.rec.chosen_by)})")
+    present(TuneView(tuned, settings=not write, written=write, verbose=verbose), fmt, r)
     raise typer.Exit(EXIT_OK)

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
-from debtorch import fingerprint
+from debtorch import fingerprint, knowledge
 from debtorch.budget import Budget
+from debtorch.facts import loadavg
 from debtorch.host import Host
 from debtorch.machine import Machine
+from debtorch.train.settings import Settings
 from debtorch.tune import calibration, config, measure, rules
 from debtorch.tune.search import Result
 
@@ -32,9 +34,12 @@ class Tuned:
     fingerprint: dict
     result: Optional[Result] = None                    # the measurement, when there was one
     options: Optional[measure.MeasureOptions] = None   # what was measured
+    load: Optional[loadavg.Busy] = None                # whether the machine was busy while it was measured
 
     def write(self, path: str, force: bool = False) -> None:
         """Write the config (atomically; an existing file only with ``force``).  Raises ConfigError."""
+        if self.load is not None and self.load.busy:
+            self.rec.notes.append(self.load.warning())   # the file keeps it beside the settings
         opts = self.options
         tuned = config.tuned_table(self.rec.chosen_by, self.rec.device, workload=opts.workload if opts else None,
                                    budget_s=opts.budget_s if opts else None)
@@ -55,10 +60,17 @@ def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
             raise measure.MeasureUsageError(f"{what} needs this machine, not a recorded or saved one")
         if request.device == "cuda" and not Machine.from_facts(facts).compute_gpus:
             raise measure.MeasureUsageError(f"--device cuda {what} needs a GPU on this machine; the facts list none")
+        before = loadavg.read(host)
         if not options.search:
             tuned.rec = calibrated(facts, request, rec, options, host, on_label)
+            # the calibration's trials keep a compute thread per CPU and a loader worker runnable, at most
+            tuned.load = load_check(before, loadavg.read(host), Machine.from_facts(facts).cpus.usable,
+                                    rec.per_process_cpus + 1)
             return tuned
         tuned.result = measure.measure(rec, facts, options, on_trial=on_trial, host=host)
+        tuned.load = load_check(before, loadavg.read(host), Machine.from_facts(facts).cpus.usable,
+                                max((trial_tasks(t.settings, rec.per_process_cpus) for t in tuned.result.trials),
+                                    default=rec.per_process_cpus))
     return tuned
 
 
@@ -86,3 +98,15 @@ def calibrated(facts: dict, request: rules.Request, rec: rules.Recommendation, o
     again = rules.recommend(facts, dataclasses.replace(request, calibration=cal))
     again.notes.append(calibration.describe(cal))
     return again
+
+
+def trial_tasks(settings: Settings, cpus: int) -> int:
+    """The tasks a trial of ``settings`` keeps runnable: its compute threads (PyTorch's default: the
+    process's CPUs) and its loader workers."""
+    return (settings.threads or cpus) + settings.num_workers
+
+
+def load_check(before: loadavg.Reading, after: loadavg.Reading, usable_cpus: int, own: int) -> loadavg.Busy:
+    """:func:`debtorch.facts.loadavg.judge` with checks/thresholds.toml's limits."""
+    return loadavg.judge(before, after, usable_cpus, own, float(knowledge.threshold("busy_load_per_cpu")),
+                         float(knowledge.threshold("busy_steal_share")))
