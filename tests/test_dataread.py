@@ -92,7 +92,7 @@ def _facts(host, root: Path, rate: float, seconds: float = 1.5) -> dict:
 
 def test_a_throttled_reader_below_the_need_is_a_finding_with_the_storage_facts(tmp_path):
     root = folder(tmp_path / "data", files=60, size=65536)
-    doc = _facts(ThrottledHost(mb_per_s=1.0), root, rate=100.0)      # 100 x 64 KiB = 6.6 MB/s needed
+    doc = _facts(ThrottledHost(mb_per_s=1.0), root, rate=100.0, seconds=0.6)   # 100 x 64 KiB = 6.6 MB/s needed
     read = doc["storage"]["data"]["read"]
     assert read["best_mb_per_s"] < 1.5
     found = diagnose(doc, Context(source="live")).findings
