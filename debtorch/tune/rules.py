@@ -37,10 +37,10 @@ FDS_RESERVED = 256
 MAX_WORKERS_PER_GPU = 8
 # Calibrated rules (tune.C001-C003): workers for 15% more than the device takes (jitter, the
 # hand-over to the training process); a CPU split that the model predicts 10% faster than loading in
-# the training process, or that a trial measured 5% faster; 4 batches ahead when a batch's load time
-# varies by half its median.
+# the training process, or that one trial each measured 10% faster (a trial varies by 5-10%); 4
+# batches ahead when a batch's load time varies by half its median.
 HEADROOM = 1.15
-CPU_GAIN_PREDICTED, CPU_GAIN_MEASURED = 1.10, 1.05
+CPU_GAIN_PREDICTED, CPU_GAIN_MEASURED = 1.10, 1.10
 SPREAD_FOR_DEEPER_QUEUE = 1.5
 MODEL_KINDS = ("conv", "transformer", "other")
 
