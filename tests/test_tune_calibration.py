@@ -148,6 +148,12 @@ def test_an_accelerator_beyond_the_cpus_is_input_bound_and_says_what_feeding_it_
     assert "input-bound here" in text and "about 4.3 CPUs of loading" in text
 
 
+def test_a_device_the_cpus_just_feed_says_so_without_calling_it_input_bound():
+    rec = sim_rec(_cal(device_rate=900.0, worker_rate=470.0))   # 1.9 workers' worth on 1.97 CPUs
+    text = rec.reasons["num_workers"].text
+    assert rec.settings.num_workers == 2 and "2 worker(s) just feed it" in text and "input-bound" not in text
+
+
 def test_a_machine_with_cpus_to_spare_gets_the_workers_the_rate_needs_not_all_its_cpus():
     rec = sim_rec(_cal(device_rate=2000.0, worker_rate=470.0), cpus=32)
     assert rec.settings.num_workers == math.ceil(2000 / 470 * rules.HEADROOM) == 5

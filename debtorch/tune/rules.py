@@ -315,6 +315,11 @@ def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> in
         workers = max(1, math.ceil(need * HEADROOM))
         text = (f"{head}: {workers} worker(s) feed it ({workers * per_worker:.0f} samples/s at most), "
                 f"within {cpu_note} ({main_words})")
+    elif need <= loading:
+        workers = max(1, math.ceil(loading))
+        text = (f"{head}: {workers} worker(s) just feed it ({loading * per_worker:.0f} samples/s at most on the "
+                f"{loading:.1f} CPUs {cpu_note} leave: {main_words}), without the {HEADROOM - 1:.0%} to spare "
+                "the rule keeps")
     else:
         workers = max(1, math.ceil(loading))
         text = (f"{head}: input-bound here, feeding it takes about {need:.1f} CPUs of loading and {cpu_note} "
