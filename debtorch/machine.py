@@ -34,6 +34,12 @@ def _float(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _glibc(value: Any) -> Optional[str]:
+    """A glibc version as "2.36"; None for anything else."""
+    text = _str(value)
+    return text if text and re.fullmatch(r"\d+\.\d+", text) else None
+
+
 def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -164,6 +170,7 @@ class OS:
     arch: Optional[str] = None
     container: Optional[str] = None
     wsl: Optional[int] = None
+    glibc: Optional[str] = None          # "2.36": what a wheel's manylinux tag is checked against
 
 
 @dataclass(frozen=True)
@@ -607,7 +614,7 @@ class Machine:
             debian = _debian_base(o, os_id, dv)
         return OS(platform=platform, id=os_id, name=_str(o.get("pretty_name")) or os_id, is_debian=is_debian,
                   derivative=derivative, debian=debian, kernel=_str(o.get("kernel")), arch=_str(o.get("arch")),
-                  container=_str(o.get("container")), wsl=_int(o.get("wsl")))
+                  container=_str(o.get("container")), wsl=_int(o.get("wsl")), glibc=_glibc(o.get("glibc")))
 
     def _debian_release(self, o: dict, dv: Optional[str]) -> Optional[DebianRelease]:
         """Which Debian this is.  A numbered release says its number (VERSION_ID, else a

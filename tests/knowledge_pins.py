@@ -34,6 +34,7 @@ KEYS = {
     "toolkit": ("cuda",), "minor_compat": ("major",), "caveat": ("id",), "wheel": ("torch", "releases", "variant", "platform"),
     "gpu": ("name",), "release": ("codename",), "threshold": ("name",), "device": ("id",), "chip": ("chip",),
     "nvcc": ("cuda",), "machine": ("machine",), "archived": ("codename",),
+    "files": ("releases", "platform", "variants"),
 }
 NOT_VALUES = ("source", "note", "confidence")
 

@@ -99,7 +99,7 @@ def test_pascal_under_cu130_is_sent_to_the_cu126_variant_of_the_same_release(tmp
     host = change_nvml(with_torch(tmp_path, WS, "2.13.0+cu130", cuda="13.0"), _pascal)
     m, found = _judge(facts_mod.collect(host, facts_mod.Options()))
     e3 = next(f for f in found if f.id == "torch.E003")
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in e3.fix
+    assert "pip install torch==2.13.0+cu126 --index-url https://download.pytorch.org/whl/cu126" in e3.fix
     assert "older PyTorch" not in e3.fix
     assert contradictions(m, found) == []
 
@@ -224,7 +224,7 @@ def test_stable_before_experimental_when_the_driver_is_unknown():
     doc["os"] = {"id": "fedora", "platform": "linux", "arch": "x86_64"}     # no packaged driver to assume
     _, found, _ = _fixes(doc)
     e2 = next(f for f in found if f.id == "torch.E002")
-    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" in e2.fix
+    assert "torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130" in e2.fix
 
 
 def test_a_vgpu_guest_on_a_windows_driver_is_told_the_vgpu_guest_driver():

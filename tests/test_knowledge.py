@@ -217,7 +217,7 @@ def test_best_variant_for_debian_12_on_torch_2_13_is_cu126():
     driver = k.debian_release("12")["nvidia_driver"]
     best = k.best_variant_for_driver("2.13.0", driver, "8.6")
     assert best["variant"] == "cu126"
-    assert best["pip"] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+    assert best["pip"] == "pip install torch==2.13.0+cu126 --index-url https://download.pytorch.org/whl/cu126"
     assert best["driver_verdict"] == "minor-compat" and not best["nearest"]
 
 

@@ -136,7 +136,11 @@ def check_mismatch(m: Machine, ctx: Context) -> list[Finding]:
 @check("driver")
 def check_binding(m: Machine, ctx: Context) -> list[Finding]:
     if m.get("nvidia.source") == "nvidia-smi" and m.get("nvidia.nvml.error_kind") == "binding_not_installed":
-        return [finding("driver.I001", facts={"nvidia.source": "nvidia-smi"})]
+        enable = ""
+        if m.apt.components is not None and "contrib" not in m.apt.components and m.os.is_debian:
+            enable = enable_components_fix(m, ["contrib"]) + "\n"
+        return [finding("driver.I001", enable=enable, facts={"nvidia.source": "nvidia-smi",
+                                                             "apt.components": m.apt.components})]
     return []
 
 

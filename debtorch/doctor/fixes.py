@@ -125,7 +125,7 @@ def target_wheel(m: Machine) -> Optional[dict]:
     where it is the best its release offers, the answer is None and a finding that would
     name it says so.  None also where PyTorch publishes no wheels for the architecture, or
     nothing is known to choose by."""
-    t, plat, py = m.torch, m.wheel_platform, m.python_version
+    t, plat, py, libc = m.torch, m.wheel_platform, m.python_version, m.os.glibc
     old = t.installed and versions.below(t.version, str(knowledge.threshold("torch_min_version") or "0"))
     keep = bool(t.installed and t.version and t.series and not old)
     latest = knowledge.latest_series(plat) if plat else None
@@ -140,17 +140,18 @@ def target_wheel(m: Machine) -> Optional[dict]:
         return None if not row or same else dict(row, kind=kind, why=note)
 
     if not m.gpus and m.has_nvidia_gpu is False:
-        return answer(_cpu_row(release, plat, py), "cpu")
+        return answer(_cpu_row(release, plat, py, libc), "cpu")
     ccs = sorted({g.cc for g in m.gpus if g.cc}, key=lambda cc: versions.parse_cc(cc) or ())   # for every GPU
     driver, note = m.driver.version, ""
     if not driver and not m.driver.cuda and m.debian_driver:
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
     platform = "windows" if m.driver.platform == "windows" else "linux"
 
-    def best(s: str, skip: tuple = (), python: Optional[str] = py, drv: Optional[str] = "") -> Optional[dict]:
+    def best(s: str, skip: tuple = (), python: Optional[str] = py, drv: Optional[str] = "",
+             glibc: Optional[str] = libc) -> Optional[dict]:
         return knowledge.best_variant_for_driver(s, driver if drv == "" else drv, ccs, platform=plat, exclude=skip,
                                                  driver_platform=platform, python=python,
-                                                 driver_cuda=m.driver.cuda if drv == "" else None)
+                                                 driver_cuda=m.driver.cuda if drv == "" else None, glibc=glibc)
 
     row = best(release, (mine,) if mine else ())
     if row is None and mine and (best(release) or {}).get("variant") == mine:
@@ -171,13 +172,15 @@ def target_wheel(m: Machine) -> Optional[dict]:
                 note = f"release {row['series']}: the newest that {f'driver {driver}' if driver else 'this driver'} runs"
             elif any(best(x, python=None) for x in newer):
                 note = f"release {row['series']}: the newest with wheels for Python {py}"
+            elif any(best(x, glibc=None) for x in newer):
+                note = f"release {row['series']}: the newest whose wheels run on glibc {libc}"
             break
     if row is None and ccs:
         # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
         # none of those the driver runs does ("cpu-driver": a newer driver would run one).
         sms = ", ".join(str(versions.sm_name(c)) for c in ccs)
         held = bool(driver) and any(best(s, drv=None) for s in known)
-        row, kind = _cpu_row(release, plat, py), "cpu-driver" if held else "cpu"
+        row, kind = _cpu_row(release, plat, py, libc), "cpu-driver" if held else "cpu"
         note = (f"no wheel for Python {py} that driver {driver} runs has code for {sms}" if held
                 else f"no official CUDA wheel{f' for Python {py}' if py else ''} has code for {sms}")
     elif row is not None and not driver:
@@ -187,28 +190,61 @@ def target_wheel(m: Machine) -> Optional[dict]:
     return answer(row, kind, note)
 
 
-def _cpu_row(release: str, plat: str, py: Optional[str]) -> Optional[dict]:
-    """The CPU wheel of ``release`` for this platform and Python, else of the newest release that has one."""
+def _cpu_row(release: str, plat: str, py: Optional[str], glibc: Optional[str] = None) -> Optional[dict]:
+    """The CPU wheel of ``release`` for this platform, Python and glibc, else of the newest release that
+    has one."""
     for s in [release] + list(reversed(knowledge.known_series(plat))):
         row = knowledge.wheel(s, "cpu", plat)
-        if row and knowledge.python_fits(row, py):
+        need = knowledge.files_glibc(row["release"], "cpu", plat, row["series"]) if row else None
+        if row and knowledge.python_fits(row, py) and knowledge.glibc_fits(need, glibc):
             return row
     return None
 
 
 def torch_fix(m: Machine, generic: str = "Install the PyTorch variant that matches your driver and GPU "
-                                          "(https://pytorch.org/get-started/locally/).") -> str:
+                                          "(https://pytorch.org/get-started/locally/).", uninstall: bool = False) -> str:
     """The fix line every torch finding names: the target wheel's pip line with its note
-    (PEP 668-aware), else ``generic``."""
+    (PEP 668-aware), else ``generic``.  ``pip uninstall torch`` goes first where ``uninstall``
+    asks for it, or where pip would otherwise keep the installed torch (:func:`keeps_installed`)."""
     row = target_wheel(m)
     if row is None:
-        return _no_wheel_for_python(m) or generic
+        first = "pip uninstall torch\n" if uninstall and not externally_managed(m) else ""
+        return first + (_no_wheel_for_python(m) or generic)
     have = (m.torch.version or "").split("+")[0]
     note = row["why"] or {"newer": f"no other {have} variant fits; release {row['series']} does",
                           "older": f"release {row['series']}: the newest with code for this GPU",
                           "nearest": f"release {row['series']}: the nearest one debtorch knows",
                           }.get(row["kind"], "")
-    return pip_command(m, row["pip"] + (f"  # {note}" if note else ""))
+    line = pip_command(m, row["pip"] + (f"  # {note}" if note else ""))
+    if line.startswith("pip install ") and (uninstall or keeps_installed(m, row)):
+        return "pip uninstall torch\n" + line
+    return line
+
+
+def keeps_installed(m: Machine, row: dict) -> bool:
+    """Whether pip, given ``row``'s pin, would keep the installed torch ("Requirement already
+    satisfied"): the same release where the index's files carry no local label (1.7.1 is 1.7.1,
+    whatever it was built with), or a series pin (``torch==2.14.*``) the installed release is in.
+    A pin with a label (``torch==2.13.0+cu126``) never matches another build (PEP 440)."""
+    t = m.torch
+    parsed = versions.torch_version(t.version) if t.installed else None
+    if parsed is None:
+        return False
+    if row.get("release"):
+        return bool(row.get("unlabelled")) and parsed["version"] == row["release"]
+    return parsed["series"] == row["series"]
+
+
+def newest_for_python(m: Machine) -> Optional[str]:
+    """The newest release series with an official wheel for the machine's Python (and platform),
+    or None where either is unknown or none has one."""
+    plat, py = m.wheel_platform, m.python_version
+    if not plat or not py:
+        return None
+    fits = [s for s in knowledge.known_series(plat)
+            if any(knowledge.python_fits(row, py) for v in knowledge.variants(s, plat)
+                   if (row := knowledge.wheel(s, v, plat)))]
+    return fits[-1] if fits else None
 
 
 def _no_wheel_for_python(m: Machine) -> Optional[str]:
@@ -217,7 +253,7 @@ def _no_wheel_for_python(m: Machine) -> Optional[str]:
     plat, py = m.wheel_platform, m.python_version
     latest = knowledge.latest_series(plat) if plat else None
     row = knowledge.wheel(latest, "cpu", plat) if plat and latest else None
-    if not plat or not py or not row or _cpu_row(latest or "", plat, py):
+    if not plat or not py or not row or _cpu_row(latest or "", plat, py, m.os.glibc):
         return None
     newest = max(row["python"], key=lambda v: versions.major_minor(v) or ())
     return (f"PyTorch publishes no wheels for Python {py} (checks/torch_wheels.toml): make a venv with a Python "

@@ -1,0 +1,139 @@
+"""Every pip line a fix prints installs the wheel it names, run by real pip (issue 28).
+
+Every report of the suite (tests/reports.py: fixture hosts, the collect_env corpora, nvidia-smi XMLs,
+os-release trees, cpuinfo files, the machines issue 28 names) is judged; each fix's commands run in
+order (tests/pipindex.py) in a virtual environment holding a stub of the machine's installed torch, each
+``pip install`` as ``pip install --dry-run --report`` against a local index of stub wheels named from
+checks/torch_wheels.toml, offline.  A line fails when pip would install nothing (it keeps the installed
+torch: ``torch==2.13.0`` matches ``2.13.0+cu130``), a build other than the one the line's index names,
+or cannot resolve at all.  The fast tier runs this interpreter's pip; the slow tier every other pip found
+(Debian 12's python3-pip 23.0.1, a pyenv's 23.2.1).
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+import reports
+from pipindex import Index, Pip, Server, Target, pip_packages, platform_fits, run_all, run_fix, steps, target_of
+
+PACKAGES = pip_packages()
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Index:
+    return Index.build(tmp_path_factory.mktemp("pip") / "index")
+
+
+def cases() -> dict:
+    """{(target, fix): ["report finding", ...]} for every fix with a pip command: each machine and
+    sequence of commands once (fixes that differ only in their words share a case)."""
+    found: dict = collections.defaultdict(list)
+    first: dict = {}
+    for report in reports.every_report():
+        for f, fix in reports.fixes(report):
+            commands = tuple(steps(fix))
+            if commands:
+                target = target_of(report.machine)
+                key = first.setdefault((target, commands), (target, fix))
+                found[key].append(f"{report.name}: {f.id}")
+    return found
+
+
+def _failures(pip: Pip, index: Index, work: Path) -> list:
+    every = cases()
+    results = run_all(every, pip, index, work)
+    return [f"{', '.join(every[case][:3])}\n    {case[1]!r}\n    -> {'; '.join(problems)}"
+            for case, problems in results.items() if problems]
+
+
+def test_the_suite_has_pip_lines_of_every_kind() -> None:
+    """The corpus covers what the test must see: a pinned label, a series pin, an uninstall first,
+    a fresh venv (PEP 668), PyPI, and a machine whose glibc holds the release back."""
+    fixes = "\n".join(fix for _, fix in cases())
+    for needle in ("torch==2.13.0+cu126", "torch==2.14.*", "pip uninstall torch", "venvs/torch/bin/pip install",
+                   "pip install nvidia-ml-py", "glibc 2.27"):
+        assert needle in fixes, needle
+
+
+@pytest.mark.skipif(not PACKAGES, reason="this interpreter has no pip")
+def test_every_pip_line_installs_the_wheel_it_names(index: Index, tmp_path: Path) -> None:
+    pip = Pip.of(PACKAGES[0], tmp_path)
+    assert _failures(pip, index, tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package", PACKAGES[1:], ids=[p.parent.parent.name for p in PACKAGES[1:]])
+def test_every_pip_line_installs_the_wheel_it_names_with_other_pips(package: Path, index: Index, tmp_path: Path) -> None:
+    """The same with the older pips of this machine (Debian 12's 23.0.1, pip 23.2.1): they match local
+    labels as the current one does."""
+    pip = Pip.of(package, tmp_path)
+    assert _failures(pip, index, tmp_path) == []
+
+
+# --- the rule can fail: today's lines ------------------------------------------------------------------
+
+BEFORE = {   # the lines the doctor printed before issue 28, on the machines issue 28 names
+    "pascal under cu130": ("2.13.0+cu130", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"),
+    "cpu fallback": ("2.13.0+cu130", "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"),
+    "unlabelled 1.7.1": ("1.7.1+cu110", "pip install torch==1.7.1 --index-url https://download.pytorch.org/whl/cu102"),
+    "no gpu": ("2.13.0+cu130", "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
+    "prose": (None, "sudo apt install python3-pynvml   # contrib; or pip install nvidia-ml-py"),
+}
+
+
+@pytest.mark.skipif(not PACKAGES, reason="this interpreter has no pip")
+@pytest.mark.parametrize("name", BEFORE)
+def test_the_lines_printed_before_fail(name: str, index: Index, tmp_path: Path) -> None:
+    installed, fix = BEFORE[name]
+    server = Server(Pip.of(PACKAGES[0], tmp_path), tmp_path / "server")
+    try:
+        problems = run_fix(fix, Target(installed, "3.12" if installed and installed >= "2" else "3.8"), server, index,
+                           tmp_path / "case")
+    finally:
+        server.close()
+    assert problems, fix
+    said = " ".join(problems)
+    assert "installs nothing: pip keeps the installed torch" in said or "no shell runs" in said
+
+
+@pytest.mark.skipif(not PACKAGES, reason="this interpreter has no pip")
+def test_a_line_naming_a_wheel_the_index_lacks_fails(index: Index, tmp_path: Path) -> None:
+    server = Server(Pip.of(PACKAGES[0], tmp_path), tmp_path / "server")
+    try:
+        missing = run_fix("pip install torch==2.13.0+cu118 --index-url https://download.pytorch.org/whl/cu118",
+                          Target(None, "3.12"), server, index, tmp_path / "a")
+        old_python = run_fix("pip install torch==2.13.0+cu126 --index-url https://download.pytorch.org/whl/cu126",
+                             Target(None, "3.8"), server, index, tmp_path / "b")
+        new_glibc = run_fix("pip install torch==2.7.*  --index-url https://download.pytorch.org/whl/cu118",
+                            Target(None, "3.9", glibc="2.27"), server, index, tmp_path / "c")
+    finally:
+        server.close()
+    assert "No matching distribution" in " ".join(missing + old_python + new_glibc)
+    assert missing and old_python and new_glibc
+
+
+def test_the_stub_index_has_the_files_of_the_table(index: Index) -> None:
+    """Labels and tags as checks/torch_wheels.toml [[files]] names them."""
+    names = {n for entries in index.files.values() for _, n, _, _ in entries}
+    assert "torch-2.13.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl" in names
+    assert "torch-2.5.1+cu124-cp311-cp311-linux_x86_64.whl" in names
+    assert "torch-1.7.1-cp37-cp37m-linux_x86_64.whl" in names           # cu102's: PyPI's build, no label
+    assert "torch-1.7.1+cu92-cp37-cp37m-linux_x86_64.whl" in names
+    assert "torch-2.5.1-cp311-cp311-linux_aarch64.whl" in names          # aarch64 cu124: no label
+    assert platform_fits("manylinux_2_28_x86_64", "x86_64", "2.36") and not platform_fits("manylinux_2_28_x86_64", "x86_64", "2.27")
+
+
+def test_commands_are_read_from_lines_colons_and_backticks() -> None:
+    fix = ("pip uninstall torch\nUpgrade it: pip install torch==2.14.* --index-url https://download.pytorch.org/whl/cu130"
+           "  # release 2.14\npython3 -m venv ~/venvs/torch\n~/venvs/torch/bin/pip install torch==2.13.0+cpu --index-url "
+           "https://download.pytorch.org/whl/cpu\nthen run `/usr/bin/python3 -m pip install nvidia-ml-py` (once)")
+    got = [(s.kind, s.where, s.args) for s in steps(fix)]
+    assert got == [("uninstall", "", ("torch",)),
+                   ("install", "", ("torch==2.14.*", "--index-url", "https://download.pytorch.org/whl/cu130")),
+                   ("venv", "~/venvs/torch", ()),
+                   ("install", "~/venvs/torch", ("torch==2.13.0+cpu", "--index-url", "https://download.pytorch.org/whl/cpu")),
+                   ("install", "", ("nvidia-ml-py",))]
+    assert [s.kind for s in steps("Reinstall with pip install --force-reinstall torch, from its index.")] == ["prose"]
