@@ -37,15 +37,17 @@ def check_cpu_only_on_gpu(m: Machine, ctx: Context) -> list[Finding]:
     if not m.torch.cpu_only and not m.torch.hip:
         return []       # a CUDA build, or one the facts do not name (never guessed CPU-only)
     hint = m.gpu_hint if not t.get("hip") else None
-    if not m.has_nvidia_gpu and not hint:
-        return []
+    if not m.has_nvidia_gpu:
+        if not hint:
+            return []
+        # Whether there is a GPU is unknown (a report names none): a question, not an error.
+        return [finding("torch.I001", version=t.get("version"), hint=hint, install=torch_fix(m, uninstall=True),
+                        facts={"python.torch.version": t.get("version"), "python.torch.cuda": None, "gpu_hint": hint})]
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
-    where = "on a machine with an NVIDIA GPU" if m.has_nvidia_gpu else f"where {hint}"
-    return [finding("torch.E002", version=t.get("version"), kind=kind, where=where,
-                    fix=torch_fix(m, uninstall=True) + ("" if m.has_nvidia_gpu else
-                                                        "\n(if this machine has no NVIDIA GPU, the CPU build is right)"),
+    return [finding("torch.E002", version=t.get("version"), kind=kind, where="on a machine with an NVIDIA GPU",
+                    fix=torch_fix(m, uninstall=True),
                     facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
-                           "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
+                           "nvidia.gpus": [g.label for g in m.gpus]})]
 
 
 @check("torch")

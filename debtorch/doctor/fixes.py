@@ -143,7 +143,9 @@ def target_wheel(m: Machine) -> Optional[dict]:
         return answer(_cpu_row(release, plat, py, libc), "cpu")
     ccs = sorted({g.cc for g in m.gpus if g.cc}, key=lambda cc: versions.parse_cc(cc) or ())   # for every GPU
     driver, note = m.driver.version, ""
-    if not driver and not m.driver.cuda and m.debian_driver:
+    if not driver and not m.driver.cuda and m.debian_driver and m.has_nvidia_gpu:
+        # A GPU without a driver yet: the wheel Debian's packaged driver will run (never assumed
+        # where nothing says there is a GPU).
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"
     platform = "windows" if m.driver.platform == "windows" else "linux"
 
