@@ -86,6 +86,8 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
                               supported=schema.BOOL, min_driver_linux=VERSION, min_driver_windows=VERSION,
                               max_driver_exclusive=VERSION),
         "caveat": _rows(id=STR, applies_to=STR, text=STR),
+        # [[last_branch]]: the last driver branch of an architecture NVIDIA retired.
+        "last_branch": _rows(arch=STR, cc=schema.List(CC, min_len=1), branch=VERSION),
     },
     "torch_wheels.toml": {
         # [[wheel]]: ``python`` the CPython versions ("3.11") the row's wheels are
@@ -125,6 +127,13 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
     },
     "cuda_arch.toml": {
         "nvcc": _rows("added dropped", cuda=VERSION, sass=ARCHS, added=ARCHS, dropped=ARCHS),
+    },
+    "debian_packages.toml": {
+        # [[package]]: where Debian's archive has a package a fix names (packaging/apt_names.py writes it).
+        "package": _rows("needs", name=STR, release=STR, component=STR, architectures=STRS,
+                         needs=schema.List(STR, expect="an array of strings"), checked=STR),
+        # [[architecture]]: Debian's name of a CPU architecture as `uname -m` prints it.
+        "architecture": _rows(debian=STR, uname=STRS),
     },
 }
 SCHEMA: Dict[str, schema.Table] = {name: schema.Table(tables, tuple(tables)) for name, tables in _FILES.items()}
@@ -427,6 +436,22 @@ def driver_cuda_supports(driver_cuda: Any, cuda_version: Any) -> Optional[str]:
             return None
         return "minor-compat" if need["minor_compat"] else "too-old"
     return "full"
+
+
+def last_driver_branch(compute_capability: Any) -> Optional[Row]:
+    """The [[last_branch]] row of a GPU's architecture ({arch, cc, branch, source}) where NVIDIA has
+    retired it (Maxwell, Pascal, Volta: R580), else None."""
+    cc = _cc(compute_capability) if versions.parse_cc(compute_capability) else None
+    row = next((r for r in load().tables["cuda_driver.toml"]["last_branch"] if cc and cc in r["cc"]), None)
+    return dict(row) if row else None
+
+
+def newest_driver_branch(platform: str = "linux") -> Optional[int]:
+    """The newest driver branch the toolkit table names (615 for CUDA 13.4's R615), or None."""
+    kb = load()
+    branches = [int(str(_driver_for(r, "driver", platform)).split(".")[0]) for r in kb.toolkits
+                if _driver_for(r, "driver", platform)]
+    return max(branches) if branches else None
 
 
 def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Row]:
@@ -934,6 +959,40 @@ def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]
     if cc is None or info is None:
         return None
     return any(c[0] == cc[0] and c[1] <= cc[1] for x in info["sass"] if (c := versions.parse_cc(x)))
+
+
+# --------------------------------------------------------------------------
+# Debian's packages (debian_packages.toml; docs/knowledge.md)
+
+
+def debian_arch(machine: Any) -> Optional[str]:
+    """Debian's name of a CPU architecture as ``uname -m`` prints it ("x86_64" -> "amd64"), or None."""
+    if not isinstance(machine, str) or not machine.strip():
+        return None
+    text = machine.strip().lower()
+    return next((row["debian"] for row in load().tables["debian_packages.toml"]["architecture"]
+                 if text == row["debian"] or text in row["uname"]), None)
+
+
+def debian_package(name: str, release: Any) -> Optional[Row]:
+    """The [[package]] row of ``name`` in Debian ``release`` ("12"): its component and the
+    architectures it installs on; None where the table does not name it for that release."""
+    rel = str(release).split(".")[0] if release is not None else ""
+    row = next((r for r in load().tables["debian_packages.toml"]["package"] if r["name"] == name and r["release"] == rel),
+               None)
+    return dict(row) if row else None
+
+
+def debian_has(name: str, release: Any, machine: Any) -> Optional[bool]:
+    """Whether Debian ``release`` has ``name`` for the CPU ``machine`` (uname -m); None where the
+    table does not cover that release or architecture."""
+    arch = debian_arch(machine)
+    covered = {r["release"] for r in load().tables["debian_packages.toml"]["package"]}
+    rel = str(release).split(".")[0] if release is not None else ""
+    if arch is None or rel not in covered:
+        return None
+    row = debian_package(name, rel)
+    return bool(row and arch in row["architectures"])
 
 
 def wheel_machine(arch: Any) -> Optional[Row]:

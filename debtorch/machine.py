@@ -473,6 +473,7 @@ class Machine:
             device_id = _str(g.get("pci_device_id"))
             if cc is None:
                 cc, cc_from = _cc_of(name, device_id)
+            name = _pci_name(name, device_id)
             idx = _int(g.get("index"))
             out.append(GPU(index=idx, name=name, cc=cc, cc_from=cc_from,
                            label=f"GPU {idx} ({name})" if idx is not None else (name or f"GPU #{i}"),
@@ -529,8 +530,21 @@ class Machine:
 
     @property
     def vgpu(self) -> bool:
-        """A virtual GPU (NVIDIA vGPU / GRID guest): its driver must match the host's vGPU manager."""
-        return any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in self.listed_gpus)
+        """A guest of NVIDIA's vGPU software: a virtual GPU (its driver must match the host's vGPU
+        manager), or a GPU that runs the licensed vGPU guest driver (:attr:`vgpu_software`)."""
+        vgpu_mode = any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in self.listed_gpus)
+        return vgpu_mode or self.vgpu_software is not None
+
+    @property
+    def vgpu_software(self) -> Optional[str]:
+        """The product of NVIDIA's licensed vGPU software this guest's driver is ("NVIDIA Virtual
+        Applications", with its license status), from nvidia-smi's XML; None where none is named."""
+        for g in self.listed_gpus:
+            product = _str(g.value("vgpu_product"))
+            status = _str(g.value("vgpu_license"))
+            if product or (status and status.lower().startswith("licensed")):
+                return ", ".join(x for x in (product, status) if x)
+        return None
 
     @staticmethod
     def oldest_cc(gpus: list) -> Optional[tuple]:
@@ -890,6 +904,23 @@ class Machine:
             "debian": o.debian.release if o.debian else None,
             "torch": t.version, "torch_cuda": t.cuda, "torch_variant": t.variant,
         }
+
+
+GENERIC_NAMES = ("graphics device", "nvidia graphics device")
+
+
+def _pci_name(name: Optional[str], device_id: Optional[str]) -> Optional[str]:
+    """The GPU's name, where nvidia-smi says only "Graphics Device" (a driver older than the GPU):
+    the product checks/pci.toml names for its PCI device id ("NVIDIA GeForce GTX 1660 Ti"), else the
+    name as given."""
+    if (name or "").strip().lower() not in GENERIC_NAMES or not device_id:
+        return name
+    row = knowledge.pci_device(device_id)
+    product = re.search(r"\[(.+)\]", row["name"]) if row else None
+    if not product:
+        return name
+    text = product.group(1).strip()
+    return text if text.lower().startswith("nvidia") else f"NVIDIA {text}"
 
 
 def _cc_of(name: Optional[str], device_id: Optional[str]) -> tuple:

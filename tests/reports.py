@@ -79,8 +79,11 @@ ISSUE_MACHINES = {
     "pascal-under-cu130": doc(torch="2.13.0+cu130", gpus=("NVIDIA GeForce GTX 1080",)),
     "cpu-fallback-kepler": doc(torch="2.13.0+cu130", gpus=("Tesla K80",)),
     "blackwell-under-cu126": doc(torch="2.13.0+cu126", gpus=("NVIDIA GeForce RTX 5090",)),
-    "unlabelled-1.7.1-cu102": doc(python="3.8.10", torch="1.7.1+cu110", gpus=("NVIDIA GeForce GTX 1080",),
-                                  driver="440.33.01"),
+    "old-1.7.1-on-pascal-and-driver-440": doc(python="3.8.10", torch="1.7.1+cu110", gpus=("NVIDIA GeForce GTX 1080",),
+                                              driver="440.33.01"),
+    # aarch64's 2.5.1 files carry no label: PyPI's CPU build and the cu124 index's CUDA build are both "2.5.1".
+    "unlabelled-2.5.1-cpu-build-on-gh200": {**doc(python="3.11.4", torch="2.5.1", gpus=("NVIDIA GH200 480GB",),
+                                                  driver="550.54.15", arch="aarch64")},
     "cpu-only-on-a-gpu-machine": doc(torch="2.13.0+cpu"),
     "no-gpu-cuda-build": {**doc(torch="2.13.0+cu130", gpus=(), driver=None),
                           "nvidia": {"pci_devices": [], "gpus": []}},

@@ -7,7 +7,14 @@ import re
 from typing import Optional
 
 from debtorch import knowledge, versions
-from debtorch.doctor.fixes import driver_upgrade, newest_for_python, pip_command, target_wheel, torch_fix
+from debtorch.doctor.fixes import (
+    driver_upgrade,
+    newest_for_python,
+    no_wheels_advice,
+    pip_command,
+    target_wheel,
+    torch_fix,
+)
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import Context, check
 from debtorch.findings import Finding, finding
@@ -25,6 +32,10 @@ def check_torch_installed(m: Machine, ctx: Context) -> list[Finding]:
     if not t or t.get("installed") is not False:
         return []
     exe = m.get("python.executable")
+    if m.wheels_for_arch == {}:
+        # No wheels for this CPU at all (armv7l, i686 ...): cpu.W004's advice, not pytorch.org's selector.
+        return [finding("torch.E001", about=exe or "", fix=no_wheels_advice(m), facts={"python.executable": exe,
+                                                                                     "os.arch": m.os.arch})]
     fix = torch_fix(m)
     if exe and fix.startswith("pip "):
         fix = f"{exe} -m {fix}"
@@ -213,7 +224,7 @@ def check_driver_for_torch(m: Machine, ctx: Context) -> list[Finding]:
                            upgrade=driver_upgrade(m), series=full["series"] if full else m.torch.series,
                            variant_name=full["variant"] if full else "", wheel_cuda=full["cuda"] if full else "",
                            install=torch_fix(m) if full else "", facts=f))
-    dd = m.debian_driver
+    dd = m.debian_driver if m.has_nvidia_gpu else None      # no GPU known: no driver of Debian's to judge
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)
         # The driver in use runs the wheel (its version says so, or CUDA works under it): what

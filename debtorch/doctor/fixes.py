@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from debtorch import knowledge, versions
+from debtorch.findings import finding_fix
 from debtorch.machine import Machine
 
 COMPONENT_ORDER = ["main", "contrib", "non-free", "non-free-firmware"]
@@ -59,32 +60,97 @@ def enable_components_fix(m: Machine, needed: list) -> str:
     return "\n".join(lines)
 
 
+def host_side(m: Machine, variant: str = "") -> str:
+    """The catalogue variant of a fix whose steps act on the kernel, the driver, Secure Boot or a
+    daemon of the host: "container" inside a container (they run on its host, not in it), else
+    ``variant``."""
+    return "container" if m.os.container else variant
+
+
 def driver_upgrade(m: Machine) -> str:
     """How this machine gets a newer NVIDIA driver, as the start of a sentence: for a vGPU from the
     host's vGPU software (whatever the guest's OS: gpu.I003), on Windows under WSL 2 or in a Windows
     report, from the container's host, else Debian's backports or NVIDIA's repository."""
+    if m.vgpu_software and not any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in m.listed_gpus):
+        return (f"Update the vGPU guest driver from the NVIDIA vGPU software release this guest is licensed for "
+                f"({m.vgpu_software}; NVIDIA's licensing portal), never the public driver or Debian's nvidia-driver")
     if m.vgpu:
         return "Update the vGPU guest driver to the release of the host's vGPU software"
-    if m.driver.platform == "windows":
-        return "Update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx; WSL uses it)"
     if m.driver.platform == "macos":
         return "Update NVIDIA's CUDA driver for macOS"
+    last = last_branch(m)
+    if m.driver.platform == "windows":
+        if last:
+            return (f"Update the NVIDIA driver on Windows to an R{last['branch']} release, the last branch for "
+                    f"{last['arch']} GPUs (https://www.nvidia.com/Download/index.aspx; WSL uses it)")
+        return "Update the NVIDIA driver on Windows (https://www.nvidia.com/Download/index.aspx; WSL uses it)"
     if m.os.container:
-        return "Upgrade the NVIDIA driver on the container's host"
+        stay = f", staying on R{last['branch']} (the last branch for {last['arch']} GPUs)" if last else ""
+        return f"Upgrade the NVIDIA driver on the container's host{stay}"
+    if last:
+        return (f"Upgrade the NVIDIA driver within R{last['branch']}, the last branch for {last['arch']} GPUs: a newer "
+                f"one drops them (Debian: backports, or NVIDIA's CUDA repository's cuda-drivers-{last['branch']})")
     return "Upgrade the NVIDIA driver (Debian: backports, or NVIDIA's CUDA repository)"
 
 
-def driver_install_fix(m: Machine) -> str:
-    return apt_install(m, headers_package(m), "nvidia-driver", "firmware-misc-nonfree") + "\nsudo reboot"
+def last_branch(m: Machine) -> Optional[dict]:
+    """The last driver branch of the oldest retired architecture among the machine's GPUs
+    (checks/cuda_driver.toml [[last_branch]]: R580 for Maxwell, Pascal and Volta), where it is older
+    than the newest branch; None where every GPU runs the newest drivers, or none is known."""
+    rows = [row for g in m.gpus if g.cc and (row := knowledge.last_driver_branch(g.cc))]
+    newest = knowledge.newest_driver_branch()
+    if not rows or newest is None:
+        return None
+    oldest = min(rows, key=_branch_number)
+    return oldest if _branch_number(oldest) < newest else None
+
+
+def _branch_number(row: dict) -> int:
+    return int(str(row["branch"]).split(".")[0])
+
+
+def driver_install_fix(m: Machine, enable: bool = True) -> str:
+    """Debian's driver: headers, nvidia-driver and its firmware, then a reboot; first (``enable``) the
+    components they need where the sources lack them (driver.E007 says that part itself)."""
+    packages = (headers_package(m), "nvidia-driver", "firmware-misc-nonfree")
+    line = apt_install_enabling(m, *packages) if enable else apt_install(m, *packages)
+    return line + "\nsudo reboot"
+
+
+def not_installed(m: Machine, *packages: str) -> list:
+    """Those of ``packages`` dpkg does not list as installed."""
+    have = m.get("apt.packages")
+    have = have if isinstance(have, dict) else {}
+    return [p for p in packages if not (isinstance(have.get(p), dict) and "installed" in str(have[p].get("status", "installed")))]
 
 
 def apt_install(m: Machine, *packages: str) -> str:
     """``sudo apt install`` of those ``packages`` dpkg does not list as installed (a fix never
     names what is installed); "" when all are."""
-    have = m.get("apt.packages")
-    have = have if isinstance(have, dict) else {}
-    want = [p for p in packages if not (isinstance(have.get(p), dict) and "installed" in str(have[p].get("status", "installed")))]
+    want = not_installed(m, *packages)
     return f"sudo apt install {' '.join(want)}" if want else ""
+
+
+def components_for(m: Machine, *packages: str) -> list:
+    """The components (checks/debian_packages.toml) of ``packages`` this Debian's sources lack, in
+    APT's order: what a fix must enable before it installs them.  [] where the sources or the
+    release are unknown, on a derivative, or where NVIDIA's CUDA repository provides NVIDIA's."""
+    if not m.os.is_debian or m.apt.components is None or m.apt.cuda_repo or m.os.debian is None:
+        return []
+    need: set = set()
+    for name in packages:
+        row = knowledge.debian_package(name, m.os.debian.release)
+        if row:
+            need.update(c for c in row.get("needs") or [row["component"]] if c not in m.apt.components)
+    return [c for c in COMPONENT_ORDER if c in need]
+
+
+def apt_install_enabling(m: Machine, *packages: str) -> str:
+    """:func:`apt_install`, after the lines that enable the components it needs (contrib for
+    nvidia-persistenced and python3-pynvml) where the sources lack them."""
+    line = apt_install(m, *packages)
+    need = components_for(m, *not_installed(m, *packages))
+    return f"{enable_components_fix(m, need)}\n{line}" if line and need else line
 
 
 VENV = "~/venvs/torch"
@@ -235,6 +301,14 @@ def keeps_installed(m: Machine, row: dict) -> bool:
     if row.get("release"):
         return bool(row.get("unlabelled")) and parsed["version"] == row["release"]
     return parsed["series"] == row["series"]
+
+
+def no_wheels_advice(m: Machine) -> str:
+    """cpu.W004's fix: what to do where PyTorch publishes no wheels for the CPU architecture (also
+    torch.E001's there: pytorch.org's selector has nothing for it)."""
+    release = m.os.debian.release if m.os.is_debian and m.os.debian else None
+    debian = knowledge.debian_has("python3-torch", release, m.os.arch) is True
+    return finding_fix("cpu.W004", variant="debian" if debian else "", machines=", ".join(knowledge.wheel_machines()))
 
 
 def newest_for_python(m: Machine) -> Optional[str]:
