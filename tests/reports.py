@@ -94,11 +94,24 @@ ISSUE_MACHINES = {
 }
 
 
-def _every() -> Iterator[Report]:
+def _recorded() -> Iterator[Report]:
+    """The fixture hosts (with and without --deep) and the machines issue 28 names."""
     for host in sorted(p for p in HOSTS.iterdir() if (p / "_host.json").exists()):
         for deep in (False, True):
             yield judged(f"{host.name}{' --deep' if deep else ''}",
                          facts_mod.collect(ReplayHost(host), facts_mod.Options(deep=deep)))
+    for name, facts in ISSUE_MACHINES.items():
+        yield judged(f"issue 28: {name}", facts)
+
+
+@functools.lru_cache(maxsize=1)
+def recorded_reports() -> tuple:
+    """The fixture hosts and the issue's machines, judged once per test session: the fast tier's set."""
+    return tuple(_recorded())
+
+
+def _every() -> Iterator[Report]:
+    yield from recorded_reports()
     for path in COLLECT_ENV:
         yield judged(f"collect_env {path.stem}", collectenv.parse_file(str(path)), "collect_env")
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,8 +121,6 @@ def _every() -> Iterator[Report]:
             yield judged(f"cpuinfo {path.name}", facts_mod.collect(cpuinfo_host(path, Path(tmp) / f"c{i}"), facts_mod.Options()))
     for tree in TREES:
         yield judged(f"os-release {tree.name}", facts_mod.collect(ReplayHost(tree), facts_mod.Options()))
-    for name, facts in ISSUE_MACHINES.items():
-        yield judged(f"issue 28: {name}", facts)
 
 
 @functools.lru_cache(maxsize=1)
