@@ -98,6 +98,16 @@ class Unavailable(Exception):
         self.reason = reason
 
 
+def _link_problem(path: Path) -> str:
+    """What the symbolic link ``path`` is, for a message: a loop, or a link."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"is {inputs.os_reason(exc)}"
+    return "is a symbolic link"
+
+
 def _reason_for(exc: OSError) -> str:
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return NOT_PRESENT
@@ -509,7 +519,10 @@ class ReplayHost(Host):
     live = False
 
     def __init__(self, folder, label: Optional[str] = None) -> None:
-        self.root = Path(folder).resolve()
+        try:
+            self.root = Path(folder).resolve()
+        except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before Python 3.13)
+            raise Unavailable(f"{folder}: a loop of symbolic links") from None
         if not self.root.is_dir():
             raise Unavailable(f"{folder}: not a folder")
         self.label = label or f"replay:{self.root.name}"
@@ -663,6 +676,8 @@ class RecordingHost(LiveHost):
         # A new or empty folder only: a recording must not overwrite a user's files,
         # nor mix with an older recording that replay would then believe.
         try:
+            if self.final.is_symlink():  # (exists() is False for a loop, and rename() cannot replace a link)
+                raise Unavailable(f"{folder}: {_link_problem(self.final)}; record into a new or empty folder")
             if self.final.exists() and not self.final.is_dir():
                 raise Unavailable(f"{folder}: not a folder")
             if self.final.is_dir() and any(self.final.iterdir()):

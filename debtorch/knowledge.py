@@ -119,7 +119,7 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
     },
     "thresholds.toml": {
         "threshold": _rows(name=STR, unit=STR, value=schema.Value(
-            ("a string or number", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)))),
+            ("a string or a finite number", lambda v: isinstance(v, str) or inputs.finite(v)))),
     },
     "pci.toml": {
         "device": _rows(id=STR, name=STR, chip=STR, cc=CC),

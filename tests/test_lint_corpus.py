@@ -58,12 +58,33 @@ def test_findings_match_the_hand_checked_expectations(path):
     assert all(f.get("note") for f in doc.get("finding", []) if f["verdict"] == "reject"), "a rejection needs a note"
 
 
-def test_precision_is_at_least_95_and_recall_at_least_90_percent_on_the_corpus():
-    verdicts = [f["verdict"] for p in SCRIPTS for f in expected(p).get("finding", [])]
-    missed = sum(len(expected(p).get("missed", [])) for p in SCRIPTS)
-    assert len(verdicts) >= 100
+def _scores(paths: list) -> tuple:
+    """(findings judged, precision, recall) of the hand-checked expectations of ``paths``."""
+    verdicts = [f["verdict"] for p in paths for f in expected(p).get("finding", [])]
+    missed = sum(len(expected(p).get("missed", [])) for p in paths)
     agreed = verdicts.count("agree")
-    assert agreed / len(verdicts) >= 0.95 and agreed / (agreed + missed) >= 0.9
+    return len(verdicts), agreed / len(verdicts), agreed / (agreed + missed)
+
+
+HELD_OUT = [p for p in SCRIPTS if expected(p).get("split") == "held-out"]
+DEVELOPMENT = [p for p in SCRIPTS if p not in HELD_OUT]
+
+
+def test_precision_is_at_least_95_and_recall_at_least_90_percent_on_the_development_split():
+    judged, precision, recall = _scores(DEVELOPMENT)
+    assert judged >= 100
+    assert precision >= 0.95 and recall >= 0.9
+
+
+def test_the_held_out_split_keeps_its_measured_scores():
+    """Issue 31's held-out split (round 2: 16 scripts from 16 new repositories, labelled before linting,
+    scored once with the final rules): precision 40 of 45 (89%), recall 40 of 49 (82%). The targets
+    (95% and 90%) are NOT met (docs/lint.md says where it fails). This holds the measured floor; a rule
+    change that raises it updates the expectations, never the labels."""
+    assert len(HELD_OUT) >= 15
+    judged, precision, recall = _scores(HELD_OUT)
+    assert judged >= 45
+    assert precision >= 0.88 and recall >= 0.81
 
 
 # Issue 22's patterns, each in a real script (the same patterns on minimal scripts: tests/test_lint_steps.py).

@@ -21,7 +21,7 @@ def test_a_spec_round_trips_and_names_its_preset():
 
 
 @pytest.mark.parametrize("text, says", [
-    ("sim:0", "RATE must be a number above 0"), ("sim:fast", "presets: a100"), ("sim:100,ahead=0", "ahead must"),
+    ("sim:0", "RATE must be a number from 0.01"), ("sim:fast", "presets: a100"), ("sim:100,ahead=0", "ahead must"),
     ("sim:100,gbps=-1", "gbps must"), ("sim:100,colour=red", "unknown or bad parameter 'colour=red'"),
     ("cuda", "a simulated device is sim:RATE"), ("sim:100", None)])
 def test_bad_specs_are_one_line(says, text):

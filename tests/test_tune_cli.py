@@ -82,7 +82,7 @@ def test_every_device_and_model_kind_is_handled(server_json, device, model):
 
 
 @pytest.mark.parametrize("value, says", [("tpu", "--device must be cpu, cuda or sim:RATE (got 'tpu')"),
-                                         ("sim:0", "RATE must be a number above 0"),
+                                         ("sim:0", "RATE must be a number from 0.01"),
                                          ("sim:h100-llama", "presets: a100-resnet50, a100-resnet50-tf32")])
 def test_a_bad_device_is_one_line(server_json, value, says):
     r = invoke("--facts", server_json, "--device", value)

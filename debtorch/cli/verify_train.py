@@ -24,6 +24,7 @@ from debtorch.cli.shared import (
     redactor,
 )
 from debtorch.report import Format
+from debtorch.textsafe import printable
 
 prog = Prog("debtorch verify-train")
 
@@ -114,7 +115,8 @@ def verify_train(
     if m.failure is not None:
         prog.note(r.text(m.failure.line()) if r else m.failure.line())
         if verbose and m.failure.detail.get("traceback"):
-            typer.echo(r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"], err=True)
+            traceback = r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"]
+            typer.echo("\n".join(printable(line) for line in str(traceback).splitlines()), err=True)
     if code == EXIT_INTERRUPTED:
         prog.note("interrupted; the report shows what was measured so far")
     raise typer.Exit(code)

@@ -9,7 +9,12 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
+
+from debtorch.lint.flow import Definitions, values_of
+
+if TYPE_CHECKING:
+    from debtorch.lint.project import FunctionSummary, Project
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -21,12 +26,14 @@ CPU = "cpu"            # a tensor on the host (a batch straight from the DataLoa
 OTHER = "other"        # not a tensor: a number, a string, a list, a numpy value
 MODEL = "model"        # an nn.Module (calling it gives DEVICE)
 MIXED = "mixed"        # assigned different kinds: unknown
+FOLLOWS = "follows"    # a function's result is where its tensor arguments are (project.py summaries)
 
 _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
 MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
                       r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
 LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
 _NOT_A_STEP = re.compile(r"print|log|info|warn|save|write|dump|record|append|update", re.I)  # f(loss, optimizer)
+_ACCUMULATION = re.compile(r"accum|grad_acc|update_freq|micro", re.I)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
                        r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
@@ -61,6 +68,12 @@ PLAIN_BUILTINS = frozenset("float int len round str bool repr list dict tuple se
                            "format abs min max sum".split())
 
 MODEL_FACTORIES = ("torchvision.models.", "timm.create_model", "transformers.", "models.")
+
+
+def body_of(node: ast.AST) -> List[ast.stmt]:
+    """The statements of a function or a loop (none for anything else)."""
+    body = getattr(node, "body", None)
+    return body if isinstance(body, list) else []
 
 
 def identifier(node: ast.AST) -> str:
@@ -192,8 +205,17 @@ class Region:
 class Script:
     """A parsed file and the answers the rules need; built once per file."""
 
-    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False):
+    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False,
+                 project: Optional["Project"] = None, room: int = 0):
         self.tree, self.text, self.path = tree, text, path
+        self.project = project    # the folder tree whose modules an import may name (project.py)
+        self.room = room          # bytes of the memory budget left for reading an imported module
+        self.definitions_cache: Dict[ast.AST, Definitions] = {}
+        self._calls_named: Optional[Dict[str, List[ast.Call]]] = None
+        self._imported: Dict[str, Optional["FunctionSummary"]] = {}
+        self.all_functions: List[ast.AST] = []
+        self._whole: Dict[ast.AST, bool] = {}
+        self._effects: Dict[tuple, Set[str]] = {}
         self.lines = text.splitlines()
         self.aliases: Dict[str, str] = {}
         self.functions: Dict[str, List[ast.AST]] = {}
@@ -228,11 +250,13 @@ class Script:
                     else:
                         top = a.name.split(".")[0]
                         self.aliases.setdefault(top, top)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for a in node.names:
+            elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+                for a in node.names:  # a relative import keeps its dots: ".utils.step" (project.py)
                     if a.name != "*":
-                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                        module = "." * node.level + (node.module or "")
+                        self.aliases[a.asname or a.name] = f"{module}.{a.name}" if node.module else module + a.name
             if isinstance(node, FUNCS) and node is not self.tree:
+                self.all_functions.append(node)
                 if cls is None:
                     self.functions.setdefault(node.name, []).append(node)
                 else:
@@ -290,7 +314,15 @@ class Script:
 
     # -- what calls what --------------------------------------------------
     def callees(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
-        """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class."""
+        """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class,
+        and a function handed to the call (``timed(step)``, ``retry(step, 3)``, ``partial(step, x)``)."""
+        called = self._called(call, scope)
+        for arg in list(call.args) + [k.value for k in call.keywords]:
+            if isinstance(arg, ast.Name) and not (isinstance(call.func, ast.Name) and call.func.id in self.classes):
+                called += [f for f in self.functions.get(arg.id, ()) if f not in called]
+        return called
+
+    def _called(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
         func = call.func
         if isinstance(func, ast.Name):
             if func.id in self.classes:  # a constructor: __init__ runs once, not per step
@@ -305,6 +337,8 @@ class Script:
                 found = self.method_of(cls, func.attr)
                 return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
                                                      if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+            if not any(func.attr in m for m in self.methods.values()):
+                return []  # no class of the file has such a method: nothing to look up
             cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
             found = self.method_of(cls, func.attr) if cls is not None else None
             return [found] if found else []
@@ -326,6 +360,42 @@ class Script:
     def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
         """``cls``'s method ``name``, its own or inherited from a same-file base."""
         return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
+
+    def calls_named(self, name: str) -> List[ast.Call]:
+        """Every call in the file whose callee's last name is ``name`` (``f(...)``, ``obj.f(...)``)."""
+        if self._calls_named is None:
+            self._calls_named = {}
+            for n in self.nodes:
+                if isinstance(n, ast.Call):
+                    self._calls_named.setdefault(identifier(n.func), []).append(n)
+        return self._calls_named.get(name, [])
+
+    def enclosing_scope(self, node: ast.AST) -> ast.AST:
+        """The innermost function holding ``node`` (by its place in the file), else the module."""
+        line, col = getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
+        best: ast.AST = self.tree
+        best_line = 0
+        for f in self.all_functions:
+            start: int = getattr(f, "lineno", 0)
+            end: int = getattr(f, "end_lineno", None) or start
+            if (start, getattr(f, "col_offset", 0)) < (line, col) and line <= end and start >= best_line:
+                best, best_line = f, start
+        return best
+
+    def imported(self, call: ast.AST) -> Optional["FunctionSummary"]:
+        """What a function of another module of the project, called here, gives (project.py); None when
+        the call is not to one (or it could not be read)."""
+        if self.project is None or not isinstance(call, ast.Call):
+            return None
+        name = self.qualname(call.func)
+        if not name or name.split(".")[0] in ("torch", "numpy", "np", "os", "sys", "math", "time"):
+            return None
+        if isinstance(call.func, ast.Name) and call.func.id in self.functions:
+            return None
+        if name not in self._imported:
+            from debtorch.lint.project import imported_function  # defer: only a run with a project reads one
+            self._imported[name] = imported_function(self.project, self.path, name, self.room)
+        return self._imported[name]
 
     def is_backward(self, call: ast.AST) -> bool:
         return isinstance(call, ast.Call) and (method(call) in ("backward", "manual_backward") or
@@ -362,6 +432,9 @@ class Script:
             if isinstance(node, ast.Call):
                 if self.is_training_call(node):
                     return True
+                summary = self.imported(node)
+                if summary is not None and summary.trains:
+                    return True
                 for f in self.callees(node, scope):
                     if self.function_kind(f, seen) == "step":
                         return True
@@ -384,11 +457,66 @@ class Script:
         return kind
 
     # -- what runs per step --------------------------------------------------
+    def effects(self, body: list, scope: ast.AST, depth: int = 0) -> Set[str]:
+        """What ``body`` runs, nested loops and the functions it calls included: "backward", "step"
+        (remembered per body: a loop's or a function's statements are asked about often)."""
+        key = (id(body), id(scope))
+        known = self._effects.get(key)
+        if known is not None:
+            return known
+        found = self._effects_of(body, scope, depth)
+        if depth == 0:
+            self._effects[key] = found
+        return found
+
+    def _effects_of(self, body: list, scope: ast.AST, depth: int) -> Set[str]:
+        found: Set[str] = set()
+        if depth > 3:
+            return found
+        for node in local_nodes(body):
+            if not isinstance(node, ast.Call):
+                continue
+            if self.is_backward(node):
+                found.add("backward")
+            elif self.is_optimizer_step(node):
+                found.add("step")
+            elif self.is_step_wrapper(node):
+                found.update(("backward", "step"))
+            else:
+                summary = self.imported(node)
+                if summary is not None and summary.trains:
+                    found.update(("backward", "step"))
+                for f in self.callees(node, scope):
+                    if f is not scope and not self._holds_training_loop(f, depth + 1):
+                        found |= self.effects(body_of(f), f, depth + 1)
+            if len(found) == 2:
+                break
+        return found
+
+    def _holds_training_loop(self, func: ast.AST, depth: int = 0) -> bool:
+        """Does ``func`` hold a loop that runs backward and an optimizer step (a whole training loop,
+        whose call is an epoch, not a step)?"""
+        if func not in self._whole:
+            self._whole[func] = False  # a recursive call while answering: not a training loop
+            self._whole[func] = any(isinstance(n, LOOPS) and self.effects(n.body, func, depth) == {"backward", "step"}
+                                    for n in local_nodes(body_of(func)))
+        return self._whole[func]
+
+    def _trains_by_effect(self, loop: ast.AST, scope: ast.AST) -> bool:
+        """A loop that runs backward and an optimizer step only through the loops it holds (micro-batches
+        in an inner accumulation loop, the step in a loop over several optimizers), none of which does
+        both itself: each of its iterations is one optimizer step."""
+        if self.effects(body_of(loop), scope) != {"backward", "step"}:
+            return False
+        inner = [n for n in local_nodes(body_of(loop)) if isinstance(n, LOOPS)]
+        return not any(self.effects(n.body, scope) == {"backward", "step"} for n in inner)
+
     def regions(self) -> List[Region]:
         """Per-step code of every training loop (a loop nested in another shares its statements)."""
         if self._regions is None:
             self._regions = [Region(loop, scope) for loop, scope in self.scope_of.items()
-                             if self.uses_torch and self._direct(loop.body, scope, set())]
+                             if self.uses_torch and (self._direct(loop.body, scope, set()) or
+                                                     self._trains_by_effect(loop, scope))]
             for region in self._regions:
                 Walker(self, region).run(region.loop)
         return self._regions
@@ -410,12 +538,31 @@ class Script:
         return k
 
     # -- guards ----------------------------------------------------------------
-    def periodic(self, test: ast.AST) -> bool:
-        """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
+    def boundary(self, stmt: ast.If) -> bool:
+        """Is this ``if`` the accumulation boundary (``if (i + 1) % accum == 0: optimizer.step()``)? It
+        runs on every optimizer step: what it holds is a per-step cost, not an occasional one."""
+        mods = [n for n in local_nodes(stmt.test) if isinstance(n, ast.BinOp) and is_mod(n)]
+        if not mods:
+            return False
+        if any(_ACCUMULATION.search(" ".join(names_in(m.right))) for m in mods):
+            return True
+        return any(isinstance(n, ast.Call) and (self.is_optimizer_step(n) or self.is_step_wrapper(n))
+                   for n in local_nodes(stmt.body) if not isinstance(n, LOOPS))
+
+    def occasional(self, stmt: ast.If, scope: ast.AST) -> bool:
+        """Does this ``if`` make its branch occasional: a logging interval, an epoch's end, a once-only
+        branch, a flag; and not the accumulation boundary (conditions by what they gate: docs/lint.md)."""
+        return not self.boundary(stmt) and self.periodic(stmt.test, scope)
+
+    def periodic(self, test: ast.AST, scope: Optional[ast.AST] = None, depth: int = 0) -> bool:
+        """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?
+        A name is judged by what it was assigned in ``scope`` (``should_log = step % k == 0``)."""
         for n in local_nodes(test):
             if is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)) and _PERIODIC.search(identifier(n)):
+                return True
+            if isinstance(n, ast.Name) and scope is not None and depth < 3 and self._periodic_name(n, scope, depth):
                 return True
             if isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops):
                 for side in [n.left] + n.comparators:
@@ -424,6 +571,14 @@ class Script:
             if isinstance(n, ast.Call) and self.call_name(n).startswith(("time.", "random.", "np.random", "numpy.random")):
                 return True
         return False
+
+    def _periodic_name(self, name: ast.Name, scope: ast.AST, depth: int) -> bool:
+        """Was ``name`` assigned only conditions that make a branch occasional?"""
+        values = values_of(self, name.id, scope, name)
+        if not values or not all(isinstance(v, ast.expr) for v, _ in values):
+            return False
+        return all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and self.periodic(v, where, depth + 1)
+                   for v, where in values)
 
     def only_if_not(self, test: ast.AST) -> bool:
         """Is the code that runs when ``test`` is false occasional: ``not should_log``, ``step % k != 0``,
@@ -500,7 +655,7 @@ class Walker:
                 continue
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
-                inner = guarded or self.script.periodic(stmt.test)
+                inner = guarded or self.script.occasional(stmt, scope)
                 for branch in (stmt.body, stmt.orelse):  # a branch that ends the run runs at most once
                     self.block(branch, inner or _jump(branch, self.script) == "raise", scope, depth + 1)
                 jump = _jump(stmt.body, self.script)
@@ -700,6 +855,15 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
     return rec(node.value) if isinstance(node, ast.NamedExpr) else None
 
 
+def _imported_elsewhere(script: Script, func: ast.AST) -> bool:
+    """Is ``func`` a name imported from a module other than torch's (a project's ``compute_loss``)? What
+    such a function returns is not known from its name: it may already be on the host."""
+    if not isinstance(func, ast.Name):
+        return False
+    origin = script.aliases.get(func.id)
+    return origin is not None and not origin.startswith("torch")
+
+
 def _where(kinds: set) -> Optional[str]:
     """Where a value computed from values of these kinds lives: on the device if any is, else the host."""
     return DEVICE if DEVICE in kinds else CPU if CPU in kinds else None
@@ -796,6 +960,11 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
+    summary = script.imported(node)
+    if summary is not None and summary.returns is not None:
+        if summary.returns == FOLLOWS:  # a tensor computed from its arguments: where they are
+            return _where({rec(a) for a in node.args})
+        return summary.returns
     fk = rec(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if fk == MODEL:
         return DEVICE
@@ -803,9 +972,33 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and MODELISH.match(ident) and fk is None:
         return DEVICE
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and LOSSISH.search(ident) and fk is None \
-            and not script.functions.get(ident):
+            and not script.functions.get(ident) and not _imported_elsewhere(script, func):
         return DEVICE
     return None
+
+
+def return_kind(script: Script, func: ast.AST) -> Optional[str]:
+    """What ``func`` returns, for callers in other files: a kind every ``return`` agrees on, computed
+    with its parameters taken to be on the device and again on the host (FOLLOWS when the result moves
+    with them); None when unknown or when the returns disagree."""
+    if not isinstance(func, FUNCS):
+        return None
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+    values = [n.value for n in local_nodes(func.body) if isinstance(n, ast.Return) and n.value is not None]
+    if not values:
+        return None
+    kinds = script.kinds(func)
+
+    def assuming(where: str) -> Optional[str]:
+        def lookup(name: str) -> Optional[str]:
+            return where if name in params and name not in kinds.assigned else kinds.of(name)
+        found = {classify(script, v, lookup) for v in values}
+        return found.pop() if len(found) == 1 else None
+
+    on_device, on_host = assuming(DEVICE), assuming(CPU)
+    if on_device == DEVICE and on_host == CPU:
+        return FOLLOWS
+    return on_device if on_device == on_host else None
 
 
 class Flow:

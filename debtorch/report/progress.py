@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from debtorch.textsafe import printable
+
 
 class Bar:
     """A bar counting ``unit`` (a context manager); off a terminal, labels go to the log as
@@ -38,6 +40,7 @@ class Bar:
             self.bar.stop()
 
     def label(self, text: str) -> None:
+        text = printable(text)
         if self.bar is not None:
             self.bar.update(self.task, description=text)
         elif self.log:
