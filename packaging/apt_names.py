@@ -143,7 +143,8 @@ def observe(names: list, releases: dict) -> list:
                 rows.append({"name": name, "release": release, "component": "/".join(sorted(entry["components"])),
                              "architectures": entry["arches"], "needs": entry["needs"] or [], "checked": today,
                              "source": f"apt-cache show and apt-get install -s on an empty {codename} system per "
-                                       f"architecture ({MIRROR} {codename}, -updates, -security; {COMPONENTS}), "
+                                       f"architecture, apt-get install --print-uris on amd64 for what it needs "
+                                       f"({MIRROR} {codename}, -updates, -security; {COMPONENTS}), "
                                        f"packaging/apt_names.py, {today}"})
     return rows
 

@@ -103,13 +103,14 @@ def _machine(arch: str = "x86_64", components: tuple = ("main",)) -> Machine:
 @pytest.mark.parametrize("arch, fix, says", [
     ("x86_64", "sudo apt install nvidia-drivers", "not in Debian 12"),            # a misspelt name
     ("armv7l", "sudo apt install nvidia-driver", "has none for armhf"),           # no armhf build
-    ("x86_64", "sudo apt install nvidia-persistenced", "needs contrib, which the sources lack"),
+    ("x86_64", "sudo apt install nvidia-persistenced", "needs contrib non-free, which the sources lack"),
 ])
 def test_a_package_that_is_not_there_fails(arch: str, fix: str, says: str) -> None:
     assert says in " ".join(problems(_machine(arch), fix))
 
 
 def test_a_fix_that_enables_the_component_passes() -> None:
-    fix = ("In /etc/apt/sources.list.d/debian.sources, set every Debian stanza's line to `Components: main contrib`\n"
+    fix = ("In /etc/apt/sources.list.d/debian.sources, set every Debian stanza's line to `Components: main contrib "
+           "non-free`\n"
            "sudo apt update\nsudo apt install nvidia-persistenced")
     assert problems(_machine(), fix) == []
