@@ -228,20 +228,33 @@ def target_wheel(m: Machine) -> Optional[dict]:
         kind = "nearest"                       # a release newer than the table: its nearest known one
     if row is None and keep and best(release, python=None) and not best(release):
         note = f"{t.version} has no wheels for Python {py}"
-    if row is None and latest and versions.below(series, latest):
-        row, kind = best(latest), "newer"
     known = knowledge.known_series(plat)
+
+    def held_back(s: str) -> str:
+        """What holds the machine back from a release newer than ``s``: its driver, its Python or its glibc."""
+        newer = [x for x in known if versions.below(s, x)]
+        if (driver or m.driver.cuda) and (not ccs or any(best(x, drv=None) for x in newer)):
+            return f"release {s}: the newest that {f'driver {driver}' if driver else 'this driver'} runs"
+        if any(best(x, python=None) for x in newer):
+            return f"release {s}: the newest with wheels for Python {py}"
+        if any(best(x, glibc=None) for x in newer):
+            return f"release {s}: the newest whose wheels run on glibc {libc}"
+        return ""
+
+    if row is None and latest and versions.below(series, latest):
+        # A newer release: the newest that fits, not only the latest (a driver may run 2.11's cu128
+        # but no wheel of 2.14).
+        for s in reversed([x for x in known if versions.below(series, x)]):
+            row = best(s)
+            if row is not None:
+                kind = "newer"
+                note = held_back(s) if s != latest else note
+                break
     for s in reversed([s for s in known if versions.below(s, series)] if row is None else []):
         row = best(s)
         if row is not None:
-            kind, newer = "older", [x for x in known if versions.below(s, x)]
-            # What holds the machine back from a newer release: its driver, or its Python.
-            if (driver or m.driver.cuda) and (not ccs or any(best(x, drv=None) for x in newer)):
-                note = f"release {row['series']}: the newest that {f'driver {driver}' if driver else 'this driver'} runs"
-            elif any(best(x, python=None) for x in newer):
-                note = f"release {row['series']}: the newest with wheels for Python {py}"
-            elif any(best(x, glibc=None) for x in newer):
-                note = f"release {row['series']}: the newest whose wheels run on glibc {libc}"
+            kind = "older"
+            note = held_back(s)
             break
     if row is None and ccs:
         # The CPU build: because no wheel for this Python has code for the GPUs ("cpu"), or because
