@@ -73,6 +73,49 @@ def fetch() -> int:
     return 1 if failed else 0
 
 
+def _git_dir(mirrors: Path, owner: str, repo: str) -> Path | None:
+    """The git directory of ``owner/repo``'s snapshot under ``mirrors`` (``owner+repo/repo``, bare or with a
+    work tree), or None when that repository has not been fetched."""
+    top = mirrors / f"{owner}+{repo}" / "repo"
+    for candidate in (top / ".git", top):
+        if (candidate / "objects").is_dir():
+            return candidate
+    return None
+
+
+def fill_from_mirrors(mirrors: Path) -> int:
+    """Write each script of SOURCES.md into the corpus folder from a local git snapshot of its repository
+    (``git show COMMIT:PATH``): for machines that cannot reach raw.githubusercontent.com but hold
+    snapshots laid out as ``MIRRORS/<owner>+<repo>/repo`` (docs/corpus.md). Returns 1 when any script
+    is still missing, naming the repositories to fetch."""
+    import subprocess
+
+    dest = corpus.folder()
+    dest.mkdir(parents=True, exist_ok=True)
+    missing: dict[str, list[str]] = {}
+    for name, (owner, repo, commit, path) in sorted(corpus.origins().items()):
+        target = dest / name
+        if target.exists():
+            continue
+        git = _git_dir(mirrors, owner, repo)
+        if git is None:
+            missing.setdefault(f"{owner}/{repo}", []).append(name)
+            continue
+        shown = subprocess.run(["git", f"--git-dir={git}", "show", f"{commit}:{path}"],
+                               capture_output=True, timeout=60, check=False)
+        if shown.returncode != 0:
+            missing.setdefault(f"{owner}/{repo} at {commit[:12]}", []).append(name)
+            continue
+        data = shown.stdout
+        tmp = target.with_suffix(".part")
+        tmp.write_bytes(data if data.endswith(b"\n") else data + b"\n")   # as kept: a final newline added
+        tmp.replace(target)
+        print(f"{name}: {len(data)} bytes from {owner}/{repo} {commit[:12]}:{path}")
+    for where, names in sorted(missing.items()):
+        print(f"not in {mirrors}: {where} ({', '.join(names)})", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def corpus_paths(split: str = "all") -> list:
     names = set(expectations(split))
     return [str(corpus.script(n)) for n in corpus.expected_names() if n in names and corpus.script(n).exists()]
@@ -208,11 +251,15 @@ def main() -> int:
     parser.add_argument("--stdlib", action="store_true", help="also lint Python's standard library, timed")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("--fetch", action="store_true", help="download the public scripts (SOURCES.md) first")
+    parser.add_argument("--from-mirrors", metavar="DIR", type=Path,
+                        help="fill the corpus folder from git snapshots DIR/<owner>+<repo>/repo instead")
     parser.add_argument("--split", choices=("all", "development", "held-out"), default="all",
                         help="score one split of the corpus (issue 31's held-out scripts, or the others)")
     parser.add_argument("--folder", action="store_true", help="also time a 100-file project folder")
     args = parser.parse_args()
     if args.fetch and fetch():
+        return 1
+    if args.from_mirrors is not None and fill_from_mirrors(args.from_mirrors):
         return 1
     missing = [n for n in corpus.expected_names() if not corpus.script(n).exists()]
     if missing:

@@ -285,7 +285,8 @@ def test_a_choice_within_noise_of_the_runner_up_says_so_in_the_reasons_and_the_t
     assert doc["within_noise_of"] == result.runner_up.short()
     # ... and which procedure judged "beyond noise": Pocock's boundary over the looks a pair can get
     assert doc["sequential"]["procedure"] == "pocock" and doc["sequential"]["most_looks"] == 20
-    assert "beyond noise: Pocock's boundary, 20 looks a pair at most, each at 99.25%" in trials_lines(result)
+    assert "beyond noise: Pocock's boundary, 20 looks a pair at most, each at 99.25%" in trials_lines(result, True)
+    assert not any("Pocock" in line for line in trials_lines(result))   # statistics under -v (issue 34, item 7)
 
 
 def test_the_written_reasons_show_the_split_was_searched():

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from debtorch import inputs
+from debtorch.budget import seconds_problem
 from debtorch.cli.shared import (
     DEVICE_HELP,
     EXIT_INTERRUPTED,
@@ -57,11 +57,12 @@ def tune(
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Tune for a machine recorded with 'debtorch facts --record DIR', rules only."),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc beyond this machine's bound (4 x its usable CPUs); the config says so."),
     redact: bool = typer.Option(False, "--redact", help="Replace host and user names, home paths, serials, UUIDs, MAC and IP addresses in the output."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the statistics behind --measure's choices (Pocock's boundary, looks)."),
 ) -> None:
     """Training settings for this machine, each with its reason; --write saves them for debtorch.load()."""
     started = time.monotonic()  # --budget counts from here: reading the machine is part of it
     from debtorch.report.progress import TrialsBar  # defer: as above
-    from debtorch.report.tune import TuneView  # defer: as above
+    from debtorch.report.tune import TuneView, chosen_by  # defer: as above
     from debtorch.tune import config, rules  # defer: the tuner, its worker and tomlkit, only for this command
     from debtorch.tune import run as tuning  # defer: as above
     from debtorch.tune.measure import MIN_BUDGET_S, MeasureError, MeasureOptions  # defer: as above
@@ -79,10 +80,9 @@ def tune(
         if value is not None and not measure:
             prog.fail(f"{name} only applies to --measure (rules alone measure nothing)")
     budget = MeasureOptions.budget_s if budget is None else budget
-    if measure and not (inputs.finite(budget) and 0 < budget <= config.BUDGET_MAX_S):
-        prog.fail(f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {budget:g})")
-    if measure and budget < MIN_BUDGET_S:  # before the facts: probing the interpreter takes seconds
-        prog.fail(f"--budget {budget:g} is too small to measure anything; give at least {MIN_BUDGET_S:g} seconds")
+    problem = seconds_problem("--budget", budget, MIN_BUDGET_S) if measure else None
+    if problem:  # before the facts: probing the interpreter takes seconds
+        prog.fail(problem)
     if epochs is not None and steps is not None:
         prog.fail("give --epochs or --steps, not both")
     check_python(prog, python, elsewhere=bool(elsewhere))
@@ -98,13 +98,14 @@ def tune(
     options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
                              started=started) if measure else None
     host = None if facts_file else open_host(prog, replay)
-    bar = TrialsBar() if measure else contextlib.nullcontext()
+    bar = TrialsBar(f"measuring {options.workload} within --budget {budget:g} s: starting the worker (importing torch), "
+                    "then a calibration trial") if options else contextlib.nullcontext()
     try:
         facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
         if host is not None:
             check_answered(prog, facts, python, host)
         with bar:
-            tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if measure else None)
+            tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if options else None)
     except rules.RequestError as exc:
         prog.fail(str(exc))
     except MeasureError as exc:
@@ -116,9 +117,10 @@ def tune(
         if host is not None:
             host.close()
     r = redactor(facts) if redact else None
-    present(TuneView(tuned, settings=not write), fmt, r)
-    if write is not None:
+    if write is not None:   # first: the report ends with what to do with the file
         with prog.fails_on(config.ConfigError):
             tuned.write(write, force)
-        prog.note(f"wrote {r.text(write) if r else write} ({tuned.rec.settings.short()}; chosen by {tuned.rec.chosen_by})")
+        prog.note(f"wrote {r.text(write) if r else write}: {tuned.rec.settings.words()} "
+                  f"({tuned.rec.settings.short()}, chosen by {chosen_by(tuned.rec.chosen_by)})")
+    present(TuneView(tuned, settings=not write, written=write, verbose=verbose), fmt, r)
     raise typer.Exit(EXIT_OK)

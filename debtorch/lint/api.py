@@ -20,7 +20,7 @@ from debtorch.lint import torchfix_bridge
 from debtorch.lint.checks import iter_checks
 from debtorch.lint.project import FunctionSummary, Project, Summaries, top_functions
 from debtorch.lint.result import FileError, Kept, Located, Report, located, new_counts
-from debtorch.lint.script import Script, return_kind
+from debtorch.lint.script import Script, return_kind, skips_sync
 
 __all__ = ["FileResult", "Located", "Report", "lint_text", "lint_file", "lint_paths",
            "discover", "LintUsageError"]
@@ -123,7 +123,7 @@ def summarise(path: str, data: bytes, room: int) -> Optional[Summaries]:
         return None
     try:
         script = Script(tree, text, path)
-        return {name: FunctionSummary(return_kind(script, f), script.function_kind(f) == "step")
+        return {name: FunctionSummary(return_kind(script, f), script.function_kind(f) == "step", skips_sync(f))
                 for name, f in top_functions(tree).items()}
     except (Exception, RecursionError):  # noqa: BLE001 - a module that cannot be read is unknown, never a crash
         return None

@@ -24,10 +24,12 @@ from debtorch import inputs
 class FunctionSummary:
     """What a function of another module of the project gives: ``returns``, the kind of its value
     (script.DEVICE, CPU, OTHER, MODEL) when every return agrees, else None; ``trains``, whether one call
-    runs a training step (backward or an optimizer step, itself or through its own calls)."""
+    runs a training step (backward or an optimizer step, itself or through its own calls); ``syncs``,
+    whether it calls ``no_sync()`` or sets ``require_backward_grad_sync`` (a DDP sync wrapper)."""
 
     returns: Optional[str]
     trains: bool
+    syncs: bool = False
 
 
 Summaries = Dict[str, FunctionSummary]
@@ -98,5 +100,26 @@ def imported_function(project: Optional[Project], importer: str, qualified: str,
     return found.get(name) if found else None
 
 
+def imported_method(project: Optional[Project], importer: str, cls: str, name: str, room: int) -> Optional[FunctionSummary]:
+    """The summary of method ``name`` of the class a script's import names (``trainer.Trainer``), when its
+    module is in the project and the class defines the method itself."""
+    if "." not in cls:
+        return None
+    level = len(cls) - len(cls.lstrip("."))
+    module, _, class_name = cls.lstrip(".").rpartition(".")
+    path = project.module_file(importer, module, level) if project is not None else None
+    found = project.functions(path, room) if project is not None and path is not None else None
+    return found.get(f"{class_name}.{name}") if found else None
+
+
 def top_functions(tree: ast.Module) -> Dict[str, ast.AST]:
-    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """The module's top-level functions by name, and its top-level classes' methods as ``Class.method``."""
+    out: Dict[str, ast.AST] = {}
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[n.name] = n
+        elif isinstance(n, ast.ClassDef):
+            for m in n.body:
+                if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"{n.name}.{m.name}"] = m
+    return out

@@ -59,6 +59,15 @@ PLAIN_METHODS = frozenset("item tolist numpy size dim numel nelement element_siz
 FACTORIES = frozenset("tensor as_tensor from_numpy zeros ones empty full arange linspace logspace rand randn "
                       "randint randperm eye zeros_like ones_like empty_like full_like rand_like randn_like "
                       "randint_like normal bernoulli multinomial".split())
+# The legacy constructors (torch.Tensor([...]), torch.LongTensor(n)) build on the host as well;
+# torch.cuda.FloatTensor(...) is another name (it has a dot after torch.) and stays unknown.
+LEGACY_TENSORS = frozenset("Tensor FloatTensor DoubleTensor HalfTensor BFloat16Tensor LongTensor IntTensor "
+                           "ShortTensor ByteTensor CharTensor BoolTensor".split())
+# A method whose name says it runs one training step (a convention of trainers: Keras' train_on_batch,
+# Lightning's training_step, CycleGAN's optimize_parameters), taken to train where its object's class
+# cannot be read (another module outside the project, or one too large to read).
+STEP_METHOD = re.compile(r"^(?:train(?:ing)?_(?:step|batch|on_batch|one_batch|one_step)"
+                         r"|optimi[sz]e_parameters)$")
 # torch.* names that are not tensor computations.
 TORCH_PLAIN = frozenset("device no_grad enable_grad inference_mode set_grad_enabled is_tensor numel manual_seed "
                         "load save compile jit autocast get_default_dtype is_grad_enabled cuda backends "
@@ -89,6 +98,24 @@ def identifier(node: ast.AST) -> str:
             node = node.value
         else:
             return ""
+
+
+def _constructed(call: ast.Call) -> ast.Call:
+    """The call that made an object, past the moves chained on it: ``Trainer(net).cuda()`` -> ``Trainer(net)``."""
+    while method(call) in ("cuda", "to", "train", "float", "half") and isinstance(call.func, ast.Attribute) \
+            and isinstance(call.func.value, ast.Call):
+        call = call.func.value
+    return call
+
+
+def dotted(node: ast.AST) -> str:
+    """``self.loss_ema`` -> ``self.loss_ema``, ``x`` -> ``x``; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
 
 
 def root_name(node: ast.AST) -> str:
@@ -234,6 +261,9 @@ class Script:
             self.uses_torch = self.cuda_path = self.cuda_explicit = True
         self._regions: Optional[List[Region]] = None
         self._kinds_cache: Dict[ast.AST, Kinds] = {}
+        self._returns: Dict[ast.AST, Optional[str]] = {}
+        self._instance_names: Optional[Set[str]] = None
+        self.training_loaders: Optional[List[ast.Call]] = None   # checks.training_loaders, once per file
 
     # -- indexing -------------------------------------------------------
     def _index(self) -> None:
@@ -397,6 +427,51 @@ class Script:
             self._imported[name] = imported_function(self.project, self.path, name, self.room)
         return self._imported[name]
 
+    def trains_elsewhere(self, call: ast.Call, scope: ast.AST) -> bool:
+        """Does this call run a training step defined outside the file: a function of another module of
+        the project that trains, a method of another module's class that does (``trainer =
+        Trainer(net).cuda()`` ... ``trainer.train_step(x, y)``), or, where that class cannot be read, a
+        method whose name says it is a training step (STEP_METHOD)?"""
+        summary = self.imported(call)
+        if summary is not None:
+            return summary.trains
+        name = method(call)
+        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+        readable = self.project is not None and isinstance(recv, ast.Name) and recv.id in self.instance_names()
+        if not name or not (readable or STEP_METHOD.match(name)) or self._called(call, scope):
+            return False  # (the cheap questions first: most calls are none of these)
+        built = self.built_by(recv, scope) if readable and isinstance(recv, ast.Name) else None
+        if built is not None and self.project is not None:
+            from debtorch.lint.project import imported_method  # defer: only a run with a project reads one
+            found = imported_method(self.project, self.path, built, name, self.room)
+            if found is not None:
+                return found.trains
+        return bool(STEP_METHOD.match(name))
+
+    def instance_names(self) -> Set[str]:
+        """Names the file assigns a call of a capitalised name it imports (``trainer = Trainer(net)``): the
+        only receivers :meth:`built_by` can answer for (a cheap first look)."""
+        if self._instance_names is None:
+            self._instance_names = set()
+            for n in self.nodes:
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                    made = _constructed(n.value)
+                    if root_name(made.func) in self.aliases and identifier(made.func)[:1].isupper():
+                        self._instance_names.update(t.id for t in n.targets if isinstance(t, ast.Name))
+        return self._instance_names
+
+    def built_by(self, name: ast.Name, scope: ast.AST) -> Optional[str]:
+        """The imported class whose instance ``name`` holds (``Trainer(net)``, ``Trainer(net).cuda()``),
+        qualified by the file's imports; None when not one such class."""
+        values = values_of(self, name.id, scope, name)
+        if not values or len(values) != 1 or not isinstance(values[0][0], ast.Call):
+            return None
+        func = _constructed(values[0][0]).func
+        if not isinstance(func, (ast.Name, ast.Attribute)) or identifier(func)[:1].islower():
+            return None
+        qualified = self.qualname(func)
+        return qualified if "." in qualified and qualified.split(".")[0] not in ("torch", "self") else None
+
     def is_backward(self, call: ast.AST) -> bool:
         return isinstance(call, ast.Call) and (method(call) in ("backward", "manual_backward") or
                                                self.call_name(call) == "torch.autograd.backward")
@@ -430,10 +505,7 @@ class Script:
                 stack.append(node.test if isinstance(node, ast.While) else node.iter)
                 continue
             if isinstance(node, ast.Call):
-                if self.is_training_call(node):
-                    return True
-                summary = self.imported(node)
-                if summary is not None and summary.trains:
+                if self.is_training_call(node) or self.trains_elsewhere(node, scope):
                     return True
                 for f in self.callees(node, scope):
                     if self.function_kind(f, seen) == "step":
@@ -483,8 +555,7 @@ class Script:
             elif self.is_step_wrapper(node):
                 found.update(("backward", "step"))
             else:
-                summary = self.imported(node)
-                if summary is not None and summary.trains:
+                if self.trains_elsewhere(node, scope):
                     found.update(("backward", "step"))
                 for f in self.callees(node, scope):
                     if f is not scope and not self._holds_training_loop(f, depth + 1):
@@ -531,6 +602,14 @@ class Script:
                     seen.add(id(step.node))
                     yield step
 
+    def returns(self, func: ast.AST) -> Optional[str]:
+        """What a function of this file returns (:func:`return_kind`), once per function; None while it
+        is being answered (a recursive call) and when unknown."""
+        if func not in self._returns:
+            self._returns[func] = None
+            self._returns[func] = return_kind(self, func)
+        return self._returns[func]
+
     def kinds(self, scope: ast.AST) -> "Kinds":
         k = self._kinds_cache.get(scope)
         if k is None:
@@ -556,8 +635,12 @@ class Script:
 
     def periodic(self, test: ast.AST, scope: Optional[ast.AST] = None, depth: int = 0) -> bool:
         """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?
-        A name is judged by what it was assigned in ``scope`` (``should_log = step % k == 0``)."""
+        A name is judged by what it was assigned in ``scope`` (``should_log = step % k == 0``). An
+        interval the code sets to 1 (``log_interval = 1``, an option whose default is 1) is every step."""
+        skip = {id(n) for m in local_nodes(test) if is_mod(m) and self.every_time(m, scope) for n in local_nodes(m)}
         for n in local_nodes(test):
+            if id(n) in skip:
+                continue
             if is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)) and _PERIODIC.search(identifier(n)):
@@ -572,6 +655,17 @@ class Script:
                 return True
         return False
 
+    def every_time(self, mod: ast.AST, scope: Optional[ast.AST]) -> bool:
+        """Is ``a % n`` an interval of 1 as the code sets it (a literal, a constant of the module or the
+        function, the default of the file's own option)?"""
+        if not isinstance(mod, ast.BinOp):
+            return False
+        return constant_value(self, mod.right, scope if scope is not None else self.tree, mod) == 1
+
+    def interval(self, node: ast.AST, scope: Optional[ast.AST] = None) -> bool:
+        """``a % n`` of a step counter by an interval not known to be 1."""
+        return is_mod(node) and not self.every_time(node, scope)
+
     def _periodic_name(self, name: ast.Name, scope: ast.AST, depth: int) -> bool:
         """Was ``name`` assigned only conditions that make a branch occasional?"""
         values = values_of(self, name.id, scope, name)
@@ -580,17 +674,47 @@ class Script:
         return all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and self.periodic(v, where, depth + 1)
                    for v, where in values)
 
-    def only_if_not(self, test: ast.AST) -> bool:
+    def only_if_not(self, test: ast.AST, scope: Optional[ast.AST] = None) -> bool:
         """Is the code that runs when ``test`` is false occasional: ``not should_log``, ``step % k != 0``,
-        ``step % k``? (What follows ``if test: continue`` or ``return``.)"""
+        ``step % k``? (What follows ``if test: continue`` or ``return``, and an ``if``'s ``else``.)"""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self.periodic(test.operand)
+            return self.periodic(test.operand, scope)
         if isinstance(test, ast.BoolOp):  # `a or b`: the rest runs under not a and not b
-            parts = [self.only_if_not(v) for v in test.values]
+            parts = [self.only_if_not(v, scope) for v in test.values]
             return any(parts) if isinstance(test.op, ast.Or) else all(parts)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
-            return any(is_mod(x) for x in (test.left, test.comparators[0]))
-        return is_mod(test)
+            return any(self.interval(x, scope) for x in (test.left, test.comparators[0]))
+        return self.interval(test, scope)
+
+    def mods_of(self, test: ast.AST, scope: ast.AST) -> List[ast.BinOp]:
+        """The ``a % n`` of a condition, those of the values its names hold included
+        (``need_update = (i + 1) % accum == 0; if not need_update:``)."""
+        parts = [test]
+        for n in local_nodes(test):
+            if isinstance(n, ast.Name):
+                parts += [v for v, _ in values_of(self, n.id, scope, n) or [] if isinstance(v, ast.expr)]
+        return [m for p in parts for m in local_nodes(p) if isinstance(m, ast.BinOp) and is_mod(m)]
+
+    def skips_to_step(self, test: ast.AST, rest: List[ast.stmt], scope: ast.AST) -> bool:
+        """Is ``if test: continue`` (or ``return``) the accumulation boundary written as an early exit
+        (``if step % accum != 0: continue`` before the optimizer step, or ``if not need_update:
+        continue`` with ``need_update = (i + 1) % accum == 0``)? What follows it then runs on every
+        optimizer step, not occasionally."""
+        if any(_ACCUMULATION.search(" ".join(names_in(m.right))) for m in self.mods_of(test, scope)):
+            return True
+        return any(isinstance(n, ast.Call) and (self.is_optimizer_step(n) or self.is_step_wrapper(n))
+                   for n in local_nodes(rest))
+
+    @staticmethod
+    def lazy_init(stmt: ast.If) -> bool:
+        """``if x is None: x = ...``: the branch that sets ``x`` runs once (the first step), then ``x``
+        is no longer None."""
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+                and constant(test.comparators[0]) is None and isinstance(test.left, (ast.Name, ast.Attribute))):
+            return False
+        target = dotted(test.left)
+        return any(dotted(t) == target for n in local_nodes(stmt.body) for t, _ in assignments(n))
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
@@ -610,6 +734,38 @@ def is_mod(node: ast.AST) -> bool:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
+
+
+def argparse_default(script: "Script", dest: str) -> object:
+    """The default of the file's own ``parser.add_argument("--dest", default=...)``; NOT_CONSTANT if unknown."""
+    for n in script.nodes:
+        if isinstance(n, ast.Call) and method(n) == "add_argument":
+            name = constant(keyword(n, "dest"))
+            if not isinstance(name, str):
+                flags = [f for f in map(constant, n.args) if isinstance(f, str)]
+                flags = [f for f in flags if f.startswith("--")] or flags
+                name = flags[0].lstrip("-").replace("-", "_") if flags else None
+            if name == dest:
+                default = keyword(n, "default")
+                return constant(default) if default is not None else NOT_CONSTANT
+    return NOT_CONSTANT
+
+
+def constant_value(script: "Script", node: Optional[ast.AST], scope: ast.AST, at: Optional[ast.AST]) -> object:
+    """What ``node`` is known to hold: a literal; a name the code assigns one literal only (a module
+    constant ``workers = 4``, a local ``log_interval = 1``); ``args.x`` the default of the file's own
+    ``--x`` option. NOT_CONSTANT otherwise."""
+    found = constant(node)
+    if found is not NOT_CONSTANT or node is None:
+        return found
+    if isinstance(node, ast.Name):
+        values = values_of(script, node.id, scope, at)
+        if values and len(values) == 1 and isinstance(values[0][0], ast.AST):
+            return constant(values[0][0])
+        return NOT_CONSTANT
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return argparse_default(script, node.attr)
+    return NOT_CONSTANT
 
 
 class Walker:
@@ -649,17 +805,22 @@ class Walker:
         if depth > 40:
             return None
         left = None
-        for stmt in body:
+        for i, stmt in enumerate(body):
             exit_ = None
             if isinstance(stmt, DEFS):
                 continue
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
-                inner = guarded or self.script.occasional(stmt, scope)
-                for branch in (stmt.body, stmt.orelse):  # a branch that ends the run runs at most once
-                    self.block(branch, inner or _jump(branch, self.script) == "raise", scope, depth + 1)
+                # the branch an occasional condition or a lazy initialisation gates runs now and then;
+                # its else runs on the other steps, occasional only where the condition's negation is
+                when = guarded or self.script.occasional(stmt, scope) or self.script.lazy_init(stmt)
+                otherwise = guarded or self.script.only_if_not(stmt.test, scope)
+                for branch, guard in ((stmt.body, when), (stmt.orelse, otherwise)):
+                    # a branch that ends the run runs at most once
+                    self.block(branch, guard or _jump(branch, self.script) == "raise", scope, depth + 1)
                 jump = _jump(stmt.body, self.script)
-                if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
+                if jump in ("return", "continue") and not stmt.orelse and \
+                        self.script.only_if_not(stmt.test, scope) and not self.script.skips_to_step(stmt.test, body[i + 1:], scope):
                     exit_ = jump
             elif isinstance(stmt, LOOPS):
                 test = isinstance(stmt, ast.While)
@@ -697,15 +858,17 @@ class Kinds:
         self.names: Dict[str, str] = {}
         self.instances: Dict[str, ast.ClassDef] = {}
         self.assigned: Dict[str, List[ast.expr]] = {}
+        self.differentiated: Set[str] = set()   # names the scope calls .backward() on: GPU tensors
         outer = script.kinds(script.tree) if scope is not script.tree else None
         self.outer = outer
         body = scope.body if hasattr(scope, "body") else []
         assigns = []
         for node in local_nodes(body):
             assigns += assignments(node)
-            if isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
-                    and not node.args and isinstance(node.func.value, ast.Name):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and script.is_backward(node) \
+                    and method(node) == "backward" and not node.args and isinstance(node.func.value, ast.Name):
                 self.names[node.func.value.id] = DEVICE
+                self.differentiated.add(node.func.value.id)
         for target, value in assigns:
             if isinstance(target, ast.Name):
                 self.assigned.setdefault(target.id, []).append(value)
@@ -816,7 +979,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if _is_loader_expr(script, node.iter):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
-        if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+        if re.search(r"(?<![a-z])param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
             return DEVICE if script.cuda_path else None
         return None
     if isinstance(node, ast.Name):
@@ -949,17 +1112,28 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             name.endswith(("DistributedDataParallel", "DataParallel")) or \
             (name.endswith("from_pretrained") and "Model" in name):
         return MODEL
+    if name in ("torch.autograd.Variable", "torch.autograd.variable.Variable"):
+        return rec(node.args[0]) if node.args else None  # the legacy wrapper: the tensor it is given
     if name.startswith("torch."):
         short = name[6:]
         head = short.split(".", 1)[0]
         if head in TORCH_PLAIN:
             return None
-        if short in FACTORIES:
+        if short.endswith("_like") and short in FACTORIES and node.args and keyword(node, "device") is None:
+            return _where({rec(node.args[0])})  # torch.zeros_like(x): made where x is
+        if short in FACTORIES or short in LEGACY_TENSORS:
             dev = keyword(node, "device")
             return CPU if dev is None else {True: DEVICE, False: CPU}.get(device_arg(dev))
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
+    if isinstance(func, ast.Name) and len(script.functions.get(func.id, ())) == 1:
+        # a function of this file (a nested one included): what its returns give
+        returns = script.returns(script.functions[func.id][0])
+        if returns == FOLLOWS:
+            return _where({rec(a) for a in node.args})
+        if returns is not None:
+            return returns
     summary = script.imported(node)
     if summary is not None and summary.returns is not None:
         if summary.returns == FOLLOWS:  # a tensor computed from its arguments: where they are
@@ -977,21 +1151,54 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     return None
 
 
+def skips_sync(func: ast.AST) -> bool:
+    """Does ``func`` call ``no_sync()`` or set ``require_backward_grad_sync`` (DDP's all-reduce skipped)?"""
+    for n in local_nodes(body_of(func)):
+        if (isinstance(n, ast.Call) and method(n) == "no_sync") or \
+                (isinstance(n, ast.Attribute) and n.attr == "require_backward_grad_sync"):
+            return True
+    return False
+
+
 def return_kind(script: Script, func: ast.AST) -> Optional[str]:
-    """What ``func`` returns, for callers in other files: a kind every ``return`` agrees on, computed
-    with its parameters taken to be on the device and again on the host (FOLLOWS when the result moves
-    with them); None when unknown or when the returns disagree."""
+    """What ``func`` returns: a kind every ``return`` agrees on, computed with its parameters taken to be
+    on the device and again on the host (FOLLOWS when the result moves with them); None when unknown or
+    when the returns disagree.  The names the function assigns are followed under each assumption
+    (``targets = torch.full_like(logits)`` moves with ``logits``); a name it unpacks from a tuple is
+    unknown; any other name is the module's."""
     if not isinstance(func, FUNCS):
         return None
     params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
-    values = [n.value for n in local_nodes(func.body) if isinstance(n, ast.Return) and n.value is not None]
+    values = []
+    assigned: Dict[str, List[ast.expr]] = {}
+    unpacked: Set[str] = set()
+    for n in local_nodes(func.body):
+        if isinstance(n, ast.Return) and n.value is not None:
+            values.append(n.value)
+        for target, value in assignments(n):
+            if isinstance(target, ast.Name):
+                assigned.setdefault(target.id, []).append(value)
+            else:
+                unpacked.update(t.id for t in local_nodes(target) if isinstance(t, ast.Name))
     if not values:
         return None
-    kinds = script.kinds(func)
+    module = script.kinds(script.tree)
 
     def assuming(where: str) -> Optional[str]:
+        known: Dict[str, Optional[str]] = {}
+
         def lookup(name: str) -> Optional[str]:
-            return where if name in params and name not in kinds.assigned else kinds.of(name)
+            if name in unpacked:
+                return None
+            if name not in assigned:
+                return where if name in params else module.of(name)
+            if name not in known:
+                known[name] = None  # a name assigned from itself: what its other values say
+                found: Optional[str] = None
+                for value in assigned[name]:
+                    found = merge(found, classify(script, value, lookup))
+                known[name] = found
+            return known[name]
         found = {classify(script, v, lookup) for v in values}
         return found.pop() if len(found) == 1 else None
 
@@ -1020,9 +1227,14 @@ class Flow:
                 env.update(bind(n.target, _IterOf(n.iter), lambda v: self.classify(v, scope)))
 
     def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
+        """Record what ``stmt`` assigns; a value of unknown kind given to a name the scope calls
+        ``.backward()`` on (``loss = losses[kind](model, x)``) is the GPU tensor it differentiates."""
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            pairs = [p for t, v in assignments(stmt) for p in bind(t, v, lambda v: self.classify(v, scope))]
-            self.env.setdefault(scope, {}).update(pairs)
+            differentiated = self.script.kinds(scope).differentiated
+            env = self.env.setdefault(scope, {})
+            for t, v in assignments(stmt):
+                for name, kind in bind(t, v, lambda v: self.classify(v, scope)):
+                    env[name] = DEVICE if kind is None and name in differentiated else kind
 
 
 def for_header(loop: ast.AST) -> ast.Assign:

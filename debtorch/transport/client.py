@@ -37,7 +37,7 @@ START_TIMEOUT = 180.0  # importing torch on a cold cache takes a while
 # Failures about what the user gave (an interpreter, a workload, a device, settings): every command
 # exits 2 for these, 1 for a run that failed (docs/cli.md).
 USER_INPUT_KINDS = frozenset({"no_python", "no_torch", "broken_torch", "workload", "device", "bad_request",
-                              "settings"})
+                              "settings", "too_small"})   # too_small: a --budget that cannot pay for the first trials
 
 
 class WorkerError(Exception):

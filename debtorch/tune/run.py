@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
-from debtorch import fingerprint
+from debtorch import fingerprint, knowledge
+from debtorch.facts import loadavg
 from debtorch.host import Host
 from debtorch.machine import Machine
+from debtorch.train.settings import Settings
 from debtorch.tune import config, measure, rules
 from debtorch.tune.search import Result
 
@@ -30,10 +32,13 @@ class Tuned:
     fingerprint: dict
     result: Optional[Result] = None                    # the measurement, when there was one
     options: Optional[measure.MeasureOptions] = None   # what was measured
+    load: Optional[loadavg.Busy] = None                # whether the machine was busy while it was measured
 
     def write(self, path: str, force: bool = False) -> None:
         """Write the config (atomically; an existing file only with ``force``).  Raises ConfigError."""
         measured = self.result is not None
+        if self.load is not None and self.load.busy:
+            self.rec.notes.append(self.load.warning())   # the file keeps it beside the settings
         tuned = config.tuned_table("measured" if measured else "rules", self.rec.device,
                                    workload=self.options.workload if measured else None,
                                    budget_s=self.options.budget_s if measured else None)
@@ -52,5 +57,21 @@ def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
             raise measure.MeasureUsageError("--measure needs this machine, not a recorded or saved one")
         if request.device == "cuda" and not Machine.from_facts(facts).compute_gpus:
             raise measure.MeasureUsageError("--device cuda --measure needs a GPU on this machine; the facts list none")
+        before = loadavg.read(host)
         tuned.result = measure.measure(rec, facts, options, on_trial=on_trial, host=host)
+        tuned.load = load_check(before, loadavg.read(host), Machine.from_facts(facts).cpus.usable,
+                                max((trial_tasks(t.settings, rec.per_process_cpus) for t in tuned.result.trials),
+                                    default=rec.per_process_cpus))
     return tuned
+
+
+def trial_tasks(settings: Settings, cpus: int) -> int:
+    """The tasks a trial of ``settings`` keeps runnable: its compute threads (PyTorch's default: the
+    process's CPUs) and its loader workers."""
+    return (settings.threads or cpus) + settings.num_workers
+
+
+def load_check(before: loadavg.Reading, after: loadavg.Reading, usable_cpus: int, own: int) -> loadavg.Busy:
+    """:func:`debtorch.facts.loadavg.judge` with checks/thresholds.toml's limits."""
+    return loadavg.judge(before, after, usable_cpus, own, float(knowledge.threshold("busy_load_per_cpu")),
+                         float(knowledge.threshold("busy_steal_share")))

@@ -13,15 +13,27 @@ from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
+from debtorch.budget import WEEK_S, seconds_problem, still_starting
+from debtorch.facts import loadavg
 from debtorch.host import Host
+from debtorch.machine import Machine
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
+from debtorch.tune.run import load_check, trial_tasks
 from debtorch.verify import analysis
-from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
-from debtorch.verify.measure import MIN_REPEATS, Measured, Plan, Progress, Verifier
+from debtorch.verify.failures import Failure, from_worker_error, nonfinite_loss, stale_config
+from debtorch.verify.measure import (
+    MIN_BUDGET_QUICK_S,
+    MIN_BUDGET_S,
+    MIN_REPEATS,
+    Measured,
+    Plan,
+    Progress,
+    Verifier,
+)
 
 
 class Refused(Exception):
@@ -64,7 +76,7 @@ class Options:
 # libraries underneath accept (a seed numpy takes, a TCP port).
 MAX_REPEATS = 1000
 MAX_STEPS = 1_000_000
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TIMEOUT_S = WEEK_S
 SEED_MAX = 2**32 - 1
 
 
@@ -89,10 +101,11 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
 def _range_problem(o: Options) -> Optional[str]:
     """The first numeric option outside its range (docs/verify-train.md), or None."""
-    if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
-        return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
-    if o.budget is not None and not (inputs.finite(o.budget) and 0 < o.budget <= config.BUDGET_MAX_S):
-        return f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {o.budget:g})"
+    problem = seconds_problem("--timeout", o.timeout, most=MAX_TIMEOUT_S)
+    if problem is None and o.budget is not None:
+        problem = seconds_problem("--budget", o.budget, MIN_BUDGET_QUICK_S if o.quick else MIN_BUDGET_S)
+    if problem:
+        return problem
     if not 0 <= o.seed <= SEED_MAX:
         return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
     if o.repeats > MAX_REPEATS:
@@ -122,6 +135,7 @@ class Outcome:
     warnings: list
     config: Optional[dict]  # where the tuned settings came from (the JSON's "config")
     facts: dict
+    load: Optional[loadavg.Busy] = None   # whether the machine was busy while measuring
 
     @property
     def measured_anything(self) -> bool:
@@ -185,6 +199,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except WorkerError as exc:
         raise Refused(str(exc)) from None
     verifier = Verifier(plan)
+    before = loadavg.read(host)   # before the worker starts: other work's load, not ours
     with contextlib.suppress(WorkerError):  # starting it again in run() says why, as one line
         verifier.spawn()
     try:
@@ -193,7 +208,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except BaseException:
         verifier.close(kill=True)
         raise
-    ready = Prepared(o, plan, cfg, facts, verifier=verifier)
+    ready = Prepared(o, plan, cfg, facts, verifier=verifier, host=host, load_before=before)
     if cfg is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
@@ -218,6 +233,8 @@ class Prepared:
     config: Optional[dict] = None
     warnings: list = field(default_factory=list)
     verifier: Optional[Verifier] = None   # its worker already started by prepare()
+    host: Optional[Host] = None           # this machine, for the load after measuring
+    load_before: Optional[loadavg.Reading] = None
 
     def close(self) -> None:
         """Stop the worker prepare() started, when the run is not wanted after all."""
@@ -239,6 +256,9 @@ class Prepared:
                     info = verifier.start()
                 except WorkerError as exc:
                     failure = from_worker_error(exc, "starting", self.facts)
+                    if exc.kind == "budget" and not verifier.where.hung() and self.plan.budget_s:
+                        # Still starting (importing torch, loading the workload) when the budget ended.
+                        failure = Failure("too_small", still_starting(self.plan.budget_s, verifier.budget.spent()))
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
                 tuned = self._tuned(info, warn)
@@ -248,23 +268,38 @@ class Prepared:
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
+        if m.failure is not None and m.failure.kind == "too_small":
+            raise Refused(m.failure.message, True, m.failure)   # nothing measured: the budget that would do
         summary = analysis.summary(m)
         if m.failure is None and summary["nonfinite_loss"]:
             # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
             m.failure = nonfinite_loss(summary["nonfinite_loss"])
             summary["failed"] = m.failure.line()
-        verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
+        verdict = analysis.verdict(summary, m.plan) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
-        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
+        load = self._load_check(m)
+        if load is not None and load.busy:
+            self.warnings.append(load.warning())
+            warn(self.warnings[-1])
+        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts, load)
+
+    def _load_check(self, m: Measured) -> Optional[loadavg.Busy]:
+        """Was the machine busy with other work while it measured (the load before and after, against its
+        usable CPUs beyond the tasks the trials ran)?  None when nothing was read before."""
+        if self.host is None or self.load_before is None or not (m.baseline or m.tuned):
+            return None
+        cpus = Machine.from_facts(self.facts).cpus.usable
+        own = max(trial_tasks(Settings.from_dict(s), cpus) for s in (m.baseline, m.tuned) if s)
+        return load_check(self.load_before, loadavg.read(self.host), cpus, own)
 
     def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
         """The config's settings, or the rules' for this machine and the loaded workload."""
         device = info.get("device") or "cpu"
         device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
-            if self.cfg.device != device:
-                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
+            if self.cfg.tuned_for != device:
+                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.tuned_for}; "
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
