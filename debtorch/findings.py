@@ -171,6 +171,14 @@ def finding(id: str, about: str = "", facts: Optional[dict] = None, *, variant: 
     return Finding(id, e.level or "", message, fix, about, tuple((facts or {}).items()), area)
 
 
+def finding_fix(id: str, variant: str = "", **values: Any) -> str:
+    """The catalogue's fix of ``id`` (of ``variant``) filled with ``values``: where one finding's
+    advice is another's too (cpu.W004's for torch.E001 on an architecture without wheels)."""
+    e = catalogue()[id]
+    v = e.variants[variant] if variant else {}
+    return str(v.get("fix", e.fix)).format(**values)
+
+
 class Placed:
     """Base of a finding placed somewhere (a file's line, groups of nodes): its id and level
     are those of its ``finding``."""

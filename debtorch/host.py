@@ -117,6 +117,23 @@ def _reason_for(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+
+
+def meaningful_line(text: str, limit: int = 200) -> str:
+    """The line of a program's error output that says what went wrong: after a Python traceback, its
+    last line (the exception); else a "Fatal Python error" line; else the first non-blank line (a
+    pyenv shim's "pyenv: python2: command not found", /bin/sh's "python9: not found"), never a
+    trailing fragment of a note.  "" when there is none."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith(PYTHON_TRACEBACK) for line in lines):
+        return lines[-1][:limit]
+    fatal = next((line for line in lines if line.startswith("Fatal Python error")), None)
+    return (fatal or lines[0])[:limit]
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """What a command did.  ``error`` is None when it ran, whatever its exit status."""
@@ -138,8 +155,8 @@ class CommandResult:
         if self.error:
             return self.error
         if self.returncode != 0:
-            tail = (self.stderr or self.stdout).strip().splitlines()
-            detail = f": {tail[-1][:160]}" if tail else ""
+            said = meaningful_line(self.stderr or self.stdout, 160)
+            detail = f": {said}" if said else ""
             return f"exit status {self.returncode}{detail}"
         return ""
 

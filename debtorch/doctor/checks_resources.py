@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from debtorch import knowledge
+from debtorch.doctor.fixes import host_side, no_wheels_advice
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import Context, check
 from debtorch.findings import Finding, finding
@@ -26,7 +27,7 @@ def check_governor(m: Machine, ctx: Context) -> list[Finding]:
     gov = m.get("cpu.governor")
     if gov is None or gov == "performance":
         return []
-    return [finding("cpu.W001", governor=gov,
+    return [finding("cpu.W001", variant=host_side(m), governor=gov,
                     facts={"cpu.governor": gov, "cpu.governors": m.get("cpu.governors")})]
 
 
@@ -66,7 +67,7 @@ def check_wheel_arch(m: Machine, ctx: Context) -> list[Finding]:
     if m.torch.installed:
         return [finding("cpu.I002", arch=m.os.arch,
                         facts={"os.arch": m.os.arch, "python.torch.version": m.torch.version})]
-    return [finding("cpu.W004", arch=m.os.arch, machines=", ".join(knowledge.wheel_machines()),
+    return [finding("cpu.W004", arch=m.os.arch, fix=no_wheels_advice(m),
                     facts={"os.arch": m.os.arch, "wheels_for": knowledge.wheel_machines()})]
 
 

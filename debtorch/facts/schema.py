@@ -26,7 +26,7 @@ GPU = {
     "remapped_rows_uncorrectable": INT,
     "throttle_reasons": [STR], "temperature_c": NUM, "power_draw_w": NUM, "power_limit_w": NUM,
     "mig_mode_current": BOOL, "mig_mode_pending": BOOL, "compute_mode": STR, "pci_device_id": STR,
-    "driver_model": STR, "virtualization_mode": STR, "mig_device_count": INT,
+    "driver_model": STR, "virtualization_mode": STR, "vgpu_product": STR, "vgpu_license": STR, "mig_device_count": INT,
     "mig_devices": [{"index": INT, "gpu_instance_id": INT, "compute_instance_id": INT, "memory_total": NUM}],
     "processes": [{"pid": INT, "used_memory": NUM}], "utilization_gpu": NUM, "utilization_memory": NUM,
     "unknown": UNKNOWN,

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 from debtorch import outputs
 from debtorch.budget import Budget, Where, stopped
 from debtorch.host import kill_group as host_kill_group
+from debtorch.host import meaningful_line
 from debtorch.transport.server import PROTOCOL_FD_ENV
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -189,6 +190,11 @@ class StderrTail(threading.Thread):
 
     def last(self) -> str:
         return next((line.strip()[:200] for line in reversed(self.lines) if line.strip()), "")
+
+    def meaningful(self) -> str:
+        """The line that says why a process that never spoke the protocol stopped (a pyenv shim's
+        first line, a traceback's exception): :func:`debtorch.host.meaningful_line`."""
+        return meaningful_line("\n".join(self.lines))
 
 
 class Worker:
@@ -394,7 +400,12 @@ class Worker:
             self._stderr.join(timeout=2)
         self._exit_code = code
         how = exit_text(code)
-        last = self._stderr.last() if self._stderr else ""
+        if self._stderr is None:
+            last = ""
+        elif doing == "starting":
+            last = self._stderr.meaningful()       # nothing of the workload yet: the interpreter's own words
+        else:
+            last = self._stderr.last()
         self.kill()
         return WorkerError("died", f"the worker {how} while {self.DOING.get(doing, doing)}" + (f": {last}" if last else ""))
 
