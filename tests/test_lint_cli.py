@@ -225,3 +225,18 @@ def test_the_text_report_streams_file_by_file(tmp_path, script, monkeypatch):
     r = invoke(str(script), str(second))
     assert r.exit_code == 1
     assert printed_before_second and f"{script}:11:13: script.W001" in printed_before_second[0]
+
+
+def test_findings_at_one_place_come_in_the_same_order_every_run():
+    """One import line naming several deprecated names gives one W007 each at the same line and column:
+    the report lists them by message, not in the order of a set (which changes with the hash seed)."""
+    from debtorch.findings import Finding
+    from debtorch.lint.result import Kept, Located
+
+    names = ["autocast", "GradScaler", "custom_fwd", "custom_bwd", "grad_scaler"]  # PER_LINE: 5 shown
+    kept = Kept()
+    for name in names:
+        kept.add(Located("t.py", 7, 1, Finding("script.W007", "warning", f"torch.cuda.amp.{name} is deprecated", "",
+                                               "t.py:7")))
+    found, _ = kept.result()
+    assert [f.finding.message for f in found] == sorted(f"torch.cuda.amp.{name} is deprecated" for name in names)

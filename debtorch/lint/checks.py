@@ -6,12 +6,11 @@ known to be a GPU tensor, a DataLoader known to feed the training loop); when in
 from __future__ import annotations
 
 import ast
-import collections
 import functools
 import io
 import re
 import tokenize
-from typing import Callable, Iterator, List, Optional, Set, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from debtorch.findings import finding
 from debtorch.lint.flow import arguments_given, dict_items, values_of
@@ -30,6 +29,8 @@ from debtorch.lint.script import (
     OTHER,
     TENSOR_METHODS,
     Flow,
+    Function,
+    Loop,
     Region,
     Script,
     argparse_default,
@@ -54,12 +55,14 @@ Check = Callable[[Script], Iterator[Located]]
 
 def segment(script: Script, node: ast.AST, limit: int = 48) -> str:
     """The code of ``node`` (its first line), shortened to ``limit`` characters."""
-    line = script.code(getattr(node, "lineno", 0))
+    lineno = getattr(node, "lineno", 0)
+    line = script.code(lineno)
     raw = line.encode("utf-8", "surrogatepass")
     start = getattr(node, "col_offset", 0) or 0
-    end = getattr(node, "end_col_offset", None) if getattr(node, "end_lineno", None) == node.lineno else None
-    text = raw[start:end].decode("utf-8", "replace") if end is not None else raw[start:].decode("utf-8", "replace")
-    text = text.strip()
+    end = None
+    if getattr(node, "end_lineno", None) == lineno:  # a node on one line: cut where it ends
+        end = getattr(node, "end_col_offset", None)
+    text = raw[start:end].decode("utf-8", "replace").strip()
     if end is None or len(text) > limit:
         text = text[: limit - 3].rstrip() + "..."
     return text
@@ -80,8 +83,9 @@ def column(script: Script, node: ast.AST) -> int:
 def at(script: Script, node: ast.AST, id: str, variant: str = "", **values: str) -> Located:
     """The catalogue's ``id`` at ``node`` (docs/lint.md); ``values`` fill its message and fix."""
     line = getattr(node, "lineno", 1) or 1
-    return located(script.path, line, column(script, node),
-                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line))
+    # facts given (none): no template value can take their place
+    found = finding(id, about=f"{script.path}:{line}", facts=None, variant=variant, **values)
+    return located(script.path, line, column(script, node), found, script.code(line))
 
 
 # ---------------------------------------------------------------------------
@@ -97,7 +101,9 @@ _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le 
 
 def _to_cpu(node: ast.AST) -> bool:
     """``x.cpu()``, ``x.to("cpu")``."""
-    return method(node) == "cpu" or (method(node) == "to" and bool(node.args) and device_arg(node.args[0]) is False)
+    if method(node) == "cpu":
+        return True
+    return isinstance(node, ast.Call) and method(node) == "to" and bool(node.args) and device_arg(node.args[0]) is False
 
 
 def _chain_has_cpu(node: ast.AST) -> bool:
@@ -108,22 +114,33 @@ def _chain_has_cpu(node: ast.AST) -> bool:
     return False
 
 
-def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
-              is_test: bool) -> Iterator[Tuple[str, str, ast.AST, str]]:
+def _copy_waits(m: str, k: Optional[str], recv: ast.expr) -> bool:
+    """Does ``recv.m()`` (``item``, ``tolist``, or a copy to the CPU) wait for the GPU, ``recv`` being of
+    kind ``k``?  ``.item()`` of anything but a host value; ``.tolist()`` of a GPU tensor; ``.cpu()`` of
+    what is known to be a tensor or of a tensor method's result (``x.detach()``, ``out.argmax(1)``)."""
+    if m == "item":
+        return k not in (CPU, OTHER, MODEL)
+    if m == "tolist":
+        return k == DEVICE
+    tensor = k == DEVICE or (k is None and method(recv) in TENSOR_METHODS)
+    return tensor and not MODELISH.match(identifier(recv))
+
+
+def sync_hits(script: Script, node: ast.expr | ast.stmt, flow: Flow, scope: ast.AST,
+              is_test: bool) -> Iterator[Tuple[str, str, ast.expr | ast.stmt, str]]:
     """(id, variant, node, code) for every place in ``node`` that makes the host wait for the GPU."""
-    kind = lambda n: flow.classify(n, scope)  # noqa: E731
+
+    def kind(n: ast.AST) -> Optional[str]:
+        return flow.classify(n, scope)
+
     flow.comprehensions(node, scope)
     flagged_items = False
     for n in local_nodes(node):
         if isinstance(n, ast.Call):
             m = method(n)
-            recv = n.func.value if m else None
-            if m in ("item", "tolist") or _to_cpu(n):
-                k = kind(recv)  # .item() of anything but a host value; .cpu() of what is known to be a tensor
-                # (or of a tensor method's result: x.detach(), out.argmax(1))
-                wait = k not in (CPU, OTHER, MODEL) if m == "item" else k == DEVICE if m == "tolist" else \
-                    (k == DEVICE or (k is None and method(recv) in TENSOR_METHODS)) and not MODELISH.match(identifier(recv))
-                if wait and not _chain_has_cpu(recv):
+            recv = n.func.value if isinstance(n.func, ast.Attribute) else None
+            if recv is not None and (m in ("item", "tolist") or _to_cpu(n)):
+                if _copy_waits(m, kind(recv), recv) and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield "script.W001", "", n, segment(script, n)
             elif m in _TENSORBOARD and _logs_device_tensor(n, kind):
@@ -170,7 +187,7 @@ def _is_text(node: ast.AST) -> bool:
     return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
-def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
+def _truth_waits(script: Script, test: ast.AST, kind: Callable[[ast.AST], Optional[str]]) -> bool:
     """Does evaluating ``test`` as a Python bool need a GPU tensor's value?"""
     if isinstance(test, ast.BoolOp):
         return any(_truth_waits(script, v, kind) for v in test.values)
@@ -182,7 +199,7 @@ def _truth_waits(script: Script, test: ast.AST, kind) -> bool:
         return not any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in test.ops) and \
             any(kind(s) == DEVICE for s in [test.left] + test.comparators)
     if isinstance(test, ast.Call):
-        if method(test) in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
+        if isinstance(test.func, ast.Attribute) and test.func.attr in _TRUTH_METHODS and kind(test.func.value) == DEVICE:
             return True
         name = script.qualname(test.func)
         return name.startswith("torch.") and name[6:] in _TRUTH_METHODS and any(kind(a) == DEVICE for a in test.args)
@@ -244,7 +261,9 @@ def check_copies(script: Script) -> Iterator[Located]:
     for step in script.per_step():
         if not step.header and not step.guarded:
             for n in local_nodes(step.node):
-                if not isinstance(n, ast.Call) or not (moved_to(n) or method(n) == "cuda"):
+                if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                    continue
+                if not (moved_to(n) or n.func.attr == "cuda"):
                     continue
                 recv = n.func.value
                 name = identifier(recv) or ""
@@ -385,23 +404,24 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
                 continue
             found = {name}
             scope = region.scope
-            params = [a.arg for a in scope.args.posonlyargs + scope.args.args] if isinstance(scope, FUNCS) else []
-            if name in params:
-                found.update(_argument_names(script, scope, params.index(name), name))
+            if isinstance(scope, FUNCS):  # a parameter: the names its callers give
+                params = [a.arg for a in scope.args.posonlyargs + scope.args.args]
+                if name in params:
+                    found.update(_argument_names(script, scope, params.index(name), name))
             if isinstance(src, ast.Subscript):  # loaders[phase], loaders["train"]: what the dict holds
                 for d in found:
                     held = _held(script, d, constant(src.slice))
-                    direct += [v for v in held if script.call_name(v).endswith("DataLoader")]
+                    direct += [v for v in held if isinstance(v, ast.Call) and script.call_name(v).endswith("DataLoader")]
                     names.update(identifier(v) for v in held if isinstance(v, (ast.Name, ast.Attribute)))
             else:
                 names.update(found)
     return names, direct
 
 
-def _held(script: Script, name: str, key) -> List[ast.AST]:
+def _held(script: Script, name: str, key: object) -> List[ast.expr]:
     """The values a dict ``name`` of the file holds under ``key`` (a dict literal, a comprehension, or
     ``name[key] = ...``); under a key that is not a constant, the training one ("train" in it) or all."""
-    pairs = []
+    pairs: List[Tuple[object, ast.expr]] = []  # (its key: a constant, NOT_CONSTANT, None for any, the value)
     for n in script.nodes:
         if isinstance(n, ast.Assign):
             for t in n.targets:
@@ -418,7 +438,8 @@ def _held(script: Script, name: str, key) -> List[ast.AST]:
     return train or [v for _, v in pairs]
 
 
-def _argument_names(script: Script, func: ast.AST, idx: int, pname: str) -> Set[str]:
+def _argument_names(script: Script, func: Function, idx: int, pname: str) -> Set[str]:
+    """The names the file's calls of ``func`` give as its parameter ``pname`` (at position ``idx``)."""
     out = set()
     is_method = func in script.owner
     for n in script.nodes:
@@ -559,8 +580,9 @@ def _many(loop: ast.AST) -> bool:
         return len(it.elts) >= MANY_EPOCHS
     if isinstance(it, ast.Call) and identifier(it.func) == "range" and it.args:
         bounds = [constant(a) for a in it.args[:2]]
-        if all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
-            count = bounds[0] if len(bounds) == 1 else bounds[1] - bounds[0]
+        numbers = [b for b in bounds if isinstance(b, int) and not isinstance(b, bool)]
+        if len(numbers) == len(bounds):  # range(k) or range(a, b) of literals
+            count = numbers[0] if len(numbers) == 1 else numbers[1] - numbers[0]
             return count >= MANY_EPOCHS
     return True
 
@@ -740,8 +762,8 @@ def check_deprecated_amp(script: Script) -> Iterator[Located]:
     that still accepts them) is not a use: nothing runs it."""
     if "amp" not in script.text:
         return
-    inner = set()      # attribute nodes that are part of a longer name
-    mentioned = set()  # names only listed or compared
+    inner: Set[int] = set()      # attribute nodes that are part of a longer name
+    mentioned: Set[int] = set()  # names only listed or compared
     for n in script.nodes:
         if isinstance(n, ast.Attribute):
             inner.add(id(n.value))
@@ -792,7 +814,7 @@ def check_fp16_unscaled(script: Script) -> Iterator[Located]:
             yield at(script, call, "script.W008", call=segment(script, call, 40))
 
 
-def _in_inference(script: Script, node: ast.AST) -> bool:
+def _in_inference(script: Script, node: ast.expr) -> bool:
     """Is ``node`` in a function whose name says evaluation or inference?"""
     return any(f.lineno <= node.lineno <= (f.end_lineno or f.lineno) and
                re.search(r"eval|valid|test|infer|predict|generat|sample", f.name, re.I)
@@ -854,11 +876,11 @@ def check_cudnn_benchmark(script: Script) -> Iterator[Located]:
 # ---------------------------------------------------------------------------
 # Gradient accumulation (W010) and the schedule under it (W011)
 
-def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
+def _direct_nodes(body: List[ast.stmt]) -> Iterator[Tuple[ast.AST, List[ast.If]]]:
     """(node, the ``if`` statements around it) in ``body``, not entering nested loops or functions.
     The statements after ``if test: continue`` count as under that ``if`` too (they run only when it
     does not skip: ``if step % accum != 0: continue`` before the optimizer step)."""
-    stack: List[Tuple[ast.AST, List[ast.AST]]] = []
+    stack: List[Tuple[ast.AST, List[ast.If]]] = []
     _push_block(stack, body, [])
     while stack:
         node, ifs = stack.pop()
@@ -873,9 +895,9 @@ def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
             stack.extend(reversed([(c, ifs) for c in ast.iter_child_nodes(node)]))
 
 
-def _push_block(stack: List[Tuple[ast.AST, List[ast.AST]]], body: List[ast.stmt], ifs: List[ast.AST]) -> None:
+def _push_block(stack: List[Tuple[ast.AST, List[ast.If]]], body: List[ast.stmt], ifs: List[ast.If]) -> None:
     """Push ``body``'s statements so that they pop in order, each with the ``if`` statements it runs under."""
-    entries: List[Tuple[ast.AST, List[ast.AST]]] = []
+    entries: List[Tuple[ast.AST, List[ast.If]]] = []
     for stmt in body:
         entries.append((stmt, ifs))
         if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(stmt.body[-1], ast.Continue):
@@ -883,16 +905,19 @@ def _push_block(stack: List[Tuple[ast.AST, List[ast.AST]]], body: List[ast.stmt]
     stack.extend(reversed(entries))
 
 
-def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
+def _mod_operand(test: ast.AST) -> Optional[ast.expr]:
     return next((n.right for n in local_nodes(test) if is_mod(n)), None)
 
 
-def _loss_of_backward(call: ast.Call) -> Optional[ast.AST]:
-    """The loss expression a backward call differentiates, or None when a framework scales it."""
-    if method(call) != "backward" or call.args:
+def _loss_of_backward(call: ast.Call) -> Optional[ast.expr]:
+    """The loss expression a backward call differentiates (``loss.backward()``,
+    ``scaler.scale(loss).backward()``), or None when a framework scales it."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "backward") or call.args:
         return None
     recv = call.func.value
-    return recv.args[0] if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args else recv
+    if isinstance(recv, ast.Call) and method(recv) == "scale" and recv.args:
+        return recv.args[0]
+    return recv
 
 
 def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> bool:
@@ -920,7 +945,15 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
     return False
 
 
-_Accumulation = collections.namedtuple("_Accumulation", "loop every guard backwards steps")
+class _Accumulation(NamedTuple):
+    """A training loop that accumulates gradients over micro-batches."""
+
+    loop: Loop
+    every: Optional[ast.expr]      # how many micro-batches an optimizer step takes, where the code says
+    guard: ast.If | ast.expr | ast.For | ast.AsyncFor  # the boundary: an ``if``, a scaler's ``update_grad=``,
+    #                                                   or the inner loop of the micro-batches
+    backwards: List[ast.Call]      # the backward calls of the micro-batches
+    steps: List[ast.Call]          # the optimizer steps at the boundary
 
 
 def _accumulates(script: Script, scope: ast.AST, broad: bool, test: ast.AST) -> bool:
@@ -929,7 +962,7 @@ def _accumulates(script: Script, scope: ast.AST, broad: bool, test: ast.AST) -> 
     return bool(script.mods_of(test, scope)) or (broad and bool(_ACCUM.search(" ".join(names_in(test)))))
 
 
-def _every(script: Script, scope: ast.AST, test: ast.AST) -> Optional[ast.AST]:
+def _every(script: Script, scope: ast.AST, test: ast.AST) -> Optional[ast.expr]:
     """The count of a boundary's ``%`` (``accum`` in ``(i + 1) % accum == 0``), or None."""
     mods = script.mods_of(test, scope)
     return mods[0].right if mods else None
@@ -988,7 +1021,9 @@ def _inner_accumulations(script: Script) -> List[_Accumulation]:
     out = []
     for region in script.regions():
         loop = region.loop
-        body = body_of(loop)
+        if not isinstance(loop, LOOPS):
+            continue  # (a workload's own function: only measured.py makes such regions)
+        body = loop.body
         steps = [n for n, _ in _direct_nodes(body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
         for inner in (n for n in local_nodes(body) if isinstance(n, (ast.For, ast.AsyncFor))):
             backwards = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_backward(n)]
@@ -1010,6 +1045,8 @@ def check_accumulation(script: Script) -> Iterator[Located]:
     if _framework(script, "apex"):
         return  # accelerate, DeepSpeed, Lightning scale the loss themselves
     for acc in accumulations(script):
+        if acc.every is None:
+            continue  # (only the broad search finds a boundary without a count)
         scope = script.scope_of.get(acc.loop, script.tree)
         every = segment(script, acc.every, 40)
         if constant(acc.every) in (0, 1):
@@ -1060,12 +1097,14 @@ def check_ddp_accumulation(script: Script) -> Iterator[Located]:
                 when = f"every {segment(script, acc.every, 60)} micro-batches"
             elif isinstance(acc.guard, (ast.For, ast.AsyncFor)):
                 when = f"after the micro-batches of the inner loop (line {acc.guard.lineno})"
+            elif isinstance(acc.guard, ast.If):
+                when = f"only when {segment(script, acc.guard.test, 60)}"
             else:
-                when = f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
+                when = f"only when {segment(script, acc.guard, 60)}"
             yield at(script, call, "script.W012", call=callee(script, call), when=when)
 
 
-def _under_sync_wrapper(script: Script, loop: ast.AST, call: ast.AST) -> bool:
+def _under_sync_wrapper(script: Script, loop: Loop, call: ast.AST) -> bool:
     """Does ``call`` (a backward) run inside ``with f(model, ...)``, a context of another module given the
     DDP model, that may call no_sync() for its caller (``with misc.ddp_sync(ddp, sync):``)? Unknown
     unless the project shows that ``f`` does not; a function of this file does not (the file never
@@ -1131,9 +1170,13 @@ def check_schedule(script: Script) -> Iterator[Located]:
     if ".accumulate(" in script.text:
         return  # accelerate steps a prepared schedule with the optimizer itself
     for acc in accumulations(script):
+        if acc.every is None:
+            continue  # (only the broad search finds a boundary without a count)
         scope = script.scope_of.get(acc.loop, script.tree)
         for node, ifs in _direct_nodes(acc.loop.body):
-            if not (isinstance(node, ast.Call) and method(node) == "step" and not script.is_optimizer_step(node)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
+                continue
+            if script.is_optimizer_step(node):
                 continue
             sched_name = identifier(node.func.value)
             with_optimizer = acc.guard in ifs
@@ -1149,9 +1192,11 @@ def check_schedule(script: Script) -> Iterator[Located]:
             if counted is None or counted != with_optimizer:
                 continue
             every = segment(script, acc.every, 30)
-            sized, stepped = ("micro-batches (len of the loader)",
-                              f"once per optimizer step (every {every} micro-batches): it never finishes") if counted \
-                else (f"optimizer steps (divided by {every})", "every micro-batch")
+            if counted:
+                sized = "micro-batches (len of the loader)"
+                stepped = f"once per optimizer step (every {every} micro-batches): it never finishes"
+            else:
+                sized, stepped = f"optimizer steps (divided by {every})", "every micro-batch"
             yield at(script, call, "script.W011", sched=kind, sized=sized, stepped=stepped,
                      fix_size=f"len(loader) // {every} * epochs", name=sched_name)
 

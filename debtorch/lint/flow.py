@@ -27,11 +27,13 @@ if TYPE_CHECKING:
 
 
 def all_children(node: ast.AST) -> List[ast.AST]:
-    """``node``'s children, kept on the node (the same cache as script.all_children)."""
-    kids = node.__dict__.get("_lint_all")
+    """``node``'s children, kept on the node: ast.iter_child_nodes is slow, and the rules walk often."""
+    kids: Optional[List[ast.AST]] = node.__dict__.get("_lint_all")
     if kids is None:
-        kids = node._lint_all = list(ast.iter_child_nodes(node))  # type: ignore[attr-defined]
-    return kids  # type: ignore[no-any-return]
+        kids = list(ast.iter_child_nodes(node))
+        node.__dict__["_lint_all"] = kids
+    return kids
+
 
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)

@@ -4,16 +4,15 @@ worker counts them, :mod:`debtorch.hostwaits`).  What a ``--workload`` runs per 
 
 from __future__ import annotations
 
-import ast
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from debtorch.lint.api import parse, read_script
 from debtorch.lint.checks import sync_findings
 from debtorch.lint.result import Located
-from debtorch.lint.script import DEVICE, Flow, Region, Script, Walker, identifier, named_values
+from debtorch.lint.script import DEVICE, Flow, Function, Region, Script, Walker, identifier, named_values
 
 
-def _workload_functions(script: Script) -> List[ast.AST]:
+def _workload_functions(script: Script) -> List[Function]:
     """``forward`` methods of the file's classes and the functions named as ``loss_fn``."""
     out = [m["forward"] for m in script.methods.values() if "forward" in m]
     for name in set(map(identifier, named_values(script, "loss_fn"))):
@@ -43,13 +42,13 @@ def _static(script: Script) -> List[Located]:
         regions.append(Region(func, func))
         walker = Walker(script, regions[-1])
         walker.visited.add(func)
-        walker.block(func.body, False, func, 0)
+        walker.run()
         # what the engine passes: inputs and outputs on the device
         flow.env[func] = {a.arg: DEVICE for a in func.args.posonlyargs + func.args.args if a.arg not in ("self", "cls")}
     return sorted(sync_findings(script, flow, regions), key=Located.sort_key)
 
 
-def static_result(path: Optional[str]) -> dict:
+def static_result(path: Optional[str]) -> Dict[str, Any]:
     """:func:`static_waits` as a result of the shape :func:`count_host_waits` returns (measured False)."""
     found = static_waits(path) if path else []
     return {"measured": False, "steps": None, "per_step": float(len(found)), "file": path,

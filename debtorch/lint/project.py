@@ -112,9 +112,9 @@ def imported_method(project: Optional[Project], importer: str, cls: str, name: s
     return found.get(f"{class_name}.{name}") if found else None
 
 
-def top_functions(tree: ast.Module) -> Dict[str, ast.AST]:
+def top_functions(tree: ast.Module) -> Dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     """The module's top-level functions by name, and its top-level classes' methods as ``Class.method``."""
-    out: Dict[str, ast.AST] = {}
+    out: Dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for n in tree.body:
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out[n.name] = n

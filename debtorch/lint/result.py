@@ -44,8 +44,9 @@ class Located(Placed):
     finding: Finding
     code: str = ""
 
-    def sort_key(self) -> Tuple[str, int, int, str]:
-        return (self.path, self.line, self.col, self.id)
+    def sort_key(self) -> Tuple[str, int, int, str, str]:
+        """Source order; findings of one id at one place by their message (the same order every run)."""
+        return (self.path, self.line, self.col, self.id, self.finding.message)
 
     def to_json(self) -> Dict[str, Any]:
         f = self.finding

@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeGuard
 
-from debtorch.lint.flow import Definitions, values_of
+from debtorch.lint.flow import Definitions, all_children, values_of
 
 if TYPE_CHECKING:
     from debtorch.lint.project import FunctionSummary, Project
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+Function = ast.FunctionDef | ast.AsyncFunctionDef  # what FUNCS tests for
+Loop = ast.For | ast.AsyncFor | ast.While         # what LOOPS tests for
 
 # What a name can hold, as far as the rules care.
 DEVICE = "device"      # a tensor that lives where the model computes (CUDA on a GPU path)
@@ -150,7 +152,7 @@ def has_star_kwargs(call: ast.Call) -> bool:
     return any(kw.arg is None for kw in call.keywords)
 
 
-def constant(node: Optional[ast.AST]):
+def constant(node: Optional[ast.AST]) -> object:
     """The value of a literal (``True``, ``0``, ``-1``, ``"cuda"``), else a unique marker."""
     if isinstance(node, ast.Constant):
         return node.value
@@ -163,25 +165,19 @@ def constant(node: Optional[ast.AST]):
 NOT_CONSTANT = object()
 
 
-def all_children(node: ast.AST) -> list:
-    """``node``'s children, kept on the node: ast.iter_child_nodes is slow, and the rules walk often."""
-    kids = node.__dict__.get("_lint_all")
+def children(node: ast.AST) -> List[ast.AST]:
+    """``node``'s children without nested functions, classes and lambdas (kept on the node, as
+    :func:`all_children` keeps them all)."""
+    kids: Optional[List[ast.AST]] = node.__dict__.get("_lint_kids")
     if kids is None:
-        kids = node._lint_all = list(ast.iter_child_nodes(node))
+        kids = [c for c in all_children(node) if not isinstance(c, DEFS)]
+        node.__dict__["_lint_kids"] = kids
     return kids
 
 
-def children(node: ast.AST) -> list:
-    """``node``'s children without nested functions, classes and lambdas."""
-    kids = node.__dict__.get("_lint_kids")
-    if kids is None:
-        kids = node._lint_kids = [c for c in all_children(node) if not isinstance(c, DEFS)]
-    return kids
-
-
-def local_nodes(nodes) -> Iterator[ast.AST]:
+def local_nodes(nodes: ast.AST | Sequence[ast.AST]) -> Iterator[ast.AST]:
     """Every node under ``nodes`` (a node or a list), not entering nested functions, classes or lambdas."""
-    stack = list(nodes) if isinstance(nodes, list) else [nodes]
+    stack = [nodes] if isinstance(nodes, ast.AST) else list(nodes)
     stack.reverse()
     while stack:
         node = stack.pop()
@@ -213,7 +209,7 @@ def named_values(script: "Script", name: str) -> Iterator[ast.AST]:
 class Step:
     """One statement or expression that runs every optimizer step (or under a guard)."""
 
-    node: ast.AST
+    node: ast.expr | ast.stmt
     guarded: bool
     scope: ast.AST          # the function (or module) the node belongs to
     header: bool = False    # the training loop's own ``for`` target (assigned per step, evaluated once)
@@ -224,7 +220,7 @@ class Step:
 class Region:
     """What one training loop runs per step, in order."""
 
-    loop: ast.AST
+    loop: Loop | Function   # a function for a workload's own step (measured.py)
     scope: ast.AST
     steps: List[Step] = field(default_factory=list)
 
@@ -240,17 +236,17 @@ class Script:
         self.definitions_cache: Dict[ast.AST, Definitions] = {}
         self._calls_named: Optional[Dict[str, List[ast.Call]]] = None
         self._imported: Dict[str, Optional["FunctionSummary"]] = {}
-        self.all_functions: List[ast.AST] = []
+        self.all_functions: List[Function] = []
         self._whole: Dict[ast.AST, bool] = {}
         self._effects: Dict[tuple, Set[str]] = {}
         self.lines = text.splitlines()
         self.aliases: Dict[str, str] = {}
-        self.functions: Dict[str, List[ast.AST]] = {}
-        self.methods: Dict[ast.ClassDef, Dict[str, ast.AST]] = {}
+        self.functions: Dict[str, List[Function]] = {}
+        self.methods: Dict[ast.ClassDef, Dict[str, Function]] = {}
         self.classes: Dict[str, ast.ClassDef] = {}
-        self.owner: Dict[ast.AST, ast.AST] = {}     # function -> its class, for self.method() calls
-        self.scope_of: Dict[ast.AST, ast.AST] = {}  # loop -> the function (or module) holding it
-        self.enclosing_loops: Dict[ast.AST, List[ast.AST]] = {}  # loop -> the loops around it in its scope
+        self.owner: Dict[ast.AST, ast.ClassDef] = {}  # function -> its class, for self.method() calls
+        self.scope_of: Dict[Loop, ast.AST] = {}       # loop -> the function (or module) holding it
+        self.enclosing_loops: Dict[ast.AST, List[Loop]] = {}  # loop -> the loops around it in its scope
         self._kind: Dict[ast.AST, str] = {}
         self._bases: Dict[ast.ClassDef, List[ast.ClassDef]] = {}
         self.nodes: List[ast.AST] = []
@@ -268,8 +264,9 @@ class Script:
     # -- indexing -------------------------------------------------------
     def _index(self) -> None:
         """One pass over the tree, in source order: every node, the imports, functions, classes and loops."""
-        nodes = []
-        todo = [(self.tree, None, self.tree, ())]
+        nodes: List[ast.AST] = []
+        # (node, the class it is in, its function or the module, the loops around it in that scope)
+        todo: List[Tuple[ast.AST, Optional[ast.ClassDef], ast.AST, Tuple[Loop, ...]]] = [(self.tree, None, self.tree, ())]
         while todo:
             node, cls, scope, around = todo.pop()
             nodes.append(node)
@@ -293,7 +290,7 @@ class Script:
                     self.methods.setdefault(cls, {})[node.name] = node
                     self.owner[node] = cls
                     self.functions.setdefault(node.name, [])  # a method is no module-level function
-                inner = (None, node, ())
+                inner: Tuple[Optional[ast.ClassDef], ast.AST, Tuple[Loop, ...]] = (None, node, ())
             elif isinstance(node, ast.ClassDef):
                 self.classes.setdefault(node.name, node)
                 inner = (node, scope, ())
@@ -307,7 +304,7 @@ class Script:
                 todo.append((child,) + inner)
         self.nodes = nodes   # every node once, in source order, for the checks that look at the whole file
 
-    def _gpu(self):
+    def _gpu(self) -> Tuple[bool, bool]:
         """(moves work to a GPU in code, and names CUDA in code): comments and prose do not count."""
         moves = cuda = False
         for n in self.nodes:
@@ -343,7 +340,7 @@ class Script:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
 
     # -- what calls what --------------------------------------------------
-    def callees(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
+    def callees(self, call: ast.Call, scope: ast.AST) -> List[Function]:
         """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class,
         and a function handed to the call (``timed(step)``, ``retry(step, 3)``, ``partial(step, x)``)."""
         called = self._called(call, scope)
@@ -352,7 +349,7 @@ class Script:
                 called += [f for f in self.functions.get(arg.id, ()) if f not in called]
         return called
 
-    def _called(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
+    def _called(self, call: ast.Call, scope: ast.AST) -> List[Function]:
         func = call.func
         if isinstance(func, ast.Name):
             if func.id in self.classes:  # a constructor: __init__ runs once, not per step
@@ -387,7 +384,7 @@ class Script:
             self._bases[cls] = out
         return out
 
-    def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
+    def method_of(self, cls: ast.ClassDef, name: str) -> Optional[Function]:
         """``cls``'s method ``name``, its own or inherited from a same-file base."""
         return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
 
@@ -478,8 +475,11 @@ class Script:
 
     def is_optimizer_step(self, call: ast.AST) -> bool:
         """``optimizer.step()``, and ``scaler.step(optimizer)``, ``loss_scaler.step(opt)``."""
-        return method(call) == "step" and bool(_OPTIMIZER.search(identifier(call.func.value)) or
-                                               call.args and _OPTIMIZER.search(identifier(call.args[0])))
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
+            return False
+        if _OPTIMIZER.search(identifier(call.func.value)):
+            return True
+        return bool(call.args) and bool(_OPTIMIZER.search(identifier(call.args[0])))
 
     def is_step_wrapper(self, call: ast.AST) -> bool:
         """A callable given the loss and the optimizer, ``loss_scaler(loss, optimizer, clip_grad=...)``
@@ -513,7 +513,7 @@ class Script:
             stack.extend(children(node))
         return False
 
-    def function_kind(self, func: ast.AST, seen: Optional[Set[ast.AST]] = None) -> str:
+    def function_kind(self, func: Function, seen: Optional[Set[ast.AST]] = None) -> str:
         """'loop' (holds a training loop), 'step' (trains once per call) or 'none'."""
         if func in self._kind:
             return self._kind[func]
@@ -589,7 +589,7 @@ class Script:
                              if self.uses_torch and (self._direct(loop.body, scope, set()) or
                                                      self._trains_by_effect(loop, scope))]
             for region in self._regions:
-                Walker(self, region).run(region.loop)
+                Walker(self, region).run()
         return self._regions
 
     def per_step(self, regions: Optional[List[Region]] = None) -> Iterator[Step]:
@@ -730,7 +730,7 @@ def _jump(body: list, script: "Script") -> Optional[str]:
     return None
 
 
-def is_mod(node: ast.AST) -> bool:
+def is_mod(node: ast.AST) -> TypeGuard[ast.BinOp]:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
@@ -776,14 +776,17 @@ class Walker:
         self.region = region
         self.visited: Set[ast.AST] = set()
 
-    def run(self, loop: ast.AST) -> None:
+    def run(self) -> None:
+        """Walk the region's loop (its test or its ``for`` header, then its body), or its function's body."""
+        loop = self.region.loop
         if isinstance(loop, ast.While):
             self.add(loop.test, False, self.region.scope, test=True)
-        else:
+        elif isinstance(loop, (ast.For, ast.AsyncFor)):
             self.add(for_header(loop), False, self.region.scope, header=True)
         self.block(loop.body, False, self.region.scope, 0)
 
-    def add(self, node: ast.AST, guarded: bool, scope: ast.AST, header: bool = False, test: bool = False) -> None:
+    def add(self, node: ast.expr | ast.stmt, guarded: bool, scope: ast.AST, header: bool = False,
+            test: bool = False) -> None:
         self.region.steps.append(Step(node, guarded, scope, header, test))
         if not header:
             self.calls(node, guarded, scope)
@@ -799,7 +802,7 @@ class Walker:
                     self.visited.add(f)
                     self.block(f.body, False, f, 0)
 
-    def block(self, body: list, guarded: bool, scope: ast.AST, depth: int) -> Optional[str]:
+    def block(self, body: List[ast.stmt], guarded: bool, scope: ast.AST, depth: int) -> Optional[str]:
         """Walk ``body``; returns 'continue' or 'return' when an early exit made the rest of it occasional
         (``if not should_log: return``), for the enclosing blocks that the exit also leaves."""
         if depth > 40:
@@ -823,15 +826,19 @@ class Walker:
                         self.script.only_if_not(stmt.test, scope) and not self.script.skips_to_step(stmt.test, body[i + 1:], scope):
                     exit_ = jump
             elif isinstance(stmt, LOOPS):
-                test = isinstance(stmt, ast.While)
-                self.add(stmt.test if test else for_header(stmt), guarded, scope, test=test)
-                exit_ = self.block(stmt.body, guarded or (test and self.script.periodic(stmt.test)), scope, depth + 1)
+                inside = guarded
+                if isinstance(stmt, ast.While):
+                    self.add(stmt.test, guarded, scope, test=True)
+                    inside = guarded or self.script.periodic(stmt.test)
+                else:
+                    self.add(for_header(stmt), guarded, scope)
+                exit_ = self.block(stmt.body, inside, scope, depth + 1)
                 self.block(stmt.orelse, True, scope, depth + 1)  # a loop's else runs once
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
                 for item in stmt.items:
                     self.add(item.context_expr, guarded, scope)
                 exit_ = self.block(stmt.body, guarded, scope, depth + 1)
-            elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            elif isinstance(stmt, (ast.Try, ast.TryStar)):
                 exit_ = self.block(stmt.body, guarded, scope, depth + 1)
                 for h in stmt.handlers:
                     self.block(h.body, True, scope, depth + 1)
@@ -880,7 +887,7 @@ class Kinds:
                 for name, kind in bind(target, value, lambda v: classify(script, v, self.of)):
                     old = self.names.get(name)
                     new = merge(old, kind)
-                    if new != old:
+                    if new is not None and new != old:
                         self.names[name] = new
                         changed = True
             if not changed:
@@ -900,12 +907,12 @@ class _IterOf(ast.expr):
 
     _fields = ("iter",)
 
-    def __init__(self, iter):  # noqa: A002 - ast's own name for it
+    def __init__(self, iter: ast.expr) -> None:  # noqa: A002 - ast's own name for it
         super().__init__()
         self.iter = iter
 
 
-def assignments(node: ast.AST) -> list:
+def assignments(node: ast.AST) -> List[Tuple[ast.expr, ast.expr]]:
     """The (target, value) pairs a node assigns: ``x += v`` as ``x = x + v``, a ``for`` target an
     element of what it iterates, ``with ... as x``, ``x := v``."""
     if isinstance(node, ast.Assign):
@@ -918,14 +925,25 @@ def assignments(node: ast.AST) -> list:
         return [(node.target, _IterOf(node.iter))]
     if isinstance(node, ast.withitem) and node.optional_vars is not None:
         return [(node.optional_vars, node.context_expr)]
-    return [(node.target, node.value)] if isinstance(node, ast.NamedExpr) else []
+    if isinstance(node, ast.NamedExpr):
+        return [(node.target, node.value)]
+    return []
 
 
 def merge(old: Optional[str], new: Optional[str]) -> Optional[str]:
-    return old if new is None or old == new else new if old is None else MIXED
+    """What a name holds after a value of kind ``new`` joins the values of kind ``old`` (None: unknown)."""
+    if new is None or old == new:
+        return old
+    if old is None:
+        return new
+    return MIXED
 
 
-def bind(target: ast.AST, value: ast.AST, classify_value):
+Classifier = Callable[[ast.AST], Optional[str]]  # an expression -> its kind (DEVICE, CPU, ...), None unknown
+Lookup = Callable[[str], Optional[str]]          # a name -> its kind where it is read
+
+
+def bind(target: ast.AST, value: ast.AST, classify_value: Classifier) -> Iterator[Tuple[str, Optional[str]]]:
     """(name, kind) pairs an assignment makes.  Tuple targets take a tuple literal element by element,
     and what a tuple-returning tensor call (``max(dim)``, ``topk``) or a batch gives alike for every part;
     ``for i, b in enumerate(X)`` binds ``i`` to a number and ``b`` to an element of X."""
@@ -963,18 +981,21 @@ class _Known(ast.expr):
 
     _fields = ()
 
-    def __init__(self, kind: Optional[str]):
+    def __init__(self, kind: Optional[str]) -> None:
         super().__init__()
         self.kind = kind
 
 
-def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[str]:
+def classify(script: Script, node: ast.AST, lookup: Lookup, depth: int = 0) -> Optional[str]:
     """The kind of an expression's value (DEVICE, CPU, OTHER, MODEL), or None when unknown."""
     if depth > 30:
         return None
     if isinstance(node, _Known):
         return node.kind
-    rec = lambda n: classify(script, n, lookup, depth + 1)  # noqa: E731
+
+    def rec(part: ast.AST) -> Optional[str]:
+        return classify(script, part, lookup, depth + 1)
+
     if isinstance(node, _IterOf):
         if _is_loader_expr(script, node.iter):
             return CPU
@@ -989,7 +1010,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
                          ast.SetComp, ast.Tuple)):
         return OTHER
     if isinstance(node, ast.Call):
-        return _classify_call(script, node, lookup, rec)
+        return _classify_call(script, node, rec)
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Mod) and isinstance(node.left, (ast.Constant, ast.JoinedStr)):
             return OTHER  # "%.3f" % x: a string
@@ -1027,12 +1048,16 @@ def _imported_elsewhere(script: Script, func: ast.AST) -> bool:
     return origin is not None and not origin.startswith("torch")
 
 
-def _where(kinds: set) -> Optional[str]:
+def _where(kinds: Set[Optional[str]]) -> Optional[str]:
     """Where a value computed from values of these kinds lives: on the device if any is, else the host."""
-    return DEVICE if DEVICE in kinds else CPU if CPU in kinds else None
+    if DEVICE in kinds:
+        return DEVICE
+    if CPU in kinds:
+        return CPU
+    return None
 
 
-def _elements(node: ast.AST, rec) -> Optional[str]:
+def _elements(node: ast.AST, rec: Classifier) -> Optional[str]:
     """Where the elements of a collection live: ``d.values()`` and ``(v for v in d.values())`` of a
     model's outputs are on the device."""
     if isinstance(node, (ast.GeneratorExp, ast.ListComp)) and len(node.generators) == 1:
@@ -1040,7 +1065,9 @@ def _elements(node: ast.AST, rec) -> Optional[str]:
         if isinstance(target, ast.Name) and isinstance(node.elt, ast.Name) and node.elt.id == target.id:
             return _elements(node.generators[0].iter, rec)
         return None
-    return _where({rec(node.func.value if method(node) == "values" else node)})
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "values":
+        return _where({rec(node.func.value)})
+    return _where({rec(node)})
 
 
 def _is_loader_expr(script: Script, node: ast.AST) -> bool:
@@ -1071,14 +1098,18 @@ def device_arg(node: ast.AST) -> Optional[bool]:
 
 def moved_to(call: ast.AST) -> Optional[bool]:
     """``x.to(where)`` or ``x.to(device=where)``: True to a GPU, False to the CPU, None not a device move."""
-    target = (call.args[0] if call.args else keyword(call, "device")) if method(call) == "to" else None
-    return device_arg(target) if target is not None else None
+    if not (isinstance(call, ast.Call) and method(call) == "to"):
+        return None
+    target = call.args[0] if call.args else keyword(call, "device")
+    if target is None:
+        return None
+    return device_arg(target)
 
 
-def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]:
+def _classify_call(script: Script, node: ast.Call, rec: Classifier) -> Optional[str]:
     func = node.func
-    if m := method(node):
-        recv = func.value
+    if isinstance(func, ast.Attribute):  # a method: x.m(...)
+        m, recv = func.attr, func.value
         if m in PLAIN_METHODS:
             return OTHER
         if m == "cpu":
@@ -1086,8 +1117,13 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
         if m == "cuda":
             return MODEL if rec(recv) == MODEL else DEVICE
         if m == "to":
-            where, rk = moved_to(node), rec(recv)
-            return MODEL if rk == MODEL else DEVICE if where is True else CPU if where is False else _where({rk})
+            rk = rec(recv)
+            if rk == MODEL:
+                return MODEL
+            where = moved_to(node)
+            if where is None:  # .to(dtype): where the receiver is
+                return _where({rk})
+            return DEVICE if where else CPU
         rk = rec(recv)
         if rk == MODEL:
             if m in ("forward", "__call__"):
@@ -1123,7 +1159,12 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             return _where({rec(node.args[0])})  # torch.zeros_like(x): made where x is
         if short in FACTORIES or short in LEGACY_TENSORS:
             dev = keyword(node, "device")
-            return CPU if dev is None else {True: DEVICE, False: CPU}.get(device_arg(dev))
+            if dev is None:
+                return CPU
+            on_gpu = device_arg(dev)
+            if on_gpu is None:
+                return None
+            return DEVICE if on_gpu else CPU
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
@@ -1217,7 +1258,13 @@ class Flow:
 
     def classify(self, node: ast.AST, scope: ast.AST) -> Optional[str]:
         env, kinds = self.env.setdefault(scope, {}), self.script.kinds(scope)
-        return classify(self.script, node, lambda name: env[name] if name in env else kinds.of(name))
+
+        def lookup(name: str) -> Optional[str]:
+            """What the region assigned so far, else the scope's first guess."""
+            if name in env:
+                return env[name]
+            return kinds.of(name)
+        return classify(self.script, node, lookup)
 
     def comprehensions(self, node: ast.AST, scope: ast.AST) -> None:
         """Bind the targets of comprehensions in ``node`` (their elements are what they iterate)."""
@@ -1237,6 +1284,6 @@ class Flow:
                     env[name] = DEVICE if kind is None and name in differentiated else kind
 
 
-def for_header(loop: ast.AST) -> ast.Assign:
+def for_header(loop: ast.For | ast.AsyncFor) -> ast.Assign:
     """A ``for`` loop's per-iteration assignment of its target (an element of what it iterates)."""
     return ast.Assign(targets=[loop.target], value=_IterOf(loop.iter), lineno=loop.lineno, col_offset=loop.col_offset)

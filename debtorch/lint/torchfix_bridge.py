@@ -6,10 +6,14 @@ stable: ``TorchChecker(tree, lines).run()`` yields ``(line, col, "TORnnn message
 from __future__ import annotations
 
 import importlib
-from typing import Iterator, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from debtorch.findings import WARNING, Finding, finding
 from debtorch.lint.result import Located, located
+
+if TYPE_CHECKING:
+    from debtorch.lint.script import Script
 
 AREA = "torchfix"   # TorchFix's findings keep their codes under it: torchfix.TOR101, ...
 
@@ -17,7 +21,7 @@ FALLBACK_DISABLED = ("TOR3", "TOR4", "TOR9")  # TorchFix's default-off codes (TO
 HOME = "https://github.com/pytorch-labs/torchfix#rules"
 
 
-def _module(name: str):
+def _module(name: str) -> Optional[ModuleType]:
     try:
         return importlib.import_module(name)  # defer: optional extra, imports libcst
     except Exception:  # noqa: BLE001 - absent or broken: TorchFix is simply not used
@@ -32,7 +36,7 @@ def version() -> Optional[str]:
     return str(getattr(mod, "__version__", None) or getattr(_module("torchfix.torchfix"), "__version__", "unknown"))
 
 
-def findings(script) -> Iterator[Located]:
+def findings(script: Script) -> Iterator[Located]:
     """TorchFix's findings for a parsed :class:`~debtorch.lint.script.Script`."""
     mod = _module("torchfix.torchfix")
     if mod is None:
