@@ -10,7 +10,7 @@ import functools
 import io
 import re
 import tokenize
-from typing import Callable, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from debtorch.findings import finding
 from debtorch.lint.flow import arguments_given, dict_items, values_of
@@ -450,13 +450,23 @@ def _argument_names(script: Script, func: Function, idx: int, pname: str) -> Set
     return out
 
 
-def _loader_returns(script: Script) -> dict:
+def _returned_loader(script: Script, made: Dict[str, ast.Call], part: ast.expr) -> Optional[ast.Call]:
+    """The DataLoader call a returned value is: the call itself, or a name its function assigned one
+    (``made``); None for anything else."""
+    if isinstance(part, ast.Call) and script.call_name(part).endswith("DataLoader"):
+        return part
+    if isinstance(part, ast.Name):
+        return made.get(part.id)
+    return None
+
+
+def _loader_returns(script: Script) -> Dict[str, List[Optional[ast.Call]]]:
     """Function name -> what it returns, each element a DataLoader call or None: ``return DataLoader(...)``
     gives one element, ``return train_loader, val_loader`` one per name assigned a DataLoader in that function."""
-    out = {}
+    out: Dict[str, List[Optional[ast.Call]]] = {}
     for fs in list(script.functions.values()) + [list(m.values()) for m in script.methods.values()]:
         for f in fs:
-            made = {}
+            made: Dict[str, ast.Call] = {}
             for n in local_nodes(f.body):
                 if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
                         script.call_name(n.value).endswith("DataLoader"):
@@ -466,8 +476,7 @@ def _loader_returns(script: Script) -> dict:
                 if not isinstance(n, ast.Return) or n.value is None:
                     continue
                 parts = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
-                got = [p if isinstance(p, ast.Call) and script.call_name(p).endswith("DataLoader")
-                       else made.get(identifier(p)) if isinstance(p, ast.Name) else None for p in parts]
+                got = [_returned_loader(script, made, p) for p in parts]
                 if any(got):
                     out[f.name] = got
     return out
@@ -498,8 +507,10 @@ def _find_training_loaders(script: Script) -> List[ast.Call]:
                 out.append(n.value)
                 continue
             got = returns.get(identifier(n.value.func)) or []
-            if len(got) == len(parts) and got[i] is not None:
-                out.append(got[i])
+            if len(got) == len(parts):
+                made = got[i]
+                if made is not None:
+                    out.append(made)
     return list({id(c): c for c in out}.values())
 
 
@@ -632,20 +643,25 @@ def _hf_rows(script: Script, node: ast.AST, scope: ast.AST, depth: int = 0) -> O
     return None
 
 
-def _text_rows(script: Script, call: ast.Call, kwargs: dict, scope: ast.AST) -> bool:
+def _text_rows(script: Script, call: ast.Call, kwargs: Kwargs, scope: ast.AST) -> bool:
     """Does this loader collate rows of a tokenized Hugging Face table (cheap in the main process)?
     Its collate_fn is a data collator, or its dataset comes from the datasets library; where the code
     does not say, a script of that pipeline (it imports datasets or transformers) is given the benefit."""
     collate = kwargs.get("collate_fn")
-    if collate is not None and ("ollator" in identifier(collate) or
-                                script.qualname(getattr(collate, "func", collate)).startswith("transformers")):
-        return True
+    if collate is not None:
+        if "ollator" in identifier(collate):
+            return True
+        made_by = collate.func if isinstance(collate, ast.Call) else collate  # DataCollator(...) or its name
+        if script.qualname(made_by).startswith("transformers"):
+            return True
     ds = argument(call, "dataset", 0)
     rows = _hf_rows(script, ds, scope) if ds is not None else None
-    return rows if rows is not None else _pretokenized(script)
+    if rows is None:
+        return _pretokenized(script)
+    return rows
 
 
-def _token_rows(script: Script, call: ast.Call, kwargs: dict, scope: ast.AST) -> bool:
+def _token_rows(script: Script, call: ast.Call, kwargs: Kwargs, scope: ast.AST) -> bool:
     """Does the code show that this loader's batches are token ids of a text pipeline (small integer
     tensors: pinning them saves nothing measurable)? Its collate_fn is a data collator, its dataset is a
     Hugging Face table, or its dataset is built from a tokenizer or such a table."""
@@ -661,11 +677,14 @@ def _token_rows(script: Script, call: ast.Call, kwargs: dict, scope: ast.AST) ->
     return False
 
 
-def loader_kwargs(script: Script, call: ast.Call, scope: ast.AST) -> Tuple[dict, bool]:
+Kwargs = Dict[str, ast.AST]  # a call's keyword arguments by name
+
+
+def loader_kwargs(script: Script, call: ast.Call, scope: ast.AST) -> Tuple[Kwargs, bool]:
     """(the keyword arguments a DataLoader call is given, those of ``**d`` included where ``d`` is known:
     a dict literal, ``dict(...)``, or a name holding one with its later ``d[key] = v``; whether some
     ``**`` argument stays unknown)."""
-    out: dict = {}
+    out: Kwargs = {}
     unknown = False
     for kw in call.keywords:
         if kw.arg is not None:
@@ -697,8 +716,12 @@ def check_loaders(script: Script) -> Iterator[Located]:
         default = argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
         workers_off = (nw is None and not star) or nwc == 0 or (default == 0 and not isinstance(default, bool))
         if workers_off and not _in_memory(script, call) and not _text_rows(script, call, kwargs, scope):
-            detail = "num_workers is not set" if nw is None else \
-                "num_workers=0" if nwc == 0 else f"num_workers={segment(script, nw)}, 0 by default"
+            if nw is None:
+                detail = "num_workers is not set"
+            elif nwc == 0:
+                detail = "num_workers=0"
+            else:
+                detail = f"num_workers={segment(script, nw)}, 0 by default"
             yield at(script, call, "script.W005", detail=detail)
         if script.cuda_explicit and not star and not _in_memory(script, call) and \
                 not _token_rows(script, call, kwargs, scope):
@@ -713,10 +736,16 @@ def check_loaders(script: Script) -> Iterator[Located]:
                 if per_epoch:
                     persist = "True" if (isinstance(nwc, int) and nwc > 0) or nw is None else f"{segment(script, nw)} > 0"
                     yield at(script, call, "script.I002", persist=persist)
-        pf = constant_value(script, kwargs.get("prefetch_factor"), scope, call) \
-            if isinstance(kwargs.get("prefetch_factor"), ast.Name) else constant(kwargs.get("prefetch_factor"))
-        fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
-            ([f"prefetch_factor={pf}"] if isinstance(pf, int) else [])
+        prefetch = kwargs.get("prefetch_factor")
+        if isinstance(prefetch, ast.Name):
+            pf = constant_value(script, prefetch, scope, call)
+        else:
+            pf = constant(prefetch)
+        fixed = []  # the settings the code fixes to a number: tune measures them
+        if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0:
+            fixed.append(f"num_workers={nwc}")
+        if isinstance(pf, int):
+            fixed.append(f"prefetch_factor={pf}")
         if fixed:
             yield at(script, call, "script.I003", detail=", ".join(fixed))
 
@@ -725,10 +754,13 @@ def check_loaders(script: Script) -> Iterator[Located]:
 # DataParallel (W006), AMP (W007, W008, W009), profilers (I004, I005), cuDNN (I006)
 
 def _calls(script: Script) -> Iterator[Tuple[ast.Call, str]]:
+    """Every call of a dotted name, with that name qualified by the file's imports."""
     for n in script.nodes:
-        if isinstance(n, ast.Call):
-            if name := script.qualname(n.func):
-                yield n, name
+        if not isinstance(n, ast.Call):
+            continue
+        name = script.qualname(n.func)
+        if name:
+            yield n, name
 
 
 def check_data_parallel(script: Script) -> Iterator[Located]:
@@ -792,8 +824,12 @@ def _autocast_dtype(script: Script, call: ast.Call, name: str) -> Optional[str]:
     if not name.startswith("torch.cuda.amp") and constant(argument(call, "device_type", 0)) != "cuda":
         return None
     dtype = argument(call, "dtype", 1 if name.startswith(("torch.autocast", "torch.amp")) else None)
-    return "fp16" if dtype is None else \
-        {"torch.float16": "fp16", "torch.half": "fp16", "torch.bfloat16": "bf16"}.get(script.qualname(dtype))
+    if dtype is None:
+        return "fp16"  # autocast's default on CUDA
+    return _AUTOCAST_DTYPES.get(script.qualname(dtype))
+
+
+_AUTOCAST_DTYPES = {"torch.float16": "fp16", "torch.half": "fp16", "torch.bfloat16": "bf16"}
 
 
 _FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "lightning_fabric", "deepspeed", "colossalai")

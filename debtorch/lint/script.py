@@ -494,9 +494,9 @@ class Script:
     def is_training_call(self, call: ast.AST) -> bool:
         return self.is_backward(call) or self.is_optimizer_step(call) or self.is_step_wrapper(call)
 
-    def _direct(self, body: list, scope: ast.AST, seen: Set[ast.AST]) -> bool:
+    def _direct(self, body: List[ast.stmt], scope: ast.AST, seen: Set[ast.AST]) -> bool:
         """Does ``body`` train outside nested loops: a training call, or a call of a step function?"""
-        stack = list(body)
+        stack: List[ast.AST] = list(body)
         while stack:
             node = stack.pop()
             if isinstance(node, DEFS):
@@ -529,7 +529,7 @@ class Script:
         return kind
 
     # -- what runs per step --------------------------------------------------
-    def effects(self, body: list, scope: ast.AST, depth: int = 0) -> Set[str]:
+    def effects(self, body: List[ast.stmt], scope: ast.AST, depth: int = 0) -> Set[str]:
         """What ``body`` runs, nested loops and the functions it calls included: "backward", "step"
         (remembered per body: a loop's or a function's statements are asked about often)."""
         key = (id(body), id(scope))
@@ -541,7 +541,7 @@ class Script:
             self._effects[key] = found
         return found
 
-    def _effects_of(self, body: list, scope: ast.AST, depth: int) -> Set[str]:
+    def _effects_of(self, body: List[ast.stmt], scope: ast.AST, depth: int) -> Set[str]:
         found: Set[str] = set()
         if depth > 3:
             return found
@@ -720,7 +720,7 @@ class Script:
 _EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
 
 
-def _jump(body: list, script: "Script") -> Optional[str]:
+def _jump(body: List[ast.stmt], script: "Script") -> Optional[str]:
     """How a block ends: 'return', 'continue' (or break), 'raise' (raise or sys.exit()), or None."""
     last = body[-1] if body else None
     if isinstance(last, (ast.Return, ast.Continue, ast.Break)):
