@@ -165,8 +165,13 @@ def parse_toml(text: str, name: str, error: Callable[[str], Exception]) -> Dict[
     except ValueError as exc:  # TOMLDecodeError, or an integer of more digits than int() takes
         msg = str(exc).replace("\n", " ")
         m = re.search(r"\s*\(at (?:line (\d+), column \d+|end of document)\)\s*$", msg)
-        line = (int(m.group(1)) if m.group(1) else max(1, len(text.splitlines()))) if m else 1
-        raise error(f"{name}:{line}: not valid TOML: {msg[:m.start()] if m else msg[:200]}") from None
+        if m is None:  # no place given: the first line, and the message as it is
+            raise error(f"{name}:1: not valid TOML: {msg[:200]}") from None
+        if m.group(1):
+            line = int(m.group(1))
+        else:  # at the end of the document: its last line
+            line = max(1, len(text.splitlines()))
+        raise error(f"{name}:{line}: not valid TOML: {msg[:m.start()]}") from None
 
 
 def load_toml(text: str, name: str, spec: Spec, error: Callable[[str], Exception]) -> Dict[str, Any]:

@@ -19,9 +19,13 @@ import gc
 import os
 import signal
 import sys
-from typing import Any, TextIO
+from types import FrameType
+from typing import TYPE_CHECKING, Any, List, Optional, TextIO
 
 from debtorch.cli.codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
+
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["app", "main"]
 
@@ -30,7 +34,7 @@ _PROBED = ("facts", "doctor")
 _ELSEWHERE = ("--host", "--facts", "--from-collect-env", "--record", "--help")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> typer.Typer:
     if name == "app":  # `from debtorch.cli import app` (tests, the man page)
         from debtorch.cli.program import app  # defer: typer and every command, after main() started the probe
 
@@ -38,7 +42,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def _prestart_probe(args: list) -> None:
+def _prestart_probe(args: List[str]) -> None:
     """`debtorch facts|doctor` on this machine: start the target interpreter's probes before
     debtorch imports the rest of itself, so that they run meanwhile (the probe is about half
     of doctor's time).  Anything unusual (another machine, --help, a typo) starts nothing;
@@ -123,7 +127,8 @@ class _Closed:
 
 
 def _guard_streams() -> None:
-    """stderr that cannot fail the command, and a closed stdout that says so when written."""
+    """stderr that cannot fail the command, and a closed stdout that says so when written.  (The
+    stand-ins are text streams by delegation and by duck typing, which mypy cannot see.)"""
     if sys.stderr is not None:
         sys.stderr = _Forgiving(sys.stderr)  # type: ignore[assignment]
     if sys.stdout is None:
@@ -135,10 +140,10 @@ def _guard_streams() -> None:
 # (verify-train reports what was measured so far).  Once one has arrived, later ones are
 # ignored: the clean-up they would interrupt takes seconds and must finish.
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_ending = []
+_ending: List[Optional[int]] = []   # the signal that ended the run; None once the clean-up began
 
 
-def _on_signal(signum, frame) -> None:
+def _on_signal(signum: int, frame: Optional[FrameType]) -> None:
     if _ending:
         return
     _ending.append(signum)
@@ -174,7 +179,12 @@ def main() -> None:
 
         app()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_FAILED)
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is None:
+            code = 0
+        else:  # sys.exit("a message")
+            code = EXIT_FAILED
         if code == EXIT_FAILED and (type(sys.stdout).__name__ == "PacifyFlushWrapper" or _is_null() > null_before):
             _quiet_stdout()  # click's and rich's answer to a reader that went away (--help | head) is 1
             code = EXIT_PIPE

@@ -15,7 +15,7 @@ from debtorch.cli.shared import (
     present,
     redactor,
 )
-from debtorch.host import Unavailable
+from debtorch.host import RecordingHost, Unavailable
 
 prog = Prog("debtorch")
 
@@ -39,14 +39,16 @@ def facts(
     try:
         doc = collect(prog, host, facts_mod.Options(python=python, data=data, deep=deep))
         r = redactor(doc) if redact else None
-        if record:
+        if isinstance(host, RecordingHost):  # --record
             # With --redact the recording itself is redacted (file contents, names, links and
             # _host.json alike), so that it can be attached to a public bug report.
             with prog.fails_on(Unavailable, prefix="--record "):
                 saved = host.save(rewrite=r.recorded if r else None)
-            prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
-                      + (" (redacted)" if r else ""))
+            if r is not None:
+                prog.note(f"recorded this machine in {r.text(str(saved.parent))} (redacted)")
+            else:
+                prog.note(f"recorded this machine in {saved.parent}")
     finally:
-        if record:
+        if isinstance(host, RecordingHost):
             host.discard()   # an interrupted recording leaves nothing behind
     present(FactsView(doc), fmt, r)

@@ -19,8 +19,9 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+import typer
 import typer.main
 
 from debtorch import knowledge, outputs
@@ -32,15 +33,20 @@ from debtorch.fleet import rendezvous
 
 PROG = "debtorch"
 
+# click's objects as typer hands them: click's own on Debian 12's typer 0.7, typer._click on current
+# typer.  No name covers both, so they stay untyped here; the page reads them only through attributes
+# that both have (see above).
+ClickObject = Any
+
 
 @dataclass
 class Param:
     """One option or argument as a user types it."""
 
-    names: list  # ["-f", "--format"]; an argument has its metavar here
+    names: List[str]  # ["-f", "--format"]; an argument has its metavar here
     metavar: str  # "PATH", "[text|json]"; "" for a flag
     help: str
-    choices: list = field(default_factory=list)
+    choices: List[str] = field(default_factory=list)
     default: Optional[str] = None
     required: bool = False
     argument: bool = False
@@ -50,25 +56,29 @@ class Param:
 class Command:
     """One command of the tree; ``path`` is () for ``debtorch`` itself."""
 
-    path: tuple
+    path: Tuple[str, ...]
     usage: str
     help: str
-    params: list  # of Param: options first, then arguments
-    subcommands: list  # names, for a group
+    params: List[Param]  # options first, then arguments
+    subcommands: List[str]  # names, for a group
 
     @property
-    def options(self) -> list:
+    def options(self) -> List[Param]:
         return [p for p in self.params if not p.argument]
 
 
 _CHOICES = re.compile(r"^[\[<{]([^\]>}]*\|[^\]>}]*)[\]>}]$")
 
 
-def _param(p, ctx) -> Param:
+def _long(name: str) -> bool:
+    """Not a short name (``-f``): --help lists the short ones first."""
+    return not re.match(r"^-[^-]", name)
+
+
+def _param(p: ClickObject, ctx: ClickObject) -> Param:
     argument = getattr(p, "param_type_name", "option") == "argument"
     names = list(p.opts) + list(getattr(p, "secondary_opts", None) or [])
-    # Short names first, as --help prints them.
-    names = [n for _, n in sorted(enumerate(names), key=lambda t: (not re.match(r"^-[^-]", t[1]), t[0]))]
+    names = sorted(names, key=_long)  # short names first, as --help prints them (a stable sort)
     is_flag = bool(getattr(p, "is_flag", False)) and not argument
     metavar = p.metavar or ""
     if argument:
@@ -86,12 +96,13 @@ def _param(p, ctx) -> Param:
     elif is_flag:
         metavar = ""
     m = _CHOICES.match(metavar)
+    choices = [c.strip() for c in m.group(1).split("|")] if m else []
     d = getattr(p, "default", None)
-    shown = not is_flag and d is not None and not callable(d) and d != () and d != []
-    return Param(names=names, metavar=metavar, help=_clean_help(getattr(p, "help", None) or ""),
-                 choices=[c.strip() for c in m.group(1).split("|")] if m else [],
-                 default=str(d.value if isinstance(d, enum.Enum) else d) if shown else None,
-                 required=bool(getattr(p, "required", False)), argument=argument)
+    default = None
+    if not is_flag and d is not None and not callable(d) and d != () and d != []:
+        default = str(d.value if isinstance(d, enum.Enum) else d)
+    return Param(names=names, metavar=metavar, help=_clean_help(getattr(p, "help", None) or ""), choices=choices,
+                 default=default, required=bool(getattr(p, "required", False)), argument=argument)
 
 
 def _clean_help(text: str) -> str:
@@ -99,15 +110,22 @@ def _clean_help(text: str) -> str:
     return "\n".join(line for line in inspect.cleandoc(text or "").splitlines() if line.strip() != "\b")
 
 
-def walk(app=None) -> list:
-    """Every visible command, depth first, in the order debtorch/cli registers them."""
-    out: list = []
+def _is_argument(p: Param) -> bool:
+    return p.argument
 
-    def visit(cmd, path: tuple, parent_ctx) -> None:
+
+def walk(app: Optional[typer.Typer] = None) -> List[Command]:
+    """Every visible command, depth first, in the order debtorch/cli registers them."""
+    out: List[Command] = []
+
+    def visit(cmd: ClickObject, path: Tuple[str, ...], parent_ctx: ClickObject) -> None:
         ctx = cmd.context_class(cmd, info_name=path[-1] if path else PROG, parent=parent_ctx)
-        params = [_param(p, ctx) for p in cmd.get_params(ctx)
-                  if not getattr(p, "hidden", False) and not (path and list(p.opts) == ["--help"])]  # once is enough
-        params.sort(key=lambda q: q.argument)
+        params = []
+        for p in cmd.get_params(ctx):
+            if getattr(p, "hidden", False) or (path and list(p.opts) == ["--help"]):  # --help: once is enough
+                continue
+            params.append(_param(p, ctx))
+        params.sort(key=_is_argument)  # options first
         subs = getattr(cmd, "commands", None) or {}
         visible = [n for n, c in subs.items() if not getattr(c, "hidden", False)]
         usage = " ".join([PROG, *path, *cmd.collect_usage_pieces(ctx)])
@@ -119,7 +137,7 @@ def walk(app=None) -> list:
     return out
 
 
-def _summary(app=None) -> str:
+def _summary(app: Optional[typer.Typer] = None) -> str:
     """The NAME line: the top-level callback's docstring, else the app's help."""
     app = app or debtorch_app
     cb = getattr(getattr(app, "registered_callback", None), "callback", None)
@@ -140,17 +158,22 @@ def _roff_text(text: str) -> str:
     return "\n".join("\\&" + line if line.startswith((".", "'")) else line for line in text.splitlines())
 
 
-def _roff_paragraphs(text: str) -> list:
+def _roff_paragraphs(text: str) -> List[str]:
     return [_roff_text(" ".join(p.split())) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
 
 
-def _roff_param(p: Param) -> list:
+def _roff_param(p: Param) -> List[str]:
     if p.argument:
         names = "\\fI" + _roff_text(p.names[0]) + "\\fR"
     else:
         names = ", ".join("\\fB" + _roff_text(n) + "\\fR" for n in p.names)
-        names += " \\fI" + _roff_text(p.metavar) + "\\fR" if p.metavar else ""
-    notes = ([f"default: {p.default}"] if p.default is not None else []) + (["required"] if p.required else [])
+        if p.metavar:
+            names += " \\fI" + _roff_text(p.metavar) + "\\fR"
+    notes = []
+    if p.default is not None:
+        notes.append(f"default: {p.default}")
+    if p.required:
+        notes.append("required")
     body = " ".join(_clean_help(p.help).split())
     if notes:
         body = (body + " " if body else "") + "[" + "; ".join(notes) + "]"
@@ -161,7 +184,7 @@ def _quote(text: str) -> str:
     return '"' + _roff_text(text).replace('"', '\\(dq') + '"'
 
 
-def build_date(environ=None) -> str:
+def build_date(environ: Optional[Mapping[str, str]] = None) -> str:
     epoch = (os.environ if environ is None else environ).get("SOURCE_DATE_EPOCH")
     try:
         stamp = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch else None
@@ -174,14 +197,14 @@ def _first_line(doc: Optional[str]) -> str:
     return " ".join((doc or "").strip().split("\n\n")[0].replace("``", "").split())
 
 
-def known_files() -> list:
+def known_files() -> List[Tuple[str, str]]:
     """[(path, what)] of the files debtorch reads, from the modules that read them."""
     return [(str(knowledge.SYSTEM_DIR), _first_line(knowledge.__doc__)),
             (str(siteconfig.SYSTEM_PATH), _first_line(siteconfig.__doc__) + " Optional."),
             ("~/.cache/debtorch", _first_line(outputs.cache_dir.__doc__) + " Safe to delete.")]
 
 
-def known_environment() -> list:
+def known_environment() -> List[Tuple[str, str]]:
     """[(variable, what)] that change where debtorch looks."""
     return [("VIRTUAL_ENV", "Set by an activated venv: its python is the default interpreter whose PyTorch is inspected."),
             (knowledge.ENV_DIR, f"A folder to read the doctor's data files from instead of {knowledge.SYSTEM_DIR}."),
@@ -190,8 +213,9 @@ def known_environment() -> list:
             *rendezvous.ENVIRONMENT]
 
 
-def render_man(commands: Optional[list] = None, *, version: Optional[str] = None, summary: Optional[str] = None,
-               exits: Optional[list] = None, date: Optional[str] = None) -> str:
+def render_man(commands: Optional[List[Command]] = None, *, version: Optional[str] = None,
+               summary: Optional[str] = None, exits: Optional[Sequence[Tuple[int, str]]] = None,
+               date: Optional[str] = None) -> str:
     """debtorch(1) as roff."""
     commands = walk() if commands is None else commands
     root, subs = commands[0], commands[1:]
@@ -223,12 +247,15 @@ def render_man(commands: Optional[list] = None, *, version: Optional[str] = None
             out += ([".PP"] if i else []) + [para]
         for p in cmd.params:
             out += _roff_param(p)
-    for title, rows, mark in (("EXIT STATUS", list(EXIT_CODES) if exits is None else exits, "\\fB{}\\fR"),
-                              ("FILES", known_files(), ".I {}"), ("ENVIRONMENT", known_environment(), ".B {}")):
+    exits = EXIT_CODES if exits is None else exits
+    sections = (("EXIT STATUS", [(f"\\fB{code}\\fR", what) for code, what in exits]),
+                ("FILES", [(".I " + _roff_text(path), what) for path, what in known_files()]),
+                ("ENVIRONMENT", [(".B " + _roff_text(name), what) for name, what in known_environment()]))
+    for title, rows in sections:
         if rows:
             out.append(".SH " + title)
-        for name, what in rows:
-            out += [".TP", mark.format(name if title == "EXIT STATUS" else _roff_text(name)), _roff_text(what)]
+        for head, what in rows:
+            out += [".TP", head, _roff_text(what)]
     out += [".SH SEE ALSO", "The documents under", ".IR /usr/share/doc/debtorch/ ."]
     return "\n".join(out) + "\n"
 
@@ -287,7 +314,7 @@ def _completion(p: Param) -> str:
     return "_filedir" if p.metavar.upper() in ("PATH", "FILE", "FILENAME", "<PATH>", "<FILE>") else "COMPREPLY=()"
 
 
-def render_bash(commands: Optional[list] = None) -> str:
+def render_bash(commands: Optional[List[Command]] = None) -> str:
     """A static bash completion script for the command tree."""
     commands = walk() if commands is None else commands
     paths = "|".join(_sh_case_pattern(" ".join(c.path)) for c in commands if c.path)
@@ -300,13 +327,14 @@ def render_bash(commands: Optional[list] = None) -> str:
                 values += f"        {pat})\n            {_completion(p)}\n            return ;;\n"
         names = [n for p in cmd.options for n in p.names] + (["--help"] if cmd.path else [])
         opts += f'        {_sh_case_pattern(key) if key else chr(34) * 2})\n            opts="{" ".join(names)}"\n'
-        opts += f'            subs="{" ".join(cmd.subcommands)}"\n' if cmd.subcommands else ""
+        if cmd.subcommands:
+            opts += f'            subs="{" ".join(cmd.subcommands)}"\n'
         opts += "            ;;\n"
     paths = f'            {paths})\n                cmd="${{cmd:+$cmd }}$w" ;;\n' if paths else ""
     return _BASH.replace("@PATHS@", paths).replace("@VALUES@", values).replace("@OPTS@", opts)
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m debtorch.cli.manpage", description="Write debtorch(1) or its bash completion, from the CLI.")
     ap.add_argument("--bash", action="store_true", help="write the bash completion script instead of the man page")
     ap.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")

@@ -1,6 +1,8 @@
 """The typer program: the app with every command registered (one module per command in this package)."""
 
 import functools
+from types import ModuleType
+from typing import Any, Callable
 
 import typer
 
@@ -32,7 +34,7 @@ def main_callback(
     """debtorch: doctor, tuner and training benchmark for PyTorch on Debian."""
 
 
-def guarded(module, name: str):
+def guarded(module: ModuleType, name: str) -> Callable[..., Any]:
     """The command ``name`` of ``module`` (its function of that name, its ``prog``), made to end
     the documented way on what any command may meet: Ctrl-C not handled by the command (130,
     one line), a standard output that cannot take the report (a broken pipe: 141, quiet;
@@ -42,7 +44,7 @@ def guarded(module, name: str):
     prog = module.prog
 
     @functools.wraps(fn)
-    def command(*args, **kwargs):
+    def command(*args: Any, **kwargs: Any) -> Any:  # the command's own parameters, as typer passes them
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:

@@ -10,7 +10,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Iterator, NoReturn, Optional
 
 import typer
 
@@ -25,11 +25,14 @@ from debtorch.cli.codes import (  # noqa: F401 - the commands import them from h
     EXIT_USAGE,
 )
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
-from debtorch.report import Format, show
+from debtorch.report import Format, View, show
 from debtorch.textsafe import printable
 
+if TYPE_CHECKING:
+    from debtorch.report.redact import Redactor
 
-def exit_for(failure) -> int:
+
+def exit_for(failure: object) -> int:
     """The exit code for a run that failed: 2 when it was about the user's input
     (``failure.user_input``: a workload, an interpreter without torch, a device,
     a recorded machine), else 1."""
@@ -83,7 +86,7 @@ class Prog:
         raise typer.Exit(code)
 
     @contextlib.contextmanager
-    def fails_on(self, *errors: type, code: int = EXIT_USAGE, prefix: str = "") -> Iterator[None]:
+    def fails_on(self, *errors: type[BaseException], code: int = EXIT_USAGE, prefix: str = "") -> Iterator[None]:
         """A block in which any of ``errors`` ends the command: its one line (after ``prefix``), ``code``."""
         try:
             yield
@@ -131,7 +134,9 @@ def check_answered(prog: Prog, doc: dict, python: Optional[str], host: Host) -> 
     """An explicit --python on this machine that ran but did not answer the probe (``/bin/true``,
     a Python 2) is not an interpreter debtorch can inspect: bad usage (exit 2), not a finding.
     A probe that timed out stays a finding: the interpreter may only be slow."""
-    p = doc.get("python") if isinstance(doc.get("python"), dict) else {}
+    p = doc.get("python")
+    if not isinstance(p, dict):
+        p = {}
     if not python or not host.live or not p.get("requested") or p.get("version") is not None:
         return
     reason = str((p.get("unknown") or {}).get("version") or "")
@@ -179,7 +184,7 @@ def given_paths(prog: Prog, **paths: Optional[str]) -> None:
             prog.fail(f"--{name.replace('_', '-')} needs a path (got an empty one)")
 
 
-def redactor(doc: Optional[dict] = None, host: Optional[Host] = None):
+def redactor(doc: Optional[dict] = None, host: Optional[Host] = None) -> Redactor:
     """A :class:`~debtorch.report.redact.Redactor` that knows the secrets ``doc`` names
     (host and user names, serials ...) and, for a command that reads no facts (lint),
     this machine's host and user names."""
@@ -193,7 +198,7 @@ def redactor(doc: Optional[dict] = None, host: Optional[Host] = None):
     return r
 
 
-def present(view, fmt: Format, redact=None) -> None:
+def present(view: View, fmt: Format, redact: Optional[Redactor] = None) -> None:
     """Show ``view`` in ``fmt``; every line, cell and field redacted by ``redact`` (a Redactor) when given."""
     if redact is not None:
         from debtorch.report.redact import Redacted  # defer: only --redact

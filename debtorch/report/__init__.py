@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Any, assert_never
+from typing import Any, Dict, Iterable, Protocol, Tuple, Union, runtime_checkable
 
 from debtorch.__about__ import __version__
 from debtorch.report import console, jsonout
+from debtorch.report.console import Line, Table
 
 
 class Format(str, Enum):
@@ -29,7 +30,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def document(schema_version: int, **fields: Any) -> dict:
+def document(schema_version: int, **fields: Any) -> Dict[str, Any]:
     """A ``--json`` document: its schema version and debtorch's version first, then ``fields``."""
     return {"schema_version": schema_version, "debtorch_version": __version__, **fields}
 
@@ -45,7 +46,30 @@ class OutputFailed(Exception):
         self.pipe = pipe
 
 
-def show(view, fmt: Format) -> None:
+class View(Protocol):
+    """A command's view: the formats it has, each with its method (:class:`TextView`,
+    :class:`JsonView`, :class:`EnvView`)."""
+
+    @property
+    def formats(self) -> Tuple[Format, ...]: ...
+
+
+@runtime_checkable
+class TextView(Protocol):
+    def lines(self) -> Iterable[Union[Line, Table]]: ...
+
+
+@runtime_checkable
+class JsonView(Protocol):
+    def document(self) -> Dict[str, Any]: ...
+
+
+@runtime_checkable
+class EnvView(Protocol):
+    def env(self) -> str: ...
+
+
+def show(view: View, fmt: Format) -> None:
     """Print ``view`` on stdout in ``fmt``, which must be one of ``view.formats``.
 
     Raises :class:`OutputFailed` when stdout is closed, full or a broken pipe."""
@@ -54,14 +78,14 @@ def show(view, fmt: Format) -> None:
     if sys.stdout is None:  # started with stdout closed (>&-): Python gives no stream at all
         raise OutputFailed("standard output is closed")
     try:
-        if fmt is Format.text:
+        if fmt is Format.text and isinstance(view, TextView):
             console.print_view(view.lines())
-        elif fmt is Format.json:
+        elif fmt is Format.json and isinstance(view, JsonView):
             console.echo(jsonout.dumps(view.document()))
-        elif fmt is Format.env:
+        elif fmt is Format.env and isinstance(view, EnvView):
             console.echo(view.env(), end="")
-        else:
-            assert_never(fmt)
+        else:  # a view that lists a format without its method: a bug of the view
+            raise TypeError(f"{type(view).__name__} lists the {fmt.value} format but has no method for it")
         sys.stdout.flush()
     except BrokenPipeError:
         raise OutputFailed("the reader closed the pipe", pipe=True) from None

@@ -7,7 +7,7 @@ nothing (tune).  No rich Progress is made off a terminal: rich 13.3
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Self
 
 from debtorch.textsafe import printable
 
@@ -24,7 +24,7 @@ class Bar:
         self.bar: Any = None         # a rich Progress, on a terminal
         self.task: Any = None
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Self:
         if self.console.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -35,7 +35,7 @@ class Bar:
             self.task = self.bar.add_task(self.first, total=1)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
@@ -46,7 +46,7 @@ class Bar:
         elif self.log:
             self.console.print(f"{self.log}: {text}", markup=False, highlight=False, soft_wrap=True)
 
-    def update(self, **kw) -> None:
+    def update(self, **kw: float) -> None:
         """``completed``, ``total`` or ``advance`` of the bar (nothing off a terminal)."""
         if self.bar is not None:
             self.bar.update(self.task, **kw)
@@ -68,7 +68,7 @@ class TrialsBar(Bar):
 class StepsBar(Bar):
     """verify-train: optimizer steps of the whole plan (a :class:`debtorch.verify.measure.Progress`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("steps", log="verify-train", first="starting the worker")
         self.expected = self.done = 0
 
@@ -80,7 +80,7 @@ class StepsBar(Bar):
         self.expected, self.done = steps, 0
         self.label(label)
 
-    def advance(self, event: dict) -> None:
+    def advance(self, event: Dict[str, Any]) -> None:
         if event.get("event") not in (None, "progress"):
             return
         self.done += 1
@@ -95,7 +95,7 @@ class StepsBar(Bar):
 class ShareBar(Bar):
     """``doctor --measure-data``: the share of its time spent, and what it reads (a ``dataread.Progress``)."""
 
-    def __init__(self, prefix: str = "[bold]reading[/] "):
+    def __init__(self, prefix: str = "[bold]reading[/] ") -> None:
         super().__init__("%", prefix=prefix)
 
     def __call__(self, share: float, label: str) -> None:

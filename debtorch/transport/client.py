@@ -21,12 +21,13 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from types import TracebackType
+from typing import IO, Any, Callable, Optional
 
 from debtorch import outputs
 from debtorch.budget import Budget, Where, stopped
+from debtorch.host import Host, meaningful_line
 from debtorch.host import kill_group as host_kill_group
-from debtorch.host import meaningful_line
 from debtorch.transport.server import PROTOCOL_FD_ENV
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def bounded(budget: Budget, where: Where, call: Callable[[float], Any], longest:
         raise
 
 
-def worker_python(python_option: Optional[str], host) -> str:
+def worker_python(python_option: Optional[str], host: Host) -> str:
     """The interpreter that trains: ``--python`` if given, else the venv's, else ours; WorkerError
     (``no_python``) when it does not exist."""
     path = host.program(python_option or host.default_python)
@@ -173,10 +174,10 @@ def kill_group(proc: subprocess.Popen) -> None:
 class StderrTail(threading.Thread):
     """Keeps the last lines a process wrote to stderr (the workload's prints among them)."""
 
-    def __init__(self, stream, sink: Optional[Callable[[str], None]] = None):
+    def __init__(self, stream: IO[bytes], sink: Optional[Callable[[str], None]] = None) -> None:
         super().__init__(name="debtorch-stderr", daemon=True)
         self.stream = stream
-        self.lines: collections.deque = collections.deque(maxlen=STDERR_LINES)
+        self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.sink = sink
 
     def run(self) -> None:
@@ -230,7 +231,8 @@ class Worker:
         self.start()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -296,6 +298,7 @@ class Worker:
             raise WorkerError("no_python", f"{self.python}: cannot run ({exc.strerror or exc})") from None
         os.close(wfd)
         self._rfd = rfd
+        assert self.proc.stderr is not None  # stderr=PIPE
         self._stderr = StderrTail(self.proc.stderr, self.on_stderr)
         self._stderr.start()
 
@@ -318,7 +321,10 @@ class Worker:
             kill_group(self.proc)
             if self._stderr is not None:
                 self._stderr.join(timeout=2)  # EOF arrives once the group is gone
-            for stream in (self.proc.stdin, self.proc.stderr if not (self._stderr and self._stderr.is_alive()) else None):
+            streams = [self.proc.stdin]
+            if not (self._stderr and self._stderr.is_alive()):  # its reader is done with it
+                streams.append(self.proc.stderr)
+            for stream in streams:
                 with contextlib.suppress(OSError):
                     if stream:
                         stream.close()
@@ -371,15 +377,18 @@ class Worker:
             raise self._died("sending a request") from None
 
     def _read(self, deadline: float, doing: str) -> dict:
+        rfd = self._rfd
+        if rfd is None:  # killed (a request timed out, or Ctrl-C) and asked again
+            raise WorkerError("died", "the worker is not running")
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
                 raise WorkerTimeout("timeout", f"the worker did not finish {doing} within its time limit; killed it")
-            ready, _, _ = select.select([self._rfd], [], [], min(left, 1.0))
+            ready, _, _ = select.select([rfd], [], [], min(left, 1.0))
             if not ready:
                 continue
-            chunk = os.read(self._rfd, 65536)
+            chunk = os.read(rfd, 65536)
             if not chunk:
                 raise self._died(doing)
             self._buf += chunk

@@ -17,7 +17,7 @@ import platform
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import Any, Iterable
 
 PROTOCOL_VERSION = 1
 PROTOCOL_FD_ENV = "DEBTORCH_PROTOCOL_FD"
@@ -87,7 +87,7 @@ class Session:
         return describe(exc)
 
 
-def serve(proto: Protocol, stdin, session: Session) -> int:
+def serve(proto: Protocol, stdin: Iterable[str], session: Session) -> int:
     """Answer requests until ``exit`` or end of input."""
     for line in stdin:
         line = line.strip()
