@@ -172,15 +172,18 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 class StderrTail(threading.Thread):
-    """Keeps the last lines a process wrote to stderr (the workload's prints among them)."""
+    """Keeps the last lines a process wrote to stderr (the workload's prints among them); ``stream`` is
+    the process's pipe (None, a process started without one: nothing to keep)."""
 
-    def __init__(self, stream: IO[bytes], sink: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, stream: Optional[IO[bytes]], sink: Optional[Callable[[str], None]] = None) -> None:
         super().__init__(name="debtorch-stderr", daemon=True)
         self.stream = stream
         self.lines: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.sink = sink
 
     def run(self) -> None:
+        if self.stream is None:
+            return
         with contextlib.suppress(OSError, ValueError):  # the stream closed under us: nothing more to keep
             for raw in iter(self.stream.readline, b""):
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
@@ -298,7 +301,6 @@ class Worker:
             raise WorkerError("no_python", f"{self.python}: cannot run ({exc.strerror or exc})") from None
         os.close(wfd)
         self._rfd = rfd
-        assert self.proc.stderr is not None  # stderr=PIPE
         self._stderr = StderrTail(self.proc.stderr, self.on_stderr)
         self._stderr.start()
 
