@@ -127,12 +127,11 @@ class _Closed:
 
 
 def _guard_streams() -> None:
-    """stderr that cannot fail the command, and a closed stdout that says so when written.  (The
-    stand-ins are text streams by delegation and by duck typing, which mypy cannot see.)"""
+    """stderr that cannot fail the command, and a closed stdout that says so when written."""
     if sys.stderr is not None:
-        sys.stderr = _Forgiving(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = _Forgiving(sys.stderr)
     if sys.stdout is None:
-        sys.stdout = _Closed()  # type: ignore[assignment]
+        sys.stdout = _Closed()
 
 
 # Signals that end a run: each unwinds like an exit with 128 + its number, so the training
