@@ -226,8 +226,11 @@ def render_man(commands: Optional[List[Command]] = None, *, version: Optional[st
         if cmd.subcommands and cmd.path:
             continue  # a group's commands are listed one by one
         pieces = cmd.usage.split()
-        rest = " ".join(pieces[1 + len(cmd.path):])
-        out += [".B " + _roff_text(" ".join(pieces[: 1 + len(cmd.path)]))] + ([_roff_text(rest)] if rest else []) + [".br"]
+        name, rest = " ".join(pieces[: 1 + len(cmd.path)]), " ".join(pieces[1 + len(cmd.path):])
+        out.append(".B " + _roff_text(name))
+        if rest:
+            out.append(_roff_text(rest))
+        out.append(".br")
     out[-1:] = [".SH DESCRIPTION"]
     for i, para in enumerate(_roff_paragraphs(root.help)):
         out += ([".PP"] if i else []) + [para]

@@ -94,7 +94,9 @@ def parse(data: Union[str, bytes], path: str = "<string>") -> Tuple[Optional[ast
         msg = exc.msg.splitlines()[0] if exc.msg else "invalid syntax"
         return None, text, FileError(path, f"not valid Python: {msg}", exc.lineno or 0, exc.offset or 0)
     except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
-        return None, text, FileError(path, f"not valid Python: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        said = str(exc)
+        msg = said.splitlines()[0] if said else type(exc).__name__
+        return None, text, FileError(path, f"not valid Python: {msg}")
     return tree, text, None
 
 

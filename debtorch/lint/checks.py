@@ -734,7 +734,10 @@ def check_loaders(script: Script) -> Iterator[Located]:
                 if per_epoch is None:
                     per_epoch = _per_epoch(script)
                 if per_epoch:
-                    persist = "True" if (isinstance(nwc, int) and nwc > 0) or nw is None else f"{segment(script, nw)} > 0"
+                    if nw is None or (isinstance(nwc, int) and nwc > 0):
+                        persist = "True"
+                    else:  # workers from a variable: persistent only when there are some
+                        persist = f"{segment(script, nw)} > 0"
                     yield at(script, call, "script.I002", persist=persist)
         prefetch = kwargs.get("prefetch_factor")
         if isinstance(prefetch, ast.Name):

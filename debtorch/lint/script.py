@@ -145,7 +145,9 @@ def keyword(call: ast.Call, name: str) -> Optional[ast.expr]:
 def argument(call: ast.Call, name: str, pos: Optional[int] = None) -> Optional[ast.expr]:
     """A call's argument ``name``, given by keyword or (where ``pos`` is given) at that position."""
     kw = keyword(call, name)
-    return call.args[pos] if kw is None and pos is not None and 0 <= pos < len(call.args) else kw
+    if kw is None and pos is not None and 0 <= pos < len(call.args):
+        return call.args[pos]
+    return kw
 
 
 def has_star_kwargs(call: ast.Call) -> bool:
@@ -361,9 +363,10 @@ class Script:
                 cls = self.owner.get(scope)
                 if cls is None:
                     return []
-                found = self.method_of(cls, func.attr)
-                return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
-                                                     if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+                own = self.method_of(cls, func.attr)
+                overrides = [self.methods[c][func.attr] for c in self.classes.values()
+                             if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+                return ([own] if own else []) + overrides
             if not any(func.attr in m for m in self.methods.values()):
                 return []  # no class of the file has such a method: nothing to look up
             cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
