@@ -215,8 +215,8 @@ class Redactor:
             return {self.text(k) if isinstance(k, str) else k: self.walk(v, str(k)) for k, v in obj.items()}
         if isinstance(obj, list):
             return [self.walk(v, key) for v in obj]
-        if isinstance(obj, tuple):
-            return tuple(self.walk(v, key) for v in obj)
+        if isinstance(obj, tuple):   # a finding's frozen facts: the same kind of tuple back (findings.FrozenDict)
+            return type(obj)(self.walk(v, key) for v in obj)
         if isinstance(obj, str):
             return self.text(obj, names=bool(SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower())))
         return obj
