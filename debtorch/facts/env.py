@@ -1,6 +1,6 @@
 """Environment facts: the variables that change how PyTorch trains.
 
-Only the host's allowlist (debtorch/host.py, ``ENV_ALLOWED``) is ever read or
+Only the host's allowlist (debtorch/host/environment.py, ``ENV_ALLOWED``) is ever read or
 reported; no other variable leaves the machine, even in ``--json`` or a recording.
 """
 
