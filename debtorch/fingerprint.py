@@ -34,8 +34,8 @@ def from_facts(facts) -> dict:
         "arch": m.os.arch or None, "cpu_model": m.cpus.model or None,
         "usable_cpus": m.cpus.usable if m.cpus.known else None,
         "cpu_bf16": None if m.cpus.bf16 is None else list(m.cpus.bf16),
-        "gpus": [g.name or "unknown GPU" for g in m.compute_gpus] if isinstance(m.get("nvidia.gpus"), list)
-        else [] if m.has_nvidia_gpu is False else None,  # []: no NVIDIA device on the PCI bus at all
+        "gpus": [g.name or "unknown GPU" for g in m.gpus.compute] if isinstance(m.get("nvidia.gpus"), list)
+        else [] if m.gpus.present is False else None,  # []: no NVIDIA device on the PCI bus at all
         "driver": m.driver.version or None, "python": str(py) if py else None,
         "torch": m.torch.version if has_torch else None, "torch_cuda": (m.torch.cuda or "") if has_torch else None}
     return {k: v for k, v in fp.items() if v is not None}

@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from hostkit import HOSTS, facts_of, ids, make_host
 from hypothesis import given
 from hypothesis import strategies as st
-from hostkit import HOSTS, facts_of, ids, make_host
 from typer.testing import CliRunner
 
 from debtorch import doctor

@@ -60,15 +60,15 @@ def area_state(m: Machine, area: str) -> AreaState:
             return AreaState(UNKNOWN, m.apt.unknown or _why(m, "apt.sources", "apt.packages"))
         return AreaState(JUDGED)
     if area == "driver":
-        if m.driver.version or m.has_nvidia_gpu is False or m.pci_gpus or m.cuda.failure:
+        if m.driver.version or m.gpus.present is False or m.gpus.pci or m.cuda.failure:
             return AreaState(JUDGED)
         return AreaState(UNKNOWN, m.driver.unknown or "no driver version and no list of GPUs")
     if area == "gpu":
-        if m.has_nvidia_gpu is False:
+        if m.gpus.present is False:
             return AreaState(JUDGED)
-        listed = m.listed_gpus
+        listed = m.gpus.listed
         if not listed:
-            if m.pci_gpus:
+            if m.gpus.pci:
                 return AreaState(JUDGED)     # seen on the bus, unreachable: the driver area says why
             return AreaState(UNKNOWN, _why(m, "nvidia.gpus"))
         if not any(g.value(k) is not None for g in listed for k in GPU_HEALTH):

@@ -159,7 +159,7 @@ def trim_dpkg_status(text: str) -> str:
 def summarise(entries: list[dict]) -> dict:
     """The suites the enabled ``deb`` entries name, in order, and whether NVIDIA's CUDA
     repository is one of the sources.  Which suites are Debian's, and so which components
-    Debian's archive gives, is the machine view's question (debtorch/machine.py)."""
+    Debian's archive gives, is the machine view's question (debtorch/machine/system.py)."""
     suites: list = []
     cuda_repo = False
     for e in entries:

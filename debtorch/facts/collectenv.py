@@ -333,7 +333,7 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             NOT_IN_TEXT if not pretty or platform == "linux" else f"a {platform} host")
     # The release as collect_env prints it ("Debian GNU/Linux 12 (bookworm)", "... 12.5 (bookworm)",
     # lsb_release's "Debian GNU/Linux trixie/sid" on testing and unstable); the machine view
-    # (debtorch/machine.py) says which Debian release that is.
+    # (debtorch/machine/system.py) says which Debian release that is.
     version_id = codename = debian_version = None
     if pretty:
         m = re.search(r"\b(\d+(?:\.\d+)*)\b", pretty)

@@ -51,7 +51,7 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     also name their Ubuntu (``ubuntu_codename``), LMDE its Debian
     (``debian_codename``, DEBIAN_CODENAME).  ``id`` is lower case, as os-release(5)
     defines it (Deepin and UOS write "Deepin", "UOS").  Which Debian release this is
-    (or derives from) is the machine view's question (debtorch/machine.py), answered
+    (or derives from) is the machine view's question (debtorch/machine/system.py), answered
     from checks/debian.toml.
     """
     lsb = lsb or {}

@@ -47,14 +47,14 @@ def _torch(m: Machine) -> Optional[str]:
 
 
 def _gpu_count(m: Machine) -> Optional[str]:
-    return None if not m.gpus_listed and m.has_nvidia_gpu is not False else str(len(m.compute_gpus))
+    return None if not m.gpus.listed and m.gpus.present is not False else str(len(m.gpus.compute))
 
 
 def _gpu_models(m: Machine) -> Optional[str]:
-    if not m.gpus_listed:
+    if not m.gpus.listed:
         return None
     # The kinds only: how many is fleet.E007's question.
-    return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.compute_gpus})) or "none usable"
+    return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.gpus.compute})) or "none usable"
 
 
 def _size(path: str) -> Callable[[Machine], Optional[str]]:

@@ -43,20 +43,20 @@ def area_headline(area: str, facts: dict, m: Optional[Machine] = None) -> str:
         return f"components: {' '.join(comps)}" if comps else "APT sources unknown"
     if area == "driver":
         d = m.driver
-        if m.has_nvidia_gpu is False and not d.version:
+        if m.gpus.present is False and not d.version:
             return "no NVIDIA GPU"
         if not d.version:
-            return "no working NVIDIA driver" if m.pci_gpus else "driver version unknown"
+            return "no working NVIDIA driver" if m.gpus.pci else "driver version unknown"
         text = f"driver {d.version}" + (f", supports CUDA up to {d.cuda}" if d.cuda else "")
         if d.mismatch:
             text += f" (libraries; kernel module {d.kernel_module} still loaded)"
         return text
     if area == "gpu":
-        if m.listed_gpus:
-            return ", ".join(f"{c} x {n}" for n, c in Counter(g.name or "GPU" for g in m.listed_gpus).items())
-        if m.has_nvidia_gpu is None:
+        if m.gpus.listed:
+            return ", ".join(f"{c} x {n}" for n, c in Counter(g.name or "GPU" for g in m.gpus.listed).items())
+        if m.gpus.present is None:
             return "unknown"
-        n = len(m.pci_gpus)
+        n = len(m.gpus.pci)
         return f"{n} NVIDIA GPU(s) on the PCI bus, not reachable through NVML or nvidia-smi" if n else "none"
     if area == "cuda":
         parts = []
