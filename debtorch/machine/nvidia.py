@@ -41,7 +41,7 @@ class Driver:
 @dataclass(frozen=True)
 class GPU:
     """One NVIDIA GPU: from NVML or nvidia-smi (``row`` is that entry of
-    ``nvidia.gpus``), or only seen on the PCI bus (``row`` is None)."""
+    ``nvidia.gpus``), or only seen on the PCI bus (``row`` is {})."""
 
     index: Optional[int]
     name: Optional[str]
@@ -51,7 +51,7 @@ class GPU:
     uuid: Optional[str] = None
     pci_address: Optional[str] = None
     device_id: Optional[str] = None
-    row: Optional[dict] = field(default=None, compare=False, hash=False)
+    row: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def sm(self) -> Optional[str]:
@@ -59,7 +59,7 @@ class GPU:
 
     def value(self, name: str, default: Any = None) -> Any:
         """A raw field of the NVML / nvidia-smi entry (``ecc_uncorrected_volatile`` ...)."""
-        v = (self.row or {}).get(name)
+        v = self.row.get(name)
         return default if v is None else v
 
 
