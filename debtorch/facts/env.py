@@ -6,11 +6,11 @@ reported; no other variable leaves the machine, even in ``--json`` or a recordin
 
 from __future__ import annotations
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, allowed_environ
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     env = allowed_environ(host.environ)
     sec["variables"] = env

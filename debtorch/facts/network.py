@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any, Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import NOT_RECORDED, Host, Unavailable, allowed_environ
 
 NET = "/sys/class/net"
@@ -132,7 +132,7 @@ def infiniband(host: Host) -> tuple[list, Optional[str]]:
     return ports, None
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     ifaces, why = interfaces(host)
     if ifaces is None:

@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 
@@ -128,7 +128,7 @@ def parse_glibc(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     text = host.try_read("/etc/os-release") or host.try_read("/usr/lib/os-release")
     lsb_text = host.try_read("/etc/lsb-release")

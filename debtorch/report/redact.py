@@ -21,10 +21,13 @@ import functools
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from debtorch import knowledge
 from debtorch.report.console import Line, Table
+
+if TYPE_CHECKING:   # for the annotations only: the doctor's checks are not imported by every command
+    from debtorch.doctor import Report
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(?:\1[0-9a-fA-F]{2}){4}\b")  # 00:1b:.. or 00-1B-..
@@ -225,11 +228,11 @@ class Redactor:
 class Redacted:
     """``view`` with every line, table cell, JSON field (keys included) and shell line redacted."""
 
-    def __init__(self, view, redactor: Redactor):
+    def __init__(self, view: Any, redactor: Redactor):   # any command's view (debtorch/report/__init__.py)
         self.view, self.r = view, redactor
         self.formats = view.formats
 
-    def lines(self) -> list:
+    def lines(self) -> list[Union[Line, Table]]:
         out: list[Union[Line, Table]] = []
         for item in self.view.lines():
             if isinstance(item, Table):
@@ -246,7 +249,8 @@ class Redacted:
         return self.r.text(self.view.env())
 
 
-def redact_report(facts: dict, report, site_files=(), r: Optional[Redactor] = None):
+def redact_report(facts: dict, report: Report, site_files: Iterable[str] = (),
+                  r: Optional[Redactor] = None) -> tuple[dict, Report, list[str]]:
     """(redacted facts, redacted report, redacted site config paths): both views are
     rendered from these (the paths may name a home folder).  ``r``: a Redactor that
     already learned ``facts``."""
