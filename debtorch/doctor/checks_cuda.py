@@ -150,7 +150,10 @@ def check_arch(m: Machine, ctx: Context) -> list[Finding]:
             if not arch.exact:
                 detail = (f"nvcc of CUDA {built.get('cuda')} builds {versions.sm_name(built.get('oldest'))} to "
                           f"{versions.sm_name(built.get('newest'))} only (checks/cuda_arch.toml)")
-            variant = ("older" if old else "") if arch.exact else "cuda_older" if old else "cuda_cannot"
+            if arch.exact:
+                variant = "older" if old else ""
+            else:
+                variant = "cuda_older" if old else "cuda_cannot"
             out.append(finding("torch.E003", variant=variant, gpu=g.name, sm=g.sm, version=version,
                                cuda=built.get("cuda"), install=torch_fix(m), detail=detail, about=g.label, facts=facts))
         elif verdict == "ptx" and arch.exact:
@@ -252,8 +255,12 @@ def check_cuda_init(m: Machine, ctx: Context) -> list[Finding]:
         variant = "wsl"
     elif m.driver.platform != "linux":
         variant = "not_linux"
+    elif m.os.container:
+        variant = "container"
+    elif c.from_torch:
+        variant = "from_torch"
     else:
-        variant = "container" if m.os.container else "from_torch" if c.from_torch else ""
+        variant = ""
     return [finding("cuda.E003", variant=variant, why=" (error 999, typical after suspend)" if suspend else "",
                     facts={"error": text.strip()[:300], "from_torch": c.from_torch})]
 

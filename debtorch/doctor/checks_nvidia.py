@@ -54,7 +54,12 @@ def check_bound_driver(m: Machine, ctx: Context) -> list[Finding]:
         drv = d.get("driver")
         base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
         if drv == "nouveau":
-            variant = "" if not installed else "blacklisted" if _blacklisted(m, "nouveau") else "not_blacklisted"
+            if not installed:
+                variant = ""
+            elif _blacklisted(m, "nouveau"):
+                variant = "blacklisted"
+            else:
+                variant = "not_blacklisted"
             out.append(finding("driver.E001", variant=host_side(m, variant),
                                install="" if installed else driver_install_fix(m), about=_label(d), facts=base))
         elif drv == "nova_core":
@@ -125,8 +130,12 @@ def check_driver_from_torch(m: Machine, ctx: Context) -> list[Finding]:
         return [finding("driver.E003", about=about, facts=f)]
     if m.driver.platform == "windows":
         variant = "wsl" if m.os.wsl == 2 else "windows"
+    elif m.driver.platform == "macos":
+        variant = "macos"
+    elif m.os.container:
+        variant = "container"
     else:
-        variant = "macos" if m.driver.platform == "macos" else "container" if m.os.container else "linux"
+        variant = "linux"
     install = driver_install_fix(m) if variant == "linux" else ""
     return [finding("driver.E008", variant=variant, said=said, install=install, about=about, facts=f)]
 
@@ -239,7 +248,11 @@ def _width_variant(m: Machine, gpu: GPU, cw: int, narrow: int) -> str:
         return "wsl"
     if str(gpu.value("virtualization_mode", "")).lower() in ("pass-through", "vgpu") or CLOUD_KERNEL.search(m.os.kernel or ""):
         return "vm"
-    return "x1" if cw == 1 else "shared" if narrow > 1 else ""
+    if cw == 1:
+        return "x1"
+    if narrow > 1:
+        return "shared"
+    return ""
 
 
 @check("gpu")

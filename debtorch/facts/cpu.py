@@ -73,7 +73,11 @@ def parse_cpuinfo(text: str) -> dict:
     for b in blocks:
         if b not in procs:
             tail.update(b)
-    first = procs[0] if procs else (blocks[0] if blocks else {})
+    first: dict = {}
+    if procs:
+        first = procs[0]
+    elif blocks:
+        first = blocks[0]
     # Old Arm kernels print the CPU's description once, after the list of processors
     # ("Features", "CPU implementer", "CPU part"), in the tail or run on from the last
     # processor's lines, not in each processor's block.

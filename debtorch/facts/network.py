@@ -49,8 +49,13 @@ def parse_ip_addr_json(text: str) -> dict:
 
 
 def parse_ib_state(text: Optional[str]) -> Optional[str]:
-    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'.  Never raises."""
-    return None if not text or not text.strip() else text.strip().split(":", 1)[-1].strip() or None
+    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'; None for nothing ('', '4:').  Never raises."""
+    if not text:
+        return None
+    state = text.strip().split(":", 1)[-1].strip()
+    if not state:
+        return None
+    return state
 
 
 def parse_ib_rate(text: Optional[str]) -> Optional[float]:

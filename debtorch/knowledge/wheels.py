@@ -32,7 +32,11 @@ def _wheel_rows(kb: Knowledge, series: str, platform: str, version: Optional[str
     entries = kb.wheel_index.get((_norm_platform(platform), series), [])
     named = sorted({rel for rel, _ in entries if rel}, key=Version)
     fit = [r for r in named if version is None or Version(r) <= Version(version)]
-    pick = fit[-1] if fit else named[0] if named else None
+    pick = None
+    if fit:
+        pick = fit[-1]
+    elif named:
+        pick = named[0]          # older than every named release: the oldest
     return [row for rel, row in entries if rel is None or rel == pick]
 
 
@@ -160,6 +164,17 @@ def latest_series(platform: str = "linux-x86_64") -> Optional[str]:
     return known[-1] if known else None
 
 
+def _driver_verdict(cuda: str, driver_version: Optional[str], driver_cuda: Optional[str],
+                    driver_platform: str) -> Tuple[Optional[str], str]:
+    """Whether the driver runs a wheel built with ``cuda``, and why: by its version, else by the newest
+    CUDA it runs, else "unknown"."""
+    if driver_version:
+        return driver_supports(driver_version, cuda, driver_platform)
+    if driver_cuda:
+        return driver_cuda_supports(driver_cuda, cuda), f"the driver runs CUDA {driver_cuda}"
+    return "unknown", "the driver is unknown"
+
+
 # Stable variants before legacy ones, legacy before experimental (RELEASE.md's labels): where
 # the driver does not decide (unknown, or it runs several), the tested build is the answer.
 STATUS_RANK = {"stable": 2, "legacy": 1}
@@ -196,9 +211,7 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
         need = files_glibc(parsed["version"] if same else None, row["variant"], platform, series)
         if not glibc_fits(need, glibc):
             continue
-        dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version else
-                       (driver_cuda_supports(driver_cuda, row["cuda"]), f"the driver runs CUDA {driver_cuda}")
-                       if driver_cuda else ("unknown", "the driver is unknown"))
+        dv, ddetail = _driver_verdict(row["cuda"], driver_version, driver_cuda, driver_platform)
         # Every GPU must have code in the wheel; the one served worst decides.
         av, adetail = min((arch_support(cc, row["arch_list"]) for cc in ccs), key=lambda v: rank.get(v[0], 0),
                           default=("sass", "the GPU is not known"))
