@@ -5,7 +5,7 @@ import os
 import re
 import shutil
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -15,8 +15,13 @@ from debtorch.cli.shared import EXIT_INTERRUPTED, FailOn, Prog, check_python, ch
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
 
+if TYPE_CHECKING:
+    from debtorch.report.redact import Redactor
+
 prog = Prog("debtorch fleet")
 MAX_S = 7 * 24 * 3600.0     # --timeout, --budget: a week at most
+MAX_WORKERS = 8             # processes reading saved documents: more rarely helps, the disk is shared
+SKIPPED_SHOWN = 10          # files named as skipped on stderr (--json lists all)
 
 
 def _marks() -> dict:
@@ -47,6 +52,15 @@ def _emit(summary, fail_on: str, fmt, verbose: bool, verdict, notes, redactor) -
     from debtorch.report.fleet import FleetView  # defer: only for this command
 
     show(FleetView(summary, fail_on, verdict, notes, verbose, _marks(), redactor), fmt)
+
+
+def _note_skipped(skipped: list, redactor: Optional["Redactor"]) -> None:
+    """Name the files that are no node's document, on stderr (at most SKIPPED_SHOWN of them)."""
+    for x in skipped[:SKIPPED_SHOWN]:
+        line = f"skipped {x.path}: {x.reason}"
+        prog.note(redactor.text(line) if redactor is not None else line)
+    if len(skipped) > SKIPPED_SHOWN:
+        prog.note(f"skipped {len(skipped) - SKIPPED_SHOWN} more files that are no node's document (--json lists them)")
 
 
 def _redact_names(nodes, redactor) -> None:
@@ -118,8 +132,10 @@ def fleet(
         if replay or do_probe or deep or python or secret_file:
             prog.fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
                       "compared as they are")
+        workers = min(len(LiveHost().affinity()) or 1, MAX_WORKERS)
         with prog.fails_on(offline.FleetInputError):
-            summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
+            summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename, workers=workers)
+        _note_skipped(summary.skipped, redactor)
         _emit(summary, level, fmt, verbose, None, [], redactor)
         raise typer.Exit(summary.exit_code(level))
 

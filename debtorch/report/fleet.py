@@ -79,7 +79,9 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
                 out.append(Line(f"        ... {len(f.groups) - MAX_GROUPS} more values on {plural(more, 'node')} "
                                 "(--json lists them)"))
             if f.finding.fix:
-                out.append(Line(f"      fix: {f.finding.fix}"))
+                first, *rest = f.finding.fix.splitlines()
+                out.append(Line(f"      fix: {first}"))
+                out.extend(Line(f"           {more}") for more in rest)
     out.append(Line(""))
     errors, warnings = s.count(ERROR), s.count(WARNING)
     if errors or warnings:
@@ -108,6 +110,8 @@ def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
     )
     if probe is not None:
         out["probe"] = probe
+    if s.skipped:
+        out["skipped"] = [x.to_json() for x in s.skipped]
     return out
 
 
