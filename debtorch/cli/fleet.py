@@ -163,6 +163,8 @@ def fleet(
                              tuned_path=tuned, rename=rename, listen=listen, secret=secret)
 
     def on_report(outcome) -> None:
+        for warning in outcome.warnings:
+            prog.warn(warning)
         _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)
         if exclude_file and outcome.verdict is not None:
             _write_exclude(exclude_file, outcome.verdict, force)
