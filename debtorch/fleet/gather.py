@@ -108,6 +108,28 @@ class _Bounded:
         return self.worker.request(op, timeout=min(limit or left, left), **fields)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What a rank sends, made from its facts and its doctor's findings with every URL's credentials
+    and token-like parameters stripped (docs/security.md): its whole document (the envelope, sent
+    when rank 0 asks) and the answers its digests are made of."""
+
+    rank: int
+    name: str
+    document: bytes
+    answers: digest.Answers
+
+    @classmethod
+    def of(cls, facts: dict, findings: list, rank: int, name: str) -> "Prepared":
+        facts, findings = urlsecrets.scrub_all(facts), urlsecrets.scrub_all(findings)
+        return cls(rank, name, encode(envelope(facts, findings, rank, name, __version__)),
+                   digest.Answers.of(facts, findings))
+
+    def digests(self, challenge: str) -> bytes:
+        """The digests this rank sends first, with its own challenge."""
+        return digest.Digests.of(self.answers, self.rank, self.name, __version__, challenge).encode()
+
+
 def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: Options,
         environ: dict, on_report: Callable[[Outcome], None]) -> Outcome:
     """Take part in the gather as ``rdzv.rank``.  ``describe()`` returns (facts, findings JSON, node name).
@@ -123,13 +145,11 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
             except WorkerError as exc:
                 raise _worker_error(exc, f"starting the torch side in {python}") from None
             facts, findings, name = described.result()
-        # What leaves this node: no URL's credentials or token (docs/security.md).
-        facts, findings = urlsecrets.scrub_all(facts), urlsecrets.scrub_all(findings)
-        answers = digest.Answers.of(facts, findings)
+        mine = Prepared.of(facts, findings, rdzv.rank, name)
+        del facts, findings
         doc_path = os.path.join(work, "envelope.bin")
         with open(doc_path, "wb") as fh:
-            fh.write(encode(envelope(facts, findings, rdzv.rank, name, __version__)))
-        del facts, findings
+            fh.write(mine.document)
         ask = _Bounded(worker, rdzv.rank, options.bound_s)
         try:
             joined = ask("join", rank=rdzv.rank, world=rdzv.world, addr=rdzv.addr, port=rdzv.port,
@@ -138,7 +158,7 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
                          secret=options.secret.decode("latin-1") if options.secret else None)
             dig_path = os.path.join(work, "digests.json")
             with open(dig_path, "wb") as fh:
-                fh.write(digest.Digests.of(answers, rdzv.rank, name, __version__, str(joined["challenge"])).encode())
+                fh.write(mine.digests(str(joined["challenge"])))
             ask("send", key="dig", path=dig_path)
         except WorkerError as exc:
             raise _worker_error(exc, f"rank {rdzv.rank} joining {rdzv.addr}:{rdzv.port}") from None

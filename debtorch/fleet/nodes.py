@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -79,6 +80,12 @@ def parse(text: str, where: str, validate: Callable[[dict, str], dict] = facts_m
         doc = inputs.parse_json(text, where)
     except inputs.InputError as exc:
         raise DocumentError(MALFORMED, str(exc).replace(f"{where}: ", "", 1)[:120]) from None
+    return parse_doc(doc, where, validate)
+
+
+def parse_doc(doc: Any, where: str, validate: Callable[[dict, str], dict] = facts_mod.validate
+              ) -> tuple[dict, Optional[list], Any]:
+    """:func:`parse` of a document already parsed from JSON."""
     if not isinstance(doc, dict):
         raise DocumentError(MALFORMED, "not a JSON object")
     if "fleet" in doc and doc.get("error"):
@@ -167,10 +174,16 @@ class Decoder:
         self.valid: set[bytes] = set()                  # hashes of sections that passed the schema
         self.answers: dict[bytes, dict] = {}            # hash of a document's sections -> its answers
         self._hashes: dict[str, bytes] = {}             # the last document's, by section
+        self._raw: dict[str, str] = {}                  # the last document's sections' JSON text, as read
 
     def node(self, text: str, name: str, rank: Optional[int] = None) -> Node:
+        walked = _walk(text)
+        self._raw = walked[1] if walked is not None else {}
         try:
-            facts, findings, sent_rank = parse(text, name, self._validate)
+            if walked is None:
+                facts, findings, sent_rank = parse(text, name, self._validate)
+            else:
+                facts, findings, sent_rank = parse_doc(walked[0], name, self._validate)
         except DocumentError as exc:
             return Node(name=name, rank=rank, status=exc.status, detail=str(exc))
         anon = anonymous(facts)
@@ -192,8 +205,10 @@ class Decoder:
         for name in facts_mod.SECTIONS:
             section = inner.get(name)
             if isinstance(section, dict):
-                shown = anonymous({"os": section})["os"] if name == "os" else section
-                text = json.dumps(shown, separators=(",", ":"), default=str)
+                text = self._raw.get(name) if name != "os" else None
+                if text is None:
+                    shown = anonymous({"os": section})["os"] if name == "os" else section
+                    text = json.dumps(shown, separators=(",", ":"), default=str)
                 hashes[name] = hashlib.sha256(name.encode() + b"\0" + text.encode()).digest()
         known = {name for name, h in hashes.items() if h in self.valid and name != "os"}
         stub = {k: ({} if k in known else v) for k, v in inner.items()}
@@ -213,6 +228,67 @@ class Decoder:
             memo.add(key)
         else:
             memo[key] = value
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _no_constant(word: str) -> Any:
+    raise ValueError(f"{word} is not a number JSON allows")
+
+
+_JSON = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _walk(text: str) -> Optional[tuple[dict, dict[str, str]]]:
+    """(the document, {section: its JSON text as written}) of a facts or ``doctor --json`` document's
+    text, read as :func:`debtorch.inputs.parse_json` reads it; the sections are those of its
+    ``facts`` object when it has one.  None for anything else (the caller then parses the text the
+    usual way, which says what is wrong)."""
+    try:
+        doc, raws, end = _object(text, _WS.match(text, 0).end(), "facts")  # type: ignore[union-attr]
+        if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+            return None
+    except (ValueError, RecursionError, IndexError):
+        return None
+    return doc, raws
+
+
+def _object(text: str, i: int, nested: Optional[str]) -> tuple[dict, dict[str, str], int]:
+    """The JSON object at ``text[i]``: (its value, {key: its value's text}, where it ends); the
+    object under the key ``nested`` is walked the same way, and its keys' texts are returned."""
+    if text[i] != "{":
+        raise ValueError("not an object")
+    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+    out: dict = {}
+    raws: dict[str, str] = {}
+    inner: Optional[dict[str, str]] = None
+    if text[i] == "}":
+        return out, raws, i + 1
+    while True:
+        key, i = _JSON.raw_decode(text, i)
+        if not isinstance(key, str):
+            raise ValueError("a key that is not a string")
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i] != ":":
+            raise ValueError("no colon")
+        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        start = i
+        if key == nested and text[i] == "{":
+            value, inner, i = _object(text, i, None)
+        else:
+            value, i = _JSON.raw_decode(text, i)
+        out[key] = value
+        raws[key] = text[start:i]
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i] == ",":
+            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            continue
+        if text[i] != "}":
+            raise ValueError("no comma")
+        if nested is not None and inner is not None and isinstance(out.get(nested), dict):
+            return out, inner, i + 1
+        return out, raws, i + 1
 
 
 def envelope(facts: dict, findings: list, rank: int, node: str, version: str) -> dict:

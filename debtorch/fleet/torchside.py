@@ -78,7 +78,8 @@ class Reader:
     turns a key of this run into the key on the wire (the prefix store's and TCPStore's own
     prefixes).  A key that is not set reads as None (torch's libuv store answers an empty value)."""
 
-    VALIDATE, GET = 0, 3                # torch/csrc/distributed/c10d/TCPStoreBackend.hpp, QueryType
+    VALIDATE, GET, CHECK = 0, 3, 5      # torch/csrc/distributed/c10d/TCPStoreBackend.hpp, QueryType
+    READY = 0                           # CheckResponseType::READY there
     MAGIC = 0x3C85F7CE                  # validationMagicNumber there
 
     def __init__(self, addr: str, port: int, wire_prefix: str, timeout: float = 30.0):
@@ -135,6 +136,16 @@ class Reader:
                 raise
         return out
 
+    def exists_many(self, keys: list[str]) -> list[bool]:
+        """Whether each key is set (a CHECK each, asked for at once: one byte back, no value read)."""
+        sock = self._connect()
+        try:
+            sock.sendall(b"".join(struct.pack("<BQQ", self.CHECK, 1, len(k)) + k for k in map(self.key_of, keys)))
+            return [byte == self.READY for byte in self._recv(len(keys))]
+        except (OSError, ConnectionError):
+            self.close()
+            raise
+
     def get(self, key: str, cap: int, truncate: bool = False) -> Optional[bytes]:
         """``key``'s value (None when unset); :class:`TooLarge` above ``cap`` unless ``truncate``."""
         value = self.get_many([key], cap, truncate)[0]
@@ -176,6 +187,19 @@ class FleetSession(server.Session):
         if len(value) > cap and not truncate:
             raise TooLarge(len(value), cap)
         return value[:cap]
+
+    def _exist(self, keys: list[str]) -> list[bool]:
+        if self.reader is not None:
+            return self.reader.exists_many(keys)
+        return [bool(self.store.check([key])) for key in keys]
+
+    def _forget(self, key: str) -> None:
+        """Delete a value refused for its size: torch's store would keep it (and copy it to answer
+        every read of it)."""
+        try:
+            self.store.delete_key(key)
+        except Exception:  # noqa: BLE001 - a store without delete_key keeps it; it is never read again
+            pass
 
     def _read_many(self, keys: list[str], cap: int, truncate: bool = False) -> list[Any]:
         if self.reader is not None:
@@ -271,10 +295,11 @@ class FleetSession(server.Session):
                 raw = self._read(key, cap) or b""
             except TooLarge:
                 self.flooded.add(key)
+                self._forget(key)
         if key in self.flooded:
             tick = int(time.monotonic())   # (a refused document is then fetched again once a second)
-            present = self._read_many([f"{what}/{r}" for r in range(self.world)], 1, truncate=True)
-            return collections.Counter({r: tick for r, v in enumerate(present) if v})
+            present = self._exist([f"{what}/{r}" for r in range(self.world)])
+            return collections.Counter({r: tick for r, here in enumerate(present) if here})
         items = (x.strip() for x in raw.split(b","))
         return collections.Counter(r for r in (int(x) for x in items if x.isdigit() and len(x) < 8) if r < self.world)
 
@@ -292,6 +317,7 @@ class FleetSession(server.Session):
         if hello is None:
             raise ValueError("sent a document without saying hello")
         if isinstance(value, TooLarge):
+            self._forget(f"{what}/{r}")
             raise value
         if value is None:
             raise ValueError("its value went away")
@@ -424,23 +450,39 @@ class FleetSession(server.Session):
         return [out[i] for i in range(len(batch))]
 
     def op_publish(self, req: dict) -> dict:
-        """Rank 0: publish ``value`` under ``key``; with ``per_rank``, also each rank's own copy under
+        """Rank 0: publish ``value`` under ``key``; with ``per_rank``, first each rank's own copy under
         ``key/<rank>`` carrying that rank's challenge and whether it is one of ``send`` (the ranks
         asked for their whole document): for every rank in range without a secret, for the ranks
-        whose digests verified with one."""
+        whose digests verified with one.  ``compact`` is the value as the ranks get it, when it
+        differs (the plan: its schedule as a digest)."""
         key = str(req["key"])
         value = req.get("value")
-        self.store.set(key, self._seal(key, json.dumps(value).encode()))
         if req.get("per_rank"):
             send = {int(r) for r in req.get("send") or ()}
             if self.secret is None:
                 ranks = [r for r in range(self.world)]
             else:
                 ranks = sorted(self.challenges)
+            values = {}
+            each = req.get("compact") or value
             for r in ranks:
-                mine = dict(value, challenge=self.challenges.get(r), send=r in send)
-                self.store.set(f"{key}/{r}", self._seal(f"{key}/{r}", json.dumps(mine).encode()))
+                mine = dict(each, challenge=self.challenges.get(r), send=r in send)
+                values[f"{key}/{r}"] = self._seal(f"{key}/{r}", json.dumps(mine).encode())
+            self._set_many(values)
+        self.store.set(key, self._seal(key, json.dumps(value).encode()))
         return {}
+
+    def _set_many(self, values: dict[str, bytes]) -> None:
+        """Set every key, a thousand to a request where this torch's store can."""
+        keys = list(values)
+        many = getattr(self.store, "multi_set", None)
+        for start in range(0, len(keys), 1000):
+            part = keys[start:start + 1000]
+            if many is not None:
+                many(part, [values[k] for k in part])
+            else:
+                for k in part:
+                    self.store.set(k, values[k])
 
     def op_await(self, req: dict) -> dict:
         """The value rank 0 published for this rank under ``key`` (``key/<rank>``, carrying this rank's
