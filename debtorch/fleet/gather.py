@@ -230,10 +230,12 @@ def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
     on_report(outcome)
     if ask.worker.proc is None or ask.worker.proc.poll() is not None:
         raise GatherError("rank 0's torch side is gone: the other ranks get no verdict", outcome.code or 1)
-    ask("publish", key="verdict", value={"code": outcome.code}, per_rank=True)
-    # The ranks that sent something wait for the verdict; one that died before sending never will.
-    ask("finish", GRACE_S + 10, expected=sum(a.status not in (DIED, MISSING) for a in arrivals) - 1,
-        timeout_s=GRACE_S)
+    published = int(ask("publish", key="verdict", value={"code": outcome.code}, per_rank=True).get("ranks") or 0)
+    # The ranks that sent something wait for the verdict; one that died before sending never will,
+    # nor (with a secret) one whose digests did not verify: it has no verdict of its own to read.
+    senders = sum(a.status not in (DIED, MISSING) for a in arrivals)
+    readers = senders if options.secret is None else published + sum(a.status == WHOLE for a in arrivals)
+    ask("finish", GRACE_S + 10, expected=min(senders, readers) - 1, timeout_s=GRACE_S)
     return outcome
 
 

@@ -457,20 +457,20 @@ class FleetSession(server.Session):
         differs (the plan: its schedule as a digest)."""
         key = str(req["key"])
         value = req.get("value")
+        values: dict[str, bytes] = {}
         if req.get("per_rank"):
             send = {int(r) for r in req.get("send") or ()}
             if self.secret is None:
                 ranks = [r for r in range(self.world)]
             else:
                 ranks = sorted(self.challenges)
-            values = {}
             each = req.get("compact") or value
             for r in ranks:
                 mine = dict(each, challenge=self.challenges.get(r), send=r in send)
                 values[f"{key}/{r}"] = self._seal(f"{key}/{r}", json.dumps(mine).encode())
             self._set_many(values)
         self.store.set(key, self._seal(key, json.dumps(value).encode()))
-        return {}
+        return {"ranks": len(values) if req.get("per_rank") else 0}
 
     def _set_many(self, values: dict[str, bytes]) -> None:
         """Set every key, a thousand to a request where this torch's store can."""

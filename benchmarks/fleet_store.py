@@ -1,0 +1,247 @@
+"""How many ranks one TCPStore serves: debtorch fleet's whole gathered protocol against torch's own
+store server, with N simulated ranks.  Full runs: benchmarks/results/fleet.md ("The store's limits").
+
+    python benchmarks/fleet_store.py --ranks 1000 10000
+    python benchmarks/fleet_store.py --ranks 2000 --procs 2 --json out.json
+
+Rank 0 is real: debtorch's own code (``gather._rank0``) in this process, its torch side in a worker
+process of this interpreter (``debtorch.fleet.torchside``, through the transport, as ``debtorch
+fleet`` starts it), hosting torch's TCPStore.  The N-1 other ranks are simulated in ``--procs``
+processes, one thread and one TCPStore client (one connection) per rank, as real ranks connect:
+each says hello, leaves its digests (a real node's, about 1 KB, with its own rank, name and
+challenge), blocks in the store's wait for its plan, sends its whole document when the plan asks,
+blocks for its verdict and acknowledges it.
+
+Reported: when the last rank's digests were in (from the first rank's connection), rank 0's time
+from all digests in to every verdict stored, when the last rank had read its verdict, how many ranks
+failed (could not connect, timed out), and the store's memory (the worker's peak resident set) and
+its file descriptors.  The load average before and after is printed: on a shared machine the clients
+compete with the store for the same CPUs, so the times are an upper bound.  Needs torch; each process
+needs a file descriptor per connection (``ulimit -n`` above N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+PREFIX = "debtorch-fleet/store-bench/0/"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def templates() -> tuple[bytes, bytes]:
+    """A real node's digests (with RANK, NODE and CHALLENGE to fill in) and its whole document."""
+    import fleet_scale
+
+    from debtorch.fleet import gather
+
+    v = fleet_scale.variants()["same"]
+    prepared = gather.Prepared.of(v.facts, v.findings, 999999, "NODE")
+    return prepared.digests("c" * 32), prepared.document
+
+
+# ---------------------------------------------------------------- the simulated ranks
+
+
+def ranks_process(port: int, ranks: list[int], out: str) -> int:
+    """``--clients``: one thread and one store connection per rank in ``ranks``."""
+    import torch.distributed as dist  # defer: this process only
+
+    dig_template, document = templates()
+    results: dict[int, dict] = {}
+    threading.stack_size(512 * 1024)
+    gate = threading.Barrier(len(ranks) + 1)
+
+    def rank(r: int) -> None:
+        got: dict = {"rank": r}
+        name = f"gpu{r:05d}"
+        challenge = f"{r:032x}"
+        try:
+            gate.wait()
+            t0 = got["start"] = time.time()
+            store = dist.PrefixStore(PREFIX, dist.TCPStore("127.0.0.1", port, is_master=False,
+                                                           timeout=datetime.timedelta(seconds=300)))
+            got["connected"] = time.time() - t0
+            store.set(f"hello/{r}", name)
+            store.append("joined", f"{r},")
+            data = dig_template.replace(b'"rank":999999', f'"rank":{r}'.encode()).replace(
+                b'"node":"NODE"', f'"node":"{name}"'.encode()).replace(b"c" * 32, challenge.encode())
+            store.set(f"dig/{r}", data)
+            store.append("dig_arrived", f"{r},")
+            got["posted"] = time.time()
+            store.wait([f"plan/{r}"])
+            plan = json.loads(store.get(f"plan/{r}"))
+            got["plan"] = time.time()
+            if plan.get("send"):
+                doc = document.replace(b"999999", str(r).encode())
+                store.set(f"doc/{r}", doc)
+                store.append("arrived", f"{r},")
+            store.wait([f"verdict/{r}"])
+            got["code"] = json.loads(store.get(f"verdict/{r}"))["code"]
+            got["verdict"] = time.time()
+            store.add("acks", 1)
+        except Exception as exc:  # noqa: BLE001 - a failed rank is a result
+            got["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        results[r] = got
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in ranks]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    gate.wait()
+    for t in threads:
+        t.join()
+    Path(out).write_text(json.dumps(list(results.values())))
+    return 0
+
+
+# ---------------------------------------------------------------- rank 0
+
+
+def vm(pid: Optional[int], field: str) -> Optional[float]:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def fds(pid: Optional[int]) -> Optional[int]:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def run(n: int, procs: int, timeout: float) -> dict:
+    from debtorch.fleet import gather
+    from debtorch.fleet.rendezvous import Rendezvous
+    from debtorch.transport.client import Worker
+
+    port = _free_port()
+    work = tempfile.mkdtemp(prefix="fleet-store-")
+    worker = Worker(sys.executable, gather.TORCH_SIDE, timeout=timeout + 600)
+    worker.start()
+    clients: list[subprocess.Popen] = []
+    outs = [os.path.join(work, f"clients-{i}.json") for i in range(procs)]
+    info: dict = {"ranks": n, "procs": procs}
+    try:
+        ask = gather._Bounded(worker, 0, timeout + 3600)
+        ask("join", rank=0, world=n, addr="127.0.0.1", port=port, agent_store=False, prefix=PREFIX,
+            node="gpu00000", timeout_s=timeout, listen="127.0.0.1", secret=None)
+        info["store_rss_idle_mib"] = vm(worker.pid, "VmRSS")
+        others = list(range(1, n))
+        for i in range(procs):
+            part = others[i::procs]
+            clients.append(subprocess.Popen([sys.executable, __file__, "--clients", str(port), outs[i],
+                                             ",".join(map(str, part))], stdout=subprocess.PIPE, text=True))
+        for c in clients:
+            assert c.stdout is not None
+            c.stdout.readline()          # every thread started, waiting at the gate
+        dig0, document = templates()
+        Path(work, "dig0").write_bytes(dig0.replace(b'"rank":999999', b'"rank":0').replace(
+            b'"node":"NODE"', b'"node":"gpu00000"'))
+        Path(work, "doc0").write_bytes(document.replace(b"999999", b"0"))
+        ask("send", key="dig", path=os.path.join(work, "dig0"))
+        reported: dict = {}
+
+        def on_report(outcome: Any) -> None:
+            reported["code"] = outcome.code
+            reported["at"] = time.time()
+
+        rdzv = Rendezvous(0, n, "127.0.0.1", port, "env", False, PREFIX)
+        gather_start = time.time()
+        outcome = gather._rank0(ask, rdzv, gather.Options(timeout=timeout), work, on_report,
+                                os.path.join(work, "doc0"))
+        done = time.time()
+        info["store_peak_rss_mib"] = vm(worker.pid, "VmHWM")
+        info["store_fds"] = fds(worker.pid)
+        for c in clients:
+            c.wait(timeout=timeout + 600)
+        results = [r for out in outs if os.path.exists(out) for r in json.loads(Path(out).read_text())]
+        start = min((r["start"] for r in results if "start" in r), default=gather_start)
+        ok = [r for r in results if "verdict" in r]
+        failed = [r for r in results if "error" in r]
+        info.update(
+            compared=len(outcome.summary.compared) if outcome.summary else 0,
+            code=outcome.code,
+            failed=len(failed), failures=sorted({r["error"] for r in failed})[:5],
+            last_digests_s=max((r["posted"] for r in results if "posted" in r), default=start) - start,
+            connect_median_ms=1000 * sorted(r["connected"] for r in results if "connected" in r)[len(results) // 2]
+            if results else None,
+            rank0_s=done - gather_start,
+            rank0_after_last_digests_s=done - max((r["posted"] for r in results if "posted" in r), default=start),
+            last_plan_s=max((r["plan"] for r in ok), default=done) - start,
+            last_verdict_s=max((r["verdict"] for r in ok), default=done) - start,
+            verdicts_read=len(ok),
+        )
+    finally:
+        worker.close(grace=5.0)
+        for c in clients:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+    return info
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--procs", type=int, default=4, help="processes simulating the ranks")
+    ap.add_argument("--timeout", type=float, default=300.0, help="the fleet's --timeout")
+    ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--clients", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.clients:
+        port, out, ranks = args.clients
+        return ranks_process(int(port), [int(r) for r in ranks.split(",") if r], out)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    with open("/proc/loadavg") as fh:
+        before = fh.read().split()[:3]
+    print(f"load average before: {' '.join(before)}; {os.cpu_count()} CPUs; file descriptors {hard}", flush=True)
+    rows = []
+    for n in args.ranks:
+        info = run(n, args.procs, args.timeout)
+        rows.append(info)
+        print(f"{n:>6} ranks: last digests in {info['last_digests_s']:.1f} s after the start; rank 0 "
+              f"{info['rank0_after_last_digests_s']:.2f} s from there to every verdict stored; last verdict read "
+              f"{info['last_verdict_s']:.1f} s after the start; {info['verdicts_read']} of {n - 1} ranks read "
+              f"theirs, {info['failed']} failed {info['failures']}; store peak {info['store_peak_rss_mib']:.0f} MiB "
+              f"(idle {info['store_rss_idle_mib']:.0f}), {info['store_fds']} descriptors; connect median "
+              f"{info['connect_median_ms']:.0f} ms", flush=True)
+    with open("/proc/loadavg") as fh:
+        after = fh.read().split()[:3]
+    print(f"load average after: {' '.join(after)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "load_before": before, "load_after": after,
+                                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")},
+                                              indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
