@@ -10,7 +10,9 @@ fleet`` starts it), hosting torch's TCPStore.  The N-1 other ranks are simulated
 processes, one thread and one TCPStore client (one connection) per rank, as real ranks connect:
 each says hello, leaves its digests (a real node's, about 1 KB, with its own rank, name and
 challenge), blocks in the store's wait for its plan, sends its whole document when the plan asks,
-blocks for its verdict and acknowledges it.
+blocks for its verdict and acknowledges it.  ``--pace K`` lets K ranks of each process be busy
+(connecting, sending, reading) at once, so that the clients, which on a cluster run on their own
+nodes, leave the store its CPUs here; ``--pace 0`` starts every rank at once (the connection storm).
 
 Reported: when the last rank's digests were in (from the first rank's connection), rank 0's time
 from all digests in to every verdict stored, when the last rank had read its verdict, how many ranks
@@ -23,6 +25,7 @@ needs a file descriptor per connection (``ulimit -n`` above N).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,56 +54,68 @@ def _free_port() -> int:
 
 
 def templates() -> tuple[bytes, bytes]:
-    """A real node's digests (with RANK, NODE and CHALLENGE to fill in) and its whole document."""
+    """A real node's digests and its whole document (JSON, not compressed), each with rank 999999,
+    node NODE (and challenge c...c) for :func:`filled` to replace."""
     import fleet_scale
 
     from debtorch.fleet import gather
 
     v = fleet_scale.variants()["same"]
     prepared = gather.Prepared.of(v.facts, v.findings, 999999, "NODE")
-    return prepared.digests("c" * 32), prepared.document
+    return prepared.digests("c" * 32), zlib.decompress(prepared.document)
+
+
+def filled(template: bytes, r: int) -> bytes:
+    """A template of :func:`templates` for rank ``r`` (node gpu<r>, challenge its rank in hex)."""
+    return template.replace(b'"rank":999999', f'"rank":{r}'.encode()).replace(
+        b'"node":"NODE"', f'"node":"gpu{r:05d}"'.encode()).replace(b"c" * 32, f"{r:032x}".encode())
 
 
 # ---------------------------------------------------------------- the simulated ranks
 
 
-def ranks_process(port: int, ranks: list[int], out: str) -> int:
-    """``--clients``: one thread and one store connection per rank in ``ranks``."""
+def ranks_process(port: int, ranks: list[int], out: str, pace: int) -> int:
+    """``--clients``: one thread and one store connection per rank in ``ranks``; at most ``pace`` of
+    them connecting, sending or reading at once (0: all), so that on one machine the clients leave
+    the store its share of the CPUs (on a cluster they run on their own nodes)."""
     import torch.distributed as dist  # defer: this process only
 
     dig_template, document = templates()
     results: dict[int, dict] = {}
     threading.stack_size(512 * 1024)
     gate = threading.Barrier(len(ranks) + 1)
+    active = threading.BoundedSemaphore(pace) if pace > 0 else None
+
+    def busy() -> Any:
+        return active if active is not None else contextlib.nullcontext()
 
     def rank(r: int) -> None:
         got: dict = {"rank": r}
         name = f"gpu{r:05d}"
-        challenge = f"{r:032x}"
         try:
             gate.wait()
-            t0 = got["start"] = time.time()
-            store = dist.PrefixStore(PREFIX, dist.TCPStore("127.0.0.1", port, is_master=False,
-                                                           timeout=datetime.timedelta(seconds=300)))
-            got["connected"] = time.time() - t0
-            store.set(f"hello/{r}", name)
-            store.append("joined", f"{r},")
-            data = dig_template.replace(b'"rank":999999', f'"rank":{r}'.encode()).replace(
-                b'"node":"NODE"', f'"node":"{name}"'.encode()).replace(b"c" * 32, challenge.encode())
-            store.set(f"dig/{r}", data)
-            store.append("dig_arrived", f"{r},")
-            got["posted"] = time.time()
+            with busy():
+                t0 = got["start"] = time.time()
+                store = dist.PrefixStore(PREFIX, dist.TCPStore("127.0.0.1", port, is_master=False,
+                                                               timeout=datetime.timedelta(seconds=300)))
+                got["connected"] = time.time() - t0
+                store.set(f"hello/{r}", name)
+                store.append("joined", f"{r},")
+                store.set(f"dig/{r}", filled(dig_template, r))
+                store.append("dig_arrived", f"{r},")
+                got["posted"] = time.time()
             store.wait([f"plan/{r}"])
-            plan = json.loads(store.get(f"plan/{r}"))
-            got["plan"] = time.time()
-            if plan.get("send"):
-                doc = document.replace(b"999999", str(r).encode())
-                store.set(f"doc/{r}", doc)
-                store.append("arrived", f"{r},")
+            with busy():
+                plan = json.loads(store.get(f"plan/{r}"))
+                got["plan"] = time.time()
+                if plan.get("send"):
+                    store.set(f"doc/{r}", zlib.compress(filled(document, r), 6))
+                    store.append("arrived", f"{r},")
             store.wait([f"verdict/{r}"])
-            got["code"] = json.loads(store.get(f"verdict/{r}"))["code"]
-            got["verdict"] = time.time()
-            store.add("acks", 1)
+            with busy():
+                got["code"] = json.loads(store.get(f"verdict/{r}"))["code"]
+                got["verdict"] = time.time()
+                store.add("acks", 1)
         except Exception as exc:  # noqa: BLE001 - a failed rank is a result
             got["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         results[r] = got
@@ -136,7 +152,7 @@ def fds(pid: Optional[int]) -> Optional[int]:
         return None
 
 
-def run(n: int, procs: int, timeout: float) -> dict:
+def run(n: int, procs: int, timeout: float, pace: int) -> dict:
     from debtorch.fleet import gather
     from debtorch.fleet.rendezvous import Rendezvous
     from debtorch.transport.client import Worker
@@ -147,7 +163,7 @@ def run(n: int, procs: int, timeout: float) -> dict:
     worker.start()
     clients: list[subprocess.Popen] = []
     outs = [os.path.join(work, f"clients-{i}.json") for i in range(procs)]
-    info: dict = {"ranks": n, "procs": procs}
+    info: dict = {"ranks": n, "procs": procs, "pace": pace}
     try:
         ask = gather._Bounded(worker, 0, timeout + 3600)
         ask("join", rank=0, world=n, addr="127.0.0.1", port=port, agent_store=False, prefix=PREFIX,
@@ -157,14 +173,14 @@ def run(n: int, procs: int, timeout: float) -> dict:
         for i in range(procs):
             part = others[i::procs]
             clients.append(subprocess.Popen([sys.executable, __file__, "--clients", str(port), outs[i],
-                                             ",".join(map(str, part))], stdout=subprocess.PIPE, text=True))
+                                             ",".join(map(str, part)), str(pace)], stdout=subprocess.PIPE,
+                                            text=True, env=dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR")))
         for c in clients:
             assert c.stdout is not None
             c.stdout.readline()          # every thread started, waiting at the gate
         dig0, document = templates()
-        Path(work, "dig0").write_bytes(dig0.replace(b'"rank":999999', b'"rank":0').replace(
-            b'"node":"NODE"', b'"node":"gpu00000"'))
-        Path(work, "doc0").write_bytes(document.replace(b"999999", b"0"))
+        Path(work, "dig0").write_bytes(filled(dig0, 0))
+        Path(work, "doc0").write_bytes(zlib.compress(filled(document, 0), 6))
         ask("send", key="dig", path=os.path.join(work, "dig0"))
         reported: dict = {}
 
@@ -212,12 +228,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--procs", type=int, default=4, help="processes simulating the ranks")
     ap.add_argument("--timeout", type=float, default=300.0, help="the fleet's --timeout")
+    ap.add_argument("--pace", type=int, default=4, help="ranks of a process busy at once (0: all at once)")
     ap.add_argument("--json", help="write the numbers here")
-    ap.add_argument("--clients", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--clients", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.clients:
-        port, out, ranks = args.clients
-        return ranks_process(int(port), [int(r) for r in ranks.split(",") if r], out)
+        port, out, ranks, pace = args.clients
+        return ranks_process(int(port), [int(r) for r in ranks.split(",") if r], out, int(pace))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with open("/proc/loadavg") as fh:
@@ -225,12 +242,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"load average before: {' '.join(before)}; {os.cpu_count()} CPUs; file descriptors {hard}", flush=True)
     rows = []
     for n in args.ranks:
-        info = run(n, args.procs, args.timeout)
+        info = run(n, args.procs, args.timeout, args.pace)
         rows.append(info)
         print(f"{n:>6} ranks: last digests in {info['last_digests_s']:.1f} s after the start; rank 0 "
               f"{info['rank0_after_last_digests_s']:.2f} s from there to every verdict stored; last verdict read "
               f"{info['last_verdict_s']:.1f} s after the start; {info['verdicts_read']} of {n - 1} ranks read "
-              f"theirs, {info['failed']} failed {info['failures']}; store peak {info['store_peak_rss_mib']:.0f} MiB "
+              f"theirs, {info['failed']} failed {info['failures']}, {info['compared']} compared; store peak {info['store_peak_rss_mib']:.0f} MiB "
               f"(idle {info['store_rss_idle_mib']:.0f}), {info['store_fds']} descriptors; connect median "
               f"{info['connect_median_ms']:.0f} ms", flush=True)
     with open("/proc/loadavg") as fh:

@@ -485,3 +485,31 @@ def test_a_flooded_list_on_a_real_store_is_not_read_and_ranks_are_looked_up(real
     got = rank0.op_collect({"out_dir": "/tmp", "deadline_s": 0})
     assert set(got["files"]) == {1} and "arrived" in rank0.flooded
     assert not client.check(["arrived"])
+
+
+# ---------------------------------------------------------------- the secret and where the store listens
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n\t"])
+def test_a_blank_secret_is_refused_never_taken_for_none(blank):
+    from debtorch.fleet.rendezvous import RendezvousError, load_secret
+
+    with pytest.raises(RendezvousError, match="DEBTORCH_FLEET_SECRET is set but blank"):
+        load_secret({"DEBTORCH_FLEET_SECRET": blank}, None)
+    assert load_secret({}, None) is None
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0", "::"])
+def test_master_addr_of_every_interface_gets_a_note(addr):
+    from debtorch.fleet.rendezvous import from_environ, listen_address
+
+    rdzv = from_environ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": addr})
+    where, note = listen_address(rdzv, lambda name: [addr])
+    assert where == addr and "listens on every interface" in note and "MASTER_ADDR" in note
+
+
+def test_redact_strips_token_parameters_as_the_ranks_do():
+    from debtorch.report.redact import Redactor
+
+    line = "PIP_INDEX_URL=https://bob:pw@idx.example/simple?access_token=abc&x=1"
+    assert Redactor().text(line) == "PIP_INDEX_URL=https://CREDENTIALS@idx.example/simple?access_token=REDACTED&x=1"

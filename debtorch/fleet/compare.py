@@ -6,7 +6,6 @@ answer, so that nodes that agree are one group and 1,000 nodes give a short repo
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -287,14 +286,14 @@ def _status(nodes: list, timeout: Optional[float]) -> list:
     return out
 
 
-def _doctor_fix(fixes: dict[str, int], note: bool = True) -> Optional[str]:
+def _doctor_fix(fixes: dict[str, int]) -> Optional[str]:
     """What a node doctor's finding says to do, as the fleet shows it: the fix its nodes' doctors
-    gave ({fix: nodes}; the one most of them gave when they differ, with a note when ``note``);
-    None when none gave one."""
+    gave ({fix: nodes}; the one most of them gave when they differ, with a note); None when none
+    gave one."""
     given = sorted(((-n, fix) for fix, n in fixes.items() if fix))
     if not given:
         return None
-    if len(given) == 1 or not note:
+    if len(given) == 1:
         return given[0][1]
     return f"{given[0][1]}\n(on {_plural_nodes(-sum(n for n, _ in given[1:]))} the doctor gives another fix: --json lists each)"
 
@@ -313,22 +312,18 @@ def _doctors(found: list[Kind], nodes: int, fired: set) -> list[FleetFinding]:
             if f.level == INFO or f.id in covered:
                 continue
             entry = by_id.setdefault(f.id, {"level": f.level, "pairs": [], "kinds": {}, "fixes": {}})
-            entry["pairs"].append((k, f.message))
+            entry["pairs"].append((k, (f.message, f.fix)))
             if id(k) not in entry["kinds"]:
                 entry["kinds"][id(k)] = len(k.names)
-            fixes = entry["fixes"].setdefault(f.message, {})
-            fixes[f.fix] = fixes.get(f.fix, 0) + len(k.names)
+            entry["fixes"][f.fix] = entry["fixes"].get(f.fix, 0) + len(k.names)
     out = []
     for fid, entry in sorted(by_id.items(), key=lambda kv: (-rank(kv[1]["level"]), kv[0])):
         level = entry["level"]
-        every: dict[str, int] = {}
-        for fixes in entry["fixes"].values():
-            for fix, n in fixes.items():
-                every[fix] = every.get(fix, 0) + n
-        groups = [dataclasses.replace(g, fix=_doctor_fix(entry["fixes"][g.value], note=False) or "")
-                  for g in _kind_groups(entry["pairs"])]
+        # A group per message and fix: the JSON says which nodes' doctors gave which fix.
+        groups = [Group(message, g.nodes, fix) for g in _kind_groups(entry["pairs"]) for message, fix in (g.value,)]
         out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", fid, groups, "doctor",
-                            fix=_doctor_fix(every), doctor_id=fid, count=sum(entry["kinds"].values()), nodes=nodes))
+                            fix=_doctor_fix(entry["fixes"]), doctor_id=fid, count=sum(entry["kinds"].values()),
+                            nodes=nodes))
     return out
 
 
