@@ -5,7 +5,7 @@ import os
 import re
 import shutil
 import sys
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
@@ -31,12 +31,12 @@ def _marks() -> dict:
     return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
 
 
-def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict):
+def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict) -> Callable[[], tuple]:
     """The function that collects this node's facts and runs its doctor: (facts, findings, name)."""
     from debtorch.doctor import Context, diagnose  # defer: only for this command
     from debtorch.fleet import gather  # defer: as above
 
-    def describe():
+    def describe() -> tuple:
         host = ReplayHost(replay) if replay else LiveHost()
         try:
             doc = facts_mod.collect(host, facts_mod.Options(python=None if replay else python, deep=deep))
@@ -48,7 +48,8 @@ def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ:
     return describe
 
 
-def _emit(summary, fail_on: str, fmt, verbose: bool, verdict, notes, redactor) -> None:
+def _emit(summary: Any, fail_on: str, fmt: Any, verbose: bool, verdict: Any, notes: list,
+          redactor: Optional["Redactor"]) -> None:
     from debtorch.report.fleet import FleetView  # defer: only for this command
 
     show(FleetView(summary, fail_on, verdict, notes, verbose, _marks(), redactor), fmt)
@@ -63,13 +64,13 @@ def _note_skipped(skipped: list, redactor: Optional["Redactor"]) -> None:
         prog.note(f"skipped {len(skipped) - SKIPPED_SHOWN} more files that are no node's document (--json lists them)")
 
 
-def _redact_names(nodes, redactor) -> None:
+def _redact_names(nodes: list, redactor: "Redactor") -> None:
     for n in nodes:
         if not n.name.startswith("rank "):
             n.name = redactor.token("HOST", n.name)
 
 
-def _write_exclude(path: str, verdict, force: bool) -> None:
+def _write_exclude(path: str, verdict: Any, force: bool) -> None:
     from debtorch import outputs  # defer: only with --exclude-file
 
     # srun --exclude takes host names: a second rank's ":3" goes; a name that is not a host's is refused.
@@ -162,7 +163,7 @@ def fleet(
     options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget, tuned=fingerprint,
                              tuned_path=tuned, rename=rename, listen=listen, secret=secret)
 
-    def on_report(outcome) -> None:
+    def on_report(outcome: Any) -> None:
         for warning in outcome.warnings:
             prog.warn(warning)
         _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)

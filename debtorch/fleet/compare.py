@@ -286,6 +286,12 @@ def _status(nodes: list, timeout: Optional[float]) -> list:
     return out
 
 
+def _message_and_fix(g: Group) -> Group:
+    """A group of a node doctor's finding, by (message, fix), as a Group of the message with its fix."""
+    pair: Any = g.value
+    return Group(pair[0], g.nodes, pair[1])
+
+
 def _doctor_fix(fixes: dict[str, int]) -> Optional[str]:
     """What a node doctor's finding says to do, as the fleet shows it: the fix its nodes' doctors
     gave ({fix: nodes}; the one most of them gave when they differ, with a note); None when none
@@ -320,7 +326,7 @@ def _doctors(found: list[Kind], nodes: int, fired: set) -> list[FleetFinding]:
     for fid, entry in sorted(by_id.items(), key=lambda kv: (-rank(kv[1]["level"]), kv[0])):
         level = entry["level"]
         # A group per message and fix: the JSON says which nodes' doctors gave which fix.
-        groups = [Group(message, g.nodes, fix) for g in _kind_groups(entry["pairs"]) for message, fix in (g.value,)]
+        groups = [_message_and_fix(g) for g in _kind_groups(entry["pairs"])]
         out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", fid, groups, "doctor",
                             fix=_doctor_fix(entry["fixes"]), doctor_id=fid, count=sum(entry["kinds"].values()),
                             nodes=nodes))

@@ -98,7 +98,7 @@ class _Bounded:
         self.worker, self.rank, self.bound = worker, rank, bound_s
         self.end = time.monotonic() + bound_s
 
-    def __call__(self, op: str, limit: Optional[float] = None, **fields) -> dict:
+    def __call__(self, op: str, limit: Optional[float] = None, **fields: Any) -> dict:
         left = self.end - time.monotonic()
         if left <= 1:
             raise GatherError(f"rank {self.rank}: stopped at its bound of {self.bound:g} s", 1)
@@ -164,22 +164,28 @@ def run(rdzv: Rendezvous, python: str, describe: Callable[[], tuple], options: O
             raise _worker_error(exc, f"rank {rdzv.rank} joining {rdzv.addr}:{rdzv.port}") from None
         if rdzv.rank != 0:
             return _other(ask, rdzv, options, doc_path)
-        return _rank0(ask, rdzv, options, work, on_report, doc_path, bool(joined.get("bounded")))
+        outcome = Outcome(code=0)
+        if not joined.get("bounded"):
+            outcome.warnings.append("this torch's store did not answer debtorch's reader: its values were read "
+                                    "whole before their size was checked (docs/security.md)")
+        can = joined.get("descriptors")
+        if isinstance(can, int) and can < rdzv.world + 64:
+            outcome.warnings.append(f"rank 0 may open {can} files (ulimit -n, hard limit included): the store "
+                                    f"keeps a connection per rank, so not all {rdzv.world} ranks may get in; raise "
+                                    "the limit where the job starts (docs/fleet.md, \"Scale\")")
+        return _rank0(ask, rdzv, options, work, on_report, doc_path, outcome)
     finally:
         worker.close(grace=5.0)
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
-           on_report: Callable[[Outcome], None], doc_path: str, bounded: bool = True) -> Outcome:
+           on_report: Callable[[Outcome], None], doc_path: str, outcome: Optional[Outcome] = None) -> Outcome:
     got = ask("gather", GRACE_S + options.timeout, out_dir=work, deadline_s=options.timeout)
     elapsed = float(got.get("waited_s") or 0.0)
     arrivals = read_arrivals(rdzv.world, str(got["path"]), rdzv.name_of)
     wanted = representatives(arrivals)
-    outcome = Outcome(code=0)
-    if not bounded:
-        outcome.warnings.append("this torch's store did not answer debtorch's reader: its values were read "
-                                "whole before their size was checked (docs/security.md)")
+    outcome = outcome or Outcome(code=0)
     everyone = all(a.status in (OK, WHOLE) for a in arrivals)
     the_plan: dict = {"probe": False}
     if options.probe and everyone and rdzv.world > 1:
@@ -220,7 +226,7 @@ def _rank0(ask: _Bounded, rdzv: Rendezvous, options: Options, work: str,
     nodes, names = assemble(arrivals, docs, options.tuned, ask.end)
     if options.rename is not None:
         options.rename(nodes)
-        names.update({n.rank: n.name for n in nodes})
+        names.update({n.rank: n.name for n in nodes if n.rank is not None})
     if the_plan.get("probe"):
         outcome.verdict = probe.judge(results, names, rdzv.world, options.budget)
         extra = outcome.verdict.findings

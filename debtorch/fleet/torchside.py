@@ -248,10 +248,12 @@ class FleetSession(server.Session):
         self.deadline = time.monotonic() + timeout.total_seconds()
         addr, port = str(req["addr"]), int(req["port"])
         self.secret = req["secret"].encode("latin-1") if req.get("secret") else None
+        nofile = None
         try:
             if req.get("agent_store") or self.rank != 0:
                 base = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
             else:
+                nofile = _descriptors_for(self.world + 256)
                 base = dist.TCPStore(addr, port, is_master=True, timeout=timeout, wait_for_workers=False,
                                      master_listen_fd=_listen(str(req.get("listen", addr)), port))
         except Exception as exc:  # noqa: BLE001 - the reason is the user's to read
@@ -272,7 +274,7 @@ class FleetSession(server.Session):
         self.reader = _reader(addr, port, self.prefix, self.store, f"hello/{self.rank}", hello.encode())
         self.store.append("joined", f"{self.rank},")
         return {"rank": self.rank, "world": self.world, "challenge": self.challenge,
-                "bounded": self.reader is not None}
+                "bounded": self.reader is not None, "descriptors": nofile}
 
     def op_send(self, req: dict) -> dict:
         """Put this rank's ``key`` (``doc`` by default, or ``dig``) from the file at ``path`` in the
@@ -464,7 +466,7 @@ class FleetSession(server.Session):
                 ranks = [r for r in range(self.world)]
             else:
                 ranks = sorted(self.challenges)
-            each = req.get("compact") or value
+            each: dict = req.get("compact") or value or {}
             for r in ranks:
                 mine = dict(each, challenge=self.challenges.get(r), send=r in send)
                 values[f"{key}/{r}"] = self._seal(f"{key}/{r}", json.dumps(mine).encode())
@@ -555,6 +557,21 @@ class FleetSession(server.Session):
         self.store.set(key, self._seal(key, json.dumps(result).encode()))
         self.store.append("probe_arrived", f"{self.rank},")
         return result
+
+
+def _descriptors_for(wanted: int) -> Optional[int]:
+    """Let this process (it hosts the store: a connection per rank) open ``wanted`` files, as far as
+    its hard limit allows; how many it may open now (None where it cannot say)."""
+    import resource
+
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        return None if soft == resource.RLIM_INFINITY else int(soft)
+    except (OSError, ValueError):
+        return None
 
 
 def _reader(addr: str, port: int, prefix: str, store: Any, key: str, expected: bytes) -> Optional[Reader]:
