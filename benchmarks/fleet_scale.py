@@ -245,14 +245,19 @@ class Ranks:
 
     def follow(self) -> None:
         """What the ranks do after their digests, through a real store: read their plans (rank 0
-        stores the plain ``plan`` last... first: it is the sign that theirs are there), send what
-        is asked, wait for the verdict, acknowledge it."""
+        stores the plain ``plan`` after every rank's own), send what is asked, wait for the verdict,
+        acknowledge it.  Real ranks read their plans at once, each on its node; here one process
+        reads the plans of the ranks that can be asked (the first two of each kind), so that rank
+        0 waits for the documents as long as in a real job, not for 10,000 reads in a row."""
         self.store.wait(["plan"], datetime.timedelta(seconds=600))
-        keys = [f"plan/{r}" for r in range(self.n)]
-        plans: dict[int, Any] = {}
-        for i in range(0, self.n, 10000):
-            for r, raw in zip(range(i, i + 10000), self.store.multi_get(keys[i:i + 10000])):
-                plans[r] = json.loads(raw)
+        firsts: dict[str, list[int]] = {}
+        for r in range(self.n):
+            mates = firsts.setdefault(kind_of(r, self.n), [])
+            if len(mates) < 2:
+                mates.append(r)
+        candidates = sorted(r for mates in firsts.values() for r in mates)
+        plans = {r: json.loads(raw) for r, raw in zip(candidates, self.store.multi_get(
+            [f"plan/{r}" for r in candidates]))}
         self.send_asked(plans)
         self.store.wait(["verdict"], datetime.timedelta(seconds=600))
         self.store.add("acks", self.n - 1)

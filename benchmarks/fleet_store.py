@@ -7,12 +7,12 @@ store server, with N simulated ranks.  Full runs: benchmarks/results/fleet.md ("
 Rank 0 is real: debtorch's own code (``gather._rank0``) in this process, its torch side in a worker
 process of this interpreter (``debtorch.fleet.torchside``, through the transport, as ``debtorch
 fleet`` starts it), hosting torch's TCPStore.  The N-1 other ranks are simulated in ``--procs``
-processes, one thread and one TCPStore client (one connection) per rank, as real ranks connect:
-each says hello, leaves its digests (a real node's, about 1 KB, with its own rank, name and
-challenge), blocks in the store's wait for its plan, sends its whole document when the plan asks,
-blocks for its verdict and acknowledges it.  ``--pace K`` lets K ranks of each process be busy
-(connecting, sending, reading) at once, so that the clients, which on a cluster run on their own
-nodes, leave the store its CPUs here; ``--pace 0`` starts every rank at once (the connection storm).
+processes, a connection per rank speaking the store's wire protocol as torch's client does (in an
+event loop: the clients, which on a cluster run on their own nodes, cost this machine little, and
+the store is what is measured), all starting at once as a job's ranks do (``--pace K``: K of a
+process connecting at once): each says hello, leaves its digests (a real node's, about 1 KB, with
+its own rank, name and challenge), waits in the store for its plan, sends its whole document when
+the plan asks, waits for its verdict and acknowledges it.
 
 Reported: when the last rank's digests were in (from the first rank's connection), rank 0's time
 from all digests in to every verdict stored, when the last rank had read its verdict, how many ranks
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import resource
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -73,61 +72,82 @@ def filled(template: bytes, r: int) -> bytes:
 
 # ---------------------------------------------------------------- the simulated ranks
 
+SET, GET, ADD, WAIT, APPEND = 1, 3, 4, 6, 9     # TCPStoreBackend.hpp's QueryType (torchside.Reader's source)
+
+
+def _key(key: str) -> bytes:
+    k = ("/" + PREFIX + "/" + key).encode()     # as a PrefixStore over a TCPStore puts it on the wire
+    return struct.pack("<Q", len(k)) + k
+
+
+def _set(op: int, key: str, value: bytes) -> bytes:
+    return struct.pack("<B", op) + _key(key) + struct.pack("<Q", len(value)) + value
+
+
+def _wait(key: str) -> bytes:
+    return struct.pack("<BQ", WAIT, 1) + _key(key)
+
+
+def _get(key: str) -> bytes:
+    return struct.pack("<B", GET) + _key(key)
+
+
+async def _read_value(reader: Any) -> bytes:
+    size = struct.unpack("<Q", await reader.readexactly(8))[0]
+    return await reader.readexactly(size)
+
 
 def ranks_process(port: int, ranks: list[int], out: str, pace: int) -> int:
-    """``--clients``: one thread and one store connection per rank in ``ranks``; at most ``pace`` of
-    them connecting, sending or reading at once (0: all), so that on one machine the clients leave
-    the store its share of the CPUs (on a cluster they run on their own nodes)."""
-    import torch.distributed as dist  # defer: this process only
+    """``--clients``: a store connection per rank in ``ranks``, all in one event loop, speaking the
+    store's wire protocol as torch's client does (so that the clients cost the machine little and
+    the store is what is measured); at most ``pace`` connecting at once (0: all at once)."""
+    import asyncio
 
     dig_template, document = templates()
-    results: dict[int, dict] = {}
-    threading.stack_size(512 * 1024)
-    gate = threading.Barrier(len(ranks) + 1)
-    active = threading.BoundedSemaphore(pace) if pace > 0 else None
+    results: list[dict] = []
 
-    def busy() -> Any:
-        return active if active is not None else contextlib.nullcontext()
-
-    def rank(r: int) -> None:
+    async def rank(r: int, gate: Any) -> None:
         got: dict = {"rank": r}
-        name = f"gpu{r:05d}"
         try:
-            gate.wait()
-            with busy():
+            async with gate:
                 t0 = got["start"] = time.time()
-                store = dist.PrefixStore(PREFIX, dist.TCPStore("127.0.0.1", port, is_master=False,
-                                                               timeout=datetime.timedelta(seconds=300)))
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 got["connected"] = time.time() - t0
-                store.set(f"hello/{r}", name)
-                store.append("joined", f"{r},")
-                store.set(f"dig/{r}", filled(dig_template, r))
-                store.append("dig_arrived", f"{r},")
+                writer.write(struct.pack("<BI", 0, 0x3C85F7CE)            # VALIDATE
+                             + _set(SET, f"hello/{r}", f"gpu{r:05d}".encode())
+                             + _set(APPEND, "joined", f"{r},".encode())
+                             + _set(SET, f"dig/{r}", filled(dig_template, r))
+                             + _set(APPEND, "dig_arrived", f"{r},".encode()))
+                await writer.drain()
                 got["posted"] = time.time()
-            store.wait([f"plan/{r}"])
-            with busy():
-                plan = json.loads(store.get(f"plan/{r}"))
-                got["plan"] = time.time()
-                if plan.get("send"):
-                    store.set(f"doc/{r}", zlib.compress(filled(document, r), 6))
-                    store.append("arrived", f"{r},")
-            store.wait([f"verdict/{r}"])
-            with busy():
-                got["code"] = json.loads(store.get(f"verdict/{r}"))["code"]
-                got["verdict"] = time.time()
-                store.add("acks", 1)
+            writer.write(_wait(f"plan/{r}"))
+            await reader.readexactly(1)
+            writer.write(_get(f"plan/{r}"))
+            plan = json.loads(await _read_value(reader))
+            got["plan"] = time.time()
+            if plan.get("send"):
+                writer.write(_set(SET, f"doc/{r}", zlib.compress(filled(document, r), 6))
+                             + _set(APPEND, "arrived", f"{r},".encode()))
+            writer.write(_wait(f"verdict/{r}"))
+            await reader.readexactly(1)
+            writer.write(_get(f"verdict/{r}"))
+            got["code"] = json.loads(await _read_value(reader))["code"]
+            got["verdict"] = time.time()
+            writer.write(struct.pack("<B", ADD) + _key("acks") + struct.pack("<q", 1))
+            await reader.readexactly(8)
+            writer.close()
         except Exception as exc:  # noqa: BLE001 - a failed rank is a result
             got["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-        results[r] = got
+        results.append(got)
 
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in ranks]
-    for t in threads:
-        t.start()
-    print("ready", flush=True)
-    gate.wait()
-    for t in threads:
-        t.join()
-    Path(out).write_text(json.dumps(list(results.values())))
+    async def main() -> None:
+        gate = asyncio.Semaphore(pace) if pace > 0 else contextlib.nullcontext()
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)   # rank 0 says go
+        await asyncio.gather(*(rank(r, gate) for r in ranks))
+
+    asyncio.run(main())
+    Path(out).write_text(json.dumps(results))
     return 0
 
 
@@ -173,8 +193,9 @@ def run(n: int, procs: int, timeout: float, pace: int) -> dict:
         for i in range(procs):
             part = others[i::procs]
             clients.append(subprocess.Popen([sys.executable, __file__, "--clients", str(port), outs[i],
-                                             ",".join(map(str, part)), str(pace)], stdout=subprocess.PIPE,
-                                            text=True, env=dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR")))
+                                             ",".join(map(str, part)), str(pace)], stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, text=True,
+                                            env=dict(os.environ, TORCH_CPP_LOG_LEVEL="ERROR")))
         for c in clients:
             assert c.stdout is not None
             c.stdout.readline()          # every thread started, waiting at the gate
@@ -182,6 +203,11 @@ def run(n: int, procs: int, timeout: float, pace: int) -> dict:
         Path(work, "dig0").write_bytes(filled(dig0, 0))
         Path(work, "doc0").write_bytes(zlib.compress(filled(document, 0), 6))
         ask("send", key="dig", path=os.path.join(work, "dig0"))
+        go = time.time()
+        for c in clients:
+            assert c.stdin is not None
+            c.stdin.write("go\n")
+            c.stdin.flush()
         reported: dict = {}
 
         def on_report(outcome: Any) -> None:
@@ -198,7 +224,7 @@ def run(n: int, procs: int, timeout: float, pace: int) -> dict:
         for c in clients:
             c.wait(timeout=timeout + 600)
         results = [r for out in outs if os.path.exists(out) for r in json.loads(Path(out).read_text())]
-        start = min((r["start"] for r in results if "start" in r), default=gather_start)
+        start = go
         ok = [r for r in results if "verdict" in r]
         failed = [r for r in results if "error" in r]
         info.update(
@@ -226,9 +252,9 @@ def run(n: int, procs: int, timeout: float, pace: int) -> dict:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
-    ap.add_argument("--procs", type=int, default=4, help="processes simulating the ranks")
+    ap.add_argument("--procs", type=int, default=2, help="processes simulating the ranks")
     ap.add_argument("--timeout", type=float, default=300.0, help="the fleet's --timeout")
-    ap.add_argument("--pace", type=int, default=4, help="ranks of a process busy at once (0: all at once)")
+    ap.add_argument("--pace", type=int, default=0, help="ranks of a process connecting at once (0: all at once)")
     ap.add_argument("--json", help="write the numbers here")
     ap.add_argument("--clients", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

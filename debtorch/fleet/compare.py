@@ -6,6 +6,7 @@ answer, so that nodes that agree are one group and 1,000 nodes give a short repo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -155,6 +156,13 @@ def read(m: Machine, tuned: Optional[dict] = None) -> dict:
 # ---------------------------------------------------------------- findings
 
 
+@functools.lru_cache(maxsize=64)
+def compressed(names: tuple[str, ...]) -> str:
+    """``names`` as a Slurm host list (:func:`debtorch.hostlist.compress`), remembered: a report names
+    the same groups of 10,000 nodes in its text and its JSON."""
+    return hostlist.compress(names)
+
+
 @dataclass(frozen=True)
 class Group:
     """One value of an answer and the nodes that have it."""
@@ -164,7 +172,7 @@ class Group:
     fix: str = ""          # a node doctor's finding: the fix those nodes' doctors gave
 
     def to_json(self) -> dict:
-        out = {"value": self.value, "count": len(self.nodes), "nodes": hostlist.compress(self.nodes)}
+        out = {"value": self.value, "count": len(self.nodes), "nodes": compressed(tuple(self.nodes))}
         if self.fix:
             out["fix"] = self.fix
         return out

@@ -276,15 +276,20 @@ def read_arrivals(world: int, path: str, name_of: Callable[[int], str]) -> list[
     line at a time; equal digests share one key object, so memory grows by kinds of node)."""
     heard: dict[int, Arrival] = {}
     keys: dict[tuple, tuple] = {}
+    checked: set = set()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
-            heard_one = _arrival(json.loads(line), world, name_of, keys)
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                continue       # (the torch side writes whole lines of JSON; nothing else is trusted)
+            heard_one = _arrival(parsed, world, name_of, keys, checked)
             if heard_one is not None:
                 heard[heard_one.rank] = heard_one
     return [heard.get(r) or Arrival(r, name_of(r), MISSING, "did not join") for r in range(world)]
 
 
-def _arrival(line: Any, world: int, name_of: Callable[[int], str], keys: dict) -> Optional[Arrival]:
+def _arrival(line: Any, world: int, name_of: Callable[[int], str], keys: dict, checked: set) -> Optional[Arrival]:
     r = line.get("rank") if isinstance(line, dict) else None
     if not isinstance(r, int) or not 0 <= r < world:
         return None
@@ -297,10 +302,11 @@ def _arrival(line: Any, world: int, name_of: Callable[[int], str], keys: dict) -
     if "digests" not in line:
         return Arrival(r, name, DIED, "joined, sent nothing")
     try:
-        d = digest.Digests.from_json(line["digests"])
+        d = digest.Digests.from_json(line["digests"], known=checked)
     except ValueError as exc:
         return Arrival(r, name, MALFORMED, str(exc))
     return Arrival(r, name, OK, key=keys.setdefault(d.key, d.key), version=d.debtorch_version)
+
 
 
 def representatives(arrivals: list[Arrival]) -> list[int]:
