@@ -173,6 +173,7 @@ class Decoder:
         self.read = read
         self.valid: set[bytes] = set()                  # hashes of sections that passed the schema
         self.answers: dict[bytes, dict] = {}            # hash of a document's sections -> its answers
+        self.findings: dict[tuple, tuple] = {}          # findings -> the first equal tuple (shared)
         self._hashes: dict[str, bytes] = {}             # the last document's, by section
         self._raw: dict[str, str] = {}                  # the last document's sections' JSON text, as read
 
@@ -196,6 +197,7 @@ class Decoder:
             values = self.read(Machine.from_facts(anon))
             self._remember(self.answers, key, values)
         found = node_findings(Machine.from_facts(facts), findings) if findings is None else node_findings(None, findings)
+        found = self.findings.setdefault(found, found) if len(self.findings) < self.MEMO else found
         return Node(name=name, rank=sent_rank if isinstance(sent_rank, int) else rank, values=values, findings=found)
 
     def _validate(self, inner: dict, where: str) -> dict:

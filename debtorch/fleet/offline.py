@@ -8,6 +8,7 @@ nodes that answered alike share one set of answers.  A JSON file that is no node
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import multiprocessing
 import stat
@@ -62,8 +63,8 @@ def document_paths(args: Iterable[str]) -> list:
             found.append(p)
         else:
             raise FleetInputError(f"{arg}: is {inputs.kind(mode)}, not a facts document")
-    stems = [f.stem for f in found]
-    return [(hostlist.safe(f.stem if stems.count(f.stem) == 1 else str(f.with_suffix(""))), str(f)) for f in found]
+    stems = collections.Counter(f.stem for f in found)
+    return [(hostlist.safe(f.stem if stems[f.stem] == 1 else str(f.with_suffix(""))), str(f)) for f in found]
 
 
 def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Optional[str] = None,
@@ -75,11 +76,12 @@ def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Op
     nodes: list[Node] = []
     skipped: list[Skipped] = []
     shared: dict = {}
+    keys: dict[tuple[int, int], tuple] = {}    # (ids of a node's objects) -> (its key, the objects kept alive)
     for (_, path), node in zip(paths, decoded(paths, tuned, workers)):
         if node.status == SKIPPED:
             skipped.append(Skipped(path, node.detail))
             continue
-        nodes.append(_shared(node, shared))
+        nodes.append(_shared(node, shared, keys))
     if not nodes:
         raise FleetInputError(f"{skipped[0].path}: {skipped[0].reason}; no node documents to compare")
     if rename is not None:
@@ -89,12 +91,15 @@ def from_files(args: Iterable[str], tuned: Optional[dict] = None, tuned_path: Op
     return summary
 
 
-def _shared(node: Node, shared: dict) -> Node:
+def _shared(node: Node, shared: dict, keys: dict[tuple[int, int], tuple]) -> Node:
     """``node`` with answers and findings equal to an earlier node's replaced by that node's
-    objects: memory by kinds of node, and :func:`compare.kinds` groups them without looking inside."""
+    objects: memory by kinds of node, and :func:`compare.kinds` groups them without looking inside.
+    (Nodes of one worker's task arrive sharing their objects already: each is looked at once.)"""
     if node.ok:
-        key = (repr(sorted(node.values.items())), node.findings)
-        node.values, node.findings = shared.setdefault(key, (node.values, node.findings))
+        ident = (id(node.values), id(node.findings))
+        if ident not in keys:
+            keys[ident] = ((repr(sorted(node.values.items())), node.findings), node.values, node.findings)
+        node.values, node.findings = shared.setdefault(keys[ident][0], (node.values, node.findings))
     return node
 
 
