@@ -14,6 +14,35 @@ from typing import Callable, Optional
 
 SLACK_S = 5.0   # the stated slack: killing the worker's process group and printing the report
 HUNG_S = 5.0    # no progress for this long when the budget ended: the workload hangs, rather than being slow
+WEEK_S = 7 * 24 * 3600.0   # the most a --budget or a --timeout may be
+
+
+def seconds_problem(option: str, value: float, least: float = 0.0, most: float = WEEK_S,
+                    to: str = "measure anything") -> Optional[str]:
+    """The one line for a number of seconds ``option`` cannot take, or None: it must be finite, above 0
+    and at most ``most``; below ``least`` it is too small ``to`` do anything, and the line says the least
+    that would do.  Every command's ``--budget`` and ``--timeout`` are checked with it, before anything
+    starts."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= most):
+        return f"{option} must be a number of seconds > 0 and at most {most:g} (got {value:g})"
+    if value < least:
+        return f"{option} {value:g} is too small to {to}; give at least {least:g} seconds"
+    return None
+
+
+def too_small(budget_s: float, startup_s: float, trials_s: float, need_s: float, cut: str = "") -> str:
+    """The one line for a budget found too small once the first trials ran (tune --measure, verify-train):
+    what went where, and the budget that would do (``need_s``, the whole command)."""
+    return (f"--budget {budget_s:g} is too small for this workload: {startup_s:.0f} s went to start-up, "
+            f"{trials_s:.0f} s to its first trials{cut}; give at least {math.ceil(need_s)}")
+
+
+def still_starting(budget_s: float, spent_s: float) -> str:
+    """The one line for a budget that ended while the worker was still starting (importing torch,
+    loading the workload) and making progress: start-up alone took all of it."""
+    return (f"--budget {budget_s:g} is too small for this workload: start-up (importing torch, loading the "
+            f"workload) was still going after {spent_s:.0f} s; give at least {math.ceil(2 * max(budget_s, spent_s))} "
+            "(twice what start-up has taken, for it and the first trials)")
 
 
 class Budget:

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from debtorch import inputs, schema
+
 ERROR = "error"
 WARNING = "warning"
 INFO = "info"
 LEVELS = (INFO, WARNING, ERROR)
 _RANK = {INFO: 0, WARNING: 1, ERROR: 2}
-# The letter of an id is its level; tune's R (rule) and M (measured) ids are reasons, not findings.
+# The letter of an id is its level; tune's R (rule), M (measured), C (calibrated) and P (from a watch) ids
+# are reasons, not findings.
 LETTER_LEVELS = {"E": ERROR, "W": WARNING, "I": INFO}
 
 # A check that raised becomes this finding, filed under the check's area.
@@ -27,6 +30,14 @@ CRASH_ID = "doctor.E001"
 # Where checks/ is: a source checkout, an installed wheel (pyproject force-includes it), the .deb.
 _PKG = Path(__file__).resolve().parent
 DATA_DIRS = (_PKG.parent / "checks", _PKG / "_data" / "checks", Path("/usr/share/debtorch/checks"))
+
+
+def _is_code(code: str) -> bool:
+    return len(code) == 4 and code[0] in "EWIRMCP" and code[1:].isdigit() and code[1:].isascii()
+
+
+def _is_area(area: str) -> bool:
+    return area.replace("_", "").isalpha() and area.isascii() and area.islower()
 
 
 def rank(level: str) -> int:
@@ -59,20 +70,45 @@ class Entry:
         return LETTER_LEVELS.get(self.id.split(".", 1)[1][0])
 
 
+class CatalogueError(ValueError):
+    """A file of checks/findings/ is missing, unreadable or malformed: one line naming the file, the
+    line and the key (the command line exits 2, as for any checks/ data file)."""
+
+
+_TEXT = schema.text(max_len=4096)
+_LINE = schema.text(max_len=4096, one_line=True)
+_VARIANT = schema.Table({"message": _LINE, "fix": _TEXT})
+ENTRY = schema.Table({"title": _LINE, "message": _LINE, "fix": _TEXT, "means": _TEXT, "why": _TEXT, "remedy": _TEXT,
+                      "source": _LINE, "settings": _LINE, "retired": schema.BOOL,
+                      "variants": schema.Table({"*": _VARIANT}, keys=("a variant name", str.isidentifier))},
+                     required=("title",))
+CATALOGUE_FILE = schema.Table(
+    {"page": schema.text(max_len=200, pattern=r"[a-z0-9_-]+\.md", expect="a page of docs/ like checks.md"),
+     "*": schema.Table({"*": ENTRY}, keys=("an id's code like W001 (E, W, I, R, M, C or P and three digits)",
+                                           _is_code))},
+    keys=("an area like cpu or script", _is_area), required=("page",))
+
+
 @functools.lru_cache(maxsize=1)
 def catalogue() -> Dict[str, Entry]:
-    """Every id, in the files' order ({id: Entry}); read once."""
-    import tomllib  # defer: only a run that reports something parses the catalogue
-
+    """Every id, in the files' order ({id: Entry}); read once, each file through the one door
+    (:mod:`debtorch.inputs`: a regular file, capped) and checked against :data:`CATALOGUE_FILE`.
+    Raises :class:`CatalogueError`."""
     folder = next((d / "findings" for d in DATA_DIRS if (d / "findings").is_dir()), None)
     if folder is None:
-        raise RuntimeError("debtorch is incomplete: no checks/findings folder in " + ", ".join(map(str, DATA_DIRS)))
+        raise CatalogueError("debtorch is incomplete: no checks/findings folder in " + ", ".join(map(str, DATA_DIRS)))
     out: Dict[str, Entry] = {}
     for path in sorted(folder.glob("*.toml")):
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        try:
+            text = inputs.read_text(str(path), inputs.MAX_CONFIG, what="a findings catalogue")
+        except inputs.InputError as exc:
+            raise CatalogueError(str(exc)) from None
+        data = schema.load_toml(text, str(path), CATALOGUE_FILE, CatalogueError)
         page = data.pop("page")
         for area, entries in data.items():
             for code, fields in entries.items():
+                if f"{area}.{code}" in out:
+                    raise CatalogueError(f"{path}: {area}.{code}: declared twice (also in {out[f'{area}.{code}'].page})")
                 out[f"{area}.{code}"] = Entry(f"{area}.{code}", page=page, **fields)
     return out
 
@@ -133,6 +169,14 @@ def finding(id: str, about: str = "", facts: Optional[dict] = None, *, variant: 
     if fix is None:
         fix = v.get("fix", e.fix).format(**values)
     return Finding(id, e.level or "", message, fix, about, tuple((facts or {}).items()), area)
+
+
+def finding_fix(id: str, variant: str = "", **values: Any) -> str:
+    """The catalogue's fix of ``id`` (of ``variant``) filled with ``values``: where one finding's
+    advice is another's too (cpu.W004's for torch.E001 on an architecture without wheels)."""
+    e = catalogue()[id]
+    v = e.variants[variant] if variant else {}
+    return str(v.get("fix", e.fix)).format(**values)
 
 
 class Placed:

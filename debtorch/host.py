@@ -31,6 +31,7 @@ import os
 import posixpath
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -98,12 +99,39 @@ class Unavailable(Exception):
         self.reason = reason
 
 
+def _link_problem(path: Path) -> str:
+    """What the symbolic link ``path`` is, for a message: a loop, or a link."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"is {inputs.os_reason(exc)}"
+    return "is a symbolic link"
+
+
 def _reason_for(exc: OSError) -> str:
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return NOT_PRESENT
     if exc.errno in (errno.EACCES, errno.EPERM):
         return PERMISSION_DENIED
     return exc.strerror or type(exc).__name__
+
+
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+
+
+def meaningful_line(text: str, limit: int = 200) -> str:
+    """The line of a program's error output that says what went wrong: after a Python traceback, its
+    last line (the exception); else a "Fatal Python error" line; else the first non-blank line (a
+    pyenv shim's "pyenv: python2: command not found", /bin/sh's "python9: not found"), never a
+    trailing fragment of a note.  "" when there is none."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith(PYTHON_TRACEBACK) for line in lines):
+        return lines[-1][:limit]
+    fatal = next((line for line in lines if line.startswith("Fatal Python error")), None)
+    return (fatal or lines[0])[:limit]
 
 
 @dataclass(frozen=True)
@@ -127,8 +155,8 @@ class CommandResult:
         if self.error:
             return self.error
         if self.returncode != 0:
-            tail = (self.stderr or self.stdout).strip().splitlines()
-            detail = f": {tail[-1][:160]}" if tail else ""
+            said = meaningful_line(self.stderr or self.stdout, 160)
+            detail = f": {said}" if said else ""
             return f"exit status {self.returncode}{detail}"
         return ""
 
@@ -139,6 +167,27 @@ class CommandResult:
             "stderr": self.stderr,
             "error": self.error,
         }
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    """One name in a folder, as :meth:`Host.scan` sees it (links are never followed)."""
+
+    name: str
+    kind: str      # "file" (regular), "dir", "link" or "other"
+    size: int      # bytes of a regular file; 0 otherwise
+
+
+@dataclass(frozen=True)
+class ColdRead:
+    """One whole-file read from the disk (:meth:`Host.read_cold`): what it read and how long it took."""
+
+    bytes: int
+    seconds: float     # from the open to the last read (the cache dropped in between)
+    dropped: bool      # the file's cached pages were dropped first (posix_fadvise DONTNEED)
+
+
+READ_BLOCK = 1024 * 1024
 
 
 def command_key(argv: Sequence[str]) -> str:
@@ -205,6 +254,24 @@ class Host:
             return os.readlink(self.path(p))
         except OSError as exc:
             raise Unavailable(_reason_for(exc)) from None
+
+    def scan(self, p: str, limit: int = 100_000) -> list[DirEntry]:
+        """The first ``limit`` names in folder ``p`` with their kind and size (links not followed)."""
+        out: list[DirEntry] = []
+        try:
+            with os.scandir(self.path(p)) as it:
+                for entry in it:
+                    if len(out) >= limit:
+                        break
+                    out.append(_dir_entry(entry))
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        return out
+
+    def read_cold(self, p: str, limit: int, block: int = READ_BLOCK) -> ColdRead:
+        """Read at most ``limit`` bytes of the regular file ``p`` from its disk, not from the page cache,
+        and time it (``debtorch doctor --measure-data``).  Only this machine's disks are measured."""
+        raise Unavailable(f"{self.label}: only this machine's disks are measured")
 
     def realpath(self, p: str) -> str:
         """``p`` with symbolic links resolved, as a path on the described machine."""
@@ -414,6 +481,34 @@ class LiveHost(Host):
             "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
         }
 
+    def read_cold(self, p: str, limit: int, block: int = READ_BLOCK) -> ColdRead:
+        # Never writes: the file is opened read-only, never through a link, never a FIFO or device.
+        # posix_fadvise(DONTNEED) drops its clean cached pages (on tmpfs the pages are the file: nothing
+        # drops, and the read shows memory's speed, as it should).
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        view = _read_buffer(block)
+        total = 0
+        start = time.perf_counter()
+        try:
+            fd = os.open(p, flags)
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise Unavailable(f"is {inputs.kind(mode)}, not a regular file")
+            dropped = _drop_cache(fd)
+            while total < limit:
+                n = os.readv(fd, [view[:min(block, limit - total)]])
+                if n <= 0:
+                    break
+                total += n
+        except OSError as exc:
+            raise Unavailable(_reason_for(exc)) from None
+        finally:
+            os.close(fd)
+        return ColdRead(total, time.perf_counter() - start, dropped)
+
     def resolve(self, name: str, timeout: float = 5.0) -> list[str]:
         # getaddrinfo has no timeout of its own and a dead DNS server hangs it: ask in a
         # thread and stop waiting (the thread ends when the resolver gives up).
@@ -456,6 +551,38 @@ class LiveHost(Host):
                     pass
 
 
+_BUFFERS = threading.local()   # one read buffer per reading thread (a fresh 1 MiB a file costs what a read does)
+
+
+def _read_buffer(size: int) -> memoryview:
+    buf = getattr(_BUFFERS, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _BUFFERS.buf = memoryview(bytearray(size))
+    return buf
+
+
+def _drop_cache(fd: int) -> bool:
+    """Drop the cached pages of an open file (posix_fadvise DONTNEED); whether the kernel took it."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def _dir_entry(entry: os.DirEntry) -> DirEntry:
+    try:
+        if entry.is_symlink():
+            return DirEntry(entry.name, "link", 0)
+        if entry.is_dir(follow_symlinks=False):
+            return DirEntry(entry.name, "dir", 0)
+        if entry.is_file(follow_symlinks=False):
+            return DirEntry(entry.name, "file", entry.stat(follow_symlinks=False).st_size)
+    except OSError:
+        pass
+    return DirEntry(entry.name, "other", 0)
+
+
 def _load_live_nvml() -> tuple[Any, Optional[str]]:
     try:
         import pynvml  # nvidia-ml-py; optional
@@ -492,7 +619,10 @@ class ReplayHost(Host):
     live = False
 
     def __init__(self, folder, label: Optional[str] = None) -> None:
-        self.root = Path(folder).resolve()
+        try:
+            self.root = Path(folder).resolve()
+        except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before Python 3.13)
+            raise Unavailable(f"{folder}: a loop of symbolic links") from None
         if not self.root.is_dir():
             raise Unavailable(f"{folder}: not a folder")
         self.label = label or f"replay:{self.root.name}"
@@ -646,6 +776,8 @@ class RecordingHost(LiveHost):
         # A new or empty folder only: a recording must not overwrite a user's files,
         # nor mix with an older recording that replay would then believe.
         try:
+            if self.final.is_symlink():  # (exists() is False for a loop, and rename() cannot replace a link)
+                raise Unavailable(f"{folder}: {_link_problem(self.final)}; record into a new or empty folder")
             if self.final.exists() and not self.final.is_dir():
                 raise Unavailable(f"{folder}: not a folder")
             if self.final.is_dir() and any(self.final.iterdir()):

@@ -47,6 +47,14 @@ def decode(data: bytes, name: str) -> str:
     return text.lstrip("\ufeff")
 
 
+def os_reason(exc: OSError) -> str:
+    """Why a path could not be opened, in a few words: the system's wording, except for a loop of
+    symbolic links (ELOOP), which Python's own checks (``os.path.exists``) report as a missing file."""
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    return exc.strerror or str(exc)
+
+
 def size_text(n: int) -> str:
     return f"{n // MIB} MiB" if n % MIB == 0 else f"{n // 1024} KiB"
 
@@ -106,7 +114,7 @@ def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> st
     except NotRegular as exc:
         raise InputError(f"{name}: is {exc.kind}, not {what}") from None
     except OSError as exc:
-        raise InputError(f"{name}: cannot read ({exc.strerror or exc})") from None
+        raise InputError(f"{name}: cannot read ({os_reason(exc)})") from None
     if len(data) > max_bytes:
         raise InputError(f"{name}: larger than {size_text(max_bytes)}; not {what}")
     return decode(data, name)

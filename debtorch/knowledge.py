@@ -67,6 +67,8 @@ CC = schema.Value(("a compute capability like 8.6", lambda v: isinstance(v, str)
 STRS = schema.List(STR, min_len=1, expect="an array of strings")
 SERIES = schema.List(schema.Value(('a release series like "2.6"',
                                    lambda v: isinstance(v, str) and bool(versions.series(v)))), min_len=1)
+RELEASES = schema.List(schema.Value(('a release like "2.13.0"', lambda v: isinstance(v, str) and versions.is_release(v)
+                                     and "+" not in v)), min_len=1)
 ARCHS = schema.Value(('a string like "7.5;8.0;9.0+PTX" (empty for CPU builds)', lambda v: isinstance(v, str)),
                      ("an arch list", lambda v: parse_arch_list(v, strict=True)))
 _COMMON = {"source": STR, "confidence": schema.one_of(*CONFIDENCE), "note": STR}
@@ -84,6 +86,8 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
                               supported=schema.BOOL, min_driver_linux=VERSION, min_driver_windows=VERSION,
                               max_driver_exclusive=VERSION),
         "caveat": _rows(id=STR, applies_to=STR, text=STR),
+        # [[last_branch]]: the last driver branch of an architecture NVIDIA retired.
+        "last_branch": _rows(arch=STR, cc=schema.List(CC, min_len=1), branch=VERSION),
     },
     "torch_wheels.toml": {
         # [[wheel]]: ``python`` the CPython versions ("3.11") the row's wheels are
@@ -91,6 +95,10 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
         "wheel": _rows("platform cuda cudnn nccl releases", torch=SERIES, variant=STR, platform=STR, cuda=VERSION,
                        arch_list=ARCHS, cudnn=VERSION, nccl=VERSION, status=STR, python=STRS, releases=STRS),
         "machine": _rows("aliases", machine=STR, aliases=STRS, builds=STRS),
+        # [[files]]: how the files of ``releases`` are named on the index (their local label, their
+        # platform tag), for every variant or for ``variants``.
+        "files": _rows("platform variants", releases=RELEASES, platform=STR, variants=STRS,
+                       label=schema.one_of("variant", "none"), tag=STR),
     },
     "gpus.toml": {
         "gpu": _rows("examples", name=STR, cc=CC, arch=STR, segment=STR, match=STRS, examples=STRS),
@@ -111,7 +119,7 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
     },
     "thresholds.toml": {
         "threshold": _rows(name=STR, unit=STR, value=schema.Value(
-            ("a string or number", lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool)))),
+            ("a string or a finite number", lambda v: isinstance(v, str) or inputs.finite(v)))),
     },
     "pci.toml": {
         "device": _rows(id=STR, name=STR, chip=STR, cc=CC),
@@ -119,6 +127,13 @@ _FILES: Dict[str, Dict[str, schema.List]] = {
     },
     "cuda_arch.toml": {
         "nvcc": _rows("added dropped", cuda=VERSION, sass=ARCHS, added=ARCHS, dropped=ARCHS),
+    },
+    "debian_packages.toml": {
+        # [[package]]: where Debian's archive has a package a fix names (packaging/apt_names.py writes it).
+        "package": _rows("needs", name=STR, release=STR, component=STR, architectures=STRS,
+                         needs=schema.List(STR, expect="an array of strings"), checked=STR),
+        # [[architecture]]: Debian's name of a CPU architecture as `uname -m` prints it.
+        "architecture": _rows(debian=STR, uname=STRS),
     },
 }
 SCHEMA: Dict[str, schema.Table] = {name: schema.Table(tables, tuple(tables)) for name, tables in _FILES.items()}
@@ -206,6 +221,29 @@ class Knowledge:
     @property
     def wheels(self) -> List[Row]:
         return self.tables["torch_wheels.toml"]["wheel"]
+
+    @functools.cached_property
+    def files(self) -> List[Row]:
+        return self.tables["torch_wheels.toml"]["files"]
+
+    @functools.cached_property
+    def files_index(self) -> Dict[Tuple[str, str], List[Row]]:
+        """(platform, release) -> the [[files]] rows naming it."""
+        index: Dict[Tuple[str, str], List[Row]] = {}
+        for row in self.files:
+            for rel in row["releases"]:
+                index.setdefault((row.get("platform", "linux-x86_64"), rel), []).append(row)
+        return index
+
+    @functools.cached_property
+    def releases_index(self) -> Dict[Tuple[str, str], List[str]]:
+        """(platform, series) -> its releases [[files]] names, oldest first."""
+        index: Dict[Tuple[str, str], set] = {}
+        for (platform, rel) in self.files_index:
+            parsed = versions.torch_version(rel)
+            if parsed:
+                index.setdefault((platform, parsed["series"]), set()).add(rel)
+        return {k: sorted(v, key=Version) for k, v in index.items()}
 
     @functools.cached_property
     def gpu_keys(self) -> List[Tuple[Tuple[str, ...], str, str]]:
@@ -400,6 +438,22 @@ def driver_cuda_supports(driver_cuda: Any, cuda_version: Any) -> Optional[str]:
     return "full"
 
 
+def last_driver_branch(compute_capability: Any) -> Optional[Row]:
+    """The [[last_branch]] row of a GPU's architecture ({arch, cc, branch, source}) where NVIDIA has
+    retired it (Maxwell, Pascal, Volta: R580), else None."""
+    cc = _cc(compute_capability) if versions.parse_cc(compute_capability) else None
+    row = next((r for r in load().tables["cuda_driver.toml"]["last_branch"] if cc and cc in r["cc"]), None)
+    return dict(row) if row else None
+
+
+def newest_driver_branch(platform: str = "linux") -> Optional[int]:
+    """The newest driver branch the toolkit table names (615 for CUDA 13.4's R615), or None."""
+    kb = load()
+    branches = [int(str(_driver_for(r, "driver", platform)).split(".")[0]) for r in kb.toolkits
+                if _driver_for(r, "driver", platform)]
+    return max(branches) if branches else None
+
+
 def max_cuda_for_driver(driver_version: str, platform: str = "linux") -> Optional[Row]:
     """The newest CUDA a driver runs: ``full`` (what nvidia-smi prints as "CUDA Version") and the
     CUDA major whose every release it runs with minor-version compatibility."""
@@ -525,9 +579,69 @@ def python_fits(row: Row, python: Optional[str]) -> bool:
     return python is None or python in row.get("python", ())
 
 
-def _pip(version: Optional[str], series: str, variant: str) -> str:
-    pin = f"torch=={version}" if version else f"torch=={series}.*"
-    return f"pip install {pin} --index-url {PIP_INDEX}{variant}"
+def wheel_files(release: str, variant: str, platform: str = "linux-x86_64") -> Optional[Row]:
+    """The [[files]] row naming the files of ``release`` ("2.13.0") of ``variant`` on ``platform``:
+    their local ``label`` ("variant" or "none") and platform ``tag``; a row naming the variant
+    before one for every variant.  None where the table does not name the release."""
+    rows = load().files_index.get((_norm_platform(platform), release), [])
+    named = [r for r in rows if variant in r.get("variants", ())]
+    general = [r for r in rows if not r.get("variants")]
+    found = (named or general)[:1]
+    return dict(found[0]) if found else None
+
+
+def releases(series: str, platform: str = "linux-x86_64") -> List[str]:
+    """The releases of ``series`` ("2.5" -> ["2.5.0", "2.5.1"]) the [[files]] table names for
+    ``platform``, oldest first."""
+    return list(load().releases_index.get((_norm_platform(platform), series), []))
+
+
+# The glibc a manylinux tag needs (PEP 600; the legacy names PEP 513, 571, 599).  A plain linux_* tag
+# says nothing: such files are taken to run wherever their release's others do.
+_LEGACY_MANYLINUX = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
+
+
+def files_glibc(release: Optional[str], variant: str, platform: str = "linux-x86_64", series: str = "") -> Optional[str]:
+    """The glibc the files of ``release`` of ``variant`` need ("2.28" for manylinux_2_28 files), from
+    [[files]]; for ``release`` None, the newest release of ``series`` (what ``torch==2.14.*`` installs).
+    None where the tag does not say or the table does not name the release."""
+    if release is None:
+        known = releases(series, platform) if series else []
+        release = known[-1] if known else None
+    files = wheel_files(release, variant, platform) if release else None
+    if files is None:
+        return None
+    needs = []
+    for tag in files["tag"].split("."):
+        m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+        legacy = re.fullmatch(r"(manylinux\d+)_\w+", tag)
+        if m:
+            needs.append(f"{m.group(1)}.{m.group(2)}")
+        elif legacy and legacy.group(1) in _LEGACY_MANYLINUX:
+            needs.append(_LEGACY_MANYLINUX[legacy.group(1)])
+    return min(needs, key=Version) if needs else None
+
+
+def glibc_fits(need: Optional[str], glibc: Optional[str]) -> bool:
+    """Files that need glibc ``need`` run on a machine with ``glibc``; True when either is unknown."""
+    if not need or not glibc or versions.numeric(glibc) is None:
+        return True
+    return Version(need) <= Version(glibc)
+
+
+def pin(version: Optional[str], series: str, variant: str, platform: str = "linux-x86_64") -> str:
+    """The requirement that names one wheel: ``torch==2.13.0+cu126`` (the release with the local
+    label its files carry: ``==2.13.0`` alone matches any label, PEP 440), ``torch==1.7.1`` where
+    the files have none, ``torch==2.14.*`` for the newest release of a series."""
+    if not version:
+        return f"torch=={series}.*"
+    files = wheel_files(version, variant, platform)
+    unlabelled = files is not None and files["label"] == "none"
+    return f"torch=={version}" if unlabelled else f"torch=={version}+{variant}"
+
+
+def _pip(version: Optional[str], series: str, variant: str, platform: str) -> str:
+    return f"pip install {pin(version, series, variant, platform)} --index-url {PIP_INDEX}{variant}"
 
 
 def _wheel_answer(row: Row, series: str, version: Optional[str]) -> Row:
@@ -535,7 +649,10 @@ def _wheel_answer(row: Row, series: str, version: Optional[str]) -> Row:
     answer.setdefault("platform", "linux-x86_64")
     answer.setdefault("confidence", "confirmed")
     answer["series"] = series
-    answer["pip"] = _pip(version, series, row["variant"])
+    answer["release"] = version
+    answer["pip"] = _pip(version, series, row["variant"], answer["platform"])
+    files = wheel_files(version, row["variant"], answer["platform"]) if version else None
+    answer["unlabelled"] = files is not None and files["label"] == "none"
     return answer
 
 
@@ -589,13 +706,14 @@ STATUS_RANK = {"stable": 2, "legacy": 1}
 def best_variant_for_driver(torch_version: str, driver_version: Optional[str], compute_capability: Any,
                             platform: str = "linux-x86_64", exclude: Tuple[str, ...] = (),
                             driver_platform: str = "linux", python: Optional[str] = None,
-                            driver_cuda: Optional[str] = None) -> Optional[Row]:
+                            driver_cuda: Optional[str] = None, glibc: Optional[str] = None) -> Optional[Row]:
     """The official CUDA variant of a release (or of the newest release the table knows not newer
     than it) that runs on this driver and has code for every GPU of ``compute_capability`` (one, or
     a list; empty: the GPU is not known), published for ``platform`` and ``python``: SASS over PTX,
     then full driver support over minor-version compatibility, then stable over legacy over
     experimental, then the newer CUDA.  A ``driver_version`` of None judges by ``driver_cuda`` (the
-    newest CUDA the driver runs), else by the GPU alone; ``exclude`` names variants not to answer."""
+    newest CUDA the driver runs), else by the GPU alone; ``exclude`` names variants not to answer;
+    ``glibc`` ("2.27") leaves out files that need a newer one ([[files]] tags)."""
     parsed = versions.torch_version(torch_version)
     ccs = list(compute_capability) if isinstance(compute_capability, (list, tuple)) else [compute_capability]
     if parsed is None or any(versions.parse_cc(cc) is None for cc in ccs) or not (ccs or driver_version or driver_cuda):
@@ -612,6 +730,9 @@ def best_variant_for_driver(torch_version: str, driver_version: Optional[str], c
     for row in _wheel_rows(kb, series, platform, parsed["version"] if same else None):
         if (not row.get("cuda") or not row["variant"].startswith("cu") or row["variant"] in exclude
                 or not python_fits(row, python)):
+            continue
+        need = files_glibc(parsed["version"] if same else None, row["variant"], platform, series)
+        if not glibc_fits(need, glibc):
             continue
         dv, ddetail = (driver_supports(driver_version, row["cuda"], driver_platform) if driver_version else
                        (driver_cuda_supports(driver_cuda, row["cuda"]), f"the driver runs CUDA {driver_cuda}")
@@ -838,6 +959,40 @@ def cuda_can_build(cuda_version: Any, compute_capability: Any) -> Optional[bool]
     if cc is None or info is None:
         return None
     return any(c[0] == cc[0] and c[1] <= cc[1] for x in info["sass"] if (c := versions.parse_cc(x)))
+
+
+# --------------------------------------------------------------------------
+# Debian's packages (debian_packages.toml; docs/knowledge.md)
+
+
+def debian_arch(machine: Any) -> Optional[str]:
+    """Debian's name of a CPU architecture as ``uname -m`` prints it ("x86_64" -> "amd64"), or None."""
+    if not isinstance(machine, str) or not machine.strip():
+        return None
+    text = machine.strip().lower()
+    return next((row["debian"] for row in load().tables["debian_packages.toml"]["architecture"]
+                 if text == row["debian"] or text in row["uname"]), None)
+
+
+def debian_package(name: str, release: Any) -> Optional[Row]:
+    """The [[package]] row of ``name`` in Debian ``release`` ("12"): its component and the
+    architectures it installs on; None where the table does not name it for that release."""
+    rel = str(release).split(".")[0] if release is not None else ""
+    row = next((r for r in load().tables["debian_packages.toml"]["package"] if r["name"] == name and r["release"] == rel),
+               None)
+    return dict(row) if row else None
+
+
+def debian_has(name: str, release: Any, machine: Any) -> Optional[bool]:
+    """Whether Debian ``release`` has ``name`` for the CPU ``machine`` (uname -m); None where the
+    table does not cover that release or architecture."""
+    arch = debian_arch(machine)
+    covered = {r["release"] for r in load().tables["debian_packages.toml"]["package"]}
+    rel = str(release).split(".")[0] if release is not None else ""
+    if arch is None or rel not in covered:
+        return None
+    row = debian_package(name, rel)
+    return bool(row and arch in row["architectures"])
 
 
 def wheel_machine(arch: Any) -> Optional[Row]:

@@ -34,6 +34,12 @@ def _float(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _glibc(value: Any) -> Optional[str]:
+    """A glibc version as "2.36"; None for anything else."""
+    text = _str(value)
+    return text if text and re.fullmatch(r"\d+\.\d+", text) else None
+
+
 def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -164,6 +170,7 @@ class OS:
     arch: Optional[str] = None
     container: Optional[str] = None
     wsl: Optional[int] = None
+    glibc: Optional[str] = None          # "2.36": what a wheel's manylinux tag is checked against
 
 
 @dataclass(frozen=True)
@@ -466,6 +473,7 @@ class Machine:
             device_id = _str(g.get("pci_device_id"))
             if cc is None:
                 cc, cc_from = _cc_of(name, device_id)
+            name = _pci_name(name, device_id)
             idx = _int(g.get("index"))
             out.append(GPU(index=idx, name=name, cc=cc, cc_from=cc_from,
                            label=f"GPU {idx} ({name})" if idx is not None else (name or f"GPU #{i}"),
@@ -522,8 +530,21 @@ class Machine:
 
     @property
     def vgpu(self) -> bool:
-        """A virtual GPU (NVIDIA vGPU / GRID guest): its driver must match the host's vGPU manager."""
-        return any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in self.listed_gpus)
+        """A guest of NVIDIA's vGPU software: a virtual GPU (its driver must match the host's vGPU
+        manager), or a GPU that runs the licensed vGPU guest driver (:attr:`vgpu_software`)."""
+        vgpu_mode = any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in self.listed_gpus)
+        return vgpu_mode or self.vgpu_software is not None
+
+    @property
+    def vgpu_software(self) -> Optional[str]:
+        """The product of NVIDIA's licensed vGPU software this guest's driver is ("NVIDIA Virtual
+        Applications", with its license status), from nvidia-smi's XML; None where none is named."""
+        for g in self.listed_gpus:
+            product = _str(g.value("vgpu_product"))
+            status = _str(g.value("vgpu_license"))
+            if product or (status and status.lower().startswith("licensed")):
+                return ", ".join(x for x in (product, status) if x)
+        return None
 
     @staticmethod
     def oldest_cc(gpus: list) -> Optional[tuple]:
@@ -607,7 +628,7 @@ class Machine:
             debian = _debian_base(o, os_id, dv)
         return OS(platform=platform, id=os_id, name=_str(o.get("pretty_name")) or os_id, is_debian=is_debian,
                   derivative=derivative, debian=debian, kernel=_str(o.get("kernel")), arch=_str(o.get("arch")),
-                  container=_str(o.get("container")), wsl=_int(o.get("wsl")))
+                  container=_str(o.get("container")), wsl=_int(o.get("wsl")), glibc=_glibc(o.get("glibc")))
 
     def _debian_release(self, o: dict, dv: Optional[str]) -> Optional[DebianRelease]:
         """Which Debian this is.  A numbered release says its number (VERSION_ID, else a
@@ -883,6 +904,23 @@ class Machine:
             "debian": o.debian.release if o.debian else None,
             "torch": t.version, "torch_cuda": t.cuda, "torch_variant": t.variant,
         }
+
+
+GENERIC_NAMES = ("graphics device", "nvidia graphics device")
+
+
+def _pci_name(name: Optional[str], device_id: Optional[str]) -> Optional[str]:
+    """The GPU's name, where nvidia-smi says only "Graphics Device" (a driver older than the GPU):
+    the product checks/pci.toml names for its PCI device id ("NVIDIA GeForce GTX 1660 Ti"), else the
+    name as given."""
+    if (name or "").strip().lower() not in GENERIC_NAMES or not device_id:
+        return name
+    row = knowledge.pci_device(device_id)
+    product = re.search(r"\[(.+)\]", row["name"]) if row else None
+    if not product:
+        return name
+    text = product.group(1).strip()
+    return text if text.lower().startswith("nvidia") else f"NVIDIA {text}"
 
 
 def _cc_of(name: Optional[str], device_id: Optional[str]) -> tuple:

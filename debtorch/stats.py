@@ -236,12 +236,22 @@ def share(part: Sequence, whole: Sequence, *, scale: float = 1.0, margin: float 
           seed: int = SEED, resamples: int = RESAMPLES) -> Estimate:
     """A share that cannot exceed 1: part / (scale x whole), as a ratio of medians: a run's share of its
     compute-only bound (paired by round), or scaling efficiency (N processes' speed over one's, ``scale``
-    N, unpaired).  "below" under 1, "reached" within ``margin`` of 1; above 1 beyond noise "failed measurement"."""
+    N, unpaired).  "below" under 1, "reached" within ``margin`` of 1; above 1 beyond noise "failed
+    measurement"; otherwise the figure and its interval are clipped at 1."""
     m = _margin(margin)
     r = log_ratio_interval(part, whole, paired=paired, scale=scale, seed=seed, resamples=resamples)
-    return _at_most_one("share", r, "above 100% beyond noise: a share of a bound cannot exceed it",
-                        (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
-                        (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%"), m, _exp)
+    e = _at_most_one("share", r, "above 100% beyond noise: a share of a bound cannot exceed it",
+                     (BELOW, -math.inf, 0.0, "the interval lies below 100%"),
+                     (REACHED, math.log1p(-m), math.inf, f"the interval lies within {m:.0%} of 100%"), m, _exp)
+    if e.verdict == FAILED:
+        return e
+    # Judged, the share is said as what is possible: its figure and interval end at 100% (``impossible``
+    # still says when the point estimate lay above it).
+    return replace(e, estimate=_at_most(1.0, e.estimate), low=_at_most(1.0, e.low), high=_at_most(1.0, e.high))
+
+
+def _at_most(bound: float, x: Optional[float]) -> Optional[float]:
+    return None if x is None else min(bound, x)
 
 
 def _at_most_one(kind: str, r: _LogRatio, failed: str, result: tuple, within: tuple, m: float, f) -> Estimate:

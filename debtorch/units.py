@@ -25,10 +25,11 @@ def human_bytes(n: Any) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def parse_size(text: Any) -> Optional[int]:
-    """"8G", "512M", "1.5 GiB", "4096" -> bytes; None when not a size."""
+def parse_size(text: Any, unit_required: bool = False) -> Optional[int]:
+    """"8G", "512M", "1.5 GiB", "4096" -> bytes; None when not a size (``unit_required``: a bare
+    number like "4096" is not one either, where a reader would take it for gigabytes)."""
     m = _SIZE.fullmatch(str(text))
-    if not m:
+    if not m or (unit_required and not (m.group(2) or m.group(3))):
         return None
     mult = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[m.group(2).upper()]
     return int(float(m.group(1)) * mult)

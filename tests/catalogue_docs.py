@@ -26,7 +26,8 @@ from debtorch.findings import Entry, catalogue  # noqa: E402
 BEGIN, END = "<!-- ids ", "<!-- end ids -->"
 NOTE = ": generated from checks/findings/ (tests/catalogue_docs.py); edit the entries there -->"
 # tune's reasons are table rows: (column title of the settings, column title of the text).
-TABLES = {"R": ("setting", "rule"), "M": ("settings", "measured")}
+TABLES = {"R": ("setting", "rule"), "M": ("settings", "measured"), "C": ("setting", "calibrated"),
+          "P": ("setting", "from the job's watch")}
 
 
 def selects(key: str, e: Entry) -> bool:

@@ -34,6 +34,8 @@ KEYS = {
     "toolkit": ("cuda",), "minor_compat": ("major",), "caveat": ("id",), "wheel": ("torch", "releases", "variant", "platform"),
     "gpu": ("name",), "release": ("codename",), "threshold": ("name",), "device": ("id",), "chip": ("chip",),
     "nvcc": ("cuda",), "machine": ("machine",), "archived": ("codename",),
+    "files": ("releases", "platform", "variants"), "last_branch": ("arch",), "package": ("name", "release"),
+    "architecture": ("debian",),
 }
 NOT_VALUES = ("source", "note", "confidence")
 

@@ -11,8 +11,8 @@ from catalogue_docs import BEGIN, blocks, pages, regenerate, selects
 from debtorch.findings import LETTER_LEVELS, catalogue, finding
 
 ROOT = Path(__file__).resolve().parent.parent
-# What each kind of id is: findings (E, W, I) everywhere, tune's reasons (R rules, M measured).
-LETTERS = {"tune": "RM"}
+# What each kind of id is: findings (E, W, I) everywhere, tune's reasons (R rules, M measured, C calibrated, P from a watch).
+LETTERS = {"tune": "RMCP"}
 
 
 def is_id(text: str) -> bool:

@@ -99,7 +99,7 @@ def test_pascal_under_cu130_is_sent_to_the_cu126_variant_of_the_same_release(tmp
     host = change_nvml(with_torch(tmp_path, WS, "2.13.0+cu130", cuda="13.0"), _pascal)
     m, found = _judge(facts_mod.collect(host, facts_mod.Options()))
     e3 = next(f for f in found if f.id == "torch.E003")
-    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126" in e3.fix
+    assert "pip install torch==2.13.0+cu126 --index-url https://download.pytorch.org/whl/cu126" in e3.fix
     assert "older PyTorch" not in e3.fix
     assert contradictions(m, found) == []
 
@@ -224,7 +224,7 @@ def test_stable_before_experimental_when_the_driver_is_unknown():
     doc["os"] = {"id": "fedora", "platform": "linux", "arch": "x86_64"}     # no packaged driver to assume
     _, found, _ = _fixes(doc)
     e2 = next(f for f in found if f.id == "torch.E002")
-    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" in e2.fix
+    assert "torch==2.13.0+cu130 --index-url https://download.pytorch.org/whl/cu130" in e2.fix
 
 
 def test_a_vgpu_guest_on_a_windows_driver_is_told_the_vgpu_guest_driver():
@@ -273,3 +273,15 @@ def test_the_rule_catches_a_wheel_that_does_not_exist_for_the_machine():
     assert "no wheel for Python 3.11" in said[0] and "has no wheel for linux-x86_64" in said[1]
     armv7 = Machine.from_facts({"os": {"platform": "linux", "arch": "armv7l"}, "python": {"version": "3.11.4"}})
     assert "publishes none" in contradictions(armv7, [finding("torch.E001", message="z", fix="pip install torch")])[0]
+
+
+def test_a_newer_release_the_driver_runs_is_found_below_the_latest():
+    """An RTX 5090 (sm_120) under 2.6.0+cu126 on driver 570.124.04 (CUDA 12.8): no 2.6 wheel and no
+    wheel of the latest release (cu130 and cu132 need 580) has code for it that the driver runs, but
+    2.11's cu128 does: that, not the CPU build (pytorch/pytorch#150733's machine)."""
+    m, found, _ = _fixes(_doc(python="3.12.9", torch="2.6.0+cu126", gpus=("NVIDIA GeForce RTX 5090 D",),
+                              driver="570.124.04"))
+    e3 = next(f for f in found if f.id == "torch.E003")
+    assert "torch==2.11.* --index-url https://download.pytorch.org/whl/cu128" in e3.fix
+    assert "the newest that driver 570.124.04 runs" in e3.fix and "whl/cpu" not in e3.fix
+    assert contradictions(m, found) == []

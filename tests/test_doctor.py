@@ -76,6 +76,9 @@ def test_verbose_shows_info_findings(tmp_path):
     loud = runner.invoke(app, ["doctor", "--host", str(host.root), "-v"])
     assert "cpu.I001" not in quiet.output and "cpu.I001" in loud.output
     assert "facts: cpu.usable_cpus=1" in loud.output
+    # -v shows the details: it no longer points to itself (issue 34, item 10).
+    assert quiet.output.startswith("Doctor summary (debtorch doctor -v shows details):\n")
+    assert loud.output.startswith("Doctor summary:\n") and "-v shows details" not in loud.output
 
 
 def test_saved_facts_replay_without_the_live_machine(tmp_path, no_live):

@@ -30,8 +30,10 @@ def test_a_tune_report_in_the_folder_is_skipped_and_named_not_a_node(tmp_path, s
     res = runner.invoke(app, ["fleet", str(folder)])
     assert res.exit_code == 0, res.output
     assert "4 nodes expected, 4 compared" in res.output and "tune" not in res.output.split("skipped")[0]
-    assert f"debtorch fleet: skipped {folder / 'tune.json'}: not a node's 'debtorch facts --json' or " \
-           "'doctor --json' document (it has device, chosen_by, settings, reasons, ...)" in res.output
+    note = next(line for line in res.output.splitlines() if "skipped" in line)
+    assert note.startswith(f"debtorch fleet: skipped {folder / 'tune.json'}: not a node's 'debtorch facts --json' "
+                           "or 'doctor --json' document (it has ")
+    assert "settings" in note
     out = json.loads(runner.invoke(app, ["fleet", str(folder), "--json"]).stdout)
     assert out["nodes"]["expected"] == 4 and [x["path"] for x in out["skipped"]] == [str(folder / "tune.json")]
     assert "skipped" not in json.loads(runner.invoke(app, ["fleet", str(tmp_path / "facts.json"), "--json"]).stdout)

@@ -148,15 +148,24 @@ def test_each_kind_of_input_has_its_cap(tmp_path, command):
 
 
 def test_lint_refuses_a_script_its_memory_budget_cannot_parse(tmp_path):
+    """A dense script is refused unparsed by its token count (the tree it would build), long before the
+    byte cap; a larger one by its size, unread."""
     from debtorch.lint import api
 
-    big = tmp_path / "big.py"
-    big.write_bytes(b"import torch\n" + b"x=1\n" * (api.MAX_SCRIPT // 4))
-    res = cli.invoke(app, ["lint", str(big)])
+    dense = tmp_path / "dense.py"
+    dense.write_bytes(b"import torch\n" + b"a\n" * 300_000)   # 600 KB: a name alone on each line
+    res = cli.invoke(app, ["lint", str(dense)])
     assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
-    assert res.stderr.strip().endswith(f"big.py: larger than {api.MAX_SCRIPT // 1024} KiB: parsing it could take "
-                                       "more than lint's 512 MiB memory budget"), res.stderr
-    assert api.MAX_SCRIPT * api.MEMORY_PER_BYTE <= api.MEMORY_BUDGET
+    assert "dense.py: too large to lint within lint's 512 MiB memory budget (its syntax tree could take" in res.stderr
+    big = tmp_path / "big.py"
+    with open(big, "wb") as fh:
+        fh.truncate(api.MAX_SCRIPT + 1)
+    res = cli.invoke(app, ["lint", str(big)])
+    assert res.exit_code == 2 and res.stderr.strip().endswith(
+        "big.py: larger than 8 MiB: too large to lint within lint's 512 MiB memory budget"), res.stderr
+    sparse = tmp_path / "sparse.py"   # the same 600 KB as real code is: comments, strings, blank lines
+    sparse.write_bytes(b"import torch\n" + b"# a comment about the next line, as real code has\nx = 'a string'\n\n" * 9000)
+    assert cli.invoke(app, ["lint", str(sparse)]).exit_code == 0
 
 
 def test_fleet_documents_have_the_facts_cap_and_are_read_in_any_encoding(tmp_path):

@@ -217,7 +217,7 @@ def test_best_variant_for_debian_12_on_torch_2_13_is_cu126():
     driver = k.debian_release("12")["nvidia_driver"]
     best = k.best_variant_for_driver("2.13.0", driver, "8.6")
     assert best["variant"] == "cu126"
-    assert best["pip"] == "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+    assert best["pip"] == "pip install torch==2.13.0+cu126 --index-url https://download.pytorch.org/whl/cu126"
     assert best["driver_verdict"] == "minor-compat" and not best["nearest"]
 
 
@@ -479,3 +479,50 @@ def test_the_python_column_filters_and_status_orders():
 def test_every_gpu_of_a_list_must_have_code():
     assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6", "12.0"])["variant"] == "cu128"
     assert k.best_variant_for_driver("2.7.0", "580.95.05", ["8.6"])["variant"] != "cu128"   # stable before experimental
+
+
+# --- the files on the index (issue 28) -------------------------------------------------------------
+
+def test_every_series_of_the_wheel_table_has_its_releases_named():
+    kb = k.load()
+    for row in kb.wheels:
+        platform = row.get("platform", "linux-x86_64")
+        for series in row["torch"]:
+            known = k.releases(series, platform)
+            assert known, (series, platform)
+            for release in row.get("releases") or known:
+                assert k.wheel_files(release, row["variant"], platform), (release, row["variant"], platform)
+
+
+def test_every_release_of_the_files_table_belongs_to_a_series_the_wheels_know():
+    kb = k.load()
+    for row in kb.files:
+        platform = row.get("platform", "linux-x86_64")
+        for release in row["releases"]:
+            series = versions.torch_version(release)["series"]
+            assert series in k.known_series(platform), (release, platform)
+            for variant in row.get("variants", ()):
+                assert variant in k.variants(release, platform), (release, variant)
+
+
+@pytest.mark.parametrize("release, series, variant, platform, want", [
+    ("2.13.0", "2.13", "cu126", "linux-x86_64", "torch==2.13.0+cu126"),
+    ("1.7.1", "1.7", "cu92", "linux-x86_64", "torch==1.7.1+cu92"),
+    ("1.7.1", "1.7", "cu102", "linux-x86_64", "torch==1.7.1"),          # PyPI's build, copied unlabelled
+    ("1.8.1", "1.8", "cu102", "linux-x86_64", "torch==1.8.1+cu102"),
+    ("2.5.1", "2.5", "cu124", "linux-aarch64", "torch==2.5.1"),
+    (None, "2.14", "cu130", "linux-x86_64", "torch==2.14.*"),
+    ("2.99.0", "2.99", "cu130", "linux-x86_64", "torch==2.99.0+cu130"),   # unknown to the table: labelled
+])
+def test_a_pin_names_one_wheel(release, series, variant, platform, want):
+    assert k.pin(release, series, variant, platform) == want
+
+
+def test_the_glibc_a_release_needs_comes_from_its_files_tag():
+    assert k.files_glibc("2.7.0", "cu118") == "2.28"
+    assert k.files_glibc(None, "cu118", series="2.7") == "2.28"
+    assert k.files_glibc("1.2.0", "cu100") == "2.5"                # manylinux1
+    assert k.files_glibc("2.5.1", "cu124") is None                 # linux_x86_64 says nothing
+    assert k.glibc_fits("2.28", "2.27") is False and k.glibc_fits("2.28", None)
+    best = k.best_variant_for_driver("2.7.1", "550.54.14", ["8.6"], glibc="2.27")
+    assert best is None

@@ -58,12 +58,62 @@ def test_findings_match_the_hand_checked_expectations(path):
     assert all(f.get("note") for f in doc.get("finding", []) if f["verdict"] == "reject"), "a rejection needs a note"
 
 
-def test_precision_is_at_least_95_and_recall_at_least_90_percent_on_the_corpus():
-    verdicts = [f["verdict"] for p in SCRIPTS for f in expected(p).get("finding", [])]
-    missed = sum(len(expected(p).get("missed", [])) for p in SCRIPTS)
-    assert len(verdicts) >= 100
+def _scores(paths: list) -> tuple:
+    """(findings judged, precision, recall) of the hand-checked expectations of ``paths``."""
+    verdicts = [f["verdict"] for p in paths for f in expected(p).get("finding", [])]
+    missed = sum(len(expected(p).get("missed", [])) for p in paths)
     agreed = verdicts.count("agree")
-    assert agreed / len(verdicts) >= 0.95 and agreed / (agreed + missed) >= 0.9
+    return len(verdicts), agreed / len(verdicts), agreed / (agreed + missed)
+
+
+HELD_OUT = [p for p in SCRIPTS if expected(p).get("split") == "held-out"]
+DEVELOPMENT = [p for p in SCRIPTS if p not in HELD_OUT]
+
+
+def test_the_development_split_keeps_its_measured_scores():
+    """The development split (the scripts the rules were written against, held-out rounds 1 and 2 included),
+    its 76 expectation files: precision 216 of 221 (97.7%), recall 216 of 220 (98.2%) at the rules of
+    2d9f17f (the 69 scripts fetched here give 197 of 202 of those findings)."""
+    judged, precision, recall = _scores(DEVELOPMENT)
+    assert judged >= 221
+    assert precision >= 216 / 221 and recall >= 216 / 220
+
+
+def test_both_scored_held_out_rounds_before_the_last_are_development_now():
+    """Rounds 1 and 2 were scored once each (benchmarks/results/lint.md keeps their numbers) and the rules
+    were then changed on them: they count as development, with the development split's targets."""
+    rounds = collections.Counter(expected(p).get("round") for p in DEVELOPMENT)
+    assert rounds["held-out-1"] == 13 and rounds["held-out-2"] == 16
+    judged, precision, recall = _scores([p for p in DEVELOPMENT if expected(p).get("round")])
+    assert precision >= 0.95 and recall >= 0.9
+
+
+def test_the_held_out_split_keeps_its_measured_scores():
+    """Issue 31's held-out split (round 3: 19 scripts from 19 new repositories, labelled before linting,
+    scored once with the rules frozen at 2d9f17f): precision 60 of 60 (100%), recall 60 of 65 (92%); the
+    targets (95% and 90%) are met. This holds the measured floor; a rule change that raises it updates the
+    expectations, never the labels."""
+    assert len(HELD_OUT) >= 15
+    assert {expected(p).get("round") for p in HELD_OUT} == {"held-out-3"}
+    judged, precision, recall = _scores(HELD_OUT)
+    assert judged >= 60
+    assert precision >= 1.0 and recall >= 60 / 65
+
+
+def test_the_held_out_expectations_keep_every_label_made_before_the_run():
+    """held_out_3_labels.toml was committed before lint ran on round 3: each label is an agreed finding or a
+    miss of the scored expectations, and every other finding there says it was judged after the run."""
+    labels = tomllib.loads((CORPUS / "held_out_3_labels.toml").read_text())
+    assert sorted(n + ".py" for n in labels) == sorted(p.name for p in HELD_OUT)
+    for name, doc in labels.items():
+        exp = expected(CORPUS / (name + ".py"))
+        kept = collections.Counter((f["id"], f["line"]) for f in exp.get("finding", [])
+                                   if f["note"].startswith("labelled before the run"))
+        kept.update((m["id"], m["line"]) for m in exp.get("missed", []))
+        assert kept == collections.Counter((lab["id"], lab["line"]) for lab in doc["label"]), name
+        assert all(f["verdict"] == "agree" for f in exp.get("finding", []) if f["note"].startswith("labelled"))
+        assert all("judged after the run" in f["note"] for f in exp.get("finding", [])
+                   if not f["note"].startswith("labelled before the run")), name
 
 
 # Issue 22's patterns, each in a real script (the same patterns on minimal scripts: tests/test_lint_steps.py).

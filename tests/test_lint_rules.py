@@ -158,7 +158,8 @@ def test_a_pinning_dict_passed_as_kwargs_counts_as_pinning():
     src = LOOP.replace("x.to(device, non_blocking=True), y.to(device, non_blocking=True)", "x.to(device), y.to(device)")
     src = src.replace("num_workers=args.workers, pin_memory=True, persistent_workers=True", "**kwargs")
     src = "kwargs = {'num_workers': 1, 'pin_memory': True}\n" + src
-    assert [i for i, _ in found(src)] == ["script.W004", "script.W004"]
+    # the dict is read like the arguments written out: its literal worker count is I003 (issue 31)
+    assert [i for i, _ in found(src)] == ["script.I003", "script.W004", "script.W004"]
 
 
 def test_dataloader_without_workers_and_pinning_on_a_cuda_path():

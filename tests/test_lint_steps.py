@@ -205,7 +205,11 @@ def test_accumulation_under_ddp_through_a_loss_scaler_or_a_named_count():
             last_opt_step = ni
     """
     assert found(counted) == [("script.W012", 5)]
-    assert found("import accelerate\n" + textwrap.dedent(counted)) == []  # accelerate skips the sync itself
+    # accelerate skips the sync only inside accelerator.accumulate() (issue 31): importing it is no exemption
+    assert found("import accelerate\n" + textwrap.dedent(counted)) == [("script.W012", 6)]
+    with_accumulate = "import accelerate\n" + textwrap.dedent(counted).replace(
+        "    loss = criterion", "    with accelerator.accumulate(model):\n        pass\n    loss = criterion")
+    assert found(with_accumulate) == []
 
 
 # ---------------------------------------------------------------- the wording

@@ -4,7 +4,7 @@ import json
 import os
 import re
 
-from clitools import cli_runner
+from clitools import HOSTS, cli_runner
 from hostkit import make_host
 from hypothesis import given
 from hypothesis import strategies as st
@@ -254,3 +254,118 @@ def test_a_redacted_recording_has_no_identifier_and_still_replays(tmp_path, monk
     assert (dest / "proc/sys/kernel/hostname").read_text().strip() == "HOST1"
     replayed = srunner.invoke(app, ["doctor", "--host", str(dest), "--json"])
     assert replayed.exit_code in (0, 1) and json.loads(replayed.stdout)["facts"]["os"]["hostname"] == "HOST1"
+
+
+# ---------------------------------------------------------------------------
+# A name is replaced where it stands as that name, never inside the reports' vocabulary (issue 34, item 1):
+# the Debian installer names a machine "debian", cloud images "vm" or "ubuntu".
+
+WORD_HOSTS = ("debian12-vm-2core", "debian13-workstation-rtx3080", "debian12-server-8xa100-nvlink",
+              "debian12-container-t4-shm64m", "debian12-nouveau-gtx1070ti", "debian12-driver-mismatch-rtx3090")
+
+
+def _strings(obj, key: str = "", out=None) -> list:
+    """Every (string, is a name's own field) of a JSON document, keys included, as Redactor.walk sees them."""
+    from debtorch.report.redact import SECRET_KEYS
+
+    out = [] if out is None else out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append((k, False))
+            _strings(v, k, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _strings(v, key, out)
+    elif isinstance(obj, str):
+        out.append((obj, bool(SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower()))))
+    return out
+
+
+def test_a_host_named_after_any_word_of_its_reports_keeps_that_word(tmp_path):
+    """Every word the reports of a fixture machine contain (facts, doctor -v, tune; text and JSON), taken
+    as the host name in turn: the redacted reports are the same as with a name no report contains, but
+    for the host name's own field.  (Not tested: words made only of a single letter, the redactor's own
+    tokens, root and localhost, which are never taken for names; words only in environment variables,
+    which may name hosts under any key and are replaced there; a number the text view prints with a unit
+    letter, PCIe "gen1 x4".)"""
+    from debtorch.report.redact import words
+
+    for name in WORD_HOSTS:
+        d = str(HOSTS / name)
+        texts = [srunner.invoke(app, [*args, "--host", d]).stdout for args in (["facts"], ["doctor", "-v"], ["tune"])]
+        docs = [json.loads(srunner.invoke(app, [*args, "--host", d, "--json"]).stdout)
+                for args in (["facts"], ["doctor"], ["tune"])]
+        facts = docs[0]
+        own = facts["os"]["hostname"]
+        strings = {(line, False) for text in texts for line in text.splitlines()}
+        strings |= {x for doc in docs for x in _strings(doc)}
+        strings = [(s, named, s.lower()) for s, named in strings if s != own]
+        learned = Redactor()
+        learned.learn({k: v for k, v in facts.items() if k != "os"} | {"os": {**facts["os"], "hostname": ""}})
+
+        def redactor(host_name: str) -> Redactor:
+            """What learning these facts with ``host_name`` for the host name gives (learned once)."""
+            r = Redactor(vocabulary=learned.vocabulary)
+            r.tokens, r.kinds, r.counters = dict(learned.tokens), dict(learned.kinds), dict(learned.counters)
+            r.versions = learned.versions
+            r.secret("HOST", host_name)
+            return r
+
+        neutral = redactor("zqx-no-report-says-this")
+        assert neutral.tokens["zqx-no-report-says-this"] == "HOST1"
+        expected = {(s, named): neutral.text(s, named) for s, named, _ in strings}
+        said = set().union(*(words(text) for text in expected.values()))
+        env = set().union(*(words(v) for v in (facts.get("env") or {}).get("variables", {}).values()))
+        json_words = set().union(*(words(s) for doc in docs for s, _ in _strings(doc)))
+        tokens = {t.lower() for t in neutral.tokens.values()}
+        unit = re.compile(r"[a-z]+\d+")
+        candidates = [w for w in sorted(said) if w[0].isalpha() and len(w) > 1 and w not in tokens | env
+                      and w not in (own, "root", "localhost") and not (unit.fullmatch(w) and w not in json_words)]
+        assert {"debian", "nvidia", "cuda", "main", "vm", "amd64", "bookworm"} & set(candidates)
+        changed = []
+        r = neutral   # as learned, with the shapes its texts met (UUID1 ...); the host name swapped for each word
+        tokens_but_name = {k: v for k, v in neutral.tokens.items() if v != "HOST1"}
+        for word in candidates:
+            r.tokens, r.kinds = {**tokens_but_name, word: "HOST1"}, {**neutral.kinds, word: "HOST"}
+            assert r.walk({"os": {"hostname": word}}) == {"os": {"hostname": "HOST1"}}
+            for s, named, low in strings:
+                if word in low and r.text(s, named) != expected[s, named]:
+                    changed.append((name, word, s[:100]))
+                    break
+        assert changed == [], changed[:10]
+
+
+def test_a_machine_named_debian_or_vm_keeps_its_os_and_its_words_in_every_view(tmp_path):
+    """doctor --redact on a machine named after its OS: Debian stays Debian, in the text, in the JSON
+    (os.id, the APT address) and in the doctor's verdict on that JSON; only the name is replaced."""
+    for hostname, kept in (("debian", ["Debian GNU/Linux 12 (bookworm)", "deb.debian.org/debian"]),
+                           ("vm", ["(a VM, or the driver is not loaded)"])):
+        host = make_host(tmp_path, files={"/proc/sys/kernel/hostname": f"{hostname}\n"}, name=hostname)
+        text = srunner.invoke(app, ["doctor", "--host", str(host.root), "-v", "--redact"]).stdout
+        facts_text = srunner.invoke(app, ["facts", "--host", str(host.root), "--redact"]).stdout
+        doc = json.loads(srunner.invoke(app, ["doctor", "--host", str(host.root), "--json", "--redact"]).stdout)
+        assert "HOST1" not in text + facts_text, hostname
+        assert doc["facts"]["os"]["hostname"] == "HOST1" and doc["facts"]["os"]["id"] == "debian"
+        for phrase in kept:
+            assert phrase in text + facts_text + json.dumps(doc), (hostname, phrase)
+        saved = tmp_path / f"{hostname}.json"
+        saved.write_text(json.dumps(doc["facts"]))
+        plain = json.loads(srunner.invoke(app, ["doctor", "--host", str(host.root), "--json"]).stdout)
+        again = json.loads(srunner.invoke(app, ["doctor", "--facts", str(saved), "--json"]).stdout)
+        assert [f["id"] for f in again["findings"]] == [f["id"] for f in plain["findings"]], hostname
+
+
+def test_a_name_that_is_a_word_is_still_replaced_where_it_stands_as_a_name():
+    r = Redactor()
+    r.learn({"os": {"id": "debian", "hostname": "debian", "user": "main"},
+             "storage": {"data": {"source": "debian:/export/x"}}})
+    said = r.text("root@debian built it; debian:/export/x; //debian/share; http://debian:8080/x; "
+                  "Debian GNU/Linux; deb.debian.org/debian bookworm main; /home/main/venv")
+    assert said == ("root@HOST1 built it; HOST1:/export/x; //HOST1/share; http://HOST1:8080/x; "
+                    "Debian GNU/Linux; deb.debian.org/debian bookworm main; /home/USER1/venv"), said
+    assert r.walk({"hostname": "debian", "id": "debian", "MASTER_ADDR": "debian"}) == {
+        "hostname": "HOST1", "id": "debian", "MASTER_ADDR": "HOST1"}
+    assert r.recorded("debian\n") == "HOST1\n" and r.recorded("ID=debian\n") == "ID=debian\n"
+    # A name that is no word of the reports is replaced wherever it is a whole token, as before.
+    r.learn({"os": {"hostname": "gpu-node-17"}})
+    assert r.text("gpu-node-17 ran; node gpu-node-17, not gpu-node-170") == "HOST2 ran; node HOST2, not gpu-node-170"

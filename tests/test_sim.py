@@ -21,7 +21,7 @@ def test_a_spec_round_trips_and_names_its_preset():
 
 
 @pytest.mark.parametrize("text, says", [
-    ("sim:0", "RATE must be a number above 0"), ("sim:fast", "presets: a100"), ("sim:100,ahead=0", "ahead must"),
+    ("sim:0", "RATE must be a number from 0.01"), ("sim:fast", "presets: a100"), ("sim:100,ahead=0", "ahead must"),
     ("sim:100,gbps=-1", "gbps must"), ("sim:100,colour=red", "unknown or bad parameter 'colour=red'"),
     ("cuda", "a simulated device is sim:RATE"), ("sim:100", None)])
 def test_bad_specs_are_one_line(says, text):
@@ -303,3 +303,22 @@ def test_an_input_bound_run_says_the_loaders_ceiling_and_the_cpus_it_would_take(
             "loading process gives 100 (the baseline, loading in the training process): feeding 300 samples/s takes "
             "about 3 CPUs of loading") in text
     assert analysis.verdict(s).endswith("of the device, input-bound")
+
+
+def test_an_input_bound_verdict_is_followed_by_what_to_do_next():
+    """"feeding 800 samples/s takes about 2 CPUs of loading" on a 2-CPU machine, and nothing after it
+    (issue 34, item 7): the next line says more loader CPUs."""
+    from debtorch.report.verify import VerifyView
+    from debtorch.verify import analysis
+    from debtorch.verify.run import Outcome
+
+    tuned = [_trial(200 + i, 0.0, 0.1067, data_share=0.3) for i in range(-2, 3)]
+    base = [_trial(100 + i, 0.0, 0.1067, workers=0, data_share=0.7) for i in range(-2, 3)]
+    m = _measured(base, tuned, [_trial(195 + i, 0.1, 0.1067) for i in range(-2, 3)])
+    s = analysis.summary(m)
+    view = VerifyView(Outcome(m, s, analysis.verdict(s), [], {"source": "rules"}, {}), 0)
+    said = [line.text for line in view.lines()[1:]]
+    assert said[-2].startswith("verdict: ")
+    assert said[-1] == ("next: this machine's CPUs cannot feed a 300 samples/s device: give the loader more CPUs "
+                        "(about 3 of loading); or make each sample cheaper to load (pre-processed or smaller inputs)")
+    assert view.document()["next"][0].startswith("this machine's CPUs cannot feed")

@@ -53,7 +53,8 @@ def test_the_doctor_loads_only_what_it_uses(tmp_path):
     again = modules_loaded("doctor", "--host", host, env=env) - typer
     assert "debtorch.doctor" in first and "debtorch.machine" in first  # what debtorch loads beyond typer's own
     heavy = {"torch", "numpy", "rich", "matplotlib", "debtorch.tune", "debtorch.train", "debtorch.verify",
-             "debtorch.lint", "debtorch.fleet.gather", "debtorch.report.redact", "debtorch.facts.collectenv"}
+             "debtorch.lint", "debtorch.fleet.gather", "debtorch.report.redact", "debtorch.facts.collectenv",
+             "debtorch.facts.dataread"}   # --measure-data's reads: nothing of them in a plain doctor
     assert not heavy & first, heavy & first
     # The knowledge files are parsed at every start (no cache, docs/performance.md); nothing is written.
     assert "tomllib" in first and "tomllib" in again

@@ -6,12 +6,17 @@ and exit 74 (docs/cli.md, "Exit codes").  Real processes: the streams are the
 operating system's.
 """
 
+import fcntl
+import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from clitools import HOSTS, ROOT
+from clitools import HOSTS, ROOT, cli_runner
+
+from debtorch.cli import app
 
 HOST = str(HOSTS / "debian12-vm-2core")
 LINT_FILE = str(ROOT / "tests" / "lint_corpus" / "article_amp.py")
@@ -85,3 +90,74 @@ def test_help_and_version_end_like_every_command(args):
     with open("/dev/full", "w") as full:
         res = run(args, stdout=full)
     assert res.returncode == 74 and res.stderr == "debtorch: cannot write to standard output: No space left on device\n"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "debtorch", *args],
+                         stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    assert res.returncode == 74, (res.returncode, res.stderr)      # issue 30: --help >&- exited 0
+    assert res.stderr == "debtorch: cannot write to standard output: standard output is closed\n"
+
+
+# -- a reader that leaves in the middle of a report (issue 30) ---------------------------------------------
+
+BIG = {  # reports larger than the pipe below, so that the reader leaves while debtorch is still writing
+    "facts --json": ["facts", "--host", str(HOSTS / "debian12-server-8xa100-nvlink"), "--json"],
+    "facts": ["facts", "--host", str(HOSTS / "debian12-server-8xa100-nvlink")],
+}
+
+
+@pytest.mark.parametrize("name", BIG)
+def test_a_reader_that_leaves_mid_report_is_a_broken_pipe_141(name):
+    """Python's buffered writer returns a short count instead of raising when the reader leaves during
+    a large write; the command exited 0 with its report cut short.  A 4 KiB pipe (F_SETPIPE_SZ) makes
+    "during" certain: the reader takes 100 bytes and leaves while the rest waits to be written."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "debtorch", *BIG[name]], stdout=w, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    os.close(w)
+    first = os.read(r, 100)
+    os.close(r)
+    err = proc.communicate(timeout=120)[1]
+    assert first and proc.returncode == 141 and err == "", (proc.returncode, err)
+
+
+# -- standard error that cannot be written (issue 30) -------------------------------------------------------
+
+
+def run_with_full_stderr(args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open("/dev/full", "w") as full:
+        return subprocess.run([sys.executable, "-m", "debtorch", *args], stdout=subprocess.PIPE, stderr=full,
+                              text=True, env=env, timeout=120)
+
+
+def test_a_full_stderr_keeps_the_exit_code_of_bad_usage_and_input():
+    """A usage error exited 1, not 2, when its one line could not be written."""
+    res = run_with_full_stderr(["doctor", "--no-such-option"])
+    assert (res.returncode, res.stdout) == (2, "")
+    res = run_with_full_stderr(["verify-train", "--config", "/nonexistent/debtorch.toml", "--json"])
+    assert res.returncode == json.loads(res.stdout)["exit_code"] == 2
+
+
+def test_a_full_stderr_changes_neither_the_report_nor_the_file_written(tmp_path):
+    runner = cli_runner()
+    ok = runner.invoke(app, ["tune", "--host", HOST, "--write", str(tmp_path / "ok.toml"), "--json"])
+    res = run_with_full_stderr(["tune", "--host", HOST, "--write", str(tmp_path / "full.toml"), "--json"])
+    assert ok.exit_code == res.returncode == 0 and "wrote" in ok.stderr
+    when = re.compile(r'^date = ".*"$', re.M)              # the only line that differs between two runs
+    assert when.sub("", (tmp_path / "full.toml").read_text()) == when.sub("", (tmp_path / "ok.toml").read_text())
+    # The same document, but for the file's name in its next steps.
+    assert json.loads(res.stdout.replace("full.toml", "ok.toml")) == json.loads(ok.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_verify_train_json_with_a_full_stderr_measures_and_exits_as_usual():
+    """Issue 30: verify-train --json printed nothing and exited 1 when its progress lines could not be written."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with open("/dev/full", "w") as full:
+        res = subprocess.run([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--device", "sim:200",
+                              "--json"], stdout=subprocess.PIPE, stderr=full, text=True, env=env, timeout=300)
+    doc = json.loads(res.stdout)
+    assert res.returncode == doc["exit_code"] == 0 and doc["failure"] is None and doc["summary"] is not None

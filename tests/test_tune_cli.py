@@ -42,7 +42,7 @@ def vm_json(tmp_path):
 def test_table_shows_every_setting_with_its_reason(server_json):
     r = invoke("--facts", server_json)
     assert r.exit_code == 0, r.stderr
-    assert r.stdout.startswith("debtorch tune: cuda training, chosen by rules")
+    assert r.stdout.startswith("debtorch tune: cuda training, chosen by the rules")
     assert "loader.num_workers" in r.stdout and "tune.R003:" in r.stdout
     assert "NCCL_P2P_DISABLE=1" in r.stdout
 
@@ -82,7 +82,7 @@ def test_every_device_and_model_kind_is_handled(server_json, device, model):
 
 
 @pytest.mark.parametrize("value, says", [("tpu", "--device must be cpu, cuda or sim:RATE (got 'tpu')"),
-                                         ("sim:0", "RATE must be a number above 0"),
+                                         ("sim:0", "RATE must be a number from 0.01"),
                                          ("sim:h100-llama", "presets: a100-resnet50, a100-resnet50-tf32")])
 def test_a_bad_device_is_one_line(server_json, value, says):
     r = invoke("--facts", server_json, "--device", value)
@@ -204,3 +204,50 @@ def test_the_library_refuses_to_measure_a_recorded_machine(replay):
     with pytest.raises(MeasureUsageError, match="--measure needs this machine") as exc:
         run.tune(facts, rules.Request(), host, MeasureOptions())
     assert exc.value.user_input
+
+
+def test_the_written_settings_are_said_in_words_and_how_they_were_chosen(vm_json, tmp_path):
+    """`wrote t.toml (w0 bf16 t2; chosen by rules)` said nothing to a new user (issue 34, item 10)."""
+    path = tmp_path / "t.toml"
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr == (f"debtorch tune: wrote {path}: no DataLoader workers (loading in the training process), "
+                        "bf16, 2 compute threads (w0 bf16 t2, chosen by the rules)\n")
+    assert invoke("--facts", vm_json).stdout.startswith("debtorch tune: cpu training, chosen by the rules\n")
+
+
+def test_measuring_off_a_terminal_logs_a_line_per_trial(vm_json, tmp_path, monkeypatch):
+    """With stderr in a log, tune --measure said nothing for minutes (issue 34, item 6)."""
+    from debtorch.train.settings import Settings
+    from debtorch.tune import measure as measure_mod
+    from debtorch.tune.search import Result, Trial
+
+    def measure(rec, facts, opts, on_trial=None, host=None):
+        result = Result(best=rec.settings, start=rec.settings, budget=opts.budget_s, spent=30.0)
+        for i, (s, sps) in enumerate([(rec.settings, 100.0), (Settings(num_workers=1, threads=1), None)]):
+            result.trials.append(Trial(i + 1, "split", s, sps, 10.0, error=None if sps else "died"))
+            on_trial(result.trials[-1], 10.0 * (i + 1), 100.0)
+        return result
+
+    monkeypatch.setattr(facts_mod, "collect", lambda host, options: json.loads(open(vm_json).read()))
+    monkeypatch.setattr(measure_mod, "measure", measure)
+    r = invoke("--measure", "--budget", "60")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines()[:2] == [
+        "tune: trial 1 (split): w0 bf16 t2 -> 100.0 samples/s, 10 s of the search's 100",
+        "tune: trial 2 (split): w1 np fp32 t1 -> failed, 20 s of the search's 100"]
+
+
+def test_the_settings_are_followed_by_what_to_run_next(vm_json, tmp_path):
+    """Results without a next step (issue 34, item 7): save, load, check, measure."""
+    r = invoke("--facts", vm_json)
+    assert r.stdout.splitlines()[-1] == (
+        "next: save them for your training script: debtorch tune --write debtorch.toml; measure them on your own "
+        "workload: debtorch tune --measure --workload MODULE:FUNCTION --write debtorch.toml (docs/workloads.md)")
+    path = tmp_path / "t.toml"
+    r = invoke("--facts", vm_json, "--write", str(path))
+    assert r.stdout == (f'next: load them in your training script: cfg = debtorch.load("{path}") (docs/runtime.md); '
+                        f"see what they change on this machine: debtorch verify-train --config {path}; measure them "
+                        "on your own workload: debtorch tune --measure --workload MODULE:FUNCTION --write "
+                        "debtorch.toml (docs/workloads.md)\n")
+    assert json.loads(invoke("--facts", vm_json, "--json").stdout)["next"][0].startswith("save them")

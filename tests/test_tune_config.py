@@ -99,7 +99,7 @@ BAD_VALUES = [
     ("schedule", "pct_start", "1.0", "must be a number between 0 and 1 (got 1.0)"),
     ("schedule", "total_steps", "0", "must be an integer from 1 to 2147483647 (got 0)"),
     ("schedule", "epochs", '"ten"', 'must be an integer from 1 to 2147483647 (got "ten")'),
-    ("tuned", "by", '"guess"', 'must be one of rules, measured (got "guess")'),
+    ("tuned", "by", '"guess"', 'must be one of rules, measured, calibrated, watch (got "guess")'),
     ("tuned", "device", '"tpu"', 'must be "cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec (got "tpu")'),
     ("tuned", "budget_s", "-5", "must be a number > 0 and at most 604800 (got -5)"),
     ("tuned", "date", "2026-11-01", "must be a string (got 2026-11-01)"),
@@ -146,7 +146,7 @@ def test_the_issue_example_message(tmp_path):
      "t.toml:3: optimizer: unknown key (known: schema_version, loader, compute, distributed, batch, schedule, limits, "
      "env, tuned, fingerprint)"),
     ("schema_version = 1\n[tuned]\nby = 'rules'\nhost = 'x'\n",
-     "t.toml:4: tuned.host: unknown key (known: by, date, debtorch_version, device, workload, budget_s)"),
+     "t.toml:4: tuned.host: unknown key (known: by, date, debtorch_version, device, simulated, workload, budget_s)"),
     ("schema_version = 1\n[env]\nlower = 'x'\n", "t.toml:3: env.lower: not an environment variable name (A-Z, 0-9, _)"),
     ("schema_version = 1\nloader = 3\n", "t.toml:2: loader: must be a table (got 3)"),
     ("schema_version = 2\n", "t.toml:1: schema_version: this debtorch reads 1 (got 2)"),
@@ -337,3 +337,55 @@ def test_read_only_destination_is_one_line_and_no_file(readonly_dir):
         write_config(str(path), rec, fp, tuned)
     assert str(exc.value).startswith(f"{path}: cannot write")
     assert list(readonly_dir.iterdir()) == []
+
+
+def _sim_spec() -> str:
+    from debtorch.cli.shared import sim_device
+
+    return sim_device("sim:800")
+
+
+def test_a_config_tuned_on_a_simulated_device_is_for_the_gpu_it_stands_for(tmp_path):
+    """tune --measure --device sim:800 --write: training code runs on the real device (issue 34, item 2)."""
+    spec = _sim_spec()
+    rec, fp, _ = sample(request=Request(device=spec))
+    path = tmp_path / "sim.toml"
+    write_config(str(path), rec, fp, config.tuned_table("measured", spec, workload="builtin:images", now=NOW))
+    text = path.read_text()
+    assert 'device = "cuda"' in text and f'simulated = "{spec}"' in text
+    cfg = load_config(str(path))
+    assert (cfg.device, cfg.simulated, cfg.tuned_for) == ("cuda", spec, spec)
+
+
+def test_an_older_config_holding_a_sim_spec_as_its_device_loads_as_cuda():
+    spec = _sim_spec()
+    cfg = parse_config(f'schema_version = 1\n[tuned]\nby = "measured"\ndevice = "{spec}"\n')
+    assert (cfg.device, cfg.simulated) == ("cuda", spec)
+    for device in ("cpu", "cuda"):
+        cfg = parse_config(f'schema_version = 1\n[tuned]\ndevice = "{device}"\n')
+        assert (cfg.device, cfg.simulated, cfg.tuned_for) == (device, None, device)
+    with pytest.raises(ConfigError, match="tuned.simulated"):
+        parse_config('schema_version = 1\n[tuned]\ndevice = "cuda"\nsimulated = "cuda"\n')
+
+
+def test_the_machine_bound_says_where_its_number_comes_from():
+    """"at most 32 here: 4 x 2 usable CPUs" did not add up: the floor is said (issue 34, item 10)."""
+    assert config.machine_problem({"num_workers": 33}, 2) == (
+        "num_workers", "33 is more than this machine can run (at most 32 here: 4 x 2 usable CPUs is 8, "
+                       "below the floor of 32)")
+    assert config.machine_problem({"threads": 65}, 16) == (
+        "threads", "65 is more than this machine can run (at most 64 here: 4 x 16 usable CPUs)")
+
+
+def test_the_short_labels_are_said_in_one_legend():
+    from debtorch.train.settings import Settings, legend
+
+    s = Settings(num_workers=1, prefetch_factor=2, pin_memory=True, threads=1)
+    assert s.short() == "w1 pf2 np pin fp32 t1"
+    assert s.words() == ("1 DataLoader worker, 2 batches prefetched per worker, workers not persistent, "
+                         "pinned memory, fp32, 1 compute thread")
+    assert legend([s.short(), Settings().short()]) == (
+        "settings in short: w = DataLoader workers, pf = batches each worker prefetches, np = workers not "
+        "persistent (restarted every epoch), pin = pinned memory, fp32/bf16/fp16 = precision, t = compute threads")
+    assert legend(["w0 bf16 cl"]) == ("settings in short: w = DataLoader workers, fp32/bf16/fp16 = precision, "
+                                      "cl = channels_last")

@@ -271,3 +271,30 @@ def test_the_engine_trains_the_model_and_inputs_as_load_prepares_them(tmp_path, 
     assert in_trial["dtype"] == {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     assert in_trial["weight_cl"] is in_trial["input_cl"] is channels_last
     assert apply.device_type(torch.device("cuda", 1)) == "cuda" and apply.device_type(None) == "cpu"
+
+
+@pytest.mark.parametrize("written", ["device", "simulated"])
+def test_a_config_tuned_on_a_simulated_device_gives_a_device_torch_takes(tmp_path, written):
+    """Tuned on sim:800 (an older config holds the spec as its device): cfg.device is the GPU it stands
+    for, which autocast, scaler and to_device hand to torch (issue 34, item 2)."""
+    from debtorch.cli.shared import sim_device
+
+    spec = sim_device("sim:800")
+    path = write(tmp_path, precision="bf16")
+    text = open(path).read().replace('device = "cpu"', f'device = "{spec}"' if written == "device"
+                                     else f'device = "cuda"\nsimulated = "{spec}"')
+    open(path, "w").write(text)
+    cfg = runtime.load(path, warn_on_mismatch=False)
+    assert cfg.device == "cuda" and cfg.simulated == spec
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # "CUDA is not available": autocast and the scaler turn themselves off
+        with cfg.autocast():
+            pass
+        scaler = cfg.scaler()
+    assert not scaler.is_enabled()
+    x = torch.ones(2, 3)
+    if torch.cuda.is_available():
+        assert cfg.to_device(x, cfg.device).device.type == "cuda"
+    else:   # torch itself says there is no GPU here: the device reached it as a device
+        with pytest.raises((RuntimeError, AssertionError), match="CUDA"):
+            cfg.to_device(x, cfg.device)

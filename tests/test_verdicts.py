@@ -112,7 +112,8 @@ def test_a_gpu_nvidia_smi_calls_graphics_device_is_known_by_its_pci_id():
     got = parse_smi_xml(xml)
     doc = {"nvidia": {"source": "nvidia-smi", "gpus": got["gpus"]}}
     [g] = Machine.from_facts(doc).gpus
-    assert g.name == "Graphics Device" and g.cc == "7.5" and g.cc_from == "the PCI id"
+    assert g.cc == "7.5" and g.cc_from == "the PCI id"
+    assert g.name == "NVIDIA GeForce GTX 1660" and g.row["name"] == "Graphics Device"   # named from the PCI id too
 
 
 def test_windows_xml_makes_the_driver_windows():

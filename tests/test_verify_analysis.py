@@ -1,8 +1,10 @@
 """verify-train without torch: the numbers, the words, failures as findings, the plan, bad usage."""
 
 import math
+import re
 
 import pytest
+from clitools import cli_runner
 from typer.testing import CliRunner
 
 from debtorch import stats
@@ -390,7 +392,9 @@ def test_a_clear_speedup_resolves_in_the_first_rounds_and_keeps_the_budget_for_t
     assert m.budget["looks"] == looks.to_dict() and s["sequential"] == looks.to_dict(3) and s["sequential"]["looks"] == 1
     assert s["speedup"]["confidence"] == looks.confidence
     assert ("(stopped: the speed-up resolved at look 1 of at most 28; Pocock's boundary: every look's interval "
-            "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s)[0]
+            "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s, verbose=True)[0]
+    # In plain words by default: the statistics under -v (issue 34, item 7).
+    assert report.rounds_lines(m, s)[0].startswith("rounds: 3 interleaved (stopped: the speed-up resolved), ")
     assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
     assert m.budget["spent_s"] <= 300
 
@@ -597,10 +601,27 @@ def test_a_share_of_the_bound_above_100_percent_is_a_failed_measurement():
     reached = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))["  reached"]
     assert reached[0].startswith("77%") and reached[1].startswith("failed measurement")
     assert "329%" not in " ".join(reached)
-    # One round under its bound: not beyond noise, so inconclusive (still never 329%).
-    m.trials["tuned_bound"] = [trial(x) for x in (100, 400, 80)]
-    reached = dict((r[0], r[2]) for r in report.rows(m, analysis.summary(m)))["  reached"]
-    assert reached.startswith("inconclusive")
+    # One round under its bound: not beyond noise, so inconclusive (still never 329%), and its interval
+    # ends at 100%, what a share can be (issue 34, item 5).
+    m.trials["tuned_bound"] = [trial(x) for x in (330, 400, 80)]
+    summary = analysis.summary(m)
+    reached = dict((r[0], r[2]) for r in report.rows(m, summary))["  reached"]
+    assert reached.startswith("inconclusive (") and reached.endswith(" to 100%)"), reached
+    assert summary["bound_fraction"]["tuned"]["high"] == 1.0
+
+
+def test_a_bound_below_the_measured_rate_is_a_failed_measurement_not_a_figure():
+    """verify-train --quick on a busy machine: baseline 1141.8 samples/s beside a compute-only bound of 6.9
+    printed as a figure, one round (issue 34, item 5)."""
+    m = _measured([1141.8], [6.6])
+    m.trials["baseline_bound"] = [trial(6.9)]
+    m.trials["tuned_bound"] = [trial(7.0)]
+    summary = analysis.summary(m)
+    rows = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))
+    assert rows["compute-only bound"] == ("failed measurement (6.9, below the 1141.8 measured)", "7.0")
+    assert rows["  reached"][0] == "failed measurement" and rows["  reached"][1].startswith("inconclusive")
+    assert summary["bound_fraction"]["baseline"]["verdict"] == "failed measurement"
+    assert "below the measured rate" in summary["bound_fraction"]["baseline"]["reason"]
 
 
 def test_a_negative_instrumentation_cost_is_a_failed_measurement():
@@ -661,3 +682,164 @@ def test_every_run_whose_loss_became_nan_is_named_and_becomes_the_failure():
     m.trials["baseline"] = [trial(10, nonfinite_loss_step=0)]
     assert nonfinite_loss(analysis.summary(m)["nonfinite_loss"]).fix.startswith("the loss diverges whatever")
     assert "LOSS NOT FINITE in 3 run(s), first round 1: baseline at step 1" in analysis.verdict(analysis.summary(m))
+
+
+# ---------------------------------------------------------------- one budget rule (issue 34, item 4)
+
+
+class PacedWorker(ClockedWorker):
+    """A :class:`ClockedWorker` that reports every step as it goes, and runs into its timeout (the budget's
+    end) while still making progress: a workload too slow for the budget, not one that hangs."""
+
+    def request(self, op, on_event=None, timeout=None, **req):
+        if op != "trial":
+            return {"measured": False}
+        s = Settings.from_dict(req["settings"])
+        step = self.batch_size / self.speed(s)
+        start = self.now
+        for i in range(req["warmup"] + req["steps"]):
+            if self.now + step - start > timeout:
+                self.now = start + timeout
+                raise WorkerError("timeout", "the worker did not finish trial within its time limit; killed it")
+            self.now += step
+            if on_event:
+                on_event({"event": "progress", "phase": "warmup", "step": i + 1, "steps": req["warmup"] + req["steps"]})
+        return {"samples_per_s": self.speed(s), "step_median_s": step, "losses": [1.0] * req["steps"],
+                "warmup_losses": [], "steps": req["steps"], "mode": req["mode"], "wall_s": req["steps"] * step}
+
+
+def test_a_budget_that_cannot_pay_for_one_round_is_refused_after_the_warm_up_trials():
+    """verify-train --budget 30 on a workload whose rounds take 40 s each: the warm-up trials tell, the run
+    stops there with the budget its first rounds need (exit 2), instead of spending the whole budget and
+    failing (issue 34, item 4)."""
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=30, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "too_small" and m.failure.user_input
+    need = m.failure.detail["need_s"]
+    assert re.fullmatch(r"--budget 30 is too small for this workload: 0 s went to start-up, 4 s to its first "
+                        r"trials, and one round of its trials needs at least 37 s of the 26 s left; give at least "
+                        rf"{need}", m.failure.message), m.failure.message
+    assert 100 < need < 130 and worker.now < 5 and not m.trials["baseline"]
+    # A budget for one round but not three runs what it can: the verdict says what would resolve it.
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    m = _clocked(worker, repeats=3, converge_steps=0, budget_s=60, attribution=False).run(
+        Settings(), Settings(precision="bf16"))
+    assert m.failure is None and 1 <= m.budget["rounds"] < 3
+    # With the budget it names (at least what the steps take), the rounds run.
+    worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
+    m = _clocked(worker, repeats=3, converge_steps=0, budget_s=need, attribution=False).run(
+        Settings(), Settings(precision="bf16"))
+    assert m.failure is None and m.budget["rounds"] >= 2
+
+
+def test_a_budget_that_ends_in_the_first_trials_while_they_progress_names_the_budget_that_would_do():
+    worker = PacedWorker(lambda s: 10.0)   # 3.2 s a step
+    v = _clocked(worker, repeats=3, converge_steps=0, budget_s=20, attribution=False)
+    m = v.run(Settings(), Settings(precision="bf16"))
+    assert m.failure.kind == "too_small" and m.failure.user_input, m.failure
+    assert m.failure.message.startswith("--budget 20 is too small for this workload: ")
+    assert m.failure.detail["need_s"] > 300   # 2 warm-up trials and 3 rounds of 5 trials of 23 steps
+
+
+@pytest.mark.parametrize("args,said", [
+    (["tune", "--measure", "--budget", "10"], "debtorch tune: --budget 10 is too small to measure anything; give at "
+                                              "least 20 seconds"),
+    (["verify-train", "--budget", "10"], "debtorch verify-train: --budget 10 is too small to measure anything; give "
+                                         "at least 20 seconds"),
+    (["verify-train", "--quick", "--budget", "3"], "debtorch verify-train: --budget 3 is too small to measure "
+                                                   "anything; give at least 5 seconds"),
+    (["fleet", "--probe", "--budget", "3"], "debtorch fleet: --budget 3 is too small to probe anything; give at "
+                                            "least 5 seconds"),
+])
+def test_every_budget_too_small_for_anything_is_refused_at_once_in_the_same_words(args, said, monkeypatch):
+    from debtorch.verify import measure
+
+    def started(*a, **k):
+        raise AssertionError("a worker started")
+
+    monkeypatch.setattr(measure.Verifier, "spawn", started)
+    res = cli_runner().invoke(app, args)
+    assert res.exit_code == 2 and res.stderr == said + "\n"
+
+
+def test_an_inconclusive_verdict_names_the_limit_that_stopped_the_rounds():
+    """--quick --budget 10 stopped at --quick's round cap, not at the budget: the advice said
+    "(--budget 10)" (issue 34, item 4)."""
+    def noisy(s):
+        return 100.0 * (1.15 if s.precision == "bf16" else 1.0)
+
+    said = {}
+    for name, plan in (("quick", {"quick": True, "max_rounds": 5, "budget_s": 10_000}),
+                       ("full", {"max_rounds": 4, "budget_s": 10_000, "steps": 20}),
+                       ("budget", {"max_rounds": 30, "budget_s": 400})):
+        worker = ClockedWorker(noisy, sigma=0.5, seed=1)
+        v = _clocked(worker, repeats=3, converge_steps=0, attribution=False, **plan)
+        m = v.run(Settings(), Settings(precision="bf16"))
+        s = analysis.summary(m)
+        assert s["speedup"]["verdict"] == "inconclusive", name
+        said[name] = (m.budget["stopped"], analysis.verdict(s, m.plan), report.rounds_lines(m, s)[0])
+    assert said["quick"][0] == "max rounds" and said["quick"][1].endswith(
+        "to resolve it; --quick stops at 5 rounds: run without --quick)")
+    assert "(stopped: the most rounds allowed (5 with --quick)" in said["quick"][2]
+    assert said["full"][0] == "max rounds" and said["full"][1].endswith(
+        "; verify-train stops at 4 rounds: longer trials narrow each round (--steps 40))")
+    assert said["budget"][0] == "budget spent" and "(--budget " in said["budget"][1]
+    assert "--budget" not in said["quick"][1] + said["full"][1]
+
+
+# ---------------------------------------------------------------- what next, in plain words (issue 34, item 7)
+
+
+def _outcome(m, config=None):
+    from debtorch.verify.run import Outcome
+
+    s = analysis.summary(m)
+    return Outcome(m, s, analysis.verdict(s, m.plan), [], config, {})
+
+
+def test_every_verdict_is_followed_by_a_next_line():
+    # Tuned by the rules, faster: measure settings for the user's own workload.
+    m = _measured([100, 101, 99, 100], [150, 151, 149, 150])
+    m.plan = {"workload": "mymod:make"}
+    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "rules"}), 0).lines()[1:]]
+    assert said[-1] == ("next: measure settings for your own workload: debtorch tune --measure --workload mymod:make "
+                        "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
+    # A config that pays: use it in training.
+    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "config", "path": "/p/t.toml"}), 0).lines()[1:]]
+    assert said[-1].startswith('next: use it in training: cfg = debtorch.load("t.toml") (docs/runtime.md)')
+    # Host waits read from the code: lint names them.
+    m.host_waits = {"measured": False, "per_step": 2.0, "file": "/p/train.py", "lines": []}
+    assert report.next_steps(_outcome(m, {"source": "config", "path": "t.toml"}))[-1] == (
+        "remove the host's waits for the device in the loop: debtorch lint train.py")
+    # --quick's cap stopped an inconclusive run: without --quick.
+    worker = ClockedWorker(lambda s: 100.0 * (1.15 if s.precision == "bf16" else 1.0), sigma=0.5, seed=1)
+    m = _clocked(worker, repeats=3, converge_steps=0, attribution=False, quick=True, max_rounds=5,
+                 budget_s=10_000).run(Settings(), Settings(precision="bf16"))
+    assert report.next_steps(_outcome(m))[0] == "run without --quick: --quick stops at 5 rounds"
+
+
+def test_a_data_wait_share_that_rises_while_the_step_shortens_is_explained():
+    """`data wait 90% -> 93%` read like a regression where the device was simply fed faster."""
+    m = _measured([100] * 3, [300] * 3)
+    m.trials["baseline"] = [trial(100, wait=0.90, data_wait_s=[0.0090] * 4, compute_s=[0.0010] * 4)] * 3
+    m.trials["tuned"] = [trial(300, wait=0.93, data_wait_s=[0.0031] * 4, compute_s=[0.0002] * 4)] * 3
+    text = texts(report.lines(m, analysis.summary(m)))
+    assert ("data wait 90% -> 93%: a larger share of a shorter step, not more waiting: the wait per step fell "
+            "(9.0 ms -> 3.1 ms) and the rest of the step fell more (1.0 ms -> 0.2 ms)") in text
+    # Waiting longer per batch is said as such.
+    m.trials["tuned"] = [trial(90, wait=0.93, data_wait_s=[0.0120] * 4, compute_s=[0.0010] * 4)] * 3
+    assert any("tuned waits longer for each batch (9.0 ms -> 12 ms a step)" in x
+               for x in texts(report.lines(m, analysis.summary(m))))
+
+
+def test_alike_median_steps_beside_a_throughput_difference_are_explained():
+    m = _measured([100] * 3, [109] * 3)
+    m.workload = {"batch_size": 32}
+    for arm in ("baseline", "tuned"):
+        for r in m.trials[arm]:
+            r["step_median_s"] = 0.290
+    text = texts(report.lines(m, analysis.summary(m)))
+    assert ("step time: the median steps are alike (290 ms vs 290 ms) but samples/s differs by 9%: the difference "
+            "lies in the slower steps and between steps (mean step 320 ms vs 294 ms), which a median leaves out (an "
+            "epoch's start, where loader workers restart unless persistent)") in text

@@ -6,6 +6,7 @@ arithmetic predicts; the CUDA path runs on a fake GPU whose events complete two 
 """
 
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from types import SimpleNamespace
@@ -322,6 +324,113 @@ def test_ddp_rank_0_prints_the_spread_across_ranks(tmp_path):
     assert lines[2].startswith("watch.W001 rank 1: input-bound")
 
 
+def launch_two_ranks(script, *args, timeout=180):
+    """Run ``script`` as two gloo ranks on this machine; [(returncode, stdout, stderr)] of rank 0 and 1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([sys.executable, str(script), *args], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+# Three loops PyTorch supports that a collective of watch's own would hang (issue 30): the ranks are in
+# different places of their code when a pass ends.  Each prints the process group's collectives it
+# issued (the group's sequence number, which every collective advances) and its seconds.
+UNEVEN_SCRIPT = textwrap.dedent("""\
+    import datetime, sys, time, torch, torch.distributed as dist, debtorch
+    from torch.distributed.algorithms.join import Join
+    from torch.nn.parallel import DistributedDataParallel
+
+    WATCHED = sys.argv[1] == "watched"
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=40))   # a hang fails in 40 s
+    rank = dist.get_rank()
+    group = dist.distributed_c10d._get_default_group()
+
+    def loop(batches):
+        return debtorch.watch(batches, every=0) if WATCHED else batches
+
+    def join_with_uneven_inputs():
+        model = DistributedDataParallel(torch.nn.Linear(2, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with Join([model]):
+            for x in loop([torch.zeros(4, 2)] * (25 if rank == 0 else 40)):
+                model(x).sum().backward()
+                opt.step()
+                opt.zero_grad()
+
+    def early_break_then_barrier():
+        for i, x in enumerate(loop([torch.zeros(4, 2)] * 30)):
+            if rank == 1 and i == 5:
+                break
+        dist.barrier()
+
+    def uneven_hand_made_all_reduces():
+        mine, flag = (25 if rank == 0 else 35), torch.ones(1)
+        for x in loop([torch.zeros(4, 2)] * mine):
+            dist.all_reduce(flag)
+        for _ in range(35 - mine):                   # the shorter rank matches the longer one's by hand
+            dist.all_reduce(flag)
+
+    for scenario in (join_with_uneven_inputs, early_break_then_barrier, uneven_hand_made_all_reduces):
+        before, start = group._get_sequence_number_for_group(), time.perf_counter()
+        scenario()
+        print(scenario.__name__, group._get_sequence_number_for_group() - before,
+              f"{time.perf_counter() - start:.1f}", flush=True)
+    dist.destroy_process_group()
+    """)
+
+
+@pytest.fixture(scope="module")
+def uneven_runs(tmp_path_factory):
+    """The three loops, unwatched and watched: {mode: [(returncode, stdout, stderr)] of ranks 0 and 1}."""
+    script = tmp_path_factory.mktemp("uneven") / "uneven.py"
+    script.write_text(UNEVEN_SCRIPT)
+    return {mode: launch_two_ranks(script, mode) for mode in ("unwatched", "watched")}
+
+
+def scenarios(stdout):
+    """{scenario: (collectives, seconds)} from a rank's stdout."""
+    return {name: (int(n), float(s)) for name, n, s in (line.split() for line in stdout.splitlines())}
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_join_an_early_break_and_uneven_all_reduces_finish_watched_as_unwatched(uneven_runs):
+    for mode, ranks in uneven_runs.items():
+        assert [rc for rc, _, _ in ranks] == [0, 0], (mode, ranks)
+        for rc, out, err in ranks:
+            assert sorted(scenarios(out)) == ["early_break_then_barrier", "join_with_uneven_inputs",
+                                              "uneven_hand_made_all_reduces"], (mode, out, err)
+    (_, _, err0), (_, _, err1) = uneven_runs["watched"]
+    assert err1 == "" and "Traceback" not in err0
+    verdicts = [line for line in err0.splitlines() if line.startswith("watch (")]
+    assert [v.split(":")[0] for v in verdicts] == ["watch (end)"] * 3, err0
+    # rank 1 leaves early and says so in the store: rank 0's verdict spans both ranks
+    assert "watch ranks: 2, " in err0
+    # each loop costs rank 0 at most the bounded wait for a rank still in its own code
+    for name, (_, seconds) in scenarios(uneven_runs["watched"][0][1]).items():
+        assert seconds < scenarios(uneven_runs["unwatched"][0][1])[name][1] + watch_mod.PEER_WAIT_S + 10, name
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_watch_adds_no_collective_to_the_process_group(uneven_runs):
+    for rank in (0, 1):
+        unwatched = {name: n for name, (n, _) in scenarios(uneven_runs["unwatched"][rank][1]).items()}
+        watched = {name: n for name, (n, _) in scenarios(uneven_runs["watched"][rank][1]).items()}
+        assert watched == unwatched and all(n > 0 for n in unwatched.values()), (rank, watched, unwatched)
+
+
 def test_a_line_that_cannot_be_written_never_stops_the_loop(capsys):
     class Full(io.StringIO):
         def write(self, text):
@@ -334,3 +443,245 @@ def test_a_line_that_cannot_be_written_never_stops_the_loop(capsys):
 def test_a_log_in_a_missing_folder_is_refused_at_once(tmp_path):
     with pytest.raises(ValueError, match="no such directory"):
         debtorch.watch([], file=str(tmp_path / "nowhere" / "watch.log"))
+
+
+# -- never raising into the loop (issue 30, item 2) ---------------------------------------------------
+
+
+class ShapeRaises:
+    """A strided nested tensor's answer: .shape raises, .size(0) works."""
+
+    @property
+    def shape(self):
+        raise RuntimeError("Internal error: NestedTensorImpl doesn't support sizes. Please file an issue.")
+
+    def size(self, dim):
+        return 3
+
+
+class NothingWorks:
+    """A custom batch type whose every attribute, length and iteration raises."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):       # what Python and pytest look up on any object
+            raise AttributeError(name)
+        raise RuntimeError(f"no {name}")
+
+    def __len__(self):
+        raise RuntimeError("no len")
+
+    def __iter__(self):
+        raise RuntimeError("no iter")
+
+
+@pytest.mark.parametrize("batch, samples", [
+    (ShapeRaises(), 3), ({"x": ShapeRaises()}, 3), ([ShapeRaises(), 1], 3),
+    (SimpleNamespace(shape="abc"), None), (SimpleNamespace(shape=7), None), (SimpleNamespace(shape=(2.5, 3)), None),
+    (SimpleNamespace(shape=(-4,)), None), (SimpleNamespace(shape=("8",)), None), (SimpleNamespace(shape=[True]), 1),
+    (NothingWorks(), None), ({"x": NothingWorks()}, None), ([NothingWorks()], None), ((NothingWorks(), 2), None)])
+def test_count_samples_never_raises_on_odd_batches(batch, samples):
+    assert count_samples(batch) == samples
+
+
+@pytest.mark.parametrize("batch", [ShapeRaises(), {"x": ShapeRaises()}, NothingWorks(), {"x": NothingWorks()},
+                                   SimpleNamespace(shape=object())])
+def test_a_loop_over_odd_batches_runs_to_its_end_with_a_verdict(batch):
+    records, text = run([batch] * 25, 0.001, every=0)
+    assert records[-1]["steps"] == 24 and text.startswith("watch (end): 24 steps")
+
+
+def test_a_measurement_that_raises_leaves_the_loop_running_unmeasured(monkeypatch, capsys):
+    def broken(batch):
+        raise RuntimeError("the device is gone")
+
+    monkeypatch.setattr(watch_mod, "count_samples", broken)
+    text, seen = io.StringIO(), []
+    for batch in debtorch.watch(list(range(30)), every=5, file=text):
+        seen.append(batch)
+    assert seen == list(range(30))                       # every batch, in order, nothing raised
+    err = capsys.readouterr().err
+    assert err.count("watch: stopped measuring this pass (RuntimeError: the device is gone); the loop goes on") == 1
+    assert "watch (end)" not in text.getvalue()          # no verdict from a pass measured in part
+
+
+@pytest.mark.torch
+def test_strided_nested_tensors_and_dicts_of_them_are_counted():
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                  # "nested tensors are in prototype stage"
+        nested = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(4, 3)])
+    assert count_samples(nested) == 2 and count_samples({"tokens": nested, "y": torch.zeros(2)}) == 2
+    records, _ = run([{"tokens": nested}] * 25, 0.001, every=0)
+    assert records[-1]["steps"] == 24 and records[-1]["samples_per_s"] == pytest.approx(2 * records[-1]["steps_per_s"])
+
+
+@pytest.mark.parametrize("every", ["527041m", "9999999999999s", "1e9s", "inf s", "nan"])
+def test_a_duration_no_thread_can_wait_is_a_bad_option(every):
+    with pytest.raises(ValueError, match="at most a year"):
+        debtorch.watch([], every=every, timer=True)
+
+
+@pytest.mark.parametrize("seconds", [1e30, float("inf")])
+def test_the_timer_thread_never_raises_however_long_every_is(monkeypatch, seconds):
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    w = debtorch.watch([[0]] * 3, every="1s", timer=True, verdict=False)
+    w.every_s = seconds            # past the option's check: Event.wait(1e30) raises OverflowError
+    for _ in w:
+        time.sleep(0.05)
+    assert raised == []
+
+
+# -- destinations: regular files only, never through a link, never waiting (issue 30, item 2) ----------
+
+
+def _fifo_without_reader(tmp_path):
+    path = tmp_path / "watch.fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("option", ["file", "json"])
+@pytest.mark.parametrize("kind", ["fifo", "link", "device", "folder"])
+def test_a_destination_that_is_not_a_regular_file_is_one_note_and_never_blocks(tmp_path, capsys, option, kind):
+    target = tmp_path / "victim.log"
+    target.write_text("the user's own line\n")
+    if kind == "fifo":
+        dest = _fifo_without_reader(tmp_path)          # opened blocking, this would wait forever
+    elif kind == "link":
+        dest = tmp_path / "watch.log"
+        dest.symlink_to(target)
+    elif kind == "device":
+        dest = "/dev/null"
+    else:
+        dest = tmp_path / "a-folder"
+        dest.mkdir()
+    steps = sum(1 for _ in debtorch.watch([[0]] * 45, every=10, **{option: str(dest)}))
+    assert steps == 45
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith(f"watch: {option}=")]
+    what = {"fifo": "is a FIFO", "link": "is a symbolic link", "device": "is a character device",
+            "folder": "is a directory"}[kind]
+    assert notes == [f"watch: {option}=...: {what}, not a regular file; nothing more is written there"], err
+    assert target.read_text() == "the user's own line\n"  # nothing appended through the link
+
+
+def test_a_fifo_with_a_reader_is_refused_too(tmp_path, capsys):
+    path = _fifo_without_reader(tmp_path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        for _ in debtorch.watch([[0]] * 22, every=10, file=str(path)):
+            pass
+        assert os.read(reader, 100) == b""
+    finally:
+        os.close(reader)
+    assert "watch: file=...: is a FIFO, not a regular file" in capsys.readouterr().err
+
+
+# -- under torch.distributed: no collective of its own (issue 30, item 1) -------------------------------
+
+
+class FakeStore:
+    """torch.distributed's store as watch uses it: one dict behind every clone and prefix."""
+
+    def __init__(self, data=None, prefix=""):
+        self.data, self.prefix, self.timeout = ({} if data is None else data), prefix, None
+
+    def clone(self):
+        return FakeStore(self.data, self.prefix)
+
+    def set_timeout(self, timeout):
+        self.timeout = timeout
+
+    def set(self, key, value):
+        self.data[self.prefix + key] = value.encode() if isinstance(value, str) else value
+
+    def check(self, keys):
+        return all(self.prefix + k in self.data for k in keys)
+
+    def get(self, key):
+        return self.data[self.prefix + key]
+
+    def delete_key(self, key):
+        return self.data.pop(self.prefix + key, None) is not None
+
+
+class FakeDist:
+    """torch.distributed with a store and no collective: calling one fails the test."""
+
+    def __init__(self, rank, world, store):
+        self.rank, self.world, self.store = rank, world, store
+        self.distributed_c10d = SimpleNamespace(_get_default_store=lambda: self.store)
+
+    def is_available(self):
+        return True
+
+    def is_initialized(self):
+        return True
+
+    def get_rank(self):
+        return self.rank
+
+    def get_world_size(self):
+        return self.world
+
+    def PrefixStore(self, prefix, store):
+        return FakeStore(store.data, store.prefix + prefix + "/")
+
+    def __getattr__(self, name):   # all_gather_object, all_reduce, barrier, broadcast, ...
+        raise AssertionError(f"watch called torch.distributed.{name}")
+
+
+def test_rank_0_merges_the_summaries_the_other_ranks_left_in_the_store(monkeypatch):
+    store = FakeStore()
+    for rank, fetch_s in ((1, 0.01), (2, 0.0)):       # ranks 1 and 2, one after the other, in this process
+        monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(distributed=FakeDist(rank, 3, store)))
+        monkeypatch.setattr(watch_mod, "_made", itertools.count(7))   # the same loop: watch 7 on every rank
+        for _ in debtorch.watch(sleepy(25, fetch_s), every=0, file=io.StringIO()):
+            time.sleep(0.002)
+    assert sorted(store.data) == ["debtorch.watch/7/1/1", "debtorch.watch/7/1/2"]   # watch 7, pass 1, rank
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(distributed=FakeDist(0, 3, store)))
+    monkeypatch.setattr(watch_mod, "_made", itertools.count(7))
+    records, text = run(sleepy(25, 0.0), 0.002, every=0)
+    final = records[-1]
+    assert [r["rank"] for r in final["ranks"]] == [0, 1, 2] and "ranks_missing" not in final
+    assert re.search(r"^watch ranks: 3, data wait \d+%-\d+% \(slowest: rank 1\)", text, re.M), text
+    assert final["findings"][0]["message"].startswith("rank 1: ")
+    assert store.data == {}                               # rank 0 read and removed them
+
+
+def test_rank_0_waits_a_bounded_time_and_names_the_ranks_not_heard(monkeypatch):
+    store = FakeStore()
+    monkeypatch.setattr(watch_mod, "PEER_WAIT_S", 0.3)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(distributed=FakeDist(0, 3, store)))
+    t = time.perf_counter()
+    records, text = run([[0]] * 25, 0.001, every=0)
+    assert time.perf_counter() - t < 5
+    assert records[-1]["ranks_missing"] == [1, 2]
+    assert "watch ranks: 1 of 3 (ranks 1, 2 not heard within 0.3 s)" in text
+
+
+def test_a_forged_summary_in_the_store_is_not_believed(monkeypatch):
+    store = FakeStore()
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(distributed=FakeDist(0, 2, store)))
+    monkeypatch.setattr(watch_mod, "PEER_WAIT_S", 0.2)
+    monkeypatch.setattr(watch_mod, "_made", itertools.count(7))
+    forged = {"steps": 10, "seconds": 1.0, "steps_per_s": 10.0, "samples_per_s": None, "syncs_per_step": None,
+              "steps_with_sync": 0, "timing": "host clock\x1b]0;owned\x07", "left_early": False,
+              "data_wait": {"share": 0.9, "low": 0.9, "high": 0.9, "windows": 3}}
+    store.set("debtorch.watch/7/1/1", json.dumps(forged))
+    records, text = run([[0]] * 25, 0.001, every=0)
+    assert records[-1]["ranks_missing"] == [1] and "\x1b" not in text
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                            st.dictionaries(st.sampled_from(["steps", "data_wait", "share", "low",
+                                                                             "timing", "loader", "x"]), inner,
+                                                            max_size=4)), max_leaves=20))
+def test_any_value_in_the_store_is_a_summary_or_none(value):
+    got = watch_mod.peer_summary(json.dumps(value).encode())
+    if got is not None:
+        watch_mod.judge(got)        # what rank 0 does with one: never raises

@@ -280,3 +280,22 @@ def test_the_runner_side_never_imports_torch():
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_long_temporary_directory_moves_the_workers_folders_where_a_socket_path_fits(tmp_path, monkeypatch):
+    """A DataLoader worker passes each batch through a Unix socket under its TMPDIR (at most 107 bytes): under
+    a long TMPDIR (pytest's, a Slurm job's) it could not send a batch, and the training loop waited for ever."""
+    import tempfile
+
+    long = tmp_path / ("x" * 60)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    assert client.short_tmp_base("debtorch-worker-") == "/tmp"
+    shim = client.Shim()
+    try:
+        env = client.private_tmp({}, shim.path)
+        assert len(env["TMPDIR"]) + len("/pymp-12345678/listener-12345678") <= client.SOCKET_PATH_MAX
+    finally:
+        shim.remove()
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert client.short_tmp_base("debtorch-worker-") is None

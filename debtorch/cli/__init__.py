@@ -19,6 +19,7 @@ import gc
 import os
 import signal
 import sys
+from typing import Any, TextIO
 
 from debtorch.cli.codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
 
@@ -75,6 +76,60 @@ def _quiet_stdout() -> None:
         pass
 
 
+class _Forgiving:
+    """Standard error that never raises: a note that cannot be written (a full disk, a reader gone)
+    is lost, and the command's standard output, the files it writes and its exit code stay what
+    they would have been.  Everything but ``write`` and ``flush`` is the stream's own; writing
+    bytes still raises TypeError, as click's probe for a binary stream expects."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):  # ENOSPC, EPIPE, EIO; "I/O operation on closed file"
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Closed:
+    """Standard output when debtorch was started with it closed (``>&-``; Python gives None): every
+    write fails as a closed descriptor would, so that --help and --version end like every command
+    (one line, exit 74) instead of printing nothing and exiting 0."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def _guard_streams() -> None:
+    """stderr that cannot fail the command, and a closed stdout that says so when written."""
+    if sys.stderr is not None:
+        sys.stderr = _Forgiving(sys.stderr)  # type: ignore[assignment]
+    if sys.stdout is None:
+        sys.stdout = _Closed()  # type: ignore[assignment]
+
+
 # Signals that end a run: each unwinds like an exit with 128 + its number, so the training
 # worker is stopped and temporary folders are removed.  SIGINT stays KeyboardInterrupt
 # (verify-train reports what was measured so far).  Once one has arrived, later ones are
@@ -110,6 +165,7 @@ def _is_null() -> bool:
 def main() -> None:
     """Console-script entry point."""
     _install_handlers()
+    _guard_streams()
     code = 0
     null_before = _is_null()
     try:

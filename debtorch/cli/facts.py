@@ -43,7 +43,7 @@ def facts(
             # With --redact the recording itself is redacted (file contents, names, links and
             # _host.json alike), so that it can be attached to a public bug report.
             with prog.fails_on(Unavailable, prefix="--record "):
-                saved = host.save(rewrite=r.text if r else None)
+                saved = host.save(rewrite=r.recorded if r else None)
             prog.note(f"recorded this machine in {r.text(str(saved.parent)) if r else saved.parent}"
                       + (" (redacted)" if r else ""))
     finally:

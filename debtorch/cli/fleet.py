@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 import typer
 
 from debtorch import facts as facts_mod
-from debtorch import hostlist, inputs
+from debtorch import hostlist
+from debtorch.budget import seconds_problem
 from debtorch.cli.shared import EXIT_INTERRUPTED, FailOn, Prog, check_python, choose_format
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from debtorch.report.redact import Redactor
 
 prog = Prog("debtorch fleet")
-MAX_S = 7 * 24 * 3600.0     # --timeout, --budget: a week at most
 MAX_WORKERS = 8             # processes reading saved documents: more rarely helps, the disk is shared
 SKIPPED_SHOWN = 10          # files named as skipped on stderr (--json lists all)
 
@@ -111,10 +111,11 @@ def fleet(
 
     fmt = choose_format(prog, json_out)
     level = fail_on.value
-    if not (inputs.finite(timeout) and 0 < timeout <= MAX_S):
-        prog.fail(f"--timeout must be a number of seconds > 0 and at most {MAX_S:g} (got {timeout:g})")
-    if do_probe and not (inputs.finite(budget) and probe.MIN_BUDGET_S <= budget <= MAX_S):
-        prog.fail(f"--budget must be a number of seconds from {probe.MIN_BUDGET_S:g} to {MAX_S:g} to probe (got {budget:g})")
+    problem = seconds_problem("--timeout", timeout)
+    if problem is None and do_probe:
+        problem = seconds_problem("--budget", budget, probe.MIN_BUDGET_S, to="probe anything")
+    if problem:
+        prog.fail(problem)
     if (exclude_file or force) and not do_probe:
         prog.fail("--exclude-file and --force go with --probe")
     if force and not exclude_file:

@@ -7,6 +7,7 @@ import typer
 from debtorch.__about__ import __version__
 from debtorch.cli import _quiet_stdout, doctor, facts, fleet, lint, tune, verify_train
 from debtorch.cli.shared import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_PIPE
+from debtorch.findings import CatalogueError
 from debtorch.report import OutputFailed
 
 app = typer.Typer(
@@ -34,8 +35,9 @@ def main_callback(
 def guarded(module, name: str):
     """The command ``name`` of ``module`` (its function of that name, its ``prog``), made to end
     the documented way on what any command may meet: Ctrl-C not handled by the command (130,
-    one line), and a standard output that cannot take the report (a broken pipe: 141, quiet;
-    closed or full: 74, one line).  docs/cli.md lists the codes."""
+    one line), a standard output that cannot take the report (a broken pipe: 141, quiet;
+    closed or full: 74, one line), and a malformed catalogue of finding ids (checks/findings/:
+    2, one line, like every checks/ data file).  docs/cli.md lists the codes."""
     fn = getattr(module, name.replace("-", "_"))
     prog = module.prog
 
@@ -45,6 +47,8 @@ def guarded(module, name: str):
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             prog.fail("interrupted", EXIT_INTERRUPTED)
+        except CatalogueError as exc:
+            prog.fail(str(exc))
         except BrokenPipeError:  # a progress line on a stderr whose reader went away
             _quiet_stdout()
             raise typer.Exit(EXIT_PIPE) from None

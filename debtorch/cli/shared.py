@@ -26,6 +26,7 @@ from debtorch.cli.codes import (  # noqa: F401 - the commands import them from h
 )
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
+from debtorch.textsafe import printable
 
 
 def exit_for(failure) -> int:
@@ -96,14 +97,11 @@ class Prog:
         typer.echo(f"{self.name}: {one_line(message)}", err=True)
 
 
-# What str.splitlines() and a terminal take for a line break, and other control characters:
-# a key or value quoted from a file ("rlimits.\x1e") must not break the one line.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
-
-
-def one_line(text: str) -> str:
-    """``text`` with every line break and control character written as an escape (``\\n``, ``\\x1e``)."""
-    return str(text).translate(_CONTROL)
+def one_line(text: object) -> str:
+    """``text`` with every line break and control character written as an escape (``\\x0a``, ``\\x1e``,
+    ``\\u202e``): a key or value quoted from a file ("rlimits.\\x1e") must not break the one line
+    (:func:`debtorch.textsafe.printable`, the rule of every text report)."""
+    return printable(text)
 
 
 def choose_format(prog: Prog, json_out: bool, emit: Optional[Emit] = None) -> Format:

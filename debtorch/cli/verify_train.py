@@ -24,6 +24,7 @@ from debtorch.cli.shared import (
     redactor,
 )
 from debtorch.report import Format
+from debtorch.textsafe import printable
 
 prog = Prog("debtorch verify-train")
 
@@ -51,7 +52,7 @@ def verify_train(
     master_port: Optional[int] = typer.Option(None, "--master-port", metavar="PORT", help="Passed to torch.distributed.run."),
     timeout: float = typer.Option(900.0, "--timeout", metavar="SECONDS", help="Longest one trial may take before its worker is killed."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --plot file or --profile DIR/trace.json."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="On failure, also print the worker's traceback."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the statistics behind the verdict (Pocock's boundary, looks); on failure, the worker's traceback."),
     facts_file: Optional[str] = typer.Option(None, "--facts", metavar="FILE", help="Not accepted: verify-train trains on this machine (tune --facts tunes for saved facts)."),
     replay: Optional[str] = typer.Option(None, "--host", metavar="DIR", help="Not accepted: verify-train trains on this machine (tune --host tunes for a recorded one)."),
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="Allow --nproc (and a config's workers) beyond this machine's bound (4 x its usable CPUs)."),
@@ -83,18 +84,18 @@ def verify_train(
             budget=budget, started=started, repeats=repeats, steps=steps, warmup=warmup, max_steps=max_steps, target_loss=target_loss, seed=seed,
             profile=profile, nproc=nproc, launcher_args=run.launcher_args(nnodes, node_rank, master_addr, master_port),
             timeout=timeout, force=force, cwd=os.getcwd(), oversubscribe=oversubscribe)
-        with contextlib.closing(open_host(prog)) as host:
+        with contextlib.closing(open_host(prog)) as host:   # open while measuring: the load is read after
             ready = run.prepare(options, host)
-        facts = ready.facts
-        r = redactor(facts) if redact else None
+            facts = ready.facts
+            r = redactor(facts) if redact else None
 
-        def warn(text: str) -> None:
-            prog.warn(r.text(text) if r else text)
+            def warn(text: str) -> None:
+                prog.warn(r.text(text) if r else text)
 
-        for w in ready.warnings:
-            warn(w)
-        with StepsBar() as bar:
-            outcome = ready.run(bar, warn=warn)
+            for w in ready.warnings:
+                warn(w)
+            with StepsBar() as bar:
+                outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
         code = exit_for(exc)
         r = redactor(facts) if redact else None
@@ -110,11 +111,12 @@ def verify_train(
         except PlotError as exc:
             prog.note(str(exc))
             code = code or EXIT_FAILED
-    present(VerifyView(outcome, code), fmt, r)
+    present(VerifyView(outcome, code, verbose), fmt, r)
     if m.failure is not None:
         prog.note(r.text(m.failure.line()) if r else m.failure.line())
         if verbose and m.failure.detail.get("traceback"):
-            typer.echo(r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"], err=True)
+            traceback = r.text(m.failure.detail["traceback"]) if r else m.failure.detail["traceback"]
+            typer.echo("\n".join(printable(line) for line in str(traceback).splitlines()), err=True)
     if code == EXIT_INTERRUPTED:
         prog.note("interrupted; the report shows what was measured so far")
     raise typer.Exit(code)

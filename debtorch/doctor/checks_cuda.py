@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Optional
 
 from debtorch import knowledge, versions
-from debtorch.doctor.fixes import driver_upgrade, externally_managed, pip_command, target_wheel, torch_fix
+from debtorch.doctor.fixes import (
+    driver_upgrade,
+    newest_for_python,
+    no_wheels_advice,
+    pip_command,
+    target_wheel,
+    torch_fix,
+)
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import Context, check
 from debtorch.findings import Finding, finding
@@ -24,6 +32,10 @@ def check_torch_installed(m: Machine, ctx: Context) -> list[Finding]:
     if not t or t.get("installed") is not False:
         return []
     exe = m.get("python.executable")
+    if m.wheels_for_arch == {}:
+        # No wheels for this CPU at all (armv7l, i686 ...): cpu.W004's advice, not pytorch.org's selector.
+        return [finding("torch.E001", about=exe or "", fix=no_wheels_advice(m), facts={"python.executable": exe,
+                                                                                     "os.arch": m.os.arch})]
     fix = torch_fix(m)
     if exe and fix.startswith("pip "):
         fix = f"{exe} -m {fix}"
@@ -36,20 +48,17 @@ def check_cpu_only_on_gpu(m: Machine, ctx: Context) -> list[Finding]:
     if not m.torch.cpu_only and not m.torch.hip:
         return []       # a CUDA build, or one the facts do not name (never guessed CPU-only)
     hint = m.gpu_hint if not t.get("hip") else None
-    if not m.has_nvidia_gpu and not hint:
-        return []
+    if not m.has_nvidia_gpu:
+        if not hint:
+            return []
+        # Whether there is a GPU is unknown (a report names none): a question, not an error.
+        return [finding("torch.I001", version=t.get("version"), hint=hint, install=torch_fix(m, uninstall=True),
+                        facts={"python.torch.version": t.get("version"), "python.torch.cuda": None, "gpu_hint": hint})]
     kind = f"a ROCm build (HIP {t['hip']})" if t.get("hip") else "a CPU-only build"
-    where = "on a machine with an NVIDIA GPU" if m.has_nvidia_gpu else f"where {hint}"
-    return [finding("torch.E002", version=t.get("version"), kind=kind, where=where,
-                    fix=_uninstall(m) + torch_fix(m) + ("" if m.has_nvidia_gpu else
-                                                       "\n(if this machine has no NVIDIA GPU, the CPU build is right)"),
+    return [finding("torch.E002", version=t.get("version"), kind=kind, where="on a machine with an NVIDIA GPU",
+                    fix=torch_fix(m, uninstall=True),
                     facts={"python.torch.version": t.get("version"), "python.torch.cuda": None,
-                           "nvidia.gpus": [g.label for g in m.gpus], "gpu_hint": hint})]
-
-
-def _uninstall(m: Machine) -> str:
-    """How the wrong torch leaves, before the right one goes in (a venv needs no uninstall)."""
-    return "" if externally_managed(m) else "pip uninstall torch\n"
+                           "nvidia.gpus": [g.label for g in m.gpus]})]
 
 
 @check("torch")
@@ -61,8 +70,13 @@ def check_cuda_build_without_gpu(m: Machine, ctx: Context) -> list[Finding]:
     if not isinstance(devices, list) or m.get("os.wsl"):
         return []
     return [finding("torch.W004", version=t.get("version"),
-                    install=torch_fix(m, "pip install torch --index-url https://download.pytorch.org/whl/cpu"),
+                    install=torch_fix(m, "PyTorch's CPU build (https://download.pytorch.org/whl/cpu), "
+                                         "in place of this CUDA build"),
                     facts={"python.torch.cuda": t.get("cuda"), "nvidia.pci_devices": []})]
+
+
+def _python_order(version: str) -> tuple:
+    return versions.major_minor(version) or ()
 
 
 @check("torch")
@@ -72,6 +86,14 @@ def check_torch_age(m: Machine, ctx: Context) -> list[Finding]:
     if not t.get("installed") or not versions.below(t.get("version"), floor):
         return []
     row = target_wheel(m)
+    newest = newest_for_python(m)
+    if row is None and newest and not versions.below(m.torch.series, newest):
+        # No newer release has wheels for this Python: `pip install --upgrade torch` would change nothing.
+        latest = knowledge.latest_series(m.wheel_platform or "linux-x86_64") or newest
+        pythons = (knowledge.wheel(latest, "cpu", m.wheel_platform or "linux-x86_64") or {}).get("python") or ["3"]
+        return [finding("torch.W001", variant="python", version=t.get("version"), floor=floor, newest=newest,
+                        python=m.python_version, latest_python=max(pythons, key=_python_order),
+                        facts={"python.torch.version": t.get("version"), "python.version": m.python_version})]
     held = row is not None and row["kind"] == "older" and row["why"].endswith(f"driver {m.driver.version} runs")
     line = torch_fix(m, "pip install --upgrade torch (the index for your variant: https://pytorch.org/get-started/locally/)")
     return [finding("torch.W001", variant="held" if held else "", version=t.get("version"), floor=floor,
@@ -88,9 +110,8 @@ def check_cudnn(m: Machine, ctx: Context) -> list[Finding]:
     deep = m.get("python.deep") or {}
     if version is None:
         if deep.get("ok") and deep.get("cudnn_version") is None or (not deep and ctx.source == "live"):
-            row = knowledge.wheel(t.get("version") or "", t.get("variant"))
-            fix = pip_command(m, "pip install --force-reinstall " + row["pip"][len("pip install "):]) if row else None
-            return [finding("torch.E004", version=t.get("version"), fix=fix, facts={"python.torch.cudnn_wheel": None})]
+            return [finding("torch.E004", version=t.get("version"), fix=_reinstall(m),
+                            facts={"python.torch.cudnn_wheel": None})]
         return []
     floor = limit("cudnn_min_version")
     if versions.below(version, floor):
@@ -98,6 +119,15 @@ def check_cudnn(m: Machine, ctx: Context) -> list[Finding]:
                         install=torch_fix(m, "pip install --upgrade torch (https://pytorch.org/get-started/locally/)"),
                         facts={"cudnn": version, "from": where})]
     return []
+
+
+def _reinstall(m: Machine) -> Optional[str]:
+    """The installed build again, from its variant's index (``--force-reinstall``: pip would keep
+    it otherwise); None (the entry's general words) where no official wheel is known for it."""
+    row = knowledge.wheel(m.torch.version or "", m.torch.variant, m.wheel_platform or "linux-x86_64")
+    if row is None or not m.torch.version or not versions.is_release(m.torch.version):
+        return None
+    return pip_command(m, "pip install --force-reinstall " + row["pip"][len("pip install "):])
 
 
 @check("torch")
@@ -143,7 +173,7 @@ def check_deep_import(m: Machine, ctx: Context) -> list[Finding]:
         return []
     errs = deep.get("errors") or {}
     if errs.get("import"):
-        return [finding("torch.E005", error=errs["import"][:120], facts={"error": errs["import"]})]
+        return [finding("torch.E005", error=errs["import"][:120], fix=_reinstall(m), facts={"error": errs["import"]})]
     if not deep.get("ok") and errs.get("probe"):
         return [finding("torch.E005", variant="probe", error=errs["probe"][:120], facts={"error": errs["probe"]})]
     out = []
@@ -194,7 +224,7 @@ def check_driver_for_torch(m: Machine, ctx: Context) -> list[Finding]:
                            upgrade=driver_upgrade(m), series=full["series"] if full else m.torch.series,
                            variant_name=full["variant"] if full else "", wheel_cuda=full["cuda"] if full else "",
                            install=torch_fix(m) if full else "", facts=f))
-    dd = m.debian_driver
+    dd = m.debian_driver if m.has_nvidia_gpu else None      # no GPU known: no driver of Debian's to judge
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)
         # The driver in use runs the wheel (its version says so, or CUDA works under it): what

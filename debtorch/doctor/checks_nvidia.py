@@ -6,10 +6,12 @@ import re
 
 from debtorch.doctor.fixes import (
     apt_install,
+    apt_install_enabling,
     driver_components,
     driver_install_fix,
     enable_components_fix,
     headers_package,
+    host_side,
 )
 from debtorch.doctor.registry import Context, check
 from debtorch.findings import Finding, finding
@@ -33,6 +35,12 @@ def _blacklisted(m: Machine, module: str) -> list[dict]:
     return [b for b in m.get("nvidia.blacklisted") or [] if b.get("module") == module]
 
 
+def _lines(text: str) -> str:
+    """``text`` as the first lines of a fix template ("" stays ""): what ``{install}`` holds where
+    the next line follows it directly."""
+    return f"{text}\n" if text else ""
+
+
 def _label(d: dict) -> str:
     return f"{d.get('address')} ({d.get('name') or 'NVIDIA ' + str(d.get('device_id'))})"
 
@@ -47,10 +55,10 @@ def check_bound_driver(m: Machine, ctx: Context) -> list[Finding]:
         base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
         if drv == "nouveau":
             variant = "" if not installed else "blacklisted" if _blacklisted(m, "nouveau") else "not_blacklisted"
-            out.append(finding("driver.E001", variant=variant, install="" if installed else driver_install_fix(m),
-                               about=_label(d), facts=base))
+            out.append(finding("driver.E001", variant=host_side(m, variant),
+                               install="" if installed else driver_install_fix(m), about=_label(d), facts=base))
         elif drv == "nova_core":
-            out.append(finding("driver.E002", install="" if installed else "\n" + driver_install_fix(m),
+            out.append(finding("driver.E002", variant=host_side(m), install="" if installed else "\n" + driver_install_fix(m),
                                about=_label(d), facts=base))
         elif drv in ("vfio-pci", "vfio_pci"):
             out.append(finding("driver.W001", about=_label(d), facts=base))
@@ -77,7 +85,7 @@ def check_driver_missing(m: Machine, ctx: Context) -> list[Finding]:
         f = {"apt.components": have, "apt.driver_packages": []}
         if missing and m.apt.components is not None:
             return [finding("driver.E007", missing=" ".join(missing), enable=enable_components_fix(m, need),
-                            install=driver_install_fix(m), about=label, facts=f)]
+                            install=driver_install_fix(m, enable=False), about=label, facts=f)]
         return [finding("driver.E008", install=driver_install_fix(m), about=label, facts=f)]
     if not any(d.get("driver") is None for d in without):
         return []   # bound to nouveau/nova_core with a driver installed: driver.E001/E002 say what to do
@@ -87,16 +95,16 @@ def check_driver_missing(m: Machine, ctx: Context) -> list[Finding]:
     kernel = m.get("os.kernel") or "$(uname -r)"
     dkms_pkg = next((p for p in installed if "dkms" in p), "nvidia-kernel-dkms")
     if headers and headers.get("installed") is False and not headers.get("build_dir") and not files:
-        out.append(finding("driver.E005", kernel=kernel, dkms=dkms_pkg, about=label,
+        out.append(finding("driver.E005", variant=host_side(m), kernel=kernel, dkms=dkms_pkg, about=label,
                            install=apt_install(m, headers_package(m), f"linux-headers-{kernel}"),
                            facts={"apt.running_kernel_headers": headers.get("package"), "nvidia.module_files": files}))
     key = m.get("nvidia.dkms_mok_key") or {}
     if m.get("nvidia.secure_boot") and not m.get("nvidia.shim_validation_disabled") and (
             key.get("exists") is False or key.get("enrolled") is False):
-        out.append(finding("driver.E004", variant="no_key" if key.get("exists") is False else "", dkms=dkms_pkg,
+        out.append(finding("driver.E004", variant=host_side(m, "no_key" if key.get("exists") is False else ""), dkms=dkms_pkg,
                            about=label, facts={"nvidia.secure_boot": True, "nvidia.dkms_mok_key": key}))
     if not out:
-        out.append(finding("driver.E003", about=label,
+        out.append(finding("driver.E003", variant=host_side(m), about=label,
                            facts={"apt.driver_packages": installed, "nvidia.modules": m.get("nvidia.modules")}))
     return out
 
@@ -128,7 +136,7 @@ def check_mismatch(m: Machine, ctx: Context) -> list[Finding]:
     kmod, user = m.driver.kernel_module, m.driver.libraries
     kinds = {m.get("nvidia.nvml.error_kind"), m.get("nvidia.nvidia_smi.error_kind")}
     if m.driver.mismatch or "driver_library_mismatch" in kinds:
-        return [finding("driver.E006", kmod=kmod or "?", user=user or "?",
+        return [finding("driver.E006", variant=host_side(m), kmod=kmod or "?", user=user or "?",
                         facts={"nvidia.kernel_module.version": kmod, "nvidia.userspace_driver_version": user})]
     return []
 
@@ -136,7 +144,9 @@ def check_mismatch(m: Machine, ctx: Context) -> list[Finding]:
 @check("driver")
 def check_binding(m: Machine, ctx: Context) -> list[Finding]:
     if m.get("nvidia.source") == "nvidia-smi" and m.get("nvidia.nvml.error_kind") == "binding_not_installed":
-        return [finding("driver.I001", facts={"nvidia.source": "nvidia-smi"})]
+        install = apt_install_enabling(m, "python3-pynvml")
+        return [finding("driver.I001", variant="" if install else "venv", install=install,
+                        facts={"nvidia.source": "nvidia-smi", "apt.components": m.apt.components})]
     return []
 
 
@@ -172,9 +182,13 @@ def check_gpu_health(m: Machine, ctx: Context) -> list[Finding]:
             split = f"{n} MIG devices" if isinstance(n, int) and n else "smaller devices"
             out.append(finding("gpu.I001", split=split, index=idx, about=lab,
                                facts={"mig_mode_current": True, "mig_device_count": n}))
+        licensed = {k: g.get(k) for k in ("vgpu_product", "vgpu_license") if g.get(k)}
         if str(g.get("virtualization_mode") or "").upper() == "VGPU":
             out.append(finding("gpu.I003", about=lab,
-                               facts={"virtualization_mode": g.get("virtualization_mode")}))
+                               facts={"virtualization_mode": g.get("virtualization_mode"), **licensed}))
+        elif licensed:
+            out.append(finding("gpu.I003", variant="licensed", product=m.vgpu_software, about=lab,
+                               facts={"virtualization_mode": g.get("virtualization_mode"), **licensed}))
     return out
 
 
@@ -186,7 +200,8 @@ def check_persistence(m: Machine, ctx: Context) -> list[Finding]:
     if not off:
         return []
     names = ", ".join(str(g.get("index")) for g in off)
-    return [finding("gpu.W001", count=len(off), gpus=names,
+    return [finding("gpu.W001", variant=host_side(m), count=len(off), gpus=names,
+                    install=_lines(apt_install_enabling(m, "nvidia-persistenced")),
                     facts={"gpus": [g.get("index") for g in off]})]
 
 
@@ -216,9 +231,12 @@ CLOUD_KERNEL = re.compile(r"-(aws|gcp|gke|azure|oracle|ibm)\b|-cloud-(amd64|arm6
 
 
 def _width_variant(m: Machine, gpu: GPU, cw: int, narrow: int) -> str:
-    """Which gpu.W006 fix: a laptop, a virtual machine, an x1 riser, lanes shared by design, else reseat."""
+    """Which gpu.W006 fix: a laptop, a virtual machine, an x1 riser, lanes shared by design, WSL 2 (the
+    link is the Windows machine's, lspci inside WSL does not see it), else reseat."""
     if LAPTOP_GPU.search(gpu.name or ""):
         return "laptop"
+    if m.os.wsl:
+        return "wsl"
     if str(gpu.value("virtualization_mode", "")).lower() in ("pass-through", "vgpu") or CLOUD_KERNEL.search(m.os.kernel or ""):
         return "vm"
     return "x1" if cw == 1 else "shared" if narrow > 1 else ""

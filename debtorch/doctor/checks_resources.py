@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from debtorch import knowledge
+from debtorch.doctor.fixes import host_side, no_wheels_advice
 from debtorch.doctor.limits import limit
 from debtorch.doctor.registry import Context, check
 from debtorch.findings import Finding, finding
@@ -24,7 +27,7 @@ def check_governor(m: Machine, ctx: Context) -> list[Finding]:
     gov = m.get("cpu.governor")
     if gov is None or gov == "performance":
         return []
-    return [finding("cpu.W001", governor=gov,
+    return [finding("cpu.W001", variant=host_side(m), governor=gov,
                     facts={"cpu.governor": gov, "cpu.governors": m.get("cpu.governors")})]
 
 
@@ -64,7 +67,7 @@ def check_wheel_arch(m: Machine, ctx: Context) -> list[Finding]:
     if m.torch.installed:
         return [finding("cpu.I002", arch=m.os.arch,
                         facts={"os.arch": m.os.arch, "python.torch.version": m.torch.version})]
-    return [finding("cpu.W004", arch=m.os.arch, machines=", ".join(knowledge.wheel_machines()),
+    return [finding("cpu.W004", arch=m.os.arch, fix=no_wheels_advice(m),
                     facts={"os.arch": m.os.arch, "wheels_for": knowledge.wheel_machines()})]
 
 
@@ -161,6 +164,54 @@ def check_data(m: Machine, ctx: Context) -> list[Finding]:
         out.append(finding("storage.W001", device=d.get("device"), about=path,
                            facts={"storage.data.device": d.get("device"), "storage.data.rotational": True}))
     return out
+
+
+@check("storage")
+def check_data_read(m: Machine, ctx: Context) -> list[Finding]:
+    """What ``--measure-data`` read, against the samples per second the loader needs (``--data-rate``)."""
+    d = m.get("storage.data") or {}
+    r = d.get("read")
+    if not r:
+        return []
+    one, many, path = r.get("one") or {}, r.get("many") or {}, d.get("path") or r.get("path")
+    readers = many.get("readers") or 1
+    facts = {"storage.data.fstype": d.get("fstype"), "storage.data.network": d.get("network"),
+             "storage.data.rotational": d.get("rotational"), "storage.data.device": d.get("device"),
+             "storage.data.read.cold": r.get("cold"), "storage.data.read.files_found": r.get("files_found")}
+    rate, cap = r.get("data_rate"), r.get("samples_per_s") or 0.0
+    judged = "give --data-rate SAMPLES_PER_S to judge them against the loader's need"
+    if rate:
+        judged = f"they feed {cap:.0f} samples/s (one file a sample); the loader needs {rate:.0f}"
+    out = [finding("storage.I002", about=path, facts=facts, mb1=f"{one.get('mb_per_s', 0):.1f}",
+                   fps1=f"{one.get('files_per_s', 0):.0f}", mbn=f"{many.get('mb_per_s', 0):.1f}",
+                   fpsn=f"{many.get('files_per_s', 0):.0f}", readers=readers, judged=judged)]
+    if not rate:
+        return out
+    if cap < rate:
+        values = {"cap": f"{cap:.0f}", "need": f"{rate:.0f}", "readers": readers, "path": path,
+                  "mbs": f"{r.get('best_mb_per_s', 0):.1f}", "fps": f"{r.get('best_files_per_s', 0):.0f}",
+                  "need_mbs": f"{r.get('need_mb_per_s') or 0:.1f}", "fstype": d.get("fstype"),
+                  "device": d.get("device")}
+        variant = ""
+        if d.get("network"):
+            variant = "network"
+        elif d.get("rotational"):
+            variant = "rotational"
+        out.append(finding("storage.W004", about=path, facts=facts, variant=variant, **values))
+        return out
+    single = _samples_per_s(r, one)
+    if single < rate:
+        per_reader = max(1e-9, cap / readers)
+        out.append(finding("storage.I001", about=path, facts=facts, one=f"{single:.0f}", many=f"{cap:.0f}",
+                           readers=readers, need=f"{rate:.0f}", workers=min(readers, math.ceil(rate / per_reader))))
+    return out
+
+
+def _samples_per_s(read: dict, one_pass: dict) -> float:
+    """Samples/s one pass's reads feed a loader (one file a sample)."""
+    mean = read.get("mean_file_bytes") or 0
+    by_bytes = (one_pass.get("mb_per_s") or 0) * 1e6 / mean if mean else float("inf")
+    return min(one_pass.get("files_per_s") or 0.0, by_bytes)
 
 
 @check("storage")

@@ -47,11 +47,17 @@ def _version(value: Any) -> bool:
     return True
 
 
+def _size_with_unit(value: Any) -> bool:
+    """A string like "8G", "512 MiB" or "4096B": a bare number (8, "8") is refused, not taken as 8 bytes."""
+    return isinstance(value, str) and parse_size(value, unit_required=True) is not None
+
+
 VERSION = schema.Value(("a version", _version))
 SCHEMA = {
     "silence": [schema.text(pattern=ID_PATTERN, expect="an id like cpu.W001, gpu.E* or gpu.*")],
     "minimums": {"driver": VERSION, "torch": VERSION, "torch_cuda": VERSION,
-                 "shm": schema.Value(('a size like "8G"', lambda v: parse_size(str(v)) is not None))},
+                 "shm": schema.Value(('a size with its unit, like "8G" or "512M" (a bare number would be bytes)',
+                                      _size_with_unit))},
 }
 
 
@@ -60,7 +66,7 @@ def parse(text: str, path: str, into: Optional[SiteConfig] = None) -> SiteConfig
     data = schema.load_toml(text, path, SCHEMA, SiteConfigError)
     cfg.silence.extend(data.get("silence", []))
     for key, value in data.get("minimums", {}).items():
-        cfg.minimums[key] = parse_size(str(value)) if key == "shm" else str(value)
+        cfg.minimums[key] = parse_size(value, unit_required=True) if key == "shm" else str(value)
     cfg.files.append(path)
     return cfg
 

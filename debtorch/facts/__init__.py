@@ -15,12 +15,12 @@ import importlib
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from debtorch import inputs
 from debtorch.__about__ import __version__
 from debtorch.facts import schema as _schema
-from debtorch.host import Host
+from debtorch.host import Host, Unavailable
 
 SCHEMA_VERSION = 1
 
@@ -31,13 +31,17 @@ _MODULES = {"os": "osinfo", "python": "pyenv"}
 
 @dataclass
 class Options:
-    """What the user asked for: ``--python``, ``--data``, ``--deep``."""
+    """What the user asked for: ``--python``, ``--data``, ``--deep``, ``--measure-data`` (with ``--data-rate``)."""
 
     python: Optional[str] = None
     data: Optional[str] = None
     deep: bool = False
     deep_timeout: float = 120.0
     sections: tuple = SECTIONS
+    measure_data: bool = False                       # read a sample of --data's files (after every section)
+    data_rate: Optional[float] = None                # samples/s the loader needs, for the doctor's judgement
+    data_seconds: float = 20.0                       # the reads' time, at most
+    progress: Optional[Callable[[float, str], None]] = None   # the reads' progress (share done, what)
 
 
 class Section(dict):
@@ -101,6 +105,8 @@ def collect(host: Host, options: Optional[Options] = None) -> dict:
         # On the way out of an interrupted run, sections not started are dropped; those running
         # finish within their commands' time limits, so that no command they started outlives us.
         pool.shutdown(wait=True, cancel_futures=True)
+    if options.measure_data and options.data:
+        _measure_data(host, options, results)
     doc: dict = {
         "schema_version": SCHEMA_VERSION,
         "debtorch_version": __version__,
@@ -109,6 +115,26 @@ def collect(host: Host, options: Optional[Options] = None) -> dict:
     }
     doc.update(results)
     return doc
+
+
+def _measure_data(host: Host, options: Options, results: dict) -> None:
+    """``storage.data.read``: the data folder's reads measured (facts/dataread.py), alone on the machine
+    after every other section is done; an unknown with its reason when they cannot be."""
+    from debtorch.facts import dataread  # defer: only --measure-data reads the data
+
+    data = (results.get("storage") or {}).get("data")
+    if not isinstance(data, dict) or not data.get("exists"):
+        return
+    cpus = (results.get("cpu") or {}).get("usable_cpus") or 1
+    root = str(data.get("realpath") or options.data)
+    try:
+        got = dataread.measure(host, root, dataread.default_readers(cpus),
+                               options.data_seconds, options.data_rate, options.progress)
+    except (dataread.NothingToRead, Unavailable) as exc:
+        data["read"] = None
+        data.setdefault("unknown", {})["read"] = str(exc)
+        return
+    data["read"] = got.to_json()
 
 
 class FactsFileError(Exception):

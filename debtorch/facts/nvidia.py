@@ -480,6 +480,10 @@ GPU_FIELDS = tuple(GpuField(*row) for row in (
     ("driver_model", "driver_model/current_dm"),
     # None, Pass-Through (a whole GPU given to a VM), VGPU (a slice of one: a GRID guest driver).
     ("virtualization_mode", "gpu_virtualization_mode/virtualization_mode"),
+    # NVIDIA's licensed vGPU software in a guest (a vGPU, or a GPU passed through running the vGPU
+    # guest driver): the product ("NVIDIA Virtual Applications") and "Licensed (Expiry: ...)".
+    ("vgpu_product", "vgpu_software_licensed_product/licensed_product_name"),
+    ("vgpu_license", "vgpu_software_licensed_product/license_status"),
     ("compute_capability", None, str, "nvmlDeviceGetCudaComputeCapability", lambda t: f"{int(t[0])}.{int(t[1])}"),
     ("memory_total", "fb_memory_usage/total", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.total)),
     ("memory_used", "fb_memory_usage/used", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.used)),

@@ -14,7 +14,7 @@ from typing import Optional
 
 from debtorch import versions
 from debtorch.facts import Section
-from debtorch.host import NOT_RECORDED, Host
+from debtorch.host import NOT_RECORDED, Host, meaningful_line
 from debtorch.probes import source
 
 LIGHT_TIMEOUT = 15.0
@@ -59,8 +59,9 @@ def collect(host: Host, ctx) -> dict:
     data = parse_probe_output(res.stdout) if res.error is None else None
     if data is None:
         reason = res.reason or "the probe printed no JSON"
-        if res.error is None and res.stderr.strip():
-            reason = f"{reason}: {res.stderr.strip().splitlines()[-1][:200]}"
+        if res.error is None and res.returncode == 0 and res.stderr.strip():
+            # An exit status other than 0 already names its line (CommandResult.reason).
+            reason = f"{reason}: {meaningful_line(res.stderr)}"
         sec.unknown("version", f"could not run {python}: {reason}")
         sec.unknown("torch", "interpreter did not answer")
         return sec
@@ -97,8 +98,8 @@ def collect(host: Host, ctx) -> dict:
             sec.unknown("deep", "the recording has no deep probe (record with --deep)")
         elif deep is None:
             reason = deep_res.reason or "the probe printed no JSON"
-            tail = deep_res.stderr.strip().splitlines()
-            sec["deep"] = {"ok": False, "errors": {"probe": reason + (f": {tail[-1][:300]}" if tail else "")}}
+            said = meaningful_line(deep_res.stderr, 300) if deep_res.returncode == 0 else ""
+            sec["deep"] = {"ok": False, "errors": {"probe": reason + (f": {said}" if said else "")}}
         else:
             sec["deep"] = deep
     else:

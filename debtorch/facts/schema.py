@@ -26,11 +26,15 @@ GPU = {
     "remapped_rows_uncorrectable": INT,
     "throttle_reasons": [STR], "temperature_c": NUM, "power_draw_w": NUM, "power_limit_w": NUM,
     "mig_mode_current": BOOL, "mig_mode_pending": BOOL, "compute_mode": STR, "pci_device_id": STR,
-    "driver_model": STR, "virtualization_mode": STR, "mig_device_count": INT,
+    "driver_model": STR, "virtualization_mode": STR, "vgpu_product": STR, "vgpu_license": STR, "mig_device_count": INT,
     "mig_devices": [{"index": INT, "gpu_instance_id": INT, "compute_instance_id": INT, "memory_total": NUM}],
     "processes": [{"pid": INT, "used_memory": NUM}], "utilization_gpu": NUM, "utilization_memory": NUM,
     "unknown": UNKNOWN,
 }
+
+# One pass of --measure-data's reads (facts/dataread.py).
+READ_PASS = {"readers": INT, "files": INT, "bytes": NUM, "seconds": NUM, "failed": INT, "mb_per_s": NUM,
+             "files_per_s": NUM}
 
 SCHEMA: dict = {
     "os": {"id": STR, "id_like": STR, "pretty_name": STR, "version": STR, "version_id": STR, "codename": STR,
@@ -54,7 +58,12 @@ SCHEMA: dict = {
     "storage": {"nvme": [{"name": STR, "model": STR, "firmware": STR, "current_gen": INT, "max_gen": INT,
                                "current_width": INT, "max_width": INT}],
                 "data": {"path": STR, "exists": BOOL, "mount_point": STR, "fstype": STR, "network": BOOL,
-                         "device": STR, "rotational": BOOL, "free_bytes": NUM, "total_bytes": NUM},
+                         "device": STR, "rotational": BOOL, "free_bytes": NUM, "total_bytes": NUM,
+                         "read": {"path": STR, "files_found": INT, "mean_file_bytes": NUM, "cold": BOOL,
+                                  "one": READ_PASS, "many": READ_PASS, "seconds": NUM, "data_rate": NUM,
+                                  "samples_per_s": NUM, "need_mb_per_s": NUM, "best_mb_per_s": NUM,
+                                  "best_files_per_s": NUM},
+                         "unknown": UNKNOWN},
                 "unknown": UNKNOWN},
     "nvidia": {"pci_devices": [{"address": STR, "device_id": STR, "name": STR, "driver": STR, "is_gpu": BOOL,
                                      "numa_node": INT}],

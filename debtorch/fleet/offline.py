@@ -53,7 +53,7 @@ def document_paths(args: Iterable[str]) -> list:
         except FileNotFoundError:
             raise FleetInputError(f"{arg}: no such file or folder") from None
         except OSError as exc:
-            raise FleetInputError(f"{arg}: cannot read ({exc.strerror or exc})") from None
+            raise FleetInputError(f"{arg}: cannot read ({inputs.os_reason(exc)})") from None
         if stat.S_ISDIR(mode):
             files = sorted(x for x in p.iterdir() if x.suffix == ".json" and x.is_file())
             if not files:

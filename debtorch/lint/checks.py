@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import io
 import re
 import tokenize
 from typing import Callable, Iterator, List, Optional, Set, Tuple
 
 from debtorch.findings import finding
-from debtorch.lint.result import Located
+from debtorch.lint.flow import arguments_given, dict_items, values_of
+from debtorch.lint.result import Located, located
 from debtorch.lint.script import (
     CPU,
     DEFS,
@@ -30,10 +32,12 @@ from debtorch.lint.script import (
     Flow,
     Region,
     Script,
+    argparse_default,
     argument,
+    body_of,
     constant,
+    constant_value,
     device_arg,
-    has_star_kwargs,
     identifier,
     is_mod,
     keyword,
@@ -76,14 +80,18 @@ def column(script: Script, node: ast.AST) -> int:
 def at(script: Script, node: ast.AST, id: str, variant: str = "", **values: str) -> Located:
     """The catalogue's ``id`` at ``node`` (docs/lint.md); ``values`` fill its message and fix."""
     line = getattr(node, "lineno", 1) or 1
-    return Located(script.path, line, column(script, node),
-                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line).rstrip())
+    return located(script.path, line, column(script, node),
+                   finding(id, about=f"{script.path}:{line}", variant=variant, **values), script.code(line))
 
 
 # ---------------------------------------------------------------------------
 # Host waits for the GPU in the loop (W001, W002, W003)
 
 _CONVERT = ("float", "int", "bool", "round", "str", "repr", "print", "format")
+# TensorBoard's SummaryWriter (and tensorboardX's) turn a tensor into a NumPy value as they log it:
+# add_scalar(tag, value), add_scalars(tag, {name: value}), add_histogram(tag, values).
+_TENSORBOARD = {"add_scalar": ("scalar_value", 1), "add_scalars": ("tag_scalar_dict", 1),
+                "add_histogram": ("values", 1)}
 _TRUTH_METHODS = frozenset("any all isnan isinf isfinite bool eq ne gt lt ge le equal allclose".split())
 
 
@@ -118,6 +126,8 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
                 if wait and not _chain_has_cpu(recv):
                     flagged_items = True
                     yield "script.W001", "", n, segment(script, n)
+            elif m in _TENSORBOARD and _logs_device_tensor(n, kind):
+                yield "script.W001", "tensorboard", n, segment(script, n)
             elif m == "format" and isinstance(recv, ast.Constant) and isinstance(recv.value, str):
                 if any(kind(a) == DEVICE for a in list(n.args) + [k.value for k in n.keywords]):
                     yield "script.W002", "", n, segment(script, n)
@@ -142,6 +152,15 @@ def sync_hits(script: Script, node: ast.AST, flow: Flow, scope: ast.AST,
             yield "script.W003", "", n, segment(script, n)
     if is_test and not flagged_items and _truth_waits(script, node, kind):
         yield "script.W003", "", node, segment(script, node)
+
+
+def _logs_device_tensor(call: ast.Call, kind: Callable[[ast.AST], Optional[str]]) -> bool:
+    """Is a TensorBoard ``add_scalar``/``add_scalars``/``add_histogram`` call given a GPU tensor?"""
+    value = argument(call, *_TENSORBOARD[method(call)])
+    if value is None:
+        return False
+    parts = [v for v in value.values if v is not None] if isinstance(value, ast.Dict) else [value]
+    return any(kind(v) == DEVICE for v in parts)
 
 
 def _is_text(node: ast.AST) -> bool:
@@ -203,9 +222,24 @@ def _non_blocking(call: ast.Call) -> bool:
     return constant(kw) is not False
 
 
+def _training_loader_pins(script: Script) -> Optional[bool]:
+    """Does a training loader pin memory: True, False (every one is known not to), or None (no training
+    loader known, or one whose ``**`` arguments are not shown)."""
+    answers = []
+    for call in training_loaders(script):
+        kwargs, star = loader_kwargs(script, call, script.enclosing_scope(call))
+        pin = kwargs.get("pin_memory")
+        if pin is None and star:
+            return None
+        answers.append(pin is not None and _truthy_pin(pin))
+    return any(answers) if answers else None
+
+
 def check_copies(script: Script) -> Iterator[Located]:
     if not script.regions() or not any(map(_truthy_pin, named_values(script, "pin_memory"))):
         return
+    if _training_loader_pins(script) is False:
+        return  # the loader the training loop reads does not pin (another one of the file does)
     flow = Flow(script)
     for step in script.per_step():
         if not step.header and not step.guarded:
@@ -231,8 +265,14 @@ def _fresh(script: Script, recv: ast.AST, scope: ast.AST) -> bool:
         return method(recv) != "pin_memory"
     if isinstance(recv, ast.Name):
         made = script.kinds(scope).assigned.get(recv.id, [])
-        return any(isinstance(v, ast.Call) and script.call_name(v).startswith("torch.") for v in made)
+        return any(isinstance(v, ast.Call) and script.call_name(v).startswith("torch.") and not _variable(script, v)
+                   for v in made)
     return False
+
+
+def _variable(script: Script, call: ast.Call) -> bool:
+    """``Variable(x)`` (torch.autograd's legacy wrapper): the tensor it is given, not a new one."""
+    return script.call_name(call) in ("torch.autograd.Variable", "torch.autograd.variable.Variable")
 
 
 def _with_non_blocking(code: str) -> str:
@@ -262,13 +302,71 @@ def _unwrap_iter(node: ast.AST) -> ast.AST:
 
 
 def _loop_sources(script: Script, region: Region) -> List[ast.AST]:
-    """What a training loop iterates: the loader expression(s); a ``while`` loop's are what it calls next() on."""
-    if isinstance(region.loop, (ast.For, ast.AsyncFor)):
-        return [_unwrap_iter(region.loop.iter)]
-    its = [n.args[0] for n in local_nodes(region.loop.body)
-           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
-    return [_unwrap_iter(v) for it in its
-            for v in (script.kinds(region.scope).assigned.get(it.id, []) if isinstance(it, ast.Name) else [it])]
+    """What a training loop takes its batches from: what a ``for`` loop iterates, and what the loop calls
+    ``next()`` on (``for step in range(n): x, y = next(batches)``, ``while`` loops alike)."""
+    out = [_unwrap_iter(region.loop.iter)] if isinstance(region.loop, (ast.For, ast.AsyncFor)) else []
+    for step in region.steps:  # a next() that runs every step; one in a validation branch is another loader's
+        if step.guarded or step.header or step.scope is not region.scope:
+            continue
+        out += [_unwrap_iter(n.args[0]) for n in local_nodes(step.node)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args]
+    return out
+
+
+_PASS_THROUGH = ("iter", "enumerate", "tqdm", "islice", "zip", "cycle", "chain", "Bar", "track", "progress", "ProgressBar")
+
+
+def _generator_params(func: ast.AST) -> Set[str]:
+    """The parameters a generator function re-yields the items of (``for b in loader: yield b``,
+    ``yield from loader``), however deep in ``while True`` loops."""
+    if not isinstance(func, FUNCS):
+        return set()
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+    out: Set[str] = set()
+    for n in local_nodes(func.body):
+        if isinstance(n, ast.YieldFrom) and isinstance(n.value, ast.Name) and n.value.id in params:
+            out.add(n.value.id)
+        elif isinstance(n, (ast.For, ast.AsyncFor)) and isinstance(n.iter, ast.Name) and n.iter.id in params and \
+                any(isinstance(y, ast.Yield) for y in local_nodes(n.body)):
+            out.add(n.iter.id)
+    return out
+
+
+def _origins(script: Script, expr: ast.AST, scope: ast.AST, at: Optional[ast.AST], depth: int,
+             calls: List[ast.Call], names: Set[str]) -> None:
+    """The DataLoader calls ``expr`` may stand for, through assignments, parameters bound at the file's
+    call sites, ``iter()``, progress bars and generators that re-yield a loader; the names met on the way
+    (``names``) are matched against the file's assignments by name as well (attributes, dict entries)."""
+    if depth > 6:
+        return
+    if isinstance(expr, ast.Call):
+        if script.call_name(expr).endswith("DataLoader"):
+            calls.append(expr)
+            return
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in _PASS_THROUGH and func.id not in script.functions:
+            for a in expr.args[: None if func.id in ("zip", "chain") else 1]:
+                _origins(script, a, scope, at, depth + 1, calls, names)
+            return
+        for f in script.callees(expr, scope):
+            for param in _generator_params(f):
+                for value, where in arguments_given(script, f, param):
+                    if isinstance(value, ast.expr) and value in _call_args(expr):
+                        _origins(script, value, where, value, depth + 1, calls, names)
+        return
+    if isinstance(expr, ast.Name):
+        names.add(expr.id)
+        for value, where in values_of(script, expr.id, scope, at) or []:
+            if isinstance(value, ast.expr):
+                _origins(script, value, where, value, depth + 1, calls, names)
+        return
+    name = identifier(expr)
+    if name:
+        names.add(name)
+
+
+def _call_args(call: ast.Call) -> List[ast.expr]:
+    return list(call.args) + [k.value for k in call.keywords]
 
 
 def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
@@ -280,6 +378,8 @@ def training_loader_names(script: Script) -> Tuple[Set[str], List[ast.Call]]:
             if isinstance(src, ast.Call) and script.call_name(src).endswith("DataLoader"):
                 direct.append(src)
                 continue
+            if isinstance(src, (ast.Name, ast.Call)):
+                _origins(script, src, region.scope, src, 0, direct, names)
             name = identifier(src)
             if not name or isinstance(src, ast.Call):
                 continue
@@ -353,6 +453,13 @@ def _loader_returns(script: Script) -> dict:
 
 
 def training_loaders(script: Script) -> List[ast.Call]:
+    """The DataLoader calls the training loops take their batches from (found once per file)."""
+    if script.training_loaders is None:
+        script.training_loaders = _find_training_loaders(script)
+    return script.training_loaders
+
+
+def _find_training_loaders(script: Script) -> List[ast.Call]:
     names, direct = training_loader_names(script)
     out = list(direct)
     if not names:
@@ -375,16 +482,70 @@ def training_loaders(script: Script) -> List[ast.Call]:
     return list({id(c): c for c in out}.values())
 
 
-def _in_memory(script: Script, call: ast.Call) -> bool:
+def _device_batches(script: Script, call: ast.Call, scope: ast.AST) -> bool:
+    """Does the loader's dataset (a class of this file) move its items to the GPU in ``__getitem__``
+    (``return seq.cuda()``)? Then workers cannot make its batches and there is nothing to pin."""
+    ds = argument(call, "dataset", 0)
+    values: List[ast.AST] = [ds] if ds is not None else []
+    if isinstance(ds, ast.Name):
+        values += [v for v, _ in values_of(script, ds.id, scope, call) or [] if isinstance(v, ast.AST)]
+    for v in values:
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in script.classes:
+            get = script.method_of(script.classes[v.func.id], "__getitem__")
+            if get is not None and any(isinstance(n, ast.Call) and (method(n) == "cuda" or moved_to(n))
+                                       for n in local_nodes(get.body)):
+                return True
+    return False
+
+
+def _dataset_values(script: Script, call: ast.Call) -> List[ast.expr]:
+    """The loader's dataset argument and the values the file assigns to it (when it is a name)."""
     ds = argument(call, "dataset", 0)
     if ds is None:
-        return False
+        return []
     values = [ds]
     if isinstance(ds, ast.Name):
         for n in script.nodes:
             if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == ds.id for t in n.targets):
                 values.append(n.value)
-    return any(isinstance(v, ast.Call) and identifier(v.func) in ("TensorDataset", "StackDataset") for v in values)
+    return values
+
+
+def _in_memory(script: Script, call: ast.Call) -> bool:
+    """Is the loader's dataset held in memory, cheap to index in the main process: a ``TensorDataset``,
+    or a dataset class of the file whose ``__getitem__`` only indexes what it holds (tokenized rows)?"""
+    for v in _dataset_values(script, call):
+        if not isinstance(v, ast.Call):
+            continue
+        if identifier(v.func) in ("TensorDataset", "StackDataset"):
+            return True
+        if isinstance(v.func, ast.Name) and v.func.id in script.classes and \
+                _only_indexes(script, script.classes[v.func.id]):
+            return True
+    return False
+
+
+_CHEAP_CALLS = frozenset("int float len slice range min max type astype long tolist".split())
+_CHEAP_TORCH = ("torch.tensor", "torch.as_tensor", "torch.from_numpy", "torch.LongTensor", "torch.stack", "torch.cat")
+
+
+def _only_indexes(script: Script, cls: ast.ClassDef) -> bool:
+    """Does ``cls.__getitem__`` only index data the dataset holds (``self.rows[i]["input_ids"]``), with
+    conversions (``.long()``, ``torch.tensor(...)``) and no other call: no file read, no decoding, no
+    transform?"""
+    get = script.method_of(cls, "__getitem__")
+    if get is None:
+        return False
+    indexes_self = False
+    for n in local_nodes(body_of(get)):
+        if isinstance(n, ast.Subscript) and root_name(n) == "self":
+            indexes_self = True
+        elif isinstance(n, ast.Call):
+            name = identifier(n.func)
+            if not (name in _CHEAP_CALLS or (method(n) in TENSOR_METHODS and name != "map") or
+                    script.call_name(n) in _CHEAP_TORCH):
+                return False
+    return indexes_self
 
 
 MANY_EPOCHS = 5
@@ -417,24 +578,83 @@ def _per_epoch(script: Script) -> bool:
     return False
 
 
-def _argparse_default(script: Script, dest: str):
-    """The default of the file's own ``parser.add_argument("--dest", default=...)``; a marker if unknown."""
-    for n in script.nodes:
-        if isinstance(n, ast.Call) and method(n) == "add_argument":
-            name = constant(keyword(n, "dest"))
-            if not isinstance(name, str):
-                flags = [f for f in map(constant, n.args) if isinstance(f, str)]
-                flags = [f for f in flags if f.startswith("--")] or flags
-                name = flags[0].lstrip("-").replace("-", "_") if flags else None
-            if name == dest:
-                default = keyword(n, "default")
-                return constant(default) if default is not None else NOT_CONSTANT
-    return NOT_CONSTANT
-
-
 def _pretokenized(script: Script) -> bool:
     """A Hugging Face text pipeline: batches are rows of a tokenized in-memory table, cheap to collate."""
     return any(q == "datasets" or q.startswith(("datasets.", "transformers")) for q in script.aliases.values())
+
+
+_HF_TABLE_METHODS = frozenset("map with_format set_format select shuffle filter train_test_split remove_columns "
+                               "rename_column rename_columns with_transform".split())
+
+
+def _hf_rows(script: Script, node: ast.AST, scope: ast.AST, depth: int = 0) -> Optional[bool]:
+    """Is ``node`` a Hugging Face datasets table (``load_dataset(...)``, its ``.map(...)``, a split of it)?
+    None when the code does not say."""
+    if depth > 6:
+        return None
+    if isinstance(node, ast.Subscript):
+        return _hf_rows(script, node.value, scope, depth + 1)
+    if isinstance(node, ast.Call):
+        name = script.call_name(node)
+        if name.startswith("datasets.") or identifier(node.func) in ("load_dataset", "load_from_disk"):
+            return True
+        if method(node) in _HF_TABLE_METHODS and isinstance(node.func, ast.Attribute):
+            return _hf_rows(script, node.func.value, scope, depth + 1)
+        return False if name or script.callees(node, scope) else None
+    if isinstance(node, ast.Name):
+        answers = [_hf_rows(script, v, where, depth + 1) for v, where in values_of(script, node.id, scope, node) or []
+                   if isinstance(v, ast.expr)]
+        if answers and all(a is False for a in answers):
+            return False
+        return True if any(answers) else None
+    return None
+
+
+def _text_rows(script: Script, call: ast.Call, kwargs: dict, scope: ast.AST) -> bool:
+    """Does this loader collate rows of a tokenized Hugging Face table (cheap in the main process)?
+    Its collate_fn is a data collator, or its dataset comes from the datasets library; where the code
+    does not say, a script of that pipeline (it imports datasets or transformers) is given the benefit."""
+    collate = kwargs.get("collate_fn")
+    if collate is not None and ("ollator" in identifier(collate) or
+                                script.qualname(getattr(collate, "func", collate)).startswith("transformers")):
+        return True
+    ds = argument(call, "dataset", 0)
+    rows = _hf_rows(script, ds, scope) if ds is not None else None
+    return rows if rows is not None else _pretokenized(script)
+
+
+def _token_rows(script: Script, call: ast.Call, kwargs: dict, scope: ast.AST) -> bool:
+    """Does the code show that this loader's batches are token ids of a text pipeline (small integer
+    tensors: pinning them saves nothing measurable)? Its collate_fn is a data collator, its dataset is a
+    Hugging Face table, or its dataset is built from a tokenizer or such a table."""
+    collate = kwargs.get("collate_fn")
+    if collate is not None and "ollator" in identifier(collate):
+        return True
+    for v in _dataset_values(script, call):
+        if _hf_rows(script, v, scope):
+            return True
+        if isinstance(v, ast.Call) and any("tokeniz" in identifier(a).lower() or _hf_rows(script, a, scope)
+                                           for a in _call_args(v)):
+            return True
+    return False
+
+
+def loader_kwargs(script: Script, call: ast.Call, scope: ast.AST) -> Tuple[dict, bool]:
+    """(the keyword arguments a DataLoader call is given, those of ``**d`` included where ``d`` is known:
+    a dict literal, ``dict(...)``, or a name holding one with its later ``d[key] = v``; whether some
+    ``**`` argument stays unknown)."""
+    out: dict = {}
+    unknown = False
+    for kw in call.keywords:
+        if kw.arg is not None:
+            out[kw.arg] = kw.value
+            continue
+        items = dict_items(script, kw.value, scope, call)
+        if items is None:
+            unknown = True
+        else:
+            out.update(items)
+    return out, unknown
 
 
 def check_loaders(script: Script) -> Iterator[Located]:
@@ -442,31 +662,37 @@ def check_loaders(script: Script) -> Iterator[Located]:
     if not loaders:
         return
     per_epoch = None
-    text_rows = _pretokenized(script)
     for call in loaders:
-        star = has_star_kwargs(call)
-        nw = argument(call, "num_workers", 5)
+        scope = script.enclosing_scope(call)
+        if _device_batches(script, call, scope):
+            continue  # items already on the GPU: workers cannot make them, pinning has nothing to do
+        kwargs, star = loader_kwargs(script, call, scope)
+        nw = kwargs.get("num_workers") or (call.args[5] if len(call.args) > 5 else None)
         nwc = constant(nw) if nw is not None else None
+        if isinstance(nw, ast.Name):  # a constant of the module or the function: workers = 4
+            nwc = constant_value(script, nw, scope, call)
         # num_workers=args.workers: the default of the file's own parser (0: no workers unless asked for)
-        default = _argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
+        default = argparse_default(script, nw.attr) if isinstance(nw, ast.Attribute) else NOT_CONSTANT
         workers_off = (nw is None and not star) or nwc == 0 or (default == 0 and not isinstance(default, bool))
-        if workers_off and not _in_memory(script, call) and not text_rows:
+        if workers_off and not _in_memory(script, call) and not _text_rows(script, call, kwargs, scope):
             detail = "num_workers is not set" if nw is None else \
                 "num_workers=0" if nwc == 0 else f"num_workers={segment(script, nw)}, 0 by default"
             yield at(script, call, "script.W005", detail=detail)
-        if script.cuda_explicit and not star and not _in_memory(script, call):
-            pin = keyword(call, "pin_memory")
+        if script.cuda_explicit and not star and not _in_memory(script, call) and \
+                not _token_rows(script, call, kwargs, scope):
+            pin = kwargs.get("pin_memory")
             if pin is None or constant(pin) is False:
                 yield at(script, call, "script.I001")
         if not workers_off and not (nw is None and star) and not (isinstance(nwc, int) and nwc <= 0):
-            pw = keyword(call, "persistent_workers")
+            pw = kwargs.get("persistent_workers")
             if (pw is None and not star) or constant(pw) is False:
                 if per_epoch is None:
                     per_epoch = _per_epoch(script)
                 if per_epoch:
-                    persist = "True" if isinstance(nwc, int) and nwc > 0 else f"{segment(script, nw)} > 0"
+                    persist = "True" if (isinstance(nwc, int) and nwc > 0) or nw is None else f"{segment(script, nw)} > 0"
                     yield at(script, call, "script.I002", persist=persist)
-        pf = constant(keyword(call, "prefetch_factor"))
+        pf = constant_value(script, kwargs.get("prefetch_factor"), scope, call) \
+            if isinstance(kwargs.get("prefetch_factor"), ast.Name) else constant(kwargs.get("prefetch_factor"))
         fixed = ([f"num_workers={nwc}"] if isinstance(nwc, int) and not isinstance(nwc, bool) and nwc > 0 else []) + \
             ([f"prefetch_factor={pf}"] if isinstance(pf, int) else [])
         if fixed:
@@ -604,8 +830,8 @@ def check_nvprof(script: Script) -> Iterator[Located]:
     for tok in tokens:
         if tok.type in (tokenize.COMMENT, tokenize.STRING) and re.search(r"\bnvprof\b", tok.string):
             line, col = tok.start
-            yield Located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
-                          script.code(line).rstrip())
+            yield located(script.path, line, col + 1, finding("script.I005", about=f"{script.path}:{line}"),
+                          script.code(line))
             break
 
 
@@ -629,18 +855,32 @@ def check_cudnn_benchmark(script: Script) -> Iterator[Located]:
 # Gradient accumulation (W010) and the schedule under it (W011)
 
 def _direct_nodes(body: list) -> Iterator[Tuple[ast.AST, List[ast.AST]]]:
-    """(node, the ``if`` statements around it) in ``body``, not entering nested loops or functions."""
-    stack = [(s, []) for s in reversed(body)]
+    """(node, the ``if`` statements around it) in ``body``, not entering nested loops or functions.
+    The statements after ``if test: continue`` count as under that ``if`` too (they run only when it
+    does not skip: ``if step % accum != 0: continue`` before the optimizer step)."""
+    stack: List[Tuple[ast.AST, List[ast.AST]]] = []
+    _push_block(stack, body, [])
     while stack:
         node, ifs = stack.pop()
         yield node, ifs
         if isinstance(node, LOOPS + DEFS):
             continue
         if isinstance(node, ast.If):
-            kids = [(c, ifs + [node]) for c in node.body + node.orelse] + [(node.test, ifs)]
+            stack.append((node.test, ifs))
+            _push_block(stack, node.orelse, ifs + [node])
+            _push_block(stack, node.body, ifs + [node])
         else:
-            kids = [(c, ifs) for c in ast.iter_child_nodes(node)]
-        stack.extend(reversed(kids))
+            stack.extend(reversed([(c, ifs) for c in ast.iter_child_nodes(node)]))
+
+
+def _push_block(stack: List[Tuple[ast.AST, List[ast.AST]]], body: List[ast.stmt], ifs: List[ast.AST]) -> None:
+    """Push ``body``'s statements so that they pop in order, each with the ``if`` statements it runs under."""
+    entries: List[Tuple[ast.AST, List[ast.AST]]] = []
+    for stmt in body:
+        entries.append((stmt, ifs))
+        if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(stmt.body[-1], ast.Continue):
+            ifs = ifs + [stmt]
+    stack.extend(reversed(entries))
 
 
 def _mod_operand(test: ast.AST) -> Optional[ast.AST]:
@@ -683,6 +923,18 @@ def _divided(script: Script, scope: ast.AST, loss: ast.AST, every: ast.AST) -> b
 _Accumulation = collections.namedtuple("_Accumulation", "loop every guard backwards steps")
 
 
+def _accumulates(script: Script, scope: ast.AST, broad: bool, test: ast.AST) -> bool:
+    """Does ``test`` count micro-batches (a ``%``, also through a name it holds; ``broad``: or a name that
+    says accumulation)?"""
+    return bool(script.mods_of(test, scope)) or (broad and bool(_ACCUM.search(" ".join(names_in(test)))))
+
+
+def _every(script: Script, scope: ast.AST, test: ast.AST) -> Optional[ast.AST]:
+    """The count of a boundary's ``%`` (``accum`` in ``(i + 1) % accum == 0``), or None."""
+    mods = script.mods_of(test, scope)
+    return mods[0].right if mods else None
+
+
 _ACCUM = re.compile(r"accum|update_freq|grad_acc", re.I)
 
 
@@ -694,12 +946,12 @@ def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
     (``loss_scaler(loss, optimizer, update_grad=(i + 1) % N == 0)``): enough to know that gradients are
     accumulated, not to size N (W012).
     """
-    def accumulates(test: ast.AST) -> bool:
-        return _mod_operand(test) is not None or (broad and bool(_ACCUM.search(" ".join(names_in(test)))))
-
     out = []
     for region in script.regions():
         loop = region.loop
+        accumulates = functools.partial(_accumulates, script, region.scope, broad)
+        every_of = functools.partial(_every, script, region.scope)
+
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             continue
         steps, backwards = [], []
@@ -712,19 +964,46 @@ def accumulations(script: Script, broad: bool = False) -> List[_Accumulation]:
                 elif broad and script.is_step_wrapper(node):
                     when = next((k.value for k in node.keywords if k.arg in ("update_grad", "need_update")), None)
                     if when is not None and accumulates(when):
-                        out.append(_Accumulation(loop, _mod_operand(when), when, [node], [node]))
+                        out.append(_Accumulation(loop, every_of(when), when, [node], [node]))
         guarded = [(s, ifs) for s, ifs in steps if any(accumulates(i.test) for i in ifs)]
-        if not guarded or not backwards:
-            continue
+        if not guarded or not backwards or len(guarded) < len(steps):
+            continue  # an optimizer step outside the boundary: every step updates (a GAN's lazy regulariser)
         guard = next(i for i in guarded[0][1] if accumulates(i.test))
-        every = _mod_operand(guard.test)
+        every = every_of(guard.test)
         said = " ".join(names_in(every)) if every is not None else ""
         if re.search(r"log|print|eval|save|interval|freq", said, re.I) and not _ACCUM.search(said):
             continue
         free = [b for b, ifs in backwards if guard not in ifs]
         if free:
             out.append(_Accumulation(loop, every, guard, free, [s for s, _ in guarded]))
+    if broad:
+        out += _inner_accumulations(script)
     return out
+
+
+def _inner_accumulations(script: Script) -> List[_Accumulation]:
+    """Training loops whose micro-batches run in an inner loop (backward there, the optimizer step after
+    it): ``for _ in range(accum): loss.backward()`` then ``optimizer.step()``.  ``guard`` is the inner
+    loop, ``every`` its ``range()`` count when it has one."""
+    out = []
+    for region in script.regions():
+        loop = region.loop
+        body = body_of(loop)
+        steps = [n for n, _ in _direct_nodes(body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
+        for inner in (n for n in local_nodes(body) if isinstance(n, (ast.For, ast.AsyncFor))):
+            backwards = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_backward(n)]
+            inner_steps = [n for n in local_nodes(inner.body) if isinstance(n, ast.Call) and script.is_optimizer_step(n)]
+            outer_steps = steps or [n for n in local_nodes(body) if isinstance(n, ast.Call) and
+                                    script.is_optimizer_step(n) and not _inside(n, inner)]
+            if backwards and not inner_steps and outer_steps:
+                count = inner.iter.args[-1] if isinstance(inner.iter, ast.Call) and \
+                    identifier(inner.iter.func) == "range" and len(inner.iter.args) == 1 else None
+                out.append(_Accumulation(loop, count, inner, backwards, outer_steps))
+    return out
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return any(n is node for n in local_nodes(outer))
 
 
 def check_accumulation(script: Script) -> Iterator[Located]:
@@ -749,19 +1028,63 @@ def _wraps_ddp(script: Script) -> bool:
                                                    identifier(n.func)) for n in script.nodes)
 
 
+def _accelerate_prepares(script: Script) -> bool:
+    """Does the script hand its model to accelerate (``accelerator.prepare(model, ...)``), which wraps it
+    in DistributedDataParallel on several GPUs?"""
+    return any(q.split(".")[0] == "accelerate" for q in script.aliases.values()) and \
+        any(isinstance(n, ast.Call) and method(n) == "prepare" for n in script.nodes)
+
+
 def check_ddp_accumulation(script: Script) -> Iterator[Located]:
-    """W012: accumulation under DistributedDataParallel without no_sync(): every micro-batch all-reduces."""
+    """W012: accumulation under DistributedDataParallel without no_sync(): every micro-batch all-reduces.
+    accelerate skips the sync only inside ``accelerator.accumulate(model)``: a script that prepares its
+    model with accelerate and accumulates by hand is judged like a DDP script (docs/lint.md)."""
     text = script.text
-    if "no_sync" in text or "require_backward_grad_sync" in text or not _wraps_ddp(script) or _framework(script):
-        return  # no_sync or its flag is used; frameworks skip the sync themselves
+    if "no_sync" in text or "require_backward_grad_sync" in text:
+        return  # no_sync or its flag is used
+    accelerate = _accelerate_prepares(script)
+    if ".accumulate(" in text and any(q.split(".")[0] == "accelerate" for q in script.aliases.values()):
+        return  # accelerate's accumulate() context skips the sync on the micro-batches that do not step
+    others = any(q.split(".")[0] in _FRAMEWORKS and q.split(".")[0] != "accelerate" or
+                 (q.startswith("transformers.") and q.endswith("Trainer")) for q in script.aliases.values())
+    if others or not (_wraps_ddp(script) or accelerate):
+        return  # Lightning, DeepSpeed and the Trainer skip the sync themselves
     seen = set()
     for acc in accumulations(script, broad=True):
         call = acc.backwards[0]
+        if _under_sync_wrapper(script, acc.loop, call):
+            continue
         if id(call) not in seen:
             seen.add(id(call))
-            when = f"every {segment(script, acc.every, 60)} micro-batches" if acc.every is not None else \
-                f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
+            if acc.every is not None:
+                when = f"every {segment(script, acc.every, 60)} micro-batches"
+            elif isinstance(acc.guard, (ast.For, ast.AsyncFor)):
+                when = f"after the micro-batches of the inner loop (line {acc.guard.lineno})"
+            else:
+                when = f"only when {segment(script, getattr(acc.guard, 'test', acc.guard), 60)}"
             yield at(script, call, "script.W012", call=callee(script, call), when=when)
+
+
+def _under_sync_wrapper(script: Script, loop: ast.AST, call: ast.AST) -> bool:
+    """Does ``call`` (a backward) run inside ``with f(model, ...)``, a context of another module given the
+    DDP model, that may call no_sync() for its caller (``with misc.ddp_sync(ddp, sync):``)? Unknown
+    unless the project shows that ``f`` does not; a function of this file does not (the file never
+    mentions no_sync, or this rule would not run)."""
+    scope = script.scope_of.get(loop, script.tree)
+    flow = Flow(script)
+    for w in local_nodes(body_of(loop)):
+        if not isinstance(w, (ast.With, ast.AsyncWith)) or not _inside(call, w):
+            continue
+        for item in w.items:
+            ctx = item.context_expr
+            if not isinstance(ctx, ast.Call) or script.call_name(ctx).startswith("torch.") or script.callees(ctx, scope):
+                continue
+            if not any(flow.classify(a, scope) == MODEL for a in _call_args(ctx)):
+                continue
+            summary = script.imported(ctx)
+            if summary is None or summary.syncs:
+                return True
+    return False
 
 
 _SCHEDULERS = {
@@ -852,14 +1175,18 @@ CHECKS: Tuple[Check, ...] = (
 )
 
 
-def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Located]:
-    """Every check's findings; a check that raises becomes a script.E001 finding instead."""
-    out: List[Located] = []
+def iter_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> Iterator[Located]:
+    """Every check's findings as they are found; a check that raises becomes a script.E001 finding
+    instead (what it yielded before stays)."""
     for check in checks:
         try:
-            out.extend(check(script))
+            yield from check(script)
         except (Exception, RecursionError) as exc:  # noqa: BLE001 - a crashed rule is a finding, never a traceback
             text = f"{check.__name__}: {type(exc).__name__}: {str(exc).strip()[:80]}"
             crash = finding("script.E001", about=script.path, error=text)
-            out.append(Located(script.path, 1, 1, crash, script.code(1)))
-    return out
+            yield located(script.path, 1, 1, crash, script.code(1))
+
+
+def run_checks(script: Script, checks: Tuple[Check, ...] = CHECKS) -> List[Located]:
+    """Every check's findings, in a list (:func:`iter_checks`)."""
+    return list(iter_checks(script, checks))

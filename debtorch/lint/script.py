@@ -9,7 +9,12 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
+
+from debtorch.lint.flow import Definitions, values_of
+
+if TYPE_CHECKING:
+    from debtorch.lint.project import FunctionSummary, Project
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -21,12 +26,14 @@ CPU = "cpu"            # a tensor on the host (a batch straight from the DataLoa
 OTHER = "other"        # not a tensor: a number, a string, a list, a numpy value
 MODEL = "model"        # an nn.Module (calling it gives DEVICE)
 MIXED = "mixed"        # assigned different kinds: unknown
+FOLLOWS = "follows"    # a function's result is where its tensor arguments are (project.py summaries)
 
 _OPTIMIZER = re.compile(r"optim|^opt(?:$|_|\d|[a-z]$)", re.I)
 MODELISH = re.compile(r"^(?:model|net|network|module|.*_model|model_.*|.*_net|net_.*|ddp_.*|generator|discriminator"
                       r"|encoder|decoder|backbone|classifier|teacher|student|ema|critic|actor|policy)$", re.I)
 LOSSISH = re.compile(r"loss|criterion|criteria", re.I)
 _NOT_A_STEP = re.compile(r"print|log|info|warn|save|write|dump|record|append|update", re.I)  # f(loss, optimizer)
+_ACCUMULATION = re.compile(r"accum|grad_acc|update_freq|micro", re.I)
 _PERIODIC = re.compile(r"log|print|verbose|debug|eval|valid|val_|_val|save|checkpoint|ckpt|interval|freq|every|display"
                        r"|report|wandb|tensorboard|writer|summary|profil|sample|show|monitor|plot|visual|vis_|_vis"
                        r"|test|track|dump|record|warmup|first|last|final|done|stop|finish|is_end|epoch_end", re.I)
@@ -52,6 +59,15 @@ PLAIN_METHODS = frozenset("item tolist numpy size dim numel nelement element_siz
 FACTORIES = frozenset("tensor as_tensor from_numpy zeros ones empty full arange linspace logspace rand randn "
                       "randint randperm eye zeros_like ones_like empty_like full_like rand_like randn_like "
                       "randint_like normal bernoulli multinomial".split())
+# The legacy constructors (torch.Tensor([...]), torch.LongTensor(n)) build on the host as well;
+# torch.cuda.FloatTensor(...) is another name (it has a dot after torch.) and stays unknown.
+LEGACY_TENSORS = frozenset("Tensor FloatTensor DoubleTensor HalfTensor BFloat16Tensor LongTensor IntTensor "
+                           "ShortTensor ByteTensor CharTensor BoolTensor".split())
+# A method whose name says it runs one training step (a convention of trainers: Keras' train_on_batch,
+# Lightning's training_step, CycleGAN's optimize_parameters), taken to train where its object's class
+# cannot be read (another module outside the project, or one too large to read).
+STEP_METHOD = re.compile(r"^(?:train(?:ing)?_(?:step|batch|on_batch|one_batch|one_step)"
+                         r"|optimi[sz]e_parameters)$")
 # torch.* names that are not tensor computations.
 TORCH_PLAIN = frozenset("device no_grad enable_grad inference_mode set_grad_enabled is_tensor numel manual_seed "
                         "load save compile jit autocast get_default_dtype is_grad_enabled cuda backends "
@@ -61,6 +77,12 @@ PLAIN_BUILTINS = frozenset("float int len round str bool repr list dict tuple se
                            "format abs min max sum".split())
 
 MODEL_FACTORIES = ("torchvision.models.", "timm.create_model", "transformers.", "models.")
+
+
+def body_of(node: ast.AST) -> List[ast.stmt]:
+    """The statements of a function or a loop (none for anything else)."""
+    body = getattr(node, "body", None)
+    return body if isinstance(body, list) else []
 
 
 def identifier(node: ast.AST) -> str:
@@ -76,6 +98,24 @@ def identifier(node: ast.AST) -> str:
             node = node.value
         else:
             return ""
+
+
+def _constructed(call: ast.Call) -> ast.Call:
+    """The call that made an object, past the moves chained on it: ``Trainer(net).cuda()`` -> ``Trainer(net)``."""
+    while method(call) in ("cuda", "to", "train", "float", "half") and isinstance(call.func, ast.Attribute) \
+            and isinstance(call.func.value, ast.Call):
+        call = call.func.value
+    return call
+
+
+def dotted(node: ast.AST) -> str:
+    """``self.loss_ema`` -> ``self.loss_ema``, ``x`` -> ``x``; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
 
 
 def root_name(node: ast.AST) -> str:
@@ -192,8 +232,17 @@ class Region:
 class Script:
     """A parsed file and the answers the rules need; built once per file."""
 
-    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False):
+    def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False,
+                 project: Optional["Project"] = None, room: int = 0):
         self.tree, self.text, self.path = tree, text, path
+        self.project = project    # the folder tree whose modules an import may name (project.py)
+        self.room = room          # bytes of the memory budget left for reading an imported module
+        self.definitions_cache: Dict[ast.AST, Definitions] = {}
+        self._calls_named: Optional[Dict[str, List[ast.Call]]] = None
+        self._imported: Dict[str, Optional["FunctionSummary"]] = {}
+        self.all_functions: List[ast.AST] = []
+        self._whole: Dict[ast.AST, bool] = {}
+        self._effects: Dict[tuple, Set[str]] = {}
         self.lines = text.splitlines()
         self.aliases: Dict[str, str] = {}
         self.functions: Dict[str, List[ast.AST]] = {}
@@ -212,6 +261,9 @@ class Script:
             self.uses_torch = self.cuda_path = self.cuda_explicit = True
         self._regions: Optional[List[Region]] = None
         self._kinds_cache: Dict[ast.AST, Kinds] = {}
+        self._returns: Dict[ast.AST, Optional[str]] = {}
+        self._instance_names: Optional[Set[str]] = None
+        self.training_loaders: Optional[List[ast.Call]] = None   # checks.training_loaders, once per file
 
     # -- indexing -------------------------------------------------------
     def _index(self) -> None:
@@ -228,11 +280,13 @@ class Script:
                     else:
                         top = a.name.split(".")[0]
                         self.aliases.setdefault(top, top)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for a in node.names:
+            elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+                for a in node.names:  # a relative import keeps its dots: ".utils.step" (project.py)
                     if a.name != "*":
-                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                        module = "." * node.level + (node.module or "")
+                        self.aliases[a.asname or a.name] = f"{module}.{a.name}" if node.module else module + a.name
             if isinstance(node, FUNCS) and node is not self.tree:
+                self.all_functions.append(node)
                 if cls is None:
                     self.functions.setdefault(node.name, []).append(node)
                 else:
@@ -290,7 +344,15 @@ class Script:
 
     # -- what calls what --------------------------------------------------
     def callees(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
-        """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class."""
+        """The same-file functions a call may run: ``f()``, ``self.f()``, ``obj.f()`` of a same-file class,
+        and a function handed to the call (``timed(step)``, ``retry(step, 3)``, ``partial(step, x)``)."""
+        called = self._called(call, scope)
+        for arg in list(call.args) + [k.value for k in call.keywords]:
+            if isinstance(arg, ast.Name) and not (isinstance(call.func, ast.Name) and call.func.id in self.classes):
+                called += [f for f in self.functions.get(arg.id, ()) if f not in called]
+        return called
+
+    def _called(self, call: ast.Call, scope: ast.AST) -> List[ast.AST]:
         func = call.func
         if isinstance(func, ast.Name):
             if func.id in self.classes:  # a constructor: __init__ runs once, not per step
@@ -305,6 +367,8 @@ class Script:
                 found = self.method_of(cls, func.attr)
                 return ([found] if found else []) + [self.methods[c][func.attr] for c in self.classes.values()
                                                      if cls in self.bases(c) and func.attr in self.methods.get(c, {})]
+            if not any(func.attr in m for m in self.methods.values()):
+                return []  # no class of the file has such a method: nothing to look up
             cls = self.classes.get(recv) or self.kinds(scope).instance_of(recv)  # Class.f() or obj.f()
             found = self.method_of(cls, func.attr) if cls is not None else None
             return [found] if found else []
@@ -326,6 +390,87 @@ class Script:
     def method_of(self, cls: ast.ClassDef, name: str) -> Optional[ast.AST]:
         """``cls``'s method ``name``, its own or inherited from a same-file base."""
         return next((self.methods[c][name] for c in [cls] + self.bases(cls) if name in self.methods.get(c, {})), None)
+
+    def calls_named(self, name: str) -> List[ast.Call]:
+        """Every call in the file whose callee's last name is ``name`` (``f(...)``, ``obj.f(...)``)."""
+        if self._calls_named is None:
+            self._calls_named = {}
+            for n in self.nodes:
+                if isinstance(n, ast.Call):
+                    self._calls_named.setdefault(identifier(n.func), []).append(n)
+        return self._calls_named.get(name, [])
+
+    def enclosing_scope(self, node: ast.AST) -> ast.AST:
+        """The innermost function holding ``node`` (by its place in the file), else the module."""
+        line, col = getattr(node, "lineno", 0), getattr(node, "col_offset", 0)
+        best: ast.AST = self.tree
+        best_line = 0
+        for f in self.all_functions:
+            start: int = getattr(f, "lineno", 0)
+            end: int = getattr(f, "end_lineno", None) or start
+            if (start, getattr(f, "col_offset", 0)) < (line, col) and line <= end and start >= best_line:
+                best, best_line = f, start
+        return best
+
+    def imported(self, call: ast.AST) -> Optional["FunctionSummary"]:
+        """What a function of another module of the project, called here, gives (project.py); None when
+        the call is not to one (or it could not be read)."""
+        if self.project is None or not isinstance(call, ast.Call):
+            return None
+        name = self.qualname(call.func)
+        if not name or name.split(".")[0] in ("torch", "numpy", "np", "os", "sys", "math", "time"):
+            return None
+        if isinstance(call.func, ast.Name) and call.func.id in self.functions:
+            return None
+        if name not in self._imported:
+            from debtorch.lint.project import imported_function  # defer: only a run with a project reads one
+            self._imported[name] = imported_function(self.project, self.path, name, self.room)
+        return self._imported[name]
+
+    def trains_elsewhere(self, call: ast.Call, scope: ast.AST) -> bool:
+        """Does this call run a training step defined outside the file: a function of another module of
+        the project that trains, a method of another module's class that does (``trainer =
+        Trainer(net).cuda()`` ... ``trainer.train_step(x, y)``), or, where that class cannot be read, a
+        method whose name says it is a training step (STEP_METHOD)?"""
+        summary = self.imported(call)
+        if summary is not None:
+            return summary.trains
+        name = method(call)
+        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+        readable = self.project is not None and isinstance(recv, ast.Name) and recv.id in self.instance_names()
+        if not name or not (readable or STEP_METHOD.match(name)) or self._called(call, scope):
+            return False  # (the cheap questions first: most calls are none of these)
+        built = self.built_by(recv, scope) if readable and isinstance(recv, ast.Name) else None
+        if built is not None and self.project is not None:
+            from debtorch.lint.project import imported_method  # defer: only a run with a project reads one
+            found = imported_method(self.project, self.path, built, name, self.room)
+            if found is not None:
+                return found.trains
+        return bool(STEP_METHOD.match(name))
+
+    def instance_names(self) -> Set[str]:
+        """Names the file assigns a call of a capitalised name it imports (``trainer = Trainer(net)``): the
+        only receivers :meth:`built_by` can answer for (a cheap first look)."""
+        if self._instance_names is None:
+            self._instance_names = set()
+            for n in self.nodes:
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                    made = _constructed(n.value)
+                    if root_name(made.func) in self.aliases and identifier(made.func)[:1].isupper():
+                        self._instance_names.update(t.id for t in n.targets if isinstance(t, ast.Name))
+        return self._instance_names
+
+    def built_by(self, name: ast.Name, scope: ast.AST) -> Optional[str]:
+        """The imported class whose instance ``name`` holds (``Trainer(net)``, ``Trainer(net).cuda()``),
+        qualified by the file's imports; None when not one such class."""
+        values = values_of(self, name.id, scope, name)
+        if not values or len(values) != 1 or not isinstance(values[0][0], ast.Call):
+            return None
+        func = _constructed(values[0][0]).func
+        if not isinstance(func, (ast.Name, ast.Attribute)) or identifier(func)[:1].islower():
+            return None
+        qualified = self.qualname(func)
+        return qualified if "." in qualified and qualified.split(".")[0] not in ("torch", "self") else None
 
     def is_backward(self, call: ast.AST) -> bool:
         return isinstance(call, ast.Call) and (method(call) in ("backward", "manual_backward") or
@@ -360,7 +505,7 @@ class Script:
                 stack.append(node.test if isinstance(node, ast.While) else node.iter)
                 continue
             if isinstance(node, ast.Call):
-                if self.is_training_call(node):
+                if self.is_training_call(node) or self.trains_elsewhere(node, scope):
                     return True
                 for f in self.callees(node, scope):
                     if self.function_kind(f, seen) == "step":
@@ -384,11 +529,65 @@ class Script:
         return kind
 
     # -- what runs per step --------------------------------------------------
+    def effects(self, body: list, scope: ast.AST, depth: int = 0) -> Set[str]:
+        """What ``body`` runs, nested loops and the functions it calls included: "backward", "step"
+        (remembered per body: a loop's or a function's statements are asked about often)."""
+        key = (id(body), id(scope))
+        known = self._effects.get(key)
+        if known is not None:
+            return known
+        found = self._effects_of(body, scope, depth)
+        if depth == 0:
+            self._effects[key] = found
+        return found
+
+    def _effects_of(self, body: list, scope: ast.AST, depth: int) -> Set[str]:
+        found: Set[str] = set()
+        if depth > 3:
+            return found
+        for node in local_nodes(body):
+            if not isinstance(node, ast.Call):
+                continue
+            if self.is_backward(node):
+                found.add("backward")
+            elif self.is_optimizer_step(node):
+                found.add("step")
+            elif self.is_step_wrapper(node):
+                found.update(("backward", "step"))
+            else:
+                if self.trains_elsewhere(node, scope):
+                    found.update(("backward", "step"))
+                for f in self.callees(node, scope):
+                    if f is not scope and not self._holds_training_loop(f, depth + 1):
+                        found |= self.effects(body_of(f), f, depth + 1)
+            if len(found) == 2:
+                break
+        return found
+
+    def _holds_training_loop(self, func: ast.AST, depth: int = 0) -> bool:
+        """Does ``func`` hold a loop that runs backward and an optimizer step (a whole training loop,
+        whose call is an epoch, not a step)?"""
+        if func not in self._whole:
+            self._whole[func] = False  # a recursive call while answering: not a training loop
+            self._whole[func] = any(isinstance(n, LOOPS) and self.effects(n.body, func, depth) == {"backward", "step"}
+                                    for n in local_nodes(body_of(func)))
+        return self._whole[func]
+
+    def _trains_by_effect(self, loop: ast.AST, scope: ast.AST) -> bool:
+        """A loop that runs backward and an optimizer step only through the loops it holds (micro-batches
+        in an inner accumulation loop, the step in a loop over several optimizers), none of which does
+        both itself: each of its iterations is one optimizer step."""
+        if self.effects(body_of(loop), scope) != {"backward", "step"}:
+            return False
+        inner = [n for n in local_nodes(body_of(loop)) if isinstance(n, LOOPS)]
+        return not any(self.effects(n.body, scope) == {"backward", "step"} for n in inner)
+
     def regions(self) -> List[Region]:
         """Per-step code of every training loop (a loop nested in another shares its statements)."""
         if self._regions is None:
             self._regions = [Region(loop, scope) for loop, scope in self.scope_of.items()
-                             if self.uses_torch and self._direct(loop.body, scope, set())]
+                             if self.uses_torch and (self._direct(loop.body, scope, set()) or
+                                                     self._trains_by_effect(loop, scope))]
             for region in self._regions:
                 Walker(self, region).run(region.loop)
         return self._regions
@@ -403,6 +602,14 @@ class Script:
                     seen.add(id(step.node))
                     yield step
 
+    def returns(self, func: ast.AST) -> Optional[str]:
+        """What a function of this file returns (:func:`return_kind`), once per function; None while it
+        is being answered (a recursive call) and when unknown."""
+        if func not in self._returns:
+            self._returns[func] = None
+            self._returns[func] = return_kind(self, func)
+        return self._returns[func]
+
     def kinds(self, scope: ast.AST) -> "Kinds":
         k = self._kinds_cache.get(scope)
         if k is None:
@@ -410,12 +617,35 @@ class Script:
         return k
 
     # -- guards ----------------------------------------------------------------
-    def periodic(self, test: ast.AST) -> bool:
-        """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?"""
+    def boundary(self, stmt: ast.If) -> bool:
+        """Is this ``if`` the accumulation boundary (``if (i + 1) % accum == 0: optimizer.step()``)? It
+        runs on every optimizer step: what it holds is a per-step cost, not an occasional one."""
+        mods = [n for n in local_nodes(stmt.test) if isinstance(n, ast.BinOp) and is_mod(n)]
+        if not mods:
+            return False
+        if any(_ACCUMULATION.search(" ".join(names_in(m.right))) for m in mods):
+            return True
+        return any(isinstance(n, ast.Call) and (self.is_optimizer_step(n) or self.is_step_wrapper(n))
+                   for n in local_nodes(stmt.body) if not isinstance(n, LOOPS))
+
+    def occasional(self, stmt: ast.If, scope: ast.AST) -> bool:
+        """Does this ``if`` make its branch occasional: a logging interval, an epoch's end, a once-only
+        branch, a flag; and not the accumulation boundary (conditions by what they gate: docs/lint.md)."""
+        return not self.boundary(stmt) and self.periodic(stmt.test, scope)
+
+    def periodic(self, test: ast.AST, scope: Optional[ast.AST] = None, depth: int = 0) -> bool:
+        """Does this condition make its branch occasional (logging every k steps, a flag, a deadline)?
+        A name is judged by what it was assigned in ``scope`` (``should_log = step % k == 0``). An
+        interval the code sets to 1 (``log_interval = 1``, an option whose default is 1) is every step."""
+        skip = {id(n) for m in local_nodes(test) if is_mod(m) and self.every_time(m, scope) for n in local_nodes(m)}
         for n in local_nodes(test):
+            if id(n) in skip:
+                continue
             if is_mod(n):
                 return True
             if isinstance(n, (ast.Name, ast.Attribute)) and _PERIODIC.search(identifier(n)):
+                return True
+            if isinstance(n, ast.Name) and scope is not None and depth < 3 and self._periodic_name(n, scope, depth):
                 return True
             if isinstance(n, ast.Compare) and not all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in n.ops):
                 for side in [n.left] + n.comparators:
@@ -425,17 +655,66 @@ class Script:
                 return True
         return False
 
-    def only_if_not(self, test: ast.AST) -> bool:
+    def every_time(self, mod: ast.AST, scope: Optional[ast.AST]) -> bool:
+        """Is ``a % n`` an interval of 1 as the code sets it (a literal, a constant of the module or the
+        function, the default of the file's own option)?"""
+        if not isinstance(mod, ast.BinOp):
+            return False
+        return constant_value(self, mod.right, scope if scope is not None else self.tree, mod) == 1
+
+    def interval(self, node: ast.AST, scope: Optional[ast.AST] = None) -> bool:
+        """``a % n`` of a step counter by an interval not known to be 1."""
+        return is_mod(node) and not self.every_time(node, scope)
+
+    def _periodic_name(self, name: ast.Name, scope: ast.AST, depth: int) -> bool:
+        """Was ``name`` assigned only conditions that make a branch occasional?"""
+        values = values_of(self, name.id, scope, name)
+        if not values or not all(isinstance(v, ast.expr) for v, _ in values):
+            return False
+        return all(isinstance(v, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and self.periodic(v, where, depth + 1)
+                   for v, where in values)
+
+    def only_if_not(self, test: ast.AST, scope: Optional[ast.AST] = None) -> bool:
         """Is the code that runs when ``test`` is false occasional: ``not should_log``, ``step % k != 0``,
-        ``step % k``? (What follows ``if test: continue`` or ``return``.)"""
+        ``step % k``? (What follows ``if test: continue`` or ``return``, and an ``if``'s ``else``.)"""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self.periodic(test.operand)
+            return self.periodic(test.operand, scope)
         if isinstance(test, ast.BoolOp):  # `a or b`: the rest runs under not a and not b
-            parts = [self.only_if_not(v) for v in test.values]
+            parts = [self.only_if_not(v, scope) for v in test.values]
             return any(parts) if isinstance(test.op, ast.Or) else all(parts)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq):
-            return any(is_mod(x) for x in (test.left, test.comparators[0]))
-        return is_mod(test)
+            return any(self.interval(x, scope) for x in (test.left, test.comparators[0]))
+        return self.interval(test, scope)
+
+    def mods_of(self, test: ast.AST, scope: ast.AST) -> List[ast.BinOp]:
+        """The ``a % n`` of a condition, those of the values its names hold included
+        (``need_update = (i + 1) % accum == 0; if not need_update:``)."""
+        parts = [test]
+        for n in local_nodes(test):
+            if isinstance(n, ast.Name):
+                parts += [v for v, _ in values_of(self, n.id, scope, n) or [] if isinstance(v, ast.expr)]
+        return [m for p in parts for m in local_nodes(p) if isinstance(m, ast.BinOp) and is_mod(m)]
+
+    def skips_to_step(self, test: ast.AST, rest: List[ast.stmt], scope: ast.AST) -> bool:
+        """Is ``if test: continue`` (or ``return``) the accumulation boundary written as an early exit
+        (``if step % accum != 0: continue`` before the optimizer step, or ``if not need_update:
+        continue`` with ``need_update = (i + 1) % accum == 0``)? What follows it then runs on every
+        optimizer step, not occasionally."""
+        if any(_ACCUMULATION.search(" ".join(names_in(m.right))) for m in self.mods_of(test, scope)):
+            return True
+        return any(isinstance(n, ast.Call) and (self.is_optimizer_step(n) or self.is_step_wrapper(n))
+                   for n in local_nodes(rest))
+
+    @staticmethod
+    def lazy_init(stmt: ast.If) -> bool:
+        """``if x is None: x = ...``: the branch that sets ``x`` runs once (the first step), then ``x``
+        is no longer None."""
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+                and constant(test.comparators[0]) is None and isinstance(test.left, (ast.Name, ast.Attribute))):
+            return False
+        target = dotted(test.left)
+        return any(dotted(t) == target for n in local_nodes(stmt.body) for t, _ in assignments(n))
 
 
 _EXITS = ("sys.exit", "exit", "quit", "os._exit", "os.abort")
@@ -455,6 +734,38 @@ def is_mod(node: ast.AST) -> bool:
     """``a % b`` of numbers (a step counter), not a ``"%.3f" % x`` format."""
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and \
         not isinstance(node.left, (ast.Constant, ast.JoinedStr))
+
+
+def argparse_default(script: "Script", dest: str) -> object:
+    """The default of the file's own ``parser.add_argument("--dest", default=...)``; NOT_CONSTANT if unknown."""
+    for n in script.nodes:
+        if isinstance(n, ast.Call) and method(n) == "add_argument":
+            name = constant(keyword(n, "dest"))
+            if not isinstance(name, str):
+                flags = [f for f in map(constant, n.args) if isinstance(f, str)]
+                flags = [f for f in flags if f.startswith("--")] or flags
+                name = flags[0].lstrip("-").replace("-", "_") if flags else None
+            if name == dest:
+                default = keyword(n, "default")
+                return constant(default) if default is not None else NOT_CONSTANT
+    return NOT_CONSTANT
+
+
+def constant_value(script: "Script", node: Optional[ast.AST], scope: ast.AST, at: Optional[ast.AST]) -> object:
+    """What ``node`` is known to hold: a literal; a name the code assigns one literal only (a module
+    constant ``workers = 4``, a local ``log_interval = 1``); ``args.x`` the default of the file's own
+    ``--x`` option. NOT_CONSTANT otherwise."""
+    found = constant(node)
+    if found is not NOT_CONSTANT or node is None:
+        return found
+    if isinstance(node, ast.Name):
+        values = values_of(script, node.id, scope, at)
+        if values and len(values) == 1 and isinstance(values[0][0], ast.AST):
+            return constant(values[0][0])
+        return NOT_CONSTANT
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return argparse_default(script, node.attr)
+    return NOT_CONSTANT
 
 
 class Walker:
@@ -494,17 +805,22 @@ class Walker:
         if depth > 40:
             return None
         left = None
-        for stmt in body:
+        for i, stmt in enumerate(body):
             exit_ = None
             if isinstance(stmt, DEFS):
                 continue
             if isinstance(stmt, ast.If):
                 self.add(stmt.test, guarded, scope, test=True)
-                inner = guarded or self.script.periodic(stmt.test)
-                for branch in (stmt.body, stmt.orelse):  # a branch that ends the run runs at most once
-                    self.block(branch, inner or _jump(branch, self.script) == "raise", scope, depth + 1)
+                # the branch an occasional condition or a lazy initialisation gates runs now and then;
+                # its else runs on the other steps, occasional only where the condition's negation is
+                when = guarded or self.script.occasional(stmt, scope) or self.script.lazy_init(stmt)
+                otherwise = guarded or self.script.only_if_not(stmt.test, scope)
+                for branch, guard in ((stmt.body, when), (stmt.orelse, otherwise)):
+                    # a branch that ends the run runs at most once
+                    self.block(branch, guard or _jump(branch, self.script) == "raise", scope, depth + 1)
                 jump = _jump(stmt.body, self.script)
-                if jump in ("return", "continue") and not stmt.orelse and self.script.only_if_not(stmt.test):
+                if jump in ("return", "continue") and not stmt.orelse and \
+                        self.script.only_if_not(stmt.test, scope) and not self.script.skips_to_step(stmt.test, body[i + 1:], scope):
                     exit_ = jump
             elif isinstance(stmt, LOOPS):
                 test = isinstance(stmt, ast.While)
@@ -542,15 +858,17 @@ class Kinds:
         self.names: Dict[str, str] = {}
         self.instances: Dict[str, ast.ClassDef] = {}
         self.assigned: Dict[str, List[ast.expr]] = {}
+        self.differentiated: Set[str] = set()   # names the scope calls .backward() on: GPU tensors
         outer = script.kinds(script.tree) if scope is not script.tree else None
         self.outer = outer
         body = scope.body if hasattr(scope, "body") else []
         assigns = []
         for node in local_nodes(body):
             assigns += assignments(node)
-            if isinstance(node, ast.Call) and script.is_backward(node) and method(node) == "backward" \
-                    and not node.args and isinstance(node.func.value, ast.Name):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and script.is_backward(node) \
+                    and method(node) == "backward" and not node.args and isinstance(node.func.value, ast.Name):
                 self.names[node.func.value.id] = DEVICE
+                self.differentiated.add(node.func.value.id)
         for target, value in assigns:
             if isinstance(target, ast.Name):
                 self.assigned.setdefault(target.id, []).append(value)
@@ -661,7 +979,7 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         if _is_loader_expr(script, node.iter):
             return CPU
         # for p in model.parameters() / self.master_params: parameters live where the model computes
-        if re.search(r"param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
+        if re.search(r"(?<![a-z])param(?!_group)", identifier(node.iter) or "", re.I) and method(node.iter) != "named_parameters":
             return DEVICE if script.cuda_path else None
         return None
     if isinstance(node, ast.Name):
@@ -698,6 +1016,15 @@ def classify(script: Script, node: ast.AST, lookup, depth: int = 0) -> Optional[
         a, b = rec(node.body), rec(node.orelse)
         return a if a == b else None
     return rec(node.value) if isinstance(node, ast.NamedExpr) else None
+
+
+def _imported_elsewhere(script: Script, func: ast.AST) -> bool:
+    """Is ``func`` a name imported from a module other than torch's (a project's ``compute_loss``)? What
+    such a function returns is not known from its name: it may already be on the host."""
+    if not isinstance(func, ast.Name):
+        return False
+    origin = script.aliases.get(func.id)
+    return origin is not None and not origin.startswith("torch")
 
 
 def _where(kinds: set) -> Optional[str]:
@@ -785,17 +1112,33 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
             name.endswith(("DistributedDataParallel", "DataParallel")) or \
             (name.endswith("from_pretrained") and "Model" in name):
         return MODEL
+    if name in ("torch.autograd.Variable", "torch.autograd.variable.Variable"):
+        return rec(node.args[0]) if node.args else None  # the legacy wrapper: the tensor it is given
     if name.startswith("torch."):
         short = name[6:]
         head = short.split(".", 1)[0]
         if head in TORCH_PLAIN:
             return None
-        if short in FACTORIES:
+        if short.endswith("_like") and short in FACTORIES and node.args and keyword(node, "device") is None:
+            return _where({rec(node.args[0])})  # torch.zeros_like(x): made where x is
+        if short in FACTORIES or short in LEGACY_TENSORS:
             dev = keyword(node, "device")
             return CPU if dev is None else {True: DEVICE, False: CPU}.get(device_arg(dev))
         return _where({rec(a) for a in node.args}) if "." not in short else None
     if isinstance(func, ast.Name) and func.id in script.classes:
         return MODEL if any("Module" in script.qualname(b) for b in script.classes[func.id].bases) else OTHER
+    if isinstance(func, ast.Name) and len(script.functions.get(func.id, ())) == 1:
+        # a function of this file (a nested one included): what its returns give
+        returns = script.returns(script.functions[func.id][0])
+        if returns == FOLLOWS:
+            return _where({rec(a) for a in node.args})
+        if returns is not None:
+            return returns
+    summary = script.imported(node)
+    if summary is not None and summary.returns is not None:
+        if summary.returns == FOLLOWS:  # a tensor computed from its arguments: where they are
+            return _where({rec(a) for a in node.args})
+        return summary.returns
     fk = rec(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
     if fk == MODEL:
         return DEVICE
@@ -803,9 +1146,66 @@ def _classify_call(script: Script, node: ast.Call, lookup, rec) -> Optional[str]
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and MODELISH.match(ident) and fk is None:
         return DEVICE
     if isinstance(func, (ast.Name, ast.Attribute)) and ident and LOSSISH.search(ident) and fk is None \
-            and not script.functions.get(ident):
+            and not script.functions.get(ident) and not _imported_elsewhere(script, func):
         return DEVICE
     return None
+
+
+def skips_sync(func: ast.AST) -> bool:
+    """Does ``func`` call ``no_sync()`` or set ``require_backward_grad_sync`` (DDP's all-reduce skipped)?"""
+    for n in local_nodes(body_of(func)):
+        if (isinstance(n, ast.Call) and method(n) == "no_sync") or \
+                (isinstance(n, ast.Attribute) and n.attr == "require_backward_grad_sync"):
+            return True
+    return False
+
+
+def return_kind(script: Script, func: ast.AST) -> Optional[str]:
+    """What ``func`` returns: a kind every ``return`` agrees on, computed with its parameters taken to be
+    on the device and again on the host (FOLLOWS when the result moves with them); None when unknown or
+    when the returns disagree.  The names the function assigns are followed under each assumption
+    (``targets = torch.full_like(logits)`` moves with ``logits``); a name it unpacks from a tuple is
+    unknown; any other name is the module's."""
+    if not isinstance(func, FUNCS):
+        return None
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+    values = []
+    assigned: Dict[str, List[ast.expr]] = {}
+    unpacked: Set[str] = set()
+    for n in local_nodes(func.body):
+        if isinstance(n, ast.Return) and n.value is not None:
+            values.append(n.value)
+        for target, value in assignments(n):
+            if isinstance(target, ast.Name):
+                assigned.setdefault(target.id, []).append(value)
+            else:
+                unpacked.update(t.id for t in local_nodes(target) if isinstance(t, ast.Name))
+    if not values:
+        return None
+    module = script.kinds(script.tree)
+
+    def assuming(where: str) -> Optional[str]:
+        known: Dict[str, Optional[str]] = {}
+
+        def lookup(name: str) -> Optional[str]:
+            if name in unpacked:
+                return None
+            if name not in assigned:
+                return where if name in params else module.of(name)
+            if name not in known:
+                known[name] = None  # a name assigned from itself: what its other values say
+                found: Optional[str] = None
+                for value in assigned[name]:
+                    found = merge(found, classify(script, value, lookup))
+                known[name] = found
+            return known[name]
+        found = {classify(script, v, lookup) for v in values}
+        return found.pop() if len(found) == 1 else None
+
+    on_device, on_host = assuming(DEVICE), assuming(CPU)
+    if on_device == DEVICE and on_host == CPU:
+        return FOLLOWS
+    return on_device if on_device == on_host else None
 
 
 class Flow:
@@ -827,9 +1227,14 @@ class Flow:
                 env.update(bind(n.target, _IterOf(n.iter), lambda v: self.classify(v, scope)))
 
     def assign(self, stmt: ast.AST, scope: ast.AST) -> None:
+        """Record what ``stmt`` assigns; a value of unknown kind given to a name the scope calls
+        ``.backward()`` on (``loss = losses[kind](model, x)``) is the GPU tensor it differentiates."""
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            pairs = [p for t, v in assignments(stmt) for p in bind(t, v, lambda v: self.classify(v, scope))]
-            self.env.setdefault(scope, {}).update(pairs)
+            differentiated = self.script.kinds(scope).differentiated
+            env = self.env.setdefault(scope, {})
+            for t, v in assignments(stmt):
+                for name, kind in bind(t, v, lambda v: self.classify(v, scope)):
+                    env[name] = DEVICE if kind is None and name in differentiated else kind
 
 
 def for_header(loop: ast.AST) -> ast.Assign:

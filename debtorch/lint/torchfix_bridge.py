@@ -9,7 +9,7 @@ import importlib
 from typing import Iterator, Optional
 
 from debtorch.findings import WARNING, Finding, finding
-from debtorch.lint.result import Located
+from debtorch.lint.result import Located, located
 
 AREA = "torchfix"   # TorchFix's findings keep their codes under it: torchfix.TOR101, ...
 
@@ -43,7 +43,7 @@ def findings(script) -> Iterator[Located]:
         results = list(mod.TorchChecker(script.tree, lines).run())
     except Exception as exc:  # noqa: BLE001 - TorchFix failing on a file is a finding, not a traceback
         crash = finding("script.E001", about=script.path, error=f"torchfix: {type(exc).__name__}: {exc}"[:120])
-        yield Located(script.path, 1, 1, crash, script.code(1))
+        yield located(script.path, 1, 1, crash, script.code(1))
         return
     for item in results:
         try:
@@ -54,6 +54,6 @@ def findings(script) -> Iterator[Located]:
         if not code.startswith("TOR") or code.startswith(disabled):
             continue
         about = f"{script.path}:{line}"
-        yield Located(script.path, line, max(col, 1),
+        yield located(script.path, line, max(col, 1),
                       Finding(f"{AREA}.{code}", WARNING, message.strip(), f"see {HOME} ({code})", about),
-                      script.code(line).rstrip())
+                      script.code(line))

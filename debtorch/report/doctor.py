@@ -116,7 +116,8 @@ def doctor_lines(facts: dict, report: Report, verbose: bool = False, unicode: bo
     by_area: dict = {}
     for f in report.findings:
         by_area.setdefault(f.area, []).append(f)
-    lines = [Line("Doctor summary (debtorch doctor -v shows details):")]
+    # flutter doctor's heading; under -v the details are already shown.
+    lines = [Line("Doctor summary:" if verbose else "Doctor summary (debtorch doctor -v shows details):")]
     problem_areas = 0
     not_known = []
     for area, title in AREAS:

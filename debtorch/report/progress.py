@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from debtorch.textsafe import printable
+
 
 class Bar:
     """A bar counting ``unit`` (a context manager); off a terminal, labels go to the log as
     ``{log}: {label}`` when ``log`` is given."""
 
-    def __init__(self, unit: str, prefix: str = "", log: Optional[str] = None, first: str = "starting"):
+    def __init__(self, unit: str, prefix: str = "", log: Optional[str] = None, first: str = "starting") -> None:
         from rich.console import Console
 
         self.console = Console(stderr=True)
@@ -38,10 +40,11 @@ class Bar:
             self.bar.stop()
 
     def label(self, text: str) -> None:
+        text = printable(text)
         if self.bar is not None:
             self.bar.update(self.task, description=text)
         elif self.log:
-            self.console.print(f"{self.log}: {text}", markup=False, highlight=False)
+            self.console.print(f"{self.log}: {text}", markup=False, highlight=False, soft_wrap=True)
 
     def update(self, **kw) -> None:
         """``completed``, ``total`` or ``advance`` of the bar (nothing off a terminal)."""
@@ -50,15 +53,16 @@ class Bar:
 
 
 class TrialsBar(Bar):
-    """``tune --measure``: seconds of the budget spent, and the trial just run."""
+    """``tune --measure``: seconds of the budget spent, and the trial just run (in a log: a line each)."""
 
-    def __init__(self):
-        super().__init__("s", prefix="[bold]measuring[/] ")
+    def __init__(self, first: str = "starting the worker (importing torch), then a calibration trial") -> None:
+        super().__init__("s", prefix="[bold]measuring[/] ", log="tune", first=first)
 
-    def on_trial(self, trial, spent: float, budget: float) -> None:
+    def on_trial(self, trial: Any, spent: float, budget: float) -> None:
         got = f"{trial.samples_per_s:.1f} samples/s" if trial.samples_per_s is not None else "failed"
         self.update(total=budget, completed=min(spent, budget))
-        self.label(f"{trial.phase}: {trial.settings.short()} -> {got}")
+        self.label(f"trial {trial.index} ({trial.phase}): {trial.settings.short()} -> {got}, "
+                   f"{spent:.0f} s of the search's {budget:.0f}")
 
 
 class StepsBar(Bar):
@@ -86,3 +90,14 @@ class StepsBar(Bar):
     def end(self) -> None:
         if self.done < self.expected:
             self.update(advance=self.expected - self.done)
+
+
+class ShareBar(Bar):
+    """``doctor --measure-data``: the share of its time spent, and what it reads (a ``dataread.Progress``)."""
+
+    def __init__(self, prefix: str = "[bold]reading[/] "):
+        super().__init__("%", prefix=prefix)
+
+    def __call__(self, share: float, label: str) -> None:
+        self.update(total=100, completed=min(100.0, 100.0 * share))
+        self.label(label)

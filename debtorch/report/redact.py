@@ -5,16 +5,25 @@ Two passes: :meth:`Redactor.learn` reads a facts document for the values its key
 (``hostname``, ``user``, ``serial`` ...), then :meth:`Redactor.text` replaces those and every value
 of a recognisable shape in any text.  :class:`Redacted` applies it to a whole view (every line,
 table cell and JSON field), so every command's output is redacted the same way.
+
+A host or user name is replaced where it stands as that name: its own field, a whole value, and
+wherever it is a whole token of free text, unless it is also a word of the reports' vocabulary
+(debtorch's own words, and the machine's OS, APT, CPU and GPU names): a machine named ``debian``
+or ``vm`` keeps "Debian GNU/Linux" and "a VM" in its report, and its name is replaced only in its
+fields and where the text's shape says it is a host (``user@debian``, ``debian:/export``,
+``//debian/``, a text that is the name alone).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import re
-from typing import Any, Optional, Union
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
 
-from debtorch import urlsecrets
+from debtorch import knowledge, urlsecrets
 from debtorch.report.console import Line, Table
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
@@ -34,30 +43,94 @@ SECRET_KEYS = {"hostname": "HOST", "user": "USER", "serial": "SERIAL", "uuid": "
                "mac": "MAC", "addresses": "IP"}
 SOURCE_KEYS = ("source",)   # a mount's source: a network filesystem names its server
 VERSIONISH_KEY = re.compile(r"version|wheel|cudnn|nccl|driver|release|firmware", re.I)
+NAME_KINDS = ("HOST", "USER")   # names that may also be ordinary words (debian, vm, main ...)
+# A token of free text, as the whole-token match below sees one: a run of letters, digits, _ and -.
+WORD_RE = re.compile(r"[\w-]+")
+OPEN_SECTIONS = ("env",)   # facts sections whose values are anything a user set (MASTER_ADDR=node17 ...)
+# Paths in system folders name packages and devices; elsewhere (a home, a data or a venv folder) a path
+# may be named after its user or project, and only its top folder (/srv, /data) is a word of the machine.
+SYSTEM_PATH_RE = re.compile(r"^/(?:usr|lib|lib32|lib64|libx32|bin|sbin|etc|sys|proc|dev|run|var/lib)/")
+
+
+def words(text: str) -> set[str]:
+    """The tokens of ``text`` that hold a letter, case-folded."""
+    return {w.lower() for w in WORD_RE.findall(text) if any(c.isalpha() for c in w)}
+
+
+@functools.lru_cache(maxsize=1)
+def own_words() -> frozenset[str]:
+    """debtorch's own vocabulary: every word of its code and of its data files (checks/), so every
+    word its reports can say by themselves (read once per process, only for --redact)."""
+    package = Path(__file__).resolve().parent.parent
+    files: list[Path] = sorted(package.rglob("*.py"))
+    try:
+        files += sorted(knowledge.checks_dir().rglob("*.toml"))
+    except knowledge.KnowledgeError:
+        pass   # the doctor says so; redaction still knows the code's words
+    out: set[str] = set()
+    for path in files:
+        try:
+            out |= words(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+    return frozenset(out)
+
+
+def machine_words(value: str) -> set[str]:
+    """The words a facts string adds to the machine's vocabulary: all of them, but for a path outside
+    the system folders only its top folder, and never a home folder's name or a URL's credentials."""
+    value = HOME_RE.sub(r"\1", URL_USERINFO_RE.sub("", value))
+    if value.startswith("/") and not SYSTEM_PATH_RE.match(value):
+        return words(value.split("/")[1])
+    return words(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _whole(value: str) -> re.Pattern[str]:
+    """``value`` as a whole token of free text, any case."""
+    return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _named(value: str) -> re.Pattern[str]:
+    """Where ``value`` stands as a host or user name by the text's shape: after ``@`` (user@host),
+    before ``:/`` (an NFS server), after ``//`` (a URL's or a CIFS share's host)."""
+    v = re.escape(value)
+    return re.compile(rf"(?<=@){v}(?![\w-])|(?<![\w.@/-]){v}(?=:/(?!/))|(?<=//){v}(?=[/:\s]|$)", re.IGNORECASE)
 
 
 class Redactor:
-    def __init__(self) -> None:
+    """Learns the secrets of a facts document, then replaces them (and values of known shapes) in
+    any text.  ``vocabulary``: the words a name may also be (default: :func:`own_words`); the
+    machine's own (OS, APT, CPU and GPU names) are added by :meth:`learn`."""
+
+    def __init__(self, vocabulary: Optional[Iterable[str]] = None) -> None:
         self.tokens: dict[str, str] = {}
+        self.kinds: dict[str, str] = {}
         self.counters: dict[str, int] = {}
         self.versions: set[str] = set()
+        self.vocabulary: set[str] = set(own_words() if vocabulary is None else vocabulary)
 
     def token(self, kind: str, value: str) -> str:
-        # Names are matched whatever their case (ALICE is alice; DNS names ignore case).
+        # Names are matched whatever their case (a name in capitals is the same name; DNS names ignore case).
         folded = value.lower()
         if folded not in self.tokens:
             self.counters[kind] = self.counters.get(kind, 0) + 1
             self.tokens[folded] = f"{kind}{self.counters[kind]}"
+            self.kinds[folded] = kind
         return self.tokens[folded]
 
-    # First pass: learn the secrets named by their keys, and the versions to keep.
-    def learn(self, obj: Any, key: str = "") -> None:
+    # First pass: learn the secrets named by their keys, the versions to keep and the machine's vocabulary
+    # (the words of its other strings and keys: OS ids and names, APT hosts and suites, CPU and GPU names,
+    # packages ...; not of environment variables' values, which may name hosts under any key).
+    def learn(self, obj: Any, key: str = "", section: str = "") -> None:
         if isinstance(obj, dict):
             for k, v in obj.items():
-                self.learn(v, str(k))
+                self.vocabulary |= machine_words(str(k))
+                self.learn(v, str(k), section or str(k))
         elif isinstance(obj, list):
             for v in obj:
-                self.learn(v, key)
+                self.learn(v, key, section)
         elif isinstance(obj, str) and obj:
             kind = SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower())
             if kind:
@@ -65,8 +138,11 @@ class Redactor:
             elif key.lower() in SOURCE_KEYS:
                 if m := NET_SOURCE_RE.match(obj):
                     self.secret("HOST", next(g for g in m.groups() if g))
-            elif VERSIONISH_KEY.search(key):
-                self.versions.add(obj)
+            else:
+                if VERSIONISH_KEY.search(key):
+                    self.versions.add(obj)
+                if section not in OPEN_SECTIONS:
+                    self.vocabulary |= machine_words(obj)
 
     def secret(self, kind: str, value: str) -> None:
         """Learn ``value`` (a host or user name, a serial ...) as a secret of ``kind``."""
@@ -77,15 +153,27 @@ class Redactor:
         if kind == "HOST" and "." in value and not IPV4_RE.fullmatch(value):
             self.token(kind, value.split(".")[0])
 
-    def text(self, s: str) -> str:
+    def ordinary(self, value: str) -> bool:
+        """Whether the learned name ``value`` (case-folded) is also a word of the reports' vocabulary,
+        so that only its occurrences as a name are replaced."""
+        return self.kinds.get(value) in NAME_KINDS and value in self.vocabulary
+
+    def text(self, s: str, names: bool = False) -> str:
+        """``s`` with every learned secret and every value of a known shape replaced; ``names``: ``s``
+        is a value of a name's own key (``hostname``, ``MASTER_ADDR``), where even a name that is an
+        ordinary word stands as that name."""
         if not s:
             return s
         # Known values first, longest first so that "node1.example" wins over "node1"; any case.
         folded = s.lower()
         for value in sorted(self.tokens, key=len, reverse=True):
-            if value in folded:
-                s = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", self.tokens[value], s, flags=re.IGNORECASE)
-                folded = s.lower()
+            if value not in folded:
+                continue
+            if self.ordinary(value) and not names:
+                s = _named(value).sub(self.tokens[value], s)
+            else:
+                s = _whole(value).sub(self.tokens[value], s)
+            folded = s.lower()
         s = urlsecrets.scrub(s)     # a URL's credentials and token-like parameters
         s = UUID_RE.sub(lambda m: self.token("UUID", m.group(0)), s)
         s = MAC_RE.sub(lambda m: self.token("MAC", m.group(0).replace("-", ":")), s)
@@ -93,13 +181,13 @@ class Redactor:
         known = set(self.tokens.values())
         s = HOME_RE.sub(lambda m: m.group(0) if m.group(2) in known else m.group(1) + self.token("USER", m.group(2)), s)
 
-        def ip4(m):
+        def ip4(m: re.Match[str]) -> str:
             v = m.group(0)
             return v if v in self.versions or any(v in x for x in self.versions) else self.token("IP", v)
 
         s = IPV4_RE.sub(ip4, s)
 
-        def ip6(m):
+        def ip6(m: re.Match[str]) -> str:
             v = m.group(0)
             # PCI addresses (0000:01:00.0), times and MACs are not valid IPv6 addresses.
             try:
@@ -111,14 +199,27 @@ class Redactor:
         s = IPV6_CANDIDATE.sub(ip6, s)
         return s
 
-    def walk(self, obj: Any) -> Any:
+    def recorded(self, s: str) -> str:
+        """A recorded file's content, name or link target (``facts --record --redact``): as :meth:`text`,
+        and a file that holds only a learned name (``/etc/hostname``: the name and a line break) has it
+        replaced even when it is an ordinary word."""
+        stripped = s.strip()
+        if s.endswith("\n") and stripped.lower() in self.tokens:
+            return s.replace(stripped, self.tokens[stripped.lower()])
+        return self.text(s)
+
+    def walk(self, obj: Any, key: str = "") -> Any:
+        """A JSON-like value with every string (and key) redacted; a value under a name's own key
+        (``hostname``, ``user``, ``MASTER_ADDR`` ...) has its learned names replaced wherever they stand."""
         if isinstance(obj, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.walk(v) for k, v in obj.items()}
+            return {self.text(k) if isinstance(k, str) else k: self.walk(v, str(k)) for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self.walk(v) for v in obj]
+            return [self.walk(v, key) for v in obj]
         if isinstance(obj, tuple):
-            return tuple(self.walk(v) for v in obj)
-        return self.text(obj) if isinstance(obj, str) else obj
+            return tuple(self.walk(v, key) for v in obj)
+        if isinstance(obj, str):
+            return self.text(obj, names=bool(SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower())))
+        return obj
 
 
 class Redacted:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Optional
 
 from debtorch.report import Format
 from debtorch.report.console import Line
 from debtorch.train import sim
+from debtorch.train.settings import legend
 from debtorch.tune.config import TABLE_OF, TABLES, UNSET
 from debtorch.tune.run import Tuned
+from debtorch.tune.search import Result
 from debtorch.verify.analysis import figure
 
 JSON_SCHEMA_VERSION = 1
@@ -23,11 +25,20 @@ def _value(v: Any) -> str:
     return str(v)
 
 
-def settings_lines(rec, width: int = 100) -> list:
+CHOSEN_BY = {"rules": "the rules", "measured": "measurement", "calibrated": "the rules calibrated on the workload",
+             "watch": "your job's watch record"}
+
+
+def chosen_by(by: str) -> str:
+    """How the settings were chosen, in words ('the rules ...', 'measurement ...')."""
+    return CHOSEN_BY.get(by, by)
+
+
+def settings_lines(rec: Any, width: int = 100) -> list:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
     device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
-    lines = [f"debtorch tune: {device}, chosen by {rec.chosen_by}"]
+    lines = [f"debtorch tune: {device}, chosen by {chosen_by(rec.chosen_by)}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
         for name in names:
@@ -49,11 +60,21 @@ def settings_lines(rec, width: int = 100) -> list:
             lines.append(f"    {rec.env_reasons[name]}")
     for note in rec.notes:
         lines.append(f"note: {note}")
+    if rec.prescription is not None:
+        lines.append(prediction_line(rec.prescription))
     return lines
 
 
-def trials_lines(result) -> list:
-    """The table of trials at the end of a measurement, one row per settings tried."""
+def prediction_line(p: Any) -> str:
+    """What the prescribed loader is predicted to do (tune --from-watch)."""
+    return (f"prediction: {p.workers} worker(s) at {p.per_worker:.0f} samples/s each supply up to {p.supplied:.0f}; "
+            f"the loop consumes {p.consumed:.0f}: data wait about {p.predicted_wait:.0%} "
+            "(check it: run the job again with cfg.watch)")
+
+
+def trials_lines(result: Result, verbose: bool = False) -> list:
+    """The table of trials at the end of a measurement, one row per settings tried; ``verbose``: also the
+    sequential design "beyond noise" was judged by (Pocock's boundary)."""
     rows: dict = {}
     order: list = []
     for t in result.trials:
@@ -87,8 +108,9 @@ def trials_lines(result) -> list:
         lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
         if r["errors"]:
             lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
+    lines.append(f"  {legend(order)}")
     lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
-              f"{result.looks.confidence:.2%}"] if result.looks else []
+              f"{result.looks.confidence:.2%}"] if result.looks and verbose else []
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")
@@ -116,12 +138,38 @@ class TuneView:
 
     formats = (Format.text, Format.json, Format.env)
 
-    def __init__(self, tuned: Tuned, settings: bool = True):
+    def __init__(self, tuned: Tuned, settings: bool = True, written: Optional[str] = None, verbose: bool = False):
         self.rec, self.fingerprint, self.result, self.settings = tuned.rec, tuned.fingerprint, tuned.result, settings
+        self.load, self.written, self.verbose = tuned.load, written, verbose
+        self.workload = tuned.options.workload if tuned.options is not None else None
 
     def lines(self) -> list:
-        out = trials_lines(self.result) if self.result is not None else []
-        return [Line(text) for text in out + (settings_lines(self.rec) if self.settings else [])]
+        out = [Line(text) for text in trials_lines(self.result, self.verbose)] if self.result is not None else []
+        if self.load is not None and self.load.busy:
+            out.append(Line(f"warning: {self.load.warning()}", "warning"))
+        out += [Line(text) for text in (settings_lines(self.rec) if self.settings else [])]
+        return out + [Line("next: " + "; ".join(self.next_steps()))]
+
+    def next_steps(self) -> list[str]:
+        """What to run next, in plain words: save the settings, load them in training, check them with
+        verify-train, measure them on the user's workload."""
+        out = []
+        if self.load is not None and self.load.busy:
+            out.append("measure again when the machine is quiet (other work slowed these trials)")
+        device = f" --device {self.rec.device}" if sim.is_sim(self.rec.device) else ""
+        workload = f" --workload {self.workload}" if self.workload and self.workload != "builtin:cnn" else ""
+        if self.written is None:
+            again = "the same command with --write debtorch.toml" if self.result is not None else (
+                "debtorch tune --write debtorch.toml")
+            out.append(f"save them for your training script: {again}")
+        else:
+            out.append(f'load them in your training script: cfg = debtorch.load("{self.written}") (docs/runtime.md)')
+            out.append(f"see what they change on this machine: debtorch verify-train --config {self.written}"
+                       f"{device}{workload}")
+        if self.result is None:
+            out.append("measure them on your own workload: debtorch tune --measure --workload MODULE:FUNCTION "
+                       "--write debtorch.toml (docs/workloads.md)")
+        return out
 
     def document(self) -> dict:
         """Settings, reasons, environment, fingerprint and trials."""
@@ -136,12 +184,14 @@ class TuneView:
             "interactions": [list(p) for p in result.interactions],
             "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}
                               for n, w, e in result.contributions()],
+            "load": self.load.to_json() if self.load is not None else None,
             "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
                         "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
                         "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],
         }
         return {
             "schema_version": JSON_SCHEMA_VERSION,
+            "next": self.next_steps(),
             "device": rec.device,
             "chosen_by": rec.chosen_by,
             "settings": rec.settings.to_dict(),
@@ -155,6 +205,8 @@ class TuneView:
             "torchrun": rec.torchrun_line(),
             "fingerprint": self.fingerprint,
             "measurement": measurement,
+            "calibration": rec.calibration.to_json() if rec.calibration is not None else None,
+            "prescription": rec.prescription.to_json() if rec.prescription is not None else None,
         }
 
     def env(self) -> str:

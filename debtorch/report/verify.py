@@ -12,10 +12,11 @@ from typing import Optional, Sequence
 from debtorch import inputs, stats
 from debtorch.report import Format, document
 from debtorch.report.console import Line, Table
-from debtorch.train.settings import Settings
+from debtorch.train.settings import Settings, legend
 from debtorch.units import human_bytes
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent
+from debtorch.verify.measure import Measured
 from debtorch.verify.run import Outcome
 
 SCHEMA_VERSION = 1
@@ -47,12 +48,29 @@ def _rate(arm: dict) -> str:
     return txt
 
 
+def _bound(summary: dict, arm: str) -> str:
+    """An arm's compute-only bound: its rate, or a failed measurement when it came out below the arm's
+    own measured rate (never a figure a ceiling cannot be)."""
+    bound, rate = summary[arm + "_bound"], summary[arm].get("samples_per_s")
+    if analysis.bound_below_rate(summary[arm], bound):
+        return f"failed measurement ({bound['samples_per_s']:.1f}, below the {rate:.1f} measured)"
+    return _rate(bound)
+
+
 def _bytes(n: Optional[float]) -> str:
     return "-" if n is None else human_bytes(int(n))
 
 
 def _ms(x: Optional[float]) -> str:
     return "-" if x is None else f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+
+
+def _shorts(m: Measured) -> list[str]:
+    """The settings row's short labels (baseline, tuned), when both are known."""
+    try:
+        return [Settings.from_dict(m.baseline).short(), Settings.from_dict(m.tuned).short()] if m.baseline and m.tuned else []
+    except (KeyError, TypeError):
+        return []
 
 
 def rows(m, summary: dict) -> list:
@@ -76,7 +94,7 @@ def rows(m, summary: dict) -> list:
     if simd:
         out.append(("device bound (simulated)", f"{simd['rate']:g}", f"{simd['rate']:g}"))
     else:
-        out.append(("compute-only bound", _rate(summary["baseline_bound"]), _rate(summary["tuned_bound"])))
+        out.append(("compute-only bound", _bound(summary, "baseline"), _bound(summary, "tuned")))
     out.append(("  reached", analysis.figure(bf.get("baseline"), "share", percent),
                 analysis.figure(bf.get("tuned"), "share", percent)))
     out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
@@ -104,9 +122,13 @@ def _why(d: dict) -> str:
     return stats.resolve_hint(d.get("verdict") or "", d.get("more_rounds")) or d.get("reason") or d.get("verdict", "")
 
 
-def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
-    """The lines under the table: how the measurement went, what to watch for, what failed."""
+def lines(m: Measured, summary: dict, warnings: Sequence[str] = (), verbose: bool = False) -> list:
+    """The lines under the table: how the measurement went, what to watch for, what failed; ``verbose``:
+    also the statistics behind the verdict (the sequential design of the rounds)."""
     out = []
+    if shorts := _shorts(m):
+        out.append(legend(shorts))
+    out.extend(step_lines(m, summary))
     ic = summary["instrumentation"]
     if ic.get("cost") is not None:
         between = summary["tuned"].get("between_steps_share")
@@ -114,7 +136,7 @@ def lines(m, summary: dict, warnings: Sequence[str] = ()) -> list:
                    f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
                    + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
     out.extend(sim_lines(summary))
-    out.extend(rounds_lines(m, summary))
+    out.extend(rounds_lines(m, summary, verbose))
     out.extend(attribution_lines(m, summary))
     if waits := report_line(m.host_waits):
         out.append(waits)
@@ -193,19 +215,24 @@ def sim_lines(summary: dict) -> list:
     return out
 
 
-def rounds_lines(m, summary: dict) -> list:
-    """How many interleaved rounds ran, why they stopped, and the budget."""
+def rounds_lines(m: Measured, summary: dict, verbose: bool = False) -> list:
+    """How many interleaved rounds ran, why they stopped, and the budget; ``verbose``: also at which look
+    and at which level each look was judged (Pocock's boundary)."""
     b = m.budget or {}
     if not b.get("rounds"):
         return []
     stopped = b.get("stopped") or ""
+    plan = m.plan or {}
+    most = "the most rounds allowed"
+    if plan.get("max_rounds"):
+        most += f" ({plan['max_rounds']}{' with --quick' if plan.get('quick') else ''})"
     why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
-           "max rounds": "the most rounds allowed", "cannot resolve": "more rounds would not resolve it",
+           "max rounds": most, "cannot resolve": "more rounds would not resolve it",
            }.get(stopped, stopped)
     spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
         "budget_s") else ""
     seq = summary.get("sequential") or {}
-    if seq.get("most_looks", 1) > 1:
+    if verbose and seq.get("most_looks", 1) > 1:
         why += (f" at look {seq['looks'] or 0} of at most {seq['most_looks']}; Pocock's boundary: every look's "
                 f"interval at {seq['confidence']:.2%}, 95% over all of them")
     return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
@@ -242,13 +269,104 @@ def attribution_lines(m, summary: dict) -> list:
     return out
 
 
+def _mean_step(m: Measured, arm: dict, settings: dict) -> Optional[float]:
+    """An arm's mean optimizer step: the samples of a step over its median samples/s."""
+    sps = arm.get("samples_per_s")
+    batch = settings.get("micro_batch") or (m.workload or {}).get("batch_size")
+    if not sps or not batch:
+        return None
+    return batch * (settings.get("accumulation_steps") or 1) / sps
+
+
+def step_lines(m: Measured, summary: dict) -> list:
+    """What the table's step times leave a reader to wonder: a data-wait share that rose while tuned got
+    faster (a share of a shorter step), and alike median steps beside unlike samples/s (the median leaves
+    the slow steps out)."""
+    b, t = summary["baseline"], summary["tuned"]
+    out = []
+    wb, wt = b.get("data_wait_share"), t.get("data_wait_share")
+    db, dt = b.get("data_wait_step_s"), t.get("data_wait_step_s")
+    cb, ct = b.get("compute_step_s"), t.get("compute_step_s")
+    if None not in (wb, wt, db, dt, cb, ct) and wt > wb + 0.01:
+        head = f"data wait {percent(wb)} -> {percent(wt)}"
+        if dt <= db:
+            out.append(f"{head}: a larger share of a shorter step, not more waiting: the wait per step fell "
+                       f"({_ms(db)} -> {_ms(dt)}) and the rest of the step fell more ({_ms(cb)} -> "
+                       f"{_ms(ct)})")
+        elif ct < cb:
+            out.append(f"{head}: tuned computes faster ({_ms(cb)} -> {_ms(ct)} a step) and loading did "
+                       f"not keep up (the wait per step {_ms(db)} -> {_ms(dt)}): what is left to win is "
+                       "in loading (more loader workers or CPUs)")
+        else:
+            out.append(f"{head}: tuned waits longer for each batch ({_ms(db)} -> {_ms(dt)} a step): its "
+                       "loader settings feed this workload slower than the baseline's here")
+    sb, st, sp = b.get("step_s"), t.get("step_s"), summary.get("speedup") or {}
+    if sb and st and sp.get("ratio") and abs(st / sb - 1) < 0.02 and abs(sp["ratio"] - 1) > 0.05:
+        mb, mt = _mean_step(m, b, m.baseline or {}), _mean_step(m, t, m.tuned or {})
+        means = f" (mean step {_ms(mb)} vs {_ms(mt)})" if mb and mt else ""
+        out.append(f"step time: the median steps are alike ({_ms(sb)} vs {_ms(st)}) but samples/s "
+                   f"differs by {abs(sp['ratio'] - 1):.0%}: the difference lies in the slower steps and between "
+                   f"steps{means}, which a median leaves out (an epoch's start, where loader workers restart "
+                   "unless persistent)")
+    return out
+
+
+def next_steps(o: Outcome) -> list[str]:
+    """What to run or change next, in plain words, after the verdict."""
+    m, summary = o.measured, o.summary
+    if m.interrupted:
+        return ["run it again to the end (Ctrl-C stopped it)"]
+    if m.failure is not None:
+        return ["fix what failed (the line above says how), then run it again"]
+    out: list[str] = []
+    if o.load is not None and o.load.busy:
+        out.append("run it again when the machine is quiet (other work slowed these figures)")
+    sp, t = summary.get("speedup") or {}, summary["tuned"]
+    simd = summary.get("sim") or {}
+    ib = simd.get("input_bound")
+    if ib:
+        feed = f"this machine's CPUs cannot feed a {simd['rate']:g} samples/s device: give the loader more CPUs"
+        if ib.get("cpus"):
+            feed += f" (about {ib['cpus']} of loading)"
+        out.append(feed)
+        out.append("or make each sample cheaper to load (pre-processed or smaller inputs)")
+    if sp.get("verdict") not in analysis.RESULTS and sp.get("ratio"):
+        limit = analysis.limit_hit(summary, m.plan)
+        if limit is None:
+            out.append("take either: more rounds would not tell them apart")
+        elif limit[1].startswith("--budget"):
+            out.append(f"run it again with {limit[1]}: more rounds would likely resolve the speed-up")
+        else:
+            out.append(f"{limit[1]}: {limit[0]}")
+    elif sp.get("verdict") == stats.SLOWER:
+        out.append("keep PyTorch's defaults for now, and measure what suits this workload: debtorch tune "
+                   "--measure --write debtorch.toml")
+    source = (o.config or {}).get("source")
+    if not ib and source == "rules":
+        workload = (m.plan or {}).get("workload") or "builtin:cnn"
+        out.append(f"measure settings for your own workload: debtorch tune --measure --workload {workload} "
+                   "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
+    elif source == "config" and sp.get("verdict") == stats.FASTER:
+        name = os.path.basename((o.config or {}).get("path") or "debtorch.toml")
+        out.append(f'use it in training: cfg = debtorch.load("{name}") (docs/runtime.md), and cfg.watch(loader) '
+                   "to judge the real job")
+    if not simd and (t.get("data_wait_share") or 0) >= 0.05 and sp.get("verdict") in analysis.RESULTS:
+        out.append(f"tuned still waits for data {percent(t['data_wait_share'])} of the time: more loader workers "
+                   "or CPUs (debtorch tune --measure races them)")
+    waits = m.host_waits or {}
+    if waits.get("per_step"):
+        where = os.path.basename(waits.get("file") or "") or "your training script"
+        out.append(f"remove the host's waits for the device in the loop: debtorch lint {where}")
+    return out
+
+
 class VerifyView:
     """``debtorch verify-train``: the table, the lines under it and the verdict; or the document."""
 
     formats = (Format.text, Format.json)
 
-    def __init__(self, outcome: Outcome, exit_code: int):
-        self.outcome, self.exit_code = outcome, exit_code
+    def __init__(self, outcome: Outcome, exit_code: int, verbose: bool = False):
+        self.outcome, self.exit_code, self.verbose = outcome, exit_code, verbose
 
     def lines(self) -> list:
         o = self.outcome
@@ -257,7 +375,9 @@ class VerifyView:
         where = (o.summary.get("sim") or {}).get("words") or m.device or "-"
         table = Table(f"verify-train: {wl} on {where}", ("", "baseline", "tuned"), rows(m, o.summary))
         verdict = ("verdict: " + o.verdict) if o.verdict else "verdict: nothing measured"
-        return [table, *lines(m, o.summary, o.warnings), Line(verdict)]
+        after = next_steps(o)
+        return [table, *lines(m, o.summary, o.warnings, self.verbose), Line(verdict),
+                *([Line("next: " + "; ".join(after))] if after else [])]
 
     def document(self) -> dict:
         """Everything, with the config, the warnings and the machine's facts."""
@@ -268,7 +388,8 @@ class VerifyView:
             settings={"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
             config=o.config, trials=m.trials, converge=m.converge, ddp=m.ddp, profile=m.profile,
             failure=m.failure.to_json() if m.failure else None, interrupted=m.interrupted, notes=m.notes,
-            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings, facts=o.facts)
+            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings,
+            load=o.load.to_json() if o.load is not None else None, next=next_steps(o), facts=o.facts)
 
 
 class RefusedView:

@@ -257,6 +257,19 @@ def _worker_death(iterator) -> Optional[RuntimeError]:
 # Moving batches
 
 
+def tensor_bytes(obj: Any, depth: int = 0) -> int:
+    """Bytes of the tensors in a batch (into tuples, lists and dicts): what one batch puts in shared memory."""
+    if isinstance(obj, torch.Tensor):
+        return obj.element_size() * obj.nelement()
+    if depth > 8:
+        return 0
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (tuple, list)):
+        return sum(tensor_bytes(x, depth + 1) for x in obj)
+    return 0
+
+
 def _split(batch):
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0], batch[1]
@@ -305,6 +318,7 @@ class _Trial:
         self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
                                                  distributed)
         self.iterator, self.epochs, self.counting, self.position = None, 0, False, 0
+        self.batch_bytes: Optional[int] = None   # bytes of the tensors of one timed micro-batch
         self.digest = hashlib.blake2b(digest_size=8)
         self.cached: list = []
         if compute_only:
@@ -361,6 +375,8 @@ class _Trial:
             batch, indices = self._from_loader()
         if self.counting:
             self.digest.update(repr(indices).encode())
+            if self.batch_bytes is None:
+                self.batch_bytes = tensor_bytes(batch)
         return batch
 
     def _to_device(self, obj, channels_last: bool):
@@ -624,6 +640,7 @@ def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_
         "nonfinite_loss_step": next((i for i, x in enumerate(warmup_losses + losses)
                                      if x is not None and not math.isfinite(x)), None),
         "sample_digest": trial.digest.hexdigest(),
+        "batch_bytes": trial.batch_bytes,
         "epochs": trial.epochs,
         "world_size": dist["world_size"] if dist else 1,
         "rank": dist["rank"] if dist else 0,

@@ -25,6 +25,7 @@ from debtorch.transport.client import (
     exit_text,
     kill_group,
     private_tmp,
+    short_tmp_base,
 )
 
 
@@ -83,7 +84,7 @@ def launch_distributed(python: str, workload: str, settings: Any, nproc: int, st
     if hasattr(settings, "to_dict"):
         settings = settings.to_dict()
     shim = Shim()
-    work = outputs.temporary_folder("debtorch-ddp-")
+    work = outputs.temporary_folder("debtorch-ddp-", dir=short_tmp_base("debtorch-ddp-"))
     request = {"workload": workload, "options": options or {}, "settings": settings, "steps": steps,
                "warmup": warmup, "seed": seed, "device": device, "out": work}
     req_path = os.path.join(work, "request.json")

@@ -89,12 +89,44 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def short(self) -> str:
-        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl' ('np': workers not persistent)."""
+        """A compact label for tables: 'w2 pf4 pin bf16 t2 cl' (:data:`SHORT_LEGEND` says each part)."""
         parts = [f"w{self.num_workers}", self.prefetch_factor is not None and f"pf{self.prefetch_factor}",
                  self.num_workers and not self.persistent_workers and "np", self.pin_memory and "pin",
                  self.precision, self.threads is not None and f"t{self.threads}", self.channels_last and "cl",
                  self.compile and "compile"]
         return " ".join(p for p in parts if p)
 
+    def words(self) -> str:
+        """:meth:`short` in words: '2 DataLoader workers, 4 batches prefetched per worker, pinned memory, bf16,
+        2 compute threads, channels_last'."""
+        workers = "no DataLoader workers (loading in the training process)" if not self.num_workers else (
+            f"{self.num_workers} DataLoader worker{'s' if self.num_workers != 1 else ''}")
+        parts = [workers, self.prefetch_factor is not None and f"{self.prefetch_factor} batches prefetched per worker",
+                 self.num_workers and not self.persistent_workers and "workers not persistent",
+                 self.pin_memory and "pinned memory", self.precision,
+                 self.threads is not None and f"{self.threads} compute thread{'s' if self.threads != 1 else ''}",
+                 self.channels_last and "channels_last", self.compile and "torch.compile"]
+        return ", ".join(str(p) for p in parts if p)
+
 
 OPTIONAL = {f.name for f in dataclasses.fields(Settings) if f.default is None}
+
+# The parts of Settings.short(), said once wherever the short labels are shown.
+SHORT_LEGEND = (("w", "DataLoader workers"), ("pf", "batches each worker prefetches"),
+                ("np", "workers not persistent (restarted every epoch)"), ("pin", "pinned memory"),
+                ("fp32/bf16/fp16", "precision"), ("t", "compute threads"), ("cl", "channels_last"),
+                ("compile", "torch.compile"))
+
+
+def legend(labels: list[str]) -> str:
+    """One line saying the parts of the short labels ``labels`` use: 'settings in short: w = DataLoader
+    workers, pf = batches each worker prefetches, ...'."""
+    used = {part for label in labels for part in label.split()}
+
+    def shown(abbreviation: str) -> bool:
+        if "/" in abbreviation:
+            return bool(used & set(abbreviation.split("/")))
+        return any(part == abbreviation or (part.startswith(abbreviation) and part[len(abbreviation):].isdigit())
+                   for part in used)
+
+    return "settings in short: " + ", ".join(f"{a} = {meaning}" for a, meaning in SHORT_LEGEND if shown(a))

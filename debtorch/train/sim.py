@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -16,6 +17,9 @@ from typing import Optional
 PREFIX = "sim:"
 NUMBERS = {"launch": ("launch_ms", 0.0, 1000.0), "gbps": ("gbps", 1e-3, 1e4), "ahead": ("ahead", 1, 1024)}
 MAX_RATE = 1e9
+MIN_RATE = 0.01   # samples/s: below it one sample is over 100 s of device work, no budget holds a step
+MAX_NAME = 64     # characters of a name=, which the config and every report carry
+MAX_SPEC = 512    # characters of a whole spec
 
 
 @dataclass(frozen=True)
@@ -41,36 +45,56 @@ def is_sim(device) -> bool:
 
 
 def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = None) -> SimSpec:
-    """``sim:RATE[,launch=MS][,gbps=GB/s][,ahead=STEPS][,sync=0|1]`` (RATE a number of samples/s or a
-    preset name); ``defaults`` and ``presets`` come from checks/ (the command line passes them).
-    ValueError with one line on anything else."""
+    """``sim:RATE[,launch=MS][,gbps=GB/s][,ahead=STEPS][,sync=0|1][,name=NAME]`` (RATE a number of
+    samples/s or a preset name); ``defaults`` and ``presets`` come from checks/ (the command line passes
+    them).  Each parameter at most once, every value one the simulated device can run with (RATE from
+    :data:`MIN_RATE` to :data:`MAX_RATE`).  ValueError with one line on anything else."""
+    spec = _quoted(text)
     if not is_sim(text):
-        raise ValueError(f"a simulated device is {PREFIX}RATE (got {text!r})")
+        raise ValueError(f"a simulated device is {PREFIX}RATE (got {spec})")
+    if len(text) > MAX_SPEC:
+        raise ValueError(f"{spec}: a simulated device's spec is at most {MAX_SPEC} characters (got {len(text)})")
     head, *opts = text[len(PREFIX):].split(",")
     head, values = head.strip(), dict(defaults or {})
     if presets and head in presets:
         values.update(rate=float(presets[head]), name=head)
     else:
         known = f"; presets: {', '.join(sorted(presets))}" if presets else ""
-        values["rate"] = _number(head, float, lambda x: 0 < x <= MAX_RATE, f"{text!r}: {PREFIX}RATE must be a "
-                                 f"number above 0 to {MAX_RATE:g} (got {head!r}){known}")
+        values["rate"] = _number(head, float, _rate_ok, f"{spec}: {PREFIX}RATE must be a number from {MIN_RATE:g} "
+                                 f"to {MAX_RATE:g} samples/s (got {_quoted(head)}){known}")
+    seen: set = set()
     for opt in opts:
         key, _, val = (x.strip() for x in opt.partition("="))
+        if key in seen:
+            raise ValueError(f"{spec}: {_quoted(key)} is given twice; give each parameter once")
+        seen.add(key)
         if key in NUMBERS:
             field, lo, hi = NUMBERS[key]
             values[field] = _number(val, type(lo), lambda x, lo=lo, hi=hi: lo <= x <= hi,
-                                    f"{text!r}: {key} must be a number from {lo:g} to {hi:g} (got {val!r})")
+                                    f"{spec}: {key} must be a number from {lo:g} to {hi:g} (got {_quoted(val)})")
         elif key == "sync" and val in ("0", "1", "on", "off"):
             values["sync"] = val in ("1", "on")
-        elif key == "name" and val.replace("-", "").replace(".", "").isalnum():
+        elif key == "name" and _NAME.fullmatch(val):
             values["name"] = val
         else:
-            raise ValueError(f"{text!r}: unknown or bad parameter {opt.strip()!r} (known: launch=MS, gbps=GB/s, "
-                             "ahead=STEPS, sync=0|1)")
+            raise ValueError(f"{spec}: unknown or bad parameter {_quoted(opt.strip())} (known: launch=MS, gbps=GB/s, "
+                             f"ahead=STEPS, sync=0|1, name= of at most {MAX_NAME} letters, digits, '-' and '.')")
     missing = [f for f, _, _ in NUMBERS.values() if f not in values]
     if missing:
-        raise ValueError(f"{text!r}: no value for {', '.join(missing)} (debtorch's command line fills in the defaults)")
+        raise ValueError(f"{spec}: no value for {', '.join(missing)} (debtorch's command line fills in the defaults)")
     return SimSpec(**values)
+
+
+_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9.-]{{0,{MAX_NAME - 1}}}")
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a message quotes it: repr, at most 60 characters of it."""
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
+
+
+def _rate_ok(x: float) -> bool:
+    return MIN_RATE <= x <= MAX_RATE
 
 
 def _number(val: str, kind, ok, problem: str):

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 from debtorch import outputs
 from debtorch.budget import Budget, Where, stopped
 from debtorch.host import kill_group as host_kill_group
+from debtorch.host import meaningful_line
 from debtorch.transport.server import PROTOCOL_FD_ENV
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -36,7 +37,7 @@ START_TIMEOUT = 180.0  # importing torch on a cold cache takes a while
 # Failures about what the user gave (an interpreter, a workload, a device, settings): every command
 # exits 2 for these, 1 for a run that failed (docs/cli.md).
 USER_INPUT_KINDS = frozenset({"no_python", "no_torch", "broken_torch", "workload", "device", "bad_request",
-                              "settings"})
+                              "settings", "too_small"})   # too_small: a --budget that cannot pay for the first trials
 
 
 class WorkerError(Exception):
@@ -89,6 +90,28 @@ def worker_python(python_option: Optional[str], host) -> str:
     return path
 
 
+# A Unix socket's path holds at most 107 bytes (sun_path), and the processes we start make some under
+# their TMPDIR: Python's multiprocessing at TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, through which
+# torch's DataLoader workers pass each batch's shared-memory descriptor.  Past the limit the worker cannot
+# send a batch (the error goes to its stderr) and the loop waits for it for ever.  Our folders
+# (PREFIX-XXXXXXXX/tmp, then those 31 bytes) go to /tmp when the temporary directory's own path leaves too
+# little room (a pytest or Slurm job's TMPDIR can).
+SOCKET_PATH_MAX = 107
+SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
+
+
+def short_tmp_base(prefix: str) -> Optional[str]:
+    """Where to make a temporary folder ``PREFIX-XXXXXXXX`` whose ``tmp`` a process's TMPDIR becomes: the
+    temporary directory, or /tmp when that leaves too little room for a socket's path (None: the default)."""
+    import tempfile  # defer: only a training run needs it
+
+    base = tempfile.gettempdir()
+    room = SOCKET_PATH_MAX - SOCKET_TAIL - len(f"/{prefix}12345678/tmp")
+    if len(base) <= room or not os.access("/tmp", os.W_OK | os.X_OK):
+        return None
+    return "/tmp"
+
+
 def private_tmp(env: dict, folder: str) -> dict:
     """``env`` with a temporary directory of its own inside ``folder`` (a registered temporary folder),
     so that what killed training processes leave there goes with it; torch.compile's cache stays
@@ -113,7 +136,7 @@ class Shim:
 
     def __init__(self) -> None:
         # Registered: removed at exit however the run ends (debtorch.outputs).
-        self.path = outputs.temporary_folder("debtorch-worker-")
+        self.path = outputs.temporary_folder("debtorch-worker-", dir=short_tmp_base("debtorch-worker-"))
         os.symlink(PACKAGE_DIR, os.path.join(self.path, "debtorch"))
 
     def env(self, base: dict) -> dict:
@@ -167,6 +190,11 @@ class StderrTail(threading.Thread):
 
     def last(self) -> str:
         return next((line.strip()[:200] for line in reversed(self.lines) if line.strip()), "")
+
+    def meaningful(self) -> str:
+        """The line that says why a process that never spoke the protocol stopped (a pyenv shim's
+        first line, a traceback's exception): :func:`debtorch.host.meaningful_line`."""
+        return meaningful_line("\n".join(self.lines))
 
 
 class Worker:
@@ -372,7 +400,12 @@ class Worker:
             self._stderr.join(timeout=2)
         self._exit_code = code
         how = exit_text(code)
-        last = self._stderr.last() if self._stderr else ""
+        if self._stderr is None:
+            last = ""
+        elif doing == "starting":
+            last = self._stderr.meaningful()       # nothing of the workload yet: the interpreter's own words
+        else:
+            last = self._stderr.last()
         self.kill()
         return WorkerError("died", f"the worker {how} while {self.DOING.get(doing, doing)}" + (f": {last}" if last else ""))
 

@@ -15,6 +15,7 @@ from typing import Optional
 
 from debtorch import inputs, outputs, schema
 from debtorch.__about__ import __version__
+from debtorch.budget import WEEK_S
 from debtorch.host import Host, Unavailable
 from debtorch.train import sim
 from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
@@ -63,7 +64,22 @@ class ConfigFile:
 
     @property
     def device(self) -> str:
-        return self.tuned.get("device", "cpu")
+        """The device training code runs these settings on: "cpu" or "cuda".  A config tuned on a
+        simulated accelerator names the accelerator it stands for, "cuda" (a config written before
+        ``[tuned] simulated`` existed holds the simulation's spec as its device)."""
+        device = self.tuned.get("device", "cpu")
+        return SIMULATED_STANDS_FOR if sim.is_sim(device) else device
+
+    @property
+    def simulated(self) -> Optional[str]:
+        """The simulated accelerator the settings were measured on (its full ``sim:`` spec), or None."""
+        device = self.tuned.get("device")
+        return self.tuned.get("simulated") or (device if sim.is_sim(device) else None)
+
+    @property
+    def tuned_for(self) -> str:
+        """What the settings were tuned on: the simulation's spec, else the device."""
+        return self.simulated or self.device
 
 
 # ---------------------------------------------------------------------------
@@ -72,7 +88,8 @@ class ConfigFile:
 # usable CPUs, so that a typo or a hostile file cannot start a storm of processes.  Only the code or
 # command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
-BUDGET_MAX_S = 7 * 24 * 3600.0
+BUDGET_MAX_S = WEEK_S
+SIMULATED_STANDS_FOR = "cuda"   # a simulated accelerator (debtorch.train.sim) stands for a GPU
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32
 MACHINE_BOUND = ("num_workers", "threads", "nproc")
@@ -84,13 +101,21 @@ def machine_limit(cpus: int) -> int:
     return max(MACHINE_FLOOR, MACHINE_FACTOR * max(1, int(cpus)))
 
 
+def limit_words(cpus: int) -> str:
+    """How :func:`machine_limit` comes out for ``cpus``: '4 x 16 usable CPUs', or '4 x 2 usable CPUs is 8,
+    below the floor of 32'."""
+    product = MACHINE_FACTOR * max(1, int(cpus))
+    words = f"{MACHINE_FACTOR} x {cpus} usable CPUs"
+    return words if product >= MACHINE_FLOOR else f"{words} is {product}, below the floor of {MACHINE_FLOOR}"
+
+
 def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     """(key, message) when ``values`` (settings fields) ask more of a machine with ``cpus``
     usable CPUs than :func:`machine_limit`; None when they fit (or ``cpus`` is unknown)."""
     if not cpus:
         return None
     limit = machine_limit(cpus)
-    why = f"at most {limit} here: {MACHINE_FACTOR} x {cpus} usable CPUs"
+    why = f"at most {limit} here: {limit_words(cpus)}"
     for key in MACHINE_BOUND:
         v = values.get(key)
         if schema.is_int(v) and v > limit:
@@ -114,15 +139,21 @@ OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or ve
                       "to allow it deliberately")
 
 
-def _is_device(v) -> bool:
-    """cpu, cuda, or a simulated accelerator's full spec (as tune writes it)."""
+def _is_sim_spec(v: object) -> bool:
+    """A simulated accelerator's full spec, as tune writes it."""
     try:
-        return v in DEVICES or bool(sim.parse(v))
+        return isinstance(v, str) and bool(sim.parse(v))
     except (ValueError, TypeError):
         return False
 
 
+def _is_device(v: object) -> bool:
+    """cpu, cuda, or (a config written before ``simulated``) a simulated accelerator's full spec."""
+    return v in DEVICES or _is_sim_spec(v)
+
+
 DEVICE = schema.Value(('"cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec', _is_device))
+SIM_SPEC = schema.Value(("a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec", _is_sim_spec))
 TEXT = schema.text(max_len=4096, one_line=True)
 TEXTS = schema.List(TEXT, max_len=4096, expect="an array of strings")
 SCHEMA: dict[str, schema.Spec] = {
@@ -131,8 +162,8 @@ SCHEMA: dict[str, schema.Spec] = {
        for table, names in TABLES.items()},
     "limits": {"oversubscribe": schema.BOOL},
     "env": schema.Table({"*": TEXT}, keys=("an environment variable name (A-Z, 0-9, _)", ENV_NAME.match)),
-    "tuned": {"by": schema.one_of("rules", "measured"), "date": TEXT, "debtorch_version": TEXT,
-              "device": DEVICE, "workload": TEXT,
+    "tuned": {"by": schema.one_of("rules", "measured", "calibrated", "watch"), "date": TEXT, "debtorch_version": TEXT,
+              "device": DEVICE, "simulated": SIM_SPEC, "workload": TEXT,
               "budget_s": schema.number(f"a number > 0 and at most {BUDGET_MAX_S:g}", lambda v: 0 < v <= BUDGET_MAX_S)},
     "fingerprint": {"arch": TEXT, "cpu_model": TEXT, "usable_cpus": COUNT, "cpu_bf16": TEXTS, "gpus": TEXTS,
                     "driver": TEXT, "python": TEXT, "torch": TEXT, "torch_cuda": TEXT},
@@ -195,10 +226,14 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
 
 def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: Optional[float] = None,
                 now: Optional[_dt.datetime] = None) -> dict:
-    """How the settings were chosen, for the ``[tuned]`` table."""
+    """How the settings were chosen, for the ``[tuned]`` table.  Tuned on a simulated accelerator
+    (``device`` a ``sim:`` spec), ``device`` names the accelerator it stands for and ``simulated`` the
+    simulation: training code runs on the real device."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     out = {"by": by, "date": now.replace(microsecond=0).isoformat(), "debtorch_version": __version__,
            "device": device}
+    if sim.is_sim(device):
+        out.update(device=SIMULATED_STANDS_FOR, simulated=device)
     if workload:
         out["workload"] = workload
     if budget_s:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.budget import Budget, Where
+from debtorch.budget import Budget, Where, seconds_problem, still_starting, too_small
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine
 from debtorch.train import sim
@@ -60,7 +60,11 @@ class TooSmall(Exception):
 
 class BudgetStop(MeasureError):
     """The budget ended while the worker was busy (a workload that hangs, or one too slow for the
-    budget): the worker was killed; the message says where."""
+    budget): the worker was killed; the message says where.  ``hung``: no progress for a while."""
+
+    def __init__(self, message: str, hung: bool = True) -> None:
+        super().__init__(message)
+        self.hung = hung
 
 
 @dataclass
@@ -71,6 +75,7 @@ class MeasureOptions:
     repeats: int = 3
     seed: int = 0
     started: Optional[float] = None   # time.monotonic() when the command started (None: when measuring starts)
+    search: bool = True               # False: only calibrate the rules on the workload (no --measure)
 
 
 def precisions_for(rec: Recommendation, facts) -> list:
@@ -144,7 +149,7 @@ class EngineTrials:
                 raise
             if self.worker is not None:
                 self.worker.kill()
-            raise BudgetStop(exc.message) from None
+            raise BudgetStop(exc.message, hung=self.where.hung()) from None
 
     def _start(self) -> dict:
         self.worker = TrainingWorker(self.python, cwd=os.getcwd())
@@ -254,13 +259,18 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
     takes, by default an :class:`EngineTrials` on ``host``); update ``rec``; return the search's
     result.  The budget counts from ``opts.started``: when it ends inside a trial of the search, the
     search decides with what it has; before the search, :class:`BudgetStop` says where."""
-    if not opts.budget_s or opts.budget_s < MIN_BUDGET_S:
-        raise MeasureUsageError(f"--budget {opts.budget_s:g} is too small to measure anything; "
-                                f"give at least {MIN_BUDGET_S:g} seconds")
+    problem = seconds_problem("--budget", opts.budget_s, MIN_BUDGET_S)
+    if problem:
+        raise MeasureUsageError(problem)
     budget = Budget(opts.budget_s, start=opts.started, clock=clock)
     own = trials is None
     if own:
-        trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed, host, budget=budget)
+        try:
+            trials = EngineTrials(opts.workload, rec.device, opts.python, opts.seed, host, budget=budget)
+        except BudgetStop as stop:
+            if stop.hung:
+                raise
+            raise MeasureUsageError(still_starting(opts.budget_s, budget.spent())) from None
     try:
         trialer = Trialer(trials, clock)
         before = budget.spent()
@@ -304,9 +314,7 @@ def _too_small(opts: MeasureOptions, startup: float, calibration: float, need: f
                where: str = "") -> MeasureUsageError:
     """The budget cannot pay for this workload's calibration and a few trials: what would."""
     cut = f" (the calibration trial was {where.split(' in ', 1)[-1].split(':')[0]} when it ended)" if where else ""
-    return MeasureUsageError(f"--budget {opts.budget_s:g} is too small for this workload: {startup:.0f} s went to "
-                             f"start-up, {calibration:.0f} s to its first trials{cut}; give at least "
-                             f"{math.ceil(startup + need)}")
+    return MeasureUsageError(too_small(opts.budget_s, startup, calibration, startup + need, cut))
 
 
 def _one_line(x: Any) -> str:

@@ -17,7 +17,10 @@ from debtorch.findings import catalogue
 from debtorch.machine import Machine
 from debtorch.train import sim
 from debtorch.train.settings import COUNT_MAX, PROCESS_MAX, Settings
-from debtorch.tune.config import machine_problem
+from debtorch.tune import prescribe
+from debtorch.tune.calibration import Calibration
+from debtorch.tune.config import machine_limit, machine_problem
+from debtorch.tune.prescribe import WatchRecord
 from debtorch.units import human_bytes as human
 
 MiB = 1024 * 1024
@@ -32,6 +35,13 @@ FDS_RESERVED = 256
 # More workers than this per GPU seldom pay for the RAM each one costs;
 # --measure tries more.
 MAX_WORKERS_PER_GPU = 8
+# Calibrated rules (tune.C001-C003): workers for 15% more than the device takes (jitter, the
+# hand-over to the training process); a CPU split that the model predicts 10% faster than loading in
+# the training process, or that one trial each measured 10% faster (a trial varies by 5-10%); 4
+# batches ahead when a batch's load time varies by half its median.
+HEADROOM = 1.15
+CPU_GAIN_PREDICTED, CPU_GAIN_MEASURED = 1.10, 1.10
+SPREAD_FOR_DEEPER_QUEUE = 1.5
 MODEL_KINDS = ("conv", "transformer", "other")
 
 
@@ -65,6 +75,8 @@ class Request:
     nproc: Optional[int] = None           # processes per machine; None: one per usable GPU
     batch_bytes: Optional[int] = None     # bytes of one batch in shared memory, when known
     oversubscribe: bool = False           # processes beyond the machine's bound are deliberate
+    calibration: Optional[Calibration] = None  # the workload measured in seconds: workers sized for it
+    watch: Optional[WatchRecord] = None   # the user's job as cfg.watch recorded it: workers prescribed for it
 
     def check(self) -> None:
         """Raise :class:`RequestError` for a number outside its range (docs/tune.md, "Bounds"):
@@ -98,6 +110,8 @@ class Recommendation:
     max_workers: Optional[int] = None                # bound from /dev/shm and RLIMIT_NOFILE, if any
     per_process_cpus: int = 1                        # usable CPUs / processes
     oversubscribe: bool = False                      # asked: beyond the machine's bound (the config's [limits])
+    calibration: Optional[Calibration] = None        # what sized the loader, when a workload was calibrated
+    prescription: Optional[prescribe.Plan] = None    # what the loader is predicted to do, from a watch record
 
     def set(self, name: str, value: Any, rule: str, text: str) -> None:
         _known(rule)
@@ -145,7 +159,11 @@ def recommend(facts, request: Optional[Request] = None) -> Recommendation:
         raise RequestError(f"device must be cpu, cuda or sim:RATE (got {req.device!r})")
     req.check()
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    rec = Recommendation(settings=Settings(), oversubscribe=req.oversubscribe)
+    rec = Recommendation(settings=Settings(), oversubscribe=req.oversubscribe, calibration=req.calibration)
+    if req.calibration is not None:
+        rec.chosen_by = "calibrated"
+    if req.watch is not None:
+        rec.chosen_by = "watch"
     _device(rec, m, req)
     _processes(rec, m, req)
     _workers(rec, m, req)
@@ -219,9 +237,16 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
 
 
 def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
-    """tune.R001-R005 and, through worker_companions, R007-R009."""
+    """tune.R001-R005 (C001 and C003 when calibrated) and, through worker_companions, R007-R009 (C002)."""
     nproc, per_proc, cpu_note = rec.settings.nproc, rec.per_process_cpus, m.cpus.note
-    if rec.device == "cpu" and per_proc <= 2:
+    cal = req.calibration
+    if cal is not None and rec.device == "cpu":
+        workers = _calibrated_cpu_split(rec, cal, cpu_note)
+    elif cal is not None:
+        workers = _calibrated_feed(rec, cal, cpu_note)
+    elif req.watch is not None:
+        workers = _prescribed(rec, req.watch)
+    elif rec.device == "cpu" and per_proc <= 2:
         workers = 0
         rec.set("num_workers", 0, "tune.R001",
                 f"CPU training on {cpu_note}: worker processes would take cores from compute")
@@ -240,8 +265,11 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
             text += f", at most {MAX_WORKERS_PER_GPU} per GPU (each costs RAM; --measure tries more)"
         rec.set("num_workers", workers, "tune.R003", text)
 
-    prefetch = 2
-    batch_bytes = req.batch_bytes or ASSUMED_BATCH_BYTES
+    prefetch = _calibrated_prefetch(cal) if cal is not None and workers else 2
+    known_bytes = req.batch_bytes or (cal.batch_bytes if cal is not None else None) or (
+        req.watch.batch_bytes if req.watch is not None else None)
+    batch_bytes = known_bytes or ASSUMED_BATCH_BYTES
+    measured_bytes = bool(known_bytes)
     shm_free = _int(m.get("memory.shm_free"))
     nofile = _int(m.get("memory.nofile_soft"))
     by_shm = (shm_free // 2) // nproc // (prefetch * batch_bytes) if shm_free is not None else None
@@ -250,7 +278,7 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
     bounds = [b for b in (by_shm, by_nofile) if b is not None]
     rec.max_workers = min(bounds) if bounds else None
     if workers and by_shm is not None and by_shm < workers:
-        size = f"~{human(batch_bytes)}" + ("" if req.batch_bytes else " (assumed)")
+        size = f"~{human(batch_bytes)}" + ("" if measured_bytes else " (assumed)")
         rec.set("num_workers", by_shm, "tune.R004",
                 f"/dev/shm has {human(shm_free)} free (memory.shm_free): {nproc} process(es) x "
                 f"{by_shm} worker(s) x {prefetch} batches of {size} fit in half of it")
@@ -263,6 +291,157 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
                 f"{FDS_PER_WORKER} descriptors for batches in flight")
         rec.note("tune.R005", f"`ulimit -n 65536` (or LimitNOFILE=) would allow {workers} workers")
     worker_companions(rec)
+    if cal is not None and rec.settings.num_workers:
+        _prefetch_reason(rec, cal, prefetch)
+    if req.watch is not None:
+        _prescribed_after_bounds(rec, req.watch)
+
+
+def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> int:
+    """tune.C001: an accelerator's loader workers for the rate it consumes, from the calibration."""
+    cpus = rec.per_process_cpus
+    per_worker, rate = cal.per_worker, cal.device_rate
+    if cal.kind == "cuda":
+        main, main_words = min(1.0, cpus / 2), "one drives the GPU" if cpus >= 2 else "it also drives the GPU"
+    else:
+        main = min(float(cpus), cal.main_batch_s * rate / cal.micro_batch)
+        main_words = f"the training process takes {main:.2f} of a CPU to copy and launch"
+    loading = max(1.0, cpus - main)
+    need = rate / per_worker
+    measured = (f"one worker delivers {per_worker:.0f} samples/s" if cal.worker_rate is not None and not cal.worker_kept_up
+                else f"one process loads {per_worker:.0f} samples/s")
+    head = f"{measured} ({1e3 * cal.fetch_s:.1f} ms a batch of {cal.micro_batch}); the device takes {rate:.0f}"
+    if need * HEADROOM <= loading:
+        workers = max(1, math.ceil(need * HEADROOM))
+        text = (f"{head}: {workers} worker(s) feed it ({workers * per_worker:.0f} samples/s at most), "
+                f"within {cpu_note} ({main_words})")
+    elif need <= loading:
+        workers = max(1, math.ceil(loading))
+        text = (f"{head}: {workers} worker(s) just feed it ({loading * per_worker:.0f} samples/s at most on the "
+                f"{loading:.1f} CPUs {cpu_note} leave: {main_words}), without the {HEADROOM - 1:.0%} to spare "
+                "the rule keeps")
+    else:
+        workers = max(1, math.ceil(loading))
+        text = (f"{head}: input-bound here, feeding it takes about {need:.1f} CPUs of loading and {cpu_note} "
+                f"leave {loading:.1f} ({main_words}): {workers} worker(s) give about {loading * per_worker:.0f}")
+    workers = min(workers, 2 * cpus)
+    rec.set("num_workers", workers, "tune.C001", text)
+    return workers
+
+
+def _device_rate(rec: Recommendation) -> Optional[float]:
+    """Samples/s the device consumes when the request says (a simulated accelerator), else None."""
+    return sim.parse(rec.device).rate if sim.is_sim(rec.device) else None
+
+
+def _prescribed(rec: Recommendation, w: WatchRecord) -> int:
+    """tune.P001 and P005: the loader's workers for the rate the user's loop consumed (docs/tune.md,
+    "Prescriptions from your job"), before the /dev/shm and open-file bounds."""
+    cpus, rate = rec.per_process_cpus, _device_rate(rec)
+    consumed = rate or w.consumed
+    measured = (f"measured: {w.data_wait:.0%} data wait at {w.num_workers} worker(s), {w.delivered:.0f} samples/s "
+                f"from the loader, {consumed:.0f} consumed")
+    if not w.input_bound:
+        level = "below" if w.fine else "not above"
+        rec.set("num_workers", w.num_workers, "tune.P005", f"{measured}: the data wait is {level} "
+                f"{prescribe.THRESHOLD:.0%} (95%: {w.data_wait_low or 0:.0%}-{w.data_wait_high or 0:.0%}): "
+                "the loader keeps up; kept")
+        return w.num_workers
+    most = 2 * cpus   # as --measure's search: workers beyond that wait for a CPU
+    if prescribe.plan(w, 1, cpus, rate).waits_on_reads:
+        most = machine_limit(cpus)   # waiting on reads, they overlap them: as many as the machine may run
+    workers = min(prescribe.workers_for(w, cpus, rate), most)
+    rec.set("num_workers", workers, "tune.P001", _prescribed_text(w, prescribe.plan(w, workers, cpus, rate), measured))
+    return workers
+
+
+def _prescribed_text(w: WatchRecord, p: prescribe.Plan, measured: str) -> str:
+    wait = f"predicted data wait {p.predicted_wait:.0%}"
+    if p.supplied >= p.consumed:
+        return f"{measured}: {p.workers} worker(s) would feed it ({wait})"
+    return (f"{measured}: {p.workers} worker(s) give about {p.supplied:.0f} on the CPUs left ({wait}): more "
+            "workers cannot help")
+
+
+def _prescribed_after_bounds(rec: Recommendation, w: WatchRecord) -> None:
+    """The prediction for the workers the bounds left, its notes (tune.P003, P004) and prefetch (tune.P002)."""
+    cpus, workers = rec.per_process_cpus, rec.settings.num_workers
+    p = prescribe.plan(w, workers, cpus, _device_rate(rec))
+    if w.input_bound:
+        rec.prescription = p   # kept settings (tune.P005) predict nothing new: the record is the measurement
+    if w.input_bound and rec.reasons["num_workers"].rule != "tune.P001":
+        rec.notes.append(f"predicted data wait at {workers} worker(s): {p.predicted_wait:.0%} (the bound above)")
+    if w.input_bound and p.cpu_bound and not p.waits_on_reads:
+        rec.note("tune.P003", f"loading {p.consumed:.0f} samples/s takes about {p.consumed * p.cpu_per_sample:.1f} "
+                              f"CPUs and {rec.per_process_cpus} CPU(s) leave {p.loading_cpus:.1f} beside the "
+                              "training process: decoding is CPU-bound here; cheaper decoding or transforms, "
+                              "pre-processed (decoded, resized) data, or more CPUs")
+    if p.waits_on_reads:
+        rec.note("tune.P004", f"the job's workers used {(w.workers_busy or 0) / max(1, w.num_workers):.2f} of a "
+                              "CPU each while the loop waited: they wait on reads, not decoding; measure the disk "
+                              f"against the rate: debtorch doctor --data DIR --measure-data --data-rate "
+                              f"{math.ceil(p.consumed)}")
+    if workers:
+        spread = (w.fetch_p90_s or 0.0) / w.fetch_median_s if w.fetch_median_s else 1.0
+        prefetch = 2
+        if w.num_workers == 0 and spread > SPREAD_FOR_DEEPER_QUEUE:
+            prefetch = 4
+        elif not w.input_bound and w.prefetch_factor:
+            prefetch = w.prefetch_factor
+        text = (f"the job's fetches took {1e3 * (w.fetch_median_s or 0):.1f} ms (median), 90% within "
+                f"{1e3 * (w.fetch_p90_s or 0):.1f} ms: {prefetch} batches ahead per worker")
+        rec.set("prefetch_factor", prefetch, "tune.P002", text)
+
+
+def cpu_split_rate(cal: Calibration, cpus: int, workers: int) -> float:
+    """Samples/s the model of tune.C003 predicts for ``workers`` loader workers and the other CPUs computing:
+    loading in the training process adds its time to the compute's; workers overlap it, each at the
+    worker's rate, while compute scales with its threads (linearly: what the rule assumes)."""
+    if workers <= 0:
+        return 1.0 / (1.0 / cal.loader_rate + 1.0 / cal.device_rate)
+    threads = max(1, cpus - workers)
+    return min(workers * cal.per_worker, cal.device_rate * threads / cpus)
+
+
+def _calibrated_cpu_split(rec: Recommendation, cal: Calibration, cpu_note: str) -> int:
+    """tune.C003: CPU training's split between loader workers and compute threads, from the calibration."""
+    cpus = rec.per_process_cpus
+    base = (f"loading in the training process {cal.in_process_rate:.0f} samples/s (one process loads "
+            f"{cal.loader_rate:.0f}, {cpus} thread(s) compute {cal.device_rate:.0f})")
+    if cal.worker_rate is not None and cpus <= 2:
+        gain = cal.worker_rate / cal.in_process_rate
+        if gain >= CPU_GAIN_MEASURED:
+            text = (f"{base}; 1 worker + {cal.worker_threads} thread(s) measured {cal.worker_rate:.0f} "
+                    f"({gain:.2f}x): one CPU loads while the other computes")
+            rec.set("num_workers", 1, "tune.C003", text)
+            return 1
+        rec.set("num_workers", 0, "tune.C003", f"{base}; 1 worker + {cal.worker_threads} thread(s) measured "
+                f"{cal.worker_rate:.0f} ({gain:.2f}x): a worker would take a CPU from compute for no gain")
+        return 0
+    best = max(range(1, cpus), key=lambda w: cpu_split_rate(cal, cpus, w), default=0)
+    predicted = cpu_split_rate(cal, cpus, best) if best else 0.0
+    if best and predicted >= CPU_GAIN_PREDICTED * cal.in_process_rate:
+        rec.set("num_workers", best, "tune.C003", f"{base}: {best} worker(s) + {cpus - best} thread(s) predicted "
+                f"{predicted:.0f} ({predicted / cal.in_process_rate:.2f}x) on {cpu_note}")
+        return best
+    why = cal.skipped or f"the best split predicted {predicted:.0f}"
+    rec.set("num_workers", 0, "tune.C003", f"{base}; {why}: the cores compute")
+    return 0
+
+
+def _calibrated_prefetch(cal: Calibration) -> int:
+    """tune.C002's value: 4 batches ahead per worker when a batch's load time varies, else 2."""
+    return 4 if cal.spread > SPREAD_FOR_DEEPER_QUEUE else 2
+
+
+def _prefetch_reason(rec: Recommendation, cal: Calibration, prefetch: int) -> None:
+    """tune.C002: the prefetch queue for the calibration's spread of batch load times."""
+    times = f"a batch loads in {1e3 * cal.fetch_s:.1f} ms, 90% within {1e3 * cal.fetch_p90_s:.1f} ms"
+    if prefetch > 2:
+        text = f"{times} ({cal.spread:.1f}x the median): {prefetch} batches ahead per worker absorb the slow ones"
+    else:
+        text = f"{times}: {prefetch} batches ahead per worker cover it (PyTorch's default, set explicitly)"
+    rec.set("prefetch_factor", prefetch, "tune.C002", text)
 
 
 def _pinned(rec: Recommendation, m: Machine) -> None:

@@ -37,8 +37,14 @@ class Config:
 
     @property
     def device(self) -> str:
-        """The device the settings were tuned for ("cpu", "cuda", or a simulated accelerator's "sim:..." spec)."""
+        """The device the settings are for, "cpu" or "cuda" (tuned on a simulated accelerator: "cuda", the
+        device it stands for; the simulation is :attr:`simulated`)."""
         return self.file.device
+
+    @property
+    def simulated(self) -> Optional[str]:
+        """The simulated accelerator (``sim:`` spec) the settings were measured on, or None."""
+        return self.file.simulated
 
     @property
     def accumulation_steps(self) -> int:

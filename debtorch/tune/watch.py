@@ -3,7 +3,10 @@
 Per step, the wait for the next batch and the whole step: on CUDA from events recorded on the current
 stream around each fetch and read steps later with ``Event.query()`` (the GPU's idle time, no sync
 added), elsewhere the host's clock; host syncs per step with verify-train's counter.  torch is never
-imported here: the training script's own is used (``sys.modules``).
+imported here: the training script's own is used (``sys.modules``).  Under torch.distributed watch
+issues no collective: each rank judges itself, and rank 0 hears the others' summaries through the
+process group's store (:class:`_Peers`), waiting a bounded time for them; nothing here may raise into
+the loop or wait on it unboundedly.
 """
 
 from __future__ import annotations
@@ -11,18 +14,26 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import datetime
+import errno
+import itertools
 import json
+import math
+import operator
 import os
 import re
+import stat
 import sys
 import threading
 import time
 import weakref
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from debtorch import knowledge, stats
+from debtorch import inputs, knowledge, schema, stats
 from debtorch.findings import finding
 from debtorch.hostwaits import syncs_reported  # the one import of the sync counter
+from debtorch.textsafe import printable
+from debtorch.tune.jobprobe import JobProbe
 
 WINDOW_STEPS = 10          # steps per window at the start; merged pairwise to keep at most MAX_WINDOWS
 MAX_WINDOWS = 64
@@ -30,37 +41,76 @@ SIZE_EVERY = 8             # samples/s from the size of one batch in this many
 CHUNK = 8                  # steps booked at once (and CUDA events read): less code runs each step
 MIN_SYNC_STEPS = 5         # watch.W002 needs a sync in each of at least this many steps
 LOADER_KNOBS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
+PEER_WAIT_S = 2.0          # rank 0 waits at most this long at a verdict for the other ranks' summaries
+PUBLISH_WAIT_S = 1.0       # a rank waits at most this long for its summary to reach the store
+STORE_TIMEOUT_S = 10.0     # any one store operation of watch's own connection gives up after this
+MAX_PEER_BYTES = 65536     # a rank's summary as sent; anything larger is not read as one
+MAX_EVERY_S = 366 * 86400.0  # a duration for ``every`` (a year): a thread's wait must stay finite
 
 _open: "weakref.WeakSet[Watch]" = weakref.WeakSet()     # iterations not yet reported, for the atexit verdict
+_made = itertools.count()  # watches made in this process: the same number names the same loop on every rank
 
 
-def _every(value: Any) -> tuple:
-    """(steps, seconds) from ``every``: an int counts steps, "30s" or "5m" is a duration; 0 is off."""
+def _every(value: Any) -> Tuple[int, float]:
+    """(steps, seconds) from ``every``: an int counts steps, "30s" or "5m" is a duration (at most a
+    year); 0 is off."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value, 0.0
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([sm])\s*", value) if isinstance(value, str) else None
-    if not m:
-        raise ValueError(f"watch: every must be a number of steps (0: off) or a duration like '60s' or '5m' "
-                         f"(got {value!r})")
-    return 0, float(m.group(1)) * (60 if m.group(2) == "m" else 1)
+    m = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,12})?)\s*([sm])\s*", value) if isinstance(value, str) else None
+    seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1) if m else math.nan
+    if not 0 <= seconds <= MAX_EVERY_S:
+        raise ValueError(f"watch: every must be a number of steps (0: off) or a duration like '60s' or '5m', "
+                         f"at most a year (got {value!r:.80})")
+    return 0, seconds
 
 
 def count_samples(batch: Any) -> Optional[int]:
     """Samples in a batch: the first dimension of its first tensor or array (into dicts, tuples and
-    lists), or the length of a list of plain items; None when it cannot tell."""
-    for _ in range(8):
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else None
-        if isinstance(batch, dict):
-            batch = next(iter(batch.values()), None)
-        elif isinstance(batch, (list, tuple)) and batch:
-            if not isinstance(batch[0], (list, tuple, dict)) and getattr(batch[0], "shape", None) is None:
-                return len(batch)
-            batch = batch[0]
-        else:
-            return None
+    lists), or the length of a list of plain items; None when it cannot tell.  Never raises: a
+    batch's ``.shape`` may raise (a strided nested tensor's does), or be anything at all."""
+    try:
+        for _ in range(8):
+            if _has_shape(batch):
+                return _first_dim(batch)
+            if isinstance(batch, dict):
+                batch = next(iter(batch.values()), None)
+            elif isinstance(batch, (list, tuple)) and batch:
+                if not isinstance(batch[0], (list, tuple, dict)) and not _has_shape(batch[0]):
+                    return len(batch)
+                batch = batch[0]
+            else:
+                return None
+    except Exception:  # a custom batch type's __len__, __iter__ or __getattr__ raising
+        return None
     return None
+
+
+def _has_shape(x: Any) -> bool:
+    """Whether ``x`` is array-like: it has a ``shape`` attribute (reading it may raise)."""
+    try:
+        return getattr(x, "shape", None) is not None
+    except Exception:  # a strided nested tensor: "NestedTensorImpl doesn't support sizes"
+        return True
+
+
+def _first_dim(x: Any) -> Optional[int]:
+    """The first dimension of an array-like ``x``: ``shape[0]`` as a non-negative integer, else
+    ``x.size(0)`` (what a strided nested tensor answers); None when neither says."""
+    for read in (_shape0, _size0):
+        try:
+            n = operator.index(read(x))
+        except Exception:  # no such dimension, not an integer, or a shape that raises
+            continue
+        return n if n >= 0 else None
+    return None
+
+
+def _shape0(x: Any) -> Any:
+    return x.shape[0]
+
+
+def _size0(x: Any) -> Any:
+    return x.size(0)
 
 
 def _pct(x: Optional[float]) -> str:
@@ -99,13 +149,23 @@ def render(s: dict, final: bool) -> str:
     if ranks:
         worst = max(ranks, key=lambda r: r["data_wait"]["share"] or 0.0)
         total = sum(r["samples_per_s"] or 0.0 for r in ranks)
-        lines.append(f"watch ranks: {len(ranks)}, data wait {_pct(min(r['data_wait']['share'] or 0 for r in ranks))}"
+        lines.append(f"watch ranks: {_heard(len(ranks), s.get('ranks_missing') or [])}, "
+                     f"data wait {_pct(min(r['data_wait']['share'] or 0 for r in ranks))}"
                      f"-{_pct(worst['data_wait']['share'])} (slowest: rank {worst['rank']})"
                      + (f", {total:.0f} samples/s in all" if total else ""))
     if final:
         for f in s["findings"]:
             lines.append(f"{f['id']} {f['message']}" + (f"\n  fix: {f['fix']}" if f["fix"] else ""))
     return "\n".join(lines)
+
+
+def _heard(n: int, missing: List[int]) -> str:
+    """"2", or "1 of 3 (ranks 1, 2 not heard within 2 s)": the ranks a verdict spans."""
+    if not missing:
+        return str(n)
+    names = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    return f"{n} of {n + len(missing)} ({'rank' if len(missing) == 1 else 'ranks'} {names} not heard within " \
+           f"{PEER_WAIT_S:g} s)"
 
 
 class Watch:
@@ -115,7 +175,7 @@ class Watch:
     appended to ``file``; JSON lines to ``json``; ``timer=True``: the lines on a thread of its own."""
 
     def __init__(self, iterable: Iterable, *, every: Any = "60s", file: Any = None, json: Any = None,
-                 verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False):
+                 verdict: bool = True, batch_size: Optional[int] = None, timer: bool = False) -> None:
         if not hasattr(iterable, "__iter__"):
             raise TypeError(f"watch: {type(iterable).__name__} is not iterable")
         if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
@@ -142,6 +202,11 @@ class Watch:
         self._pending: collections.deque = collections.deque()   # [start event, fetched event or None]
         self._pool: list = []
         self._last_line = time.perf_counter()
+        self._broken = False                             # measuring failed: the loop goes on unmeasured
+        self._refused: set = set()                       # destinations refused (noted once): "file", "json"
+        self._number, self._passes = next(_made), 0      # this watch, and its passes, on every rank alike
+        self._peers: Optional[_Peers] = None             # the other ranks' summaries (a side channel)
+        self._job = JobProbe()                           # what tune --from-watch needs (the record's "pipeline")
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]
@@ -152,9 +217,14 @@ class Watch:
         return getattr(self.iterable, name)
 
     # -- the loop --------------------------------------------------------------------------
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
+        """The batches of ``iterable``, each step measured.  Only the iterable's own ``iter`` and
+        ``next`` may raise here: every measurement is inside a guard that, on failure, says so once
+        and lets the loop go on unmeasured (:meth:`_give_up`)."""
         it, stack, log, ended, stop = iter(self.iterable), contextlib.ExitStack(), [], False, threading.Event()
-        self._reported, n = False, 0
+        self._reported, self._broken, n, t0 = False, False, 0, 0.0
+        self._passes += 1
+        self._job.workers(it)
         _open.add(self)
         if self._counting:                                # a later pass of a loop found on CUDA
             self._count_syncs(stack)
@@ -163,21 +233,30 @@ class Watch:
         try:
             while True:
                 if self._cuda is not None:
-                    self._mark()
+                    try:
+                        self._mark()
+                    except Exception as exc:  # CUDA broken by the loop's own work, say
+                        self._give_up(exc)
                 t0 = time.perf_counter()                  # the previous step ends, this one starts with its fetch
                 try:
                     batch = next(it)
                 except StopIteration:
                     ended = True
                     return
-                t1 = time.perf_counter()
-                if self._cuda is not None:
-                    self._mark(fetched=True)
-                n += 1                                    # the size of one batch in SIZE_EVERY: sizing costs
-                size = (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1
-                log.append((t0, t1, self._syncs, size))
-                if len(log) > CHUNK or n == 2:            # book-keeping in chunks: little code runs each step
-                    self._account(log, stack)
+                if not self._broken:
+                    try:
+                        t1 = time.perf_counter()
+                        if self._cuda is not None:
+                            self._mark(fetched=True)
+                        n += 1                            # the size of one batch in SIZE_EVERY: sizing costs
+                        size = (self.fixed_size or count_samples(batch)) if n % SIZE_EVERY == 2 else -1
+                        if n == 2:
+                            self._job.batch(batch)
+                        log.append((t0, t1, self._syncs, size))
+                        if len(log) > CHUNK or n == 2:    # book-keeping in chunks: little code runs each step
+                            self._account(log, stack)
+                    except Exception as exc:  # whatever the batch or the device does: the loop goes on
+                        self._give_up(exc)
                 yield batch
         finally:  # nothing here may raise over the loop's own exception
             stop.set()
@@ -185,14 +264,20 @@ class Watch:
                 getattr(it, "close", lambda: None)()     # a generator's cleanup; a DataLoader's workers go with `it`
             del it
             with contextlib.suppress(Exception):
-                if log:                                   # the step in flight ends: at the last fetch, or now
+                if log and not self._broken:              # the step in flight ends: at the last fetch, or now
                     if not ended and self._cuda is not None:
                         self._mark()
                     log.append((t0 if ended else time.perf_counter(), 0.0, self._syncs, -1))
                     self._account(log, stack)
             with contextlib.suppress(Exception):
                 stack.close()                             # the sync counter off: the debug mode and filters put back
-            self._finish(gather=ended)
+            self._finish(ended=ended)
+
+    def _give_up(self, exc: Exception) -> None:
+        """Measuring failed: one note, then this pass runs unmeasured and gives no verdict."""
+        self._broken, self._cuda = True, None
+        self._pending.clear()
+        _note(f"watch: stopped measuring this pass ({type(exc).__name__}: {exc}); the loop goes on")
 
     def _account(self, log: list, stack: contextlib.ExitStack) -> None:
         """Close every step of ``log`` but the last, in flight: (fetch start, batch in hand, syncs so far,
@@ -220,6 +305,8 @@ class Watch:
         del log[:-1]
         if self._cuda is not None:
             self._drain()
+        if self._seen > 1:
+            self._job.tick(self.busy)
 
     def _count_syncs(self, stack: contextlib.ExitStack) -> None:
         with contextlib.suppress(Exception):
@@ -255,6 +342,7 @@ class Watch:
             q.clear()
 
     def _add(self, wait: float, step: float) -> None:
+        self._job.step(wait, step)
         c = self._cur
         c[0] += wait
         c[1] += step
@@ -281,7 +369,8 @@ class Watch:
                               "high": None if high is None else min(1.0, high), "windows": len(wins)},
                 "syncs_per_step": (self._syncs_closed / self.steps if self.steps else 0.0) if self._counting else None,
                 "steps_with_sync": self._synced, "timing": "cuda events" if self._cuda is not None else "host clock",
-                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))}}
+                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))},
+                "pipeline": self._job.record(self.iterable, self._cuda, self.busy)}
 
     def _emit(self, final: bool, s: Optional[dict] = None) -> None:
         """Write the line (and the JSON record) on rank 0; a failure is a note on stderr, never the loop's."""
@@ -293,18 +382,31 @@ class Watch:
             s.setdefault("findings", [f.to_json() for f in judge(s)])
             s["final"] = final
             if self.verdict or not final:
-                _write(self.file, render(s, final))
+                self._write("file", self.file, render(s, final))
             if self.json is not None:
-                _write(self.json, json.dumps(s, sort_keys=True, default=str))
+                self._write("json", self.json, json.dumps(s, sort_keys=True, default=str))
         except Exception as exc:  # a report must never stop the training, nor hide its own error
-            with contextlib.suppress(Exception):
-                sys.stderr.write(f"watch: no {'verdict' if final else 'line'} ({type(exc).__name__}: {exc})\n")
+            _note(f"watch: no {'verdict' if final else 'line'} ({type(exc).__name__}: {exc})")
 
-    def _finish(self, gather: bool) -> None:
-        """The verdict at the end of an iteration (``gather``: it ran out, so every rank is here too), or
-        when the loop was left early (break, exception, exit): this rank alone.  Never raises."""
+    def _write(self, name: str, dest: Any, text: str) -> None:
+        """``text`` to the destination ``name`` (``file``, ``json``); one refused (not a regular file,
+        a link) is said once, then left alone."""
+        if name in self._refused:
+            return
+        try:
+            _write(dest, text)
+        except _Refused as exc:
+            self._refused.add(name)
+            _note(f"watch: {name}=...: {exc}; nothing more is written there")
+
+    def _finish(self, ended: bool) -> None:
+        """The verdict at the end of a pass (``ended``: the iterable ran out), or when the loop was left
+        early (break, exception, exit).  Each rank judges itself; under torch.distributed the other
+        ranks send their summaries to rank 0 through the store, never by a collective (the ranks
+        may be anywhere in their own code: Join, a barrier, uneven all-reduces), and rank 0 waits
+        at most :data:`PEER_WAIT_S` for them.  Never raises."""
         _open.discard(self)
-        if self._reported:
+        if self._reported or self._broken:
             return
         self._reported = True
         try:
@@ -313,24 +415,155 @@ class Watch:
             if not (self.verdict or self.json is not None):
                 return
             s = self.summary()
-            s["left_early"] = not gather
+            s["left_early"] = not ended
             s["findings"] = [f.to_json() for f in judge(s)]
             rank, world, dist = _rank()
-            if gather and world > 1:
-                got: list = [None] * world
-                dist.all_gather_object(got, {**s, "rank": rank})      # one collective per verdict
-                s["ranks"] = got
-                worst = max(got, key=lambda r: r["data_wait"]["share"] or 0.0)
-                s["findings"] = [{**f, "message": f"rank {worst['rank']}: {f['message']}"} for f in worst["findings"]]
+            if world > 1:
+                if self._peers is None:
+                    self._peers = _Peers(dist, self._number)
+                if rank != 0:
+                    self._peers.publish(self._passes, rank, s)
+                    return
+                got, missing = self._peers.collect(self._passes, world)
+                _merge(s, got, missing)
         except Exception as exc:  # CUDA broken by the loop's own error, say: a note, never a traceback
-            with contextlib.suppress(Exception):
-                sys.stderr.write(f"watch: no verdict ({type(exc).__name__}: {exc})\n")
+            _note(f"watch: no verdict ({type(exc).__name__}: {exc})")
             return
         self._emit(final=True, s=s)
 
     def _tick(self, stop: threading.Event) -> None:
-        while not stop.wait(self.every_s):
-            self._emit(final=False)
+        """The timer's thread: a line every ``every_s`` until the pass ends; never raises."""
+        with contextlib.suppress(Exception):
+            while not stop.wait(min(self.every_s, threading.TIMEOUT_MAX)):
+                self._emit(final=False)
+
+
+def _merge(s: dict, peers: Dict[int, dict], missing: List[int]) -> None:
+    """Rank 0's verdict ``s`` with the other ranks' summaries: the spread, and the findings of the
+    rank whose data wait is the largest (judged here, from its figures)."""
+    mine = {k: v for k, v in s.items() if k != "findings"}
+    ranks = [{**mine, "rank": 0, "findings": s["findings"]}]
+    ranks += [{**peer, "rank": r, "findings": [f.to_json() for f in judge(peer)]} for r, peer in sorted(peers.items())]
+    s["ranks"] = ranks
+    if missing:
+        s["ranks_missing"] = missing
+    worst = max(ranks, key=_share)
+    s["findings"] = [{**f, "message": f"rank {worst['rank']}: {f['message']}"} for f in worst["findings"]]
+
+
+def _share(summary: dict) -> float:
+    return summary["data_wait"]["share"] or 0.0
+
+
+_OPT_NUMBER = schema.Value(("a finite number or null", lambda v: v is None or inputs.finite(v)))
+_OPT_SHARE = schema.Value(("a share from 0 to 1 or null", lambda v: v is None or (inputs.finite(v) and 0 <= v <= 1)))
+_COUNT = schema.integer(0, 2**62)
+PEER_SCHEMA = schema.Table({
+    "steps": _COUNT, "seconds": schema.number("a finite number >= 0", lambda v: v >= 0),
+    "steps_per_s": schema.number("a finite number >= 0", lambda v: v >= 0), "samples_per_s": _OPT_NUMBER,
+    "data_wait": schema.Table({"share": _OPT_SHARE, "low": _OPT_SHARE, "high": _OPT_SHARE, "windows": _COUNT},
+                              ("share", "low", "high", "windows")),
+    "syncs_per_step": _OPT_NUMBER, "steps_with_sync": _COUNT, "timing": schema.one_of("cuda events", "host clock"),
+    "loader": schema.Table({k: schema.Value(("an integer, true, false or null",
+                                             lambda v: v is None or isinstance(v, (int, bool)) and abs(v) < 2**31))
+                            for k in LOADER_KNOBS}),
+    "left_early": schema.BOOL, "*": schema.ANY},
+    ("steps", "seconds", "steps_per_s", "samples_per_s", "data_wait", "syncs_per_step", "steps_with_sync", "timing",
+     "left_early"))
+
+
+def peer_summary(raw: Any) -> Optional[dict]:
+    """A summary another rank sent (bytes of JSON), checked against :data:`PEER_SCHEMA` and reduced to
+    the fields rank 0 reads; None when it is not one.  The store is open to whoever reaches it."""
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) > MAX_PEER_BYTES:
+        return None
+    try:
+        value = inputs.parse_json(inputs.decode(bytes(raw), "summary"), "summary")
+        schema.check(value, PEER_SCHEMA)
+    except ValueError:  # InputError, schema.Invalid
+        return None
+    return {k: value[k] for k in PEER_SCHEMA.fields if k in value and k != "*"}
+
+
+class _Peers:
+    """The side channel of one watch: each rank's summary of pass P under the key ``NUMBER/P/RANK`` of
+    the process group's store, on a connection of watch's own (``Store.clone``, each operation bounded
+    by :data:`STORE_TIMEOUT_S`), so that the process group's own traffic never waits behind it.  Every
+    store operation runs on a thread the caller waits for a bounded time: a store that hangs costs
+    the loop at most that wait, once."""
+
+    def __init__(self, dist: Any, number: int) -> None:
+        self.dist, self.number = dist, number
+        self.store: Any = None
+        self.late: List[str] = []    # keys rank 0 gave up on: deleted at its next collection
+
+    def _connect(self) -> Any:
+        if self.store is None:
+            # The default group's store (torch.distributed keeps it in distributed_c10d; no public
+            # accessor as of PyTorch 2.13): set, check, get and delete_key are the store's own
+            # requests, never collectives of the process group.
+            c10d = self.dist.distributed_c10d
+            clone = c10d._get_default_store().clone()     # a connection of its own
+            clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
+            self.store = self.dist.PrefixStore(f"debtorch.watch/{self.number}", clone)
+        return self.store
+
+    def publish(self, passes: int, rank: int, s: dict) -> None:
+        """Send this rank's summary (without its findings: rank 0 judges); wait for it at most
+        :data:`PUBLISH_WAIT_S`."""
+        value = json.dumps({k: v for k, v in s.items() if k != "findings"}, default=str)
+        _bounded(self._send, PUBLISH_WAIT_S, f"{passes}/{rank}", value)
+
+    def _send(self, key: str, value: str) -> None:
+        self._connect().set(key, value)
+
+    def collect(self, passes: int, world: int) -> Tuple[Dict[int, dict], List[int]]:
+        """({rank: summary} of the other ranks heard within :data:`PEER_WAIT_S`, the ranks not heard)."""
+        got: Dict[int, dict] = {}
+        keys = {r: f"{passes}/{r}" for r in range(1, world)}
+        _bounded(self._poll, PEER_WAIT_S + 0.5, keys, got, time.monotonic() + PEER_WAIT_S)
+        heard = dict(got)                                # (the thread may still be adding to got)
+        missing = [r for r in keys if r not in heard]
+        self.late = [keys[r] for r in missing]
+        return heard, missing
+
+    def _poll(self, keys: Dict[int, str], got: Dict[int, Any], deadline: float) -> None:
+        store = self._connect()
+        for key in self.late:
+            store.delete_key(key)
+        pending = dict(keys)
+        while pending:
+            for r, key in list(pending.items()):
+                if store.check([key]):                   # never a get that waits for a key
+                    raw = store.get(key)
+                    store.delete_key(key)
+                    del pending[r]
+                    summary = peer_summary(raw)
+                    if summary is not None:
+                        got[r] = summary
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
+
+def _bounded(work: Callable[..., None], seconds: float, *args: Any) -> None:
+    """``work(*args)`` on a daemon thread, waited for at most ``seconds``; what it raises is noted."""
+    thread = threading.Thread(target=_noting, args=(work, *args), daemon=True, name="debtorch-watch-peers")
+    thread.start()
+    thread.join(seconds)
+
+
+def _noting(work: Callable[..., None], *args: Any) -> None:
+    try:
+        work(*args)
+    except Exception as exc:  # the store gone or refusing: the verdict goes on without it
+        _note(f"watch: the other ranks' summaries: {type(exc).__name__}: {exc}")
+
+
+def _note(text: str) -> None:
+    """One line on stderr (control characters escaped), if stderr takes it."""
+    with contextlib.suppress(Exception):
+        sys.stderr.write(printable(text) + "\n")
 
 
 def _rank() -> tuple:
@@ -341,10 +574,31 @@ def _rank() -> tuple:
     return 0, 1, None
 
 
+class _Refused(OSError):
+    """A destination path that is not a regular file (a FIFO, a device, a link)."""
+
+
+# Never through a link, never waiting on a FIFO nobody reads, never truncating.
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _write(dest: Any, text: str) -> None:
-    """A line to stderr (None), a text stream, or appended to a file by path (never truncated)."""
+    """A line to stderr (None), a text stream, or appended to a regular file by path (never truncated);
+    :class:`_Refused` for a path that is a link, a FIFO, a device or a folder."""
     if isinstance(dest, (str, os.PathLike)):
-        with open(os.open(os.fspath(dest), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), "w") as f:
+        path = os.fspath(dest)
+        try:
+            fd = os.open(path, _APPEND, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Refused("is a symbolic link, not a regular file") from None
+            if exc.errno in (errno.ENXIO, errno.EISDIR):   # a FIFO without a reader, a socket, a folder
+                raise _Refused(f"is {inputs.kind(os.lstat(path).st_mode)}, not a regular file") from None
+            raise
+        with open(fd, "a", encoding="utf-8", errors="backslashreplace") as f:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise _Refused(f"is {inputs.kind(mode)}, not a regular file")
             f.write(text + "\n")
     else:
         (dest or sys.stderr).write(text + "\n")
@@ -355,7 +609,7 @@ def _write(dest: Any, text: str) -> None:
 def _at_exit() -> None:
     """Loops left suspended (``next(it)`` by hand) report at exit, rank-locally."""
     for w in list(_open):
-        w._finish(gather=False)
+        w._finish(ended=False)
 
 
 watch = Watch

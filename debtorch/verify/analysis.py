@@ -207,6 +207,17 @@ def bound_fraction(arm: list, bound: list) -> dict:
     return stats.share(_sps(arm), _sps(bound), margin=BOUND_MARGIN).to_dict("share")
 
 
+def bound_below_rate(arm: dict, bound: dict) -> str:
+    """Why an arm's compute-only bound is a failed measurement when its median came out below the arm's
+    own measured rate by more than ``BOUND_MARGIN`` (a ceiling cannot be beaten: a bound trial slowed by
+    another process), whatever the rounds; '' otherwise."""
+    rate, ceiling = arm.get("samples_per_s"), bound.get("samples_per_s")
+    if not (_finite(rate) and _finite(ceiling)) or ceiling >= rate * (1 - BOUND_MARGIN):
+        return ""
+    return (f"the compute-only bound ({ceiling:.1f} samples/s) came out below the measured rate ({rate:.1f}): "
+            "a bound cannot be beaten, so a bound trial was slowed (another process?)")
+
+
 # ---------------------------------------------------------------------------
 # A simulated accelerator (debtorch.train.sim): its rate is the bound, a per-step sync has a price
 
@@ -365,8 +376,30 @@ def converge_phrase(c: dict) -> str:
     return f"not within {ran} steps" + (f" ({seconds(wall)})" if wall else "")
 
 
-def verdict(summary: dict) -> str:
-    """The one line under the table, from :func:`summary`'s result."""
+def limit_hit(summary: dict, plan: Optional[dict] = None) -> Optional[tuple[str, str]]:
+    """(the limit that stopped an inconclusive speed-up's rounds, what to change) in words: ``--quick``'s
+    round cap, a full run's round cap, or the budget (the one that would pay for the rounds that would
+    likely resolve it); None when more rounds would not help or no limit stopped them."""
+    sp, plan = summary.get("speedup") or {}, plan or {}
+    more, stopped = sp.get("more_rounds"), summary.get("rounds_stopped")
+    if more is None:
+        return None
+    if stopped == "max rounds":
+        cap = plan.get("max_rounds") or summary.get("rounds")
+        if plan.get("quick"):
+            return f"--quick stops at {cap} rounds", "run without --quick"
+        steps = plan.get("steps")
+        return f"verify-train stops at {cap} rounds", "longer trials narrow each round" + (
+            f" (--steps {2 * steps})" if steps else "")
+    round_s, spent = summary.get("round_s"), summary.get("spent_s")
+    if stopped in ("budget spent", None) and more <= 100 and round_s and spent is not None:
+        return "the budget was spent", f"--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f}"
+    return None
+
+
+def verdict(summary: dict, plan: Optional[dict] = None) -> str:
+    """The one line under the table, from :func:`summary`'s result; ``plan`` (the run's plan) names
+    the limit that stopped an inconclusive run's rounds."""
     sp = summary.get("speedup") or {}
     base, tuned = summary.get("baseline") or {}, summary.get("tuned") or {}
     parts = []
@@ -378,9 +411,11 @@ def verdict(summary: dict) -> str:
                if sp.get("low") is not None
                else f"{sp.get('rounds', 0)} round" + ("s" if sp.get("rounds") != 1 else ""))
         hint = stats.resolve_hint(sp['verdict'], sp.get('more_rounds'))
-        more, round_s, spent = sp.get("more_rounds"), summary.get("round_s"), summary.get("spent_s")
-        if more is not None and more <= 100 and round_s and spent is not None:
-            hint += f" (--budget {math.ceil((spent + more * round_s) / 10) * 10:.0f})"
+        limit = limit_hit(summary, plan)
+        if limit is not None and limit[1].startswith("--budget"):
+            hint += f" ({limit[1]})"
+        elif limit is not None:
+            hint += f"; {limit[0]}: {limit[1]}"
         parts.append(f"speed-up inconclusive ({rng}; {hint})")
     elif base.get("samples_per_s") or tuned.get("samples_per_s"):
         parts.append("no speed-up measured (baseline "
@@ -466,6 +501,10 @@ def summary(m) -> dict:
     out["instrumentation"] = instrumentation_cost(m.trials.get("tuned") or [], m.trials.get("tuned_bare") or [])
     out["bound_fraction"] = {arm: bound_fraction(m.trials.get(arm) or [], m.trials.get(arm + "_bound") or [])
                              for arm in ("baseline", "tuned")}
+    for arm, share in out["bound_fraction"].items():
+        below = bound_below_rate(arms[arm], arms[arm + "_bound"])
+        if below and share.get("verdict") != stats.FAILED:
+            share.update(verdict=stats.FAILED, more_rounds=None, reason=below)
     out["sim"] = simulated(m, arms)
     if out["sim"]:
         out["bound_fraction"] = out["sim"]["bound_fraction"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from debtorch import stats
-from debtorch.budget import Budget, Where
+from debtorch.budget import Budget, Where, too_small
 from debtorch.lint.measured import static_result
 from debtorch.train import runner, sim
 from debtorch.train.settings import Settings
@@ -31,6 +31,11 @@ from debtorch.verify.failures import Failure, from_worker_error, oom_message
 QUICK = {"steps": 3, "warmup": 1, "converge_steps": 12, "profile_steps": 2, "budget_s": 13.0, "attribution": False,
          "max_rounds": 5}
 DEFAULT_BUDGET_S = 300.0   # a full run: rounds, attribution and convergence runs in five minutes
+# Below these no run measures anything (a worker's start imports torch; then a warm-up trial of each
+# settings and the first rounds): refused before anything starts.  A budget above them that still
+# cannot pay for the first rounds of this workload is refused once the warm-up trials tell.
+MIN_BUDGET_S = 20.0
+MIN_BUDGET_QUICK_S = 5.0
 AFTER_SHARE = 0.5          # the rounds keep at least half the budget left when they start
 MIN_CONVERGE = 10          # a convergence run shorter than this compares nothing (two running means)
 QUICK_OPTIONS = {
@@ -152,6 +157,9 @@ class Verifier:
         self._arms: dict = {}       # arm -> settings of the interleaved rounds
         self._costs: list = []      # (clock seconds, steps run) of every trial, for estimates
         self._started_s = 0.0       # what starting the worker and loading took
+        self._primed: dict = {}     # repr(settings) -> the step time its warm-up trial showed
+        self._trial_t0 = 0.0        # when the trial running started, and the steps it has run
+        self._trial_steps = 0
         self._planned = 0           # optimizer steps told to the progress bar
         self._current: Optional[_Job] = None   # the trial running (the one a failure is about)
 
@@ -319,7 +327,8 @@ class Verifier:
             vals = [v for v in vals if isinstance(v, (int, float)) and v > 0]
             return statistics.median(vals) if vals else 0.0
 
-        return median(arm) or max(median("baseline"), median("tuned"))
+        return (median(arm) or max(median("baseline"), median("tuned"))
+                or self._primed.get(repr(self._arms.get(arm))) or max(self._primed.values(), default=0.0))
 
     def _overhead_s(self) -> float:
         """What a trial costs beyond its steps (building the model and the DataLoader, the request)."""
@@ -363,6 +372,48 @@ class Verifier:
             cap = min(cap, int(left / runs / slow))
         return cap
 
+    def _round_steps_s(self) -> float:
+        """What one round's steps take at least, by the warm-up trials: each trial's steps at the step time
+        of its settings (what a trial costs beyond its steps is left out: a warm-up trial pays one-time
+        costs the round's trials do not)."""
+        return sum(job.total * self._step_s(job.arm) for job in self.round_jobs(0))
+
+    def _too_small(self) -> bool:
+        """After the warm-up trials: whether the budget left cannot pay for even one round (the run would
+        end without a result); then ``measured.failure`` says the budget that would pay for the first
+        ``repeats`` rounds (a refusal, exit 2), before the rounds start.  A budget that pays for fewer
+        rounds than that runs them, and the verdict says what more would resolve."""
+        if not self.budget.limited:
+            return False
+        one = self._round_steps_s()
+        left = self.budget.left()
+        if one <= left:
+            return False
+        rounds = self.plan.repeats * one
+        self.measured.failure = self._too_small_failure(
+            rounds + min(self._after_cost(), rounds),
+            f", and one round of its trials needs at least {one:.0f} s of the {left:.0f} s left")
+        return True
+
+    def _left_estimate(self) -> float:
+        """The cut trial's pace (its steps so far over its time) over the steps left of the warm-up trials
+        and the first ``repeats`` rounds: what the budget lacked, at least."""
+        done = self._trial_steps + sum(ran for _, ran, _ in self._costs)
+        planned = sum(j.total for j in self.prime_jobs()) + sum(
+            j.total for r in range(self.plan.repeats) for j in self.round_jobs(r))
+        pace = (self.clock() - self._trial_t0) / max(1, self._trial_steps)
+        return max(0, planned - done) * pace
+
+    def _too_small_failure(self, more_s: float, why: str) -> Failure:
+        """The budget is too small for this workload: what went where (``why``: what did not fit), and the
+        budget that would do (``more_s`` seconds beyond what was spent)."""
+        spent = self.budget.spent()
+        trials = sum(took for took, _, _ in self._costs)
+        if self._trial_steps:   # the trial the budget cut had run some steps: its time went to trials too
+            trials += self.clock() - self._trial_t0
+        message = too_small(self.plan.budget_s or 0.0, spent - trials, trials, spent + more_s, why)
+        return Failure("too_small", message, detail={"need_s": math.ceil(spent + more_s), "spent_s": spent})
+
     # -- running -------------------------------------------------------------
     def run(self, baseline: Settings, tuned: Settings) -> Measured:
         """Run the plan; a failure ends it in ``measured.failure``.  KeyboardInterrupt propagates (the
@@ -376,6 +427,8 @@ class Verifier:
         try:
             self._tell(sum(j.total for j in self.jobs(baseline, tuned)))
             self._run_all(self.prime_jobs())
+            if self._too_small():
+                return self._done()
             m.budget["rounds"], m.budget["stopped"] = self._rounds()
             self._run_all(self._profile_jobs(tune))
             cap = 0 if self.simulated else self._converge_cap()
@@ -394,6 +447,11 @@ class Verifier:
             m.host_waits = self.host_waits()
         except WorkerError as exc:
             job = self._current
+            if exc.kind == "budget" and not self._complete_rounds() and not self.where.hung():
+                more = self._left_estimate()   # still making progress: too slow for the budget, not hung
+                m.failure = self._too_small_failure(
+                    more, f", and its first {self.plan.repeats} rounds need about {more:.0f} s more")
+                return self._done()
             if exc.kind == "budget" and job is not None and job.arm != "prime" and self._complete_rounds():
                 m.budget["cut"] = exc.message
                 if not m.budget["rounds"]:  # inside the rounds: those completed count
@@ -485,6 +543,12 @@ class Verifier:
         return static_result(self.measured.workload.get("file"))
 
     # -- one trial ---------------------------------------------------------
+    def calibration_trial(self, settings: Settings, steps: int, warmup: int) -> dict:
+        """One trial of the calibration that sizes the rules' loader (``calibration.TrialFn``): the
+        rounds' engine and worker, within the budget, not counted in any arm."""
+        return self._run(_Job(f"calibrating: {settings.short()}", "calibration", settings, "instrumented", steps,
+                              warmup))
+
     def _run(self, job: _Job) -> dict:
         self._current = job
         self.progress.begin(job.label, job.total)
@@ -493,8 +557,11 @@ class Verifier:
         def on_event(ev: dict) -> None:
             self.progress.advance(ev)
             self.where.progress(ev)
+            if ev.get("event") in (None, "progress"):
+                self._trial_steps += 1
 
-        t0 = self.clock()
+        t0 = self._trial_t0 = self.clock()
+        self._trial_steps = 0
         try:
             out = self._request("trial", on_event=on_event, settings=job.settings.to_dict(), steps=job.steps,
                                 warmup=job.warmup, mode=job.mode, seed=self.plan.seed, sample_memory=True,
@@ -504,6 +571,9 @@ class Verifier:
         step = out.get("step_median_s") if isinstance(out, dict) else None
         ran = (out.get("steps") or job.steps) + job.warmup if isinstance(out, dict) else job.total
         self._costs.append((self.clock() - t0, ran, step if isinstance(step, (int, float)) else 0.0))
+        self._trial_steps = 0
+        if job.arm == "prime" and isinstance(step, (int, float)) and step > 0:
+            self._primed[repr(job.settings)] = float(step)
         return out
 
     def _run_all(self, jobs: list) -> None:

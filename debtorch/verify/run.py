@@ -7,21 +7,34 @@ and summarises it.  The command line renders the :class:`Outcome` and chooses th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
+from debtorch.budget import WEEK_S, seconds_problem, still_starting
+from debtorch.facts import loadavg
 from debtorch.host import Host
+from debtorch.machine import Machine
 from debtorch.train import sim
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
-from debtorch.tune import config, rules
+from debtorch.tune import calibration, config, rules
 from debtorch.tune.config import ConfigError, ConfigFile, load_config, usable_cpus
+from debtorch.tune.run import load_check, trial_tasks
 from debtorch.verify import analysis
-from debtorch.verify.failures import from_worker_error, nonfinite_loss, stale_config
-from debtorch.verify.measure import MIN_REPEATS, Measured, Plan, Progress, Verifier
+from debtorch.verify.failures import Failure, from_worker_error, nonfinite_loss, stale_config
+from debtorch.verify.measure import (
+    MIN_BUDGET_QUICK_S,
+    MIN_BUDGET_S,
+    MIN_REPEATS,
+    Measured,
+    Plan,
+    Progress,
+    Verifier,
+)
 
 
 class Refused(Exception):
@@ -64,8 +77,9 @@ class Options:
 # libraries underneath accept (a seed numpy takes, a TCP port).
 MAX_REPEATS = 1000
 MAX_STEPS = 1_000_000
-MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MAX_TIMEOUT_S = WEEK_S
 SEED_MAX = 2**32 - 1
+CALIBRATION_SHARE = 0.1   # of the budget, at most, for calibrating the rules' loader on the workload
 
 
 def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
@@ -89,10 +103,11 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
 def _range_problem(o: Options) -> Optional[str]:
     """The first numeric option outside its range (docs/verify-train.md), or None."""
-    if not inputs.finite(o.timeout) or not 0 < o.timeout <= MAX_TIMEOUT_S:
-        return f"--timeout must be a number of seconds > 0 and at most {MAX_TIMEOUT_S:g} (got {o.timeout:g})"
-    if o.budget is not None and not (inputs.finite(o.budget) and 0 < o.budget <= config.BUDGET_MAX_S):
-        return f"--budget must be a number of seconds > 0 and at most {config.BUDGET_MAX_S:g} (got {o.budget:g})"
+    problem = seconds_problem("--timeout", o.timeout, most=MAX_TIMEOUT_S)
+    if problem is None and o.budget is not None:
+        problem = seconds_problem("--budget", o.budget, MIN_BUDGET_QUICK_S if o.quick else MIN_BUDGET_S)
+    if problem:
+        return problem
     if not 0 <= o.seed <= SEED_MAX:
         return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
     if o.repeats > MAX_REPEATS:
@@ -122,6 +137,7 @@ class Outcome:
     warnings: list
     config: Optional[dict]  # where the tuned settings came from (the JSON's "config")
     facts: dict
+    load: Optional[loadavg.Busy] = None   # whether the machine was busy while measuring
 
     @property
     def measured_anything(self) -> bool:
@@ -185,6 +201,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except WorkerError as exc:
         raise Refused(str(exc)) from None
     verifier = Verifier(plan)
+    before = loadavg.read(host)   # before the worker starts: other work's load, not ours
     with contextlib.suppress(WorkerError):  # starting it again in run() says why, as one line
         verifier.spawn()
     try:
@@ -193,7 +210,7 @@ def prepare(o: Options, host: Host) -> "Prepared":
     except BaseException:
         verifier.close(kill=True)
         raise
-    ready = Prepared(o, plan, cfg, facts, verifier=verifier)
+    ready = Prepared(o, plan, cfg, facts, verifier=verifier, host=host, load_before=before)
     if cfg is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
@@ -218,6 +235,8 @@ class Prepared:
     config: Optional[dict] = None
     warnings: list = field(default_factory=list)
     verifier: Optional[Verifier] = None   # its worker already started by prepare()
+    host: Optional[Host] = None           # this machine, for the load after measuring
+    load_before: Optional[loadavg.Reading] = None
 
     def close(self) -> None:
         """Stop the worker prepare() started, when the run is not wanted after all."""
@@ -239,32 +258,51 @@ class Prepared:
                     info = verifier.start()
                 except WorkerError as exc:
                     failure = from_worker_error(exc, "starting", self.facts)
+                    if exc.kind == "budget" and not verifier.where.hung() and self.plan.budget_s:
+                        # Still starting (importing torch, loading the workload) when the budget ended.
+                        failure = Failure("too_small", still_starting(self.plan.budget_s, verifier.budget.spent()))
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
-                tuned = self._tuned(info, warn)
+                tuned = self._tuned(info, warn, verifier)
                 if self.options.nproc is None and not sim.is_sim(self.plan.device):
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
                 m.plan = self.plan.to_json()
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
+        if m.failure is not None and m.failure.kind == "too_small":
+            raise Refused(m.failure.message, True, m.failure)   # nothing measured: the budget that would do
         summary = analysis.summary(m)
         if m.failure is None and summary["nonfinite_loss"]:
             # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
             m.failure = nonfinite_loss(summary["nonfinite_loss"])
             summary["failed"] = m.failure.line()
-        verdict = analysis.verdict(summary) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
+        verdict = analysis.verdict(summary, m.plan) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
-        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts)
+        load = self._load_check(m)
+        if load is not None and load.busy:
+            self.warnings.append(load.warning())
+            warn(self.warnings[-1])
+        return Outcome(m, summary, verdict, self.warnings, self.config, self.facts, load)
 
-    def _tuned(self, info: dict, warn: Callable[[str], None]) -> Settings:
-        """The config's settings, or the rules' for this machine and the loaded workload."""
+    def _load_check(self, m: Measured) -> Optional[loadavg.Busy]:
+        """Was the machine busy with other work while it measured (the load before and after, against its
+        usable CPUs beyond the tasks the trials ran)?  None when nothing was read before."""
+        if self.host is None or self.load_before is None or not (m.baseline or m.tuned):
+            return None
+        cpus = Machine.from_facts(self.facts).cpus.usable
+        own = max(trial_tasks(Settings.from_dict(s), cpus) for s in (m.baseline, m.tuned) if s)
+        return load_check(self.load_before, loadavg.read(self.host), cpus, own)
+
+    def _tuned(self, info: dict, warn: Callable[[str], None], verifier: Optional[Verifier] = None) -> Settings:
+        """The config's settings, or the rules' for this machine and the loaded workload, calibrated on it
+        through ``verifier``'s worker (docs/tune.md, "Calibrated rules")."""
         device = info.get("device") or "cpu"
         device = device if sim.is_sim(device) else device.split(":")[0]
         if self.cfg is not None:
-            if self.cfg.device != device:
-                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.device}; "
+            if self.cfg.tuned_for != device:
+                self.warnings.append(f"{self.options.config} was tuned for {self.cfg.tuned_for}; "
                                      f"this run trains on {info.get('device') or 'cpu'}")
                 warn(self.warnings[-1])
             return self.cfg.settings
@@ -274,7 +312,36 @@ class Prepared:
             rec = rules.recommend(self.facts, request)
         except rules.RequestError as exc:
             raise Refused(f"cannot tune for this machine: {exc}") from None
+        cal = self._calibrate(rec, info, verifier) if verifier is not None else None
+        if cal is not None:
+            rec = rules.recommend(self.facts, dataclasses.replace(request, calibration=cal))
+            rec.notes.append(calibration.describe(cal))
         self.config = {"source": "rules", "settings": rec.settings.to_dict(),
                        "reasons": {k: str(v) for k, v in rec.reasons.items()}, "notes": list(rec.notes),
-                       "env": dict(rec.env)}
+                       "env": dict(rec.env), "calibration": cal.to_json() if cal is not None else None}
         return rec.settings
+
+    def _calibrate(self, rec: rules.Recommendation, info: dict,
+                   verifier: Verifier) -> Optional[calibration.Calibration]:
+        """The calibration of the rules on the loaded workload, in at most a tenth of the budget (and
+        :data:`calibration.CALIBRATION_S`); None, with a note, when its trials give no usable figures.
+        The budget's end and a failed worker pass through (the run reports them)."""
+        seconds = calibration.CALIBRATION_S
+        if verifier.budget.limited:
+            seconds = min(seconds, CALIBRATION_SHARE * verifier.budget.seconds)
+        batch = int(info.get("batch_size") or 1)
+        try:
+            return calibration.calibrate(verifier.calibration_trial, rec.settings, rec.device, batch,
+                                         rec.per_process_cpus, seconds=seconds, clock=verifier.clock)
+        except calibration.CalibrationError as exc:
+            verifier.measured.notes.append(f"the rules were not calibrated: {exc}")
+            return None
+        except WorkerError as exc:
+            if exc.kind == "budget":  # the budget's end: the line says where, the run cannot go on
+                failure = from_worker_error(exc, "calibrating the rules", self.facts)
+                raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""), failure.user_input,
+                              failure) from None
+            # A trial that failed (out of memory, a worker's bus error, a worker that died): the plain
+            # rules, and the rounds meet the failure where the report explains it (the micro-batch that fits).
+            verifier.measured.notes.append(f"the rules were not calibrated: {exc.message}")
+            return None

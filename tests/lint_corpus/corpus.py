@@ -33,6 +33,15 @@ def sources() -> dict:
     return out
 
 
+def origins() -> dict[str, tuple[str, str, str, str]]:
+    """{file name: (owner, repository, commit, path)} from SOURCES.md."""
+    out = {}
+    for m in LINK.finditer((HERE / "SOURCES.md").read_text()):
+        name, _url, owner, repo, commit, path = m.groups()
+        out[name] = (owner, repo, commit, path)
+    return out
+
+
 def expected_names() -> list:
     return sorted(p.name[: -len(".expected.toml")] + ".py" for p in HERE.glob("*.expected.toml"))
 
