@@ -9,19 +9,23 @@ The nodes are the 8xA100 fixture server (tests/hosts), each with its own host na
 NVIDIA driver and 0.5 % another torch (the issue's fleet); with ``--realistic`` every node also has its
 own GPU UUIDs, temperatures, power draw, memory in use and free, and addresses, as real nodes do.
 
-- ``digests``: every node's digests are in a TCPStore (torch's own server, in this process), as the
-  ranks leave them.  Timed from there to the verdict stored for every rank: rank 0's torch side
-  reads them (``FleetSession.op_gather``), rank 0 groups them, stores each rank's plan, reads the
-  whole documents it asked for (the simulated ranks send them when their plan says so: a handful),
-  compares, renders the text and JSON reports, and stores each rank's verdict: rank 0's own code
-  (``gather._rank0``), in one process where the real rank 0 uses two (its torch side and itself).
+- ``digests``: every node's digests are in torch's TCPStore, as the ranks leave them; rank 0 runs as
+  it runs, debtorch's own code (``gather._rank0``) in this process and its torch side in a worker
+  process that hosts the store, the N ranks in a third process.  Timed from there to every rank's
+  verdict stored: the torch side reads the digests (``FleetSession.op_gather``), rank 0 groups them,
+  stores each rank's plan, reads the whole documents it asked for (the ranks send them when their
+  plan says so: a handful), compares, renders the text and JSON reports, and stores each verdict.
 - ``documents``: the path before digests: every node's whole document in the store, read, compared
   and rendered (``FleetSession.op_collect``, ``gather.read_gathered``).
 - ``offline``: ``debtorch fleet DIR --json`` on N saved ``doctor --json`` documents, the command in
   this process with its worker processes (one per usable CPU, at most 8).
 
+With ``--quick`` (the tests) the digests path runs in one process on an in-memory store: the same
+code, not its cost; the documents path, which needs a real store, is left out.
+
 Each path runs in a process of its own, ``--repeat`` times; its wall time, its CPU time (its own and
-its workers') and its peak resident memory (its own, and its workers' largest) are reported.  The
+its workers', and its torch side's) and its peak resident memory (its own, its workers' largest, its
+torch side's) are reported.  The
 three reports must be the same text and JSON (the run fails otherwise).  Load average before and
 after, the CPU model and count are printed beside the numbers: on a shared machine they say how
 much to trust them.  Needs torch for ``digests`` and ``documents``.
