@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
-from debtorch import knowledge
+from debtorch import knowledge, urlsecrets
 from debtorch.report.console import Line, Table
 
 if TYPE_CHECKING:   # for the annotations only: the doctor's checks are not imported by every command
@@ -34,7 +34,7 @@ MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(?:\1[0-9a-fA-F]{2}){4
 # A network filesystem's server: "nas.example.org:/export" (NFS), "//nas/share" (CIFS).
 NET_SOURCE_RE = re.compile(r"^(?:\[([^\]]+)\]|([^\s:/\[\]]+)):/|^//([^/\s]+)/")
 NET_HOST_RE = re.compile(r"(?<![\w.@/-])([A-Za-z0-9][\w-]*(?:\.[\w-]+)+)(?=:/)")
-URL_USERINFO_RE = re.compile(r"(?<=://)[^/\s@]+@")  # https://user:token@index.example/simple
+URL_USERINFO_RE = urlsecrets.USERINFO  # https://user:token@index.example/simple
 IPV4_RE = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 IPV6_CANDIDATE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 HOME_RE = re.compile(r"(/home/|/Users/|C:\\\\Users\\\\|C:\\Users\\)([^/\\\s'\"]+)")
@@ -177,7 +177,7 @@ class Redactor:
             else:
                 s = _whole(value).sub(self.tokens[value], s)
             folded = s.lower()
-        s = URL_USERINFO_RE.sub("CREDENTIALS@", s)
+        s = urlsecrets.scrub(s)     # a URL's credentials and token-like parameters
         s = UUID_RE.sub(lambda m: self.token("UUID", m.group(0)), s)
         s = MAC_RE.sub(lambda m: self.token("MAC", m.group(0).replace("-", ":")), s)
         s = NET_HOST_RE.sub(lambda m: m.group(0) if IPV4_RE.fullmatch(m.group(1)) else self.token("HOST", m.group(1)), s)
