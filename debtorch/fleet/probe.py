@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from debtorch import hostlist, inputs
 from debtorch.findings import finding
@@ -26,17 +26,22 @@ CPU = {"backend": "gloo", "size_bytes": 4 * 1024 * 1024, "matrix_n": 256}
 GPU = {"backend": "nccl", "size_bytes": 64 * 1024 * 1024, "matrix_n": 4096}
 
 
-def rounds(world: int, limit: Optional[int] = None) -> list:
+Round = List[List[int]]   # the pairs of ranks that all-reduce together at once
+
+
+def rounds(world: int, limit: Optional[int] = None) -> List[Round]:
     """Round-robin pairings (the circle method): ``world - 1`` rounds (``world`` when odd), in
     each every rank has at most one partner, and every pair meets exactly once over all rounds."""
     if world < 2:
         return []
-    ids = list(range(world)) + ([None] if world % 2 else [])
+    ids: List[Optional[int]] = list(range(world))
+    if world % 2:
+        ids.append(None)  # an odd world: the rank paired with None sits the round out
     n = len(ids)
-    out = []
+    out: List[Round] = []
     for _ in range(n - 1):
-        pairs = [[ids[i], ids[n - 1 - i]] for i in range(n // 2)]
-        out.append([sorted(p) for p in pairs if None not in p])
+        pairs = [(ids[i], ids[n - 1 - i]) for i in range(n // 2)]
+        out.append([sorted((a, b)) for a, b in pairs if a is not None and b is not None])
         ids = [ids[0], ids[-1]] + ids[1:-1]
         if limit is not None and len(out) >= limit:
             break
@@ -49,11 +54,13 @@ def plan(world: int, budget_s: float, gpu: bool) -> dict:
     usable = max(0.0, budget_s - 2.0) * 0.8          # process group start-up and a margin
     compute_s = min(10.0, max(0.5, usable * 0.2))
     pair_time = max(0.0, usable - compute_s)
-    count = max(1, min(world - 1 if world % 2 == 0 else world, int(pair_time // MIN_ROUND_S), MAX_ROUNDS)) \
-        if world > 1 else 0
+    count = 0
+    if world > 1:
+        every_pair = world - 1 if world % 2 == 0 else world   # rounds until every pair has met
+        count = max(1, min(every_pair, int(pair_time // MIN_ROUND_S), MAX_ROUNDS))
     sched = rounds(world, count)
-    return {"probe": True, **kind, "compute_s": round(compute_s, 3),
-            "round_s": round(pair_time / len(sched), 3) if sched else 0.0, "rounds": sched,
+    round_s = round(pair_time / len(sched), 3) if sched else 0.0
+    return {"probe": True, **kind, "compute_s": round(compute_s, 3), "round_s": round_s, "rounds": sched,
             "timeout_s": budget_s, "budget_s": budget_s}
 
 
@@ -74,12 +81,12 @@ class NodeScore:
 
 @dataclass
 class Verdict:
-    scores: list
-    pairs: list                             # [(a, b, busbw GB/s)]
+    scores: List[NodeScore]
+    pairs: List[Tuple[int, int, float]]     # [(a, b, busbw GB/s)]
     median_gflops: Optional[float]
     median_busbw: Optional[float]
-    findings: list = field(default_factory=list)
-    exclude: list = field(default_factory=list)   # node names
+    findings: List[FleetFinding] = field(default_factory=list)
+    exclude: List[str] = field(default_factory=list)   # node names
 
     def to_json(self) -> dict:
         return {"median_gflops": self.median_gflops, "median_busbw_gbs": self.median_busbw,
@@ -88,33 +95,49 @@ class Verdict:
                 "exclude": hostlist.compress(self.exclude)}
 
 
-def _rate(x) -> bool:
-    return inputs.finite(x) and x >= 0
+def _rate(x: object) -> bool:
+    """A rate as a rank sent it: a finite number, not below 0."""
+    return isinstance(x, (int, float)) and inputs.finite(x) and x >= 0
 
 
-def _median(values: list) -> Optional[float]:
+def _median(values: List[float]) -> Optional[float]:
     return statistics.median(values) if values else None
 
 
-def judge(results: dict, names: dict, world: int, budget_s: float) -> Verdict:
+Pair = Tuple[int, int]   # two ranks, the lower first
+
+
+def _read_result(s: NodeScore, res: Dict[str, Any], world: int, pair_bw: Dict[Pair, float]) -> None:
+    """What a rank sent, every number checked (a hostile one may send anything): its compute rate
+    into ``s``, its pairs' bus bandwidths into ``pair_bw``."""
+    comp = res.get("compute")
+    if isinstance(comp, dict) and _rate(comp.get("gflops")):
+        s.gflops = comp["gflops"]
+    pairs = res.get("pairs")
+    if not isinstance(pairs, list):
+        return
+    for p in pairs:
+        if isinstance(p, dict) and _rate(p.get("busbw_gbs")) and p.get("partner") in range(world):
+            a, b = sorted((s.rank, p["partner"]))
+            # Both sides time the same all-reduces; keep the slower view.
+            pair_bw[a, b] = min(pair_bw.get((a, b), float("inf")), float(p["busbw_gbs"]))
+
+
+def judge(results: Dict[int, Any], names: Dict[int, str], world: int, budget_s: float) -> Verdict:
     """``results``: rank -> what :func:`debtorch.fleet.torchside.run_probe` returned (absent: no answer)."""
     scores = []
-    pair_bw: dict = {}
+    pair_bw: Dict[Pair, float] = {}
     for r in range(world):
         res = results.get(r)
         s = NodeScore(rank=r, name=names.get(r, f"rank {r}"))
         if res is None:
             s.error, s.verdict = f"no result within the budget ({budget_s:g} s)", "failed"
-        elif not isinstance(res, dict) or res.get("error"):
-            s.error, s.verdict = str(res.get("error") if isinstance(res, dict) else "unreadable result")[:200], "failed"
-        else:   # what a rank sent: every number checked (a hostile one may send anything)
-            comp = res.get("compute") if isinstance(res.get("compute"), dict) else {}
-            s.gflops = comp.get("gflops") if _rate(comp.get("gflops")) else None
-            for p in res.get("pairs") if isinstance(res.get("pairs"), list) else []:
-                if isinstance(p, dict) and _rate(p.get("busbw_gbs")) and p.get("partner") in range(world):
-                    key = tuple(sorted((r, p["partner"])))
-                    # Both sides time the same all-reduces; keep the slower view.
-                    pair_bw[key] = min(pair_bw.get(key, float("inf")), float(p["busbw_gbs"]))
+        elif not isinstance(res, dict):
+            s.error, s.verdict = "unreadable result", "failed"
+        elif res.get("error"):
+            s.error, s.verdict = str(res.get("error"))[:200], "failed"
+        else:
+            _read_result(s, res, world, pair_bw)
         scores.append(s)
     med_g = _median([s.gflops for s in scores if s.gflops is not None])
     med_bw = _median(list(pair_bw.values()))
@@ -141,19 +164,32 @@ def _pct(x: Optional[float], med: Optional[float]) -> str:
     return f"{100 * x / med:.0f}%" if x is not None and med else "?"
 
 
-def _findings(v: Verdict, by_rank: dict) -> None:
-    n, bar = len(v.scores), {"bar": f"{SLOW:.0%}"}
+def _failure(v: Verdict, s: NodeScore) -> str:
+    return s.error or "failed"
+
+
+def _slow_compute(v: Verdict, s: NodeScore) -> str:
+    return f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} of the median {v.median_gflops:.1f})"
+
+
+def _slow_allreduce(v: Verdict, s: NodeScore) -> str:
+    return (f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} of the median "
+            f"{v.median_busbw:.2f}), slow with all {s.partners} partners")
+
+
+# A node's verdict, its finding, and what the finding says of each node.
+_NAMED = (("failed", "fleet.E010", _failure), ("slow compute", "fleet.W016", _slow_compute),
+          ("slow all-reduce", "fleet.W017", _slow_allreduce))
+
+
+def _findings(v: Verdict, by_rank: Dict[int, NodeScore]) -> None:
+    n = len(v.scores)
     named = []
-    for verdict, fid, extra, value in (
-            ("failed", "fleet.E010", {}, lambda s: s.error or "failed"),
-            ("slow compute", "fleet.W016", bar, lambda s: f"{s.gflops:.1f} GFLOP/s ({_pct(s.gflops, v.median_gflops)} "
-                                                          f"of the median {v.median_gflops:.1f})"),
-            ("slow all-reduce", "fleet.W017", bar, lambda s: f"{s.busbw:.2f} GB/s bus bandwidth ({_pct(s.busbw, v.median_busbw)} "
-                                                             f"of the median {v.median_busbw:.2f}), slow with all {s.partners} partners")):
+    for verdict, fid, says in _NAMED:
         these = [s for s in v.scores if s.verdict == verdict]
         if these:
-            v.findings.append(FleetFinding(finding(fid, "probe", count=len(these), nodes=n, **extra),
-                                           tuple(Group(value(s), (s.name,)) for s in these), "probe"))
+            found = finding(fid, "probe", count=len(these), nodes=n, bar=f"{SLOW:.0%}")  # (E010 has no bar)
+            v.findings.append(FleetFinding(found, tuple(Group(says(v, s), (s.name,)) for s in these), "probe"))
         named += these
     ranks = {s.rank for s in named}
     slow_pairs = [(a, b, bw) for a, b, bw in v.pairs
@@ -167,7 +203,7 @@ def _findings(v: Verdict, by_rank: dict) -> None:
     v.exclude = sorted({s.name for s in named})
 
 
-def lines(v: Verdict, limit: int = 12) -> list:
+def lines(v: Verdict, limit: int = 12) -> List[str]:
     """The probe's table: the worst nodes first."""
     order = {"failed": 0, "slow compute": 1, "slow all-reduce": 2, "ok": 3}
     rows = sorted(v.scores, key=lambda s: (order.get(s.verdict, 9), s.gflops or 0))

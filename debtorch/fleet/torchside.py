@@ -30,7 +30,12 @@ import sys
 import time
 import zlib
 from datetime import timedelta
-from typing import Any, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, List, Optional
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed
 
 from debtorch.transport import server
 from debtorch.transport.server import BadRequest
@@ -608,12 +613,12 @@ def _listen(addr: str, port: int) -> int:
 # The probe itself
 
 
-def _sync(torch, device) -> None:
+def _sync(torch: ModuleType, device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def compute_check(torch, device, seconds: float, n: int) -> dict:
+def compute_check(torch: ModuleType, device: torch.device, seconds: float, n: int) -> dict:
     """n x n matmuls for ``seconds``: GFLOP/s over the whole window (products done / time taken).
 
     The whole window, not the median product: a node that gets less CPU time (a quota, a busy
@@ -624,7 +629,7 @@ def compute_check(torch, device, seconds: float, n: int) -> dict:
     for _ in range(2):
         a @ b
     _sync(torch, device)
-    times = []
+    times: List[float] = []
     start = time.perf_counter()
     end = start + seconds
     while time.perf_counter() < end or len(times) < 3:
@@ -637,7 +642,8 @@ def compute_check(torch, device, seconds: float, n: int) -> dict:
             "gflops": 2 * n ** 3 * len(times) / elapsed / 1e9}
 
 
-def pair_allreduce(torch, dist, device, group, seconds: float, size_bytes: int) -> dict:
+def pair_allreduce(torch: ModuleType, dist: ModuleType, device: torch.device,
+                   group: Optional[torch.distributed.ProcessGroup], seconds: float, size_bytes: int) -> dict:
     """All-reduce a buffer with one partner for ``seconds``; bus bandwidth as nccl-tests defines it.
 
     The last element carries each side's wish to go on: the sum is 2 while both do, so the
@@ -666,7 +672,7 @@ def pair_allreduce(torch, dist, device, group, seconds: float, size_bytes: int) 
             "algbw_gbs": algbw / 1e9, "busbw_gbs": algbw * 2 * (n - 1) / n / 1e9}
 
 
-def run_probe(store, rank: int, world: int, plan: dict) -> dict:
+def run_probe(store: torch.distributed.Store, rank: int, world: int, plan: dict) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -679,7 +685,7 @@ def run_probe(store, rank: int, world: int, plan: dict) -> dict:
         device = torch.device("cpu")
     timeout = timedelta(seconds=float(plan["timeout_s"]))
     # Every wait of the probe (process groups meeting on the store included) is bounded by the budget.
-    saved = store.timeout
+    saved = store.timeout  # type: ignore[attr-defined]  # a property of every Store; torch's stub omits it
     store.set_timeout(timeout)
     dist.init_process_group(backend, store=dist.PrefixStore("pg/", store), rank=rank, world_size=world,
                             timeout=timeout)

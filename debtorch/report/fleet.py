@@ -9,62 +9,89 @@ are listed per finding; ``--json`` lists them all.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from debtorch.findings import ERROR, INFO, WARNING
 from debtorch.fleet import probe as fleet_probe
-from debtorch.fleet.compare import SECTIONS, Summary, compressed
+from debtorch.fleet.compare import SECTIONS, FleetFinding, Summary, compressed
 from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
+
+if TYPE_CHECKING:
+    from debtorch.report.redact import Redactor
 
 SCHEMA_VERSION = 1
 MAX_GROUPS = 6
 MAX_NAMES = 120      # characters of a compressed node list in the text view
 
 
-def _names(names) -> str:
+def _names(names: Iterable[str]) -> str:
     text = compressed(tuple(names))
-    return text if len(text) <= MAX_NAMES else text[: MAX_NAMES - 3].rsplit(",", 1)[0] + ",..."
+    if len(text) <= MAX_NAMES:
+        return text
+    return text[: MAX_NAMES - 3].rsplit(",", 1)[0] + ",..."
 
 
-def headline(s: Summary) -> list:
+def headline(s: Summary) -> List[str]:
     compared = s.compared
     lines = [f"debtorch fleet: {plural(s.expected, 'node')} expected, {len(compared)} compared"]
     if not s.identical:
         return lines
     names, _ = s.identical[0]
     if len(s.identical) == 1:
-        lines.append(f"  all {len(names)} identical: {_names(names)}" if len(names) > 1 else f"  {_names(names)}")
+        if len(names) > 1:
+            lines.append(f"  all {len(names)} identical: {_names(names)}")
+        else:
+            lines.append(f"  {_names(names)}")
         return lines
     lines.append(f"  {len(names)} identical: {_names(names)}")
     rest = s.identical[1:]
     shown = rest[:MAX_GROUPS]
     for group, what in shown:
-        lines.append(f"  {len(group)} differ{'s' if len(group) == 1 else ''}: {_names(group)} ({', '.join(what[:6])}"
-                     + (", ..." if len(what) > 6 else "") + ")")
+        aspects = ", ".join(what[:6])
+        if len(what) > 6:
+            aspects += ", ..."
+        lines.append(f"  {len(group)} differ{'s' if len(group) == 1 else ''}: {_names(group)} ({aspects})")
     if len(rest) > len(shown):
         more = sum(len(g) for g, _ in rest[len(shown):])
         lines.append(f"  ... {len(rest) - len(shown)} more groups ({plural(more, 'node')})")
     return lines
 
 
-def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[list] = None) -> list:
+def _level(found: List[FleetFinding]) -> Optional[str]:
+    """A section's level: its worst finding's, error or warning; None when it has neither."""
+    if any(f.level == ERROR for f in found):
+        return ERROR
+    if any(f.level == WARNING for f in found):
+        return WARNING
+    return None
+
+
+def _section_head(key: str, title: str, level: Optional[str], shown: List[FleetFinding], marks: Dict[str, str]) -> str:
+    """``[mark] title: N findings``, or ``: no differences`` for a comparison that found none."""
+    head = f"[{marks[level] if level else marks['ok']}] {title}"
+    if shown:
+        return f"{head}: {plural(len(shown), 'finding')}"
+    if key in ("consistency", "network"):
+        return f"{head}: no differences"
+    return head
+
+
+def lines(s: Summary, marks: Dict[str, str], verbose: bool = False,
+          probe_lines: Optional[List[str]] = None) -> List[Line]:
     """The text report, as :class:`~debtorch.report.console.Line` s with their kinds.  ``marks``
     maps ok/warning/error/info to the characters to print."""
     out = [Line(x) for x in headline(s)] + [Line("")]
-    by_section: dict = {}
+    by_section: Dict[str, List[FleetFinding]] = {}
     for f in s.findings:
         by_section.setdefault(f.section, []).append(f)
     for key, title in SECTIONS:
         found = by_section.get(key, [])
         if key == "probe" and probe_lines is None and not found:
             continue
-        level = ERROR if any(f.level == ERROR for f in found) else (
-            WARNING if any(f.level == WARNING for f in found) else None)
+        level = _level(found)
         shown = [f for f in found if verbose or f.level != INFO]
-        head = f"[{marks[level] if level else marks['ok']}] {title}"
-        out.append(Line(head + (f": {plural(len(shown), 'finding')}" if shown else ": no differences" if key in
-                                ("consistency", "network") else ""), level or "ok"))
+        out.append(Line(_section_head(key, title, level, shown, marks), level or "ok"))
         if key == "probe" and probe_lines:
             out.extend(Line("    " + x) for x in probe_lines)
         for f in shown:
@@ -91,7 +118,7 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
     return out
 
 
-def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
+def to_json(s: Summary, fail_on: str, probe: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     out = document(
         SCHEMA_VERSION,
         exit_code=s.exit_code(fail_on),
@@ -119,19 +146,23 @@ class FleetView:
 
     formats = (Format.text, Format.json)
 
-    def __init__(self, summary: Summary, fail_on: str, verdict=None, notes=(), verbose: bool = False,
-                 marks: Optional[dict] = None, redactor=None):
+    def __init__(self, summary: Summary, fail_on: str, verdict: Optional[fleet_probe.Verdict] = None,
+                 notes: Iterable[str] = (), verbose: bool = False, marks: Optional[Dict[str, str]] = None,
+                 redactor: Optional[Redactor] = None) -> None:
         self.summary, self.fail_on, self.verdict, self.notes = summary, fail_on, verdict, list(notes)
         self.verbose, self.marks, self.redactor = verbose, marks, redactor
 
-    def lines(self) -> list:
-        probe_lines = fleet_probe.lines(self.verdict) if self.verdict is not None else (self.notes or None)
+    def lines(self) -> List[Line]:
+        if self.verdict is not None:
+            probe_lines: Optional[List[str]] = fleet_probe.lines(self.verdict)
+        else:  # no probe run: its notes (why not), if any
+            probe_lines = self.notes or None
         out = lines(self.summary, self.marks or {}, verbose=self.verbose, probe_lines=probe_lines)
         if self.redactor is not None:
             out = [Line(self.redactor.text(x.text), x.kind) for x in out]
         return out
 
-    def document(self) -> dict:
+    def document(self) -> Dict[str, Any]:
         out = to_json(self.summary, self.fail_on, self.verdict.to_json() if self.verdict is not None else None)
         if self.notes:
             out["notes"] = self.notes
