@@ -1,11 +1,12 @@
 """``debtorch fleet``: many machines, one verdict (docs/fleet.md; exit codes: docs/cli.md).  In gathered
 mode every rank exits with rank 0's code."""
 
+import functools
 import os
 import re
 import shutil
 import sys
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import typer
 
@@ -14,9 +15,14 @@ from debtorch import hostlist
 from debtorch.budget import seconds_problem
 from debtorch.cli.shared import EXIT_INTERRUPTED, FailOn, Prog, check_python, choose_format
 from debtorch.host import LiveHost, ReplayHost, Unavailable
-from debtorch.report import show
+from debtorch.report import Format, show
 
 if TYPE_CHECKING:
+    from debtorch.fleet.compare import Summary
+    from debtorch.fleet.gather import Outcome
+    from debtorch.fleet.nodes import Node
+    from debtorch.fleet.offline import Skipped
+    from debtorch.fleet.probe import Verdict
     from debtorch.report.redact import Redactor
 
 prog = Prog("debtorch fleet")
@@ -48,14 +54,14 @@ def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ:
     return describe
 
 
-def _emit(summary: Any, fail_on: str, fmt: Any, verbose: bool, verdict: Any, notes: list,
-          redactor: Optional["Redactor"]) -> None:
+def _emit(summary: "Summary", fail_on: str, fmt: Format, verbose: bool, verdict: Optional["Verdict"],
+          notes: List[str], redactor: Optional["Redactor"]) -> None:
     from debtorch.report.fleet import FleetView  # defer: only for this command
 
     show(FleetView(summary, fail_on, verdict, notes, verbose, _marks(), redactor), fmt)
 
 
-def _note_skipped(skipped: list, redactor: Optional["Redactor"]) -> None:
+def _note_skipped(skipped: List["Skipped"], redactor: Optional["Redactor"]) -> None:
     """Name the files that are no node's document, on stderr (at most SKIPPED_SHOWN of them)."""
     for x in skipped[:SKIPPED_SHOWN]:
         line = f"skipped {x.path}: {x.reason}"
@@ -64,17 +70,17 @@ def _note_skipped(skipped: list, redactor: Optional["Redactor"]) -> None:
         prog.note(f"skipped {len(skipped) - SKIPPED_SHOWN} more files that are no node's document (--json lists them)")
 
 
-def _redact_names(nodes: list, redactor: "Redactor") -> None:
+def _redact_names(nodes: List["Node"], redactor: "Redactor") -> None:
     for n in nodes:
         if not n.name.startswith("rank "):
             n.name = redactor.token("HOST", n.name)
 
 
-def _write_exclude(path: str, verdict: Any, force: bool) -> None:
+def _write_exclude(path: str, verdict: "Verdict", force: bool) -> None:
     from debtorch import outputs  # defer: only with --exclude-file
 
     # srun --exclude takes host names: a second rank's ":3" goes; a name that is not a host's is refused.
-    names = sorted({re.sub(r":\d+$", "", n) for n in (verdict.exclude if verdict is not None else [])})
+    names = sorted({re.sub(r":\d+$", "", n) for n in verdict.exclude})
     odd = [n for n in names if not hostlist.is_host(n)]
     if odd:
         prog.fail(f"--exclude-file {path}: node {hostlist.safe(odd[0])} has no host name srun --exclude takes; "
@@ -128,7 +134,9 @@ def fleet(
     with prog.fails_on(offline.FleetInputError):
         fingerprint = offline.load_tuned(tuned) if tuned else None
     redactor = Redactor() if redact else None
-    rename = (lambda nodes: _redact_names(nodes, redactor)) if redactor else None
+    rename = None
+    if redactor is not None:  # nodes renamed before they are compared
+        rename = functools.partial(_redact_names, redactor=redactor)
 
     if paths:
         if replay or do_probe or deep or python or secret_file:
@@ -164,7 +172,9 @@ def fleet(
     options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget, tuned=fingerprint,
                              tuned_path=tuned, rename=rename, listen=listen, secret=secret)
 
-    def on_report(outcome: Any) -> None:
+    def on_report(outcome: "Outcome") -> None:
+        if outcome.summary is None:  # (rank 0 reports once its summary is made)
+            return
         for warning in outcome.warnings:
             prog.warn(warning)
         _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)

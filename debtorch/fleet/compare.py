@@ -69,7 +69,12 @@ def _ifname(m: Machine) -> Optional[str]:
         return None
     out = []
     for c in n.choices:
-        state = "usable" if c.ok else ("matches no interface" if not c.selected else "selects only down interfaces")
+        if c.ok:
+            state = "usable"
+        elif not c.selected:
+            state = "matches no interface"
+        else:
+            state = "selects only down interfaces"
         out.append(f"{c.variable}={c.value}: {state}")
     return "; ".join(out) or None
 
@@ -403,7 +408,8 @@ def summarise(nodes: list, expected: Optional[int] = None, timeout: Optional[flo
     found_kinds = kinds(ok)
     found = _status(nodes, timeout)
     for a in ASPECTS:
-        if f := _difference(a, found_kinds):
+        f = _difference(a, found_kinds)
+        if f is not None:
             found.append(f)
     found += _env_differences(found_kinds)
     if tuned_path:

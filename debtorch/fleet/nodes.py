@@ -90,7 +90,8 @@ def parse_doc(doc: Any, where: str, validate: Callable[[dict, str], dict] = fact
         raise DocumentError(MALFORMED, "not a JSON object")
     if "fleet" in doc and doc.get("error"):
         raise DocumentError(MALFORMED, f"the node could not describe itself: {str(doc['error'])[:120]}")
-    if why := not_a_node(doc):
+    why = not_a_node(doc)
+    if why:
         raise DocumentError(SKIPPED, why)
     findings = doc.get("findings") if isinstance(doc.get("findings"), list) else None
     wrapped = doc.get("facts")

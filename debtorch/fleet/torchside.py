@@ -72,7 +72,11 @@ class TooLarge(ValueError):
 
 
 def _size(n: int) -> str:
-    return f"{n // (1024 * 1024)} MiB" if n >= 1024 * 1024 else f"{n // 1024} KiB" if n >= 1024 else f"{n} bytes"
+    if n >= 1024 * 1024:
+        return f"{n // (1024 * 1024)} MiB"
+    if n >= 1024:
+        return f"{n // 1024} KiB"
+    return f"{n} bytes"
 
 
 class Reader:
