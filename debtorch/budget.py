@@ -63,7 +63,9 @@ class Budget:
 
     def left(self) -> float:
         """Seconds left (infinite without a limit; never negative)."""
-        return max(0.0, self.seconds - self.spent()) if self.limited else math.inf
+        if self.seconds is None or not self.limited:
+            return math.inf
+        return max(0.0, self.seconds - self.spent())
 
     def fits(self, seconds: float) -> bool:
         """Whether something expected to take ``seconds`` ends within the budget."""

@@ -56,7 +56,7 @@ class Estimate:
         return d
 
 
-def _valid(x) -> bool:
+def _valid(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
@@ -151,7 +151,7 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     if t is None:
         return out
     out.low, out.high = min(out.est, t[0] - shift), max(out.est, t[1] - shift)
-    rng, n, stats = random.Random(seed) if resamples > 0 else None, len(la), []
+    rng, n, stats = random.Random(seed), len(la), []
     for _ in range(max(0, resamples)):
         if paired:
             pick = rng.choices(range(n), k=n)
@@ -170,12 +170,16 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
 # (verdict, low bound or -inf, high bound or inf, why in words).
 
 
-def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tuple:
+Region = tuple[str, float, float, str]   # (verdict, low bound or -inf, high bound or inf, why in words)
+
+
+def _judge(r: _LogRatio, regions: list[Region],
+           impossible_above: Optional[float]) -> tuple[str, Optional[int], bool, str]:
     """(verdict, more_rounds, impossible, reason) for an interval in logs."""
     impossible = impossible_above is not None and r.est is not None and r.est > impossible_above
     if r.est is None:
         return INCONCLUSIVE, MIN_ROUNDS, False, "no round measured both"
-    if r.n < MIN_ROUNDS or r.low is None:
+    if r.n < MIN_ROUNDS or r.low is None or r.high is None:
         return INCONCLUSIVE, MIN_ROUNDS - r.n, impossible, f"{r.n} round(s); at least {MIN_ROUNDS} are needed"
     for verdict, a, b, why in regions:
         if r.low > a and r.high < b:
@@ -197,8 +201,10 @@ def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tu
     return INCONCLUSIVE, None, impossible, "within noise, and the point estimate sits on the boundary"
 
 
-def _margin(m) -> float:
-    return min(0.99, max(0.0, float(m))) if isinstance(m, (int, float)) and math.isfinite(m) else 0.0
+def _margin(m: Any) -> float:
+    if isinstance(m, (int, float)) and math.isfinite(m):
+        return min(0.99, max(0.0, float(m)))
+    return 0.0
 
 
 def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = True, seed: int = SEED,
@@ -215,7 +221,7 @@ def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = Tru
     if m > 0:
         regions.append((EQUIVALENT, -m, m, f"the interval lies within {_margin(margin):.0%} of 1"))
     verdict, more, _, why = _judge(r, regions, None)
-    return _estimate("ratio", r, verdict, more, False, why, lambda x: _exp(x), confidence)
+    return _estimate("ratio", r, verdict, more, False, why, _exp, confidence)
 
 
 def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired: bool = True,
@@ -254,15 +260,16 @@ def _at_most(bound: float, x: Optional[float]) -> Optional[float]:
     return None if x is None else min(bound, x)
 
 
-def _at_most_one(kind: str, r: _LogRatio, failed: str, result: tuple, within: tuple, m: float, f) -> Estimate:
+def _at_most_one(kind: str, r: _LogRatio, failed: str, result: Region, within: Region, m: float,
+                 f: Callable[[float], float]) -> Estimate:
     """A figure whose ratio cannot exceed 1 (above it beyond noise: a failed measurement): its verdict
     among ``result`` and, with a margin ``m``, ``within``."""
     verdict, more, impossible, why = _judge(r, [(FAILED, 0.0, math.inf, failed), result] + ([within] if m else []), 0.0)
     return _estimate(kind, r, verdict, more, impossible, why, f)
 
 
-def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why: str, f,
-              confidence: float = CONFIDENCE) -> Estimate:
+def _estimate(kind: str, r: _LogRatio, verdict: str, more: Optional[int], impossible: bool, why: str,
+              f: Callable[[float], float], confidence: float = CONFIDENCE) -> Estimate:
     return Estimate(kind=kind, estimate=None if r.est is None else f(r.est),
                     low=None if r.low is None else f(r.low), high=None if r.high is None else f(r.high),
                     rounds=r.n, verdict=verdict, more_rounds=more if verdict == INCONCLUSIVE else None,

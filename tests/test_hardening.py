@@ -19,6 +19,7 @@ import debtorch
 from debtorch import outputs
 from debtorch.cli import app, manpage
 from debtorch.host import LiveHost
+from debtorch.train.device import CPU
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config
 from debtorch.tune.rules import Request, RequestError, recommend
@@ -119,7 +120,7 @@ def test_what_tune_writes_must_load_on_the_machine_it_was_tuned_for(tmp_path):
     rec = recommend(make_facts(cpus=2), Request())
     rec.settings = rec.settings.replace(num_workers=40)
     with pytest.raises(ConfigError, match="loader.num_workers: 40 is more than this machine can run"):
-        config.write_config(str(tmp_path / "t.toml"), rec, {"usable_cpus": 2}, config.tuned_table("rules", "cpu"))
+        config.write_config(str(tmp_path / "t.toml"), rec, {"usable_cpus": 2}, config.tuned_table("rules", CPU))
     assert not (tmp_path / "t.toml").exists()
 
 

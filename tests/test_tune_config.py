@@ -17,6 +17,7 @@ from tune_facts import all_pairs, server_8x_a100
 
 from debtorch import schema
 from debtorch.fingerprint import from_facts
+from debtorch.train.device import Device
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config, write_atomic, write_config
 from debtorch.tune.rules import Request, recommend
@@ -340,17 +341,18 @@ def test_read_only_destination_is_one_line_and_no_file(readonly_dir):
 
 
 def _sim_spec() -> str:
-    from debtorch.cli.shared import sim_device
+    from debtorch.cli.shared import parse_device
 
-    return sim_device("sim:800")
+    return str(parse_device("sim:800"))
 
 
 def test_a_config_tuned_on_a_simulated_device_is_for_the_gpu_it_stands_for(tmp_path):
     """tune --measure --device sim:800 --write: training code runs on the real device (issue 34, item 2)."""
     spec = _sim_spec()
-    rec, fp, _ = sample(request=Request(device=spec))
+    device = Device.parse(spec)
+    rec, fp, _ = sample(request=Request(device=device))
     path = tmp_path / "sim.toml"
-    write_config(str(path), rec, fp, config.tuned_table("measured", spec, workload="builtin:images", now=NOW))
+    write_config(str(path), rec, fp, config.tuned_table("measured", device, workload="builtin:images", now=NOW))
     text = path.read_text()
     assert 'device = "cuda"' in text and f'simulated = "{spec}"' in text
     cfg = load_config(str(path))

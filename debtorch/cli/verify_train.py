@@ -94,7 +94,8 @@ def verify_train(
 
             for w in ready.warnings:
                 warn(w)
-            with StepsBar() as bar:
+            bar = StepsBar()
+            with bar:
                 outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
         code = exit_for(exc)
