@@ -329,11 +329,15 @@ class Looks:
         """Each look's nominal confidence (95% with one look)."""
         return 2 * NORMAL.cdf(self.z) - 1
 
-    def to_dict(self, rounds: Optional[int] = None) -> dict:
+    def taken(self, rounds: int) -> int:
+        """The looks ``rounds`` rounds took."""
+        return max(0, min(rounds, self.last) - self.first + 1)
+
+    def to_dict(self, rounds: Optional[int] = None) -> dict[str, Any]:
         """The design, and with ``rounds`` the looks they took."""
         return {"procedure": "pocock" if self.most > 1 else "fixed", "first": self.first, "last": self.last,
                 "most_looks": self.most, "z": round(self.z, 3), "confidence": round(self.confidence, 5),
-                "looks": None if rounds is None else max(0, min(rounds, self.last) - self.first + 1)}
+                "looks": None if rounds is None else self.taken(rounds)}
 
 
 @dataclass

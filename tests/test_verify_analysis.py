@@ -18,7 +18,7 @@ from debtorch.train.result import DistributedResult, LoadedWorkload, TrialResult
 from debtorch.train.settings import Settings
 from debtorch.transport.client import WorkerError
 from debtorch.verify import analysis
-from debtorch.verify.failures import Failure, from_worker_error, oom_message, shm_finding
+from debtorch.verify.failures import Failure, Fit, from_worker_error, oom_message, shm_finding
 from debtorch.verify.measure import ConvergeRuns, JobKind, Measured, Plan, Verifier
 from debtorch.verify.results import HostWaits
 from debtorch.verify.run import TunedBy
@@ -207,7 +207,7 @@ def test_exit_codes_by_failure_kind_are_the_same_for_tune_and_verify_train(kind,
 
 
 def test_the_oom_line_names_what_fits_and_the_global_batch():
-    assert oom_message(Device.parse("cuda:0"), 64, 1, {"micro_batch": 16, "accumulation_steps": 4}) == (
+    assert oom_message(Device.parse("cuda:0"), 64, 1, Fit(16, 4)) == (
         "the GPU ran out of memory at micro-batch 64; micro-batch 16 with accumulation_steps 4 fits "
         "(64 samples per optimizer step, as before)")
     assert "even micro-batch 1 does not fit" in oom_message(Device.parse("cuda"), 8, 1, None)
@@ -298,7 +298,7 @@ def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_b
     v = _verifier(worker, repeats=3, converge_steps=0)
     m = v.run(Settings(), Settings(precision="bf16"))
     assert m.failure.kind == "oom" and not m.failure.user_input
-    assert m.failure.suggestion == {"micro_batch": 8, "accumulation_steps": 4}
+    assert m.failure.suggestion == Fit(8, 4)
     assert m.failure.message.startswith("the GPU ran out of memory at micro-batch 32; micro-batch 8 with "
                                         "accumulation_steps 4 fits (32 samples per optimizer step, as before)")
     tried = [Settings.from_dict(r["settings"]).micro_batch for r in worker.requests]

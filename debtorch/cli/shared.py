@@ -10,7 +10,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, NoReturn, Optional
+from typing import TYPE_CHECKING, Iterator, NoReturn, Optional
 
 import typer
 
@@ -27,7 +27,9 @@ from debtorch.cli.codes import (  # noqa: F401 - the commands import them from h
 from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, Unavailable
 from debtorch.report import Format, show
 from debtorch.textsafe import printable
-from debtorch.train.device import Device
+
+if TYPE_CHECKING:   # a --device is parsed only by the commands that train (the doctor loads none of it)
+    from debtorch.train.device import Device
 
 
 def exit_for(failure) -> int:
@@ -53,6 +55,7 @@ def parse_device(value: str) -> Device:
     """A device as a user writes it: cpu, cuda, cuda:N, or ``sim:RATE[,...]`` (a preset's name for RATE)
     with checks/thresholds.toml's defaults and presets; ValueError (one line) when it is not one."""
     from debtorch import knowledge  # defer: the doctor loads none of the training side
+    from debtorch.train.device import Device  # defer: as above
 
     return Device.parse(value, knowledge.load().thresholds)
 

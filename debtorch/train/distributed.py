@@ -13,6 +13,7 @@ import sys
 from typing import Any, Optional
 
 from debtorch.outputs import write_atomic
+from debtorch.train.result import RankOutcome
 from debtorch.transport.server import die_with_parent
 
 
@@ -69,14 +70,14 @@ def main() -> int:
                            warmup_steps=int(req.get("warmup", 3)), seed=int(req.get("seed", 0)),
                            on_step=on_step, distributed={"rank": rank, "world_size": world})
         result = dataclasses.replace(result, backend=backend)
-        _write(os.path.join(out, f"rank{rank}.json"), {"ok": True, "rank": rank, "result": result.to_json()})
+        _write(os.path.join(out, f"rank{rank}.json"), RankOutcome(rank, result).to_json())
         dist.barrier()
         dist.destroy_process_group()
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank's failure is a result for the launcher
         from debtorch.train.worker import classify  # defer: only on a failure
 
-        _write(os.path.join(out, f"rank{rank}.json"), {"ok": False, "rank": rank, "error": classify(exc, context)})
+        _write(os.path.join(out, f"rank{rank}.json"), RankOutcome(rank, error=classify(exc, context)).to_json())
         return 1
 
 

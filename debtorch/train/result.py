@@ -168,3 +168,33 @@ class LoadedWorkload:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["device"] = None if self.device is None else str(self.device)
         return out
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """What one rank of a multi-process trial leaves in its ``rank<R>.json``: its result, or the worker's
+    account of why it failed (:func:`debtorch.train.worker.classify`: ``kind``, ``message`` and what goes with
+    them)."""
+
+    rank: Optional[int]
+    result: Optional[TrialResult] = None
+    error: Optional[dict[str, Any]] = None   # the worker's account, whole
+    kind: str = ""                           # of it, read back: the failure's kind and one line
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "RankOutcome":
+        if doc.get("ok"):
+            return cls(doc.get("rank"), TrialResult.from_json(doc["result"]))
+        error = dict(doc.get("error") or {})
+        return cls(doc.get("rank"), error=error, kind=str(error.get("kind", "exception")),
+                   message=str(error.get("message")))
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"ok": False, "rank": self.rank, "error": self.error}
+        return {"ok": True, "rank": self.rank, "result": self.result.to_json() if self.result is not None else None}

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 from debtorch import outputs
 from debtorch.budget import Budget, Where
 from debtorch.train.device import Device
-from debtorch.train.result import DistributedResult, LoadedWorkload, TrialResult
+from debtorch.train.result import DistributedResult, LoadedWorkload, RankOutcome, TrialResult
 from debtorch.train.settings import Settings
 from debtorch.transport import launch
 from debtorch.transport.client import START_TIMEOUT, Worker, WorkerError, WorkerTimeout, bounded
@@ -105,27 +105,27 @@ def launch_distributed(python: str, workload: str, settings: Settings, nproc: in
                 time.sleep(0.2)
             run.finished()
             _pump_events(events, seen, on_event)
-            ranks = _rank_results(work)
-            failed = [r for r in ranks if not r.get("ok")]
+            ranks = _rank_outcomes(work)
+            failed = [r for r in ranks if not r.ok]
             if failed:
-                err = failed[0]["error"]
-                raise WorkerError(err.get("kind", "exception"), f"rank {failed[0].get('rank')}: {err.get('message')}",
-                                  err)
-            if run.returncode != 0 or not ranks:
+                first = failed[0]
+                raise WorkerError(first.kind, f"rank {first.rank}: {first.message}", first.error)
+            results = [r.result for r in ranks if r.result is not None]
+            if run.returncode != 0 or not results:
                 raise WorkerError("died", f"torch.distributed.run {run.exit_words()}")
-            return DistributedResult.of([TrialResult.from_json(r["result"]) for r in ranks])
+            return DistributedResult.of(results)
     finally:
         outputs.remove_folder(work)
 
 
-def _rank_results(work: str) -> list[dict[str, Any]]:
+def _rank_outcomes(work: str) -> list[RankOutcome]:
     """The rank<R>.json files of this machine's ranks, in rank order (with multi-node options, other
     nodes keep theirs)."""
     ranks = []
     for name in sorted(os.listdir(work), key=lambda n: (len(n), n)):
         if name.startswith("rank") and name.endswith(".json"):
             with open(os.path.join(work, name)) as fh:
-                ranks.append(json.load(fh))
+                ranks.append(RankOutcome.from_json(json.load(fh)))
     return ranks
 
 

@@ -117,9 +117,32 @@ class WatchRecord:
 
     @classmethod
     def from_json(cls, path: str, no: int, r: dict[str, Any]) -> "WatchRecord":
-        """The record ``r`` (line ``no`` of ``path``, checked against :data:`SPEC`) as a WatchRecord; WatchError
-        for what a prescription needs and the record lacks."""
-        return _record(path, no, r)
+        """The record ``r`` (line ``no`` of ``path``, checked against :data:`SPEC`); WatchError for what a
+        prescription needs and the record lacks."""
+        p, d, loader = r.get("pipeline") or {}, r.get("data_wait") or {}, r.get("loader") or {}
+        fetch, cpus = p.get("fetch_s") or {}, p.get("cpus") or {}
+
+        def need(value: Any, what: str) -> Any:
+            if value is None:
+                raise WatchError(f"{path}:{no}: {what} is unknown: {HOW.get(what, 'a longer run records it')}")
+            return value
+
+        steps = need(r.get("steps"), "steps")
+        if steps < 2 or not r.get("seconds"):
+            raise WatchError(f"{path}:{no}: {steps} counted steps: too few to prescribe anything (a pass of at least "
+                             "20 steps)")
+        samples = p.get("batch_size")
+        if samples is None and r.get("samples_per_s") and r.get("steps_per_s"):
+            samples = max(1, round(r["samples_per_s"] / r["steps_per_s"]))
+        return cls(path=path, steps=steps, seconds=float(r["seconds"]), batch_size=need(samples, "batch_size"),
+                   num_workers=loader.get("num_workers") or 0, prefetch_factor=loader.get("prefetch_factor"),
+                   data_wait=float(need(d.get("share"), "data_wait.share")), data_wait_low=d.get("low"),
+                   data_wait_high=d.get("high"), fetch_median_s=fetch.get("median"), fetch_p10_s=fetch.get("p10"),
+                   fetch_p90_s=fetch.get("p90"), batch_bytes=p.get("batch_bytes"), usable_cpus=cpus.get("usable"),
+                   main_busy=cpus.get("main_busy"), workers_busy=cpus.get("workers_busy"),
+                   machine_busy=cpus.get("machine_busy"), machine_iowait=cpus.get("machine_iowait"),
+                   device=Device.parse(p.get("device") or "cpu"), device_name=p.get("device_name"),
+                   timing=r.get("timing") or "host clock")
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "device": str(self.device)}
@@ -177,33 +200,6 @@ def read_watch(path: str) -> WatchRecord:
     except schema.Invalid as exc:
         raise WatchError(f"{path}:{no}: {exc}") from None
     return WatchRecord.from_json(path, no, record)
-
-
-def _record(path: str, no: int, r: dict[str, Any]) -> WatchRecord:
-    p, d, loader = r.get("pipeline") or {}, r.get("data_wait") or {}, r.get("loader") or {}
-    fetch, cpus = p.get("fetch_s") or {}, p.get("cpus") or {}
-
-    def need(value: Any, what: str) -> Any:
-        if value is None:
-            raise WatchError(f"{path}:{no}: {what} is unknown: {HOW.get(what, 'a longer run records it')}")
-        return value
-
-    steps = need(r.get("steps"), "steps")
-    if steps < 2 or not r.get("seconds"):
-        raise WatchError(f"{path}:{no}: {steps} counted steps: too few to prescribe anything (a pass of at least "
-                         "20 steps)")
-    samples = p.get("batch_size")
-    if samples is None and r.get("samples_per_s") and r.get("steps_per_s"):
-        samples = max(1, round(r["samples_per_s"] / r["steps_per_s"]))
-    return WatchRecord(path=path, steps=steps, seconds=float(r["seconds"]), batch_size=need(samples, "batch_size"),
-                       num_workers=loader.get("num_workers") or 0, prefetch_factor=loader.get("prefetch_factor"),
-                       data_wait=float(need(d.get("share"), "data_wait.share")), data_wait_low=d.get("low"),
-                       data_wait_high=d.get("high"), fetch_median_s=fetch.get("median"), fetch_p10_s=fetch.get("p10"),
-                       fetch_p90_s=fetch.get("p90"), batch_bytes=p.get("batch_bytes"),
-                       usable_cpus=cpus.get("usable"), main_busy=cpus.get("main_busy"),
-                       workers_busy=cpus.get("workers_busy"), machine_busy=cpus.get("machine_busy"),
-                       machine_iowait=cpus.get("machine_iowait"), device=Device.parse(p.get("device") or "cpu"),
-                       device_name=p.get("device_name"), timing=r.get("timing") or "host clock")
 
 
 HOW = {"batch_size": "the batches had no size watch could read; give cfg.watch(loader, batch_size=N)",

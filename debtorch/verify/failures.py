@@ -20,6 +20,24 @@ from debtorch.verify.results import NonFinite
 SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
 
 
+@dataclass(frozen=True)
+class Fit:
+    """What fits after an out-of-memory: a smaller micro-batch, and the accumulation that keeps the global batch."""
+
+    micro_batch: int
+    accumulation_steps: int
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Optional["Fit"]:
+        """The worker's (or a document's) suggestion; None when there is none."""
+        if not isinstance(doc, Mapping):
+            return None
+        return cls(int(doc["micro_batch"]), int(doc["accumulation_steps"]))
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
 @dataclass
 class Failure:
     """What stopped a verify-train run, for the report and the exit code."""
@@ -29,7 +47,7 @@ class Failure:
     phase: str = ""                     # which trial failed ("round 2: tuned")
     finding: Optional[str] = None       # the doctor's id, when one applies
     fix: str = ""                       # what to do, when known
-    suggestion: Optional[dict[str, int]] = None   # settings that fit (after an out-of-memory)
+    suggestion: Optional[Fit] = None    # what fits (after an out-of-memory)
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -45,7 +63,7 @@ class Failure:
     def from_json(cls, doc: Mapping[str, Any]) -> "Failure":
         """A failure as a verify-train document recorded it (its traceback is never recorded)."""
         return cls(kind=doc["kind"], message=doc["message"], phase=doc.get("phase") or "", finding=doc.get("finding"),
-                   fix=doc.get("fix") or "", suggestion=doc.get("suggestion"), detail=dict(doc.get("detail") or {}))
+                   fix=doc.get("fix") or "", suggestion=Fit.from_json(doc.get("suggestion")), detail=dict(doc.get("detail") or {}))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -76,7 +94,7 @@ def from_worker_error(exc: BaseException, phase: str = "", facts: Optional[dict[
         fail.finding, fail.fix = fid, fix
         fail.message = message.replace(said, fid) if said in message else f"{message} (debtorch doctor: {fid})"
     elif kind == "oom":
-        fail.suggestion = detail.get("suggestion")
+        fail.suggestion = Fit.from_json(detail.get("suggestion"))
     elif kind == "no_torch":
         fail.fix = "pip install torch in that interpreter's venv, or name another with --python"
     return fail
@@ -98,7 +116,7 @@ def nonfinite_loss(events: list[NonFinite]) -> Failure:
                    f"{first.step}{more}", phase=first.run, fix=fix, detail={"runs": [e.to_json() for e in events]})
 
 
-def oom_message(device: Optional[Device], micro_batch: int, accumulation_steps: int, fit: Optional[dict[str, int]],
+def oom_message(device: Optional[Device], micro_batch: int, accumulation_steps: int, fit: Optional[Fit],
                 stopped: Optional[str] = None) -> str:
     """One line for an out-of-memory, with what fits when a smaller micro-batch was found (``stopped``:
     why the search for one ended early, when it did)."""
@@ -111,9 +129,9 @@ def oom_message(device: Optional[Device], micro_batch: int, accumulation_steps: 
     glob = micro_batch * accumulation_steps
     msg = f"{where} ran out of memory at micro-batch {micro_batch}"
     if fit:
-        now = fit["micro_batch"] * fit["accumulation_steps"]
+        now = fit.micro_batch * fit.accumulation_steps
         same = "as before" if now == glob else f"was {glob}"
-        msg += (f"; micro-batch {fit['micro_batch']} with accumulation_steps {fit['accumulation_steps']} "
+        msg += (f"; micro-batch {fit.micro_batch} with accumulation_steps {fit.accumulation_steps} "
                 f"fits ({now} samples per optimizer step, {same})")
     elif stopped:
         msg += f"; the search for a micro-batch that fits stopped at {stopped}"

@@ -28,7 +28,7 @@ from debtorch.train.result import DistributedResult, LoadedWorkload, TrialResult
 from debtorch.train.settings import Settings
 from debtorch.transport.client import START_TIMEOUT, WorkerError, bounded
 from debtorch.verify import analysis
-from debtorch.verify.failures import Failure, from_worker_error, oom_message
+from debtorch.verify.failures import Failure, Fit, from_worker_error, oom_message
 from debtorch.verify.results import (
     ARMS,
     BASELINE,
@@ -764,9 +764,10 @@ class Verifier:
         if device is not None and device.is_cuda:
             self.where.doing("counting host waits")
             try:
-                got = self._request("host_waits", seed=self.plan.seed, steps=2 if self.plan.quick else 5)
-                if got.get("measured"):
-                    return HostWaits.from_json(got)
+                got = HostWaits.from_json(self._request("host_waits", seed=self.plan.seed,
+                                                        steps=2 if self.plan.quick else 5))
+                if got.measured:
+                    return got
             except WorkerError as exc:
                 if exc.kind == "budget":
                     raise
@@ -831,7 +832,7 @@ class Verifier:
         mb0 = job.settings.micro_batch or self.measured.batch_size
         acc0 = job.settings.accumulation_steps
         glob = mb0 * acc0
-        fit = None
+        fit: Optional[Fit] = None
         stopped = None  # the search ended on another failure (the worker died, a timeout)
         mb = mb0
         while mb > 1 and fit is None:
@@ -843,7 +844,7 @@ class Verifier:
                 self.where.doing(f"out of memory: trying micro-batch {mb}")
                 self._request("trial", settings=trial.to_dict(), steps=1, warmup=1, mode="instrumented",
                               seed=self.plan.seed, sample_memory=False, progress=False)
-                fit = {"micro_batch": mb, "accumulation_steps": acc}
+                fit = Fit(mb, acc)
             except WorkerError as again:
                 if again.kind != "oom":
                     stopped = f"micro-batch {mb}: {again.message}"
@@ -853,9 +854,9 @@ class Verifier:
         fail = from_worker_error(exc, job.label, self.facts)
         fail.message = oom_message(self.measured.device, mb0, acc0, fit, stopped)
         fail.suggestion = fit
-        if fit:
-            fail.fix = (f"set micro_batch = {mb} and accumulation_steps = {-(-glob // mb)} in [batch] of the "
-                        f"config (debtorch tune --global-batch {glob} --micro-batch {mb})")
+        if fit is not None:
+            fail.fix = (f"set micro_batch = {fit.micro_batch} and accumulation_steps = {fit.accumulation_steps} in "
+                        f"[batch] of the config (debtorch tune --global-batch {glob} --micro-batch {fit.micro_batch})")
         return fail
 
 

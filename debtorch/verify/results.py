@@ -107,7 +107,8 @@ class Sequential:
 
     @property
     def taken(self) -> int:
-        return self.looks.to_dict(self.rounds)["looks"] or 0
+        """The looks the run took (0 before any round)."""
+        return self.looks.taken(self.rounds) if self.rounds is not None else 0
 
     def to_json(self) -> dict[str, Any]:
         return self.looks.to_dict(self.rounds)
