@@ -116,7 +116,7 @@ def _svg_whole(path: Path) -> None:
 
 
 TRAINING = [
-    ("tune --measure", ["tune", "--measure", "--budget", "20", "--write"], 9.0, _config_whole),
+    ("tune --measure", ["tune", "--measure", "--budget", "40", "--write"], 9.0, _config_whole),
     ("verify-train --quick", ["verify-train", "--quick", "--plot"], 12.0, _svg_whole),
 ]
 

@@ -152,6 +152,7 @@ def test_a_full_stderr_changes_neither_the_report_nor_the_file_written(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_verify_train_json_with_a_full_stderr_measures_and_exits_as_usual():
     """Issue 30: verify-train --json printed nothing and exited 1 when its progress lines could not be written."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -244,6 +244,7 @@ def test_workload_without_measure_calibrates_and_elsewhere_is_refused(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_tune_with_a_workload_writes_calibrated_settings(tmp_path):
     out = tmp_path / "cal.toml"
     env = dict(os.environ)   # the session's cache (conftest): the images are written once
@@ -260,6 +261,7 @@ def test_tune_with_a_workload_writes_calibrated_settings(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_verify_trains_default_tuned_settings_are_calibrated_on_its_workload(tmp_path):
     env = dict(os.environ)   # the session's cache (conftest): the images are written once
     run = subprocess.run([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--workload", "builtin:images",

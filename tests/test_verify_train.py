@@ -200,7 +200,7 @@ def test_cuda_on_a_machine_without_one_is_bad_input(failures):
 def test_ctrl_c_prints_what_was_measured_and_exits_130():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "debtorch", "verify-train", "--quick", "--budget", BUDGET,
-                             "--workload", "vw:points"], cwd=WORKLOADS,
+                             "--workload", "vw:slow_points"], cwd=WORKLOADS,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = []
     deadline = time.monotonic() + TIMEOUT

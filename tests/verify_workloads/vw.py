@@ -1,6 +1,7 @@
 """Small workloads that fail the way real runs do, for verify-train's tests."""
 import os
 import signal
+import time
 
 import torch
 import torch.nn as nn
@@ -70,6 +71,20 @@ def nan_loss():
 def exit_while_loading():
     """Leaves the worker with os._exit while it loads the workload (a C extension aborting)."""
     os._exit(3)
+
+
+class SlowPoints(Points):
+    """Points that take 10 ms each to load: a round lasts seconds, so a test that acts on a progress
+    line still finds the run in that round on a busy machine."""
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return super().__getitem__(i)
+
+
+def slow_points():
+    """:func:`points` on :class:`SlowPoints`."""
+    return dict(points(), dataset=SlowPoints())
 
 
 def points():
