@@ -203,7 +203,8 @@ def test_tune_options(args, said):
 
 @pytest.mark.parametrize("args,said", [
     (["--timeout", "nan"], "--timeout must be a number of seconds > 0 and at most 604800 (got nan)"),
-    (["--seed", str(10**20)], "--seed must be from 0 to 4294967295 (got 100000000000000000000)"),
+    (["--seed", str(10**20)], "--seed must be an integer from 0 to 4294967295 (got 100000000000000000000)"),
+    (["--nproc", "0"], "--nproc must be an integer from 1 to 65536 (got 0)"),   # tune's words, the same check
     (["--nproc", "2", "--master-port", "99999"], "--master-port must be a TCP port, 1 to 65535 (got 99999)"),
     (["--nproc", "2", "--node-rank", "5", "--nnodes", "2"], "--node-rank 5 is not a rank of 2 node(s): it must be from 0 to 1"),
     (["--nproc", "2", "--node-rank", "1"], "--node-rank 1 is not a rank of 1 node(s): it must be from 0 to 0 (give --nnodes)"),

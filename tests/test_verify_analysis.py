@@ -463,11 +463,11 @@ def test_a_hang_after_the_first_rounds_keeps_them_and_says_where_it_stopped():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--repeats", "2"], "--repeats must be at least 3"),
+    (["--repeats", "2"], "--repeats must be an integer from 3 to 1000 (got 2): medians need interleaved repeats"),
     (["--plot", "out.txt"], "must end in .png or .svg"),
     (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
     (["--nnodes", "2"], "need --nproc N"),
-    (["--steps", "1"], "--steps must be at least 2"),
+    (["--steps", "1"], "--steps must be an integer from 2 to 1000000 (got 1)"),
     (["--python", "/nonexistent/python3"], "no such Python interpreter"),
 ])
 def test_bad_options_are_one_line_and_exit_2(args, message):

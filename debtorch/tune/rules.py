@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from debtorch.budget import count_problem
 from debtorch.findings import catalogue
 from debtorch.machine import Machine
 from debtorch.train.device import CPU, CUDA, Device
@@ -84,8 +85,9 @@ class Request:
         for name, v, hi in (("--global-batch", self.global_batch, COUNT_MAX), ("--micro-batch", self.micro_batch, COUNT_MAX),
                             ("--epochs", self.epochs, COUNT_MAX), ("--steps", self.steps, COUNT_MAX),
                             ("--nproc", self.nproc, PROCESS_MAX)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi):
-                raise RequestError(f"{name} must be an integer from 1 to {hi} (got {v!r})")
+            problem = None if v is None else count_problem(name, v, 1, hi)
+            if problem:
+                raise RequestError(problem)
 
 
 def _known(rule: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
-from debtorch.budget import WEEK_S, seconds_problem, still_starting
+from debtorch.budget import WEEK_S, count_problem, seconds_problem, still_starting
 from debtorch.facts import loadavg
 from debtorch.host import Host
 from debtorch.machine import Machine
@@ -95,8 +95,9 @@ def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: 
 
     Raises :class:`Refused` for values torchrun would hang on or reject late: a node
     rank outside ``0 .. nnodes - 1``, a port outside 1-65535, an address that is not one word."""
-    if nnodes is not None and not 1 <= nnodes <= PROCESS_MAX:
-        raise Refused(f"--nnodes must be from 1 to {PROCESS_MAX} (got {nnodes})")
+    problem = None if nnodes is None else count_problem("--nnodes", nnodes, 1, PROCESS_MAX)
+    if problem:
+        raise Refused(problem)
     if node_rank is not None and not 0 <= node_rank < (nnodes or 1):
         raise Refused(f"--node-rank {node_rank} is not a rank of {nnodes or 1} node(s): it must be from 0 to "
                       f"{(nnodes or 1) - 1}" + ("" if nnodes else " (give --nnodes)"))
@@ -115,20 +116,14 @@ def _range_problem(o: Options) -> Optional[str]:
         problem = seconds_problem("--budget", o.budget, MIN_BUDGET_QUICK_S if o.quick else MIN_BUDGET_S)
     if problem:
         return problem
-    if not 0 <= o.seed <= SEED_MAX:
-        return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
-    if o.repeats > MAX_REPEATS:
-        return f"--repeats must be at most {MAX_REPEATS} (got {o.repeats})"
-    for name, value in (("--steps", o.steps), ("--warmup", o.warmup), ("--max-steps", o.max_steps)):
-        if value is not None and value > MAX_STEPS:
-            return f"{name} must be at most {MAX_STEPS} (got {value})"
-    if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
-        return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
-    if o.repeats < MIN_REPEATS:
-        return f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)"
-    for name, value, least in (("--steps", o.steps, 2), ("--warmup", o.warmup, 0), ("--max-steps", o.max_steps, 0)):
-        if value is not None and value < least:
-            return f"{name} must be " + (f"at least {least}" if least else ">= 0")
+    counts = [("--seed", o.seed, 0, SEED_MAX, ""),
+              ("--repeats", o.repeats, MIN_REPEATS, MAX_REPEATS, "medians need interleaved repeats"),
+              ("--steps", o.steps, 2, MAX_STEPS, ""), ("--warmup", o.warmup, 0, MAX_STEPS, ""),
+              ("--max-steps", o.max_steps, 0, MAX_STEPS, ""), ("--nproc", o.nproc, 1, PROCESS_MAX, "")]
+    for name, value, least, most, why in counts:
+        problem = None if value is None else count_problem(name, value, least, most, why)
+        if problem:
+            return problem
     if o.target_loss is not None and not inputs.finite(o.target_loss):
         return "--target-loss must be a finite number"
     return None
