@@ -67,6 +67,11 @@ def _exp(x: float) -> float:
     return math.exp(max(-MAX_LOG, min(MAX_LOG, x)))
 
 
+def _one_less(x: float) -> float:
+    """A cost from a log-ratio: 1 - exp(x)."""
+    return 1.0 - _exp(x)
+
+
 @functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: int) -> float:
     """Student's t quantile at ``p`` (0.5 < p < 1) with ``df`` whole degrees of freedom (beyond 1000,
@@ -233,8 +238,7 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
     e = _at_most_one("cost", r, "a negative cost beyond noise: the instrumented loop cannot be faster",
                      (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
-                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m,
-                     lambda x: 1.0 - _exp(x))
+                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m, _one_less)
     return replace(e, low=e.high, high=e.low)  # 1 - ratio reverses the order: the ratio's high end is the cost's low
 
 

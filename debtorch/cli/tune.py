@@ -71,7 +71,11 @@ def tune(
 
     fmt = choose_format(prog, json_out, emit)
     given_paths(prog, write=write, python=python, facts=facts_file, host=replay, from_watch=from_watch)
-    elsewhere = "--facts" if facts_file else "--host" if replay else None
+    elsewhere = None   # the option naming another machine, when one does
+    if facts_file:
+        elsewhere = "--facts"
+    elif replay:
+        elsewhere = "--host"
     if facts_file and replay:
         prog.fail("use only one of --facts and --host")
     if measure and elsewhere:

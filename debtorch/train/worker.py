@@ -45,7 +45,9 @@ def classify(exc: BaseException, context: Optional[dict[str, Any]] = None) -> di
         err.update(kind="oom", message=msg)
     elif "bus error" in text.lower() or ("dataloader worker" in text.lower() and "shared memory" in text.lower()):
         workers = ctx.get("num_workers")
-        who = (f"{workers} DataLoader worker" + ("s" if workers != 1 else "")) if workers else "the DataLoader workers"
+        who = "the DataLoader workers"
+        if workers:
+            who = f"{workers} DataLoader worker" + ("s" if workers != 1 else "")
         err.update(kind="shm", finding=SHM_FINDING,
                    message=f"a DataLoader worker died of a bus error: /dev/shm is too small for {who} "
                            f"(debtorch doctor: {SHM_FINDING})")

@@ -62,7 +62,10 @@ def _apply_workers(s: Settings, v: int) -> Settings:
 
 
 def _fmt(v: Any) -> str:
-    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+    """A value in a reason: a switch on or off, anything else as it is."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
 
 
 @dataclass
@@ -149,10 +152,14 @@ def cpu_splits(cpus: int, device: Device = CPU,
     return every, lattice[:MAX_SPLITS]
 
 
-def promise(cpus: int) -> Callable[[tuple], tuple]:
+def promise(cpus: int) -> Callable[[tuple[int, int]], tuple[float, int, int]]:
     """The model's order of splits, most promising first: nearest to using every CPU once
     (threads + workers = CPUs), then more compute threads, then fewer workers."""
-    return lambda tw: (abs(math.log((tw[0] + tw[1]) / cpus)), -tw[0], tw[1])
+    def order(split: tuple[int, int]) -> tuple[float, int, int]:
+        threads, workers = split
+        return abs(math.log((threads + workers) / cpus)), -threads, workers
+
+    return order
 
 
 def outward(values: list, tried: set, v: Any) -> list:

@@ -59,7 +59,9 @@ def _every(value: Any) -> Tuple[int, float]:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value, 0.0
     m = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,12})?)\s*([sm])\s*", value) if isinstance(value, str) else None
-    seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1) if m else math.nan
+    seconds = math.nan
+    if m:
+        seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1)
     if not 0 <= seconds <= MAX_EVERY_S:
         raise ValueError(f"watch: every must be a number of steps (0: off) or a duration like '60s' or '5m', "
                          f"at most a year (got {value!r:.80})")
@@ -466,6 +468,10 @@ class Watch:
         if self._cur[2]:
             wins.append((self._cur[0], self._cur[1]))
         share, low, high = stats.ratio_of_sums([w for w, _ in wins], [s for _, s in wins])
+        if low is not None:
+            low = max(0.0, low)     # a share's interval ends where a share can
+        if high is not None:
+            high = min(1.0, high)
         samples = None
         if self._sized and self._sized[1]:
             samples = self.steps * self._sized[0] / self._sized[1]
@@ -476,8 +482,7 @@ class Watch:
         return WatchSummary(
             schema_version=1, steps=self.steps, seconds=self.busy, steps_per_s=self._per_second(self.steps) or 0.0,
             samples_per_s=self._per_second(samples),
-            data_wait=DataWait(share, None if low is None else max(0.0, low), None if high is None else min(1.0, high),
-                               len(wins)),
+            data_wait=DataWait(share, low, high, len(wins)),
             syncs_per_step=syncs, steps_with_sync=self._synced,
             timing="cuda events" if self._cuda is not None else "host clock",
             loader={k: v for k, v in knobs.items() if isinstance(v, (int, bool, type(None)))},
