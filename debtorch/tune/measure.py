@@ -111,7 +111,7 @@ def apply_result(rec: Recommendation, result: Result) -> Recommendation:
         differ = [n for n, v in result.best.to_dict().items() if runner_up.get(n) != v]
         for name in differ:
             r = rec.reasons.get(name)
-            if r is not None and r.rule.startswith("tune.M"):
+            if r is not None and r.measured:
                 rec.reasons[name] = Reason(r.rule, f"{r.text}; the chosen settings are {close}")
         rec.notes.append(f"measured: {result.best.short()} is {close}, noise {result.noise:.1%} per trial: "
                          "either will do")

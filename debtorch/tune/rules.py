@@ -60,6 +60,14 @@ class Reason:
     def __str__(self) -> str:
         return f"{self.rule}: {self.text}"
 
+    @property
+    def measured(self) -> bool:
+        """Measurement chose it (the catalogue's ``tune.Mnnn`` ids), not a rule."""
+        return self.rule.startswith(MEASURED)
+
+
+MEASURED = "tune.M"   # the ids of measured reasons (checks/findings/tune.toml, code M)
+
 
 @dataclass
 class Request:
@@ -569,7 +577,8 @@ def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
     measurement changed num_workers (a measured prefetch factor is kept)."""
     workers = rec.settings.num_workers
     if workers:
-        measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")
+        reason = rec.reasons.get("prefetch_factor")
+        measured = reason is not None and reason.measured
         if rec.settings.prefetch_factor is None or not measured:
             n = rec.settings.prefetch_factor or prefetch
             rec.set("prefetch_factor", n, "tune.R007", f"{n} batches ahead per worker" + (
