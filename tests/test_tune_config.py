@@ -391,3 +391,26 @@ def test_the_short_labels_are_said_in_one_legend():
         "persistent (restarted every epoch), pin = pinned memory, fp32/bf16/fp16 = precision, t = compute threads")
     assert legend(["w0 bf16 cl"]) == ("settings in short: w = DataLoader workers, fp32/bf16/fp16 = precision, "
                                       "cl = channels_last")
+
+
+def test_every_setting_is_declared_once_and_the_tables_and_the_search_are_made_from_it():
+    """Issue 32: a setting's type, bounds, table, unset meaning and search dimension are one declaration."""
+    import dataclasses
+
+    from debtorch.train import settings as declared
+    from debtorch.train.device import CPU, Device
+    from debtorch.train.settings import SETTINGS, Settings
+    from debtorch.tune.search import SPLIT, default_space
+
+    names = [f.name for f in dataclasses.fields(Settings)]
+    assert [s.name for s in SETTINGS] == names == list(declared.FIELDS)
+    assert [n for table in config.TABLES.values() for n in table] == names and config.TABLES is declared.TABLES
+    assert set(config.UNSET) == {s.name for s in SETTINGS if s.default is None} == declared.OPTIONAL
+    assert Settings() == Settings(**{s.name: s.default for s in SETTINGS})
+    searched = {s.name for s in SETTINGS if s.search is not None}
+    sim = Device.parse("sim:300,launch=1,gbps=25,ahead=3,sync=0")
+    raced = {f for device in (CPU, sim) for d in default_space(Settings(), device, 4, ["fp32", "bf16"], conv=True)
+             for f in d.decides()}
+    assert raced == searched | {"non_blocking"}   # pinned memory takes non_blocking along (its `together`)
+    dims = [d.name for d in default_space(Settings(), sim, 4, ["fp32"], conv=False)]
+    assert dims == [SPLIT, "prefetch_factor", "pin_memory", "persistent_workers"]   # in the declared order

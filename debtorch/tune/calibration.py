@@ -181,7 +181,7 @@ def _bytes(result: TrialResult) -> Optional[int]:
 def _worker_trial(trial: TrialFn, base: Settings, cal: Calibration, cpus: int, left: float,
                   say: Callable[[str], None]) -> Calibration:
     """One DataLoader worker's rate, where it matters and the time left pays for it."""
-    on_cpu = cal.kind == "cpu"
+    on_cpu = cal.device.is_cpu
     if on_cpu and cpus < 2:
         return dataclasses.replace(cal, skipped="one CPU: a worker would only take it from compute")
     if not on_cpu and cal.device_rate <= cal.loader_rate * FAST_ENOUGH:

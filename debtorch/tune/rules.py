@@ -315,7 +315,7 @@ def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> in
     """tune.C001: an accelerator's loader workers for the rate it consumes, from the calibration."""
     cpus = rec.per_process_cpus
     per_worker, rate = cal.per_worker, cal.device_rate
-    if cal.kind == "cuda":
+    if cal.device.is_cuda:
         main, main_words = min(1.0, cpus / 2), "one drives the GPU" if cpus >= 2 else "it also drives the GPU"
     else:
         main = min(float(cpus), cal.main_batch_s * rate / cal.micro_batch)
