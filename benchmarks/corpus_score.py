@@ -139,7 +139,7 @@ def _none(value):
 
 def resolve(doc, path: str):
     """Value at a dotted path; 'a.b[].c' maps over the list at a.b, 'a.0' indexes a list;
-    'machine.x.y' is the machine view's answer (debtorch/machine.py), 'machine.gpus[].cc' too."""
+    'machine.x.y' is the machine view's answer (debtorch/machine/), 'machine.gpus[].cc' too."""
     parts = path.split(".")
     if parts[0] == "machine":
         doc, parts = Machine.from_facts(doc), parts[1:]

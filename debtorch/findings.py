@@ -113,10 +113,37 @@ def catalogue() -> Dict[str, Entry]:
     return out
 
 
+class FrozenDict(tuple):
+    """A dict among a finding's facts, frozen: its (key, value) pairs sorted by key.  A tuple, so that
+    findings hash and compare as before, and a type of its own, so that it thaws back into a dict
+    (a list of pairs stays a list, an empty dict a dict)."""
+
+    __slots__ = ()
+
+
+def _key(pair: tuple) -> Any:
+    return pair[0]
+
+
 def _freeze(value: Any) -> Any:
+    """A JSON-like value as a hashable one: a dict (or a frozen one) as a :class:`FrozenDict`, a list,
+    tuple or set as a tuple; :func:`_thaw` gives the JSON value back."""
+    if isinstance(value, FrozenDict):
+        value = dict(value)
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple, set)) else value
+        return FrozenDict(sorted(((k, _freeze(v)) for k, v in value.items()), key=_key))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """The JSON value of a frozen one: a :class:`FrozenDict` as a dict, any other tuple as a list."""
+    if isinstance(value, FrozenDict):
+        return {k: _thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -147,14 +174,6 @@ class Finding:
     def to_json(self) -> dict:
         return {**{k: getattr(self, k) for k in ("id", "level", "area", "message", "fix", "about")},
                 "facts": {k: _thaw(v) for k, v in self.facts}}
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, tuple):
-        if value and all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in value):
-            return {k: _thaw(v) for k, v in value}
-        return [_thaw(v) for v in value]
-    return value
 
 
 def finding(id: str, about: str = "", facts: Optional[dict] = None, *, variant: str = "",

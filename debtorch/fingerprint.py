@@ -6,7 +6,7 @@ TOML-ready (an unknown value is left out, and a value left out on either side is
 from __future__ import annotations
 
 import platform
-from typing import Any
+from typing import Any, Optional, Union
 
 from debtorch import facts as facts_mod
 from debtorch.host import LiveHost
@@ -26,19 +26,36 @@ KEYS = {
 }
 
 
-def from_facts(facts) -> dict:
+def from_facts(facts: Union[dict, Machine]) -> dict[str, Any]:
     """The fingerprint of the machine a facts document (or its Machine view) describes."""
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    py, has_torch = m.get("python.version"), m.torch.installed and m.torch.version
     fp: dict[str, Any] = {
-        "arch": m.os.arch or None, "cpu_model": m.cpus.model or None,
+        "arch": m.os.arch or None,
+        "cpu_model": m.cpus.model or None,
         "usable_cpus": m.cpus.usable if m.cpus.known else None,
         "cpu_bf16": None if m.cpus.bf16 is None else list(m.cpus.bf16),
-        "gpus": [g.name or "unknown GPU" for g in m.compute_gpus] if isinstance(m.get("nvidia.gpus"), list)
-        else [] if m.has_nvidia_gpu is False else None,  # []: no NVIDIA device on the PCI bus at all
-        "driver": m.driver.version or None, "python": str(py) if py else None,
-        "torch": m.torch.version if has_torch else None, "torch_cuda": (m.torch.cuda or "") if has_torch else None}
+        "gpus": _gpus(m),
+        "driver": m.driver.version or None,
+        "python": None,
+        "torch": None,
+        "torch_cuda": None,
+    }
+    if py := m.get("python.version"):
+        fp["python"] = str(py)
+    if m.torch.installed and m.torch.version:
+        fp["torch"] = m.torch.version
+        fp["torch_cuda"] = m.torch.cuda or ""
     return {k: v for k, v in fp.items() if v is not None}
+
+
+def _gpus(m: Machine) -> Optional[list[str]]:
+    """The models of the GPUs CUDA will use, in its order; [] where the PCI bus shows no NVIDIA device
+    at all; None where nothing tells."""
+    if isinstance(m.get("nvidia.gpus"), list):
+        return [g.name or "unknown GPU" for g in m.gpus.compute]
+    if m.gpus.present is False:
+        return []
+    return None
 
 
 def current(torch_module: Any = None) -> dict:
@@ -65,4 +82,9 @@ def differences(tuned: dict, here: dict) -> list[str]:
 
 
 def _show(v: Any) -> str:
-    return "none" if v in ("", []) else "[" + ", ".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
+    """A fingerprint's value in a phrase: a list in brackets, "none" for an empty one or ""."""
+    if v in ("", []):
+        return "none"
+    if isinstance(v, list):
+        return "[" + ", ".join(map(str, v)) + "]"
+    return str(v)

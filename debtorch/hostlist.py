@@ -17,24 +17,34 @@ _RANK = re.compile(r"rank \d+(?::\d+)?")      # debtorch's name for a rank that 
 _PLAIN = frozenset('abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:"\\')
 
 
-def is_host(name) -> bool:
+def is_host(name: object) -> bool:
     """A host name (letters, digits, '.', '-', '_'; at most 255 characters)."""
     return isinstance(name, str) and len(name) <= MAX_NAME and _HOST.fullmatch(name) is not None
 
 
-def safe(name) -> str:
+def safe(name: object) -> str:
     """``name`` as a report may show it: as it is when it is a host name (or debtorch's "rank 3",
     "gpu01:3"), else with every other character escaped (``\\x1b``, ``\\x2c``); never empty."""
-    name = str(name)
-    if name and len(name) <= 6 * MAX_NAME and (set(name) <= _PLAIN or _RANK.fullmatch(name)):
-        return name   # (an escaped name is shown as it is: safe(safe(x)) == safe(x))
-    return "".join(c if c in _PLAIN else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
-                   for c in name[:MAX_NAME]) or '""'
+    text = str(name)
+    if text and len(text) <= 6 * MAX_NAME and (set(text) <= _PLAIN or _RANK.fullmatch(text)):
+        return text   # (an escaped name is shown as it is: safe(safe(x)) == safe(x))
+    return "".join(_escaped(c) for c in text[:MAX_NAME]) or '""'
+
+
+def _escaped(c: str) -> str:
+    """One character of a name as a report shows it: as it is, or escaped (``\\x1b``, ``\\u202e``)."""
+    if c in _PLAIN:
+        return c
+    if ord(c) < 256:
+        return f"\\x{ord(c):02x}"
+    return f"\\u{ord(c):04x}"
 
 
 def _split_top(text: str) -> list[str]:
     """Split at commas that are not inside brackets."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -78,7 +88,7 @@ def _expand_one(word: str, budget: int) -> list[str]:
     return out
 
 
-def expand(text) -> list[str]:
+def expand(text: object) -> list[str]:
     """``node[01-03],login1`` -> ``['node01', 'node02', 'node03', 'login1']`` (order kept).
 
     A part that cannot be read is left out; anything not a string gives []."""
@@ -92,7 +102,7 @@ def expand(text) -> list[str]:
     return out
 
 
-def first(text) -> str | None:
+def first(text: object) -> str | None:
     """The first host of a list (rank 0's node under ``srun``), or None."""
     hosts = expand(text)
     return hosts[0] if hosts else None

@@ -12,7 +12,8 @@ import contextlib
 import os
 import sys
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Optional
+from types import FrameType
+from typing import Any, Callable, Iterable, Iterator, Optional, TextIO
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # c10/cuda/CUDAFunctions.cpp, warn_or_error_on_sync
 
@@ -36,7 +37,8 @@ def syncs_reported(torch: Any, on_sync: Callable[[], None]) -> Iterator[None]:
     with warnings.catch_warnings():
         shown = warnings.showwarning
 
-        def show(message, category, filename, lineno, file=None, line=None):  # warnings.showwarning's signature
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: Optional[TextIO] = None, line: Optional[str] = None) -> None:  # warnings.showwarning's
             if SYNC_WARNING in str(message):
                 on_sync()
             else:
@@ -63,7 +65,7 @@ def count_host_waits(run: Callable[[Callable[[dict], None]], Any], files: Iterab
     """
     wanted = {os.path.realpath(f) for f in files if f}
     state = {"counting": False, "steps": 0}
-    counts: collections.Counter = collections.Counter()
+    counts: collections.Counter[Optional[tuple[str, int]]] = collections.Counter()
 
     def on_step(event: dict) -> None:
         if state["counting"]:
@@ -77,15 +79,23 @@ def count_host_waits(run: Callable[[Callable[[dict], None]], Any], files: Iterab
     with syncs_reported(torch, on_sync):
         run(on_step)
     steps = state["steps"]
-    per = (lambda n: n / steps) if steps else (lambda n: float(n))
-    lines = [{"path": p, "line": n, "per_step": per(c)} for (p, n), c in sorted(
-        ((k, v) for k, v in counts.items() if k is not None), key=lambda kv: (-kv[1], kv[0]))]
-    return {"measured": True, "steps": steps, "per_step": per(sum(c for k, c in counts.items() if k is not None)),
+
+    def per(n: int) -> float:
+        """A count per counted step (the count itself when no step was counted)."""
+        return n / steps if steps else float(n)
+
+    def most_first(place: tuple[tuple[str, int], int]) -> tuple[int, tuple[str, int]]:
+        return -place[1], place[0]
+
+    placed = sorted(((k, v) for k, v in counts.items() if k is not None), key=most_first)
+    lines = [{"path": p, "line": n, "per_step": per(c)} for (p, n), c in placed]
+    return {"measured": True, "steps": steps, "per_step": per(sum(c for _, c in placed)),
             "lines": lines, "elsewhere_per_step": per(counts.get(None, 0))}
 
 
-def _user_frame(files: set) -> Optional[tuple]:
-    frame = sys._getframe(1)
+def _user_frame(files: set[str]) -> Optional[tuple[str, int]]:
+    """(file, line) of the innermost frame of the stack in ``files``; None when no frame is."""
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None:
         path = frame.f_code.co_filename
         if path in files or os.path.realpath(path) in files:

@@ -12,7 +12,7 @@ import math
 import os
 import stat
 import sys
-from typing import Any
+from typing import Any, NoReturn, Union
 
 MIB = 1024 * 1024
 MAX_BYTES = 8 * MIB          # a facts document, a collect_env report, a recording's file, a fleet document
@@ -72,7 +72,7 @@ class NotRegular(InputError):
         self.kind = kind_
 
 
-def read_bytes(path, limit: int, owner_only: bool = False) -> bytes:
+def read_bytes(path: Union[str, os.PathLike[str]], limit: int, owner_only: bool = False) -> bytes:
     """At most ``limit + 1`` bytes of the regular file ``path`` (one more than the cap tells a
     caller the file is larger).  Raises :class:`NotRegular` before any read, or OSError.
     ``owner_only``: the file must be this user's and nobody else's to read (a secret)."""
@@ -120,7 +120,7 @@ def read_text(path: str, max_bytes: int = MAX_BYTES, what: str = "a file") -> st
     return decode(data, name)
 
 
-def _no_constant(word: str):
+def _no_constant(word: str) -> NoReturn:
     raise ValueError(f"{word} is not a number JSON allows")
 
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import os
 import string
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from debtorch import inputs
 
@@ -115,12 +116,12 @@ class NVMLError(Exception):
         super().__init__(self.value)
         self._message = next((a for a in args if isinstance(a, str)), None)
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self._message:
             return self._message
         return _ERROR_TEXT.get(self.value, "NVML Error with code %d" % self.value)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, NVMLError) and self.value == other.value
 
     __hash__ = Exception.__hash__
@@ -140,7 +141,7 @@ ERROR_CLASSES = _make_error_classes()
 globals().update(ERROR_CLASSES)
 
 
-def nvmlExceptionClass(nvmlErrorCode):
+def nvmlExceptionClass(nvmlErrorCode: int) -> type[NVMLError]:
     if nvmlErrorCode not in NVMLError._valClassMapping:
         raise ValueError("nvmlErrorCode %s is not valid" % nvmlErrorCode)
     return NVMLError._valClassMapping[nvmlErrorCode]
@@ -155,7 +156,7 @@ class FakeStruct:
         for k, v in fields.items():
             setattr(self, k, v)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         inner = ", ".join(f"{k}: {v}" for k, v in self.__dict__.items())
         return f"{self._struct_name}({inner})"
 
@@ -236,7 +237,7 @@ class FakeHandle:
     def __init__(self, index: int):
         self.index = index
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<nvmlDevice {self.index} (fake)>"
 
 
@@ -269,23 +270,23 @@ class FakeNVML:
             setattr(self, name, self._make(name, kind, params, shape))
 
     # -- library life ------------------------------------------------------
-    def nvmlInit(self):
+    def nvmlInit(self) -> None:
         self.nvmlInitWithFlags(0)
 
-    def nvmlInitWithFlags(self, flags):
+    def nvmlInitWithFlags(self, flags: int) -> None:
         err = self.data.get("init_error")
         if err:
             raise NVMLError(int(err))
         self._initialised += 1
 
-    def nvmlShutdown(self):
+    def nvmlShutdown(self) -> None:
         self._check()
         self._initialised -= 1
 
-    def nvmlErrorString(self, result):
+    def nvmlErrorString(self, result: int) -> str:
         return _ERROR_TEXT.get(result, "Unknown Error")
 
-    def _check(self):
+    def _check(self) -> None:
         if self._initialised <= 0:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
 
@@ -293,18 +294,24 @@ class FakeNVML:
     def _devices(self) -> list:
         return list(self.data.get("devices") or [])
 
-    def nvmlDeviceGetHandleByIndex(self, index):
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
         self._check()
         if not isinstance(index, int) or not 0 <= index < len(self._devices()):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return FakeHandle(index)
 
-    def nvmlDeviceGetHandleByUUID(self, uuid):
-        return self._handle_where(lambda d: d.get("nvmlDeviceGetUUID") == uuid)
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> FakeHandle:
+        def has_uuid(d: dict) -> bool:
+            return d.get("nvmlDeviceGetUUID") == uuid
 
-    def nvmlDeviceGetHandleByPciBusId(self, pciBusId):
-        return self._handle_where(lambda d: isinstance(d.get("nvmlDeviceGetPciInfo"), dict)
-                                  and str(d["nvmlDeviceGetPciInfo"].get("busId", "")).lower() == str(pciBusId).lower())
+        return self._handle_where(has_uuid)
+
+    def nvmlDeviceGetHandleByPciBusId(self, pciBusId: str) -> FakeHandle:
+        def on_bus(d: dict) -> bool:
+            pci = d.get("nvmlDeviceGetPciInfo")
+            return isinstance(pci, dict) and str(pci.get("busId", "")).lower() == str(pciBusId).lower()
+
+        return self._handle_where(on_bus)
 
     def _handle_where(self, match: Callable[[dict], bool]) -> FakeHandle:
         self._check()
@@ -314,10 +321,10 @@ class FakeNVML:
         return FakeHandle(index)
 
     # -- generated calls ---------------------------------------------------
-    def _make(self, name, kind, params, shape):
+    def _make(self, name: str, kind: str, params: tuple[str, ...], shape: str) -> Callable[..., Any]:
         sig = _signature(name, params)
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(*args, **kwargs)     # TypeError for a missing argument, as pynvml's own
             bound.apply_defaults()
             values = [bound.arguments[p] for p in params]
@@ -348,10 +355,10 @@ class FakeNVML:
 
         call.__name__ = name
         call.__qualname__ = f"FakeNVML.{name}"
-        call.__signature__ = sig
+        call.__signature__ = sig  # type: ignore[attr-defined]  # inspect.signature reads it
         return call
 
-    def _device_table(self, handle) -> dict:
+    def _device_table(self, handle: object) -> dict:
         if not isinstance(handle, FakeHandle):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         devs = self._devices()
@@ -359,7 +366,7 @@ class FakeNVML:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return devs[handle.index]
 
-    def _pair_table(self, h1, h2) -> dict:
+    def _pair_table(self, h1: object, h2: object) -> dict:
         if not isinstance(h1, FakeHandle) or not isinstance(h2, FakeHandle):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         pairs = self.data.get("pairs") or {}
@@ -380,7 +387,7 @@ def _shape(value: Any, shape: str) -> Any:
     return value
 
 
-def load(path) -> FakeNVML:
+def load(path: Union[str, os.PathLike[str]]) -> FakeNVML:
     """The fake recorded in ``path`` (a JSON file, read through :mod:`debtorch.inputs`)."""
     return FakeNVML(inputs.parse_json(inputs.read_text(str(path), what="an NVML recording"), str(path)))
 

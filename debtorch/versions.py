@@ -205,8 +205,12 @@ def cuda_tag(cuda: Any) -> Optional[str]:
 def variant_of(version: Any, cuda: Any = None, hip: Any = None) -> Optional[str]:
     """The wheel index name of a torch build ("cu126", "rocm6.2", "cpu", "xpu"): from the
     CUDA or HIP it was built with, else its version's local tag; None when nothing tells."""
-    tag, mm = cuda_tag(cuda) if cuda else None, major_minor(hip) if hip else None
-    local = re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version)) if version is not None else None
-    if tag or mm or local:
-        return tag or (f"rocm{mm[0]}.{mm[1]}" if mm else local.group(1))
-    return "cpu" if version is not None and not cuda and not hip else None
+    if cuda and (tag := cuda_tag(cuda)):
+        return tag
+    if hip and (mm := major_minor(hip)):
+        return f"rocm{mm[0]}.{mm[1]}"
+    if version is not None and (local := re.search(r"\+(cu\d+|rocm[\d.]+|cpu|xpu)", str(version))):
+        return local.group(1)
+    if version is not None and not cuda and not hip:
+        return "cpu"
+    return None

@@ -31,7 +31,7 @@ def _cuda_available(m: Machine) -> str:
         return str(said)
     if not m.torch.installed or not m.torch.cuda:
         return "False"
-    runs = m.driver_runs_torch in ("full", "minor-compat") and bool(m.compute_gpus)
+    runs = m.driver_runs_torch in ("full", "minor-compat") and bool(m.gpus.compute)
     return str(runs and m.cuda.failure is None)
 
 
@@ -46,7 +46,7 @@ def collect_env_text(doc: dict) -> str:
     # collect_env asks nvidia-smi: where it failed (a driver/library mismatch), GPUs and driver are
     # "Could not collect".
     answered = not ({m.get("nvidia.nvml.error_kind"), m.get("nvidia.nvidia_smi.error_kind")} - {None, "binding_not_installed"})
-    gpus = list(m.listed_gpus) if answered else []
+    gpus = list(m.gpus.listed) if answered else []
     nvcc = _get(doc, "cuda.toolkit_nvcc.version")
     lines = ["Collecting environment information...",
              f"PyTorch version: {t.version if t.installed and t.version else 'N/A'}",

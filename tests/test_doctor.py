@@ -4,6 +4,8 @@ import json
 
 import pytest
 from hostkit import HOSTS, facts_of, ids, make_host
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from debtorch import doctor
@@ -26,6 +28,31 @@ def test_findings_compare_field_by_field():
     assert a != finding("cpu.W001", governor="powersave", fix="y")
     with pytest.raises(ValueError):
         Finding("x.E001", "fatal", "bad level")
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+                    max_leaves=20)
+
+
+@given(JSON)
+def test_a_findings_facts_come_back_as_they_went_in(value):
+    """A fact's value, frozen into a finding (hashable, comparable), is the same JSON value in its
+    document: a list of pairs stays a list, an empty dict a dict."""
+    f = Finding("cpu.W001", "warning", "m", facts=(("x", value),))
+    assert hash(f) == hash(Finding("cpu.W001", "warning", "m", facts=(("x", value),)))
+    assert f.to_json()["facts"] == {"x": value}
+
+
+def test_a_dict_and_a_list_of_pairs_stay_apart_also_redacted():
+    from debtorch.doctor import Report
+    from debtorch.report.redact import redact_report
+
+    facts = {"pairs": [["a", 1]], "empty": {}, "map": {"b": [], "a": {}}}
+    f = finding("cpu.W001", governor="powersave", facts=facts)
+    assert f.to_json()["facts"] == facts
+    _doc, redacted, _files = redact_report({}, Report([f]))
+    assert redacted.findings[0].to_json()["facts"] == facts
 
 
 def test_a_crashing_check_is_a_finding_not_a_traceback(replay):
@@ -164,11 +191,16 @@ def test_bad_site_config_file_exits_2_with_one_line(tmp_path, data, said):
     assert len(res.output.strip().splitlines()) == 1
 
 
-def test_every_fail_level_is_handled():
+def test_every_fail_level_is_handled(tmp_path):
+    """Each --fail-on level has its exit status on a machine with a warning and no error: a new level
+    must say its own here."""
     from debtorch.cli.doctor import FailOn
-    for level in FailOn:
-        res = runner.invoke(app, ["doctor", "--host", VM, "--fail-on", level.value])
-        assert res.exit_code in (0, 1)
+    host = make_host(tmp_path, files={"/sys/devices/system/cpu/cpufreq/policy0/scaling_governor": "powersave\n"})
+    expected = {FailOn.error: 0, FailOn.warning: 1}
+    assert set(expected) == set(FailOn)
+    for level, code in expected.items():
+        res = runner.invoke(app, ["doctor", "--host", str(host.root), "--fail-on", level.value])
+        assert res.exit_code == code, (level, res.output)
 
 
 @pytest.mark.parametrize("damage", ["no folder", "row without source"])

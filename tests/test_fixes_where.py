@@ -106,7 +106,7 @@ LICENSE = ("<vgpu_software_licensed_product><licensed_product_name>NVIDIA Virtua
 
 def test_a_licensed_vgpu_guest_on_a_gpu_passed_through_takes_the_vgpu_route(tmp_path: Path) -> None:
     m, found = _host_findings(_smi_host(tmp_path, _smi(extra=LICENSE), torch="2.13.0+cu126", cuda="12.6"))
-    assert m.vgpu and "NVIDIA Virtual Applications" in (m.vgpu_software or "")
+    assert m.gpus.vgpu and "NVIDIA Virtual Applications" in (m.gpus.vgpu_software or "")
     fix = found["cuda.E001"].fix
     assert fix.startswith("Update the vGPU guest driver from the NVIDIA vGPU software release this guest is licensed for")
     assert "nvidia.com/Download" not in fix and "backports" not in fix
@@ -119,7 +119,7 @@ def test_the_real_licensed_vgpu_guest_takes_the_vgpu_route(tmp_path: Path) -> No
     """telegraf's tesla_p4.xml: a GRID P4-1Q, "NVIDIA RTX Virtual Workstation", "Licensed"."""
     xml = (CORPUS_XML / "telegraf-tesla_p4.xml").read_text()
     m, found = _host_findings(_smi_host(tmp_path, xml, torch="2.13.0+cu130", cuda="13.0"))
-    assert "NVIDIA RTX Virtual Workstation" in (m.vgpu_software or "")
+    assert "NVIDIA RTX Virtual Workstation" in (m.gpus.vgpu_software or "")
     fix = found["cuda.E001"].fix
     assert fix.startswith("Update the vGPU guest driver") and "nvidia.com/Download" not in fix
 

@@ -335,7 +335,9 @@ def _findings_folder(tmp_path, monkeypatch, name="watch.toml", text=None):
 
     from debtorch import findings
     root = tmp_path / "checks"
-    shutil.copytree(findings.DATA_DIRS[0] / "findings", root / "findings")
+    # The folder the catalogue is read from: the source tree's, or the installed package's (autopkgtest).
+    shipped = next(d for d in findings.DATA_DIRS if (d / "findings").is_dir())
+    shutil.copytree(shipped / "findings", root / "findings")
     if text is not None:
         (root / "findings" / name).write_text(text)
     monkeypatch.setattr(findings, "DATA_DIRS", (root,))

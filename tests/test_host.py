@@ -190,9 +190,9 @@ def test_doctor_starts_the_probe_first_and_runs_it_once(tmp_path):
 
 def test_a_prestarted_command_nobody_collects_is_killed_at_exit():
 
-    from debtorch import host as host_mod
+    from debtorch.host import prestarted
 
-    host_mod.prestart(["sleep", "30"])
-    proc = host_mod._PRESTARTED[("sleep", "30")]
-    host_mod._kill_unclaimed()
-    assert proc.wait(timeout=10) != 0 and not host_mod._PRESTARTED
+    prestarted.prestart(["sleep", "30"])
+    proc = prestarted._PRESTARTED[("sleep", "30")]
+    prestarted._kill_unclaimed()
+    assert proc.wait(timeout=10) != 0 and not prestarted._PRESTARTED

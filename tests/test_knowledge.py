@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from debtorch import knowledge as k
 from debtorch import versions
 from debtorch.findings import catalogue
+from debtorch.knowledge.names import gpu_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
@@ -389,7 +390,7 @@ def test_names_agree_with_pci_ids_exact_products_where_nvidias_tables_do_not_nam
     exact_rows = {key for key, _cc, _name in k.load().gpu_keys}
     checked = 0
     for product, ccs in _pci_products().items():
-        tokens = tuple(k._gpu_tokens(product))
+        tokens = tuple(gpu_tokens(product))
         if not tokens or tokens in exact_rows:
             continue            # checks/gpus.toml names it itself (NVIDIA's tables; disagreements noted there)
         got = k.capability_for_name(product)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from debtorch import knowledge as k
 from debtorch import versions
+from debtorch.knowledge.archlists import sass_list
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
@@ -156,9 +157,9 @@ def _nvcc():
 def test_added_and_dropped_are_the_difference_from_the_previous_row():
     rows = _nvcc()
     for prev, row in zip(rows, rows[1:]):
-        before, now = set(k._cc_list(prev["sass"])), set(k._cc_list(row["sass"]))
-        assert set(k._cc_list(row.get("added"))) == now - before, row["cuda"]
-        assert set(k._cc_list(row.get("dropped"))) == before - now, row["cuda"]
+        before, now = set(sass_list(prev["sass"])), set(sass_list(row["sass"]))
+        assert set(sass_list(row.get("added"))) == now - before, row["cuda"]
+        assert set(sass_list(row.get("dropped"))) == before - now, row["cuda"]
 
 
 def test_every_wheel_arch_list_is_something_its_cuda_compiles():

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "debtorch"
 LAYERS = [
     ("base", ("debtorch.__about__", "debtorch.versions", "debtorch.units", "debtorch.inputs", "debtorch.outputs",
               "debtorch.stats", "debtorch.findings", "debtorch.hostlist", "debtorch.budget", "debtorch.hostwaits",
-              "debtorch.schema", "debtorch.textsafe")),
+              "debtorch.schema", "debtorch.textsafe", "debtorch.urlsecrets")),
     ("host", ("debtorch.nvmlfake", "debtorch.host")),
     ("transport", ("debtorch.transport",)),
     ("probes", ("debtorch.probes",)),

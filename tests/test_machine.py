@@ -20,7 +20,7 @@ from debtorch import fingerprint
 from debtorch.cli import app
 from debtorch.facts import collectenv
 from debtorch.host import ReplayHost
-from debtorch.machine import Machine
+from debtorch.machine import Machine, oldest_cc
 from debtorch.tune import rules
 
 HOST_DIRS = sorted(p for p in HOSTS.iterdir() if (p / "_host.json").exists())
@@ -72,11 +72,11 @@ def test_every_consumer_gives_the_machine_views_answers(source):
     assert fp.get("driver") == driver
 
     # The GPUs CUDA uses, their compute capability, and what tune makes of them.
-    assert fp.get("gpus", [g.name for g in m.compute_gpus]) == [g.name or "unknown GPU" for g in m.compute_gpus]
+    assert fp.get("gpus", [g.name for g in m.gpus.compute]) == [g.name or "unknown GPU" for g in m.gpus.compute]
     rec = rules.recommend(doc)
     if rec.device == "cuda":
-        assert rec.settings.nproc == max(1, len(m.compute_gpus))
-        cc = Machine.oldest_cc(m.compute_gpus)
+        assert rec.settings.nproc == max(1, len(m.gpus.compute))
+        cc = oldest_cc(m.gpus.compute)
         want = "bf16" if cc and cc >= (8, 0) else "fp16" if cc and cc >= (7, 0) else "fp32"
         assert rec.settings.precision == want
     for f in out["findings"]:

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from smi_fake import from_smi_xml
+from smi_fake import TO_NVML, from_smi_xml
 
 from debtorch import nvmlfake
 from debtorch.facts import nvidia
@@ -87,9 +87,10 @@ def test_init_error_is_raised_like_the_library():
     assert exc.value.value == nvmlfake.NVML_ERROR_LIB_RM_VERSION_MISMATCH
 
 
-# What only nvidia-smi's XML gives debtorch: the driver model (WDDM/TCC, nvidia-smi.exe), the
-# virtualization mode and the MIG device list (NVML has calls for them that debtorch does not make).
-XML_ONLY = ("driver_model", "virtualization_mode", "mig_devices", "mig_device_count")
+# What only nvidia-smi's XML gives debtorch (the GPU fields without an NVML call: the driver model,
+# the virtualization mode and vGPU licence, the MIG device list; NVML has calls for some that debtorch
+# does not make).
+XML_ONLY = {f.name for f in nvidia.GPU_FIELDS if f.nvml is None}
 
 
 @pytest.mark.parametrize("xml", ["rtx-3080-595.58.03.xml", "rtx-3090-525.147.05.xml", "a100-sxm4-80gb-535.54.03.xml",
@@ -109,6 +110,13 @@ def test_real_xml_through_the_fake_gives_what_nvidia_smi_gives(xml):
         assert a.get(field) == value, field
         if value is None and b["unknown"][field] == nvidia.NOT_SUPPORTED:
             assert a["unknown"][field] == nvidia.NOT_SUPPORTED, field
+
+
+def test_every_gpu_field_nvml_answers_can_be_faked():
+    """tests/smi_fake.py writes each fact back as the NVML answer GPU_FIELDS reads it from: a field with a
+    new converter needs its inverse there."""
+    missing = [f.name for f in nvidia.GPU_FIELDS if f.nvml is not None and f.from_nvml not in TO_NVML]
+    assert not missing
 
 
 def test_dump_records_a_binding_that_replays_the_same():

@@ -75,8 +75,8 @@ def test_the_three_paths_agree(name: str, tmp_path: Path) -> None:
     assert {fid for fid, level in text if level in ("error", "warning")} <= serious
     assert text_rc <= live_rc
     machine, said = Machine.from_facts(doc), Machine.from_facts(text_doc["facts"])
-    same_evidence = (said.driver.version == machine.driver.version and said.has_nvidia_gpu == machine.has_nvidia_gpu
-                     and [g.name for g in said.listed_gpus] == [g.name for g in machine.listed_gpus])
+    same_evidence = (said.driver.version == machine.driver.version and said.gpus.present == machine.gpus.present
+                     and [g.name for g in said.gpus.listed] == [g.name for g in machine.gpus.listed])
     if same_evidence:
         assert _from_versions(text) == _from_versions(live)
 

@@ -303,7 +303,7 @@ def test_no_area_is_judged_on_facts_that_say_nothing():
     from debtorch.doctor import AREAS
 
     m = Machine.from_facts({})
-    states = {area: area_state(m, area) for area, _title in AREAS}
+    states = {area.id: area_state(m, area.id) for area in AREAS}
     assert {a for a, s in states.items() if s.known} <= {"site"}
     assert all(s.reason for a, s in states.items() if not s.known)
 

@@ -5,7 +5,7 @@ import os
 import re
 import shutil
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import typer
 
@@ -16,7 +16,12 @@ from debtorch.cli.shared import EXIT_INTERRUPTED, FailOn, Prog, check_python, ch
 from debtorch.host import LiveHost, ReplayHost, Unavailable
 from debtorch.report import show
 
+if TYPE_CHECKING:
+    from debtorch.report.redact import Redactor
+
 prog = Prog("debtorch fleet")
+MAX_WORKERS = 8             # processes reading saved documents: more rarely helps, the disk is shared
+SKIPPED_SHOWN = 10          # files named as skipped on stderr (--json lists all)
 
 
 def _marks() -> dict:
@@ -26,12 +31,12 @@ def _marks() -> dict:
     return MARKS_UNICODE if "utf" in enc else MARKS_ASCII
 
 
-def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict):
+def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ: dict) -> Callable[[], tuple]:
     """The function that collects this node's facts and runs its doctor: (facts, findings, name)."""
     from debtorch.doctor import Context, diagnose  # defer: only for this command
     from debtorch.fleet import gather  # defer: as above
 
-    def describe():
+    def describe() -> tuple:
         host = ReplayHost(replay) if replay else LiveHost()
         try:
             doc = facts_mod.collect(host, facts_mod.Options(python=None if replay else python, deep=deep))
@@ -43,19 +48,29 @@ def _describe(replay: Optional[str], python: Optional[str], deep: bool, environ:
     return describe
 
 
-def _emit(summary, fail_on: str, fmt, verbose: bool, verdict, notes, redactor) -> None:
+def _emit(summary: Any, fail_on: str, fmt: Any, verbose: bool, verdict: Any, notes: list,
+          redactor: Optional["Redactor"]) -> None:
     from debtorch.report.fleet import FleetView  # defer: only for this command
 
     show(FleetView(summary, fail_on, verdict, notes, verbose, _marks(), redactor), fmt)
 
 
-def _redact_names(nodes, redactor) -> None:
+def _note_skipped(skipped: list, redactor: Optional["Redactor"]) -> None:
+    """Name the files that are no node's document, on stderr (at most SKIPPED_SHOWN of them)."""
+    for x in skipped[:SKIPPED_SHOWN]:
+        line = f"skipped {x.path}: {x.reason}"
+        prog.note(redactor.text(line) if redactor is not None else line)
+    if len(skipped) > SKIPPED_SHOWN:
+        prog.note(f"skipped {len(skipped) - SKIPPED_SHOWN} more files that are no node's document (--json lists them)")
+
+
+def _redact_names(nodes: list, redactor: "Redactor") -> None:
     for n in nodes:
         if not n.name.startswith("rank "):
             n.name = redactor.token("HOST", n.name)
 
 
-def _write_exclude(path: str, verdict, force: bool) -> None:
+def _write_exclude(path: str, verdict: Any, force: bool) -> None:
     from debtorch import outputs  # defer: only with --exclude-file
 
     # srun --exclude takes host names: a second rank's ":3" goes; a name that is not a host's is refused.
@@ -119,8 +134,10 @@ def fleet(
         if replay or do_probe or deep or python or secret_file:
             prog.fail("--host, --python, --deep, --probe and --secret-file describe live nodes; saved documents are "
                       "compared as they are")
+        workers = min(len(LiveHost().affinity()) or 1, MAX_WORKERS)
         with prog.fails_on(offline.FleetInputError):
-            summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename)
+            summary = offline.from_files(paths, tuned=fingerprint, tuned_path=tuned, rename=rename, workers=workers)
+        _note_skipped(summary.skipped, redactor)
         _emit(summary, level, fmt, verbose, None, [], redactor)
         raise typer.Exit(summary.exit_code(level))
 
@@ -147,7 +164,9 @@ def fleet(
     options = gather.Options(timeout=timeout, fail_on=level, probe=do_probe, budget=budget, tuned=fingerprint,
                              tuned_path=tuned, rename=rename, listen=listen, secret=secret)
 
-    def on_report(outcome) -> None:
+    def on_report(outcome: Any) -> None:
+        for warning in outcome.warnings:
+            prog.warn(warning)
         _emit(outcome.summary, level, fmt, verbose, outcome.verdict, outcome.notes, redactor)
         if exclude_file and outcome.verdict is not None:
             _write_exclude(exclude_file, outcome.verdict, force)

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from debtorch.doctor import checks_cuda, checks_network, checks_nvidia, checks_resources, checks_site, checks_system  # noqa: F401  (they register)
-from debtorch.doctor.areas import area_states
-from debtorch.doctor.registry import AREA_TITLES, AREAS, Context, Registry, Report, check, registry
+from debtorch.doctor.areas import AREA_TITLES, AREAS, Area, area_states
+from debtorch.doctor.registry import Context, Registry, Report, check, registry
 from debtorch.machine import Machine
 
 SCHEMA_VERSION = 1
 
-__all__ = ["AREAS", "AREA_TITLES", "Context", "Registry", "Report", "check", "registry", "diagnose", "SCHEMA_VERSION"]
+__all__ = ["AREAS", "AREA_TITLES", "Area", "Context", "Registry", "Report", "check", "registry", "diagnose", "SCHEMA_VERSION"]
 
 
 def diagnose(facts: Union[dict, Machine], ctx: Optional[Context] = None, checks: Optional[Registry] = None) -> Report:
@@ -24,5 +24,5 @@ def diagnose(facts: Union[dict, Machine], ctx: Optional[Context] = None, checks:
     or a :class:`~debtorch.machine.Machine`."""
     machine = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     report = (checks or registry).run(machine, ctx)
-    report.areas = area_states(machine, [a for a, _ in AREAS if a != "site"])
+    report.areas = area_states(machine)
     return report

@@ -47,8 +47,8 @@ def check_cpu_only_on_gpu(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     if not m.torch.cpu_only and not m.torch.hip:
         return []       # a CUDA build, or one the facts do not name (never guessed CPU-only)
-    hint = m.gpu_hint if not t.get("hip") else None
-    if not m.has_nvidia_gpu:
+    hint = m.gpus.hint if not t.get("hip") else None
+    if not m.gpus.present:
         if not hint:
             return []
         # Whether there is a GPU is unknown (a report names none): a question, not an error.
@@ -65,7 +65,7 @@ def check_cpu_only_on_gpu(m: Machine, ctx: Context) -> list[Finding]:
 def check_cuda_build_without_gpu(m: Machine, ctx: Context) -> list[Finding]:
     t = _torch(m)
     devices = m.get("nvidia.pci_devices")
-    if not t.get("installed") or not t.get("cuda") or devices is None or m.has_nvidia_gpu:
+    if not t.get("installed") or not t.get("cuda") or devices is None or m.gpus.present:
         return []
     if not isinstance(devices, list) or m.get("os.wsl"):
         return []
@@ -150,7 +150,10 @@ def check_arch(m: Machine, ctx: Context) -> list[Finding]:
             if not arch.exact:
                 detail = (f"nvcc of CUDA {built.get('cuda')} builds {versions.sm_name(built.get('oldest'))} to "
                           f"{versions.sm_name(built.get('newest'))} only (checks/cuda_arch.toml)")
-            variant = ("older" if old else "") if arch.exact else "cuda_older" if old else "cuda_cannot"
+            if arch.exact:
+                variant = "older" if old else ""
+            else:
+                variant = "cuda_older" if old else "cuda_cannot"
             out.append(finding("torch.E003", variant=variant, gpu=g.name, sm=g.sm, version=version,
                                cuda=built.get("cuda"), install=torch_fix(m), detail=detail, about=g.label, facts=facts))
         elif verdict == "ptx" and arch.exact:
@@ -160,7 +163,7 @@ def check_arch(m: Machine, ctx: Context) -> list[Finding]:
                                better=torch_fix(m) if sass else "", series=m.torch.series, sm=g.sm, about=g.label,
                                facts=facts))
     if not out and m.cuda.failure == "no-kernel-image":
-        gpu = next(iter(m.compute_gpus or m.gpus), None)
+        gpu = next(iter(m.gpus.compute or m.gpus), None)
         out.append(finding("torch.E003", variant="no_kernel_image", gpu=(gpu.name if gpu else None) or "the GPU",
                            install=torch_fix(m), about=gpu.label if gpu else "", facts={"evidence": m.cuda.evidence}))
     return out
@@ -224,7 +227,7 @@ def check_driver_for_torch(m: Machine, ctx: Context) -> list[Finding]:
                            upgrade=driver_upgrade(m), series=full["series"] if full else m.torch.series,
                            variant_name=full["variant"] if full else "", wheel_cuda=full["cuda"] if full else "",
                            install=torch_fix(m) if full else "", facts=f))
-    dd = m.debian_driver if m.has_nvidia_gpu else None      # no GPU known: no driver of Debian's to judge
+    dd = m.debian_driver if m.gpus.present else None      # no GPU known: no driver of Debian's to judge
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)
         # The driver in use runs the wheel (its version says so, or CUDA works under it): what
@@ -252,8 +255,12 @@ def check_cuda_init(m: Machine, ctx: Context) -> list[Finding]:
         variant = "wsl"
     elif m.driver.platform != "linux":
         variant = "not_linux"
+    elif m.os.container:
+        variant = "container"
+    elif c.from_torch:
+        variant = "from_torch"
     else:
-        variant = "container" if m.os.container else "from_torch" if c.from_torch else ""
+        variant = ""
     return [finding("cuda.E003", variant=variant, why=" (error 999, typical after suspend)" if suspend else "",
                     facts={"error": text.strip()[:300], "from_torch": c.from_torch})]
 

@@ -50,11 +50,16 @@ def _label(d: dict) -> str:
 def check_bound_driver(m: Machine, ctx: Context) -> list[Finding]:
     out = []
     installed = _driver_packages(m)
-    for d in m.pci_gpus:
+    for d in m.gpus.pci:
         drv = d.get("driver")
         base = {"nvidia.pci_devices.driver": drv, "apt.driver_packages": installed}
         if drv == "nouveau":
-            variant = "" if not installed else "blacklisted" if _blacklisted(m, "nouveau") else "not_blacklisted"
+            if not installed:
+                variant = ""
+            elif _blacklisted(m, "nouveau"):
+                variant = "blacklisted"
+            else:
+                variant = "not_blacklisted"
             out.append(finding("driver.E001", variant=host_side(m, variant),
                                install="" if installed else driver_install_fix(m), about=_label(d), facts=base))
         elif drv == "nova_core":
@@ -67,7 +72,7 @@ def check_bound_driver(m: Machine, ctx: Context) -> list[Finding]:
 
 @check("driver")
 def check_driver_missing(m: Machine, ctx: Context) -> list[Finding]:
-    gpus = m.pci_gpus
+    gpus = m.gpus.pci
     if not gpus or m.get("os.wsl"):
         return []
     # GPUs that NVIDIA's driver does not hold: unbound, or held by nouveau/nova_core.
@@ -115,7 +120,7 @@ def check_driver_from_torch(m: Machine, ctx: Context) -> list[Finding]:
     PCI bus was not read (a collect_env report, a recording without sysfs): the live
     checks above judge from the bus and the packages instead."""
     c = m.cuda
-    if m.pci_gpus or c.failure not in ("no-driver", "driver-not-loaded"):
+    if m.gpus.pci or c.failure not in ("no-driver", "driver-not-loaded"):
         return []
     gpu = next(iter(m.gpus), None)
     about = gpu.label if gpu else ""
@@ -125,8 +130,12 @@ def check_driver_from_torch(m: Machine, ctx: Context) -> list[Finding]:
         return [finding("driver.E003", about=about, facts=f)]
     if m.driver.platform == "windows":
         variant = "wsl" if m.os.wsl == 2 else "windows"
+    elif m.driver.platform == "macos":
+        variant = "macos"
+    elif m.os.container:
+        variant = "container"
     else:
-        variant = "macos" if m.driver.platform == "macos" else "container" if m.os.container else "linux"
+        variant = "linux"
     install = driver_install_fix(m) if variant == "linux" else ""
     return [finding("driver.E008", variant=variant, said=said, install=install, about=about, facts=f)]
 
@@ -154,7 +163,7 @@ def check_binding(m: Machine, ctx: Context) -> list[Finding]:
 @check("gpu")
 def check_gpu_health(m: Machine, ctx: Context) -> list[Finding]:
     out = []
-    for gpu in m.listed_gpus:
+    for gpu in m.gpus.listed:
         g, lab = gpu.row, gpu.label
         idx = g.get("index")
         if (g.get("ecc_uncorrected_volatile") or 0) > 0:
@@ -187,14 +196,14 @@ def check_gpu_health(m: Machine, ctx: Context) -> list[Finding]:
             out.append(finding("gpu.I003", about=lab,
                                facts={"virtualization_mode": g.get("virtualization_mode"), **licensed}))
         elif licensed:
-            out.append(finding("gpu.I003", variant="licensed", product=m.vgpu_software, about=lab,
+            out.append(finding("gpu.I003", variant="licensed", product=m.gpus.vgpu_software, about=lab,
                                facts={"virtualization_mode": g.get("virtualization_mode"), **licensed}))
     return out
 
 
 @check("gpu")
 def check_persistence(m: Machine, ctx: Context) -> list[Finding]:
-    gpus = [gpu.row for gpu in m.listed_gpus]
+    gpus = [gpu.row for gpu in m.gpus.listed]
     off = [g for g in gpus if g.get("persistence_mode") is False
            and (len(gpus) > 1 or DATA_CENTER.search(g.get("name") or ""))]
     if not off:
@@ -208,7 +217,7 @@ def check_persistence(m: Machine, ctx: Context) -> list[Finding]:
 @check("gpu")
 def check_memory_in_use(m: Machine, ctx: Context) -> list[Finding]:
     out = []
-    for gpu in m.listed_gpus:
+    for gpu in m.gpus.listed:
         g = gpu.row
         used, total = g.get("memory_used"), g.get("memory_total")
         procs = g.get("processes") or []
@@ -239,19 +248,23 @@ def _width_variant(m: Machine, gpu: GPU, cw: int, narrow: int) -> str:
         return "wsl"
     if str(gpu.value("virtualization_mode", "")).lower() in ("pass-through", "vgpu") or CLOUD_KERNEL.search(m.os.kernel or ""):
         return "vm"
-    return "x1" if cw == 1 else "shared" if narrow > 1 else ""
+    if cw == 1:
+        return "x1"
+    if narrow > 1:
+        return "shared"
+    return ""
 
 
 @check("gpu")
 def check_pcie(m: Machine, ctx: Context) -> list[Finding]:
     out = []
-    for gpu in m.listed_gpus:
+    for gpu in m.gpus.listed:
         g, lab = gpu.row, gpu.label
         cg, mg = g.get("pcie_current_gen"), g.get("pcie_max_gen")
         cw, mw = g.get("pcie_current_width"), g.get("pcie_max_width")
         f = {"current": f"gen{cg} x{cw}", "max": f"gen{mg} x{mw}"}
         if cw and mw and cw < mw:
-            narrow = sum(1 for x in m.listed_gpus
+            narrow = sum(1 for x in m.gpus.listed
                          if x.value("pcie_current_width") == cw and (x.value("pcie_max_width") or 0) > cw)
             out.append(finding("gpu.W006", variant=_width_variant(m, gpu, cw, narrow), width=cw, max_width=mw,
                                narrow=narrow, about=lab, facts=f))
@@ -263,7 +276,7 @@ def check_pcie(m: Machine, ctx: Context) -> list[Finding]:
 
 @check("gpu")
 def check_p2p(m: Machine, ctx: Context) -> list[Finding]:
-    bad = m.p2p_problems
+    bad = m.gpus.p2p_problems
     if not bad:
         return []
     reasons = sorted({status for _, _, status in bad})

@@ -71,10 +71,10 @@ def driver_upgrade(m: Machine) -> str:
     """How this machine gets a newer NVIDIA driver, as the start of a sentence: for a vGPU from the
     host's vGPU software (whatever the guest's OS: gpu.I003), on Windows under WSL 2 or in a Windows
     report, from the container's host, else Debian's backports or NVIDIA's repository."""
-    if m.vgpu_software and not any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in m.listed_gpus):
+    if m.gpus.vgpu_software and not any(str(g.value("virtualization_mode", "")).upper() == "VGPU" for g in m.gpus.listed):
         return (f"Update the vGPU guest driver from the NVIDIA vGPU software release this guest is licensed for "
-                f"({m.vgpu_software}; NVIDIA's licensing portal), never the public driver or Debian's nvidia-driver")
-    if m.vgpu:
+                f"({m.gpus.vgpu_software}; NVIDIA's licensing portal), never the public driver or Debian's nvidia-driver")
+    if m.gpus.vgpu:
         return "Update the vGPU guest driver to the release of the host's vGPU software"
     if m.driver.platform == "macos":
         return "Update NVIDIA's CUDA driver for macOS"
@@ -205,11 +205,11 @@ def target_wheel(m: Machine) -> Optional[dict]:
         same = row and t.installed and (row.get("series"), row["variant"]) == (t.series, t.variant)
         return None if not row or same else dict(row, kind=kind, why=note)
 
-    if not m.gpus and m.has_nvidia_gpu is False:
+    if not m.gpus and m.gpus.present is False:
         return answer(_cpu_row(release, plat, py, libc), "cpu")
     ccs = sorted({g.cc for g in m.gpus if g.cc}, key=lambda cc: versions.parse_cc(cc) or ())   # for every GPU
     driver, note = m.driver.version, ""
-    if not driver and not m.driver.cuda and m.debian_driver and m.has_nvidia_gpu:
+    if not driver and not m.driver.cuda and m.debian_driver and m.gpus.present:
         # A GPU without a driver yet: the wheel Debian's packaged driver will run (never assumed
         # where nothing says there is a GPU).
         driver, note = m.debian_driver["version"], f"for Debian's packaged driver {m.debian_driver['version']}"

@@ -14,27 +14,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from debtorch.doctor.areas import AREA_TITLES, AREAS
 from debtorch.doctor.siteconfig import SiteConfig
 from debtorch.findings import CRASH_ID, ERROR, INFO, WARNING, Finding, finding, rank
 from debtorch.knowledge import KnowledgeError
 from debtorch.machine import Machine
-
-# Areas in report order, with their titles.
-AREAS = (
-    ("os", "Operating system"),
-    ("apt", "APT sources and packages"),
-    ("driver", "NVIDIA driver"),
-    ("gpu", "GPUs"),
-    ("cuda", "CUDA"),
-    ("torch", "PyTorch"),
-    ("python", "Python environment"),
-    ("cpu", "CPU"),
-    ("memory", "Memory and limits"),
-    ("storage", "Storage"),
-    ("network", "Network"),
-    ("site", "Site rules"),
-)
-AREA_TITLES = dict(AREAS)
 
 
 @dataclass
@@ -50,7 +34,7 @@ class Report:
     findings: list
     silenced: list = field(default_factory=list)
     checks_run: int = 0
-    areas: dict = field(default_factory=dict)      # {area: AreaState}: what the facts let the checks judge
+    areas: dict = field(default_factory=dict)      # {area id: AreaState}: what the facts let the checks judge
 
     def count(self, level: str) -> int:
         return sum(1 for f in self.findings if f.level == level)
@@ -109,7 +93,7 @@ class Registry:
         ctx = ctx or Context()
         if ctx.site is None:
             ctx.site = SiteConfig()
-        order = {a: i for i, (a, _) in enumerate(AREAS)}
+        order = {a.id: i for i, a in enumerate(AREAS)}
         found: list = []
         for area, fn in self._checks:
             try:

@@ -8,7 +8,7 @@ import bisect
 import re
 from typing import Iterable, Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 SOURCES_LIST = "/etc/apt/sources.list"
@@ -108,7 +108,7 @@ _BLANK_RUN = re.compile(r"\n[^\S\n]*\n")
 _PACKAGE_KEY = re.compile(r"Package[^\S\n]*:([^\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]*)")
 
 
-def _wanted_blocks(text: str, wanted) -> Iterable[str]:
+def _wanted_blocks(text: str, wanted: re.Pattern[str]) -> Iterable[str]:
     """The runs of stanzas of ``text`` that may name a package ``wanted`` matches.  A desktop's
     /var/lib/dpkg/status has thousands of stanzas and debtorch wants a few dozen, so the text
     is searched for "Package" once instead of being read line by line (the doctor's largest
@@ -128,7 +128,7 @@ def _wanted_blocks(text: str, wanted) -> Iterable[str]:
         yield text[starts[i - 1] if i else 0:cuts[i][0] if i < len(cuts) else len(text)]
 
 
-def parse_dpkg_status(text: str, wanted=RELEVANT) -> dict:
+def parse_dpkg_status(text: str, wanted: re.Pattern[str] = RELEVANT) -> dict:
     """Installed packages matching ``wanted``: {name: {version, arch, status}}.  Never raises."""
     out = {}
     text = str(text)
@@ -159,7 +159,7 @@ def trim_dpkg_status(text: str) -> str:
 def summarise(entries: list[dict]) -> dict:
     """The suites the enabled ``deb`` entries name, in order, and whether NVIDIA's CUDA
     repository is one of the sources.  Which suites are Debian's, and so which components
-    Debian's archive gives, is the machine view's question (debtorch/machine.py)."""
+    Debian's archive gives, is the machine view's question (debtorch/machine/system.py)."""
     suites: list = []
     cuda_repo = False
     for e in entries:
@@ -170,7 +170,7 @@ def summarise(entries: list[dict]) -> dict:
     return {"suites": suites, "cuda_repo": cuda_repo}
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     entries: list = []
     files: list = []

@@ -329,11 +329,13 @@ def _os_section(rd: _Reader, platform: str) -> dict:
             os_id = platform
     sec.put("id", os_id)
     # What os-release's ID_LIKE says on these systems (Ubuntu: "debian"; Mint: "ubuntu debian").
-    sec.put("id_like", ("ubuntu debian" if os_id in ("linuxmint", "pop") else "debian") if derivative else None,
-            NOT_IN_TEXT if not pretty or platform == "linux" else f"a {platform} host")
+    id_like = None
+    if derivative:
+        id_like = "ubuntu debian" if os_id in ("linuxmint", "pop") else "debian"
+    sec.put("id_like", id_like, NOT_IN_TEXT if not pretty or platform == "linux" else f"a {platform} host")
     # The release as collect_env prints it ("Debian GNU/Linux 12 (bookworm)", "... 12.5 (bookworm)",
     # lsb_release's "Debian GNU/Linux trixie/sid" on testing and unstable); the machine view
-    # (debtorch/machine.py) says which Debian release that is.
+    # (debtorch/machine/system.py) says which Debian release that is.
     version_id = codename = debian_version = None
     if pretty:
         m = re.search(r"\b(\d+(?:\.\d+)*)\b", pretty)
@@ -461,7 +463,12 @@ def _cpu_section(rd: _Reader) -> dict:
         tpc, cps, sockets = num("thread(s) per core"), num("core(s) per socket"), num("socket(s)")
         sec.put("logical_cpus", logical)
         sec.put("sockets", sockets)
-        sec.put("physical_cores", cps * sockets if cps and sockets else (logical // tpc if logical and tpc else None))
+        physical = None
+        if cps and sockets:
+            physical = cps * sockets
+        elif logical and tpc:
+            physical = logical // tpc
+        sec.put("physical_cores", physical)
         sec.put("numa_nodes", num("numa node(s)"))
         if flags := arm_simd(set(kv.get("flags", "").split())):
             sec["features"] = {f: (f in flags) for f in FEATURES}

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 # Features that decide precision and kernels on the CPU.
@@ -73,7 +73,11 @@ def parse_cpuinfo(text: str) -> dict:
     for b in blocks:
         if b not in procs:
             tail.update(b)
-    first = procs[0] if procs else (blocks[0] if blocks else {})
+    first: dict = {}
+    if procs:
+        first = procs[0]
+    elif blocks:
+        first = blocks[0]
     # Old Arm kernels print the CPU's description once, after the list of processors
     # ("Features", "CPU implementer", "CPU part"), in the tail or run on from the last
     # processor's lines, not in each processor's block.
@@ -116,7 +120,7 @@ def parse_cpuinfo(text: str) -> dict:
     }
 
 
-def _leading_int(text) -> int:
+def _leading_int(text: Optional[str]) -> int:
     m = re.match(r"\s*(\d+)", text or "")
     return int(m.group(1)) if m else 0
 
@@ -193,7 +197,7 @@ def _cgroup_quota(host: Host) -> tuple[Optional[float], str]:
     return None, ""
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     try:
         info = parse_cpuinfo(host.read_text("/proc/cpuinfo"))

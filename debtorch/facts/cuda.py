@@ -14,10 +14,10 @@ import posixpath
 import re
 import threading
 import weakref
-from typing import Optional
+from typing import Iterable, Optional
 
 from debtorch import versions
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.facts.pyenv import wheel_version
 from debtorch.host import COMMAND_NOT_FOUND, Host, Unavailable
 
@@ -141,7 +141,7 @@ def linker_cache(host: Host) -> tuple[Optional[list[dict]], str]:
         return result
 
 
-def cached_libraries(host: Host, families=None) -> tuple[Optional[list[dict]], str]:
+def cached_libraries(host: Host, families: Optional[Iterable[str]] = None) -> tuple[Optional[list[dict]], str]:
     """Tracked libraries in the linker cache, each with the file its name
     resolves to and the version in that file's name."""
     entries, reason = linker_cache(host)
@@ -247,7 +247,7 @@ def _local_toolkits(host: Host) -> list[dict]:
     return out
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
 
     nvcc, found_via = _find_nvcc(host)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 
@@ -27,7 +27,7 @@ def parse_bracketed_choice(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     try:
         mi = parse_meminfo(host.read_text("/proc/meminfo"))

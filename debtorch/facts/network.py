@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any, Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import NOT_RECORDED, Host, Unavailable, allowed_environ
 
 NET = "/sys/class/net"
@@ -49,8 +49,13 @@ def parse_ip_addr_json(text: str) -> dict:
 
 
 def parse_ib_state(text: Optional[str]) -> Optional[str]:
-    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'.  Never raises."""
-    return None if not text or not text.strip() else text.strip().split(":", 1)[-1].strip() or None
+    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp'; None for nothing ('', '4:').  Never raises."""
+    if not text:
+        return None
+    state = text.strip().split(":", 1)[-1].strip()
+    if not state:
+        return None
+    return state
 
 
 def parse_ib_rate(text: Optional[str]) -> Optional[float]:
@@ -132,7 +137,7 @@ def infiniband(host: Host) -> tuple[list, Optional[str]]:
     return ports, None
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     ifaces, why = interfaces(host)
     if ifaces is None:

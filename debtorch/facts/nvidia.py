@@ -17,13 +17,16 @@ from __future__ import annotations
 import posixpath
 import re
 import threading
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union
 
 from debtorch import versions
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.facts.cuda import cached_libraries
 from debtorch.facts.storage import pcie_link
-from debtorch.host import COMMAND_NOT_FOUND, Host, Unavailable
+from debtorch.host import COMMAND_NOT_FOUND, CommandResult, Host, Unavailable
+
+if TYPE_CHECKING:   # the XML parser is imported when nvidia-smi answers (parse_smi_xml)
+    from xml.etree.ElementTree import Element
 
 NVIDIA_VENDOR = "0x10de"
 PROC_VERSION = "/proc/driver/nvidia/version"
@@ -151,7 +154,7 @@ def _modname(name: str) -> str:
     return str(name).replace("-", "_")
 
 
-def parse_modprobe_conf(text: str, filename: str = "", targets=BLACKLIST_TARGETS) -> list[dict]:
+def parse_modprobe_conf(text: str, filename: str = "", targets: tuple[str, ...] = BLACKLIST_TARGETS) -> list[dict]:
     """modprobe.d(5) lines that keep a watched module out.  Never raises.
 
     ``blacklist nouveau``, ``install nouveau /bin/false`` (or ``/bin/true``),
@@ -200,7 +203,7 @@ CMDLINE_PREFIXES = (
 )
 
 
-def parse_cmdline(text: str, targets=BLACKLIST_TARGETS) -> dict:
+def parse_cmdline(text: str, targets: tuple[str, ...] = BLACKLIST_TARGETS) -> dict:
     """/proc/cmdline -> {params: {relevant name: value}, blacklist: [...]}.  Never raises.
 
     Only parameters that bear on the GPU driver, IOMMU or PCIe are kept:
@@ -234,7 +237,7 @@ def _kernel_words(text: str) -> list[str]:
     return [w for w in words if w.startswith(CMDLINE_PREFIXES)]
 
 
-def parse_efivar_bool(data) -> Optional[bool]:
+def parse_efivar_bool(data: object) -> Optional[bool]:
     """An efivarfs boolean variable: 4 attribute bytes, then 1 value byte.  Never raises."""
     if isinstance(data, str):
         data = data.encode("latin-1", errors="replace")
@@ -251,7 +254,7 @@ def parse_mokutil_test_key(text: str) -> Optional[bool]:
     return False if "is not enrolled" in t else None
 
 
-def normalise_bus_id(bus_id) -> Optional[str]:
+def normalise_bus_id(bus_id: object) -> Optional[str]:
     """'00000000:0C:00.0' (NVML) or '0000:0c:00.0' (sysfs) -> '0000:0c:00.0'.  Never raises."""
     m = re.fullmatch(r"\s*(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\s*", str(bus_id))
     if not m:
@@ -260,23 +263,23 @@ def normalise_bus_id(bus_id) -> Optional[str]:
     return f"{dom:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
 
 
-def decode_throttle_reasons(mask) -> list[str]:
+def decode_throttle_reasons(mask: Any) -> list[str]:
     """nvmlDeviceGetCurrentClocksEventReasons bits -> names ('gpu_idle', ...).  Never raises."""
     try:
-        mask = int(mask)
+        bits = int(mask)
     except (TypeError, ValueError, OverflowError):
         return []
     names = []
     for bit, name in THROTTLE_BITS:
-        if mask & bit:
+        if bits & bit:
             names.append(name)
-            mask &= ~bit
-    if mask > 0:
-        names.append(f"other_0x{mask:x}")
+            bits &= ~bit
+    if bits > 0:
+        names.append(f"other_0x{bits:x}")
     return names
 
 
-def classify_failure(text) -> Optional[str]:
+def classify_failure(text: object) -> Optional[str]:
     """What an NVML / nvidia-smi failure message means, as a stable word.  Never raises.
 
     driver_library_mismatch, driver_not_loaded, library_not_found,
@@ -329,23 +332,26 @@ def trim_pci_ids(text: str) -> str:
     return m.group(0) if m else ""
 
 
-def _num(text) -> Optional[float]:
+def _num(text: object) -> Optional[float]:
     m = re.match(r"\s*(-?\d+(?:\.\d+)?)", str(text or ""))
     return float(m.group(1)) if m else None
 
 
-def _mib(text) -> Optional[int]:
+def _mib(text: object) -> Optional[int]:
     v = _num(text)
     return int(v * 1024 * 1024) if v is not None else None
 
 
-def _int_or_none(text) -> Optional[int]:
+def _int_or_none(text: object) -> Optional[int]:
     return int(text) if isinstance(text, str) and text.strip().isdigit() else None
 
 
 # ---------------------------------------------------------------------------
 # The GPU fields: one table that both readers fill, nvidia-smi's XML (parse_smi_xml)
 # and NVML (nvml_gpu).  A new field is one row.
+
+_Txt = Callable[["Element", str], Optional[str]]     # the text at a path under an element, or None
+_XmlReader = Callable[["Element", _Txt], Any]        # a field read from several elements of a <gpu>
 
 
 def _enabled(s: str) -> bool:
@@ -368,8 +374,13 @@ def _watts(s: str) -> float:
     return round(_number(s), 2)
 
 
-def _ecc(kind: str) -> Callable:
-    def read(g, txt):
+def _link_width(s: str) -> int:
+    """"16x" as 16."""
+    return int(s.rstrip("x"))
+
+
+def _ecc(kind: str) -> _XmlReader:
+    def read(g: Element, txt: _Txt) -> Union[int, str, None]:
         node = g.find(f"ecc_errors/{kind}")
         if node is None:
             return None
@@ -385,8 +396,8 @@ def _ecc(kind: str) -> Callable:
     return read
 
 
-def _remapped(tag: str) -> Callable:
-    def read(g, txt):
+def _remapped(tag: str) -> _XmlReader:
+    def read(g: Element, txt: _Txt) -> Optional[str]:
         rr = g.find("remapped_rows")
         if rr is not None and len(rr) == 0 and (rr.text or "").strip() == "N/A":
             return "N/A"
@@ -394,7 +405,7 @@ def _remapped(tag: str) -> Callable:
     return read
 
 
-def _throttle(g, txt):
+def _throttle(g: Element, txt: _Txt) -> Union[list[str], str, None]:
     reasons = g.find("clocks_event_reasons")
     prefix = "clocks_event_reason_"
     if reasons is None:
@@ -403,52 +414,92 @@ def _throttle(g, txt):
     if reasons is None or len(reasons) == 0:
         return None if reasons is None else (reasons.text or "").strip()   # N/A on a vGPU: unknown, not "none active"
     order = [n for _, n in THROTTLE_BITS]
+
+    def in_bit_order(name: str) -> int:
+        return order.index(name) if name in order else len(order)
+
     active = [SMI_THROTTLE_NAMES.get(c.tag.removeprefix(prefix), c.tag.removeprefix(prefix))
               for c in reasons if (c.text or "").strip() == "Active"]
-    return sorted(active, key=lambda n: order.index(n) if n in order else len(order))
+    return sorted(active, key=in_bit_order)
 
 
-def _power(*tags: str, number_first: bool = False) -> Callable:
+def _power(*tags: str, number_first: bool = False) -> _XmlReader:
     """The first of ``tags`` in the power readings (``number_first``: the first that holds a
     number): power_draw (v10, v11), else average_power_draw, else instant_power_draw, as newer
     drivers leave the average N/A on some GPUs and give only the instant reading."""
-    def read(g, txt):
+    def read(g: Element, txt: _Txt) -> Optional[str]:
         power = g.find("gpu_power_readings")
         power = g.find("power_readings") if power is None else power
-        have = [t for t in tags if power is not None and power.find(t) is not None]
+        if power is None:
+            return None
+        have = [t for t in tags if power.find(t) is not None]
         good = [t for t in have if number_first and _num(txt(power, t)) is not None]
         return txt(power, (good or have)[0]) if have else None
     return read
 
 
-def _mig_devices(g, txt):
+def _mig_devices(g: Element, txt: _Txt) -> Optional[list[dict]]:
     migs = g.find("mig_devices")   # "None" as its text when MIG is off; one <mig_device> per instance
-    return None if migs is None else [
-        {"index": _int_or_none(txt(d, "index")), "gpu_instance_id": _int_or_none(txt(d, "gpu_instance_id")),
-         "compute_instance_id": _int_or_none(txt(d, "compute_instance_id")),
-         "memory_total": _mib(txt(d, "fb_memory_usage/total"))} for d in migs.findall("mig_device")]
+    if migs is None:
+        return None
+    return [{"index": _int_or_none(txt(d, "index")), "gpu_instance_id": _int_or_none(txt(d, "gpu_instance_id")),
+             "compute_instance_id": _int_or_none(txt(d, "compute_instance_id")),
+             "memory_total": _mib(txt(d, "fb_memory_usage/total"))} for d in migs.findall("mig_device")]
 
 
-def _processes(g, txt):
+def _mig_device_count(g: Element, txt: _Txt) -> Optional[int]:
+    devices = _mig_devices(g, txt)
+    return None if devices is None else len(devices)
+
+
+def _processes(g: Element, txt: _Txt) -> Optional[list[dict]]:
     procs = g.find("processes")
+    if procs is None:
+        return None
     # Graphics-only clients (Xorg, type "G") hold memory but no CUDA context.
-    return None if procs is None else [
-        {"pid": _int_or_none(txt(p, "pid")), "used_memory": _mib(txt(p, "used_memory"))}
-        for p in procs.findall("process_info") if "C" in (txt(p, "type") or "").upper()]
+    return [{"pid": _int_or_none(txt(p, "pid")), "used_memory": _mib(txt(p, "used_memory"))}
+            for p in procs.findall("process_info") if "C" in (txt(p, "type") or "").upper()]
 
 
-def _text(v) -> str:
+def _text(v: Any) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
-def _pci_device_id(pci) -> Optional[str]:
+def _bus_address(bus_id: Any) -> Optional[str]:
+    """NVML's busId as a PCI address ("0000:01:00.0")."""
+    return normalise_bus_id(_text(bus_id))
+
+
+def _device_id_hex(value: Any) -> Optional[str]:
     """nvmlPciInfo_t.pciDeviceId (device id above the vendor id) as nvidia-smi's XML writes
-    it, "20B010DE"; None where the binding leaves it out."""
-    value = getattr(pci, "pciDeviceId", None)
+    it, "20B010DE"; None where the binding gives none."""
     return f"{int(value):08X}" if isinstance(value, int) and value > 0 else None
 
 
-def _bus_id(g, txt):
+def _cc_text(pair: Any) -> str:
+    """(major, minor) as "8.6"."""
+    return f"{int(pair[0])}.{int(pair[1])}"
+
+
+def _is_one(v: Any) -> bool:
+    """NVML's enabled (1) as True."""
+    return int(v) == 1
+
+
+def _watts_of_milliwatts(mw: Any) -> float:
+    return round(int(mw) / 1000.0, 2)
+
+
+def _compute_mode(v: Any) -> str:
+    return COMPUTE_MODES.get(int(v), f"mode {int(v)}")
+
+
+def _nvml_processes(ps: Any) -> list[dict]:
+    return [{"pid": int(p.pid), "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+            for p in ps]
+
+
+def _bus_id(g: Element, txt: _Txt) -> Optional[str]:
     return g.get("id") or txt(g, "pci/pci_bus_id")
 
 
@@ -456,26 +507,36 @@ class GpuField(NamedTuple):
     """A fact of each GPU: ``xml``, its path under nvidia-smi's <gpu> (or a function of the
     element giving its text, or the value itself; None: nvidia-smi -q does not say) and
     ``from_xml`` to read the text; ``nvml``, the NVML call on the GPU's handle (names: the
-    first the binding has; None: not asked of NVML) with ``args``, and ``from_nvml``."""
+    first the binding has; None: not asked of NVML) with ``args``, ``part`` the part of its answer
+    that holds this fact (a struct's attribute, a tuple's index; None: the whole answer), and
+    ``from_nvml`` to read that part."""
 
     name: str
     xml: Any
     from_xml: Callable[[str], Any] = str
-    nvml: Union[str, tuple, None] = None
+    nvml: Union[str, tuple[str, ...], None] = None
     from_nvml: Callable[[Any], Any] = int
-    args: tuple = ()
+    args: tuple[int, ...] = ()
+    part: Union[str, int, None] = None
+
+    def nvml_value(self, answer: Any) -> Any:
+        """This fact, read from the answer of its NVML call."""
+        if isinstance(self.part, str):
+            answer = getattr(answer, self.part, None)     # a binding without the attribute gives nothing
+        elif isinstance(self.part, int):
+            answer = answer[self.part]
+        return self.from_nvml(answer)
 
 
 _LINK = "pci/pci_gpu_link_info"
-_ONE = (lambda v: int(v) == 1)
 GPU_FIELDS = tuple(GpuField(*row) for row in (
     ("name", "product_name", str, "nvmlDeviceGetName", _text),
     ("uuid", "uuid", str, "nvmlDeviceGetUUID", _text),
-    ("pci_bus_id", _bus_id, str, "nvmlDeviceGetPciInfo", lambda p: _text(p.busId)),
-    ("pci_address", _bus_id, normalise_bus_id, "nvmlDeviceGetPciInfo", lambda p: normalise_bus_id(_text(p.busId))),
+    ("pci_bus_id", _bus_id, str, "nvmlDeviceGetPciInfo", _text, (), "busId"),
+    ("pci_address", _bus_id, normalise_bus_id, "nvmlDeviceGetPciInfo", _bus_address, (), "busId"),
     # "1E8710DE": device, then vendor.  A driver older than the GPU names it "Graphics
     # Device"; the id still says which GPU it is (checks/pci.toml).
-    ("pci_device_id", "pci/pci_device_id", str, "nvmlDeviceGetPciInfo", _pci_device_id),
+    ("pci_device_id", "pci/pci_device_id", str, "nvmlDeviceGetPciInfo", _device_id_hex, (), "pciDeviceId"),
     # WDDM / TCC: nvidia-smi.exe on Windows (its driver, not a Linux one); N/A on Linux.
     ("driver_model", "driver_model/current_dm"),
     # None, Pass-Through (a whole GPU given to a VM), VGPU (a slice of one: a GRID guest driver).
@@ -484,56 +545,46 @@ GPU_FIELDS = tuple(GpuField(*row) for row in (
     # guest driver): the product ("NVIDIA Virtual Applications") and "Licensed (Expiry: ...)".
     ("vgpu_product", "vgpu_software_licensed_product/licensed_product_name"),
     ("vgpu_license", "vgpu_software_licensed_product/license_status"),
-    ("compute_capability", None, str, "nvmlDeviceGetCudaComputeCapability", lambda t: f"{int(t[0])}.{int(t[1])}"),
-    ("memory_total", "fb_memory_usage/total", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.total)),
-    ("memory_used", "fb_memory_usage/used", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.used)),
-    ("memory_free", "fb_memory_usage/free", _mib, "nvmlDeviceGetMemoryInfo", lambda m: int(m.free)),
+    ("compute_capability", None, str, "nvmlDeviceGetCudaComputeCapability", _cc_text),
+    ("memory_total", "fb_memory_usage/total", _mib, "nvmlDeviceGetMemoryInfo", int, (), "total"),
+    ("memory_used", "fb_memory_usage/used", _mib, "nvmlDeviceGetMemoryInfo", int, (), "used"),
+    ("memory_free", "fb_memory_usage/free", _mib, "nvmlDeviceGetMemoryInfo", int, (), "free"),
     ("pcie_current_gen", f"{_LINK}/pcie_gen/current_link_gen", int, "nvmlDeviceGetCurrPcieLinkGeneration"),
     ("pcie_max_gen", f"{_LINK}/pcie_gen/max_link_gen", int, "nvmlDeviceGetMaxPcieLinkGeneration"),
-    ("pcie_current_width", f"{_LINK}/link_widths/current_link_width", lambda s: int(s.rstrip("x")),
-     "nvmlDeviceGetCurrPcieLinkWidth"),
-    ("pcie_max_width", f"{_LINK}/link_widths/max_link_width", lambda s: int(s.rstrip("x")),
-     "nvmlDeviceGetMaxPcieLinkWidth"),
-    ("persistence_mode", "persistence_mode", _enabled, "nvmlDeviceGetPersistenceMode", _ONE),
-    ("ecc_mode_current", "ecc_mode/current_ecc", _enabled, "nvmlDeviceGetEccMode", lambda v: int(v[0]) == 1),
-    ("ecc_mode_pending", "ecc_mode/pending_ecc", _enabled, "nvmlDeviceGetEccMode", lambda v: int(v[1]) == 1),
+    ("pcie_current_width", f"{_LINK}/link_widths/current_link_width", _link_width, "nvmlDeviceGetCurrPcieLinkWidth"),
+    ("pcie_max_width", f"{_LINK}/link_widths/max_link_width", _link_width, "nvmlDeviceGetMaxPcieLinkWidth"),
+    ("persistence_mode", "persistence_mode", _enabled, "nvmlDeviceGetPersistenceMode", _is_one),
+    ("ecc_mode_current", "ecc_mode/current_ecc", _enabled, "nvmlDeviceGetEccMode", _is_one, (), 0),
+    ("ecc_mode_pending", "ecc_mode/pending_ecc", _enabled, "nvmlDeviceGetEccMode", _is_one, (), 1),
     ("ecc_uncorrected_volatile", _ecc("volatile"), int, "nvmlDeviceGetTotalEccErrors", int,
      (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)),
     ("ecc_uncorrected_aggregate", _ecc("aggregate"), int, "nvmlDeviceGetTotalEccErrors", int,
      (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)),
     ("retired_pages_pending", "retired_pages/pending_retirement", _enabled, "nvmlDeviceGetRetiredPagesPendingStatus",
-     _ONE),
+     _is_one),
     ("retired_pages_single_bit", "retired_pages/multiple_single_bit_retirement/retired_count", int,
      "nvmlDeviceGetRetiredPages", len, (NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,)),
     ("retired_pages_double_bit", "retired_pages/double_bit_retirement/retired_count", int,
      "nvmlDeviceGetRetiredPages", len, (NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,)),
-    ("remapped_rows_pending", _remapped("remapped_row_pending"), _enabled, "nvmlDeviceGetRemappedRows",
-     lambda t: int(t[2]) == 1),
-    ("remapped_rows_failure", _remapped("remapped_row_failure"), _enabled, "nvmlDeviceGetRemappedRows",
-     lambda t: int(t[3]) == 1),
-    ("remapped_rows_correctable", _remapped("remapped_row_corr"), int, "nvmlDeviceGetRemappedRows",
-     lambda t: int(t[0])),
-    ("remapped_rows_uncorrectable", _remapped("remapped_row_unc"), int, "nvmlDeviceGetRemappedRows",
-     lambda t: int(t[1])),
+    ("remapped_rows_pending", _remapped("remapped_row_pending"), _enabled, "nvmlDeviceGetRemappedRows", _is_one, (), 2),
+    ("remapped_rows_failure", _remapped("remapped_row_failure"), _enabled, "nvmlDeviceGetRemappedRows", _is_one, (), 3),
+    ("remapped_rows_correctable", _remapped("remapped_row_corr"), int, "nvmlDeviceGetRemappedRows", int, (), 0),
+    ("remapped_rows_uncorrectable", _remapped("remapped_row_unc"), int, "nvmlDeviceGetRemappedRows", int, (), 1),
     ("throttle_reasons", _throttle, str,
      ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), decode_throttle_reasons),
     ("temperature_c", "temperature/gpu_temp", _int_num, "nvmlDeviceGetTemperature", int, (NVML_TEMPERATURE_GPU,)),
     ("power_draw_w", _power("power_draw", "average_power_draw", "instant_power_draw", number_first=True), _watts,
-     "nvmlDeviceGetPowerUsage", lambda mw: round(int(mw) / 1000.0, 2)),
+     "nvmlDeviceGetPowerUsage", _watts_of_milliwatts),
     ("power_limit_w", _power("enforced_power_limit", "current_power_limit", "power_limit"), _watts,
-     "nvmlDeviceGetEnforcedPowerLimit", lambda mw: round(int(mw) / 1000.0, 2)),
-    ("mig_mode_current", "mig_mode/current_mig", _enabled, "nvmlDeviceGetMigMode", lambda v: int(v[0]) == 1),
-    ("mig_mode_pending", "mig_mode/pending_mig", _enabled, "nvmlDeviceGetMigMode", lambda v: int(v[1]) == 1),
+     "nvmlDeviceGetEnforcedPowerLimit", _watts_of_milliwatts),
+    ("mig_mode_current", "mig_mode/current_mig", _enabled, "nvmlDeviceGetMigMode", _is_one, (), 0),
+    ("mig_mode_pending", "mig_mode/pending_mig", _enabled, "nvmlDeviceGetMigMode", _is_one, (), 1),
     ("mig_devices", _mig_devices),
-    ("mig_device_count", lambda g, txt: None if g.find("mig_devices") is None else len(_mig_devices(g, txt))),
-    ("compute_mode", "compute_mode", str.lower, "nvmlDeviceGetComputeMode",
-     lambda v: COMPUTE_MODES.get(int(v), f"mode {int(v)}")),
-    ("processes", _processes, str, "nvmlDeviceGetComputeRunningProcesses",
-     lambda ps: [{"pid": int(p.pid), "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
-                 for p in ps]),
-    ("utilization_gpu", "utilization/gpu_util", _int_num, "nvmlDeviceGetUtilizationRates", lambda u: int(u.gpu)),
-    ("utilization_memory", "utilization/memory_util", _int_num, "nvmlDeviceGetUtilizationRates",
-     lambda u: int(u.memory)),
+    ("mig_device_count", _mig_device_count),
+    ("compute_mode", "compute_mode", str.lower, "nvmlDeviceGetComputeMode", _compute_mode),
+    ("processes", _processes, str, "nvmlDeviceGetComputeRunningProcesses", _nvml_processes),
+    ("utilization_gpu", "utilization/gpu_util", _int_num, "nvmlDeviceGetUtilizationRates", int, (), "gpu"),
+    ("utilization_memory", "utilization/memory_util", _int_num, "nvmlDeviceGetUtilizationRates", int, (), "memory"),
 ))
 
 
@@ -560,11 +611,11 @@ def parse_smi_xml(text: str) -> dict:
     if root.tag != "nvidia_smi_log":
         return {"error": f"not nvidia-smi XML (root element <{root.tag}>)", "gpus": []}
 
-    def txt(el, path) -> Optional[str]:
+    def txt(el: Element, path: str) -> Optional[str]:
         node = el.find(path)
         return None if node is None or node.text is None else node.text.strip()
 
-    def version(path) -> Optional[str]:
+    def version(path: str) -> Optional[str]:
         """A version nvidia-smi printed; None for its placeholders ("Not Found", "N/A")."""
         val = txt(root, path)
         return val if val and re.fullmatch(r"\d+(\.\d+)+", val) else None
@@ -580,10 +631,14 @@ def parse_smi_xml(text: str) -> dict:
     return out
 
 
-def _smi_gpu(g, index: int, txt) -> dict:
+def _smi_gpu(g: Element, index: int, txt: _Txt) -> dict:
     gpu = Section(index=index)
     for f in GPU_FIELDS:
-        val = txt(g, f.xml) if isinstance(f.xml, str) else f.xml(g, txt) if f.xml else None
+        val = None
+        if isinstance(f.xml, str):
+            val = txt(g, f.xml)
+        elif f.xml is not None:
+            val = f.xml(g, txt)
         if f.xml is None:
             gpu.unknown(f.name, "not in nvidia-smi -q output")
         elif val is not None and not isinstance(val, str):
@@ -811,10 +866,10 @@ def nvml_reason(exc: BaseException) -> str:
 
 
 class _Caller:
-    def __init__(self, nv):
+    def __init__(self, nv: Any):
         self.nv = nv
 
-    def __call__(self, name: str, *args) -> tuple[Any, Optional[str]]:
+    def __call__(self, name: str, *args: Any) -> tuple[Any, Optional[str]]:
         fn = getattr(self.nv, name, None)
         if fn is None:
             return None, f"the NVML binding has no {name}"
@@ -823,7 +878,7 @@ class _Caller:
         except Exception as exc:  # noqa: BLE001 - NVMLError and the binding's own failures
             return None, nvml_reason(exc)
 
-    def first(self, names, *args) -> tuple[Any, Optional[str]]:
+    def first(self, names: tuple[str, ...], *args: Any) -> tuple[Any, Optional[str]]:
         why = None
         for name in names:
             val, why = self(name, *args)
@@ -848,7 +903,7 @@ def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
         val, why = answers[names, f.args]
         if why is None:
             try:
-                val = f.from_nvml(val)
+                val = f.nvml_value(val)
             except Exception:  # noqa: BLE001 - an odd answer from an odd binding
                 why = f"unexpected answer from {names[0]}"
         if why is None:
@@ -858,7 +913,7 @@ def nvml_gpu(call: _Caller, index: int) -> tuple[Section, Any]:
     return g, h
 
 
-def _nvlinks(call: _Caller, h) -> list[dict]:
+def _nvlinks(call: _Caller, h: Any) -> list[dict]:
     """Active NVLinks of one GPU: [{link, remote_type, remote_address}]."""
     links = []
     for link in range(NVML_NVLINK_MAX_LINKS):
@@ -907,7 +962,7 @@ def nvml_topology(call: _Caller, gpus: list, handles: list) -> list[dict]:
     return pairs
 
 
-def nvml_facts(nv) -> dict:
+def nvml_facts(nv: Any) -> dict:
     """Everything NVML says, as plain data.  ``nv`` is pynvml or the fake."""
     call = _Caller(nv)
     out = Section()
@@ -938,7 +993,7 @@ def _start_nvml(host: Host) -> tuple[threading.Thread, dict]:
     an NVML call, and debtorch must be able to stop waiting for it."""
     box: dict = {}
 
-    def work():
+    def work() -> None:
         try:
             nv, reason = host.nvml()
             box["result"] = (None, reason) if nv is None else (nvml_facts(nv), None)
@@ -1004,7 +1059,7 @@ def smi_facts(host: Host, topology: bool) -> dict:
     return out
 
 
-def _smi_topology(topo_res, p2p_res, n: int) -> list[dict]:
+def _smi_topology(topo_res: CommandResult, p2p_res: CommandResult, n: int) -> list[dict]:
     matrix = parse_topo_matrix(topo_res.stdout) if topo_res.ok else {"cells": {}}
     p2p = parse_topo_matrix(p2p_res.stdout) if p2p_res.ok else {"cells": {}}
     pairs = []
@@ -1032,7 +1087,7 @@ def _smi_topology(topo_res, p2p_res, n: int) -> list[dict]:
 # ---------------------------------------------------------------------------
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     devices, reason = pci_devices(host)
     if devices is None:

@@ -6,7 +6,7 @@ import re
 import shlex
 from typing import Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 
@@ -51,7 +51,7 @@ def identify(os_release: dict, lsb: Optional[dict] = None) -> dict:
     also name their Ubuntu (``ubuntu_codename``), LMDE its Debian
     (``debian_codename``, DEBIAN_CODENAME).  ``id`` is lower case, as os-release(5)
     defines it (Deepin and UOS write "Deepin", "UOS").  Which Debian release this is
-    (or derives from) is the machine view's question (debtorch/machine.py), answered
+    (or derives from) is the machine view's question (debtorch/machine/system.py), answered
     from checks/debian.toml.
     """
     lsb = lsb or {}
@@ -128,7 +128,7 @@ def parse_glibc(text: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     text = host.try_read("/etc/os-release") or host.try_read("/usr/lib/os-release")
     lsb_text = host.try_read("/etc/lsb-release")

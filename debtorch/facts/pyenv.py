@@ -13,7 +13,7 @@ import json
 from typing import Optional
 
 from debtorch import versions
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import NOT_RECORDED, Host, meaningful_line
 from debtorch.probes import source
 
@@ -44,7 +44,7 @@ def wheel_version(installed: dict, prefix: str) -> Optional[str]:
     return next((installed[name] for name in sorted(installed) if name.startswith(prefix)), None)
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     python = host.program(ctx.options.python or host.default_python)
     sec["executable"] = python

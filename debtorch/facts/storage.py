@@ -7,7 +7,7 @@ import posixpath
 import re
 from typing import Optional
 
-from debtorch.facts import Section
+from debtorch.facts import Context, Section
 from debtorch.host import Host, Unavailable
 
 NETWORK_FS = {
@@ -159,7 +159,7 @@ def data_path(host: Host, path: str) -> dict:
     return sec
 
 
-def collect(host: Host, ctx) -> dict:
+def collect(host: Host, ctx: Context) -> dict:
     sec = Section()
     sec["nvme"] = nvme_controllers(host)
     sec["data"] = data_path(host, ctx.options.data) if ctx.options.data else None

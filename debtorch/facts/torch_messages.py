@@ -34,7 +34,7 @@ KINDS = (
 )
 
 
-def classify(text) -> Optional[tuple]:
+def classify(text: object) -> Optional[tuple[str, str]]:
     """(kind, the words matched) for the first of :data:`KINDS` found in ``text``:
     "no-driver", "driver-too-old", "init-failed", "no-kernel-image"; None when torch's
     words say none of these.  Never raises."""

@@ -6,12 +6,13 @@ answer, so that nodes that agree are one group and 1,000 nodes give a short repo
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from debtorch import fingerprint, hostlist
 from debtorch.findings import ERROR, INFO, Finding, Placed, finding, rank
-from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, SCHEMA, Node
+from debtorch.fleet.nodes import DIED, MALFORMED, MISSING, SCHEMA, Node, NodeFinding
 from debtorch.machine import Machine
 from debtorch.units import human_bytes
 
@@ -47,14 +48,14 @@ def _torch(m: Machine) -> Optional[str]:
 
 
 def _gpu_count(m: Machine) -> Optional[str]:
-    return None if not m.gpus_listed and m.has_nvidia_gpu is not False else str(len(m.compute_gpus))
+    return None if not m.gpus.listed and m.gpus.present is not False else str(len(m.gpus.compute))
 
 
 def _gpu_models(m: Machine) -> Optional[str]:
-    if not m.gpus_listed:
+    if not m.gpus.listed:
         return None
     # The kinds only: how many is fleet.E007's question.
-    return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.compute_gpus})) or "none usable"
+    return ", ".join(sorted({f"{g.name or 'GPU'} (cc {g.cc or '?'})" for g in m.gpus.compute})) or "none usable"
 
 
 def _size(path: str) -> Callable[[Machine], Optional[str]]:
@@ -131,17 +132,35 @@ def _distributed_env(m: Machine) -> dict:
             and not k.startswith("TORCHELASTIC_")}
 
 
+def answers(m: Machine) -> dict:
+    """A node's comparable answers without ``--tuned``: {aspect key: str or None, "env": {name: value}}."""
+    out: dict = {a.key: a.read(m) for a in ASPECTS}
+    out["env"] = _distributed_env(m) if m.section("env") else None
+    return out
+
+
+def tuned_answer(tuned: dict, node_fingerprint: dict) -> str:
+    """``--tuned``'s answer for a node: "matches", or "differs: " and what differs."""
+    diff = fingerprint.differences(tuned, node_fingerprint)
+    return "matches" if not diff else "differs: " + "; ".join(diff)
+
+
 def read(m: Machine, tuned: Optional[dict] = None) -> dict:
     """A node's comparable answers: {aspect key: str or None, "env": {name: value}, "tuned": ...}."""
-    out = {a.key: a.read(m) for a in ASPECTS}
-    out["env"] = _distributed_env(m) if m.section("env") else None
+    out = answers(m)
     if tuned is not None:
-        diff = fingerprint.differences(tuned, fingerprint.from_facts(m))
-        out["tuned"] = "matches" if not diff else "differs: " + "; ".join(diff)
+        out["tuned"] = tuned_answer(tuned, fingerprint.from_facts(m))
     return out
 
 
 # ---------------------------------------------------------------- findings
+
+
+@functools.lru_cache(maxsize=64)
+def compressed(names: tuple[str, ...]) -> str:
+    """``names`` as a Slurm host list (:func:`debtorch.hostlist.compress`), remembered: a report names
+    the same groups of 10,000 nodes in its text and its JSON."""
+    return hostlist.compress(names)
 
 
 @dataclass(frozen=True)
@@ -150,9 +169,13 @@ class Group:
 
     value: str
     nodes: tuple
+    fix: str = ""          # a node doctor's finding: the fix those nodes' doctors gave
 
     def to_json(self) -> dict:
-        return {"value": self.value, "count": len(self.nodes), "nodes": hostlist.compress(self.nodes)}
+        out = {"value": self.value, "count": len(self.nodes), "nodes": compressed(tuple(self.nodes))}
+        if self.fix:
+            out["fix"] = self.fix
+        return out
 
 
 @dataclass(frozen=True)
@@ -170,8 +193,9 @@ class FleetFinding(Placed):
         return out
 
 
-def _finding(id_: str, about: str, groups: Iterable[Group], section: str, **values) -> FleetFinding:
-    return FleetFinding(finding(id_, about, **values), tuple(groups), section)
+def _finding(id_: str, about: str, groups: Iterable[Group], section: str, fix: Optional[str] = None,
+             **values: Any) -> FleetFinding:
+    return FleetFinding(finding(id_, about, fix=fix, **values), tuple(groups), section)
 
 
 def _groups(pairs: Iterable[tuple]) -> list:
@@ -182,31 +206,77 @@ def _groups(pairs: Iterable[tuple]) -> list:
     return [Group(v, tuple(sorted(ns))) for v, ns in sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
-def _difference(a: Aspect, nodes: list) -> Optional[FleetFinding]:
-    pairs = [(n.name, n.values.get(a.key)) for n in nodes if n.values.get(a.key) is not None]
-    groups = _groups(pairs)
-    if len(groups) < 2:
+@dataclass(frozen=True)
+class Kind:
+    """Nodes that answered alike (the same answers and the same doctor findings): the comparison
+    works on kinds, so that 10,000 identical nodes cost one kind and a list of names."""
+
+    values: dict
+    findings: tuple[NodeFinding, ...]
+    names: tuple[str, ...]          # in the order the nodes were given
+    order: tuple[int, ...]          # their places in that order
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
+
+
+def kinds(nodes: list[Node]) -> list[Kind]:
+    """The nodes' kinds, in the order of their first node.  Nodes that share their ``values`` and
+    ``findings`` objects (gathered digests) are grouped without looking inside them."""
+    seen: dict[tuple[int, int], tuple] = {}
+    members: dict[tuple, list[int]] = {}
+    first: dict[tuple, Node] = {}
+    for i, n in enumerate(nodes):
+        ident = (id(n.values), id(n.findings))
+        key = seen.get(ident)
+        if key is None:
+            key = (tuple((k, _frozen(v)) for k, v in sorted(n.values.items())), n.findings)
+            seen[ident] = key
+        members.setdefault(key, []).append(i)
+        first.setdefault(key, n)
+    return [Kind(first[key].values, first[key].findings, tuple(nodes[i].name for i in order), tuple(order))
+            for key, order in members.items()]
+
+
+def _kind_groups(pairs: Iterable[tuple[Kind, Any]]) -> list[Group]:
+    """[(kind, value)] -> Groups of node names, the largest first (ties: by value)."""
+    by_value: dict = {}
+    for kind, value in pairs:
+        by_value.setdefault(value, []).extend(kind.names)
+    return [Group(v, tuple(sorted(ns))) for v, ns in sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+def _difference(a: Aspect, found: list[Kind]) -> Optional[FleetFinding]:
+    pairs = [(k, k.values.get(a.key)) for k in found if k.values.get(a.key) is not None]
+    if len({v for _, v in pairs}) < 2:
         return None
-    return _finding(a.id, a.title, groups, a.section, what=a.title, values=len(groups), nodes=len(pairs))
+    groups = _kind_groups(pairs)
+    return _finding(a.id, a.title, groups, a.section, what=a.title, values=len(groups),
+                    nodes=sum(len(k.names) for k, _ in pairs))
 
 
-def _env_differences(nodes: list) -> list:
-    known = [n for n in nodes if n.values.get("env") is not None]
-    names = sorted({k for n in known for k in n.values["env"]})
+def _env_differences(found: list[Kind]) -> list[FleetFinding]:
+    known = [k for k in found if k.values.get("env") is not None]
+    names = sorted({var for k in known for var in k.values["env"]})
+    count = sum(len(k.names) for k in known)
     out = []
     for var in names:
-        groups = _groups((n.name, n.values["env"].get(var, "(unset)")) for n in known)
-        if len(groups) > 1:
-            out.append(_finding(ENV_ID, var, groups, "consistency", what=var, values=len(groups), nodes=len(known)))
+        if len({k.values["env"].get(var, "(unset)") for k in known}) > 1:
+            groups = _kind_groups((k, k.values["env"].get(var, "(unset)")) for k in known)
+            out.append(_finding(ENV_ID, var, groups, "consistency", what=var, values=len(groups), nodes=count))
     return out
 
 
-def _tuned(nodes: list, path: str) -> list:
-    pairs = [(n.name, n.values.get("tuned")) for n in nodes if n.values.get("tuned") is not None]
-    bad = [(name, v) for name, v in pairs if v != "matches"]
+def _tuned(found: list[Kind], path: str) -> list[FleetFinding]:
+    pairs = [(k, k.values.get("tuned")) for k in found if k.values.get("tuned") is not None]
+    bad = sum(len(k.names) for k, v in pairs if v != "matches")
     if not bad:
         return []
-    return [_finding(TUNED_ID, path, _groups(pairs), "consistency", path=path, count=len(bad), nodes=len(pairs))]
+    return [_finding(TUNED_ID, path, _kind_groups(pairs), "consistency", path=path, count=bad,
+                     nodes=sum(len(k.names) for k, _ in pairs))]
 
 
 def _status(nodes: list, timeout: Optional[float]) -> list:
@@ -224,22 +294,50 @@ def _status(nodes: list, timeout: Optional[float]) -> list:
     return out
 
 
-def _doctors(nodes: list, fired: set) -> list:
-    """One finding per doctor id at warning or error level, with the nodes that have it."""
+def _message_and_fix(g: Group) -> Group:
+    """A group of a node doctor's finding, by (message, fix), as a Group of the message with its fix."""
+    pair: Any = g.value
+    return Group(pair[0], g.nodes, pair[1])
+
+
+def _doctor_fix(fixes: dict[str, int]) -> Optional[str]:
+    """What a node doctor's finding says to do, as the fleet shows it: the fix its nodes' doctors
+    gave ({fix: nodes}; the one most of them gave when they differ, with a note); None when none
+    gave one."""
+    given = sorted(((-n, fix) for fix, n in fixes.items() if fix))
+    if not given:
+        return None
+    if len(given) == 1:
+        return given[0][1]
+    return f"{given[0][1]}\n(on {_plural_nodes(-sum(n for n, _ in given[1:]))} the doctor gives another fix: --json lists each)"
+
+
+def _plural_nodes(n: int) -> str:
+    return f"{n} node{'' if n == 1 else 's'}"
+
+
+def _doctors(found: list[Kind], nodes: int, fired: set) -> list[FleetFinding]:
+    """One finding per doctor id at warning or error level, with the nodes that have it, and the
+    fix the nodes' own doctors gave."""
     covered = {i for fid, ids in COVERED.items() if fid in fired for i in ids}
     by_id: dict = {}
-    for n in nodes:
-        for fid, level, message in n.findings:
-            if level == INFO or fid in covered:
+    for k in found:
+        for f in k.findings:
+            if f.level == INFO or f.id in covered:
                 continue
-            entry = by_id.setdefault(fid, {"level": level, "pairs": []})
-            entry["pairs"].append((n.name, message))
+            entry = by_id.setdefault(f.id, {"level": f.level, "pairs": [], "kinds": {}, "fixes": {}})
+            entry["pairs"].append((k, (f.message, f.fix)))
+            if id(k) not in entry["kinds"]:
+                entry["kinds"][id(k)] = len(k.names)
+            entry["fixes"][f.fix] = entry["fixes"].get(f.fix, 0) + len(k.names)
     out = []
     for fid, entry in sorted(by_id.items(), key=lambda kv: (-rank(kv[1]["level"]), kv[0])):
-        count = len({name for name, _ in entry["pairs"]})
         level = entry["level"]
-        out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", fid, _groups(entry["pairs"]), "doctor",
-                            doctor_id=fid, count=count, nodes=len(nodes)))
+        # A group per message and fix: the JSON says which nodes' doctors gave which fix.
+        groups = [_message_and_fix(g) for g in _kind_groups(entry["pairs"])]
+        out.append(_finding("fleet.E009" if level == ERROR else "fleet.W015", fid, groups, "doctor",
+                            fix=_doctor_fix(entry["fixes"]), doctor_id=fid, count=sum(entry["kinds"].values()),
+                            nodes=nodes))
     return out
 
 
@@ -251,6 +349,7 @@ class Summary:
     nodes: list                                       # every Node (not only those compared)
     findings: list = field(default_factory=list)      # FleetFinding, report order
     identical: list = field(default_factory=list)     # [(names, differing aspect titles)], largest first
+    skipped: list = field(default_factory=list)       # offline: files that are no node's document (Skipped)
 
     @property
     def compared(self) -> list:
@@ -264,49 +363,54 @@ class Summary:
         return 1 if any(rank(f.level) >= rank(fail_on) for f in self.findings) else 0
 
 
-def _identity(nodes: list, findings: list) -> list:
+def _identity(found: list[Kind]) -> list:
     """Nodes grouped by everything compared: [(names, titles where the group differs from the largest)]."""
     keys = [a.key for a in ASPECTS] + ["tuned"]
 
-    def signature(n: Node) -> tuple:
-        env = n.values.get("env") or {}
-        return (tuple(n.values.get(k) for k in keys), tuple(sorted(env.items())),
-                tuple(sorted({(f[0], f[1]) for f in n.findings if f[1] != INFO})))
+    def signature(k: Kind) -> tuple:
+        env = k.values.get("env") or {}
+        return (tuple(k.values.get(key) for key in keys), tuple(sorted(env.items())),
+                tuple(sorted({(f.id, f.level) for f in k.findings if f.level != INFO})))
 
     by_sig: dict = {}
-    for n in nodes:
-        by_sig.setdefault(signature(n), []).append(n)
-    groups = sorted(by_sig.values(), key=lambda g: (-len(g), g[0].name))
+    for k in found:
+        by_sig.setdefault(signature(k), []).append(k)
+    groups = []
+    for same in by_sig.values():
+        members = sorted((i, name) for k in same for i, name in zip(k.order, k.names))
+        groups.append(([name for _, name in members], same[0]))
+    groups.sort(key=lambda g: (-len(g[0]), g[0][0]))
     if not groups:
         return []
-    ref = groups[0][0]
+    ref = groups[0][1]
     titles = {a.key: a.title for a in ASPECTS}
     out = []
-    for g in groups:
-        n = g[0]
-        what = [titles.get(k, k) for k in keys if n.values.get(k) != ref.values.get(k)]
-        env, ref_env = n.values.get("env") or {}, ref.values.get("env") or {}
-        what += sorted(k for k in set(env) | set(ref_env) if env.get(k) != ref_env.get(k))
-        if signature(n)[2] != signature(ref)[2]:
+    for names, k in groups:
+        what = [titles.get(key, key) for key in keys if k.values.get(key) != ref.values.get(key)]
+        env, ref_env = k.values.get("env") or {}, ref.values.get("env") or {}
+        what += sorted(var for var in set(env) | set(ref_env) if env.get(var) != ref_env.get(var))
+        if signature(k)[2] != signature(ref)[2]:
             what.append("doctor findings")
-        out.append(([x.name for x in g], what))
+        out.append((names, what))
     return out
 
 
 def summarise(nodes: list, expected: Optional[int] = None, timeout: Optional[float] = None,
               tuned_path: Optional[str] = None, extra: Iterable[FleetFinding] = ()) -> Summary:
-    """Every fleet finding about ``nodes`` (:class:`~debtorch.fleet.nodes.Node`), in report order."""
+    """Every fleet finding about ``nodes`` (:class:`~debtorch.fleet.nodes.Node`), in report order.
+    The work is linear in the nodes: they are compared as kinds (:func:`kinds`)."""
     ok = [n for n in nodes if n.ok]
+    found_kinds = kinds(ok)
     found = _status(nodes, timeout)
     for a in ASPECTS:
-        if f := _difference(a, ok):
+        if f := _difference(a, found_kinds):
             found.append(f)
-    found += _env_differences(ok)
+    found += _env_differences(found_kinds)
     if tuned_path:
-        found += _tuned(ok, tuned_path)
-    found += _doctors(ok, {f.id for f in found})
+        found += _tuned(found_kinds, tuned_path)
+    found += _doctors(found_kinds, len(ok), {f.id for f in found})
     found += list(extra)
     order = {s: i for i, (s, _) in enumerate(SECTIONS)}
     found.sort(key=lambda f: (order.get(f.section, 99), -rank(f.level), f.id, f.finding.about))
     return Summary(expected=expected if expected is not None else len(nodes), nodes=list(nodes), findings=found,
-                   identical=_identity(ok, found))
+                   identical=_identity(found_kinds))

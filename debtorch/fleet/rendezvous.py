@@ -117,6 +117,14 @@ def _loopback(addr: str) -> bool:
         return False
 
 
+def _unspecified(addr: str) -> bool:
+    """0.0.0.0 or ::, which a socket bound to listens on every interface."""
+    try:
+        return ipaddress.ip_address(addr).is_unspecified
+    except ValueError:
+        return False
+
+
 def listen_address(rdzv: Rendezvous, resolve: Callable[[str], list]) -> tuple:
     """(address, note): where rank 0's store listens.  The address MASTER_ADDR resolves to here;
     every interface ("") only when a name resolves to loopback here in a job that spans nodes
@@ -125,6 +133,10 @@ def listen_address(rdzv: Rendezvous, resolve: Callable[[str], list]) -> tuple:
         addrs = [a for a in resolve(rdzv.addr) if a]
     except Exception:  # noqa: BLE001 - the store then says it cannot listen there, in one line
         return rdzv.addr, ""
+    if addrs and _unspecified(addrs[0]):
+        return addrs[0], (f"MASTER_ADDR={rdzv.addr} is every address: the store listens on every interface, "
+                          "where any host that reaches this node can write into it (set MASTER_ADDR to this "
+                          "node's address on the job's network; docs/security.md)")
     if not addrs or not _loopback(addrs[0]) or rdzv.local:
         return (addrs[0] if addrs else rdzv.addr), ""
     return "", (f"MASTER_ADDR={rdzv.addr} is {addrs[0]} on this node: the store listens on every interface "
@@ -135,6 +147,9 @@ def load_secret(environ: Mapping, path: Optional[str]) -> Optional[bytes]:
     """The fleet's shared secret: ``--secret-file PATH`` (a regular file of this user that nobody
     else may read, as ssh asks of a key) or $DEBTORCH_FLEET_SECRET; None when neither is given."""
     where = f"--secret-file {path}" if path else FLEET_SECRET
+    if not path and FLEET_SECRET in environ and not str(environ[FLEET_SECRET]).strip():
+        # Set but blank ($(cat a-missing-file), a quoting slip): never run unsigned without a word.
+        raise RendezvousError(f"{FLEET_SECRET} is set but blank: give the secret, or unset it to run unsigned")
     try:
         text = (inputs.read_bytes(path, SECRET_BYTES[1], owner_only=True) if path
                 else os.fsencode(str(environ.get(FLEET_SECRET) or ""))).strip()

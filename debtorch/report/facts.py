@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, Optional
 
 from debtorch.machine import Machine
 from debtorch.report import Format
@@ -28,7 +28,7 @@ def _unknown(sec: dict, name: str) -> str:
     return f"unknown ({reason})" if reason else "unknown"
 
 
-def _val(sec: dict, name: str, fmt=show_value) -> str:
+def _val(sec: dict, name: str, fmt: Callable[[Any], str] = show_value) -> str:
     v = sec.get(name)
     return _unknown(sec, name) if v is None else fmt(v)
 
@@ -108,8 +108,8 @@ def facts_lines(doc: dict) -> list[str]:
         if not d.get("exists"):
             row("data", f"{d.get('path')}: does not exist")
         else:
-            kind = "network" if d.get("network") else ("rotational" if d.get("rotational") else ("SSD" if d.get("rotational") is False else "disk type unknown"))
-            row("data", f"{d.get('path')} on {d.get('mount_point')} ({d.get('fstype')}, {kind}), {human_bytes(d.get('free_bytes'))} free")
+            row("data", f"{d.get('path')} on {d.get('mount_point')} ({d.get('fstype')}, {_disk_kind(d)}), "
+                        f"{human_bytes(d.get('free_bytes'))} free")
 
     n = doc.get("nvidia") or {}
     head("NVIDIA")
@@ -154,7 +154,12 @@ def facts_lines(doc: dict) -> list[str]:
         row("interfaces", f"unknown ({net.unknown})")
     for i in net.interfaces or ():
         speed = f", {i.speed_mbps / 1000:g} Gb/s" if i.speed_mbps else ""
-        addrs = ", ".join(i.addresses) if i.addresses else ("no address" if i.addresses is not None else "addresses unknown")
+        if i.addresses:
+            addrs = ", ".join(i.addresses)
+        elif i.addresses is None:
+            addrs = "addresses unknown"
+        else:
+            addrs = "no address"
         row(i.name, f"{'up' if i.up else 'down'} ({i.operstate or '?'}), MTU {i.mtu}{speed}, {i.link_type or '?'}; {addrs}")
     for p in net.ib_ports:
         row(p.label, f"{p.state or '?'} ({p.phys_state or '?'}), {p.rate or 'rate unknown'}, {p.link_layer or '?'}")
@@ -182,25 +187,40 @@ def facts_lines(doc: dict) -> list[str]:
     return lines
 
 
+def _disk_kind(d: dict) -> str:
+    """What the data folder's disk is: "network", "rotational", "SSD" or "disk type unknown"."""
+    if d.get("network"):
+        return "network"
+    if d.get("rotational"):
+        return "rotational"
+    if d.get("rotational") is False:
+        return "SSD"
+    return "disk type unknown"
+
+
 def _kv(label: str, value: str) -> str:
     return f"{label:<22} {value}"
 
 
 def _link(d: dict, prefix: str = "") -> str:
     """'PCIe gen4 x16 (max gen4 x16)' from *current_gen/width and *max_gen/width fields."""
-    def part(which):
+    def part(which: str) -> str:
         gen = d.get(f"{prefix}{which}_gen")
         width = d.get(f"{prefix}{which}_width")
         return f"gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
     return f"PCIe {part('current')} (max {part('max')})"
 
 
-def _gpu_value(g: dict, name: str, fmt=show_value) -> str:
+def _gpu_value(g: dict, name: str, fmt: Callable[[Any], str] = show_value) -> str:
     v = g.get(name)
-    if v is None:
-        reason = (g.get("unknown") or {}).get(name)
-        return "n/a" if reason == "not supported" else ("?" if not reason else f"? ({reason})")
-    return fmt(v)
+    if v is not None:
+        return fmt(v)
+    reason = (g.get("unknown") or {}).get(name)
+    if reason == "not supported":
+        return "n/a"
+    if not reason:
+        return "?"
+    return f"? ({reason})"
 
 
 def nvidia_lines(n: dict) -> list[str]:
@@ -226,8 +246,10 @@ def nvidia_lines(n: dict) -> list[str]:
     km = n.get("kernel_module")
     out.append(_kv("kernel module", f"{km['version']} ({km['flavor']})" if km else _unknown(n, "kernel_module")))
     mods = n.get("modules")
-    out.append(_kv("loaded modules", ", ".join(sorted(mods)) or "none of interest" if mods is not None
-                   else _unknown(n, "modules")))
+    if mods is None:
+        out.append(_kv("loaded modules", _unknown(n, "modules")))
+    else:
+        out.append(_kv("loaded modules", ", ".join(sorted(mods)) or "none of interest"))
     bl = n.get("blacklisted") or []
     if bl:
         out.append(_kv("blacklisted", "; ".join(f"{b['module']} ({b['how']}, {b['file']})" for b in bl)))
@@ -237,9 +259,11 @@ def nvidia_lines(n: dict) -> list[str]:
         out.append(_kv("Secure Boot", boot))
     if n.get("module_files"):
         key = n.get("dkms_mok_key") or {}
-        enrolled = key.get("enrolled")
-        keytxt = ("no DKMS signing key" if not key.get("exists") else
-                  f"DKMS key {key.get('path')} " + {True: "enrolled", False: "NOT enrolled", None: "(enrolment unknown)"}[enrolled])
+        if key.get("exists"):
+            enrolled = {True: "enrolled", False: "NOT enrolled", None: "(enrolment unknown)"}[key.get("enrolled")]
+            keytxt = f"DKMS key {key.get('path')} {enrolled}"
+        else:
+            keytxt = "no DKMS signing key"
         out.append(_kv("module files", f"{len(n['module_files'])} ({'DKMS' if n.get('dkms_module') else 'not DKMS'}); {keytxt}"))
     usv = n.get("userspace_driver_version")
     out.append(_kv("user-space driver", usv if usv else _unknown(n, "userspace_driver_version")))
@@ -310,10 +334,11 @@ def cuda_lines(cu: dict) -> list[str]:
         bits.append(f"/usr/local/cuda -> {home['usr_local_cuda']}")
     out.append(_kv("CUDA_HOME", "; ".join(bits) or "not set"))
 
-    def copies(items):
-        # A versioned file that another listed name links to is the same copy: show the name.
+    def copies(items: Optional[list[dict]]) -> str:
+        """The copies of a library, each once: a versioned file another listed name links to is the
+        same copy (the name is shown)."""
         targets = {c.get("real_path") for c in items or [] if c.get("real_path") != c.get("path")}
-        seen = []
+        seen: list[str] = []
         for c in items or []:
             if c.get("path") in targets:
                 continue

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from debtorch import hostlist
 from debtorch.findings import ERROR, INFO, WARNING
 from debtorch.fleet import probe as fleet_probe
-from debtorch.fleet.compare import SECTIONS, Summary
+from debtorch.fleet.compare import SECTIONS, Summary, compressed
 from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
 
@@ -24,7 +23,7 @@ MAX_NAMES = 120      # characters of a compressed node list in the text view
 
 
 def _names(names) -> str:
-    text = hostlist.compress(names)
+    text = compressed(tuple(names))
     return text if len(text) <= MAX_NAMES else text[: MAX_NAMES - 3].rsplit(",", 1)[0] + ",..."
 
 
@@ -79,7 +78,9 @@ def lines(s: Summary, marks: dict, verbose: bool = False, probe_lines: Optional[
                 out.append(Line(f"        ... {len(f.groups) - MAX_GROUPS} more values on {plural(more, 'node')} "
                                 "(--json lists them)"))
             if f.finding.fix:
-                out.append(Line(f"      fix: {f.finding.fix}"))
+                first, *rest = f.finding.fix.splitlines()
+                out.append(Line(f"      fix: {first}"))
+                out.extend(Line(f"           {more}") for more in rest)
     out.append(Line(""))
     errors, warnings = s.count(ERROR), s.count(WARNING)
     if errors or warnings:
@@ -98,7 +99,7 @@ def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
         nodes={
             "expected": s.expected,
             "compared": len(s.compared),
-            "groups": [{"count": len(names), "nodes": hostlist.compress(names), "differs_in": what}
+            "groups": [{"count": len(names), "nodes": compressed(tuple(names)), "differs_in": what}
                        for names, what in s.identical],
             "not_compared": [{"name": n.name, "rank": n.rank, "status": n.status, "detail": n.detail}
                              for n in s.nodes if not n.ok],
@@ -108,6 +109,8 @@ def to_json(s: Summary, fail_on: str, probe: Optional[dict] = None) -> dict:
     )
     if probe is not None:
         out["probe"] = probe
+    if s.skipped:
+        out["skipped"] = [x.to_json() for x in s.skipped]
     return out
 
 

@@ -21,17 +21,20 @@ import functools
 import ipaddress
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
-from debtorch import knowledge
+from debtorch import knowledge, urlsecrets
 from debtorch.report.console import Line, Table
+
+if TYPE_CHECKING:   # for the annotations only: the doctor's checks are not imported by every command
+    from debtorch.doctor import Report
 
 UUID_RE = re.compile(r"\b(?:GPU-|MIG-)?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 MAC_RE = re.compile(r"\b[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(?:\1[0-9a-fA-F]{2}){4}\b")  # 00:1b:.. or 00-1B-..
 # A network filesystem's server: "nas.example.org:/export" (NFS), "//nas/share" (CIFS).
 NET_SOURCE_RE = re.compile(r"^(?:\[([^\]]+)\]|([^\s:/\[\]]+)):/|^//([^/\s]+)/")
 NET_HOST_RE = re.compile(r"(?<![\w.@/-])([A-Za-z0-9][\w-]*(?:\.[\w-]+)+)(?=:/)")
-URL_USERINFO_RE = re.compile(r"(?<=://)[^/\s@]+@")  # https://user:token@index.example/simple
+URL_USERINFO_RE = urlsecrets.USERINFO  # https://user:token@index.example/simple
 IPV4_RE = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
 IPV6_CANDIDATE = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 HOME_RE = re.compile(r"(/home/|/Users/|C:\\\\Users\\\\|C:\\Users\\)([^/\\\s'\"]+)")
@@ -174,7 +177,7 @@ class Redactor:
             else:
                 s = _whole(value).sub(self.tokens[value], s)
             folded = s.lower()
-        s = URL_USERINFO_RE.sub("CREDENTIALS@", s)
+        s = urlsecrets.scrub(s)     # a URL's credentials and token-like parameters
         s = UUID_RE.sub(lambda m: self.token("UUID", m.group(0)), s)
         s = MAC_RE.sub(lambda m: self.token("MAC", m.group(0).replace("-", ":")), s)
         s = NET_HOST_RE.sub(lambda m: m.group(0) if IPV4_RE.fullmatch(m.group(1)) else self.token("HOST", m.group(1)), s)
@@ -215,8 +218,8 @@ class Redactor:
             return {self.text(k) if isinstance(k, str) else k: self.walk(v, str(k)) for k, v in obj.items()}
         if isinstance(obj, list):
             return [self.walk(v, key) for v in obj]
-        if isinstance(obj, tuple):
-            return tuple(self.walk(v, key) for v in obj)
+        if isinstance(obj, tuple):   # a finding's frozen facts: the same kind of tuple back (findings.FrozenDict)
+            return type(obj)(self.walk(v, key) for v in obj)
         if isinstance(obj, str):
             return self.text(obj, names=bool(SECRET_KEYS.get(key) or SECRET_KEYS.get(key.lower())))
         return obj
@@ -225,11 +228,11 @@ class Redactor:
 class Redacted:
     """``view`` with every line, table cell, JSON field (keys included) and shell line redacted."""
 
-    def __init__(self, view, redactor: Redactor):
+    def __init__(self, view: Any, redactor: Redactor):   # any command's view (debtorch/report/__init__.py)
         self.view, self.r = view, redactor
         self.formats = view.formats
 
-    def lines(self) -> list:
+    def lines(self) -> list[Union[Line, Table]]:
         out: list[Union[Line, Table]] = []
         for item in self.view.lines():
             if isinstance(item, Table):
@@ -246,7 +249,8 @@ class Redacted:
         return self.r.text(self.view.env())
 
 
-def redact_report(facts: dict, report, site_files=(), r: Optional[Redactor] = None):
+def redact_report(facts: dict, report: Report, site_files: Iterable[str] = (),
+                  r: Optional[Redactor] = None) -> tuple[dict, Report, list[str]]:
     """(redacted facts, redacted report, redacted site config paths): both views are
     rendered from these (the paths may name a home folder).  ``r``: a Redactor that
     already learned ``facts``."""

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional, Union
 
 from debtorch.budget import Budget, Where, seconds_problem, still_starting, too_small
 from debtorch.host import Host, LiveHost
-from debtorch.machine import Machine
+from debtorch.machine import Machine, oldest_cc
 from debtorch.train.device import Device
 from debtorch.train.result import LoadedWorkload, TrialResult
 from debtorch.train.runner import TrainingWorker, start_and_load
@@ -88,7 +88,7 @@ def precisions_for(rec: Recommendation, facts: Union[Machine, dict[str, Any]]) -
     if rec.device.simulated:
         return ["fp32"]  # no model runs
     if rec.device.is_cuda:
-        cc = Machine.oldest_cc(m.compute_gpus)
+        cc = oldest_cc(m.gpus.compute)
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
         return ["fp32", "fp16"] if cc and cc >= (7, 0) else ["fp32"]

@@ -15,7 +15,7 @@ from typing import Any, Optional, Union
 
 from debtorch.budget import count_problem
 from debtorch.findings import catalogue
-from debtorch.machine import Machine
+from debtorch.machine import Machine, oldest_cc
 from debtorch.train.device import CPU, CUDA, Device
 from debtorch.train.settings import COUNT_MAX, PROCESS_MAX, Settings
 from debtorch.tune import prescribe
@@ -189,7 +189,7 @@ def recommend(facts: Union[Machine, dict[str, Any]], request: Optional[Request] 
 
 
 def _device(rec: Recommendation, m: Machine, req: Request) -> None:
-    gpus = m.compute_gpus
+    gpus = m.gpus.compute
     if req.device is not None:
         rec.device = req.device
         if req.device.is_cuda and not gpus:
@@ -220,11 +220,11 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
     if rec.device.simulated and (req.nproc or 1) > 1:
         raise RequestError("a simulated accelerator is one device: --nproc 1")
     if rec.device.accelerator:
-        nproc = req.nproc or max(1, len(m.compute_gpus))
+        nproc = req.nproc or max(1, len(m.gpus.compute))
         if req.nproc:
-            text = f"--nproc {nproc} asked ({len(m.compute_gpus)} usable GPUs in nvidia.gpus)"
-        elif m.compute_gpus and rec.device.is_cuda:
-            text = f"one DDP process per usable GPU: {len(m.compute_gpus)} x {m.gpu_names} (nvidia.gpus)"
+            text = f"--nproc {nproc} asked ({len(m.gpus.compute)} usable GPUs in nvidia.gpus)"
+        elif m.gpus.compute and rec.device.is_cuda:
+            text = f"one DDP process per usable GPU: {len(m.gpus.compute)} x {m.gpus.names} (nvidia.gpus)"
         elif rec.device.simulated:
             text = "one simulated accelerator: one process"
         else:
@@ -471,9 +471,9 @@ def _pinned(rec: Recommendation, m: Machine) -> None:
 
 def _precision(rec: Recommendation, m: Machine) -> None:
     """tune.R010-R016."""
-    cc = Machine.oldest_cc(m.compute_gpus)
+    cc = oldest_cc(m.gpus.compute)
     if rec.device.is_cuda:
-        cc_text = f"{m.gpu_names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
+        cc_text = f"{m.gpus.names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
         if cc and cc >= (8, 0):
             rec.set("precision", "bf16", "tune.R010", f"{cc_text}: native bf16, fp32's range, no gradient scaler")
             rec.set("tf32", True, "tune.R015", f"{cc_text}: fp32 matmuls and convolutions on TF32 tensor cores "
@@ -513,7 +513,7 @@ def _no_model(rec: Recommendation) -> None:
 
 def _kernels(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R017-R019."""
-    cc = Machine.oldest_cc(m.compute_gpus)
+    cc = oldest_cc(m.gpus.compute)
     if req.model == "conv" and rec.device.is_cuda and cc and cc >= (7, 0):
         rec.set("channels_last", True, "tune.R017", f"convolutional model on compute capability {cc[0]}.{cc[1]}: "
                 "tensor cores run NHWC convolutions without transposes")
@@ -560,14 +560,14 @@ def _nccl(rec: Recommendation, m: Machine) -> None:
     """tune.R021: NCCL hints from the topology."""
     if not rec.device.is_cuda or rec.settings.nproc < 2:
         return
-    bad = m.p2p_problems
+    bad = m.gpus.p2p_problems
     if bad:
         a, b, status = bad[0]
         more = f" and {len(bad) - 1} more pair(s)" if len(bad) > 1 else ""
         rec.hint("NCCL_P2P_DISABLE", "1", "tune.R021",
                  f"GPU {a}<->{b} peer-to-peer is {status} (nvidia.topology p2p_read){more}: "
                  "NCCL would hang on P2P; copy through host memory")
-    elif not m.p2p:
+    elif not m.gpus.p2p:
         rec.notes.append("peer-to-peer status unknown (nvidia.topology): if DDP hangs at the first "
                          "all-reduce, try NCCL_P2P_DISABLE=1 (see `debtorch doctor`)")
 

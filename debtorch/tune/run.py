@@ -58,7 +58,7 @@ def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
         what = "--measure" if options.search else "--workload"
         if host is None or not host.live:
             raise measure.MeasureUsageError(f"{what} needs this machine, not a recorded or saved one")
-        if request.device is not None and request.device.is_cuda and not Machine.from_facts(facts).compute_gpus:
+        if request.device is not None and request.device.is_cuda and not Machine.from_facts(facts).gpus.compute:
             raise measure.MeasureUsageError(f"--device {request.device} {what} needs a GPU on this machine; the "
                                             "facts list none")
         before = loadavg.read(host)
