@@ -25,9 +25,8 @@ if TYPE_CHECKING:   # the rules import this module (the config's bounds): a type
 
 SCHEMA_VERSION = 1
 
-# The settings' tables (each setting's is declared with it, debtorch.train.settings): TABLES (table ->
-# its fields, in the file's order), TABLE_OF (field -> table) and UNSET (what a setting left out means).
-__all__ = ["TABLES", "TABLE_OF", "UNSET"]
+# The settings' tables come from their declarations (debtorch.train.settings): TABLES (table -> its fields,
+# in the file's order), TABLE_OF (field -> table) and UNSET (what a setting left out means).
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 

@@ -45,7 +45,6 @@ from debtorch.verify.results import (
 if TYPE_CHECKING:   # the plan and what it measured are made where the plan runs, which imports this module
     from debtorch.verify.measure import Measured, Plan
 
-__all__ = ["ARMS", "BASELINE", "TUNED", "TUNED_BARE", "TUNED_SYNC", "BASELINE_BOUND", "TUNED_BOUND"]
 
 SMOOTH = 5            # steps in a running mean (the engine's time-to-target uses the same)
 LOSS_TOL_REL = 0.10   # AMP may trail fp32 by 10% of fp32's running-mean loss ...
