@@ -245,9 +245,10 @@ def verify_runs(args) -> dict:
 
 
 def tune_runs(args) -> dict:
+    from debtorch.train.device import CPU  # noqa: E402
     from debtorch.tune.measure import EngineTrials, Trialer  # noqa: E402  (starts a worker: only here)
     from debtorch.verify.measure import QUICK_OPTIONS  # noqa: E402
-    engine = EngineTrials(args.workload, "cpu", args.python,
+    engine = EngineTrials(args.workload, CPU, args.python,
                           options=QUICK_OPTIONS.get(args.workload) if args.small else None)
     runs = []
     try:

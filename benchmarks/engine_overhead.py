@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from debtorch.facts.cpu import parse_cpuinfo  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
+from debtorch.train.device import Device  # noqa: E402
 from debtorch.train.runner import TrainingWorker  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.transport.client import worker_python  # noqa: E402
@@ -136,7 +137,7 @@ def main() -> int:
     with TrainingWorker(python, timeout=900) as w:
         info = w.info()
         out["machine"].update(torch=info["torch"], python=info["python_version"])
-        w.load(args.workload, device=args.device)
+        w.load(args.workload, device=Device.parse(args.device))
         runs = {label: {"instrumented": [], "bare": [], "between_steps": []} for label in CASES}
         # Round-robin over the cases, ABBA within each pair, so that drift in
         # the machine's load falls on every case and both modes alike.
@@ -145,9 +146,9 @@ def main() -> int:
                 order = ["instrumented", "bare"] if r % 2 == 0 else ["bare", "instrumented"]
                 for mode in order:
                     res = w.trial(settings, steps=args.steps, warmup=args.warmup, mode=mode, seed=r)
-                    runs[label][mode].append(res["samples_per_s"])
+                    runs[label][mode].append(res.samples_per_s)
                     if mode == "instrumented":
-                        runs[label]["between_steps"].append(res["overhead_s"] / res["wall_s"])
+                        runs[label]["between_steps"].append(res.overhead_s / res.wall_s)
                 print(f"{label}: pair {r + 1}/{args.repeats}: instrumented {runs[label]['instrumented'][-1]:.1f}, "
                       f"bare {runs[label]['bare'][-1]:.1f} samples/s, load {loadavg(host)}", file=sys.stderr)
         for label, settings in CASES.items():

@@ -49,10 +49,11 @@ from tune_bench import Gated, Quiet, loader_rate, log  # noqa: E402
 
 from debtorch import facts as facts_mod  # noqa: E402
 from debtorch import stats  # noqa: E402
-from debtorch.cli.shared import sim_device  # noqa: E402
+from debtorch.cli.shared import parse_device  # noqa: E402
 from debtorch.doctor import Context, diagnose  # noqa: E402
 from debtorch.facts import dataread  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
+from debtorch.train.device import Device  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune import rules  # noqa: E402
 from debtorch.tune.measure import EngineTrials, Trialer  # noqa: E402
@@ -108,7 +109,7 @@ def rate_here(args: argparse.Namespace, quiet: Quiet) -> float:
 def calibrated(args: argparse.Namespace, out: Path, quiet: Quiet) -> dict:
     before = load_line()
     one = args.loader_rate or rate_here(args, quiet)
-    spec = sim_device(f"sim:{args.factor * one:.0f}")
+    spec = str(parse_device(f"sim:{args.factor * one:.0f}"))
     log(f"one loader process: {one:.1f} samples/s; the device: {spec}")
     cal_doc, cal_s, _ = run_json(args, "tune", "--workload", WORKLOAD, "--device", spec, "--json",
                                  "--write", str(out / "calibrated.toml"), "--force")
@@ -120,7 +121,7 @@ def calibrated(args: argparse.Namespace, out: Path, quiet: Quiet) -> dict:
     log(f"--measure: {Settings.from_dict(meas_doc['settings']).short()} in {meas_s:.0f} s")
     plain = rules.recommend(facts_mod.collect(LiveHost(), facts_mod.Options(python=args.python,
                                                                             sections=("cpu", "memory", "python"))),
-                            rules.Request(device=spec))
+                            rules.Request(device=Device.parse(spec)))
     contestants = {"PyTorch defaults": Settings(), "rules": plain.settings,
                    "calibrated rules": _one(cal_doc), "--measure": _one(meas_doc)}
     values = rounds(args, spec, quiet, contestants)
@@ -158,7 +159,7 @@ def rounds(args: argparse.Namespace, spec: str, quiet: Quiet, contestants: dict)
     groups: dict = {}
     for name, s in contestants.items():
         groups.setdefault(s.short(), []).append(name)
-    engine = EngineTrials(WORKLOAD, spec, args.python)
+    engine = EngineTrials(WORKLOAD, Device.parse(spec), args.python)
     values: dict = {name: [] for name in contestants}
     try:
         trialer = Trialer(Gated(engine, quiet), clock=quiet.clock)
@@ -185,7 +186,7 @@ def watch(args: argparse.Namespace, out: Path, quiet: Quiet) -> dict:
     one = args.loader_rate or rate_here(args, quiet)
     results = []
     for factor in (float(x) for x in args.watch_factors.split(",")):
-        spec = sim_device(f"sim:{factor * one:.0f}")
+        spec = str(parse_device(f"sim:{factor * one:.0f}"))
         for start in (0, 1):
             results.append(watch_once(args, out, quiet, spec, factor, start))
     return {"load_before": before, "load_after": load_line(), "one_loader": one, "runs": results}

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import debtorch  # noqa: E402
-from debtorch.cli.shared import sim_device  # noqa: E402
+from debtorch.cli.shared import parse_device  # noqa: E402
 from debtorch.train import apply, sim, workloads  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 
@@ -42,7 +42,10 @@ def main() -> int:
     args = ap.parse_args()
 
     wl = workloads.images()
-    dev = sim.SimDevice(sim.parse(sim_device(args.device)))
+    spec = parse_device(args.device).spec
+    if spec is None:
+        raise SystemExit(f"--device {args.device}: a simulated accelerator, sim:RATE")
+    dev = sim.SimDevice(spec)
     sampler = torch.utils.data.RandomSampler(wl.dataset, replacement=True, num_samples=args.steps * args.batch,
                                              generator=torch.Generator().manual_seed(0))
     if args.config:

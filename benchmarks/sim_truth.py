@@ -37,9 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from debtorch.cli.shared import sim_device  # noqa: E402
+from debtorch.cli.shared import parse_device  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
-from debtorch.train import sim  # noqa: E402
+from debtorch.train.device import CUDA, Device  # noqa: E402
 from debtorch.train.runner import TrainingWorker  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.transport.client import worker_python  # noqa: E402
@@ -90,7 +90,7 @@ def measure_parameters(batch_size: int) -> dict:
     return {"launch_ms": 1000 * statistics.median(launches), "gbps": gbps}
 
 
-def trials(w: TrainingWorker, device: str, settings: dict, steps: int, runs: int = 3) -> dict:
+def trials(w: TrainingWorker, device: Device, settings: dict, steps: int, runs: int = 3) -> dict:
     """Median samples/s and data-wait share of each (label, settings, mode, sync) on ``device``."""
     w.load(WORKLOAD, device=device)
     out = {}
@@ -117,15 +117,16 @@ def main() -> int:
                   "one", file=sys.stderr)
             print(json.dumps({"skipped": "no GPU", "info": info}))
             return 77
-        batch = w.load(WORKLOAD, device="cuda")["batch_size"]
-        rate = w.trial(Settings(), steps=args.steps, warmup=5, mode="compute_only", sample_memory=False)["samples_per_s"]
+        batch = w.load(WORKLOAD, device=CUDA).batch_size
+        rate = w.trial(Settings(), steps=args.steps, warmup=5, mode="compute_only", sample_memory=False).samples_per_s
         tuned = loader_tuned(os.cpu_count() or 2)
-        gpu = trials(w, "cuda", {"defaults": (Settings(), "instrumented", False), "tuned": (tuned, "instrumented", False),
+        gpu = trials(w, CUDA, {"defaults": (Settings(), "instrumented", False), "tuned": (tuned, "instrumented", False),
                                  "defaults bare": (Settings(), "bare", False), "tuned bare": (tuned, "bare", False)},
                      args.steps)
         measured = measure_parameters(batch)
-        specs = {"defaults": sim_device(f"sim:{rate:.1f}"),
-                 "measured": sim_device(f"sim:{rate:.1f},launch={measured['launch_ms']:.3f},gbps={measured['gbps']:.2f}")}
+        specs = {"defaults": parse_device(f"sim:{rate:.1f}"),
+                 "measured": parse_device(f"sim:{rate:.1f},launch={measured['launch_ms']:.3f},"
+                                          f"gbps={measured['gbps']:.2f}")}
         sims = {}
         for name, spec in specs.items():
             sims[name] = trials(w, spec, {"defaults": (Settings(), "instrumented", True),
@@ -137,7 +138,7 @@ def main() -> int:
     Path(args.out, "loader.toml").write_text(
         f"schema_version = 1\n[loader]\nnum_workers = {tuned.num_workers}\npin_memory = true\nprefetch_factor = 2\n"
         "persistent_workers = true\nstart_method = \"fork\"\n[compute]\nnon_blocking = true\n")
-    default = sim.parse(specs["defaults"])
+    default = specs["defaults"].spec
     print(f"GPU compute rate for {WORKLOAD} (compute-only, PyTorch's defaults): {rate:.1f} samples/s")
     print(f"measured here: launch {measured['launch_ms']:.2f} ms per step (simulated: {default.launch_ms:g}), pinned "
           f"copy {measured['gbps']:.1f} GB/s (simulated: {default.gbps:g})")

@@ -69,9 +69,9 @@ sys.path.insert(0, str(ROOT))
 
 from debtorch import facts as facts_mod  # noqa: E402
 from debtorch import stats
-from debtorch.cli.shared import sim_device  # noqa: E402
+from debtorch.cli.shared import parse_device  # noqa: E402
 from debtorch.host import LiveHost  # noqa: E402
-from debtorch.train import sim  # noqa: E402
+from debtorch.train.device import Device  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune import rules  # noqa: E402
 from debtorch.tune.measure import EngineTrials, MeasureOptions, Trialer, measure, precisions_for  # noqa: E402
@@ -276,7 +276,7 @@ def subsample(points: list, most: int) -> list:
 def loader_rate(args, quiet: Quiet, workload: str, trials: int = 3) -> float:
     """Samples/s one loader process decodes here: the training process loading alone (no workers, one
     thread) for a simulated device far faster than it, median of ``trials``."""
-    engine = EngineTrials(workload, sim_device("sim:1e6"), args.python,
+    engine = EngineTrials(workload, parse_device("sim:1e6"), args.python,
                           options=QUICK_OPTIONS.get(workload) if args.small else None)
     try:
         gated = Gated(engine, quiet)
@@ -288,9 +288,10 @@ def loader_rate(args, quiet: Quiet, workload: str, trials: int = 3) -> float:
     return statistics.median(r for r in rates if r)
 
 
-def bench_workload(args, facts: dict, quiet: Quiet, name: str, device: str = "cpu") -> dict:
+def bench_workload(args, facts: dict, quiet: Quiet, name: str, text: str = "cpu") -> dict:
     workload = WORKLOADS.get(name, name)
-    simulated = sim.is_sim(device)
+    device = Device.parse(text)
+    simulated = device.simulated
     rec = rules.recommend(facts, rules.Request(device=device if simulated else None,
                                                model="conv" if name in ("cnn", "images") else "other"))
     precisions = precisions_for(rec, facts)
@@ -332,7 +333,7 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str, device: str = "cp
         trialer.steps = runs[0]["steps_per_trial"] or trialer.steps
         trialer.max_steps = max(trialer.max_steps, trialer.steps)
         dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions,
-                             bool(trialer.info.get("convolutional")) and not simulated, max_workers=rec.max_workers)
+                             bool(trialer.info.convolutional) and not simulated, max_workers=rec.max_workers)
         every = grid_points(rec.settings, dims)
         points = subsample(every, args.max_points)
         log(f"{name}: grid of {len(points)} of {len(every)} points x {args.grid_repeats}")
@@ -357,7 +358,7 @@ def bench_workload(args, facts: dict, quiet: Quiet, name: str, device: str = "cp
     out = summarise(name, workload, rec, precision, runs, picks, contestants, final, grid, oracle, single_pass_s,
                     len(every), len(points), gates)
     if simulated:
-        out["sim"] = device_shares(out, sim.parse(device), args.loader_rate)
+        out["sim"] = device_shares(out, device.spec, args.loader_rate)
     return out
 
 
@@ -472,8 +473,8 @@ def main() -> int:
         first = WORKLOADS.get(names[0], names[0])
         args.loader_rate = loader_rate(args, quiet, first)
         log(f"one loader process decodes {args.loader_rate:.1f} samples/s of {first} here (no workers, one thread)")
-        devices = ([sim_device(f"sim:{f * args.loader_rate:.0f}") for f in (1.5, 3.0)] if args.device == "sim"
-                   else [sim_device(args.device)])
+        devices = ([str(parse_device(f"sim:{f * args.loader_rate:.0f}")) for f in (1.5, 3.0)] if args.device == "sim"
+                   else [str(parse_device(args.device))])
         machine += f"; one loader process decodes {args.loader_rate:.1f} samples/s of {first}"
     results = [bench_workload(args, facts, quiet, w, d) for d in devices for w in names]
     load_after = os.getloadavg()

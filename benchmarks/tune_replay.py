@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tune_bench import region  # noqa: E402  (the benchmark's own regions)
 
+from debtorch.train.device import Device  # noqa: E402
 from debtorch.train.settings import Settings  # noqa: E402
 from debtorch.tune.search import Outcome, Search, default_space, key  # noqa: E402
 
@@ -52,9 +53,10 @@ def replay(data: dict, runs: int, noise: float, budget: float = 0.0, budget_shar
         if row["samples_per_s"] is not None:
             samples.setdefault(key(s), []).append((row["samples_per_s"], row["seconds"]))
     start = Settings.from_dict(data["rules_settings"])
-    device = (data.get("sim") or {}).get("device", "cpu")   # tune_bench --device sim: a simulated accelerator
+    # tune_bench --device sim: a simulated accelerator
+    device = Device.parse((data.get("sim") or {}).get("device", "cpu"))
     dims = default_space(start, device, data["per_process_cpus"], data["precisions"],
-                         data["convolutional"] and device == "cpu", max_workers=data.get("max_workers"))
+                         data["convolutional"] and device.is_cpu, max_workers=data.get("max_workers"))
     if order:  # another order of the dimensions (names, comma-separated; the rest keep theirs, after)
         names = [n.strip() for n in order.split(",")]
         dims = sorted(dims, key=lambda d: names.index(d.name) if d.name in names else len(names))

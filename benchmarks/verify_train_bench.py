@@ -90,16 +90,16 @@ class QuietGate:
 def run_verify(args) -> dict:
     """What `debtorch verify-train --workload builtin:cnn --device cpu --json` does, with the quiet gate."""
     sys.path.insert(0, str(ROOT))
-    from debtorch.cli.shared import sim_device
+    from debtorch.cli.shared import parse_device
     from debtorch.host import LiveHost
     from debtorch.report import plot
     from debtorch.report import verify as report
     from debtorch.verify import run
 
-    args.device = sim_device(args.device) if args.device.startswith("sim:") else args.device
+    device = parse_device(args.device)
     host = LiveHost()
     try:
-        ready = run.prepare(run.Options(workload=args.workload, device=args.device, config=args.config, python=args.python,
+        ready = run.prepare(run.Options(workload=args.workload, device=device, config=args.config, python=args.python,
                                         repeats=args.repeats, steps=args.steps, warmup=args.warmup,
                                         max_steps=args.max_steps, budget=args.budget, nproc=1, cwd=str(ROOT)),
                             host)
@@ -147,104 +147,111 @@ def machine_line(doc: dict) -> str:
             + f", {os_.get('pretty_name') or os_.get('id')}, Python {w.get('python_version')}, torch {w.get('torch')}")
 
 
+def _typed(doc: dict):
+    """(what the run measured, its summary) as verify-train's typed values (recomputed by this checkout)."""
+    from debtorch.verify import analysis
+    from debtorch.verify.measure import Measured
+
+    m = Measured.from_json(doc)
+    return m, analysis.summary(m)
+
+
 def sim_report(doc: dict, head: str) -> str:
     """On a simulated accelerator: each arm's share of the device, the speed-up, the sync's cost."""
     from debtorch.verify import analysis
 
-    s = doc["summary"]
-    sd, sp, b, t = s["sim"], s["speedup"], s["baseline"], s["tuned"]
-    bf, c, ib = sd["bound_fraction"], sd["sync_cost"], sd.get("input_bound")
-    share = bf["tuned"]
-    met = "yes" if share.get("low") is not None and share["low"] >= 0.85 else "NO" if (share.get("high") or 0) < 0.85 else "unresolved"
+    _, s = _typed(doc)
+    sd, sp, b, t = s.sim, s.speedup, s.baseline, s.tuned
+    bf, c, ib = sd.bound_fraction, sd.sync_cost, sd.input_bound
+    share = bf.tuned
+    met = "yes" if share.low is not None and share.low >= 0.85 else "NO" if (share.high or 0) < 0.85 else "unresolved"
     lines = [head, "", "| measure | baseline | tuned | target | met |", "|---|---|---|---|---|",
              f"| samples/s, median (min-max) | {_rate(b)} | {_rate(t)} | | |",
-             f"| speed-up (95% interval, {sp.get('verdict')}) | 1.00x | {_ratio(sp)} | interval excludes 1 | "
-             f"{'yes' if sp.get('verdict') in ('faster', 'slower') else 'NO'} |",
-             f"| share of the device's {sd['rate']:g} samples/s | {analysis.figure(bf['baseline'], 'share', fmt_pct)} | "
-             f"{analysis.figure(share, 'share', fmt_pct)} | >= 85% at 1.5x | {met} |",
-             f"| data-wait share | {fmt_pct(b['data_wait_share'])} | {fmt_pct(t['data_wait_share'])} | | |",
+             f"| speed-up (95% interval, {sp.verdict}) | 1.00x | {_ratio(sp)} | interval excludes 1 | "
+             f"{'yes' if sp.verdict in ('faster', 'slower') else 'NO'} |",
+             f"| share of the device's {sd.rate:g} samples/s | {analysis.figure(bf.baseline, fmt_pct)} | "
+             f"{analysis.figure(share, fmt_pct)} | >= 85% at 1.5x | {met} |",
+             f"| data-wait share | {fmt_pct(b.data_wait_share)} | {fmt_pct(t.data_wait_share)} | | |",
              f"| per-step sync cost (tuned, loss read every step; 95% interval) | | "
-             f"{analysis.figure(c, 'cost', fmt_pct)} | the model's {fmt_pct(c.get('predicted'))} within it | "
-             f"{'yes' if c.get('model') == 'within' else 'NO'} |"]
+             f"{analysis.figure(c.cost, fmt_pct)} | the model's {fmt_pct(c.predicted)} within it | "
+             f"{'yes' if c.model == 'within' else 'NO'} |"]
     if ib:
         lines.append(f"| input-bound: loader ceiling, one process, CPUs of loading to feed it | "
-                     f"{ib['one_process']:.0f} samples/s | {ib['ceiling']:.0f} samples/s | stated | {ib['cpus']} CPUs |")
+                     f"{ib.one_process:.0f} samples/s | {ib.ceiling:.0f} samples/s | stated | {ib.cpus} CPUs |")
     lines += ["", "The command's own report of this run:", "", "```", table_text(doc).rstrip(), "```"]
     return "\n".join(lines)
 
 
 def report(doc: dict, load_before, load_after, seconds: float) -> str:
-    s = doc["summary"]
-    if s.get("sim"):
-        plan = doc["plan"]
+    from debtorch.verify import analysis
+    from debtorch.verify.analysis import converge_phrase
+
+    m, s = _typed(doc)
+    plan = m.plan
+    if s.sim is not None:
         return sim_report(doc, f"Measured {_dt.date.today().isoformat()} on {machine_line(doc)}; load average "
                           f"{load_before:.1f} before, {load_after:.1f} after; {seconds:.0f} s in all. `verify-train "
-                          f"--workload {plan['workload']} --device {s['sim']['device']} --repeats {plan['repeats']} "
-                          f"--steps {plan['steps']} --budget {plan['budget_s']:g}`: {s.get('rounds')} rounds "
-                          f"({s.get('rounds_stopped')}); tuned: `{_short(doc)}`.")
-    b, t = s["baseline"], s["tuned"]
-    sp, ic, bf = s["speedup"], s["instrumentation"], s["bound_fraction"]
-    from debtorch.train.settings import Settings
-
-    tuned = Settings.from_dict(doc["settings"]["tuned"])
-    plan = doc["plan"]
-    from debtorch.verify import analysis
-
-    bad = analysis.disturbed_rounds(doc["trials"])
-    calm = {arm: [r for i, r in enumerate(rs) if i + 1 not in bad] for arm, rs in doc["trials"].items()}
+                          f"--workload {plan.workload} --device {s.sim.device} --repeats {plan.repeats} "
+                          f"--steps {plan.steps} --budget {plan.budget_s:g}`: {s.rounds} rounds "
+                          f"({s.rounds_stopped}); tuned: `{m.tuned.short()}`.")
+    b, t = s.baseline, s.tuned
+    sp, ic, bf = s.speedup, s.instrumentation, s.bound_fraction
+    tuned = m.tuned
+    bad = analysis.disturbed_rounds(m.trials)
+    calm = {arm: [r for i, r in enumerate(rs) if i + 1 not in bad] for arm, rs in m.trials.items()}
     sp_calm = analysis.speedup(calm["tuned"], calm["baseline"])
     ic_calm = analysis.instrumentation_cost(calm["tuned"], calm["tuned_bare"])
-    ok_sp = "yes" if sp.get("ratio") is not None and sp["ratio"] >= TARGET_SPEEDUP else "NO"
-    ok_ic = cost_verdict(ic.get("pairs") or [])
-    ok_sp_calm = "yes" if sp_calm.get("ratio") is not None and sp_calm["ratio"] >= TARGET_SPEEDUP else "NO"
-    ok_ic_calm = cost_verdict(ic_calm.get("pairs") or [])
-    n = len(doc["trials"]["tuned"])
+    ok_sp = "yes" if sp.value is not None and sp.value >= TARGET_SPEEDUP else "NO"
+    ok_ic = cost_verdict(ic.pairs or [])
+    ok_sp_calm = "yes" if sp_calm.value is not None and sp_calm.value >= TARGET_SPEEDUP else "NO"
+    ok_ic_calm = cost_verdict(ic_calm.pairs or [])
+    n = len(m.trials["tuned"])
     lines = [
         f"Measured {_dt.date.today().isoformat()} on {machine_line(doc)}; load average "
         f"{load_before:.1f} before, {load_after:.1f} after; {seconds:.0f} s in all; each trial started when "
         f"the others used < {doc['bench']['quiet_cores']:g} cores or after {doc['bench']['max_wait_s']:g} s "
         f"(busy at trial starts: median {_busy(doc):.2f} cores, max {_busy(doc, max):.2f}).",
-        f"`verify-train --workload {plan['workload']} --device cpu --repeats {plan['repeats']} --steps "
-        f"{plan['steps']} --warmup {plan['warmup']} --max-steps {plan['converge_steps']} --budget "
-        f"{plan['budget_s']:g}`: {s.get('rounds')} rounds ({s.get('rounds_stopped')}); tuned by "
+        f"`verify-train --workload {plan.workload} --device cpu --repeats {plan.repeats} --steps "
+        f"{plan.steps} --warmup {plan.warmup} --max-steps {plan.converge_steps} --budget "
+        f"{plan.budget_s:g}`: {s.rounds} rounds ({s.rounds_stopped}); tuned by "
         f"{(doc.get('config') or {}).get('source', '?')}: `{tuned.short()}`"
         f" (lr_schedule {tuned.lr_schedule}, fused_optimizer {str(tuned.fused_optimizer).lower()}).",
         "",
         "| measure | baseline | tuned | target | met |",
         "|---|---|---|---|---|",
-        f"| samples/s, median (min-max) | {b['samples_per_s']:.1f} ({b['samples_per_s_min']:.1f}-"
-        f"{b['samples_per_s_max']:.1f}) | {t['samples_per_s']:.1f} ({t['samples_per_s_min']:.1f}-"
-        f"{t['samples_per_s_max']:.1f}) | | |",
-        f"| speed-up (95% interval, {sp.get('verdict')}) | 1.00x | {sp['ratio']:.2f}x ({sp['low']:.2f}-{sp['high']:.2f}) | "
+        f"| samples/s, median (min-max) | {b.samples_per_s:.1f} ({b.samples_per_s_min:.1f}-"
+        f"{b.samples_per_s_max:.1f}) | {t.samples_per_s:.1f} ({t.samples_per_s_min:.1f}-"
+        f"{t.samples_per_s_max:.1f}) | | |",
+        f"| speed-up (95% interval, {sp.verdict}) | 1.00x | {sp.value:.2f}x ({sp.low:.2f}-{sp.high:.2f}) | "
         f">= {TARGET_SPEEDUP:.1f}x | {ok_sp} |",
-        f"| instrumentation cost (95% interval, {ic.get('verdict')}) | | {fmt_pct(ic['cost'])} ({fmt_pct(ic['low'])} to "
-        f"{fmt_pct(ic['high'])}) | <= {TARGET_COST:.0%} | {ok_ic} |",
+        f"| instrumentation cost (95% interval, {ic.verdict}) | | {fmt_pct(ic.value)} ({fmt_pct(ic.low)} to "
+        f"{fmt_pct(ic.high)}) | <= {TARGET_COST:.0%} | {ok_ic} |",
         f"| speed-up, the {n - len(bad)} undisturbed rounds | 1.00x | {_ratio(sp_calm)} | "
         f">= {TARGET_SPEEDUP:.1f}x | {ok_sp_calm} |",
-        f"| instrumentation cost, the {n - len(bad)} undisturbed rounds | | {fmt_pct(ic_calm['cost'])} "
-        f"({fmt_pct(ic_calm['low'])} to {fmt_pct(ic_calm['high'])}) | <= {TARGET_COST:.0%} | {ok_ic_calm} |",
+        f"| instrumentation cost, the {n - len(bad)} undisturbed rounds | | {fmt_pct(ic_calm.value)} "
+        f"({fmt_pct(ic_calm.low)} to {fmt_pct(ic_calm.high)}) | <= {TARGET_COST:.0%} | {ok_ic_calm} |",
         f"| bookkeeping between steps, share of the timed window (engine's overhead_s) | | "
-        f"{fmt_pct(_between(doc))} | | |",
-        f"| data-wait share of step time | {fmt_pct(b['data_wait_share'])} | {fmt_pct(t['data_wait_share'])} | | |",
-        f"| compute-only bound, samples/s | {_rate(s['baseline_bound'])} | {_rate(s['tuned_bound'])} | | |",
-        f"| share of the bound reached | {analysis.figure(bf['baseline'], 'share', fmt_pct)} | "
-        f"{analysis.figure(bf['tuned'], 'share', fmt_pct)} | | |",
+        f"{fmt_pct(t.between_steps_share)} | | |",
+        f"| data-wait share of step time | {fmt_pct(b.data_wait_share)} | {fmt_pct(t.data_wait_share)} | | |",
+        f"| compute-only bound, samples/s | {_rate(s.baseline_bound)} | {_rate(s.tuned_bound)} | | |",
+        f"| share of the bound reached | {analysis.figure(bf.baseline, fmt_pct)} | "
+        f"{analysis.figure(bf.tuned, fmt_pct)} | | |",
     ]
-    conv = s.get("convergence")
-    if conv:
-        from debtorch.verify.analysis import converge_phrase
+    conv = s.convergence
+    if conv is not None:
+        from debtorch.train.result import TrialResult
 
-        lines.append(f"| time to loss {conv['target_loss']:g} | {converge_phrase(conv.get('baseline') or {})} | "
-                     f"{converge_phrase(conv.get('tuned') or {})} | | |")
-        amp = conv.get("amp")
-        if amp:
-            lines.append(f"| AMP vs fp32 loss curve | | {'diverged: ' + amp['reason'] if amp.get('diverged') else 'within tolerance'} | | |")
-    for e in s.get("attribution") or []:
-        what = e.get("note") or analysis.figure(e, "ratio", lambda x: f"{x:.2f}x")
-        lines.append(f"| what {e['change']} contributes (tuned / tuned without it) | | {what} | | |")
-    if conv and conv.get("same_schedule"):
-        lines.append(f"| time to loss {conv['target_loss']:g}, tuned with the baseline's schedule | | "
-                     f"{converge_phrase(conv['same_schedule'])} | | |")
+        lines.append(f"| time to loss {conv.target_loss:g} | {converge_phrase(conv.baseline or TrialResult())} | "
+                     f"{converge_phrase(conv.tuned or TrialResult())} | | |")
+        amp = conv.amp
+        if amp is not None:
+            lines.append(f"| AMP vs fp32 loss curve | | {'diverged: ' + amp.reason if amp.diverged else 'within tolerance'} | | |")
+    for e in s.attribution:
+        what = e.entry.note or analysis.figure(e.ratio, lambda x: f"{x:.2f}x")
+        lines.append(f"| what {e.entry.change} contributes (tuned / tuned without it) | | {what} | | |")
+    if conv is not None and conv.same_schedule is not None:
+        lines.append(f"| time to loss {conv.target_loss:g}, tuned with the baseline's schedule | | "
+                     f"{converge_phrase(conv.same_schedule)} | | |")
     lines += ["", f"Disturbed rounds (a trial under half its arm's median samples/s: another session took a "
               f"core): {', '.join(map(str, bad)) or 'none'} of {n}."]
     lines += ["", "The command's own report of this run:", "", "```", table_text(doc).rstrip(), "```"]
@@ -258,37 +265,18 @@ def table_text(doc: dict) -> str:
     from debtorch.report.console import print_view
     from debtorch.report.verify import VerifyView
     from debtorch.verify import analysis
-    from debtorch.verify.measure import Measured
     from debtorch.verify.run import Outcome
 
-    s = doc["settings"]
-    m = Measured(plan=doc["plan"], workload=doc["workload"], worker=doc["worker"], device=doc["device"],
-                 baseline=s["baseline"], tuned=s["tuned"], reference=s["reference"], trials=doc["trials"],
-                 converge=doc["converge"], ddp=doc["ddp"], ddp_settings=s["ddp"], profile=doc["profile"],
-                 interrupted=doc["interrupted"], notes=doc["notes"], attribution=doc.get("attribution") or [],
-                 budget=doc.get("budget") or {})
+    m, summary = _typed(doc)  # with this checkout's report (the JSON keeps the run's own summary)
     out = io.StringIO()
-    summary = analysis.summary(m)  # with this checkout's report (the JSON keeps the run's own summary)
     print_view(VerifyView(Outcome(m, summary, analysis.verdict(summary), [], None, {}), 0).lines(), file=out)
     return out.getvalue()
 
 
-def _short(doc: dict) -> str:
-    from debtorch.train.settings import Settings
-
-    return Settings.from_dict(doc["settings"]["tuned"]).short()
-
-
-def _between(doc: dict):
-    from debtorch.verify import analysis
-
-    return analysis.summarise(doc["trials"]["tuned"])["between_steps_share"]
-
-
-def _ratio(sp: dict) -> str:
-    if not sp.get("ratio"):
+def _ratio(sp) -> str:
+    if not sp.value:
         return "-"
-    return f"{sp['ratio']:.2f}x ({sp['low']:.2f}-{sp['high']:.2f})"
+    return f"{sp.value:.2f}x ({sp.low:.2f}-{sp.high:.2f})"
 
 
 def _busy(doc: dict, how=None) -> float:
@@ -298,10 +286,10 @@ def _busy(doc: dict, how=None) -> float:
     return (how or statistics.median)(vals)
 
 
-def _rate(arm: dict) -> str:
-    if not arm.get("samples_per_s"):
+def _rate(arm) -> str:
+    if not arm.samples_per_s:
         return "-"
-    return f"{arm['samples_per_s']:.1f} ({arm['samples_per_s_min']:.1f}-{arm['samples_per_s_max']:.1f})"
+    return f"{arm.samples_per_s:.1f} ({arm.samples_per_s_min:.1f}-{arm.samples_per_s_max:.1f})"
 
 
 def check_doc(path: str) -> str:

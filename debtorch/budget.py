@@ -1,4 +1,6 @@
-"""Budgets that are wall-clock promises (``tune --measure --budget``, ``verify-train --budget``).
+"""Budgets that are wall-clock promises (``tune --measure --budget``, ``verify-train --budget``), and the one
+check of every command's numeric options: a number of seconds (:func:`seconds_problem`), a count
+(:func:`count_problem`).
 
 A :class:`Budget` counts from the command's start, and every wait on the worker is capped by what is
 left (:meth:`Budget.cap`): a workload that hangs is killed when the budget ends, and the command says
@@ -28,6 +30,15 @@ def seconds_problem(option: str, value: float, least: float = 0.0, most: float =
     if value < least:
         return f"{option} {value:g} is too small to {to}; give at least {least:g} seconds"
     return None
+
+
+def count_problem(option: str, value: object, least: int, most: int, why: str = "") -> Optional[str]:
+    """The one line for a count ``option`` cannot take (steps, rounds, processes, a seed), or None: it must be
+    an integer from ``least`` to ``most``; ``why`` says what the least is for.  Every command's counts are
+    checked with it, before anything starts."""
+    if isinstance(value, int) and not isinstance(value, bool) and least <= value <= most:
+        return None
+    return f"{option} must be an integer from {least} to {most} (got {value!r})" + (f": {why}" if why else "")
 
 
 def too_small(budget_s: float, startup_s: float, trials_s: float, need_s: float, cut: str = "") -> str:
@@ -63,7 +74,9 @@ class Budget:
 
     def left(self) -> float:
         """Seconds left (infinite without a limit; never negative)."""
-        return max(0.0, self.seconds - self.spent()) if self.limited else math.inf
+        if self.seconds is None or not self.limited:
+            return math.inf
+        return max(0.0, self.seconds - self.spent())
 
     def fits(self, seconds: float) -> bool:
         """Whether something expected to take ``seconds`` ends within the budget."""

@@ -56,7 +56,7 @@ class Estimate:
         return d
 
 
-def _valid(x) -> bool:
+def _valid(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
@@ -65,6 +65,11 @@ _median = statistics.median
 
 def _exp(x: float) -> float:
     return math.exp(max(-MAX_LOG, min(MAX_LOG, x)))
+
+
+def _one_less(x: float) -> float:
+    """A cost from a log-ratio: 1 - exp(x)."""
+    return 1.0 - _exp(x)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -151,7 +156,7 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     if t is None:
         return out
     out.low, out.high = min(out.est, t[0] - shift), max(out.est, t[1] - shift)
-    rng, n, stats = random.Random(seed) if resamples > 0 else None, len(la), []
+    rng, n, stats = random.Random(seed), len(la), []
     for _ in range(max(0, resamples)):
         if paired:
             pick = rng.choices(range(n), k=n)
@@ -170,12 +175,16 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
 # (verdict, low bound or -inf, high bound or inf, why in words).
 
 
-def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tuple:
+Region = tuple[str, float, float, str]   # (verdict, low bound or -inf, high bound or inf, why in words)
+
+
+def _judge(r: _LogRatio, regions: list[Region],
+           impossible_above: Optional[float]) -> tuple[str, Optional[int], bool, str]:
     """(verdict, more_rounds, impossible, reason) for an interval in logs."""
     impossible = impossible_above is not None and r.est is not None and r.est > impossible_above
     if r.est is None:
         return INCONCLUSIVE, MIN_ROUNDS, False, "no round measured both"
-    if r.n < MIN_ROUNDS or r.low is None:
+    if r.n < MIN_ROUNDS or r.low is None or r.high is None:
         return INCONCLUSIVE, MIN_ROUNDS - r.n, impossible, f"{r.n} round(s); at least {MIN_ROUNDS} are needed"
     for verdict, a, b, why in regions:
         if r.low > a and r.high < b:
@@ -197,8 +206,10 @@ def _judge(r: _LogRatio, regions: list, impossible_above: Optional[float]) -> tu
     return INCONCLUSIVE, None, impossible, "within noise, and the point estimate sits on the boundary"
 
 
-def _margin(m) -> float:
-    return min(0.99, max(0.0, float(m))) if isinstance(m, (int, float)) and math.isfinite(m) else 0.0
+def _margin(m: Any) -> float:
+    if isinstance(m, (int, float)) and math.isfinite(m):
+        return min(0.99, max(0.0, float(m)))
+    return 0.0
 
 
 def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = True, seed: int = SEED,
@@ -215,7 +226,7 @@ def compare(a: Sequence, b: Sequence, *, margin: float = 0.0, paired: bool = Tru
     if m > 0:
         regions.append((EQUIVALENT, -m, m, f"the interval lies within {_margin(margin):.0%} of 1"))
     verdict, more, _, why = _judge(r, regions, None)
-    return _estimate("ratio", r, verdict, more, False, why, lambda x: _exp(x), confidence)
+    return _estimate("ratio", r, verdict, more, False, why, _exp, confidence)
 
 
 def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired: bool = True,
@@ -227,8 +238,7 @@ def cost(instrumented: Sequence, bare: Sequence, *, margin: float = 0.0, paired:
     # In log(instrumented / bare): a cost above m is a ratio below 1 - m.
     e = _at_most_one("cost", r, "a negative cost beyond noise: the instrumented loop cannot be faster",
                      (COSTS, -math.inf, math.log1p(-m), f"the interval lies above {m:.0%}"),
-                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m,
-                     lambda x: 1.0 - _exp(x))
+                     (NEGLIGIBLE, math.log1p(-m), math.inf, f"the interval lies below {m:.0%}"), m, _one_less)
     return replace(e, low=e.high, high=e.low)  # 1 - ratio reverses the order: the ratio's high end is the cost's low
 
 
@@ -254,15 +264,16 @@ def _at_most(bound: float, x: Optional[float]) -> Optional[float]:
     return None if x is None else min(bound, x)
 
 
-def _at_most_one(kind: str, r: _LogRatio, failed: str, result: tuple, within: tuple, m: float, f) -> Estimate:
+def _at_most_one(kind: str, r: _LogRatio, failed: str, result: Region, within: Region, m: float,
+                 f: Callable[[float], float]) -> Estimate:
     """A figure whose ratio cannot exceed 1 (above it beyond noise: a failed measurement): its verdict
     among ``result`` and, with a margin ``m``, ``within``."""
     verdict, more, impossible, why = _judge(r, [(FAILED, 0.0, math.inf, failed), result] + ([within] if m else []), 0.0)
     return _estimate(kind, r, verdict, more, impossible, why, f)
 
 
-def _estimate(kind: str, r: _LogRatio, verdict: str, more, impossible: bool, why: str, f,
-              confidence: float = CONFIDENCE) -> Estimate:
+def _estimate(kind: str, r: _LogRatio, verdict: str, more: Optional[int], impossible: bool, why: str,
+              f: Callable[[float], float], confidence: float = CONFIDENCE) -> Estimate:
     return Estimate(kind=kind, estimate=None if r.est is None else f(r.est),
                     low=None if r.low is None else f(r.low), high=None if r.high is None else f(r.high),
                     rounds=r.n, verdict=verdict, more_rounds=more if verdict == INCONCLUSIVE else None,
@@ -322,11 +333,15 @@ class Looks:
         """Each look's nominal confidence (95% with one look)."""
         return 2 * NORMAL.cdf(self.z) - 1
 
-    def to_dict(self, rounds: Optional[int] = None) -> dict:
+    def taken(self, rounds: int) -> int:
+        """The looks ``rounds`` rounds took."""
+        return max(0, min(rounds, self.last) - self.first + 1)
+
+    def to_dict(self, rounds: Optional[int] = None) -> dict[str, Any]:
         """The design, and with ``rounds`` the looks they took."""
         return {"procedure": "pocock" if self.most > 1 else "fixed", "first": self.first, "last": self.last,
                 "most_looks": self.most, "z": round(self.z, 3), "confidence": round(self.confidence, 5),
-                "looks": None if rounds is None else max(0, min(rounds, self.last) - self.first + 1)}
+                "looks": None if rounds is None else self.taken(rounds)}
 
 
 @dataclass

@@ -101,3 +101,13 @@ def test_a_hanging_workload_is_stopped_at_the_budget_naming_where(hung, command,
     assert [x for x in r.stderr.splitlines() if x.startswith(line)], r.stderr
     assert r.stderr.rstrip().endswith("the workload hangs there, or needs a larger budget")
     assert "Traceback" not in r.stderr
+
+
+def test_every_count_an_option_takes_is_checked_in_one_wording():
+    from debtorch.budget import count_problem
+
+    assert count_problem("--nproc", 4, 1, 65536) is None
+    assert count_problem("--nproc", 0, 1, 65536) == "--nproc must be an integer from 1 to 65536 (got 0)"
+    assert count_problem("--steps", True, 2, 10) == "--steps must be an integer from 2 to 10 (got True)"
+    assert count_problem("--repeats", 2, 3, 1000, "medians need interleaved repeats").endswith(
+        "(got 2): medians need interleaved repeats")

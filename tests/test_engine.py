@@ -37,9 +37,9 @@ def small(spec):
 @pytest.mark.parametrize("spec", ["builtin:cnn", "builtin:transformer"])
 def test_loss_falls_on_builtin_workloads(spec):
     res = run_trial(small(spec), Settings(), steps=12, warmup_steps=2, sample_memory=False)
-    first, last = res["losses"][:3], res["losses"][-3:]
-    assert sum(last) / 3 < sum(first) / 3 - 0.1, res["losses"]
-    assert res["nonfinite_loss_step"] is None
+    first, last = res.losses[:3], res.losses[-3:]
+    assert sum(last) / 3 < sum(first) / 3 - 0.1, res.losses
+    assert res.nonfinite_loss_step is None
 
 
 def test_builtin_workloads_are_deterministic_by_seed():
@@ -68,13 +68,13 @@ def test_precision_reaches_the_forward_pass_on_cpu(precision, dtype):
     res = run_trial(_recording_workload(seen), Settings(precision=precision), steps=3, warmup_steps=1,
                     sample_memory=False)
     assert set(seen) == {getattr(torch, dtype)}
-    assert all(math.isfinite(x) for x in res["losses"])
+    assert all(math.isfinite(x) for x in res.losses)
 
 
 @pytest.mark.slow
 def test_fp16_runs_with_a_scaler_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(precision="fp16"), steps=3, warmup_steps=1, sample_memory=False)
-    assert all(math.isfinite(x) for x in res["losses"])
+    assert all(math.isfinite(x) for x in res.losses)
 
 
 @pytest.mark.slow
@@ -82,22 +82,22 @@ def test_data_wait_and_compute_add_up_to_the_step_time():
     # Each item sleeps 4 ms and a micro-batch is 4 items: at least 16 ms of waiting per micro-batch.
     wl = coerce(tiny.make(delay=0.004, batch_size=4), "tiny:make")
     res = run_trial(wl, Settings(accumulation_steps=2), steps=4, warmup_steps=1)
-    for step, data, compute in zip(res["step_s"], res["data_wait_s"], res["compute_s"]):
+    for step, data, compute in zip(res.step_s, res.data_wait_s, res.compute_s):
         assert data + compute == pytest.approx(step, rel=1e-9, abs=1e-9)
         assert data >= 2 * 4 * 0.004
         assert compute > 0
-    assert sum(res["step_s"]) + res["overhead_s"] == pytest.approx(res["wall_s"])
-    assert res["data_wait_share"] == pytest.approx(sum(res["data_wait_s"]) / res["wall_s"])
-    assert res["samples"] == 4 * 2 * 4
-    assert res["peak_host_bytes"] > 0
+    assert sum(res.step_s) + res.overhead_s == pytest.approx(res.wall_s)
+    assert res.data_wait_share == pytest.approx(sum(res.data_wait_s) / res.wall_s)
+    assert res.samples == 4 * 2 * 4
+    assert res.peak_host_bytes > 0
 
 
 @pytest.mark.slow
 def test_compute_only_takes_batches_from_memory():
     wl = coerce(tiny.make(delay=0.004, batch_size=4), "tiny:make")
     res = run_trial(wl, Settings(), steps=4, warmup_steps=1, compute_only=True, sample_memory=False)
-    assert res["mode"] == "compute_only"
-    assert all(d < 4 * 0.004 for d in res["data_wait_s"])
+    assert res.mode == "compute_only"
+    assert all(d < 4 * 0.004 for d in res.data_wait_s)
 
 
 @pytest.mark.slow
@@ -107,9 +107,9 @@ def test_bare_and_instrumented_loops_train_on_the_same_samples():
     inst = run_trial(wl, s, steps=4, warmup_steps=1, seed=3)
     bare = run_trial(wl, s, steps=4, warmup_steps=1, seed=3, instrument=False)
     other = run_trial(wl, s, steps=4, warmup_steps=1, seed=4, instrument=False)
-    assert bare["mode"] == "bare" and bare["step_s"] is None and bare["peak_host_bytes"] is None
-    assert inst["sample_digest"] == bare["sample_digest"] != other["sample_digest"]
-    assert inst["losses"] == pytest.approx(bare["losses"], rel=1e-5)
+    assert bare.mode == "bare" and bare.step_s is None and bare.peak_host_bytes is None
+    assert inst.sample_digest == bare.sample_digest != other.sample_digest
+    assert inst.losses == pytest.approx(bare.losses, rel=1e-5)
 
 
 @pytest.mark.slow
@@ -118,8 +118,8 @@ def test_trials_restore_threads_and_start_from_the_same_weights():
     before = torch.get_num_threads()
     a = run_trial(wl, Settings(threads=1), steps=3, warmup_steps=0, sample_memory=False)
     b = run_trial(wl, Settings(threads=1), steps=3, warmup_steps=0, sample_memory=False)
-    assert a["threads"] == 1 and torch.get_num_threads() == before
-    assert a["losses"] == b["losses"]
+    assert a.threads == 1 and torch.get_num_threads() == before
+    assert a.losses == b.losses
 
 
 @pytest.mark.slow
@@ -128,9 +128,9 @@ def test_accumulation_onecycle_and_ignored_settings_are_reported():
     res = run_trial(wl, Settings(accumulation_steps=3, micro_batch=8, lr_schedule="onecycle", max_lr=0.01,
                                  channels_last=True, pin_memory=True),
                     steps=2, warmup_steps=1, sample_memory=False)
-    assert res["samples_per_step"] == 24 and res["samples"] == 48
-    assert any("channels_last" in n for n in res["notes"])
-    assert any("pin_memory" in n for n in res["notes"])
+    assert res.samples_per_step == 24 and res.samples == 48
+    assert any("channels_last" in n for n in res.notes)
+    assert any("pin_memory" in n for n in res.notes)
 
 
 def test_bad_settings_are_one_line():
@@ -141,18 +141,18 @@ def test_bad_settings_are_one_line():
 @pytest.mark.slow
 def test_profile_writes_a_chrome_trace(tmp_path):
     res = run_trial(coerce(tiny.make(), "t"), Settings(), steps=3, warmup_steps=1, profile_dir=str(tmp_path))
-    trace = Path(res["profile_trace"])
+    trace = Path(res.profile_trace)
     assert trace.exists() and '"traceEvents"' in trace.read_text()[:200000]
 
 
 def test_time_to_target_uses_a_running_mean():
-    assert time_to_target(None, [], [1.0], [1.0])["target_step"] is None
+    assert time_to_target(None, [], [1.0], [1.0]).step is None
     # A single low loss does not count; five in a row below 1.0 do.
     losses = [2.0, 0.1, 2.0, 2.0, 2.0, 0.9, 0.9, 0.9, 0.9, 0.9]
     out = time_to_target(1.0, losses[:2], losses[2:], [0.5] * 8)
-    assert out["target_step"] == 10
-    assert out["time_to_target_s"] == pytest.approx(10 * 0.5)
-    assert time_to_target(0.5, [], losses, [1.0] * 10)["target_step"] is None
+    assert out.step == 10
+    assert out.seconds == pytest.approx(10 * 0.5)
+    assert time_to_target(0.5, [], losses, [1.0] * 10).step is None
 
 
 # -- workload validation -----------------------------------------------------------
@@ -212,8 +212,8 @@ def test_other_errors_keep_type_and_first_line():
 @pytest.mark.slow
 def test_dataloader_workers_memory_is_counted():
     wl = coerce(tiny.make(), "tiny:make")
-    alone = run_trial(wl, Settings(), steps=2, warmup_steps=1)["peak_host_bytes"]
-    with_workers = run_trial(wl, Settings(num_workers=2), steps=2, warmup_steps=1)["peak_host_bytes"]
+    alone = run_trial(wl, Settings(), steps=2, warmup_steps=1).peak_host_bytes
+    with_workers = run_trial(wl, Settings(num_workers=2), steps=2, warmup_steps=1).peak_host_bytes
     assert with_workers > alone
 
 
@@ -236,8 +236,8 @@ def test_gpu_utilisation_is_sampled_only_in_the_timed_window():
 def test_peak_host_memory_sees_inside_the_step_and_is_per_trial():
     spiky = coerce(dict(tiny.make(), model=tiny.Transient()), "spiky")
     calm = coerce(tiny.make(), "calm")
-    high = run_trial(spiky, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
-    low = run_trial(calm, Settings(), steps=2, warmup_steps=0)["peak_host_bytes"]
+    high = run_trial(spiky, Settings(), steps=2, warmup_steps=0).peak_host_bytes
+    low = run_trial(calm, Settings(), steps=2, warmup_steps=0).peak_host_bytes
     assert high - low > 200 * 2**20
 
 
@@ -245,13 +245,13 @@ def test_peak_host_memory_sees_inside_the_step_and_is_per_trial():
 def test_cuda_only_settings_are_noted_on_cpu():
     res = run_trial(coerce(tiny.make(), "t"), Settings(tf32=True, cudnn_benchmark=True), steps=1, warmup_steps=0,
                     sample_memory=False)
-    assert any("tf32" in n for n in res["notes"]) and any("cudnn_benchmark" in n for n in res["notes"])
+    assert any("tf32" in n for n in res.notes) and any("cudnn_benchmark" in n for n in res.notes)
 
 
 @pytest.mark.slow
 def test_torch_compile_trains():
     res = run_trial(coerce(tiny.make(), "t"), Settings(compile=True), steps=3, warmup_steps=1, sample_memory=False)
-    assert all(math.isfinite(x) for x in res["losses"]) and res["losses"][-1] < res["warmup_losses"][0]
+    assert all(math.isfinite(x) for x in res.losses) and res.losses[-1] < res.warmup_losses[0]
 
 
 # -- builtin:images: JPEG files decoded from disk ------------------------------------------------
@@ -278,8 +278,8 @@ def test_images_are_written_once_and_decoded_from_disk_the_same_in_every_process
     one = run_trial(again, Settings(), steps=8, warmup_steps=9, sample_memory=False)
     two = run_trial(again, Settings(num_workers=2, prefetch_factor=2), steps=8, warmup_steps=1,
                     sample_memory=False)
-    assert two["settle_steps"] == 8
-    assert one["sample_digest"] == two["sample_digest"] and one["losses"] == pytest.approx(two["losses"], rel=1e-4)
+    assert two.settle_steps == 8
+    assert one.sample_digest == two.sample_digest and one.losses == pytest.approx(two.losses, rel=1e-4)
     # Decoding happens in __getitem__, from the file: removing one breaks that item.
     os.remove(wl.dataset.path(5))
     with pytest.raises(FileNotFoundError):
@@ -308,5 +308,5 @@ def test_a_full_prefetch_queue_is_not_read_as_loader_speed():
     assert engine.settle_steps(s) == 16 and engine.settle_steps(Settings()) == 0
     assert engine.settle_steps(Settings(num_workers=2, prefetch_factor=4, accumulation_steps=4)) == 4
     r = run_trial(wl, s, steps=3, warmup_steps=1, sample_memory=False)
-    assert r["settle_steps"] == 16 and r["steps"] == 16 and r["steps_requested"] == 16
-    assert r["samples_per_s"] < 1.5 * 400, r["samples_per_s"]   # a bound a busy machine only lowers
+    assert r.settle_steps == 16 and r.steps == 16 and r.steps_requested == 16
+    assert r.samples_per_s < 1.5 * 400, r.samples_per_s   # a bound a busy machine only lowers

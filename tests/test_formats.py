@@ -50,13 +50,15 @@ def test_the_formats_a_command_offers_are_the_ones_its_view_handles():
 
 
 def _verify_view():
+    from debtorch.train.device import CPU
+    from debtorch.train.result import LoadedWorkload, TrialResult
     from debtorch.verify import analysis
     from debtorch.verify.measure import Measured
     from debtorch.verify.run import Outcome
 
-    m = Measured(device="cpu", workload={"name": "builtin:cnn"})
-    m.trials["baseline"] = [{"samples_per_s": 100.0, "losses": [float("nan")]}] * 3
-    m.trials["tuned"] = [{"samples_per_s": 150.0, "data_wait_share": float("inf")}] * 3
+    m = Measured(device=CPU, workload=LoadedWorkload(name="builtin:cnn"))
+    m.trials["baseline"] = [TrialResult(samples_per_s=100.0, losses=[float("nan")])] * 3
+    m.trials["tuned"] = [TrialResult(samples_per_s=150.0, data_wait_share=float("inf"))] * 3
     summary = analysis.summary(m)
     return VerifyView(Outcome(m, summary, analysis.verdict(summary), ["a warning"], None, {}), 0)
 

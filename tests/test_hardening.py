@@ -19,6 +19,7 @@ import debtorch
 from debtorch import outputs
 from debtorch.cli import app, manpage
 from debtorch.host import LiveHost
+from debtorch.train.device import CPU
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config
 from debtorch.tune.rules import Request, RequestError, recommend
@@ -119,7 +120,7 @@ def test_what_tune_writes_must_load_on_the_machine_it_was_tuned_for(tmp_path):
     rec = recommend(make_facts(cpus=2), Request())
     rec.settings = rec.settings.replace(num_workers=40)
     with pytest.raises(ConfigError, match="loader.num_workers: 40 is more than this machine can run"):
-        config.write_config(str(tmp_path / "t.toml"), rec, {"usable_cpus": 2}, config.tuned_table("rules", "cpu"))
+        config.write_config(str(tmp_path / "t.toml"), rec, {"usable_cpus": 2}, config.tuned_table("rules", CPU))
     assert not (tmp_path / "t.toml").exists()
 
 
@@ -202,7 +203,8 @@ def test_tune_options(args, said):
 
 @pytest.mark.parametrize("args,said", [
     (["--timeout", "nan"], "--timeout must be a number of seconds > 0 and at most 604800 (got nan)"),
-    (["--seed", str(10**20)], "--seed must be from 0 to 4294967295 (got 100000000000000000000)"),
+    (["--seed", str(10**20)], "--seed must be an integer from 0 to 4294967295 (got 100000000000000000000)"),
+    (["--nproc", "0"], "--nproc must be an integer from 1 to 65536 (got 0)"),   # tune's words, the same check
     (["--nproc", "2", "--master-port", "99999"], "--master-port must be a TCP port, 1 to 65535 (got 99999)"),
     (["--nproc", "2", "--node-rank", "5", "--nnodes", "2"], "--node-rank 5 is not a rank of 2 node(s): it must be from 0 to 1"),
     (["--nproc", "2", "--node-rank", "1"], "--node-rank 1 is not a rank of 1 node(s): it must be from 0 to 0 (give --nnodes)"),

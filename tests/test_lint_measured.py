@@ -19,8 +19,11 @@ from debtorch.hostwaits import SYNC_WARNING, count_host_waits
 from debtorch.lint.measured import static_result, static_waits
 from debtorch.report import verify as report
 from debtorch.report.console import texts
+from debtorch.train.device import Device
+from debtorch.train.result import LoadedWorkload
 from debtorch.verify.analysis import summary
 from debtorch.verify.measure import Plan, Verifier
+from debtorch.verify.results import HostWaits
 from debtorch.verify.run import Outcome
 
 BUILTIN_WORKLOADS = Path(debtorch.__file__).resolve().parent / "train" / "workloads.py"  # imports torch: read only
@@ -52,8 +55,9 @@ def test_the_static_pass_reads_forward_and_loss_fn_of_a_workload(tmp_path):
     path.write_text(WORKLOAD)
     assert [(f.id, f.line) for f in static_waits(str(path))] == [("script.W003", 9), ("script.W001", 14)]
     result = static_result(str(path))
-    assert report.report_line(result) == ("host waits per step: 2 (mywork.py:9, mywork.py:14); read from the code: "
-                                   "the lines that would wait on a GPU (debtorch lint)")
+    assert report.report_line(HostWaits.from_json(result)) == (
+        "host waits per step: 2 (mywork.py:9, mywork.py:14); read from the code: the lines that would wait on a GPU "
+        "(debtorch lint)")
 
 
 def test_debtorchs_own_workloads_do_not_wait_on_the_host():
@@ -126,7 +130,7 @@ def test_counting_maps_each_wait_to_the_users_line_and_skips_the_first_step(tmp_
     assert [(Path(x["path"]).name, x["line"], x["per_step"]) for x in result["lines"]] == [
         ("userwork.py", 7, 2.0), ("userwork.py", 2, 1.0)]
     assert torch.cuda.modes == ["warn", 0] and torch.cuda.mode == 0  # the debug mode is put back
-    assert report.report_line(result) == ("host waits per step: 3 (userwork.py:7, userwork.py:2); measured with "
+    assert report.report_line(HostWaits.from_json(result)) == ("host waits per step: 3 (userwork.py:7, userwork.py:2); measured with "
                                    "torch.cuda.set_sync_debug_mode over 3 steps; 1.0 more per step outside "
                                    "the workload's code")
 
@@ -160,8 +164,8 @@ def _verifier(tmp_path, device, answer):
     path.write_text(WORKLOAD)
     v = Verifier(Plan(workload="mywork:make", repeats=3))
     v.worker = FakeWorker(answer)
-    v.measured.device = device
-    v.measured.workload = {"batch_size": 8, "file": str(path)}
+    v.measured.device = Device.parse(device)
+    v.measured.workload = LoadedWorkload(batch_size=8, file=str(path))
     return v
 
 
@@ -211,4 +215,5 @@ def test_the_worker_still_imports_without_debtorchs_dependencies():
                          env={"PYTHONPATH": str(root)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(["debtorch", "debtorch.__about__", "debtorch.hostwaits", "debtorch.train",
-                                      "debtorch.train.sim", "debtorch.train.worker", "debtorch.transport", "debtorch.transport.server"])
+                                      "debtorch.train.device", "debtorch.train.sim", "debtorch.train.worker",
+                                      "debtorch.transport", "debtorch.transport.server"])

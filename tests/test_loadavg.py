@@ -12,10 +12,11 @@ from debtorch.facts import loadavg
 from debtorch.facts.loadavg import Reading, judge, parse_cpu_ticks, parse_loadavg
 from debtorch.report.tune import TuneView
 from debtorch.report.verify import VerifyView
+from debtorch.train.device import CPU
 from debtorch.train.settings import Settings
 from debtorch.tune.run import Tuned, load_check
 from debtorch.verify import analysis
-from debtorch.verify.measure import Measured
+from debtorch.verify.measure import Measured, Plan
 from debtorch.verify.run import Outcome, Prepared
 
 # /proc/loadavg and the head of /proc/stat as a Debian 12 VM (kernel 6.1) wrote them.
@@ -80,8 +81,8 @@ def test_tune_measure_says_the_machine_was_busy_in_a_warning_line_and_its_json()
 
 def test_verify_train_says_the_machine_was_busy_and_reads_the_load_through_its_host(tmp_path):
     host = make_host(tmp_path, files={"/proc/loadavg": LOADAVG, "/proc/stat": STAT})
-    m = Measured(plan={"workload": "builtin:cnn"}, device="cpu")
-    m.baseline, m.tuned = Settings().to_dict(), Settings(num_workers=1).to_dict()
+    m = Measured(plan=Plan(workload="builtin:cnn"), device=CPU)
+    m.baseline, m.tuned = Settings(), Settings(num_workers=1)
     from hostkit import facts_of
 
     facts = facts_of(host)

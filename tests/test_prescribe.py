@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 import debtorch
 from debtorch.cli import app
+from debtorch.train.device import CUDA
 from debtorch.tune import prescribe
 from debtorch.tune.prescribe import WatchError, read_watch
 from debtorch.tune.rules import Request, recommend
@@ -69,7 +70,7 @@ def prescribed(tmp_path: Path, rec: dict, cpus: int = 2, **facts: Any):
 def test_the_last_verdict_is_read_and_the_lines_before_it_are_skipped(tmp_path):
     path = write(tmp_path, record(share=0.9, final=False), record(share=0.6), record(share=0.1, final=False))
     w = read_watch(path)
-    assert w.data_wait == pytest.approx(0.6) and w.batch_size == 32 and w.device == "cuda"
+    assert w.data_wait == pytest.approx(0.6) and w.batch_size == 32 and w.device == CUDA
     assert w.consumed == pytest.approx(32 / 0.04) and w.delivered == pytest.approx(320)
 
 

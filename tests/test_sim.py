@@ -2,6 +2,7 @@
 fake clock, and tiny simulated jobs whose loaders sleep (no CPU: robust on a busy machine) against
 the model's numbers.  Rates are far apart and every bound is 10%."""
 
+import dataclasses
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from debtorch.train import sim
+from debtorch.train.device import Device
 
 DEFAULTS = {"launch_ms": 1.0, "gbps": 25.0, "ahead": 3}
 
@@ -103,11 +105,10 @@ def test_a_host_that_wakes_late_after_a_drain_is_counted_and_the_model_adds_it()
     # The same synced step (20 ms: 10 of the host's own, 10 waited of which 0.5 late): the model without the
     # wake-up would forecast a 19.5 ms step and call the measured cost of 20 ms too high.
     nosync = [_trial(32 / 0.012, 0.0, 0.010)]
-    synced = [_trial(32 / 0.020, 0.0105, 0.010)]
-    synced[0]["sim"]["wake_s"] = 0.0005
-    assert predicted_sync_cost(nosync, synced, 0.0) == pytest.approx(1 - 0.012 / 0.020, abs=1e-6)
-    del synced[0]["sim"]["wake_s"]
-    assert predicted_sync_cost(nosync, synced, 0.0) == pytest.approx(1 - 0.012 / 0.0195, abs=1e-6)
+    synced = _trial(32 / 0.020, 0.0105, 0.010)
+    woke_late = dataclasses.replace(synced, sim=dataclasses.replace(synced.sim, wake_s=0.0005))
+    assert predicted_sync_cost(nosync, [woke_late], 0.0) == pytest.approx(1 - 0.012 / 0.020, abs=1e-6)
+    assert predicted_sync_cost(nosync, [synced], 0.0) == pytest.approx(1 - 0.012 / 0.0195, abs=1e-6)
 
 
 @pytest.mark.torch
@@ -163,9 +164,9 @@ def _run(wl, rate, steps=30, sync=False, ahead=3, launch=0.0, gbps=25, **setting
     from debtorch.train.engine import run_trial
     from debtorch.train.settings import Settings
 
-    r = run_trial(wl, Settings(**settings), device=f"sim:{rate},launch={launch},gbps={gbps},ahead={ahead}",
+    r = run_trial(wl, Settings(**settings), device=Device.parse(f"sim:{rate},launch={launch},gbps={gbps},ahead={ahead}"),
                   steps=steps, warmup_steps=3, sync_each_step=sync, sample_memory=False)
-    assert r["sim"]["words"] == f"simulated accelerator ({rate} samples/s)" and r["losses"][0] is None
+    assert r.sim.words == f"simulated accelerator ({rate} samples/s)" and r.losses[0] is None
     return r
 
 
@@ -175,10 +176,10 @@ PINNED = {"pin_memory": True, "non_blocking": True}
 @engine_trial
 def test_throughput_is_the_slower_of_loader_and_device():
     # The loader gives 10 samples per 50 ms (200/s); devices of 80/s and of 800/s.
-    assert _run(_job(0.050), 80, steps=16, **PINNED)["samples_per_s"] == pytest.approx(80, rel=0.10)
+    assert _run(_job(0.050), 80, steps=16, **PINNED).samples_per_s == pytest.approx(80, rel=0.10)
     fed = _run(_job(0.050), 800, **PINNED)
-    assert fed["samples_per_s"] == pytest.approx(200, rel=0.10)
-    assert fed["data_wait_share"] > 0.8 and fed["samples_per_s"] / 800 < 0.3
+    assert fed.samples_per_s == pytest.approx(200, rel=0.10)
+    assert fed.data_wait_share > 0.8 and fed.samples_per_s / 800 < 0.3
 
 
 @engine_trial
@@ -186,13 +187,13 @@ def test_a_per_step_sync_costs_what_the_model_says():
     # 10 ms of fetching and 40 ms of device work a step: overlapped 40 ms (250/s), in turn 50 ms (200/s).
     wl = _job(0.010)
     free, synced = _run(wl, 250, **PINNED), _run(wl, 250, sync=True, **PINNED)
-    assert free["samples_per_s"] == pytest.approx(250, rel=0.10)
-    assert synced["samples_per_s"] == pytest.approx(200, rel=0.10)
-    assert synced["sim"]["device_wait_s"] == pytest.approx(0.040, rel=0.10)   # the whole step's work, waited for
+    assert free.samples_per_s == pytest.approx(250, rel=0.10)
+    assert synced.samples_per_s == pytest.approx(200, rel=0.10)
+    assert synced.sim.device_wait_s == pytest.approx(0.040, rel=0.10)   # the whole step's work, waited for
     from debtorch.verify.analysis import predicted_sync_cost
 
     predicted = predicted_sync_cost([free], [synced], 0.0)
-    assert predicted == pytest.approx(1 - synced["samples_per_s"] / free["samples_per_s"], abs=0.05)
+    assert predicted == pytest.approx(1 - synced.samples_per_s / free.samples_per_s, abs=0.05)
 
 
 @engine_trial
@@ -201,9 +202,9 @@ def test_run_ahead_absorbs_a_slow_loader_burst():
     # step queued beyond the running one the device idles 30 ms in every 150 (267/s); three cover it.
     shallow = _run(_job(0.005, every=4, burst=0.090), 333, steps=40, ahead=1, **PINNED)
     deep = _run(_job(0.005, every=4, burst=0.090), 333, steps=40, ahead=8, **PINNED)
-    assert shallow["samples_per_s"] == pytest.approx(40 / 0.150, rel=0.10)
-    assert deep["samples_per_s"] == pytest.approx(333, rel=0.10)
-    assert deep["samples_per_s"] > 1.1 * shallow["samples_per_s"]
+    assert shallow.samples_per_s == pytest.approx(40 / 0.150, rel=0.10)
+    assert deep.samples_per_s == pytest.approx(333, rel=0.10)
+    assert deep.samples_per_s > 1.1 * shallow.samples_per_s
 
 
 @engine_trial
@@ -213,53 +214,57 @@ def test_pinned_non_blocking_copies_free_the_host():
     # defaults): fetch, staging memcpy and the copy in turn, each waiting for the other.
     wl = _job(0.030, item=262_144)
     pinned, pageable = _run(wl, 500, gbps=0.25, **PINNED), _run(wl, 500, gbps=0.25)
-    assert pinned["samples_per_s"] == pytest.approx(10 / 0.062, rel=0.10)
-    assert pinned["sim"]["staging_s"] == 0 and pageable["sim"]["staging_s"] > 0
-    fetch = sum(pageable["data_wait_s"]) / pageable["steps"]
-    assert pageable["samples_per_s"] == pytest.approx(10 / (fetch + pageable["sim"]["staging_s"] + 0.042), rel=0.10)
-    assert pinned["samples_per_s"] > 1.1 * pageable["samples_per_s"]
+    assert pinned.samples_per_s == pytest.approx(10 / 0.062, rel=0.10)
+    assert pinned.sim.staging_s == 0 and pageable.sim.staging_s > 0
+    fetch = sum(pageable.data_wait_s) / pageable.steps
+    assert pageable.samples_per_s == pytest.approx(10 / (fetch + pageable.sim.staging_s + 0.042), rel=0.10)
+    assert pinned.samples_per_s > 1.1 * pageable.samples_per_s
 
 
 @engine_trial
 def test_loader_workers_feed_the_device_together():
     # Two workers, each 10 samples per 80 ms: 250 samples/s between them.
     two = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True, **PINNED}
-    assert _run(_job(0.080), 100, steps=24, **two)["samples_per_s"] == pytest.approx(100, rel=0.10)
-    assert _run(_job(0.080), 750, steps=24, **two)["samples_per_s"] == pytest.approx(250, rel=0.10)
+    assert _run(_job(0.080), 100, steps=24, **two).samples_per_s == pytest.approx(100, rel=0.10)
+    assert _run(_job(0.080), 750, steps=24, **two).samples_per_s == pytest.approx(250, rel=0.10)
 
 
 # ---------------------------------------------------------------------------
 # verify-train on a simulated device: the plan and the report (no torch: made-up trials)
 
-SPEC = "sim:300,launch=1,gbps=25,ahead=3,sync=0"
+SPEC = Device.parse("sim:300,launch=1,gbps=25,ahead=3,sync=0")
 
 
 def test_verify_plan_on_a_simulated_device_reads_the_loss_every_step_instead_of_bounds_and_convergence():
+    from debtorch.train.result import LoadedWorkload
     from debtorch.train.settings import Settings
-    from debtorch.verify.measure import Plan, Verifier
+    from debtorch.verify.measure import JobKind, Plan, Verifier
 
     v = Verifier(Plan(device=SPEC, repeats=3, converge_steps=100))
-    v.measured.workload = {"batch_size": 32, "target_loss": 0.5}
+    v.measured.workload = LoadedWorkload(batch_size=32, target_loss=0.5)
     jobs = v.jobs(Settings(), Settings(num_workers=2, prefetch_factor=2, pin_memory=True, non_blocking=True, threads=1))
-    arms = {j.arm for j in jobs}
-    assert arms == {"prime", "baseline", "tuned", "tuned_sync", "without loader", "without threads"}
+    assert {j.kind for j in jobs} == {JobKind.PRIME, JobKind.ROUND}   # no bounds, no convergence runs
+    assert {j.arm for j in jobs} == {"baseline", "tuned", "tuned_sync", "without loader", "without threads"}
     assert all(j.extra == {"sync_each_step": True} for j in jobs if j.arm == "tuned_sync")
 
 
 def _trial(sps, wait, busy, steps=20, batch=32, workers=2, data_share=0.1):
+    from debtorch.train.result import TrialResult
+
     wall = steps * batch / sps
-    return {"samples_per_s": sps, "steps": steps, "wall_s": wall, "step_median_s": wall / steps,
-            "data_wait_share": data_share, "data_wait_s": [data_share * wall / steps] * steps,
-            "settings": {"num_workers": workers}, "accumulation_steps": 1,
-            "sim": {"device_busy_s": busy, "device_wait_s": wait, "staging_s": 0.0}}
+    return TrialResult.from_json({
+        "samples_per_s": sps, "steps": steps, "wall_s": wall, "step_median_s": wall / steps,
+        "data_wait_share": data_share, "data_wait_s": [data_share * wall / steps] * steps,
+        "settings": {"num_workers": workers}, "accumulation_steps": 1,
+        "sim": {"device_busy_s": busy, "device_wait_s": wait, "staging_s": 0.0}})
 
 
 def _measured(base, tuned, synced):
-    from debtorch.verify.measure import Measured
+    from debtorch.verify.measure import Measured, RunBudget
 
-    m = Measured(device=SPEC, baseline={}, tuned={})
+    m = Measured(device=SPEC)
     m.trials.update(baseline=base, tuned=tuned, tuned_sync=synced)
-    m.budget = {"rounds": len(tuned)}
+    m.budget = RunBudget(None, rounds=len(tuned))
     return m
 
 
@@ -274,12 +279,12 @@ def test_report_states_the_simulated_device_its_bound_and_what_a_per_step_sync_c
     base = [_trial(150 + i, 0.0, 0.1067, workers=0, data_share=0.6) for i in range(-2, 3)]
     m = _measured(base, tuned, synced)
     s = analysis.summary(m)
-    sd = s["sim"]
-    assert sd["words"] == "simulated accelerator (300 samples/s)" and "input_bound" not in sd
-    assert 0.95 < sd["bound_fraction"]["tuned"]["share"] < 0.98
-    cost = sd["sync_cost"]
-    assert cost["verdict"] == "costs" and cost["model"] == "within"
-    assert cost["predicted"] == pytest.approx(1 - (32 / 290) / (0.1067 + 0.024), abs=0.01)
+    sd = s.sim
+    assert sd.words == "simulated accelerator (300 samples/s)" and sd.input_bound is None
+    assert 0.95 < sd.bound_fraction.tuned.value < 0.98
+    cost = sd.sync_cost
+    assert cost.cost.verdict == "costs" and cost.model == "within"
+    assert cost.predicted == pytest.approx(1 - (32 / 290) / (0.1067 + 0.024), abs=0.01)
     text = "\n".join(str(x) for x in lines(m, s))
     assert "per-step sync (the loss read every step, as .item() does): costs" in text
     assert "the model (a drained queue: the synced steps' host time plus the device's and the host's wake-up) gives" in text
@@ -297,7 +302,7 @@ def test_an_input_bound_run_says_the_loaders_ceiling_and_the_cpus_it_would_take(
     base = [_trial(100 + i, 0.0, 0.1067, workers=0, data_share=0.7) for i in range(-2, 3)]
     m = _measured(base, tuned, [_trial(195 + i, 0.1, 0.1067) for i in range(-2, 3)])
     s = analysis.summary(m)
-    assert s["sim"]["input_bound"] == {"ceiling": 200, "one_process": 100, "cpus": 3}
+    assert s.sim.input_bound.to_json() == {"ceiling": 200, "one_process": 100, "cpus": 3}
     text = "\n".join(str(x) for x in lines(m, s))
     assert ("input-bound: the device waits for data; this machine's loader ceiling is 200 samples/s (tuned), one "
             "loading process gives 100 (the baseline, loading in the training process): feeding 300 samples/s takes "
@@ -310,13 +315,13 @@ def test_an_input_bound_verdict_is_followed_by_what_to_do_next():
     (issue 34, item 7): the next line says more loader CPUs."""
     from debtorch.report.verify import VerifyView
     from debtorch.verify import analysis
-    from debtorch.verify.run import Outcome
+    from debtorch.verify.run import Outcome, TunedBy
 
     tuned = [_trial(200 + i, 0.0, 0.1067, data_share=0.3) for i in range(-2, 3)]
     base = [_trial(100 + i, 0.0, 0.1067, workers=0, data_share=0.7) for i in range(-2, 3)]
     m = _measured(base, tuned, [_trial(195 + i, 0.1, 0.1067) for i in range(-2, 3)])
     s = analysis.summary(m)
-    view = VerifyView(Outcome(m, s, analysis.verdict(s), [], {"source": "rules"}, {}), 0)
+    view = VerifyView(Outcome(m, s, analysis.verdict(s), [], TunedBy("rules", {}), {}), 0)
     said = [line.text for line in view.lines()[1:]]
     assert said[-2].startswith("verdict: ")
     assert said[-1] == ("next: this machine's CPUs cannot feed a 300 samples/s device: give the loader more CPUs "

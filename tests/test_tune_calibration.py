@@ -15,12 +15,14 @@ import pytest
 from clitools import ROOT
 from tune_facts import GiB, MiB, make_facts
 
+from debtorch.train.device import CPU, CUDA, Device
+from debtorch.train.result import TrialResult
 from debtorch.train.settings import Settings
 from debtorch.tune import calibration, rules
 from debtorch.tune.calibration import Calibration, calibrate
 from debtorch.tune.rules import Request, recommend
 
-SIM = "sim:1000,launch=1,gbps=25,ahead=3,sync=0"
+SIM = Device.parse("sim:1000,launch=1,gbps=25,ahead=3,sync=0")
 
 
 class Pipeline:
@@ -40,7 +42,7 @@ class Pipeline:
     def clock(self) -> float:
         return self.now
 
-    def trial(self, settings: Settings, steps: int, warmup: int) -> dict:
+    def trial(self, settings: Settings, steps: int, warmup: int) -> TrialResult:
         self.calls.append((settings.short(), steps, warmup))
         b = self.batch
         if settings.num_workers == 0:
@@ -56,8 +58,8 @@ class Pipeline:
             waits, computes = [share * step] * steps, [(1 - share) * step] * steps
         settle = 4 if settings.num_workers else 0
         self.now += 0.3 * bool(settings.num_workers) + (steps + warmup + settle) * step
-        return {"samples_per_s": sps, "step_median_s": step, "data_wait_s": waits, "compute_s": computes,
-                "data_wait_share": share, "batch_bytes": self.batch_bytes, "sim": None}
+        return TrialResult(samples_per_s=sps, step_median_s=step, data_wait_s=waits, compute_s=computes,
+                           data_wait_share=share, batch_bytes=self.batch_bytes)
 
 
 def sim_pipeline(rate: float, loader_rate: float = 500.0, worker_rate: Optional[float] = None, **kw) -> Pipeline:
@@ -100,25 +102,25 @@ def test_the_calibration_keeps_to_a_shorter_budget_and_leaves_out_what_does_not_
 
 def test_a_device_one_process_keeps_up_with_needs_no_worker_trial():
     p = sim_pipeline(300.0, loader_rate=500.0)
-    cal = calibrate(p.trial, Settings(threads=1), "sim:300,launch=1,gbps=25,ahead=3,sync=0", 32, cpus=2,
+    cal = calibrate(p.trial, Settings(threads=1), Device.parse("sim:300,launch=1,gbps=25,ahead=3,sync=0"), 32, cpus=2,
                     clock=p.clock)
     assert cal.worker_rate is None and "keeps up" in cal.skipped and len(p.calls) == 2
 
 
 def test_on_a_cpu_the_device_rate_is_the_compute_and_the_worker_trial_takes_a_thread():
     p = Pipeline(fetch_s=0.05, device_s=0.05)
-    cal = calibrate(p.trial, Settings(threads=2), "cpu", 32, cpus=2, clock=p.clock)
+    cal = calibrate(p.trial, Settings(threads=2), CPU, 32, cpus=2, clock=p.clock)
     assert cal.device_rate == pytest.approx(32 / 0.05)
     assert "compute at 2 thread(s)" in cal.device_source
     assert cal.worker_threads == 1 and p.calls[-1][0].startswith("w1 pf2")
 
 
 def test_a_trial_without_per_step_times_is_one_line():
-    def bare(settings: Settings, steps: int, warmup: int) -> dict:
-        return {"samples_per_s": 100.0, "step_median_s": 0.3}
+    def bare(settings: Settings, steps: int, warmup: int) -> TrialResult:
+        return TrialResult(samples_per_s=100.0, step_median_s=0.3)
 
     with pytest.raises(calibration.CalibrationError, match="no per-step times"):
-        calibrate(bare, Settings(), "cpu", 32, cpus=2)
+        calibrate(bare, Settings(), CPU, 32, cpus=2)
 
 
 def test_the_time_left_for_the_worker_trial_never_starts_a_trial_past_it():
@@ -165,7 +167,7 @@ def test_a_worker_that_kept_up_counts_at_least_what_one_process_loads():
 
 
 def test_on_a_gpu_one_cpu_drives_it():
-    cal = _cal(device="cuda", device_rate=3000.0, device_source="measured", worker_rate=400.0)
+    cal = _cal(device=CUDA, device_rate=3000.0, device_source="measured", worker_rate=400.0)
     rec = recommend(make_facts(cpus=16, gpus=[("NVIDIA A100-SXM4-80GB", "8.0")]),
                     Request(calibration=cal))
     assert rec.settings.num_workers == math.ceil(3000 / 400 * rules.HEADROOM)
@@ -195,16 +197,16 @@ def test_without_a_calibration_the_rules_are_as_before():
 
 
 def _cpu_cal(**kw) -> Calibration:
-    return _cal(**{"device": "cpu", "device_source": "the CPU's compute at 2 thread(s)", "threads": 2,
+    return _cal(**{"device": CPU, "device_source": "the CPU's compute at 2 thread(s)", "threads": 2,
                    "worker_threads": 1, **kw})
 
 
 def test_on_two_cpus_a_worker_is_chosen_only_when_its_trial_beat_loading_in_process():
-    faster = recommend(make_facts(cpus=2), Request(device="cpu", calibration=_cpu_cal(in_process_rate=230.0,
+    faster = recommend(make_facts(cpus=2), Request(device=CPU, calibration=_cpu_cal(in_process_rate=230.0,
                                                                                     worker_rate=317.0)))
     assert faster.settings.num_workers == 1 and faster.settings.threads == 1
     assert "measured 317 (1.38x)" in faster.reasons["num_workers"].text
-    same = recommend(make_facts(cpus=2), Request(device="cpu", calibration=_cpu_cal(in_process_rate=300.0,
+    same = recommend(make_facts(cpus=2), Request(device=CPU, calibration=_cpu_cal(in_process_rate=300.0,
                                                                                   worker_rate=305.0)))
     assert same.settings.num_workers == 0 and same.settings.threads == 2
     assert same.reasons["num_workers"].rule == "tune.C003"
@@ -212,7 +214,7 @@ def test_on_two_cpus_a_worker_is_chosen_only_when_its_trial_beat_loading_in_proc
 
 def test_on_more_cpus_the_model_splits_them_between_loading_and_compute():
     cal = _cpu_cal(loader_rate=200.0, device_rate=1600.0, in_process_rate=178.0, worker_rate=190.0)
-    rec = recommend(make_facts(cpus=8), Request(device="cpu", calibration=cal))
+    rec = recommend(make_facts(cpus=8), Request(device=CPU, calibration=cal))
     best = max(range(1, 8), key=lambda w: rules.cpu_split_rate(cal, 8, w))
     assert rec.settings.num_workers == best and rec.settings.threads == 8 - best
     assert "predicted" in rec.reasons["num_workers"].text
@@ -220,7 +222,7 @@ def test_on_more_cpus_the_model_splits_them_between_loading_and_compute():
 
 def test_a_compute_bound_cpu_keeps_every_core_computing():
     cal = _cpu_cal(loader_rate=5000.0, device_rate=200.0, in_process_rate=192.0, worker_rate=None)
-    rec = recommend(make_facts(cpus=8), Request(device="cpu", calibration=cal))
+    rec = recommend(make_facts(cpus=8), Request(device=CPU, calibration=cal))
     assert rec.settings.num_workers == 0 and rec.settings.threads == 8
 
 

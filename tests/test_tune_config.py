@@ -17,6 +17,7 @@ from tune_facts import all_pairs, server_8x_a100
 
 from debtorch import schema
 from debtorch.fingerprint import from_facts
+from debtorch.train.device import Device
 from debtorch.tune import config
 from debtorch.tune.config import ConfigError, load_config, parse_config, write_atomic, write_config
 from debtorch.tune.rules import Request, recommend
@@ -340,17 +341,18 @@ def test_read_only_destination_is_one_line_and_no_file(readonly_dir):
 
 
 def _sim_spec() -> str:
-    from debtorch.cli.shared import sim_device
+    from debtorch.cli.shared import parse_device
 
-    return sim_device("sim:800")
+    return str(parse_device("sim:800"))
 
 
 def test_a_config_tuned_on_a_simulated_device_is_for_the_gpu_it_stands_for(tmp_path):
     """tune --measure --device sim:800 --write: training code runs on the real device (issue 34, item 2)."""
     spec = _sim_spec()
-    rec, fp, _ = sample(request=Request(device=spec))
+    device = Device.parse(spec)
+    rec, fp, _ = sample(request=Request(device=device))
     path = tmp_path / "sim.toml"
-    write_config(str(path), rec, fp, config.tuned_table("measured", spec, workload="builtin:images", now=NOW))
+    write_config(str(path), rec, fp, config.tuned_table("measured", device, workload="builtin:images", now=NOW))
     text = path.read_text()
     assert 'device = "cuda"' in text and f'simulated = "{spec}"' in text
     cfg = load_config(str(path))
@@ -389,3 +391,26 @@ def test_the_short_labels_are_said_in_one_legend():
         "persistent (restarted every epoch), pin = pinned memory, fp32/bf16/fp16 = precision, t = compute threads")
     assert legend(["w0 bf16 cl"]) == ("settings in short: w = DataLoader workers, fp32/bf16/fp16 = precision, "
                                       "cl = channels_last")
+
+
+def test_every_setting_is_declared_once_and_the_tables_and_the_search_are_made_from_it():
+    """Issue 32: a setting's type, bounds, table, unset meaning and search dimension are one declaration."""
+    import dataclasses
+
+    from debtorch.train import settings as declared
+    from debtorch.train.device import CPU, Device
+    from debtorch.train.settings import SETTINGS, Settings
+    from debtorch.tune.search import SPLIT, default_space
+
+    names = [f.name for f in dataclasses.fields(Settings)]
+    assert [s.name for s in SETTINGS] == names == list(declared.FIELDS)
+    assert [n for table in config.TABLES.values() for n in table] == names and config.TABLES is declared.TABLES
+    assert set(config.UNSET) == {s.name for s in SETTINGS if s.default is None} == declared.OPTIONAL
+    assert Settings() == Settings(**{s.name: s.default for s in SETTINGS})
+    searched = {s.name for s in SETTINGS if s.search is not None}
+    sim = Device.parse("sim:300,launch=1,gbps=25,ahead=3,sync=0")
+    raced = {f for device in (CPU, sim) for d in default_space(Settings(), device, 4, ["fp32", "bf16"], conv=True)
+             for f in d.decides()}
+    assert raced == searched | {"non_blocking"}   # pinned memory takes non_blocking along (its `together`)
+    dims = [d.name for d in default_space(Settings(), sim, 4, ["fp32"], conv=False)]
+    assert dims == [SPLIT, "prefetch_factor", "pin_memory", "persistent_workers"]   # in the declared order

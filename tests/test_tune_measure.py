@@ -9,6 +9,7 @@ import pytest
 from clitools import ROOT, at_once
 from tune_facts import make_facts
 
+from debtorch.train.result import LoadedWorkload, TrialResult
 from debtorch.tune import measure as measure_mod
 from debtorch.tune.config import load_config
 from debtorch.tune.measure import MeasureError, MeasureOptions, MeasureUsageError, measure
@@ -27,7 +28,7 @@ class FakeEngine:
         self.rng = random.Random(0)
         self.now = 0.0
         self.calls = []
-        self.info = {"batch_size": batch, "convolutional": True}
+        self.info = LoadedWorkload(batch_size=batch, convolutional=True)
 
     def clock(self):
         return self.now
@@ -39,7 +40,7 @@ class FakeEngine:
             raise RuntimeError("DataLoader worker (pid 123) is killed by signal: Bus error")
         sps = self.f(settings) * math.exp(self.rng.gauss(0, 0.02))
         self.now += self.overhead + (steps + warmup) * self.batch / sps
-        return {"samples_per_s": sps, "data_wait_share": 0.05, "wall_s": steps * self.batch / sps, "steps": steps}
+        return TrialResult(samples_per_s=sps, data_wait_share=0.05, wall_s=steps * self.batch / sps, steps=steps)
 
 
 def like_this_vm(s):
@@ -116,7 +117,8 @@ def test_budget_too_small_for_this_workload_says_what_would_do():
             if self.now > 60:
                 self.now = max(before, 60.0)
                 raise measure_mod.BudgetStop("stopped at the end of --budget 60 s in trial 2 (w0 bf16 t2), "
-                                             "timed step 2 of 5: the workload hangs there, or needs a larger budget")
+                                             "timed step 2 of 5: the workload hangs there, or needs a larger budget",
+                                             at="trial 2 (w0 bf16 t2), timed step 2 of 5")
             return out
 
     rec, facts = vm_rec()

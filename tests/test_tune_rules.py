@@ -7,6 +7,7 @@ from tune_facts import MiB, all_pairs, make_facts, server_8x_a100
 
 from debtorch import facts as facts_mod
 from debtorch.findings import catalogue
+from debtorch.train.device import CPU, CUDA, Device
 from debtorch.train.settings import Settings
 from debtorch.tune import rules
 from debtorch.tune.rules import Request, RequestError, recommend
@@ -28,7 +29,7 @@ def test_every_setting_has_a_reason_from_a_documented_rule():
 def test_recorded_2core_vm_gets_no_workers_never_2_to_4_x_cores(replay):
     doc = facts_mod.collect(replay("debian12-vm-2core"))
     rec = recommend(doc)
-    assert rec.device == "cpu"
+    assert rec.device == CPU
     assert rec.settings.num_workers == 0 and rule(rec, "num_workers") == "tune.R001"
     assert "2 usable CPUs (cpu.usable_cpus)" in rec.reasons["num_workers"].text
     assert rec.settings.threads == 2
@@ -60,7 +61,7 @@ def test_cpu_training_on_more_cores_splits_workers_and_threads():
 def test_8_gpu_server_one_process_per_gpu_nccl_and_workers_bounded_per_process():
     rec = recommend(server_8x_a100(cpus=128, p2p=all_pairs(8)))
     s = rec.settings
-    assert rec.device == "cuda"
+    assert rec.device == CUDA
     assert (s.nproc, s.backend) == (8, "nccl") and rule(rec, "nproc") == "tune.R020"
     assert "8 x NVIDIA A100-SXM4-80GB" in rec.reasons["nproc"].text
     assert s.num_workers == rules.MAX_WORKERS_PER_GPU and rule(rec, "num_workers") == "tune.R003"
@@ -137,23 +138,23 @@ def test_cuda_visible_devices_limits_processes():
     assert rec.settings.nproc == 2
     assert recommend(make_facts(cpus=32, gpus=[("A100", "8.0")] * 4, visible="GPU-0002")).settings.nproc == 1
     # An empty CUDA_VISIBLE_DEVICES hides every GPU: CPU training.
-    assert recommend(make_facts(cpus=32, gpus=[("A100", "8.0")] * 4, visible="")).device == "cpu"
+    assert recommend(make_facts(cpus=32, gpus=[("A100", "8.0")] * 4, visible="")).device == CPU
     # CUDA stops at the first entry it cannot match.
     assert recommend(make_facts(cpus=32, gpus=[("A100", "8.0")] * 4, visible="0,7,1")).settings.nproc == 1
 
 
 def test_gpus_with_a_cpu_only_torch_build_tune_for_the_cpu_and_say_why():
     rec = recommend(make_facts(cpus=8, gpus=[("RTX 4090", "8.9")], torch="2.13.0+cpu", torch_cuda=None))
-    assert rec.device == "cpu"
+    assert rec.device == CPU
     assert any("CPU-only PyTorch build" in n for n in rec.notes)
 
 
 def test_asked_device_and_nproc_win():
-    rec = recommend(make_facts(cpus=8), Request(device="cpu", nproc=2))
+    rec = recommend(make_facts(cpus=8), Request(device=CPU, nproc=2))
     assert (rec.settings.nproc, rec.settings.backend) == (2, "gloo")
     assert (rec.settings.num_workers, rec.settings.threads) == (1, 3)  # 4 CPUs per process
-    with pytest.raises(RequestError):
-        recommend(make_facts(), Request(device="tpu"))
+    with pytest.raises(ValueError, match=r"must be cpu, cuda, cuda:N or sim:RATE \(got 'tpu'\)"):
+        Device.parse("tpu")   # a device is parsed where it is given: no request names one the rules cannot take
 
 
 def test_cgroup_quota_below_affinity_is_named_in_the_threads_reason():
@@ -212,7 +213,7 @@ def test_fused_optimizer_needs_a_torch_that_has_it_and_compile_only_when_asked()
 def test_a_saved_facts_file_with_missing_sections_still_tunes():
     doc = {"schema_version": 1, "cpu": {"unknown": {"*": "not in the saved facts"}}}
     rec = recommend(doc)
-    assert rec.device == "cpu" and rec.settings.validate() == []
+    assert rec.device == CPU and rec.settings.validate() == []
 
 
 @pytest.mark.parametrize("section,key,value", [
@@ -236,7 +237,7 @@ def test_recorded_8xa100_nvlink_server(replay):
     doc = facts_mod.collect(replay("debian12-server-8xa100-nvlink"))
     rec = recommend(doc)
     s = rec.settings
-    assert (rec.device, s.nproc, s.backend, s.precision, s.tf32) == ("cuda", 8, "nccl", "bf16", True)
+    assert (rec.device, s.nproc, s.backend, s.precision, s.tf32) == (CUDA, 8, "nccl", "bf16", True)
     assert s.nproc * (s.threads + s.num_workers) <= doc["cpu"]["usable_cpus"]
     assert "NCCL_P2P_DISABLE" not in rec.env  # NVLink through NVSwitch, P2P ok for every pair
     assert not any("peer-to-peer status unknown" in n for n in rec.notes)
@@ -245,7 +246,7 @@ def test_recorded_8xa100_nvlink_server(replay):
 def test_recorded_t4_container_with_64m_shm(replay):
     doc = facts_mod.collect(replay("debian12-container-t4-shm64m"))
     rec = recommend(doc)
-    assert (rec.device, rec.settings.precision) == ("cuda", "fp16")  # Tesla T4 is compute capability 7.5
+    assert (rec.device, rec.settings.precision) == (CUDA, "fp16")  # Tesla T4 is compute capability 7.5
     assert rec.reasons["precision"].rule == "tune.R011"
     assert rec.settings.num_workers == 0 and rule(rec, "num_workers") == "tune.R004"
     assert "/dev/shm has 64.0 MiB free" in rec.reasons["num_workers"].text
@@ -254,5 +255,5 @@ def test_recorded_t4_container_with_64m_shm(replay):
 def test_recorded_gpu_with_a_broken_driver_tunes_for_the_cpu_and_says_so(replay):
     doc = facts_mod.collect(replay("debian12-driver-mismatch-rtx3090"))
     rec = recommend(doc)
-    assert rec.device == "cpu"
+    assert rec.device == CPU
     assert any("on the PCI bus but none usable" in n and "mismatch" in n for n in rec.notes)

@@ -277,9 +277,9 @@ def test_the_engine_trains_the_model_and_inputs_as_load_prepares_them(tmp_path, 
 def test_a_config_tuned_on_a_simulated_device_gives_a_device_torch_takes(tmp_path, written):
     """Tuned on sim:800 (an older config holds the spec as its device): cfg.device is the GPU it stands
     for, which autocast, scaler and to_device hand to torch (issue 34, item 2)."""
-    from debtorch.cli.shared import sim_device
+    from debtorch.cli.shared import parse_device
 
-    spec = sim_device("sim:800")
+    spec = str(parse_device("sim:800"))
     path = write(tmp_path, precision="bf16")
     text = open(path).read().replace('device = "cpu"', f'device = "{spec}"' if written == "device"
                                      else f'device = "cuda"\nsimulated = "{spec}"')

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from debtorch.train.device import CPU, CUDA
 from debtorch.train.settings import Settings
 from debtorch.tune.search import (
     MAX_SPLITS,
@@ -70,10 +71,10 @@ def shared_cores(s):
 
 
 START_CPU = Settings(num_workers=0, precision="bf16", threads=2)
-CPU_DIMS = default_space(START_CPU, "cpu", 2, ["fp32", "bf16"], conv=True)
+CPU_DIMS = default_space(START_CPU, CPU, 2, ["fp32", "bf16"], conv=True)
 START_GPU = Settings(num_workers=2, prefetch_factor=2, persistent_workers=True, start_method="fork",
                      precision="bf16", pin_memory=True, non_blocking=True, threads=1)
-GPU_DIMS = default_space(START_GPU, "cuda", 16, ["fp32", "bf16"], conv=False)
+GPU_DIMS = default_space(START_GPU, CUDA, 16, ["fp32", "bf16"], conv=False)
 
 
 def grid_cost(points, surface, repeats=3):
@@ -126,7 +127,7 @@ def test_measured_reason_says_what_was_measured():
 def test_drift_alone_does_not_pick_the_first_measured_candidate():
     # Equal candidates on a machine that slows down 0.5% per trial: interleaving must cancel it.
     same = Surface(lambda s: 100.0, noise=0.01, seed=0, outliers=0, drift=0.005)
-    dims = [d for d in default_space(START_CPU, "cpu", 2, ["fp32"], conv=True) if d.name == "channels_last"]
+    dims = [d for d in default_space(START_CPU, CPU, 2, ["fp32"], conv=True) if d.name == "channels_last"]
     result = Search(same, budget_s=1000).run(START_CPU, dims)
     assert result.choices["channels_last"].rule == "tune.M005"
 
@@ -183,12 +184,12 @@ def test_coarse_values_for_wide_ranges():
 
 
 def test_space_respects_worker_bounds_and_device():
-    dims = {d.name: d for d in default_space(START_GPU, "cuda", 16, ["fp32", "bf16", "fp16"], conv=True,
+    dims = {d.name: d for d in default_space(START_GPU, CUDA, 16, ["fp32", "bf16", "fp16"], conv=True,
                                              max_workers=5)}
     assert {w for _, w in dims["split"].values} == {0, 1, 2, 3, 4, 5}
     assert {t for t, _ in dims["split"].values} == {1, 2, 3, 4}  # a GPU computes: a few threads feed it
     assert "pin_memory" in dims and dims["precision"].values == ["fp32", "bf16", "fp16"]
-    cpu = {d.name: d for d in default_space(START_CPU, "cpu", 1, ["fp32"], conv=False)}
+    cpu = {d.name: d for d in default_space(START_CPU, CPU, 1, ["fp32"], conv=False)}
     assert set(cpu) == {"split", "prefetch_factor"}  # one CPU: only workers to choose beside it
     assert cpu["split"].values == [(1, 0), (1, 1), (1, 2)]
 
@@ -196,7 +197,7 @@ def test_space_respects_worker_bounds_and_device():
 def test_every_feasible_split_of_two_cpus_is_raced_and_a_model_lattice_of_many():
     every, first = cpu_splits(2)
     assert first == every == [(t, w) for t in (1, 2) for w in range(5)]
-    every, first = cpu_splits(16, "cpu")
+    every, first = cpu_splits(16, CPU)
     assert len(every) == 16 * 33 and len(first) == MAX_SPLITS
     assert (16, 0) in first and all(t in (1, 2, 4, 8, 16) and w in (0, 1, 2, 4, 8, 16, 32) for t, w in first)
     assert all(0.5 <= (t + w) / 16 <= 2 for t, w in first)  # near using every CPU once
@@ -216,10 +217,10 @@ def test_workers_and_threads_that_only_pay_together_are_found(seed):
 
 def test_a_split_sets_threads_workers_and_what_goes_with_workers():
     split = next(d for d in CPU_DIMS if d.name == "split")
-    s = split.set(START_CPU, (1, 2))
+    s = split.with_value(START_CPU, (1, 2))
     assert (s.threads, s.num_workers, s.prefetch_factor, s.persistent_workers, s.start_method) == \
         (1, 2, 2, True, "fork")
-    back = split.set(s, (2, 0))
+    back = split.with_value(s, (2, 0))
     assert (back.threads, back.num_workers, back.prefetch_factor, back.persistent_workers) == (2, 0, None, False)
     assert split.get(s) == (1, 2) and split.decides() == ("threads", "num_workers")
 
@@ -372,7 +373,7 @@ def test_a_first_race_cut_short_by_the_budget_does_not_fence_the_split_in(seed):
         return 100.0 * (1 + 0.2 * s.num_workers) * (1.0 if (s.threads or 2) == 2 else 0.7)
 
     start = Settings(num_workers=0, precision="fp32", threads=2)
-    dims = default_space(start, "cpu", 2, ["fp32"], conv=False)
+    dims = default_space(start, CPU, 2, ["fp32"], conv=False)
     surface = Surface(loader_bound, noise=0.02, seed=seed, outliers=0, cost=lambda s: 1.0 + 0.2 * s.num_workers)
     result = Search(surface, budget_s=40).run(start, dims)
     first = [t.settings for t in result.trials if t.phase == "split"][:3]
@@ -390,7 +391,7 @@ def test_cheap_settings_are_raced_before_the_expensive_split(seed):
             1.0 if (s.threads or 2) == 2 else 0.8)
 
     start = Settings(num_workers=0, precision="fp32", threads=2)
-    dims = default_space(start, "cpu", 2, ["fp32"], conv=True)
+    dims = default_space(start, CPU, 2, ["fp32"], conv=True)
     assert [d.name for d in dims][:3] == ["channels_last", "split", "prefetch_factor"]
     surface = Surface(surface_f, noise=0.05, seed=seed, cost=lambda s: 1.0 + 2.0 * s.num_workers)
     result = Search(surface, budget_s=45).run(start, dims)

@@ -1,5 +1,6 @@
 """verify-train without torch: the numbers, the words, failures as findings, the plan, bad usage."""
 
+import dataclasses
 import math
 import re
 
@@ -12,19 +13,29 @@ from debtorch.cli import app
 from debtorch.report import plot as plot_report
 from debtorch.report import verify as report
 from debtorch.report.console import texts
+from debtorch.train.device import CPU, Device
+from debtorch.train.result import DistributedResult, LoadedWorkload, TrialResult
 from debtorch.train.settings import Settings
 from debtorch.transport.client import WorkerError
 from debtorch.verify import analysis
-from debtorch.verify.failures import Failure, from_worker_error, oom_message, shm_finding
-from debtorch.verify.measure import Measured, Plan, Verifier
+from debtorch.verify.failures import Failure, Fit, from_worker_error, oom_message, shm_finding
+from debtorch.verify.measure import ConvergeRuns, JobKind, Measured, Plan, Verifier
+from debtorch.verify.results import HostWaits
+from debtorch.verify.run import TunedBy
 
 runner = CliRunner()
 MiB = 1024 * 1024
 
 
 def trial(sps, wait=0.1, losses=(), **kw):
-    return dict({"samples_per_s": sps, "data_wait_share": wait, "step_median_s": 1.0 / sps if sps else None,
-                 "losses": list(losses), "warmup_losses": []}, **kw)
+    return TrialResult.from_json(dict({"samples_per_s": sps, "data_wait_share": wait,
+                                       "step_median_s": 1.0 / sps if sps else None, "losses": list(losses),
+                                       "warmup_losses": []}, **kw))
+
+
+def curve(**kw):
+    """A convergence run's result: its losses, its target and when it reached it."""
+    return TrialResult.from_json(dict({"warmup_losses": []}, **kw))
 
 
 # ---------------------------------------------------------------- numbers
@@ -34,27 +45,27 @@ def test_speedup_is_a_ratio_of_medians_with_an_interval_from_the_paired_rounds()
     base = [trial(100), trial(80), trial(120)]
     tuned = [trial(150), trial(160), trial(180)]
     sp = analysis.speedup(tuned, base)
-    assert sp["ratio"] == pytest.approx(160 / 100)
+    assert sp.value == pytest.approx(160 / 100)
     # Rounds pair up: 150/100, 160/80, 180/120, every one above 1: a verdict, and an interval
     # at least as wide as the same-round ratios (three rounds are few).
-    assert sp["low"] <= 1.5 and sp["high"] >= 2.0 and sp["low"] > 1
-    assert sp["verdict"] == "faster" and sp["rounds"] == 3
-    assert sp["pairs"] == pytest.approx([1.5, 2.0, 1.5])
+    assert sp.low <= 1.5 and sp.high >= 2.0 and sp.low > 1
+    assert sp.verdict == "faster" and sp.rounds == 3
+    assert sp.pairs == pytest.approx([1.5, 2.0, 1.5])
 
 
 def test_failed_trials_do_not_enter_the_median():
     s = analysis.summarise([trial(100), trial(None), trial(300), trial(200)])
-    assert s["runs"] == 3 and s["samples_per_s"] == 200
-    assert s["samples_per_s_min"] == 100 and s["samples_per_s_max"] == 300
+    assert s.runs == 3 and s.samples_per_s == 200
+    assert s.samples_per_s_min == 100 and s.samples_per_s_max == 300
 
 
 def test_instrumentation_cost_pairs_instrumented_and_bare_trials_of_a_round():
     cost = analysis.instrumentation_cost([trial(98), trial(99), trial(101)], [trial(100), trial(100), trial(100)])
-    assert cost["cost"] == pytest.approx(0.01)
-    assert cost["low"] <= -0.01 and cost["high"] >= 0.02     # the interval holds every round's cost
-    assert cost["verdict"] == "inconclusive" and cost["more_rounds"] >= 1
+    assert cost.value == pytest.approx(0.01)
+    assert cost.low <= -0.01 and cost.high >= 0.02     # the interval holds every round's cost
+    assert cost.verdict == "inconclusive" and cost.more_rounds >= 1
     steady = analysis.instrumentation_cost([trial(99.5)] * 4, [trial(100)] * 4)
-    assert steady["verdict"] == "negligible"                  # below 2% beyond noise
+    assert steady.verdict == "negligible"                  # below 2% beyond noise
 
 
 def _curve(n, start=2.0, end=1.0):
@@ -62,60 +73,60 @@ def _curve(n, start=2.0, end=1.0):
 
 
 def test_amp_following_fp32_is_not_a_divergence():
-    ref = {"losses": _curve(40)}
-    amp = {"losses": [x * 1.03 for x in _curve(40)]}
+    ref = curve(losses=_curve(40))
+    amp = curve(losses=[x * 1.03 for x in _curve(40)])
     out = analysis.compare_curves(amp, ref, "bf16")
-    assert out["diverged"] is False and out["compared_steps"] == 40
-    assert out["max_gap_rel"] == pytest.approx(0.03)
+    assert out.diverged is False and out.compared_steps == 40
+    assert out.max_gap_rel == pytest.approx(0.03)
 
 
 def test_amp_drifting_above_fp32_in_the_second_half_is_a_divergence():
     base = _curve(40)
     amp = base[:20] + [x * 1.25 for x in base[20:]]
-    out = analysis.compare_curves({"losses": amp}, {"losses": base}, "fp16")
-    assert out["diverged"] is True and "fp16 loss" in out["reason"] and out["step"] > 20
+    out = analysis.compare_curves(curve(losses=amp), curve(losses=base), "fp16")
+    assert out.diverged is True and "fp16 loss" in out.reason and out.step > 20
 
 
 def test_an_early_wobble_is_not_a_divergence():
     base = _curve(40)
     amp = [x * 1.3 if i < 10 else x for i, x in enumerate(base)]
-    assert analysis.compare_curves({"losses": amp}, {"losses": base})["diverged"] is False
+    assert analysis.compare_curves(curve(losses=amp), curve(losses=base)).diverged is False
 
 
 def test_a_non_finite_amp_loss_is_a_divergence():
     base = _curve(30)
     amp = base[:12] + [math.inf] + base[13:]
-    out = analysis.compare_curves({"losses": amp}, {"losses": base}, "fp16")
-    assert out["diverged"] is True and out["step"] == 13 and "non-finite" in out["reason"]
+    out = analysis.compare_curves(curve(losses=amp), curve(losses=base), "fp16")
+    assert out.diverged is True and out.step == 13 and "non-finite" in out.reason
 
 
 def test_amp_needing_many_more_steps_to_the_target_is_a_divergence():
     base = _curve(60)
-    out = analysis.compare_curves({"losses": base, "target_step": 60}, {"losses": base[:30], "target_step": 30})
-    assert out["diverged"] is True and "60 steps" in out["reason"]
+    out = analysis.compare_curves(curve(losses=base, target_step=60), curve(losses=base[:30], target_step=30))
+    assert out.diverged is True and "60 steps" in out.reason
 
 
 def test_too_short_a_curve_is_not_judged():
-    assert analysis.compare_curves({"losses": [1, 1, 1]}, {"losses": [1, 1, 1]})["diverged"] is None
+    assert analysis.compare_curves(curve(losses=[1, 1, 1]), curve(losses=[1, 1, 1])).diverged is None
 
 
 def test_same_numerics_looks_at_batch_and_schedule_only():
-    a = Settings(precision="fp32").to_dict()
-    assert analysis.same_numerics(a, Settings(num_workers=4, threads=1, channels_last=True).to_dict(), 32)
-    assert analysis.same_numerics(a, Settings(micro_batch=32).to_dict(), 32)
-    assert not analysis.same_numerics(a, Settings(micro_batch=16, accumulation_steps=2).to_dict(), 32)
-    assert not analysis.same_numerics(a, Settings(lr_schedule="onecycle").to_dict(), 32)
+    a = Settings(precision="fp32")
+    assert analysis.same_numerics(a, Settings(num_workers=4, threads=1, channels_last=True), 32)
+    assert analysis.same_numerics(a, Settings(micro_batch=32), 32)
+    assert not analysis.same_numerics(a, Settings(micro_batch=16, accumulation_steps=2), 32)
+    assert not analysis.same_numerics(a, Settings(lr_schedule="onecycle"), 32)
 
 
 def _measured(base_sps, tuned_sps, converge=None, tuned_settings=None):
     m = Measured()
-    m.baseline = Settings().to_dict()
-    m.tuned = (tuned_settings or Settings(precision="bf16")).to_dict()
+    m.baseline = Settings()
+    m.tuned = tuned_settings or Settings(precision="bf16")
     m.trials["baseline"] = [trial(x, wait=0.3) for x in base_sps]
     m.trials["tuned"] = [trial(x, wait=0.02) for x in tuned_sps]
     m.trials["tuned_bare"] = [trial(x * 1.005) for x in tuned_sps]
     if converge:
-        m.converge = converge
+        m.converge = ConvergeRuns(**{name: curve(**run) for name, run in converge.items()})
     return m
 
 
@@ -123,7 +134,7 @@ def test_the_verdict_names_speedup_data_wait_and_time_to_target():
     conv = {"baseline": {"target_loss": 0.5, "target_step": 200, "time_to_target_s": 66.0, "losses": _curve(200)},
             "tuned": {"target_loss": 0.5, "target_step": 180, "time_to_target_s": 41.0, "losses": _curve(180)}}
     m = _measured([100, 90, 110], [162, 150, 170], conv)
-    m.reference = Settings().to_dict()
+    m.reference = Settings()
     line = analysis.verdict(analysis.summary(m))
     assert line.startswith("tuned is 1.62x baseline (")
     assert "data wait 30% -> 2.0%" in line
@@ -136,7 +147,7 @@ def test_the_verdict_says_when_tuned_misses_the_target_or_amp_diverges():
             "tuned": {"target_loss": 0.5, "target_step": None, "steps": 97, "warmup_steps": 3, "wall_s": 20.0,
                       "losses": [x * 1.5 for x in base_curve]}}
     m = _measured([100, 100, 100], [150, 150, 150], conv)
-    m.reference = Settings().to_dict()
+    m.reference = Settings()
     line = analysis.verdict(analysis.summary(m))
     assert "tuned did NOT reach loss 0.5 (not within 100 steps" in line
     assert "AMP DIVERGED" in line
@@ -153,8 +164,8 @@ def test_the_table_has_a_row_for_everything_measured():
     conv = {"baseline": {"target_loss": 1.0, "target_step": 50, "time_to_target_s": 9.5, "losses": _curve(50)},
             "tuned": {"target_loss": 1.0, "target_step": 40, "time_to_target_s": 4.0, "losses": _curve(40)}}
     m = _measured([100, 90, 110], [162, 150, 170], conv)
-    m.trials["baseline"][0]["peak_device_bytes"] = 2 * 1024 ** 3
-    m.trials["tuned"][0]["gpu_util_mean"] = 87.0
+    m.trials["baseline"][0] = trial(100, wait=0.3, peak_device_bytes=2 * 1024 ** 3)
+    m.trials["tuned"][0] = trial(162, wait=0.02, gpu_util_mean=87.0)
     labels = [r[0] for r in report.rows(m, analysis.summary(m))]
     for want in ("samples/s (min-max)", "speed-up", "  waiting for data", "compute-only bound",
                  "peak host memory", "peak device memory", "GPU utilisation (NVML)", "time to loss 1"):
@@ -196,10 +207,10 @@ def test_exit_codes_by_failure_kind_are_the_same_for_tune_and_verify_train(kind,
 
 
 def test_the_oom_line_names_what_fits_and_the_global_batch():
-    assert oom_message("cuda:0", 64, 1, {"micro_batch": 16, "accumulation_steps": 4}) == (
+    assert oom_message(Device.parse("cuda:0"), 64, 1, Fit(16, 4)) == (
         "the GPU ran out of memory at micro-batch 64; micro-batch 16 with accumulation_steps 4 fits "
         "(64 samples per optimizer step, as before)")
-    assert "even micro-batch 1 does not fit" in oom_message("cuda", 8, 1, None)
+    assert "even micro-batch 1 does not fit" in oom_message(Device.parse("cuda"), 8, 1, None)
 
 
 # ---------------------------------------------------------------- the plan, with a fake worker
@@ -238,8 +249,8 @@ class FakeWorker:
 def _verifier(worker, **plan):
     v = Verifier(Plan(**plan))
     v.worker = worker
-    v.measured.workload = {"batch_size": worker.batch_size, "target_loss": 0.5}
-    v.measured.device = "cuda:0"
+    v.measured.workload = LoadedWorkload(batch_size=worker.batch_size, target_loss=0.5)
+    v.measured.device = Device.parse("cuda:0")
     return v
 
 
@@ -248,32 +259,38 @@ def test_rounds_run_every_arm_once_in_an_order_that_rotates():
     jobs = v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))
     arms = [j.arm for j in jobs]
     main = {"baseline", "tuned", "tuned_bare", "without precision", "without fused optimizer"}
-    assert arms[:4] == ["prime"] * 4  # baseline, tuned and the two attribution arms, once each
+    assert [j.kind for j in jobs[:4]] == [JobKind.PRIME] * 4  # baseline, tuned and the attribution arms, once each
+    assert {j.kind for j in jobs[4:]} == {JobKind.ROUND}
     rounds = [arms[4 + 7 * r: 4 + 7 * (r + 1)] for r in range(3)]
     for r in rounds:
         assert set(r[:5]) == main and r[5:] in (["baseline_bound", "tuned_bound"], ["tuned_bound", "baseline_bound"])
     assert len({r[0] for r in rounds}) == 3  # a different arm leads each round: drift hits all alike
-    without = {j.arm: j.settings for j in jobs}
+    without = {j.arm: j.settings for j in jobs if j.kind is JobKind.ROUND}
     assert without["without precision"] == Settings(fused_optimizer=True)
     assert without["without fused optimizer"] == Settings(precision="bf16")
 
 
 def test_quick_runs_no_attribution_arms():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=0, attribution=False)
-    arms = {j.arm for j in v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))}
-    assert arms == {"prime", "baseline", "tuned", "tuned_bare", "baseline_bound", "tuned_bound"}
+    jobs = v.jobs(Settings(), Settings(precision="bf16", fused_optimizer=True))
+    assert {j.arm for j in jobs if j.kind is JobKind.ROUND} == {"baseline", "tuned", "tuned_bare", "baseline_bound",
+                                                                "tuned_bound"}
+    assert {j.arm for j in jobs if j.kind is JobKind.PRIME} == {"baseline", "tuned"}
     assert Plan.quick_plan().attribution is False and Plan.quick_plan().budget_s == 13
 
 
 def test_amp_gets_an_fp32_reference_unless_the_baseline_trains_the_same_curve():
+    def converge(jobs):
+        return [j.arm for j in jobs if j.kind is JobKind.CONVERGE]
+
     v = _verifier(FakeWorker(), repeats=3)
-    same = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16", threads=2))]
-    assert "converge:reference" not in same and v.measured.reference["precision"] == "fp32"
-    other = [j.arm for j in v.jobs(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))]
-    assert other[-1] == "converge:reference"
+    same = converge(v.jobs(Settings(), Settings(precision="bf16", threads=2)))
+    assert "reference" not in same and v.measured.reference.precision == "fp32"
+    other = converge(v.jobs(Settings(), Settings(precision="bf16", lr_schedule="onecycle")))
+    assert other[-1] == "reference"
     v.measured.reference = None
-    fp32 = [j.arm for j in v.jobs(Settings(), Settings(num_workers=2))]
-    assert "converge:reference" not in fp32 and v.measured.reference is None
+    fp32 = converge(v.jobs(Settings(), Settings(num_workers=2)))
+    assert "reference" not in fp32 and v.measured.reference is None
 
 
 def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_batch():
@@ -281,7 +298,7 @@ def test_out_of_memory_halves_the_micro_batch_until_it_fits_keeping_the_global_b
     v = _verifier(worker, repeats=3, converge_steps=0)
     m = v.run(Settings(), Settings(precision="bf16"))
     assert m.failure.kind == "oom" and not m.failure.user_input
-    assert m.failure.suggestion == {"micro_batch": 8, "accumulation_steps": 4}
+    assert m.failure.suggestion == Fit(8, 4)
     assert m.failure.message.startswith("the GPU ran out of memory at micro-batch 32; micro-batch 8 with "
                                         "accumulation_steps 4 fits (32 samples per optimizer step, as before)")
     tried = [Settings.from_dict(r["settings"]).micro_batch for r in worker.requests]
@@ -307,10 +324,11 @@ def test_a_finished_plan_keeps_every_trial_under_its_arm():
     v = _verifier(FakeWorker(), repeats=3, converge_steps=20)
     m = v.run(Settings(), Settings(precision="bf16", lr_schedule="onecycle"))
     assert m.failure is None
-    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "tuned_sync": 0, "without precision": 3}
+    assert {k: len(v) for k, v in m.trials.items()} == {**{arm: 3 for arm in analysis.ARMS}, "tuned_sync": 0,
+                                                        "without precision": 3}
     # The schedule changes no throughput: tuned with the baseline's schedule runs to the target instead.
-    assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
-    assert m.converge["tuned"]["target_loss"] == 0.5
+    assert [name for name, _ in m.converge.runs()] == ["baseline", "tuned", "same_schedule", "reference"]
+    assert m.converge.tuned.target_loss == 0.5
 
 
 class ClockedWorker:
@@ -356,8 +374,8 @@ class ClockedWorker:
 def _clocked(worker, **plan):
     v = Verifier(Plan(**plan), clock=worker.clock)
     v.worker = worker
-    v.measured.workload = {"batch_size": worker.batch_size, "target_loss": 0.5}
-    v.measured.device = "cpu"
+    v.measured.workload = LoadedWorkload(batch_size=worker.batch_size, target_loss=0.5)
+    v.measured.device = CPU
     return v
 
 
@@ -372,8 +390,8 @@ def test_noisy_rounds_give_inconclusive_instead_of_a_speedup():
     v = _clocked(worker, repeats=3, converge_steps=0, budget_s=400, attribution=False)
     m = v.run(Settings(), Settings(precision="bf16"))
     s = analysis.summary(m)
-    assert m.failure is None and m.budget["stopped"] == "budget spent" and m.budget["rounds"] > 3
-    assert s["speedup"]["verdict"] == "inconclusive"
+    assert m.failure is None and m.budget.stopped == "budget spent" and m.budget.rounds > 3
+    assert s.speedup.verdict == "inconclusive"
     line = analysis.verdict(s)
     assert line.startswith("speed-up inconclusive (tuned/baseline ") and "would likely resolve it" in line
     assert "tuned is" not in line
@@ -385,18 +403,19 @@ def test_a_clear_speedup_resolves_in_the_first_rounds_and_keeps_the_budget_for_t
     v = _clocked(worker, repeats=3, converge_steps=60, budget_s=300)
     m = v.run(Settings(), Settings(precision="bf16", fused_optimizer=True, lr_schedule="onecycle"))
     s = analysis.summary(m)
-    assert m.budget["rounds"] == 3 and m.budget["stopped"] == "resolved"
-    assert analysis.verdict(s).startswith("tuned is 1.6") and s["speedup"]["verdict"] == "faster"
+    assert m.budget.rounds == 3 and m.budget.stopped == "resolved"
+    assert analysis.verdict(s).startswith("tuned is 1.6") and s.speedup.verdict == "faster"
     # The report says which procedure decided, and after how many looks (text and JSON).
     looks = stats.Looks(3, 30)
-    assert m.budget["looks"] == looks.to_dict() and s["sequential"] == looks.to_dict(3) and s["sequential"]["looks"] == 1
-    assert s["speedup"]["confidence"] == looks.confidence
+    assert m.budget.to_json()["looks"] == looks.to_dict()
+    assert s.sequential.to_json() == looks.to_dict(3) and s.sequential.taken == 1
+    assert s.speedup.estimate.confidence == looks.confidence
     assert ("(stopped: the speed-up resolved at look 1 of at most 28; Pocock's boundary: every look's interval "
             "at 99.35%, 95% over all of them)") in report.rounds_lines(m, s, verbose=True)[0]
     # In plain words by default: the statistics under -v (issue 34, item 7).
     assert report.rounds_lines(m, s)[0].startswith("rounds: 3 interleaved (stopped: the speed-up resolved), ")
-    assert set(m.converge) == {"baseline", "tuned", "same_schedule", "reference"}
-    assert m.budget["spent_s"] <= 300
+    assert [name for name, _ in m.converge.runs()] == ["baseline", "tuned", "same_schedule", "reference"]
+    assert m.budget.spent_s <= 300
 
 
 def test_attribution_credits_each_change_with_what_it_contributes():
@@ -407,17 +426,17 @@ def test_attribution_credits_each_change_with_what_it_contributes():
     v.measured.worker = {"threads": 2}
     m = v.run(Settings(), Settings(precision="bf16", fused_optimizer=True, threads=2, lr_schedule="onecycle"))
     s = analysis.summary(m)
-    by = {e["group"]: e for e in s["attribution"]}
-    assert by["precision"]["verdict"] == "faster" and 1.5 < by["precision"]["ratio"] < 1.7
-    assert by["fused optimizer"]["verdict"] == "inconclusive" and 0.95 < by["fused optimizer"]["ratio"] < 1.05
-    assert "PyTorch's own choice here" in by["threads"]["note"] and "arm" not in by["threads"]
+    by = {e.entry.group: e for e in s.attribution}
+    assert by["precision"].ratio.verdict == "faster" and 1.5 < by["precision"].ratio.value < 1.7
+    assert by["fused optimizer"].ratio.verdict == "inconclusive" and 0.95 < by["fused optimizer"].ratio.value < 1.05
+    assert "PyTorch's own choice here" in by["threads"].entry.note and by["threads"].entry.arm is None
     lines = texts(report.lines(m, s))
     at = lines.index("what each change contributes (tuned over tuned without it, same rounds):")
     assert lines[at + 1].startswith("  precision bf16: 1.")
     assert any(line.startswith("  lr_schedule onecycle: no throughput of its own; time to loss 0.5: ")
                for line in lines)
     rows = dict((r[0], r[1:]) for r in report.rows(m, s))
-    assert rows["  baseline's schedule"][1] == analysis.converge_phrase(s["convergence"]["same_schedule"])
+    assert rows["  baseline's schedule"][1] == analysis.converge_phrase(s.convergence.same_schedule)
 
 
 def test_a_run_that_hangs_is_stopped_at_the_budget_naming_where():
@@ -435,7 +454,7 @@ def test_a_hang_after_the_first_rounds_keeps_them_and_says_where_it_stopped():
     worker = ClockedWorker(bf16_pays, sigma=0.3, hang_at=20)  # 2 warm-ups, 3 rounds of 5, then a hang
     v = _clocked(worker, repeats=3, converge_steps=0, budget_s=200, attribution=False)
     m = v.run(Settings(), Settings(precision="bf16"))
-    assert m.failure is None and len(m.trials["tuned"]) >= 3 and m.budget["rounds"] == 3
+    assert m.failure is None and len(m.trials["tuned"]) >= 3 and m.budget.rounds == 3
     assert any(n.startswith("stopped at the end of --budget 200 s in round 4") for n in m.notes)
     assert worker.now <= 200
 
@@ -444,11 +463,11 @@ def test_a_hang_after_the_first_rounds_keeps_them_and_says_where_it_stopped():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--repeats", "2"], "--repeats must be at least 3"),
+    (["--repeats", "2"], "--repeats must be an integer from 3 to 1000 (got 2): medians need interleaved repeats"),
     (["--plot", "out.txt"], "must end in .png or .svg"),
     (["--plot", "/nonexistent-dir/x.png"], "does not exist"),
     (["--nnodes", "2"], "need --nproc N"),
-    (["--steps", "1"], "--steps must be at least 2"),
+    (["--steps", "1"], "--steps must be an integer from 2 to 1000000 (got 1)"),
     (["--python", "/nonexistent/python3"], "no such Python interpreter"),
 ])
 def test_bad_options_are_one_line_and_exit_2(args, message):
@@ -553,10 +572,10 @@ def test_a_config_tuned_on_the_a100_server_is_stale_on_the_2_core_vm(replay):
 def test_rounds_slowed_by_another_process_are_named():
     m = _measured([100, 20, 110, 105], [160, 150, 40, 170])
     summary = analysis.summary(m)
-    assert summary["disturbed_rounds"] == [2, 3]
+    assert summary.disturbed_rounds == [2, 3]
     assert any(line.startswith("noise: in rounds 2, 3 a trial ran at under half its median speed")
                for line in texts(report.lines(m, summary)))
-    assert analysis.summary(_measured([100, 90, 110], [160, 150, 170]))["disturbed_rounds"] == []
+    assert analysis.summary(_measured([100, 90, 110], [160, 150, 170])).disturbed_rounds == []
 
 
 @pytest.mark.parametrize("option", ["--host", "--facts"])
@@ -583,7 +602,7 @@ def test_the_issues_speedups_on_a_busy_machine_read_inconclusive():
         m = _measured(base, tuned)
         summary = analysis.summary(m)
         line = analysis.verdict(summary)
-        assert summary["speedup"]["verdict"] == "inconclusive"
+        assert summary.speedup.verdict == "inconclusive"
         assert line.startswith("speed-up inconclusive (tuned/baseline ") and "x baseline" not in line
         assert "more round" in line
         speed_row = dict((r[0], r[2]) for r in report.rows(m, summary))["speed-up"]
@@ -596,8 +615,8 @@ def test_a_share_of_the_bound_above_100_percent_is_a_failed_measurement():
     m.trials["tuned_bound"] = [trial(x) for x in (100, 120, 80)]
     m.trials["baseline_bound"] = [trial(x) for x in (130, 135, 128)]
     summary = analysis.summary(m)
-    assert summary["bound_fraction"]["tuned"]["verdict"] == "failed measurement"
-    assert summary["bound_fraction"]["baseline"]["verdict"] == "below"
+    assert summary.bound_fraction.tuned.verdict == "failed measurement"
+    assert summary.bound_fraction.baseline.verdict == "below"
     reached = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))["  reached"]
     assert reached[0].startswith("77%") and reached[1].startswith("failed measurement")
     assert "329%" not in " ".join(reached)
@@ -607,7 +626,7 @@ def test_a_share_of_the_bound_above_100_percent_is_a_failed_measurement():
     summary = analysis.summary(m)
     reached = dict((r[0], r[2]) for r in report.rows(m, summary))["  reached"]
     assert reached.startswith("inconclusive (") and reached.endswith(" to 100%)"), reached
-    assert summary["bound_fraction"]["tuned"]["high"] == 1.0
+    assert summary.bound_fraction.tuned.high == 1.0
 
 
 def test_a_bound_below_the_measured_rate_is_a_failed_measurement_not_a_figure():
@@ -620,8 +639,8 @@ def test_a_bound_below_the_measured_rate_is_a_failed_measurement_not_a_figure():
     rows = dict((r[0], (r[1], r[2])) for r in report.rows(m, summary))
     assert rows["compute-only bound"] == ("failed measurement (6.9, below the 1141.8 measured)", "7.0")
     assert rows["  reached"][0] == "failed measurement" and rows["  reached"][1].startswith("inconclusive")
-    assert summary["bound_fraction"]["baseline"]["verdict"] == "failed measurement"
-    assert "below the measured rate" in summary["bound_fraction"]["baseline"]["reason"]
+    assert summary.bound_fraction.baseline.verdict == "failed measurement"
+    assert "below the measured rate" in summary.bound_fraction.baseline.reason
 
 
 def test_a_negative_instrumentation_cost_is_a_failed_measurement():
@@ -629,24 +648,29 @@ def test_a_negative_instrumentation_cost_is_a_failed_measurement():
     m = _measured([100, 100, 100], [186, 190, 180])
     m.trials["tuned_bare"] = [trial(100)] * 3
     summary = analysis.summary(m)
-    assert summary["instrumentation"]["verdict"] == "failed measurement"
+    assert summary.instrumentation.verdict == "failed measurement"
     line = next(x for x in texts(report.lines(m, summary)) if x.startswith("instrumentation:"))
     assert "cost failed measurement (" in line and "cannot be faster" in line
+
+
+def ddp(samples_per_s):
+    """A 2-process run on gloo."""
+    return DistributedResult(2, "gloo", samples_per_s, [], [])
 
 
 def test_scaling_above_100_percent_is_a_failed_measurement_and_noise_is_inconclusive():
     # "461% scaling efficiency" for 2 processes: the single-process rounds were the slow ones.
     m = _measured([100, 100, 100], [100, 95, 110])
-    m.ddp = [{"samples_per_s": x, "nproc": 2, "backend": "gloo"} for x in (922, 900, 950)]
+    m.ddp = [ddp(x) for x in (922, 900, 950)]
     summary = analysis.summary(m)
-    sc = summary["scaling"]
-    assert sc["verdict"] == "failed measurement" and sc["efficiency"] > 4
+    sc = summary.scaling
+    assert sc.efficiency.verdict == "failed measurement" and sc.efficiency.value > 4
     line = analysis.verdict(summary)
     assert "2 processes: scaling efficiency failed measurement (" in line and "461%" not in line
-    m.ddp = [{"samples_per_s": 170, "nproc": 2, "backend": "gloo"}]          # --quick: one run
+    m.ddp = [ddp(170)]          # --quick: one run
     assert "scaling efficiency inconclusive" in analysis.verdict(analysis.summary(m))
     m.trials["tuned"] = [trial(x) for x in (100, 101, 99)]
-    m.ddp = [{"samples_per_s": x, "nproc": 2, "backend": "gloo"} for x in (170, 171, 169)]
+    m.ddp = [ddp(x) for x in (170, 171, 169)]
     assert "2 processes at 85% scaling efficiency" in analysis.verdict(analysis.summary(m))
 
 
@@ -655,12 +679,11 @@ def test_scaling_above_100_percent_is_a_failed_measurement_and_noise_is_inconclu
 
 def test_a_nan_loss_in_both_curves_is_not_called_within_tolerance():
     nan = float("nan")
-    out = analysis.compare_curves({"losses": [1.0, 0.9] + [nan] * 20}, {"losses": [1.0, 0.9] + [nan] * 20})
-    assert out["diverged"] is None and out["reason"] == "the fp32 loss became non-finite at step 3: no curve to compare with"
-    m = Measured(tuned={"precision": "bf16"}, reference={"precision": "fp32"})
-    m.converge = {"tuned": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5),
-                  "baseline": trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5)}
-    m.reference = {"precision": "fp32"}
+    out = analysis.compare_curves(curve(losses=[1.0, 0.9] + [nan] * 20), curve(losses=[1.0, 0.9] + [nan] * 20))
+    assert out.diverged is None and out.reason == "the fp32 loss became non-finite at step 3: no curve to compare with"
+    m = Measured(tuned=Settings(precision="bf16"), reference=Settings(precision="fp32"))
+    m.converge = ConvergeRuns(tuned=trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5),
+                              baseline=trial(10, losses=[nan] * 12, nonfinite_loss_step=0, target_loss=0.5))
     lines = texts(report.lines(m, analysis.summary(m)))
     assert not any("stays within" in x or "raise --max-steps" in x for x in lines), lines
     assert "convergence: tuned's loss became non-finite at step 1; more steps will not help" in lines
@@ -669,18 +692,18 @@ def test_a_nan_loss_in_both_curves_is_not_called_within_tolerance():
 def test_every_run_whose_loss_became_nan_is_named_and_becomes_the_failure():
     from debtorch.verify.failures import nonfinite_loss
 
-    m = Measured(baseline={"precision": "fp32"}, tuned={"precision": "bf16"})
+    m = Measured(baseline=Settings(precision="fp32"), tuned=Settings(precision="bf16"))
     m.trials["tuned"] = [trial(10), trial(10, nonfinite_loss_step=4)]
-    m.converge = {"tuned": trial(10, nonfinite_loss_step=2)}
-    events = analysis.summary(m)["nonfinite_loss"]
-    assert events == [{"run": "round 2: tuned", "step": 5, "precision": "bf16"},
-                      {"run": "convergence: tuned", "step": 3, "precision": "bf16"}]
+    m.converge = ConvergeRuns(tuned=trial(10, nonfinite_loss_step=2))
+    events = analysis.summary(m).nonfinite_loss
+    assert [e.to_json() for e in events] == [{"run": "round 2: tuned", "step": 5, "precision": "bf16"},
+                                             {"run": "convergence: tuned", "step": 3, "precision": "bf16"}]
     f = nonfinite_loss(events)
     assert (f.kind, f.phase, f.user_input) == ("nonfinite_loss", "round 2: tuned", False)
     assert f.message == "the loss became non-finite (NaN or infinite) at step 5 (and in 1 more run(s))"
     assert f.fix.startswith('train in fp32 (precision = "fp32" in [compute]')
     m.trials["baseline"] = [trial(10, nonfinite_loss_step=0)]
-    assert nonfinite_loss(analysis.summary(m)["nonfinite_loss"]).fix.startswith("the loss diverges whatever")
+    assert nonfinite_loss(analysis.summary(m).nonfinite_loss).fix.startswith("the loss diverges whatever")
     assert "LOSS NOT FINITE in 3 run(s), first round 1: baseline at step 1" in analysis.verdict(analysis.summary(m))
 
 
@@ -725,12 +748,12 @@ def test_a_budget_that_cannot_pay_for_one_round_is_refused_after_the_warm_up_tri
     worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
     m = _clocked(worker, repeats=3, converge_steps=0, budget_s=60, attribution=False).run(
         Settings(), Settings(precision="bf16"))
-    assert m.failure is None and 1 <= m.budget["rounds"] < 3
+    assert m.failure is None and 1 <= m.budget.rounds < 3
     # With the budget it names (at least what the steps take), the rounds run.
     worker = ClockedWorker(lambda s: 100.0, sigma=0.0)
     m = _clocked(worker, repeats=3, converge_steps=0, budget_s=need, attribution=False).run(
         Settings(), Settings(precision="bf16"))
-    assert m.failure is None and m.budget["rounds"] >= 2
+    assert m.failure is None and m.budget.rounds >= 2
 
 
 def test_a_budget_that_ends_in_the_first_trials_while_they_progress_names_the_budget_that_would_do():
@@ -777,8 +800,8 @@ def test_an_inconclusive_verdict_names_the_limit_that_stopped_the_rounds():
         v = _clocked(worker, repeats=3, converge_steps=0, attribution=False, **plan)
         m = v.run(Settings(), Settings(precision="bf16"))
         s = analysis.summary(m)
-        assert s["speedup"]["verdict"] == "inconclusive", name
-        said[name] = (m.budget["stopped"], analysis.verdict(s, m.plan), report.rounds_lines(m, s)[0])
+        assert s.speedup.verdict == "inconclusive", name
+        said[name] = (m.budget.stopped, analysis.verdict(s, m.plan), report.rounds_lines(m, s)[0])
     assert said["quick"][0] == "max rounds" and said["quick"][1].endswith(
         "to resolve it; --quick stops at 5 rounds: run without --quick)")
     assert "(stopped: the most rounds allowed (5 with --quick)" in said["quick"][2]
@@ -801,16 +824,17 @@ def _outcome(m, config=None):
 def test_every_verdict_is_followed_by_a_next_line():
     # Tuned by the rules, faster: measure settings for the user's own workload.
     m = _measured([100, 101, 99, 100], [150, 151, 149, 150])
-    m.plan = {"workload": "mymod:make"}
-    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "rules"}), 0).lines()[1:]]
+    m.plan = Plan(workload="mymod:make")
+    said = [x.text for x in report.VerifyView(_outcome(m, TunedBy("rules", {})), 0).lines()[1:]]
     assert said[-1] == ("next: measure settings for your own workload: debtorch tune --measure --workload mymod:make "
                         "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
     # A config that pays: use it in training.
-    said = [x.text for x in report.VerifyView(_outcome(m, {"source": "config", "path": "/p/t.toml"}), 0).lines()[1:]]
+    config = TunedBy("config", {"path": "/p/t.toml"}, "/p/t.toml")
+    said = [x.text for x in report.VerifyView(_outcome(m, config), 0).lines()[1:]]
     assert said[-1].startswith('next: use it in training: cfg = debtorch.load("t.toml") (docs/runtime.md)')
     # Host waits read from the code: lint names them.
-    m.host_waits = {"measured": False, "per_step": 2.0, "file": "/p/train.py", "lines": []}
-    assert report.next_steps(_outcome(m, {"source": "config", "path": "t.toml"}))[-1] == (
+    m.host_waits = HostWaits(measured=False, steps=None, per_step=2.0, lines=[], file="/p/train.py")
+    assert report.next_steps(_outcome(m, TunedBy("config", {"path": "t.toml"}, "t.toml")))[-1] == (
         "remove the host's waits for the device in the loop: debtorch lint train.py")
     # --quick's cap stopped an inconclusive run: without --quick.
     worker = ClockedWorker(lambda s: 100.0 * (1.15 if s.precision == "bf16" else 1.0), sigma=0.5, seed=1)
@@ -835,10 +859,9 @@ def test_a_data_wait_share_that_rises_while_the_step_shortens_is_explained():
 
 def test_alike_median_steps_beside_a_throughput_difference_are_explained():
     m = _measured([100] * 3, [109] * 3)
-    m.workload = {"batch_size": 32}
+    m.workload = LoadedWorkload(batch_size=32)
     for arm in ("baseline", "tuned"):
-        for r in m.trials[arm]:
-            r["step_median_s"] = 0.290
+        m.trials[arm] = [dataclasses.replace(r, step_median_s=0.290) for r in m.trials[arm]]
     text = texts(report.lines(m, analysis.summary(m)))
     assert ("step time: the median steps are alike (290 ms vs 290 ms) but samples/s differs by 9%: the difference "
             "lies in the slower steps and between steps (mean step 320 ms vs 294 ms), which a median leaves out (an "

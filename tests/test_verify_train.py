@@ -236,10 +236,10 @@ def test_a_convergence_run_stops_at_the_target_and_says_how_many_steps_ran():
     finally:
         sys.path.remove(str(WORKLOADS))
     full = run_trial(wl, {}, steps=40, warmup_steps=1, target_loss=0.0)
-    assert full["steps"] == 40 and full["target_step"] is None  # a loss never falls below 0
-    stop = run_trial(wl, {}, steps=200, warmup_steps=1, target_loss=full["losses"][10], stop_at_target=True)
-    assert stop["target_step"] is not None and stop["steps"] == stop["target_step"] - 1 < 200
-    assert stop["steps_requested"] == 200 and len(stop["losses"]) == stop["steps"]
+    assert full.steps == 40 and full.target_step is None  # a loss never falls below 0
+    stop = run_trial(wl, {}, steps=200, warmup_steps=1, target_loss=full.losses[10], stop_at_target=True)
+    assert stop.target_step is not None and stop.steps == stop.target_step - 1 < 200
+    assert stop.steps_requested == 200 and len(stop.losses) == stop.steps
 
 
 
@@ -252,6 +252,8 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
     from debtorch.report import verify as report
     from debtorch.report.console import texts
     from debtorch.train import engine
+    from debtorch.train.device import Device
+    from debtorch.train.result import TrialResult
     from debtorch.verify import analysis
     from debtorch.verify.measure import Measured
 
@@ -268,8 +270,9 @@ def test_gpu_utilisation_read_through_nvml_reaches_the_report():
 
     def report_of(util):
         m = Measured()
-        m.device = "cuda:0"
-        m.trials["tuned"] = [{"samples_per_s": 900.0, "gpu_util_mean": (sum(util) / len(util)) if util else None}]
+        m.device = Device.parse("cuda:0")
+        mean = (sum(util) / len(util)) if util else None
+        m.trials["tuned"] = [TrialResult(samples_per_s=900.0, gpu_util_mean=mean)]
         summary = analysis.summary(m)
         return dict((r[0], r[2]) for r in report.rows(m, summary)), texts(report.lines(m, summary))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from clitools import at_once
 
+from debtorch.train.device import CPU, CUDA
 from debtorch.train.runner import TrainingWorker as Worker
 from debtorch.train.runner import launch_distributed
 from debtorch.train.settings import Settings
@@ -69,21 +70,21 @@ def test_worker_uses_this_checkout_of_debtorch(worker):
 
 @pytest.mark.slow
 def test_a_trial_streams_progress_and_returns_the_result(worker):
-    worker.load("tiny:make", device="cpu")
+    worker.load("tiny:make", device=CPU)
     events = []
     res = worker.trial(Settings(), steps=4, warmup=2, on_progress=events.append)
     assert [(e["phase"], e["step"]) for e in events] == [("warmup", 1), ("warmup", 2)] + [("timed", i) for i in range(1, 5)]
-    assert res["steps"] == 4 and res["samples_per_s"] > 0 and len(res["losses"]) == 4
+    assert res.steps == 4 and res.samples_per_s > 0 and len(res.losses) == 4
     bare = worker.trial(Settings(), steps=4, warmup=2, mode="bare")
-    assert bare["sample_digest"] == res["sample_digest"]
+    assert bare.sample_digest == res.sample_digest
 
 
 @pytest.mark.slow
 def test_the_protocol_survives_a_workload_that_prints(worker):
     desc = worker.load("printing:make")
-    assert desc["dataset_len"] == 128
+    assert desc.dataset_len == 128
     res = worker.trial(Settings(), steps=2, warmup=1)
-    assert len(res["losses"]) == 2
+    assert len(res.losses) == 2
     tail = "\n".join(worker.stderr_tail)
     assert "printing.py imported" in tail and "raw write to fd 1" in tail and "item " in tail
 
@@ -113,9 +114,9 @@ def test_a_workload_returning_the_wrong_thing_is_named(worker, spec, message):
 def test_bad_requests_and_devices_are_errors_not_crashes(worker):
     worker.load("tiny:make")
     with pytest.raises(WorkerError, match="unknown setting 'bogus'"):
-        worker.trial({"bogus": 1})
+        worker.request("trial", settings={"bogus": 1})
     with pytest.raises(WorkerError) as info:
-        worker.load("tiny:make", device="cuda")
+        worker.load("tiny:make", device=CUDA)
     assert info.value.kind == "device"
     assert worker.request("info")["protocol"] == 1  # still serving
 
@@ -249,12 +250,12 @@ def test_ctrl_c_in_the_caller_kills_the_worker_group():
 @pytest.mark.slow
 def test_two_processes_train_with_gloo(waited):
     res = waited["gloo"]
-    assert res["nproc"] == 2 and res["backend"] == "gloo"
-    ranks = res["ranks"]
-    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
-    assert ranks[0]["sample_digest"] != ranks[1]["sample_digest"]  # each rank trains on its own shard
-    assert res["samples_per_s"] == pytest.approx(sum(r["samples"] for r in ranks) / max(r["wall_s"] for r in ranks))
-    assert all(x > 0 for x in res["per_rank_samples_per_s"])
+    assert res.nproc == 2 and res.backend == "gloo"
+    ranks = res.ranks
+    assert [r.rank for r in ranks] == [0, 1] and all(r.world_size == 2 for r in ranks)
+    assert ranks[0].sample_digest != ranks[1].sample_digest  # each rank trains on its own shard
+    assert res.samples_per_s == pytest.approx(sum(r.samples for r in ranks) / max(r.wall_s for r in ranks))
+    assert all(x > 0 for x in res.per_rank_samples_per_s)
 
 
 @pytest.mark.slow
@@ -271,7 +272,7 @@ def test_spawned_dataloader_workers_import_the_workload_and_debtorch(worker):
     res = worker.trial(Settings(num_workers=1, start_method="spawn", persistent_workers=True),
                        steps=5, warmup=0)
     # 4 untimed steps settle the prefetch queue first: 9 steps of 4-batch epochs cross two boundaries.
-    assert res["settle_steps"] == 4 and res["epochs"] == 2 and len(res["losses"]) == 5
+    assert res.settle_steps == 4 and res.epochs == 2 and len(res.losses) == 5
 
 
 def test_the_runner_side_never_imports_torch():

@@ -28,8 +28,9 @@ from debtorch.host import TIMED_OUT, Host, LiveHost, RecordingHost, ReplayHost, 
 from debtorch.report import Format, View, show
 from debtorch.textsafe import printable
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # names only: a --device is parsed only where a command trains, --redact only when asked
     from debtorch.report.redact import Redactor
+    from debtorch.train.device import Device
 
 
 def exit_for(failure: object) -> int:
@@ -39,28 +40,25 @@ def exit_for(failure: object) -> int:
     return EXIT_USAGE if getattr(failure, "user_input", False) else EXIT_FAILED
 
 
-DEVICE_HELP = "cpu, cuda, or sim:RATE: an accelerator of RATE samples/s simulated on this machine (docs/engine.md)"
+DEVICE_HELP = ("cpu, cuda, cuda:N, or sim:RATE: an accelerator of RATE samples/s simulated on this machine "
+               "(docs/engine.md)")
 
 
-def device_option(prog: Prog, value: Optional[str]) -> Optional[str]:
-    """``--device``: cpu, cuda, or a simulated accelerator as its canonical spec (:func:`sim_device`)."""
-    if value is None or value in ("cpu", "cuda"):
-        return value
-    if not value.startswith("sim:"):
-        prog.fail(f"--device must be cpu, cuda or sim:RATE (got {value!r})")
+def device_option(prog: Prog, value: Optional[str]) -> Optional[Device]:
+    """``--device``, parsed once (:func:`parse_device`): every layer below gets the :class:`Device`."""
+    if value is None:
+        return None
     with prog.fails_on(ValueError, prefix="--device "):
-        return sim_device(value)
+        return parse_device(value)
 
 
-def sim_device(value: str) -> str:
-    """``sim:RATE[,...]`` (a preset name for RATE) as its canonical spec, with the defaults and presets of
-    checks/thresholds.toml; ValueError (one line) when it is not one."""
+def parse_device(value: str) -> Device:
+    """A device as a user writes it: cpu, cuda, cuda:N, or ``sim:RATE[,...]`` (a preset's name for RATE)
+    with checks/thresholds.toml's defaults and presets; ValueError (one line) when it is not one."""
     from debtorch import knowledge  # defer: the doctor loads none of the training side
-    from debtorch.train import sim  # defer: as above
+    from debtorch.train.device import Device  # defer: as above
 
-    rows = knowledge.load().thresholds
-    presets = {name[len("sim_preset_"):]: row["value"] for name, row in rows.items() if name.startswith("sim_preset_")}
-    return sim.parse(value, {f: rows[f"sim_{f}"]["value"] for f in ("launch_ms", "gbps", "ahead")}, presets).text()
+    return Device.parse(value, knowledge.load().thresholds)
 
 
 class FailOn(str, Enum):

@@ -71,7 +71,11 @@ def tune(
 
     fmt = choose_format(prog, json_out, emit)
     given_paths(prog, write=write, python=python, facts=facts_file, host=replay, from_watch=from_watch)
-    elsewhere = "--facts" if facts_file else "--host" if replay else None
+    elsewhere = None   # the option naming another machine, when one does
+    if facts_file:
+        elsewhere = "--facts"
+    elif replay:
+        elsewhere = "--host"
     if facts_file and replay:
         prog.fail("use only one of --facts and --host")
     if measure and elsewhere:
@@ -101,7 +105,8 @@ def tune(
     if from_watch is not None:
         with prog.fails_on(WatchError):
             watched = read_watch(from_watch)   # untrusted input, checked before the machine is read
-    request = rules.Request(device=device_option(prog, device) or (watched.device if watched else None),
+    asked = device_option(prog, device)
+    request = rules.Request(device=asked or (watched.device if watched else None),
                             watch=watched, global_batch=global_batch,
                             micro_batch=micro_batch, epochs=epochs, steps=steps, compile=compile_,
                             model=model.value if model else None, nproc=nproc, oversubscribe=oversubscribe)
@@ -112,15 +117,20 @@ def tune(
         options = MeasureOptions(workload=workload or MeasureOptions.workload, budget_s=budget, python=python,
                                  started=started, search=measure)
     host = None if facts_file else open_host(prog, replay)
-    bar = TrialsBar(f"measuring {options.workload} within --budget {budget:g} s: starting the worker (importing torch), "
-                    "then a calibration trial") if options else contextlib.nullcontext()
+    bar = None
+    if options is not None:
+        bar = TrialsBar(f"measuring {options.workload} within --budget {budget:g} s: starting the worker (importing "
+                        "torch), then a calibration trial")
     try:
-        facts = load_facts(prog, facts_file) if facts_file else tuning.read_facts(host, python)
-        if host is not None:
+        if host is None:
+            facts = load_facts(prog, facts_file or "")
+        else:
+            facts = tuning.read_facts(host, python)
             check_answered(prog, facts, python, host)
-        with bar:
-            tuned = tuning.tune(facts, request, host, options, on_trial=bar.on_trial if measure else None,
-                                on_label=bar.label if calibrate else None)
+        with bar if bar is not None else contextlib.nullcontext():
+            tuned = tuning.tune(facts, request, host, options,
+                                on_trial=bar.on_trial if bar is not None and measure else None,
+                                on_label=bar.label if bar is not None and calibrate else None)
     except rules.RequestError as exc:
         prog.fail(str(exc))
     except MeasureError as exc:

@@ -94,7 +94,8 @@ def verify_train(
 
             for w in ready.warnings:
                 warn(w)
-            with StepsBar() as bar:
+            bar = StepsBar()
+            with bar:
                 outcome = ready.run(bar, warn=warn)
     except run.Refused as exc:
         code = exit_for(exc)
@@ -103,7 +104,12 @@ def verify_train(
             present(RefusedView(str(exc), code, exc.failure, facts), fmt, r)
         prog.fail(r.text(str(exc)) if r else str(exc), code)
     m = outcome.measured
-    code = EXIT_INTERRUPTED if m.interrupted else exit_for(m.failure) if m.failure is not None else EXIT_OK
+    if m.interrupted:
+        code = EXIT_INTERRUPTED
+    elif m.failure is not None:
+        code = exit_for(m.failure)
+    else:
+        code = EXIT_OK
     if plot_file and outcome.measured_anything:
         try:
             plot(m, outcome.summary, plot_file, force)

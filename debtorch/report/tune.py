@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from debtorch.report import Format
 from debtorch.report.console import Line
-from debtorch.train import sim
-from debtorch.train.settings import legend
-from debtorch.tune.config import TABLE_OF, TABLES, UNSET
+from debtorch.train.settings import TABLE_OF, TABLES, UNSET, legend
+from debtorch.tune import prescribe
+from debtorch.tune.rules import Recommendation
 from debtorch.tune.run import Tuned
 from debtorch.tune.search import Result
 from debtorch.verify.analysis import figure
+from debtorch.verify.results import Comparison
 
 JSON_SCHEMA_VERSION = 1
 
@@ -34,10 +36,10 @@ def chosen_by(by: str) -> str:
     return CHOSEN_BY.get(by, by)
 
 
-def settings_lines(rec: Any, width: int = 100) -> list:
+def settings_lines(rec: Recommendation, width: int = 100) -> list[str]:
     """The settings table: key, value, reason (rule id and text)."""
     values = rec.settings.to_dict()
-    device = sim.parse(rec.device).words() if sim.is_sim(rec.device) else f"{rec.device} training"
+    device = rec.device.words() if rec.device.simulated else f"{rec.device} training"
     lines = [f"debtorch tune: {device}, chosen by {chosen_by(rec.chosen_by)}"]
     keyw = max(len(f"{TABLE_OF[n]}.{n}") for n in values)
     for table, names in TABLES.items():
@@ -65,52 +67,63 @@ def settings_lines(rec: Any, width: int = 100) -> list:
     return lines
 
 
-def prediction_line(p: Any) -> str:
+def prediction_line(p: prescribe.Plan) -> str:
     """What the prescribed loader is predicted to do (tune --from-watch)."""
     return (f"prediction: {p.workers} worker(s) at {p.per_worker:.0f} samples/s each supply up to {p.supplied:.0f}; "
             f"the loop consumes {p.consumed:.0f}: data wait about {p.predicted_wait:.0%} "
             "(check it: run the job again with cfg.watch)")
 
 
-def trials_lines(result: Result, verbose: bool = False) -> list:
+@dataclass
+class _Row:
+    """One settings' trials in the table: the phase it was first raced for, its rates, waits and errors."""
+
+    phase: str
+    rates: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def median(self) -> float:
+        """The median rate, -1 when every trial failed (such rows sort last)."""
+        return statistics.median(self.rates) if self.rates else -1.0
+
+
+def trials_lines(result: Result, verbose: bool = False) -> list[str]:
     """The table of trials at the end of a measurement, one row per settings tried; ``verbose``: also the
     sequential design "beyond noise" was judged by (Pocock's boundary)."""
-    rows: dict = {}
-    order: list = []
+    rows: dict[str, _Row] = {}
     for t in result.trials:
-        k = t.settings.short()
-        if k not in rows:
-            rows[k] = {"phase": t.phase, "vals": [], "waits": [], "errors": [], "seconds": 0.0}
-            order.append(k)
-        r = rows[k]
-        r["seconds"] += t.seconds
+        r = rows.setdefault(t.settings.short(), _Row(t.phase))
+        r.seconds += t.seconds
         if t.samples_per_s is not None:
-            r["vals"].append(t.samples_per_s)
+            r.rates.append(t.samples_per_s)
         if t.data_wait is not None:
-            r["waits"].append(t.data_wait)
+            r.waits.append(t.data_wait)
         if t.error:
-            r["errors"].append(t.error)
+            r.errors.append(t.error)
     best = result.best.short()
-    w = max([len(k) for k in order] + [8])
+    w = max([len(k) for k in rows] + [8])
     lines = [f"trials: {len(result.trials)} in {result.spent:.1f} s of a {result.budget:.0f} s budget "
              f"({result.stopped})",
              f"  {'settings':<{w}}  {'runs':>4}  {'samples/s':>9}  {'spread':>7}  {'data wait':>9}  first raced for"]
-    for k in sorted(order, key=lambda k: -(statistics.median(rows[k]["vals"]) if rows[k]["vals"] else -1)):
+    for k in sorted(rows, key=lambda k: -rows[k].median()):
         r = rows[k]
-        if r["vals"]:
-            med = statistics.median(r["vals"])
-            spread = (max(r["vals"]) - min(r["vals"])) / med if len(r["vals"]) > 1 and med else 0.0
+        if r.rates:
+            med = statistics.median(r.rates)
+            spread = (max(r.rates) - min(r.rates)) / med if len(r.rates) > 1 and med else 0.0
             cells = f"{med:>9.1f}  {spread:>7.1%}"
         else:
             cells = f"{'failed':>9}  {'':>7}"
-        wait = f"{statistics.median(r['waits']):>9.1%}" if r["waits"] else f"{'-':>9}"
+        wait = f"{statistics.median(r.waits):>9.1%}" if r.waits else f"{'-':>9}"
         mark = " <- chosen" if k == best else ""
-        lines.append(f"  {k:<{w}}  {len(r['vals']) + len(r['errors']):>4}  {cells}  {wait}  {r['phase']}{mark}")
-        if r["errors"]:
-            lines.append(f"  {'':<{w}}  error: {r['errors'][0]}")
-    lines.append(f"  {legend(order)}")
-    lines += [f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
-              f"{result.looks.confidence:.2%}"] if result.looks and verbose else []
+        lines.append(f"  {k:<{w}}  {len(r.rates) + len(r.errors):>4}  {cells}  {wait}  {r.phase}{mark}")
+        if r.errors:
+            lines.append(f"  {'':<{w}}  error: {r.errors[0]}")
+    lines.append(f"  {legend(list(rows))}")
+    if result.looks and verbose:
+        lines.append(f"beyond noise: Pocock's boundary, {result.looks.most} looks a pair at most, each at "
+                     f"{result.looks.confidence:.2%}")
     if result.close_call():
         lines.append(f"the chosen settings are {result.close_call()}: either will do "
                      f"(noise {result.noise:.1%} a trial)")
@@ -119,18 +132,21 @@ def trials_lines(result: Result, verbose: bool = False) -> list:
     return lines + contribution_lines(result)
 
 
-def contribution_lines(result) -> list:
+def _ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def contribution_lines(result: Result) -> list[str]:
     """What each changed choice contributes where the search ended (from trials already run)."""
     out = []
-    for _, words, est in result.contributions():
-        if est is None:
-            out.append(f"  {words}: not measured with the other choices as they ended")
+    for c in result.contributions():
+        if c.estimate is None:
+            out.append(f"  {c.change}: not measured with the other choices as they ended")
             continue
-        out.append(f"  {words}: {figure(est.to_dict('ratio'), 'ratio', lambda x: f'{x:.2f}x')}")
+        out.append(f"  {c.change}: {figure(Comparison('ratio', c.estimate), _ratio)}")
     if out:
         out.insert(0, "what each changed choice contributes (chosen / the same with the rules' value, trials above):")
     return out
-
 
 
 class TuneView:
@@ -156,7 +172,7 @@ class TuneView:
         out = []
         if self.load is not None and self.load.busy:
             out.append("measure again when the machine is quiet (other work slowed these trials)")
-        device = f" --device {self.rec.device}" if sim.is_sim(self.rec.device) else ""
+        device = f" --device {self.rec.device}" if self.rec.device.simulated else ""
         workload = f" --workload {self.workload}" if self.workload and self.workload != "builtin:cnn" else ""
         if self.written is None:
             again = "the same command with --write debtorch.toml" if self.result is not None else (
@@ -171,28 +187,16 @@ class TuneView:
                        "--write debtorch.toml (docs/workloads.md)")
         return out
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         """Settings, reasons, environment, fingerprint and trials."""
         rec, result = self.rec, self.result
-        measurement = None if result is None else {
-            "spent_s": result.spent,
-            "budget_s": result.budget,
-            "stopped": result.stopped,
-            "noise": result.noise,
-            "sequential": result.looks.to_dict() if result.looks else None,
-            "within_noise_of": result.runner_up.short() if result.within_noise and result.runner_up else None,
-            "interactions": [list(p) for p in result.interactions],
-            "contributions": [{"dimension": n, "change": w, **(e.to_dict("ratio") if e else {"ratio": None})}
-                              for n, w, e in result.contributions()],
-            "load": self.load.to_json() if self.load is not None else None,
-            "trials": [{"index": t.index, "phase": t.phase, "settings": t.settings.to_dict(),
-                        "label": t.settings.short(), "samples_per_s": t.samples_per_s, "seconds": t.seconds,
-                        "data_wait_share": t.data_wait, "error": t.error} for t in result.trials],
-        }
+        measurement = None
+        if result is not None:
+            measurement = result.to_json(load=self.load.to_json() if self.load is not None else None)
         return {
             "schema_version": JSON_SCHEMA_VERSION,
             "next": self.next_steps(),
-            "device": rec.device,
+            "device": str(rec.device),
             "chosen_by": rec.chosen_by,
             "settings": rec.settings.to_dict(),
             "reasons": {k: {"rule": r.rule, "text": r.text} for k, r in rec.reasons.items()},

@@ -7,53 +7,60 @@ its summary, the config and the machine's facts).  The plot: :mod:`debtorch.repo
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from debtorch import inputs, stats
 from debtorch.report import Format, document
 from debtorch.report.console import Line, Table
+from debtorch.train.result import TrialResult
 from debtorch.train.settings import Settings, legend
 from debtorch.units import human_bytes
 from debtorch.verify import analysis
 from debtorch.verify.analysis import percent
+from debtorch.verify.failures import Failure
 from debtorch.verify.measure import Measured
+from debtorch.verify.results import ArmSummary, Comparison, Convergence, HostWaits, Summary
 from debtorch.verify.run import Outcome
 
 SCHEMA_VERSION = 1
 
 
-def report_line(result: Optional[dict]) -> Optional[str]:
+def report_line(result: Optional[HostWaits]) -> Optional[str]:
     """verify-train's line: ``host waits per step: N (file:line, ...)``."""
-    if not result:
+    if result is None:
         return None
-    n = result.get("per_step")
-    places = [f"{os.path.basename(x['path'])}:{x['line']}" for x in result.get("lines") or []]
+    n = result.per_step
+    places = [f"{os.path.basename(x.path)}:{x.line}" for x in result.lines]
     where = f" ({', '.join(places[:6])}{', ...' if len(places) > 6 else ''})" if places else ""
-    count = "-" if n is None else (f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}")
-    if result.get("measured"):
-        how = f"measured with torch.cuda.set_sync_debug_mode over {result.get('steps')} steps"
-        if elsewhere := result.get("elsewhere_per_step"):
-            how += f"; {elsewhere:.1f} more per step outside the workload's code"
+    if n is None:
+        count = "-"
+    elif float(n).is_integer():
+        count = f"{n:.0f}"
+    else:
+        count = f"{n:.1f}"
+    if result.measured:
+        how = f"measured with torch.cuda.set_sync_debug_mode over {result.steps} steps"
+        if result.elsewhere_per_step:
+            how += f"; {result.elsewhere_per_step:.1f} more per step outside the workload's code"
     else:
         how = "read from the code: the lines that would wait on a GPU (debtorch lint)"
     return f"host waits per step: {count}{where}; {how}"
 
 
-def _rate(arm: dict) -> str:
-    if not arm.get("samples_per_s"):
+def _rate(arm: ArmSummary) -> str:
+    if not arm.samples_per_s:
         return "-"
-    txt = f"{arm['samples_per_s']:.1f}"
-    if arm.get("runs", 0) > 1:
-        txt += f" ({arm['samples_per_s_min']:.1f}-{arm['samples_per_s_max']:.1f})"
+    txt = f"{arm.samples_per_s:.1f}"
+    if arm.runs > 1:
+        txt += f" ({arm.samples_per_s_min:.1f}-{arm.samples_per_s_max:.1f})"
     return txt
 
 
-def _bound(summary: dict, arm: str) -> str:
+def _bound(arm: ArmSummary, bound: ArmSummary) -> str:
     """An arm's compute-only bound: its rate, or a failed measurement when it came out below the arm's
     own measured rate (never a figure a ceiling cannot be)."""
-    bound, rate = summary[arm + "_bound"], summary[arm].get("samples_per_s")
-    if analysis.bound_below_rate(summary[arm], bound):
-        return f"failed measurement ({bound['samples_per_s']:.1f}, below the {rate:.1f} measured)"
+    if analysis.bound_below_rate(arm, bound):
+        return f"failed measurement ({bound.samples_per_s:.1f}, below the {arm.samples_per_s:.1f} measured)"
     return _rate(bound)
 
 
@@ -62,52 +69,52 @@ def _bytes(n: Optional[float]) -> str:
 
 
 def _ms(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+    if x is None:
+        return "-"
+    return f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}x"
 
 
 def _shorts(m: Measured) -> list[str]:
     """The settings row's short labels (baseline, tuned), when both are known."""
-    try:
-        return [Settings.from_dict(m.baseline).short(), Settings.from_dict(m.tuned).short()] if m.baseline and m.tuned else []
-    except (KeyError, TypeError):
+    if m.baseline is None or m.tuned is None:
         return []
+    return [m.baseline.short(), m.tuned.short()]
 
 
-def rows(m, summary: dict) -> list:
+def rows(m: Measured, summary: Summary) -> list[tuple[str, str, str]]:
     """(label, baseline, tuned) rows of the table."""
-    b, t = summary["baseline"], summary["tuned"]
-    sp = summary["speedup"]
+    b, t = summary.baseline, summary.tuned
     out = []
-    if m.baseline and m.tuned:
-        try:
-            out.append(("settings", Settings.from_dict(m.baseline).short() + " (defaults)",
-                        Settings.from_dict(m.tuned).short()))
-        except (KeyError, TypeError):
-            pass
+    if m.baseline is not None and m.tuned is not None:
+        out.append(("settings", m.baseline.short() + " (defaults)", m.tuned.short()))
     out.append(("samples/s (min-max)", _rate(b), _rate(t)))
-    out.append(("speed-up", "1.00x", analysis.figure(sp, "ratio", lambda x: f"{x:.2f}x")))
-    out.append(("step time (median)", _ms(b.get("step_s")), _ms(t.get("step_s"))))
-    out.append(("  waiting for data", f"{_ms(b.get('data_wait_step_s'))} ({percent(b.get('data_wait_share'))})",
-                f"{_ms(t.get('data_wait_step_s'))} ({percent(t.get('data_wait_share'))})"))
-    out.append(("  computing", _ms(b.get("compute_step_s")), _ms(t.get("compute_step_s"))))
-    bf, simd = summary["bound_fraction"], summary.get("sim")
-    if simd:
-        out.append(("device bound (simulated)", f"{simd['rate']:g}", f"{simd['rate']:g}"))
+    out.append(("speed-up", "1.00x", analysis.figure(summary.speedup, _ratio)))
+    out.append(("step time (median)", _ms(b.step_s), _ms(t.step_s)))
+    out.append(("  waiting for data", f"{_ms(b.data_wait_step_s)} ({percent(b.data_wait_share)})",
+                f"{_ms(t.data_wait_step_s)} ({percent(t.data_wait_share)})"))
+    out.append(("  computing", _ms(b.compute_step_s), _ms(t.compute_step_s)))
+    bf, simd = summary.bound_fraction, summary.sim
+    if simd is not None:
+        out.append(("device bound (simulated)", f"{simd.rate:g}", f"{simd.rate:g}"))
     else:
-        out.append(("compute-only bound", _bound(summary, "baseline"), _bound(summary, "tuned")))
-    out.append(("  reached", analysis.figure(bf.get("baseline"), "share", percent),
-                analysis.figure(bf.get("tuned"), "share", percent)))
-    out.append(("peak host memory", _bytes(b.get("peak_host_bytes")), _bytes(t.get("peak_host_bytes"))))
-    if b.get("peak_device_bytes") is not None or t.get("peak_device_bytes") is not None:
-        out.append(("peak device memory", _bytes(b.get("peak_device_bytes")), _bytes(t.get("peak_device_bytes"))))
-    if b.get("gpu_util") is not None or t.get("gpu_util") is not None:
-        out.append(("GPU utilisation (NVML)", _pct100(b.get("gpu_util")), _pct100(t.get("gpu_util"))))
-    conv = summary.get("convergence")
-    if conv and conv.get("target_loss") is not None:
-        out.append((f"time to loss {conv['target_loss']:g}", analysis.converge_phrase(conv.get("baseline") or {}),
-                    analysis.converge_phrase(conv.get("tuned") or {}) if conv.get("tuned") else "-"))
-        if conv.get("same_schedule"):
-            out.append(("  baseline's schedule", "", analysis.converge_phrase(conv["same_schedule"])))
+        out.append(("compute-only bound", _bound(b, summary.baseline_bound), _bound(t, summary.tuned_bound)))
+    out.append(("  reached", analysis.figure(bf.baseline, percent), analysis.figure(bf.tuned, percent)))
+    out.append(("peak host memory", _bytes(b.peak_host_bytes), _bytes(t.peak_host_bytes)))
+    if b.peak_device_bytes is not None or t.peak_device_bytes is not None:
+        out.append(("peak device memory", _bytes(b.peak_device_bytes), _bytes(t.peak_device_bytes)))
+    if b.gpu_util is not None or t.gpu_util is not None:
+        out.append(("GPU utilisation (NVML)", _pct100(b.gpu_util), _pct100(t.gpu_util)))
+    conv = summary.convergence
+    if conv is not None and conv.target_loss is not None:
+        tuned = analysis.converge_phrase(conv.tuned) if conv.tuned is not None else "-"
+        out.append((f"time to loss {conv.target_loss:g}", analysis.converge_phrase(conv.baseline or TrialResult()),
+                    tuned))
+        if conv.same_schedule is not None:
+            out.append(("  baseline's schedule", "", analysis.converge_phrase(conv.same_schedule)))
     return out
 
 
@@ -115,72 +122,54 @@ def _pct100(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.0f}%"
 
 
-def _why(d: dict) -> str:
+def _why(c: Comparison) -> str:
     """The verdict when it is a result; otherwise why not, or what would resolve it."""
-    if d.get("verdict") in analysis.RESULTS:
-        return d["verdict"]
-    return stats.resolve_hint(d.get("verdict") or "", d.get("more_rounds")) or d.get("reason") or d.get("verdict", "")
+    if c.verdict in analysis.RESULTS:
+        return c.verdict
+    return stats.resolve_hint(c.verdict or "", c.more_rounds) or c.reason or c.verdict
 
 
-def lines(m: Measured, summary: dict, warnings: Sequence[str] = (), verbose: bool = False) -> list:
+def lines(m: Measured, summary: Summary, warnings: Sequence[str] = (), verbose: bool = False) -> list[Line]:
     """The lines under the table: how the measurement went, what to watch for, what failed; ``verbose``:
     also the statistics behind the verdict (the sequential design of the rounds)."""
     out = []
     if shorts := _shorts(m):
         out.append(legend(shorts))
     out.extend(step_lines(m, summary))
-    ic = summary["instrumentation"]
-    if ic.get("cost") is not None:
-        between = summary["tuned"].get("between_steps_share")
-        out.append(f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, 'cost', percent)} of "
-                   f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)"
-                   + (f"; bookkeeping between steps took {percent(between)} of the timed window" if between is not None else ""))
+    ic = summary.instrumentation
+    if ic.value is not None:
+        between = summary.tuned.between_steps_share
+        text = (f"instrumentation: the per-step clocks and gauges cost {analysis.figure(ic, percent)} of "
+                f"tuned's throughput ({_why(ic)}; instrumented vs bare loop, same rounds)")
+        if between is not None:
+            text += f"; bookkeeping between steps took {percent(between)} of the timed window"
+        out.append(text)
     out.extend(sim_lines(summary))
     out.extend(rounds_lines(m, summary, verbose))
     out.extend(attribution_lines(m, summary))
     if waits := report_line(m.host_waits):
         out.append(waits)
-    bad = summary.get("disturbed_rounds") or []
+    bad = summary.disturbed_rounds
     if bad:
         out.append(f"noise: in round{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} a trial ran at under half "
                    "its median speed (another process busy?); medians resist this, the ranges include it")
-    conv = summary.get("convergence") or {}
-    if amp := conv.get("amp"):
-        if amp.get("diverged"):
-            out.append(f"AMP: {amp['reason']} (tolerance {amp['tolerance_rel']:.0%}; compared with the "
-                       f"fp32 {conv.get('reference')} run on the same batches)")
-        elif amp.get("diverged") is None:
-            out.append(f"AMP: not judged: {amp['reason']}")
-        else:
-            gap = amp.get("max_gap_rel")
-            out.append(f"AMP: {amp['precision']} loss stays within {amp['tolerance_rel']:.0%} of fp32's over "
-                       f"{amp['compared_steps']} steps" + (f" (largest gap {gap:+.1%})" if gap is not None else ""))
-    ct = conv.get("tuned")
-    if ct and ct.get("nonfinite_loss_step") is not None:
-        out.append(f"convergence: tuned's loss became non-finite at step {ct['nonfinite_loss_step'] + 1}; "
-                   "more steps will not help")
-    elif ct and ct.get("target_step") is None and conv.get("target_loss") is not None:
-        last = ct.get("loss_last")
-        out.append(f"convergence: tuned did not reach loss {conv['target_loss']:g} within "
-                   f"{(ct.get('warmup_steps') or 0) + (ct.get('steps') or 0)} steps"
-                   + (f" (last loss {last:.3g})" if inputs.finite(last) else "")
-                   + "; raise --max-steps or set --target-loss")
-    if sc := summary.get("scaling"):
-        eff = analysis.figure(sc, "efficiency", percent)
-        one = f"{sc['one_process_samples_per_s']:.1f}" if sc.get("one_process_samples_per_s") else "-"
-        many = f"{sc['samples_per_s']:.1f}" if sc.get("samples_per_s") else "-"
-        line = (f"{sc['nproc']} processes ({sc.get('backend')}): {many} samples/s vs {one} in one process: "
+    out.extend(convergence_lines(summary.convergence))
+    if sc := summary.scaling:
+        eff = analysis.figure(sc.efficiency, percent)
+        one = f"{sc.one_process_samples_per_s:.1f}" if sc.one_process_samples_per_s else "-"
+        many = f"{sc.samples_per_s:.1f}" if sc.samples_per_s else "-"
+        line = (f"{sc.nproc} processes ({sc.backend}): {many} samples/s vs {one} in one process: "
                 f"scaling efficiency {eff}")
-        if sc.get("gpu_util") is not None:
-            line += f"; GPU utilisation {_pct100(sc.get('one_process_gpu_util'))} -> {_pct100(sc['gpu_util'])}"
+        if sc.gpu_util is not None:
+            line += f"; GPU utilisation {_pct100(sc.one_process_gpu_util)} -> {_pct100(sc.gpu_util)}"
         out.append(line)
-    t = summary["tuned"]
-    if (m.device or "").startswith("cuda") and t.get("runs") and t.get("gpu_util") is None:
+    t = summary.tuned
+    if m.device is not None and m.device.is_cuda and t.runs and t.gpu_util is None:
         out.append("GPU utilisation: NVML gave no samples (nvidia-ml-py missing in the target environment, "
                    "or NVML does not report utilisation for this GPU)")
-    if m.profile and m.profile.get("trace"):
-        out.append(f"profile: {m.profile['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
-    notes = sorted(set(summary["tuned"].get("notes", []) + summary["baseline"].get("notes", []) + list(m.notes)))
+    if m.profile is not None and m.profile.trace:
+        out.append(f"profile: {m.profile.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    notes = sorted(set(summary.tuned.notes + summary.baseline.notes + list(m.notes)))
     out.extend(f"note: {note}" for note in notes)
     kinded = [Line(text) for text in out] + [Line(f"warning: {w}", "warning") for w in warnings]
     if m.failure:
@@ -191,103 +180,141 @@ def lines(m: Measured, summary: dict, warnings: Sequence[str] = (), verbose: boo
     return kinded
 
 
-def sim_lines(summary: dict) -> list:
+def convergence_lines(conv: Optional[Convergence]) -> list[str]:
+    """AMP against fp32, and a tuned run that did not reach the target."""
+    if conv is None:
+        return []
+    out = []
+    amp = conv.amp
+    if amp is not None and amp.diverged:
+        out.append(f"AMP: {amp.reason} (tolerance {amp.tolerance_rel:.0%}; compared with the "
+                   f"fp32 {conv.reference} run on the same batches)")
+    elif amp is not None and amp.diverged is None:
+        out.append(f"AMP: not judged: {amp.reason}")
+    elif amp is not None:
+        gap = amp.max_gap_rel
+        out.append(f"AMP: {amp.precision} loss stays within {amp.tolerance_rel:.0%} of fp32's over "
+                   f"{amp.compared_steps} steps" + (f" (largest gap {gap:+.1%})" if gap is not None else ""))
+    ct = conv.tuned
+    if ct is not None and ct.nonfinite_loss_step is not None:
+        out.append(f"convergence: tuned's loss became non-finite at step {ct.nonfinite_loss_step + 1}; "
+                   "more steps will not help")
+    elif ct is not None and ct.target_step is None and conv.target_loss is not None:
+        last = ct.loss_last
+        out.append(f"convergence: tuned did not reach loss {conv.target_loss:g} within {ct.steps_run} steps"
+                   + (f" (last loss {last:.3g})" if inputs.finite(last) else "")
+                   + "; raise --max-steps or set --target-loss")
+    return out
+
+
+def sim_lines(summary: Summary) -> list[str]:
     """On a simulated accelerator: what a per-step sync costs against the model, and what it would take
     to feed the device when tuned cannot."""
-    s = summary.get("sim")
-    if not s:
+    s = summary.sim
+    if s is None:
         return []
-    out, c, ib = [], s["sync_cost"], s.get("input_bound")
-    if c.get("cost") is not None:
-        out.append(f"per-step sync (the loss read every step, as .item() does): costs {analysis.figure(c, 'cost', percent)}"
-                   f" of tuned's throughput ({_why(c)})" + (
-                       f"; the model (a drained queue: the synced steps' host time plus the device's and the host's wake-up) gives "
-                       f"{percent(c['predicted'])}" + (f", {c['model']} the interval" if c.get("model") else "")
-                       if c.get("predicted") is not None else "; the model's figure is impossible here (a disturbed "
-                       "round)"))
-    if ib:
-        one = f"{ib['one_process']:.0f}" if ib.get("one_process") else "-"
-        out.append(f"input-bound: the device waits for data; this machine's loader ceiling is {ib['ceiling']:.0f} samples/s "
+    out, c, ib = [], s.sync_cost, s.input_bound
+    if c.cost.value is not None:
+        line = (f"per-step sync (the loss read every step, as .item() does): costs {analysis.figure(c.cost, percent)}"
+                f" of tuned's throughput ({_why(c.cost)})")
+        if c.predicted is not None:
+            line += ("; the model (a drained queue: the synced steps' host time plus the device's and the host's "
+                     f"wake-up) gives {percent(c.predicted)}")
+            if c.model:
+                line += f", {c.model} the interval"
+        else:
+            line += "; the model's figure is impossible here (a disturbed round)"
+        out.append(line)
+    if ib is not None:
+        one = f"{ib.one_process:.0f}" if ib.one_process else "-"
+        out.append(f"input-bound: the device waits for data; this machine's loader ceiling is {ib.ceiling:.0f} samples/s "
                    f"(tuned), one loading process gives {one} (the baseline, loading in the training process): feeding "
-                   f"{s['rate']:g} samples/s takes about {ib['cpus'] or '-'} CPUs of loading beside the training loop")
-    out.append(f"{s['words']}: no model ran; the rates are what this machine's CPUs feed a device of that speed "
+                   f"{s.rate:g} samples/s takes about {ib.cpus or '-'} CPUs of loading beside the training loop")
+    out.append(f"{s.words}: no model ran; the rates are what this machine's CPUs feed a device of that speed "
                "(docs/engine.md), not a GPU measurement")
     return out
 
 
-def rounds_lines(m: Measured, summary: dict, verbose: bool = False) -> list:
+ROUNDS_STOPPED = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
+                  "cannot resolve": "more rounds would not resolve it"}
+
+
+def rounds_lines(m: Measured, summary: Summary, verbose: bool = False) -> list[str]:
     """How many interleaved rounds ran, why they stopped, and the budget; ``verbose``: also at which look
     and at which level each look was judged (Pocock's boundary)."""
-    b = m.budget or {}
-    if not b.get("rounds"):
+    b = m.budget
+    if b is None or not b.rounds:
         return []
-    stopped = b.get("stopped") or ""
-    plan = m.plan or {}
-    most = "the most rounds allowed"
-    if plan.get("max_rounds"):
-        most += f" ({plan['max_rounds']}{' with --quick' if plan.get('quick') else ''})"
-    why = {"resolved": "the speed-up resolved", "budget spent": "the budget was spent",
-           "max rounds": most, "cannot resolve": "more rounds would not resolve it",
-           }.get(stopped, stopped)
-    spent = f", {b['spent_s']:.0f} s of a {b['budget_s']:g} s budget" if b.get("spent_s") is not None and b.get(
-        "budget_s") else ""
-    seq = summary.get("sequential") or {}
-    if verbose and seq.get("most_looks", 1) > 1:
-        why += (f" at look {seq['looks'] or 0} of at most {seq['most_looks']}; Pocock's boundary: every look's "
-                f"interval at {seq['confidence']:.2%}, 95% over all of them")
-    return [f"rounds: {b['rounds']} interleaved (stopped: {why}){spent}"]
+    stopped = b.stopped or ""
+    plan = m.plan
+    if stopped == "max rounds":
+        why = "the most rounds allowed"
+        if plan.max_rounds:
+            why += f" ({plan.max_rounds}{' with --quick' if plan.quick else ''})"
+    else:
+        why = ROUNDS_STOPPED.get(stopped, stopped)
+    spent = f", {b.spent_s:.0f} s of a {b.budget_s:g} s budget" if b.spent_s is not None and b.budget_s else ""
+    seq = summary.sequential
+    if verbose and seq.looks.most > 1:
+        why += (f" at look {seq.taken} of at most {seq.looks.most}; Pocock's boundary: every look's "
+                f"interval at {round(seq.looks.confidence, 5):.2%}, 95% over all of them")
+    return [f"rounds: {b.rounds} interleaved (stopped: {why}){spent}"]
 
 
-def attribution_lines(m, summary: dict) -> list:
+def attribution_lines(m: Measured, summary: Summary) -> list[str]:
     """What each change of the tuned settings contributes: tuned over tuned without it, same rounds;
     and the schedule, by time to target with the baseline's schedule."""
-    if not (m.plan or {}).get("attribution", True):
-        if (m.plan or {}).get("quick"):
+    if not m.plan.attribution:
+        if m.plan.quick:
             return ["attribution: not measured (--quick); a full run takes each change out of tuned in the same "
                     "rounds"]
         return []
     out = []
-    for e in summary.get("attribution") or []:
-        if e.get("note"):
-            out.append(f"  {e['change']}: {e['note']}")
+    for e in summary.attribution:
+        entry = e.entry
+        if entry.note:
+            out.append(f"  {entry.change}: {entry.note}")
             continue
-        fig = analysis.figure(e, "ratio", lambda x: f"{x:.2f}x")
-        hint = "" if e.get("verdict") in analysis.RESULTS else f"; {_why(e)}"
-        alone = " (the only change: the speed-up itself)" if e.get("arm") == "baseline" else ""
-        out.append(f"  {e['change']}: {fig}{hint}{alone}")
-    conv = summary.get("convergence") or {}
-    if conv.get("schedule"):
-        same, tuned = conv.get("same_schedule"), conv.get("tuned")
-        if same and tuned:
-            out.append(f"  {conv['schedule']}: no throughput of its own; time to loss {conv['target_loss']:g}: "
+        hint = ""
+        if e.ratio is not None and e.ratio.verdict not in analysis.RESULTS:
+            hint = f"; {_why(e.ratio)}"
+        alone = " (the only change: the speed-up itself)" if entry.arm == "baseline" else ""
+        out.append(f"  {entry.change}: {analysis.figure(e.ratio, _ratio)}{hint}{alone}")
+    conv = summary.convergence
+    if conv is not None and conv.schedule:
+        same, tuned = conv.same_schedule, conv.tuned
+        if same is not None and tuned is not None and conv.target_loss is not None:
+            out.append(f"  {conv.schedule}: no throughput of its own; time to loss {conv.target_loss:g}: "
                        f"{analysis.converge_phrase(tuned)} with it, {analysis.converge_phrase(same)} with the "
                        "baseline's schedule")
         else:
-            out.append(f"  {conv['schedule']}: no throughput of its own; its time to target was not measured")
+            out.append(f"  {conv.schedule}: no throughput of its own; its time to target was not measured")
     if out:
         out.insert(0, "what each change contributes (tuned over tuned without it, same rounds):")
     return out
 
 
-def _mean_step(m: Measured, arm: dict, settings: dict) -> Optional[float]:
+def _mean_step(m: Measured, arm: ArmSummary, settings: Optional[Settings]) -> Optional[float]:
     """An arm's mean optimizer step: the samples of a step over its median samples/s."""
-    sps = arm.get("samples_per_s")
-    batch = settings.get("micro_batch") or (m.workload or {}).get("batch_size")
+    sps = arm.samples_per_s
+    batch = (settings.micro_batch if settings is not None else None) or (
+        m.workload.batch_size if m.workload is not None else None)
     if not sps or not batch:
         return None
-    return batch * (settings.get("accumulation_steps") or 1) / sps
+    return batch * (settings.accumulation_steps if settings is not None else 1) / sps
 
 
-def step_lines(m: Measured, summary: dict) -> list:
+def step_lines(m: Measured, summary: Summary) -> list[str]:
     """What the table's step times leave a reader to wonder: a data-wait share that rose while tuned got
     faster (a share of a shorter step), and alike median steps beside unlike samples/s (the median leaves
     the slow steps out)."""
-    b, t = summary["baseline"], summary["tuned"]
+    b, t = summary.baseline, summary.tuned
     out = []
-    wb, wt = b.get("data_wait_share"), t.get("data_wait_share")
-    db, dt = b.get("data_wait_step_s"), t.get("data_wait_step_s")
-    cb, ct = b.get("compute_step_s"), t.get("compute_step_s")
-    if None not in (wb, wt, db, dt, cb, ct) and wt > wb + 0.01:
+    wb, wt = b.data_wait_share, t.data_wait_share
+    db, dt = b.data_wait_step_s, t.data_wait_step_s
+    cb, ct = b.compute_step_s, t.compute_step_s
+    if wb is not None and wt is not None and db is not None and dt is not None and cb is not None and ct is not None \
+            and wt > wb + 0.01:
         head = f"data wait {percent(wb)} -> {percent(wt)}"
         if dt <= db:
             out.append(f"{head}: a larger share of a shorter step, not more waiting: the wait per step fell "
@@ -300,12 +327,12 @@ def step_lines(m: Measured, summary: dict) -> list:
         else:
             out.append(f"{head}: tuned waits longer for each batch ({_ms(db)} -> {_ms(dt)} a step): its "
                        "loader settings feed this workload slower than the baseline's here")
-    sb, st, sp = b.get("step_s"), t.get("step_s"), summary.get("speedup") or {}
-    if sb and st and sp.get("ratio") and abs(st / sb - 1) < 0.02 and abs(sp["ratio"] - 1) > 0.05:
-        mb, mt = _mean_step(m, b, m.baseline or {}), _mean_step(m, t, m.tuned or {})
+    sb, st, ratio = b.step_s, t.step_s, summary.speedup.value
+    if sb and st and ratio and abs(st / sb - 1) < 0.02 and abs(ratio - 1) > 0.05:
+        mb, mt = _mean_step(m, b, m.baseline), _mean_step(m, t, m.tuned)
         means = f" (mean step {_ms(mb)} vs {_ms(mt)})" if mb and mt else ""
         out.append(f"step time: the median steps are alike ({_ms(sb)} vs {_ms(st)}) but samples/s "
-                   f"differs by {abs(sp['ratio'] - 1):.0%}: the difference lies in the slower steps and between "
+                   f"differs by {abs(ratio - 1):.0%}: the difference lies in the slower steps and between "
                    f"steps{means}, which a median leaves out (an epoch's start, where loader workers restart "
                    "unless persistent)")
     return out
@@ -321,41 +348,41 @@ def next_steps(o: Outcome) -> list[str]:
     out: list[str] = []
     if o.load is not None and o.load.busy:
         out.append("run it again when the machine is quiet (other work slowed these figures)")
-    sp, t = summary.get("speedup") or {}, summary["tuned"]
-    simd = summary.get("sim") or {}
-    ib = simd.get("input_bound")
-    if ib:
-        feed = f"this machine's CPUs cannot feed a {simd['rate']:g} samples/s device: give the loader more CPUs"
-        if ib.get("cpus"):
-            feed += f" (about {ib['cpus']} of loading)"
+    sp, t = summary.speedup, summary.tuned
+    simd = summary.sim
+    ib = simd.input_bound if simd is not None else None
+    if simd is not None and ib is not None:
+        feed = f"this machine's CPUs cannot feed a {simd.rate:g} samples/s device: give the loader more CPUs"
+        if ib.cpus:
+            feed += f" (about {ib.cpus} of loading)"
         out.append(feed)
         out.append("or make each sample cheaper to load (pre-processed or smaller inputs)")
-    if sp.get("verdict") not in analysis.RESULTS and sp.get("ratio"):
+    if sp.verdict not in analysis.RESULTS and sp.value:
         limit = analysis.limit_hit(summary, m.plan)
         if limit is None:
             out.append("take either: more rounds would not tell them apart")
-        elif limit[1].startswith("--budget"):
-            out.append(f"run it again with {limit[1]}: more rounds would likely resolve the speed-up")
+        elif limit.budget_s is not None:
+            out.append(f"run it again with {limit.change}: more rounds would likely resolve the speed-up")
         else:
-            out.append(f"{limit[1]}: {limit[0]}")
-    elif sp.get("verdict") == stats.SLOWER:
+            out.append(f"{limit.change}: {limit.what}")
+    elif sp.verdict == stats.SLOWER:
         out.append("keep PyTorch's defaults for now, and measure what suits this workload: debtorch tune "
                    "--measure --write debtorch.toml")
-    source = (o.config or {}).get("source")
-    if not ib and source == "rules":
-        workload = (m.plan or {}).get("workload") or "builtin:cnn"
+    source = o.config.source if o.config is not None else None
+    if ib is None and source == "rules":
+        workload = m.plan.workload or "builtin:cnn"
         out.append(f"measure settings for your own workload: debtorch tune --measure --workload {workload} "
                    "--write debtorch.toml, then debtorch verify-train --config debtorch.toml")
-    elif source == "config" and sp.get("verdict") == stats.FASTER:
-        name = os.path.basename((o.config or {}).get("path") or "debtorch.toml")
+    elif source == "config" and sp.verdict == stats.FASTER:
+        name = os.path.basename((o.config.path if o.config is not None else None) or "debtorch.toml")
         out.append(f'use it in training: cfg = debtorch.load("{name}") (docs/runtime.md), and cfg.watch(loader) '
                    "to judge the real job")
-    if not simd and (t.get("data_wait_share") or 0) >= 0.05 and sp.get("verdict") in analysis.RESULTS:
-        out.append(f"tuned still waits for data {percent(t['data_wait_share'])} of the time: more loader workers "
+    if simd is None and (t.data_wait_share or 0) >= 0.05 and sp.verdict in analysis.RESULTS:
+        out.append(f"tuned still waits for data {percent(t.data_wait_share)} of the time: more loader workers "
                    "or CPUs (debtorch tune --measure races them)")
-    waits = m.host_waits or {}
-    if waits.get("per_step"):
-        where = os.path.basename(waits.get("file") or "") or "your training script"
+    waits = m.host_waits
+    if waits is not None and waits.per_step:
+        where = os.path.basename(waits.file or "") or "your training script"
         out.append(f"remove the host's waits for the device in the loop: debtorch lint {where}")
     return out
 
@@ -368,28 +395,35 @@ class VerifyView:
     def __init__(self, outcome: Outcome, exit_code: int, verbose: bool = False):
         self.outcome, self.exit_code, self.verbose = outcome, exit_code, verbose
 
-    def lines(self) -> list:
+    def lines(self) -> list[Any]:
         o = self.outcome
         m = o.measured
-        wl = (m.workload or {}).get("name") or (m.plan or {}).get("workload") or "-"
-        where = (o.summary.get("sim") or {}).get("words") or m.device or "-"
+        wl = (m.workload.name if m.workload is not None else None) or m.plan.workload or "-"
+        if o.summary.sim is not None:
+            where = o.summary.sim.words
+        else:
+            where = str(m.device) if m.device is not None else "-"
         table = Table(f"verify-train: {wl} on {where}", ("", "baseline", "tuned"), rows(m, o.summary))
         verdict = ("verdict: " + o.verdict) if o.verdict else "verdict: nothing measured"
         after = next_steps(o)
         return [table, *lines(m, o.summary, o.warnings, self.verbose), Line(verdict),
                 *([Line("next: " + "; ".join(after))] if after else [])]
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         """Everything, with the config, the warnings and the machine's facts."""
         o, m = self.outcome, self.outcome.measured
         return document(
-            SCHEMA_VERSION, command="verify-train", exit_code=self.exit_code, verdict=o.verdict, summary=o.summary,
-            plan=m.plan, device=m.device, workload=m.workload, worker=m.worker,
-            settings={"baseline": m.baseline, "tuned": m.tuned, "reference": m.reference, "ddp": m.ddp_settings},
-            config=o.config, trials=m.trials, converge=m.converge, ddp=m.ddp, profile=m.profile,
+            SCHEMA_VERSION, command="verify-train", exit_code=self.exit_code, verdict=o.verdict,
+            summary=o.summary.to_json(), plan=m.plan.to_json(), device=m.device.to_json() if m.device else None,
+            workload=m.workload.to_json() if m.workload is not None else {}, worker=m.worker,
+            settings=m.settings_json(), config=o.config.to_json() if o.config is not None else None,
+            trials=m.trials_json(), converge=m.converge.to_json(), ddp=[d.to_json() for d in m.ddp],
+            profile=m.profile.to_json() if m.profile is not None else None,
             failure=m.failure.to_json() if m.failure else None, interrupted=m.interrupted, notes=m.notes,
-            host_waits=m.host_waits, attribution=m.attribution, budget=m.budget, warnings=o.warnings,
-            load=o.load.to_json() if o.load is not None else None, next=next_steps(o), facts=o.facts)
+            host_waits=m.host_waits.to_json() if m.host_waits is not None else None,
+            attribution=[a.to_json() for a in m.attribution], budget=m.budget.to_json() if m.budget else {},
+            warnings=o.warnings, load=o.load.to_json() if o.load is not None else None, next=next_steps(o),
+            facts=o.facts)
 
 
 class RefusedView:
@@ -398,13 +432,14 @@ class RefusedView:
 
     formats = (Format.text, Format.json)
 
-    def __init__(self, message: str, exit_code: int, failure=None, facts: Optional[dict] = None):
+    def __init__(self, message: str, exit_code: int, failure: Optional[Failure] = None,
+                 facts: Optional[dict[str, Any]] = None):
         self.message, self.exit_code, self.failure, self.facts = message, exit_code, failure, facts
 
-    def lines(self) -> list:
+    def lines(self) -> list[Line]:
         return [Line(f"FAILED: {self.message}", "error")]
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         failure = (self.failure.to_json() if self.failure is not None
                    else {"kind": "refused", "message": self.message, "user_input": self.exit_code == 2})
         return document(SCHEMA_VERSION, command="verify-train", exit_code=self.exit_code,

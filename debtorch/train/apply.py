@@ -12,7 +12,7 @@ torch, so debtorch's own process can import the package.  ``tf32`` sets only the
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Optional
+from typing import Any, ContextManager, Iterator, Optional
 
 from debtorch.train.settings import Settings
 
@@ -50,7 +50,7 @@ def restore(torch: Any, saved: dict) -> None:
 
 
 @contextlib.contextmanager
-def applied(torch: Any, s: Settings):
+def applied(torch: Any, s: Settings) -> Iterator[None]:
     """:func:`configure` for the duration of a block (one trial), then the state as it was."""
     saved = state(torch)
     configure(torch, s)
@@ -60,7 +60,7 @@ def applied(torch: Any, s: Settings):
         restore(torch, saved)
 
 
-def autocast(torch: Any, s: Settings, kind: str):
+def autocast(torch: Any, s: Settings, kind: str) -> ContextManager[Any]:
     """Autocast to bf16 or fp16 as set on device ``kind`` ("cpu", "cuda"); nothing for fp32."""
     if s.precision == "fp32":
         return contextlib.nullcontext()

@@ -6,15 +6,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
+from typing import Any, Optional
 
 from debtorch.outputs import write_atomic
+from debtorch.train.result import RankOutcome
 from debtorch.transport.server import die_with_parent
 
 
-def _write(path: str, obj: dict) -> None:
+def _write(path: str, obj: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(obj, default=str), force=True)
 
 
@@ -27,23 +30,24 @@ def main() -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     out = req["out"]
-    context = None
+    context: Optional[dict[str, Any]] = None
     try:
         import torch
         import torch.distributed as dist
 
+        from debtorch.train.device import Device  # defer: with the engine
         from debtorch.train.engine import run_trial  # defer: torch, after torch.distributed is up
         from debtorch.train.settings import Settings  # defer: with the engine
-        from debtorch.train.worker import check_device  # defer: with the engine
+        from debtorch.train.worker import check_device, request_device  # defer: with the engine
         from debtorch.train.workloads import load_workload  # defer: torch
 
         settings = Settings.from_dict(req.get("settings") or {})
-        device = req.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = request_device(req.get("device"), torch.cuda.is_available())
         check_device(device)
-        if device.startswith("cuda"):
-            device = f"cuda:{local_rank}"
+        if device.is_cuda:
+            device = Device.gpu(local_rank)
             torch.cuda.set_device(local_rank)
-        backend = settings.backend or ("nccl" if device.startswith("cuda") else "gloo")
+        backend = settings.backend or ("nccl" if device.is_cuda else "gloo")
         if settings.threads is None:
             try:
                 usable = len(os.sched_getaffinity(0))
@@ -52,7 +56,7 @@ def main() -> int:
             settings = settings.replace(threads=max(1, usable // max(local_world, 1)))
         dist.init_process_group(backend=backend)
         context = {"micro_batch": settings.micro_batch, "accumulation_steps": settings.accumulation_steps,
-                   "num_workers": settings.num_workers, "device": device}
+                   "num_workers": settings.num_workers, "device": str(device)}
         workload = load_workload(req["workload"], req.get("options") or {}, seed=int(req.get("seed", 0)))
         context["micro_batch"] = settings.micro_batch or workload.batch_size
         events = os.path.join(out, "events.jsonl")
@@ -65,15 +69,15 @@ def main() -> int:
         result = run_trial(workload, settings, device=device, steps=int(req.get("steps", 20)),
                            warmup_steps=int(req.get("warmup", 3)), seed=int(req.get("seed", 0)),
                            on_step=on_step, distributed={"rank": rank, "world_size": world})
-        result["backend"] = backend
-        _write(os.path.join(out, f"rank{rank}.json"), {"ok": True, "rank": rank, "result": result})
+        result = dataclasses.replace(result, backend=backend)
+        _write(os.path.join(out, f"rank{rank}.json"), RankOutcome(rank, result).to_json())
         dist.barrier()
         dist.destroy_process_group()
         return 0
     except Exception as exc:  # noqa: BLE001 - a rank's failure is a result for the launcher
         from debtorch.train.worker import classify  # defer: only on a failure
 
-        _write(os.path.join(out, f"rank{rank}.json"), {"ok": False, "rank": rank, "error": classify(exc, context)})
+        _write(os.path.join(out, f"rank{rank}.json"), RankOutcome(rank, error=classify(exc, context)).to_json())
         return 1
 
 

@@ -19,15 +19,22 @@ import os
 import signal
 import statistics
 import time
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from debtorch import outputs
 from debtorch.train import apply, sim
+from debtorch.train.device import CPU, Device
+from debtorch.train.result import SimTrial, TrialResult
 from debtorch.train.settings import Settings
 from debtorch.train.workloads import Workload
 from debtorch.transport.server import die_with_parent
+
+# Where the engine trains: a torch.device, or a SimDevice (debtorch.train.sim) that answers ``type``
+# and ``index`` alike.
+EngineDevice = Any
 
 MODES = ("instrumented", "bare", "compute_only")
 SMOOTH = 5              # steps in the running mean that decides "loss below target"
@@ -148,7 +155,7 @@ def _nvml_for(device: torch.device, notes: list) -> tuple:
 
 
 @contextlib.contextmanager
-def _torch_state(settings: Settings, device: torch.device, notes: list):
+def _torch_state(settings: Settings, device: EngineDevice, notes: list[str]) -> Iterator[None]:
     """Threads, TF32 and cuDNN flags for one trial, as ``debtorch.load()`` applies them
     (:mod:`debtorch.train.apply`), restored afterwards."""
     notes += [f"{f} applies to CUDA only; ignored" for f in ("tf32", "cudnn_benchmark")
@@ -157,7 +164,7 @@ def _torch_state(settings: Settings, device: torch.device, notes: list):
         yield
 
 
-def _scaler(settings: Settings, device: torch.device, notes: list):
+def _scaler(settings: Settings, device: EngineDevice, notes: list[str]) -> Any:
     if settings.precision != "fp16":
         return None
     try:
@@ -169,7 +176,7 @@ def _scaler(settings: Settings, device: torch.device, notes: list):
         return None
 
 
-def _optimizer(model: torch.nn.Module, lr: float, settings: Settings, notes: list):
+def _optimizer(model: torch.nn.Module, lr: float, settings: Settings, notes: list[str]) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     if settings.fused_optimizer:
         try:
@@ -179,7 +186,7 @@ def _optimizer(model: torch.nn.Module, lr: float, settings: Settings, notes: lis
     return torch.optim.AdamW(params, lr=lr)
 
 
-def _schedule(optimizer, settings: Settings, lr: float, total_steps: int):
+def _schedule(optimizer: torch.optim.Optimizer, settings: Settings, lr: float, total_steps: int) -> Any:
     if settings.lr_schedule != "onecycle":
         return None
     return torch.optim.lr_scheduler.OneCycleLR(
@@ -191,11 +198,11 @@ class _TrackedBatches:
     returns batches in that order (prefetching workers included), so the oldest is the one the
     training loop has just received."""
 
-    def __init__(self, inner):
+    def __init__(self, inner: Any):
         self.inner = inner
-        self.sent: collections.deque = collections.deque()
+        self.sent: collections.deque[list[int]] = collections.deque()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[int]]:
         for batch in self.inner:
             self.sent.append(batch)
             yield batch
@@ -205,9 +212,11 @@ class _TrackedBatches:
 
 
 def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed: int,
-                 device: torch.device, notes: list, distributed: Optional[dict] = None):
+                 device: EngineDevice, notes: list[str],
+                 distributed: Optional[dict] = None) -> tuple[torch.utils.data.DataLoader, _TrackedBatches]:
     """The DataLoader the settings describe, and its tracked batch sampler."""
     ds = workload.dataset
+    sampler: torch.utils.data.Sampler
     if distributed:
         sampler = torch.utils.data.distributed.DistributedSampler(
             ds, num_replicas=distributed["world_size"], rank=distributed["rank"], shuffle=True,
@@ -218,7 +227,7 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
     if len(tracked) == 0:
         raise TrialError(f"dataset has {len(ds)} samples, fewer than one micro-batch of {micro_batch}"
                          + (f" per process ({distributed['world_size']} processes)" if distributed else ""))
-    kwargs: dict = {"batch_sampler": tracked, "num_workers": settings.num_workers}
+    kwargs: dict[str, Any] = {"batch_sampler": tracked, "num_workers": settings.num_workers}
     if workload.collate_fn is not None:
         kwargs["collate_fn"] = workload.collate_fn
     if settings.pin_memory and device.type == "cuda":
@@ -235,7 +244,7 @@ def build_loader(workload: Workload, settings: Settings, micro_batch: int, seed:
     return torch.utils.data.DataLoader(ds, **kwargs), tracked
 
 
-def _worker_death(iterator) -> Optional[RuntimeError]:
+def _worker_death(iterator: Any) -> Optional[RuntimeError]:
     """PyTorch's own wording for a DataLoader worker killed by a signal, or None: when a worker dies
     between batches PyTorch may only say it "exited unexpectedly", but its exit code still says which
     signal (SIGBUS when /dev/shm ran out), and that is what the diagnosis needs."""
@@ -270,7 +279,7 @@ def tensor_bytes(obj: Any, depth: int = 0) -> int:
     return 0
 
 
-def _split(batch):
+def _split(batch: Any) -> tuple[Any, Any]:
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch[0], batch[1]
     if isinstance(batch, dict) and set(batch) >= {"inputs", "target"} and len(batch) == 2:
@@ -279,20 +288,29 @@ def _split(batch):
     raise TrialError(f"a batch must be (inputs, target); the DataLoader gave {what}")
 
 
-def _call(model, inputs):
+def _call(model: Any, inputs: Any) -> Any:
     if isinstance(inputs, dict):
         return model(**inputs)
     return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)
 
 
-def _sync(device) -> Callable[[], None]:
+def _sync(device: EngineDevice) -> Callable[[], None]:
     """The synchronisation before each clock read: CUDA's; a simulated device's queue is drained only
     at the window's ends (per step it would forbid the run-ahead being measured)."""
-    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    def cuda() -> None:
+        torch.cuda.synchronize(device)
+
+    def nothing() -> None:
+        pass
+
+    return cuda if device.type == "cuda" else nothing
 
 
-def _device(device):
-    return sim.SimDevice(sim.parse(device)) if sim.is_sim(device) else torch.device(device)
+def _device(device: Device) -> EngineDevice:
+    """The engine's device: a :class:`~debtorch.train.sim.SimDevice` for a simulated accelerator, else torch's."""
+    if device.spec is not None:
+        return sim.SimDevice(device.spec)
+    return torch.device(str(device))
 
 
 # ---------------------------------------------------------------------------
@@ -304,8 +322,8 @@ class _Trial:
     the DataLoader, or device memory in compute-only mode), adding its sample indices to the digest
     while the window is timed; ``step`` is one optimizer step over ``accumulation_steps`` of them."""
 
-    def __init__(self, workload: Workload, settings: Settings, device: torch.device, steps: int,
-                 warmup_steps: int, seed: int, compute_only: bool, distributed: Optional[dict], notes: list):
+    def __init__(self, workload: Workload, settings: Settings, device: EngineDevice, steps: int,
+                 warmup_steps: int, seed: int, compute_only: bool, distributed: Optional[dict], notes: list[str]):
         self.workload, self.settings, self.device = workload, settings, device
         self.distributed = distributed
         self.micro_batch = settings.micro_batch or workload.batch_size
@@ -317,7 +335,8 @@ class _Trial:
             self._model(workload, settings, device, warmup_steps + steps, seed, distributed, notes)
         self.loader, self.tracked = build_loader(workload, settings, self.micro_batch, seed, device, notes,
                                                  distributed)
-        self.iterator, self.epochs, self.counting, self.position = None, 0, False, 0
+        self.iterator: Optional[Iterator[Any]] = None   # the DataLoader's, while it runs
+        self.epochs, self.counting, self.position = 0, False, 0
         self.batch_bytes: Optional[int] = None   # bytes of the tensors of one timed micro-batch
         self.digest = hashlib.blake2b(digest_size=8)
         self.cached: list = []
@@ -329,8 +348,8 @@ class _Trial:
                                      self._to_device(target, False)), indices))
             self.iterator = None  # shut the DataLoader's workers down before timing
 
-    def _model(self, workload: Workload, settings: Settings, device: torch.device, total_steps: int, seed: int,
-               distributed: Optional[dict], notes: list) -> None:
+    def _model(self, workload: Workload, settings: Settings, device: EngineDevice, total_steps: int, seed: int,
+               distributed: Optional[dict], notes: list[str]) -> None:
         lr = float(workload.lr or 1e-3)
         torch.manual_seed(seed)
         model = copy.deepcopy(workload.model).to(device)
@@ -348,7 +367,7 @@ class _Trial:
         self.autocast = apply.autocast(torch, settings, device.type)
 
     # -- batches ---------------------------------------------------------
-    def _from_loader(self):
+    def _from_loader(self) -> tuple[Any, list[int]]:
         if self.iterator is None:
             self.iterator = iter(self.loader)
         try:
@@ -357,7 +376,7 @@ class _Trial:
             except StopIteration:
                 self.epochs += 1
                 if self.distributed:
-                    self.loader.batch_sampler.inner.sampler.set_epoch(self.epochs)
+                    self.tracked.inner.sampler.set_epoch(self.epochs)
                 self.iterator = iter(self.loader)
                 batch = next(self.iterator)
         except RuntimeError as exc:
@@ -367,7 +386,7 @@ class _Trial:
             raise death from exc
         return batch, self.tracked.sent.popleft()
 
-    def fetch(self):
+    def fetch(self) -> Any:
         if self.cached:
             batch, indices = self.cached[self.position % len(self.cached)]
             self.position += 1
@@ -379,11 +398,11 @@ class _Trial:
                 self.batch_bytes = tensor_bytes(batch)
         return batch
 
-    def _to_device(self, obj, channels_last: bool):
+    def _to_device(self, obj: Any, channels_last: bool) -> Any:
         return apply.to_device(torch, self.settings, obj, self.device, channels_last)
 
     # -- training --------------------------------------------------------
-    def micro(self, batch, last: bool) -> torch.Tensor:
+    def micro(self, batch: Any, last: bool) -> Optional[torch.Tensor]:
         """Forward and backward of one micro-batch; its loss, detached."""
         inputs, target = _split(batch)
         if not self.cached:
@@ -423,7 +442,7 @@ class _Trial:
         self.optimizer_step()
         return losses
 
-    def drain(self, sync, start: bool = False) -> None:
+    def drain(self, sync: Callable[[], None], start: bool = False) -> None:
         """The device idle at the window's ends; at its start, a simulated device's counters reset."""
         sync()
         if self.sim is not None:
@@ -451,7 +470,7 @@ def settle_steps(settings: Settings) -> int:
 def run_trial(
     workload: Workload,
     settings: Any,
-    device: Any = "cpu",
+    device: Device = CPU,
     steps: int = 20,
     warmup_steps: int = 3,
     seed: int = 0,
@@ -464,38 +483,45 @@ def run_trial(
     target_loss: Optional[float] = None,
     stop_at_target: bool = False,
     sync_each_step: bool = False,
-) -> dict:
-    """Train ``warmup_steps + steps`` optimizer steps and measure the last ``steps``; the arguments
-    and the result dict are docs/engine.md's.  ``settings`` is a :class:`Settings` or its dict;
-    ``distributed`` (``{"rank", "world_size"}``) needs the process group initialised."""
+) -> TrialResult:
+    """Train ``warmup_steps + steps`` optimizer steps on ``device`` and measure the last ``steps``; the
+    arguments and the result's keys are docs/engine.md's.  ``settings`` is a :class:`Settings` or its
+    dict; ``distributed`` (``{"rank", "world_size"}``) needs the process group initialised."""
     if isinstance(settings, dict):
         settings = Settings.from_dict(settings)
     problems = settings.validate()
     if problems:
-        raise TrialError("; ".join(problems))
+        raise TrialError("; ".join(str(p) for p in problems))
     if steps < 1 or warmup_steps < 0:
         raise TrialError("steps must be >= 1 and warmup_steps >= 0")
     if compute_only and not instrument:
         raise TrialError("compute_only is an instrumented mode")
-    device = _device(device)
-    simulated = isinstance(device, sim.SimDevice)
-    goal = None if simulated else workload.target_loss if target_loss is None else float(target_loss)
+    simulated = device.simulated
+    where = _device(device)
+    goal: Optional[float] = None
+    if target_loss is not None:
+        goal = float(target_loss)
+    elif not simulated:
+        goal = workload.target_loss
     if stop_at_target and (not instrument or goal is None):
         raise TrialError("stop_at_target needs an instrumented trial and a target loss"
                          + (" (a simulated accelerator runs no model)" if simulated else ""))
     if sync_each_step and not simulated:
         raise TrialError("sync_each_step applies to a simulated accelerator (sim:RATE)")
-    notes: list = []
-    idle = [f for f in ("precision", "tf32", "cudnn_benchmark", "channels_last", "fused_optimizer", "compile")
-            if getattr(settings, f) != getattr(Settings(), f)] if simulated else []
+    notes: list[str] = []
+    idle: list[str] = []
+    if simulated:
+        idle = [f for f in ("precision", "tf32", "cudnn_benchmark", "channels_last", "fused_optimizer", "compile")
+                if getattr(settings, f) != getattr(Settings(), f)]
     if idle:
-        notes.append(f"{device.spec.words()}: no model runs, so {', '.join(idle)} change nothing here")
+        notes.append(f"{device.words()}: no model runs, so {', '.join(idle)} change nothing here")
     elif settings.channels_last and not workload.convolutional and not simulated:
         notes.append("channels_last applies to convolutional workloads; ignored")
     if settings.nproc > 1 and not distributed:
         notes.append("nproc > 1 runs through the distributed launcher; this trial used one process")
 
-    def progress(phase: str, step: int, total: int, loss=None, step_s=None):
+    def progress(phase: str, step: int, total: int, loss: Optional[float] = None,
+                 step_s: Optional[float] = None) -> None:
         if on_step is not None:
             on_step({"phase": phase, "step": step, "steps": total, "loss": loss, "step_s": step_s})
 
@@ -508,17 +534,18 @@ def run_trial(
     settle = 0 if compute_only else settle_steps(settings)
     # A timed window shorter than the queue reads the queue, not the loader (see settle_steps).
     steps = max(steps, settle)
-    with _torch_state(settings, device, notes if not simulated else []):
-        trial = _Trial(workload, settings, device, steps, warmup_steps + settle, seed, compute_only,
+    with _torch_state(settings, where, notes if not simulated else []):
+        trial = _Trial(workload, settings, where, steps, warmup_steps + settle, seed, compute_only,
                        distributed, notes)
         trial.sync_each_step = sync_each_step
         gauges = None
         if sample_memory and instrument:
-            gauges = _Gauges(*(_nvml_for(device, notes) if device.type == "cuda" else (None, None)), notes)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+            nvml, handle = _nvml_for(where, notes) if where.type == "cuda" else (None, None)
+            gauges = _Gauges(nvml, handle, notes)
+        if where.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(where)
         try:
-            warmup_losses = []
+            warmup_losses: list[Optional[float]] = []
             for s in range(warmup_steps + settle):
                 warmup_losses.append(_mean_loss(trial.step()))
                 progress("warmup", s + 1, warmup_steps + settle, warmup_losses[-1])
@@ -527,43 +554,64 @@ def run_trial(
             trial.counting = True
             if gauges is not None:
                 gauges.timing = True
-            profiler = _profiler(profile_dir, device, steps) if profile_dir else None
+            profiler = _profiler(profile_dir, where, steps) if profile_dir else None
+            stop: Optional[Callable[[list], bool]] = None
+            if stop_at_target and goal is not None:
+                target = goal
+
+                def stop(losses: list) -> bool:   # a convergence run: the running mean below the target
+                    return _reached(target, warmup_losses + losses)
+
             with (profiler or contextlib.nullcontext()):
-                stop = (lambda losses: _reached(goal, warmup_losses + losses)) if stop_at_target else None
-                timed = _window(trial, steps, _sync(device), progress, instrument, profiler, gauges, stop)
-            timed["sim"] = _sim_result(trial, timed) if simulated else None
+                timed = _window(trial, steps, _sync(where), progress, instrument, profiler, gauges, stop)
+            simulated_steps = _sim_result(trial, timed) if trial.sim is not None else None
             if gauges is not None:
                 gauges.timing = False
                 gauges.between_steps(force=True)
         finally:
             trial.close()
-        result = _result(trial, timed, warmup_losses, steps, warmup_steps, seed, notes, goal)
-        result.update({
-            "settle_steps": settle,
-            "mode": "compute_only" if compute_only else ("instrumented" if instrument else "bare"),
-            "peak_host_bytes": gauges.peak_host() if gauges is not None else None,
-            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
-            "gpu_util_mean": statistics.fmean(gauges.util) if (gauges is not None and gauges.util) else None,
-            "gpu_util_samples": len(gauges.util) if gauges is not None else 0,
-            "threads": torch.get_num_threads(),
-            "profile_trace": os.path.join(profile_dir, "trace.json") if profile_dir else None,
-            "sim": timed["sim"],
-        })
+        mode = "instrumented" if instrument else "bare"
+        if compute_only:
+            mode = "compute_only"
+        result = _result(trial, timed, warmup_losses, steps, warmup_steps, seed, notes, goal,
+                         settle_steps=settle, mode=mode,
+                         peak_host_bytes=gauges.peak_host() if gauges is not None else None,
+                         peak_device_bytes=torch.cuda.max_memory_allocated(where) if where.type == "cuda" else None,
+                         gpu_util_mean=statistics.fmean(gauges.util) if gauges is not None and gauges.util else None,
+                         gpu_util_samples=len(gauges.util) if gauges is not None else 0,
+                         threads=torch.get_num_threads(),
+                         profile_trace=os.path.join(profile_dir, "trace.json") if profile_dir else None,
+                         sim=simulated_steps)
     del trial
     gc.collect()
-    if device.type == "cuda":
+    if where.type == "cuda":
         torch.cuda.empty_cache()
     return result
 
 
-def _window(trial: _Trial, steps: int, sync, progress, instrument: bool = True, profiler=None, gauges=None,
-            stop: Optional[Callable[[list], bool]] = None) -> dict:
+@dataclass(frozen=True)
+class _Timed:
+    """The timed window: its length and, instrumented, each step's time cut into data wait and compute."""
+
+    wall: float
+    step_s: Optional[list[float]]
+    data_s: Optional[list[float]]
+    compute_s: Optional[list[float]]
+    losses: list[Optional[float]]
+
+
+def _window(trial: _Trial, steps: int, sync: Callable[[], None], progress: Callable[..., None],
+            instrument: bool = True, profiler: Any = None, gauges: Optional[_Gauges] = None,
+            stop: Optional[Callable[[list], bool]] = None) -> _Timed:
     """The timed window.  Instrumented, every step is cut into chained data-wait and compute segments,
     the device synchronised before every clock read (one segment's closing read opens the next, so data
     wait + compute = step time exactly); ``stop(losses)`` may end it early (a convergence run).  Bare,
     the same steps with one clock read at each end, their losses read afterwards."""
     clock = time.perf_counter
-    step_s, data_s, compute_s, step_losses = [], [], [], []
+    step_s: list[float] = []
+    data_s: list[float] = []
+    compute_s: list[float] = []
+    step_losses: list[Any] = []   # instrumented: each step's mean loss; bare: each step's losses, read after
     last = trial.accum - 1
     trial.drain(sync, start=True)
     window_start = clock()
@@ -602,68 +650,49 @@ def _window(trial: _Trial, steps: int, sync, progress, instrument: bool = True, 
     trial.drain(sync)
     wall = clock() - window_start
     if not instrument:
-        return {"wall": wall, "step_s": None, "data_s": None, "compute_s": None,
-                "losses": [_mean_loss(x) for x in step_losses]}
-    return {"wall": wall, "step_s": step_s, "data_s": data_s, "compute_s": compute_s, "losses": step_losses}
+        return _Timed(wall, None, None, None, [_mean_loss(x) for x in step_losses])
+    return _Timed(wall, step_s, data_s, compute_s, step_losses)
 
 
-def _result(trial: _Trial, timed: dict, warmup_losses: list, steps: int, warmup_steps: int, seed: int,
-            notes: list, target: Optional[float] = None) -> dict:
-    wall, step_s, data_s, losses = timed["wall"], timed["step_s"], timed["data_s"], timed["losses"]
+def _result(trial: _Trial, timed: _Timed, warmup_losses: list[Optional[float]], steps: int, warmup_steps: int,
+            seed: int, notes: list[str], target: Optional[float], **measured: Any) -> TrialResult:
+    """The trial's result; ``measured``: what run_trial read beside the window (the gauges, the mode)."""
+    wall, step_s, data_s, losses = timed.wall, timed.step_s, timed.data_s, timed.losses
     steps_requested, steps = steps, len(losses)  # fewer when a convergence run reached its target
     samples = steps * trial.accum * trial.micro_batch
-    dist = trial.distributed
-    out = {
-        "workload": trial.workload.name,
-        "device": str(trial.device),
-        "settings": trial.settings.to_dict(),
-        "seed": seed,
-        "steps": steps,
-        "steps_requested": steps_requested,
-        "warmup_steps": warmup_steps,
-        "micro_batch": trial.micro_batch,
-        "accumulation_steps": trial.accum,
-        "samples_per_step": trial.accum * trial.micro_batch,
-        "samples": samples,
-        "wall_s": wall,
-        "samples_per_s": samples / wall if wall > 0 else None,
-        "step_s": step_s,
-        "data_wait_s": data_s,
-        "compute_s": timed["compute_s"],
-        "step_median_s": statistics.median(step_s) if step_s else wall / steps,
-        "data_wait_share": (sum(data_s) / wall) if (data_s is not None and wall > 0) else None,
-        "overhead_s": (wall - sum(step_s)) if step_s is not None else None,
-        "warmup_losses": warmup_losses,
-        "losses": losses,
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "nonfinite_loss_step": next((i for i, x in enumerate(warmup_losses + losses)
-                                     if x is not None and not math.isfinite(x)), None),
-        "sample_digest": trial.digest.hexdigest(),
-        "batch_bytes": trial.batch_bytes,
-        "epochs": trial.epochs,
-        "world_size": dist["world_size"] if dist else 1,
-        "rank": dist["rank"] if dist else 0,
-        "notes": notes,
-        "torch": torch.__version__,
-    }
-    out.update(time_to_target(target, warmup_losses, losses,
-                              step_s if step_s is not None else [wall / steps] * steps))
-    return out
+    dist = trial.distributed or {"world_size": 1, "rank": 0}
+    reached = time_to_target(target, warmup_losses, losses, step_s if step_s is not None else [wall / steps] * steps)
+    every = warmup_losses + losses
+    nonfinite = next((i for i, x in enumerate(every) if x is not None and not math.isfinite(x)), None)
+    return TrialResult(
+        workload=trial.workload.name, device=str(trial.device), settings=trial.settings.to_dict(), seed=seed,
+        steps=steps, steps_requested=steps_requested, warmup_steps=warmup_steps, micro_batch=trial.micro_batch,
+        accumulation_steps=trial.accum, samples_per_step=trial.accum * trial.micro_batch, samples=samples,
+        wall_s=wall, samples_per_s=samples / wall if wall > 0 else None,
+        step_s=step_s, data_wait_s=data_s, compute_s=timed.compute_s,
+        step_median_s=statistics.median(step_s) if step_s else wall / steps,
+        data_wait_share=sum(data_s) / wall if data_s is not None and wall > 0 else None,
+        overhead_s=wall - sum(step_s) if step_s is not None else None,
+        warmup_losses=warmup_losses, losses=losses, loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None, nonfinite_loss_step=nonfinite,
+        sample_digest=trial.digest.hexdigest(), batch_bytes=trial.batch_bytes, epochs=trial.epochs,
+        world_size=dist["world_size"], rank=dist["rank"], notes=notes, torch=torch.__version__,
+        target_loss=reached.loss, target_step=reached.step, time_to_target_s=reached.seconds, **measured)
 
 
-def _mean_loss(losses: list) -> Optional[float]:
+def _mean_loss(losses: list[Any]) -> Optional[float]:
     if losses and losses[0] is None:
         return None  # a simulated accelerator: no model, no loss
     return float(torch.stack([x.float() for x in losses]).mean()) if losses else float("nan")
 
 
-def _sim_result(trial: _Trial, timed: dict) -> dict:
+def _sim_result(trial: _Trial, timed: _Timed) -> SimTrial:
     """What the simulated device did per timed step: its work, the host's waits for it, the staging copies."""
-    d, steps = trial.sim, max(1, len(timed["losses"]))
-    return {"spec": d.spec.text(), "words": d.spec.words(), "rate": d.spec.rate, "sync_each_step": trial.sync_each_step,
-            "device_busy_s": d.busy / steps, "device_wait_s": d.waited / steps, "staging_s": d.staged / steps,
-            "wake_s": d.wake / steps}
+    d, steps = trial.sim, max(1, len(timed.losses))
+    assert d is not None
+    return SimTrial(spec=d.spec.text(), words=d.spec.words(), rate=d.spec.rate, sync_each_step=trial.sync_each_step,
+                    device_busy_s=d.busy / steps, device_wait_s=d.waited / steps, staging_s=d.staged / steps,
+                    wake_s=d.wake / steps)
 
 
 def _reached(target: float, losses: list) -> bool:
@@ -671,25 +700,34 @@ def _reached(target: float, losses: list) -> bool:
     return len(losses) >= SMOOTH and sum(losses[-SMOOTH:]) / SMOOTH < target
 
 
-def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> dict:
+@dataclass(frozen=True)
+class Target:
+    """When a trial's loss reached its target: the step (1-based, warm-up included) and the time to it."""
+
+    loss: Optional[float]
+    step: Optional[int] = None
+    seconds: Optional[float] = None
+
+
+def time_to_target(target: Optional[float], warmup_losses: list, losses: list, step_times: list) -> Target:
     """When the running mean of the loss (over ``SMOOTH`` steps) first fell below ``target``: the step
     (1-based, warm-up included) and the time to it (warm-up steps, whose times include start-up costs,
     counted at the median timed step)."""
-    out = {"target_loss": target, "target_step": None, "time_to_target_s": None}
+    if target is None:
+        return Target(None)
     every = list(warmup_losses) + list(losses)
-    step = None if target is None else next((n for n in range(SMOOTH, len(every) + 1)
-                                             if _reached(target, every[:n])), None)
-    if step is not None:
-        typical = statistics.median(step_times) if step_times else 0.0
-        out.update(target_step=step, time_to_target_s=sum(([typical] * len(warmup_losses) + list(step_times))[:step]))
-    return out
+    step = next((n for n in range(SMOOTH, len(every) + 1) if _reached(target, every[:n])), None)
+    if step is None:
+        return Target(target)
+    typical = statistics.median(step_times) if step_times else 0.0
+    return Target(target, step, sum(([typical] * len(warmup_losses) + list(step_times))[:step]))
 
 
-def _range(name: str, profiler):
+def _range(name: str, profiler: Any) -> Any:
     return contextlib.nullcontext() if profiler is None else torch.profiler.record_function(name)
 
 
-def _profiler(profile_dir: str, device: torch.device, steps: int):
+def _profiler(profile_dir: str, device: EngineDevice, steps: int) -> Any:
     """A torch.profiler trace of up to 5 timed steps, written to ``profile_dir``/trace.json."""
     os.makedirs(profile_dir, exist_ok=True)
     kinds = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -699,7 +737,7 @@ def _profiler(profile_dir: str, device: torch.device, steps: int):
         on_trace_ready=lambda prof: _export_trace(prof, os.path.join(profile_dir, "trace.json")))
 
 
-def _export_trace(prof, path: str) -> None:
+def _export_trace(prof: Any, path: str) -> None:
     """Write the Chrome trace whole or not at all: into a private folder beside it (made
     exclusively, so never through a planted link), then put in place over nothing but a
     regular file (verify-train refused an existing trace without --force before the run)."""

@@ -12,10 +12,12 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Mapping, Optional
 
 PREFIX = "sim:"
-NUMBERS = {"launch": ("launch_ms", 0.0, 1000.0), "gbps": ("gbps", 1e-3, 1e4), "ahead": ("ahead", 1, 1024)}
+# A parameter's name in a spec -> (its SimSpec field, least, most); an int bound makes it an integer.
+NUMBERS: dict[str, tuple[str, float, float]] = {"launch": ("launch_ms", 0.0, 1000.0), "gbps": ("gbps", 1e-3, 1e4),
+                                                "ahead": ("ahead", 1, 1024)}
 MAX_RATE = 1e9
 MIN_RATE = 0.01   # samples/s: below it one sample is over 100 s of device work, no budget holds a step
 MAX_NAME = 64     # characters of a name=, which the config and every report carry
@@ -40,29 +42,37 @@ class SimSpec:
         return f"simulated accelerator ({self.rate:g} samples/s{', ' + self.name if self.name else ''})"
 
 
-def is_sim(device) -> bool:
-    return isinstance(device, str) and device.startswith(PREFIX)
+def from_thresholds(rows: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, float]]:
+    """(the defaults, the presets) of a simulated accelerator from checks/thresholds.toml's rows
+    (``sim_launch_ms``, ``sim_gbps``, ``sim_ahead``; ``sim_preset_NAME``: a preset's rate)."""
+    defaults = {f: rows[f"sim_{f}"]["value"] for f, _, _ in NUMBERS.values() if f"sim_{f}" in rows}
+    presets = {name[len("sim_preset_"):]: float(row["value"]) for name, row in rows.items()
+               if name.startswith("sim_preset_")}
+    return defaults, presets
 
 
-def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = None) -> SimSpec:
+def parse(text: str, defaults: Optional[Mapping[str, Any]] = None,
+          presets: Optional[Mapping[str, float]] = None) -> SimSpec:
     """``sim:RATE[,launch=MS][,gbps=GB/s][,ahead=STEPS][,sync=0|1][,name=NAME]`` (RATE a number of
     samples/s or a preset name); ``defaults`` and ``presets`` come from checks/ (the command line passes
     them).  Each parameter at most once, every value one the simulated device can run with (RATE from
     :data:`MIN_RATE` to :data:`MAX_RATE`).  ValueError with one line on anything else."""
     spec = _quoted(text)
-    if not is_sim(text):
+    if not text.startswith(PREFIX):
         raise ValueError(f"a simulated device is {PREFIX}RATE (got {spec})")
     if len(text) > MAX_SPEC:
         raise ValueError(f"{spec}: a simulated device's spec is at most {MAX_SPEC} characters (got {len(text)})")
     head, *opts = text[len(PREFIX):].split(",")
-    head, values = head.strip(), dict(defaults or {})
+    head = head.strip()
+    values: dict[str, Any] = dict(defaults or {})
     if presets and head in presets:
         values.update(rate=float(presets[head]), name=head)
     else:
         known = f"; presets: {', '.join(sorted(presets))}" if presets else ""
-        values["rate"] = _number(head, float, _rate_ok, f"{spec}: {PREFIX}RATE must be a number from {MIN_RATE:g} "
-                                 f"to {MAX_RATE:g} samples/s (got {_quoted(head)}){known}")
-    seen: set = set()
+        problem = (f"{spec}: {PREFIX}RATE must be a number from {MIN_RATE:g} to {MAX_RATE:g} samples/s "
+                   f"(got {_quoted(head)}){known}")
+        values["rate"] = _number(head, float, MIN_RATE, MAX_RATE, problem)
+    seen: set[str] = set()
     for opt in opts:
         key, _, val = (x.strip() for x in opt.partition("="))
         if key in seen:
@@ -70,8 +80,8 @@ def parse(text: str, defaults: Optional[dict] = None, presets: Optional[dict] = 
         seen.add(key)
         if key in NUMBERS:
             field, lo, hi = NUMBERS[key]
-            values[field] = _number(val, type(lo), lambda x, lo=lo, hi=hi: lo <= x <= hi,
-                                    f"{spec}: {key} must be a number from {lo:g} to {hi:g} (got {_quoted(val)})")
+            problem = f"{spec}: {key} must be a number from {lo:g} to {hi:g} (got {_quoted(val)})"
+            values[field] = _number(val, type(lo), lo, hi, problem)
         elif key == "sync" and val in ("0", "1", "on", "off"):
             values["sync"] = val in ("1", "on")
         elif key == "name" and _NAME.fullmatch(val):
@@ -93,17 +103,13 @@ def _quoted(text: str) -> str:
     return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
 
 
-def _rate_ok(x: float) -> bool:
-    return MIN_RATE <= x <= MAX_RATE
-
-
-def _number(val: str, kind, ok, problem: str):
-    """``val`` as ``kind`` (int or float), finite and ``ok``; else ValueError(``problem``)."""
+def _number(val: str, kind: Callable[[str], float], lo: float, hi: float, problem: str) -> float:
+    """``val`` as ``kind`` (int or float), finite and from ``lo`` to ``hi``; else ValueError(``problem``)."""
     try:
         x = kind(val)
     except ValueError:
-        x = None
-    if x is None or not math.isfinite(x) or not ok(x):
+        raise ValueError(problem) from None
+    if not math.isfinite(x) or not lo <= x <= hi:
         raise ValueError(problem)
     return x
 
@@ -115,11 +121,13 @@ class SimDevice:
     type = "sim"
     index = None
 
-    def __init__(self, spec: SimSpec, clock=time.perf_counter, sleep=time.sleep):
+    def __init__(self, spec: SimSpec, clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep):
         self.spec, self.clock, self.sleep = spec, clock, sleep
         self.free_at = 0.0
-        self.pending: collections.deque = collections.deque()
-        self.staging = None
+        self.pending: collections.deque[float] = collections.deque()
+        self.staging: Any = None   # a torch buffer for pageable batches' staging copies
+        self.busy = self.waited = self.staged = self.wake = 0.0
         self.reset()
 
     def __str__(self) -> str:
@@ -141,7 +149,7 @@ class SimDevice:
         self.free_at = max(self.clock(), self.free_at) + seconds
         self.busy += seconds
 
-    def copy(self, tensor, pinned: bool, non_blocking: bool):
+    def copy(self, tensor: Any, pinned: bool, non_blocking: bool) -> Any:
         """A host-to-device copy of ``tensor`` (returned as it is: nothing lives on the device)."""
         nbytes = tensor.numel() * tensor.element_size()
         if not (pinned and non_blocking):
@@ -153,7 +161,7 @@ class SimDevice:
             self._until(self.free_at)
         return tensor
 
-    def _stage(self, tensor, nbytes: int) -> None:
+    def _stage(self, tensor: Any, nbytes: int) -> None:
         import torch
 
         if nbytes == 0:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from debtorch.hostwaits import count_host_waits, workload_file
-from debtorch.train import sim
+from debtorch.train.device import Device
 from debtorch.transport import server
 from debtorch.transport.server import BadRequest, RequestError
 
@@ -21,7 +21,7 @@ SHM_FINDING = "memory.E001"  # the doctor's id for /dev/shm too small
 # Errors as findings
 
 
-def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
+def classify(exc: BaseException, context: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A structured, one-line account of why a request failed; ``context`` may hold the failing trial's
     ``micro_batch``, ``accumulation_steps``, ``num_workers`` and ``device``."""
     ctx = context or {}
@@ -45,7 +45,9 @@ def classify(exc: BaseException, context: Optional[dict] = None) -> dict:
         err.update(kind="oom", message=msg)
     elif "bus error" in text.lower() or ("dataloader worker" in text.lower() and "shared memory" in text.lower()):
         workers = ctx.get("num_workers")
-        who = (f"{workers} DataLoader worker" + ("s" if workers != 1 else "")) if workers else "the DataLoader workers"
+        who = "the DataLoader workers"
+        if workers:
+            who = f"{workers} DataLoader worker" + ("s" if workers != 1 else "")
         err.update(kind="shm", finding=SHM_FINDING,
                    message=f"a DataLoader worker died of a bus error: /dev/shm is too small for {who} "
                            f"(debtorch doctor: {SHM_FINDING})")
@@ -70,12 +72,12 @@ def _is_oom(exc: BaseException, text: str) -> bool:
 class Session(server.Session):
     """What the worker holds between requests: the loaded workload and its device."""
 
-    def __init__(self, proto):
+    def __init__(self, proto: Any):
         super().__init__(proto)
-        self.workload = None
-        self.device = None
+        self.workload: Any = None         # the loaded Workload (debtorch.train.workloads imports torch)
+        self.device: Optional[Device] = None
         self.file: Optional[str] = None   # the workload module's file (host waits are counted there)
-        self.context: Optional[dict] = None
+        self.context: Optional[dict[str, Any]] = None
 
     def handle(self, req: dict) -> dict:
         self.context = None
@@ -95,7 +97,7 @@ class Session(server.Session):
         spec = req.get("workload")
         if not isinstance(spec, str):
             raise BadRequest("load needs 'workload' (module:function)")
-        device = req.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = request_device(req.get("device"), torch.cuda.is_available())
         check_device(device)
         options = req.get("options") or {}
         if not isinstance(options, dict):
@@ -104,7 +106,7 @@ class Session(server.Session):
         self.workload = load_workload(spec, options, seed=int(req.get("seed", 0)))
         self.device = device
         out = self.workload.describe()
-        out["device"] = device
+        out["device"] = str(device)
         self.file = out["file"] = workload_file(spec)
         return out
 
@@ -121,12 +123,13 @@ class Session(server.Session):
 
         self._loaded()
         path = self.file
-        if torch.device(self.device).type != "cuda" or not hasattr(torch.cuda, "set_sync_debug_mode"):
+        device = self.device
+        if device is None or not device.is_cuda or not hasattr(torch.cuda, "set_sync_debug_mode"):
             return {"measured": False, "file": path}
         steps = max(1, int(req.get("steps", 5)))
 
-        def run(on_step):
-            return run_trial(self.workload, Settings(), device=self.device, steps=steps, warmup_steps=1,
+        def run(on_step: Any) -> Any:
+            return run_trial(self.workload, Settings(), device=device, steps=steps, warmup_steps=1,
                              seed=int(req.get("seed", 0)), instrument=False, sample_memory=False, on_step=on_step)
 
         out = count_host_waits(run, [path] if path else [], torch)
@@ -148,43 +151,49 @@ class Session(server.Session):
         except TypeError as exc:
             raise BadRequest(f"bad settings: {exc}") from None
         rid = req.get("id")
-        on_step = (lambda ev: self.proto.send(dict(ev, event="progress", id=rid))) if req.get("progress", True) else None
+
+        def progress(ev: dict) -> None:
+            self.proto.send(dict(ev, event="progress", id=rid))
+
+        device = self.device
+        assert device is not None   # loaded: the load request set it
         self.context = {"micro_batch": settings.micro_batch or self.workload.batch_size,
                         "accumulation_steps": settings.accumulation_steps,
-                        "num_workers": settings.num_workers, "device": self.device}
+                        "num_workers": settings.num_workers, "device": str(device)}
         return run_trial(
-            self.workload, settings, device=self.device,
+            self.workload, settings, device=device,
             steps=int(req.get("steps", 20)), warmup_steps=int(req.get("warmup", 3)),
             seed=int(req.get("seed", 0)), instrument=(mode != "bare"),
             sample_memory=bool(req.get("sample_memory", True)), profile_dir=req.get("profile_dir"),
-            on_step=on_step, compute_only=(mode == "compute_only"),
+            on_step=progress if req.get("progress", True) else None, compute_only=(mode == "compute_only"),
             target_loss=req.get("target_loss"), stop_at_target=bool(req.get("stop_at_target", False)),
             sync_each_step=bool(req.get("sync_each_step", False)),
-        )
+        ).to_json()
 
 
-def check_device(device: str) -> None:
+def request_device(text: Any, cuda_available: bool) -> Device:
+    """The device a request names (the worker's edge: the one place it reads a device's text), or
+    cuda when this torch sees a GPU, else cpu.  DeviceError for a device the worker cannot parse."""
+    if not text:
+        return Device.gpu() if cuda_available else Device("cpu")
+    try:
+        return Device.parse(text)
+    except ValueError as exc:
+        raise DeviceError(f"device {exc}") from None
+
+
+def check_device(device: Device) -> None:
     """Raise a one-line error when this torch cannot use ``device``."""
     import torch
 
-    if sim.is_sim(device):
-        try:
-            sim.parse(device)
-        except ValueError as exc:
-            raise DeviceError(str(exc)) from None
+    if device.simulated:
         return
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise BadRequest(f"bad device {device!r}: {exc}") from None
-    if dev.type == "cuda":
+    if device.is_cuda:
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
             raise DeviceError(f"device {device} requested but torch {torch.__version__} ({build}) sees no GPU")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
+        if device.index is not None and device.index >= torch.cuda.device_count():
             raise DeviceError(f"device {device} requested but only {torch.cuda.device_count()} GPU(s) are visible")
-    elif dev.type != "cpu":
-        raise DeviceError(f"device {device}: only cpu, cuda and sim:RATE are supported")
 
 
 class DeviceError(RequestError):
@@ -202,10 +211,10 @@ def info() -> dict:
                      for i, p in enumerate(props)],
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "mkldnn_bf16": _mkldnn_bf16(torch),
             "distributed": torch.distributed.is_available(), "protocol": protocol,
-            "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__))}
+            "debtorch": os.path.dirname(os.path.abspath(sys.modules["debtorch"].__file__ or "."))}
 
 
-def _mkldnn_bf16(torch) -> Optional[bool]:
+def _mkldnn_bf16(torch: Any) -> Optional[bool]:
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except Exception:  # noqa: BLE001 - a private probe; unknown is fine

@@ -184,7 +184,7 @@ class SyntheticImages(torch.utils.data.Dataset):
         img = img + 0.3 * torch.randn(3, raw, raw, generator=g)
         return (img * 40 + 128).clamp(0, 255).to(torch.uint8)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
         raw = self.raw
         img = self.decode(index, g)
@@ -223,7 +223,7 @@ class _Block(nn.Module):
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
         y = self.bn2(self.conv2(y))
         return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
@@ -239,7 +239,7 @@ class SmallResNet(nn.Module):
         self.blocks = nn.Sequential(_Block(w, w, 1), _Block(w, 2 * w, 2), _Block(2 * w, 4 * w, 2))
         self.head = nn.Linear(4 * w, classes)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(self.stem(x))
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
@@ -261,7 +261,7 @@ def _resnet(name: str, dataset: Any, width: int, batch_size: int) -> Workload:
 # builtin:images: the same network, fed by decoding image files from disk
 
 
-def _pillow():
+def _pillow() -> Any:
     try:
         import PIL.Image  # Pillow: optional, only this workload decodes files
     except ImportError:
@@ -285,7 +285,7 @@ class ImageFiles(torch.utils.data.Dataset):
     def path(self, index: int) -> str:
         return os.path.join(self.folder, f"{index:06d}.jpg")
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index) + 17)
         with self.image.open(self.path(index)) as f:
             img = f.convert("RGB")
@@ -360,7 +360,7 @@ class SyntheticSequences(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.latents)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + int(index))
         probs = torch.softmax(self.latents[index] @ self.topics, dim=0)
         tokens = torch.multinomial(probs, self.length, replacement=True, generator=g)
@@ -381,7 +381,7 @@ class SmallTransformer(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]
         x = self.norm(self.encoder(x))
         return self.head(x.mean(dim=1))

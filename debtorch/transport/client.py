@@ -3,7 +3,7 @@
 A *worker* is a subprocess of the target interpreter running one of debtorch's torch-side modules,
 imported through a temporary folder that holds only ``debtorch -> <this package>`` (never the
 working folder: docs/security.md).  Besides :class:`debtorch.host.Host`, this module (with
-:func:`debtorch.train.runner.launch_distributed`) is the one place that starts processes, under
+:mod:`debtorch.transport.launch`, for a launcher such as torchrun) is the one place that starts processes, under
 Host's rules: a new session, a deadline on every wait, the process group killed on a timeout or
 Ctrl-C, failures as one-line errors.
 """

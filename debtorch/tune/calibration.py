@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from debtorch.train import sim
+from debtorch.train.device import Device
+from debtorch.train.result import TrialResult
 from debtorch.train.settings import Settings
 
 CALIBRATION_S = 15.0      # the calibration's longest time (inside the command's --budget)
@@ -31,7 +32,7 @@ WORKER_START_S = 1.0      # starting a DataLoader worker process (fork), about
 FAST_ENOUGH = 1.05        # a device at most this much faster than one loading process needs no worker trial
 
 # (settings, timed steps, warm-up steps) -> the engine's trial result (docs/engine.md, "Result keys").
-TrialFn = Callable[[Settings, int, int], dict]
+TrialFn = Callable[[Settings, int, int], TrialResult]
 
 
 class CalibrationError(Exception):
@@ -42,7 +43,7 @@ class CalibrationError(Exception):
 class Calibration:
     """What the calibration measured, per micro-batch of ``micro_batch`` samples."""
 
-    device: str                     # "cpu", "cuda" or a simulated accelerator's spec
+    device: Device                  # where the trials ran
     micro_batch: int                # samples per micro-batch of the trials
     loader_rate: float              # samples/s one process loads (decode and collate, in the training process)
     in_process_rate: float          # samples/s of the trial that loads in the training process
@@ -63,9 +64,7 @@ class Calibration:
     @property
     def kind(self) -> str:
         """"sim", "cuda" or "cpu"."""
-        if sim.is_sim(self.device):
-            return "sim"
-        return "cuda" if self.device.startswith("cuda") else "cpu"
+        return self.device.kind
 
     @property
     def per_worker(self) -> float:
@@ -82,8 +81,9 @@ class Calibration:
         """How much a micro-batch's load time varies: its 90th percentile over its median."""
         return self.fetch_p90_s / self.fetch_s if self.fetch_s > 0 else 1.0
 
-    def to_json(self) -> dict:
-        return {**dataclasses.asdict(self), "kind": self.kind, "per_worker": self.per_worker}
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "device": str(self.device), "kind": self.kind,
+                "per_worker": self.per_worker}
 
 
 def in_process(base: Settings) -> Settings:
@@ -97,20 +97,20 @@ def one_worker(base: Settings, threads: Optional[int]) -> Settings:
                         threads=threads)
 
 
-def _per_step(result: dict, key: str) -> list:
-    values = result.get(key)
+def _per_step(values: Optional[list[float]]) -> list[float]:
+    """The finite, non-negative ones of a trial's per-step times (none in a bare trial)."""
     if not isinstance(values, list):
         return []
     return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0]
 
 
-def _percentile(values: list, q: float) -> float:
+def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def _rate(result: dict, what: str) -> float:
-    sps = result.get("samples_per_s")
+def _rate(result: TrialResult, what: str) -> float:
+    sps = result.samples_per_s
     if not isinstance(sps, (int, float)) or not math.isfinite(sps) or sps <= 0:
         raise CalibrationError(f"the {what} trial gave no samples/s")
     return float(sps)
@@ -122,7 +122,7 @@ def _steps_for(seconds: float, step_s: float, least: int = MIN_STEPS) -> int:
     return min(MAX_STEPS, max(least, MIN_STEPS, round(seconds / step_s)))
 
 
-def calibrate(trial: TrialFn, base: Settings, device: str, batch_size: int, cpus: int,
+def calibrate(trial: TrialFn, base: Settings, device: Device, batch_size: int, cpus: int,
               seconds: float = CALIBRATION_S, clock: Callable[[], float] = time.monotonic,
               on_trial: Optional[Callable[[str], None]] = None) -> Calibration:
     """Measure ``base`` (the rules' settings) on the loaded workload through ``trial``, within
@@ -140,22 +140,24 @@ def calibrate(trial: TrialFn, base: Settings, device: str, batch_size: int, cpus
     w0 = in_process(base)
     say(f"calibrating: {w0.short()} (probe)")
     probe = trial(w0, PROBE_STEPS, 1)
-    step_s = probe.get("step_median_s") or micro * accum / _rate(probe, "probe")
+    step_s = probe.step_median_s or micro * accum / _rate(probe, "probe")
     left = seconds - (clock() - start)
     say(f"calibrating: {w0.short()}")
     main = trial(w0, _steps_for(SHARE_IN_PROCESS * left, step_s), 1)
     in_rate = _rate(main, "in-process")
-    waits = [w / accum for w in _per_step(main, "data_wait_s")]
-    computes = [c / accum for c in _per_step(main, "compute_s")]
+    waits = [w / accum for w in _per_step(main.data_wait_s)]
+    computes = [c / accum for c in _per_step(main.compute_s)]
     if not waits or not computes:
         raise CalibrationError("the in-process trial gave no per-step times (an instrumented trial is needed)")
     fetch = statistics.median(waits)
     compute = statistics.median(computes)
-    device_waits = (main.get("sim") or {}).get("device_wait_s")
-    host = compute - (device_waits / accum if isinstance(device_waits, (int, float)) else 0.0)
-    if sim.is_sim(device):
-        device_rate, source = sim.parse(device).rate, "simulated"
-    elif device.startswith("cuda"):
+    device_waits = main.sim.device_wait_s if main.sim is not None else None
+    host = compute
+    if isinstance(device_waits, (int, float)):
+        host -= device_waits / accum   # the host's waits for the simulated device are not its own work
+    if device.rate is not None:
+        device_rate, source = device.rate, "simulated"
+    elif device.is_cuda:
         device_rate, source = micro / compute, "measured: copy, forward, backward and step"
     else:
         device_rate, source = micro / compute, f"the CPU's compute at {base.threads or cpus} thread(s)"
@@ -171,15 +173,15 @@ def _silent(label: str) -> None:
     """No progress to show."""
 
 
-def _bytes(result: dict) -> Optional[int]:
-    b = result.get("batch_bytes")
+def _bytes(result: TrialResult) -> Optional[int]:
+    b = result.batch_bytes
     return int(b) if isinstance(b, int) and not isinstance(b, bool) and b > 0 else None
 
 
 def _worker_trial(trial: TrialFn, base: Settings, cal: Calibration, cpus: int, left: float,
                   say: Callable[[str], None]) -> Calibration:
     """One DataLoader worker's rate, where it matters and the time left pays for it."""
-    on_cpu = cal.kind == "cpu"
+    on_cpu = cal.device.is_cpu
     if on_cpu and cpus < 2:
         return dataclasses.replace(cal, skipped="one CPU: a worker would only take it from compute")
     if not on_cpu and cal.device_rate <= cal.loader_rate * FAST_ENOUGH:
@@ -198,13 +200,13 @@ def _worker_trial(trial: TrialFn, base: Settings, cal: Calibration, cpus: int, l
     say(f"calibrating: {settings.short()}")
     window = SHARE_WORKER * left - WORKER_START_S - (1 + settle) * step_s
     result = trial(settings, _steps_for(window, step_s, settle), 1)
-    share = result.get("data_wait_share")
+    share = result.data_wait_share
     kept_up = not isinstance(share, (int, float)) or share < KEPT_UP
     return dataclasses.replace(cal, worker_rate=_rate(result, "one-worker"), worker_kept_up=kept_up,
                                worker_threads=threads, trials=cal.trials + 1)
 
 
-def describe(cal: Any) -> str:
+def describe(cal: Calibration) -> str:
     """One line of what was measured, for notes and reports."""
     worker = ""
     if cal.worker_rate is not None:

@@ -11,38 +11,24 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from debtorch import inputs, outputs, schema
 from debtorch.__about__ import __version__
 from debtorch.budget import WEEK_S
 from debtorch.host import Host, Unavailable
-from debtorch.train import sim
-from debtorch.train.settings import COUNT, DEVICES, FIELDS, Settings
+from debtorch.train.device import CPU, Device
+from debtorch.train.settings import COUNT, DEVICES, FIELDS, TABLE_OF, TABLES, UNSET, Settings
+
+if TYPE_CHECKING:   # the rules import this module (the config's bounds): a type only
+    from debtorch.tune.rules import Recommendation
 
 SCHEMA_VERSION = 1
 
-# Settings field -> the table it lives in.  The order is the file's order.
-TABLES = {
-    "loader": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "start_method"),
-    "compute": ("precision", "tf32", "cudnn_benchmark", "channels_last", "fused_optimizer", "compile",
-                "non_blocking", "threads"),
-    "distributed": ("nproc", "backend"),
-    "batch": ("micro_batch", "accumulation_steps"),
-    "schedule": ("lr_schedule", "max_lr", "pct_start"),
-}
-TABLE_OF = {name: table for table, names in TABLES.items() for name in names}
+# The settings' tables come from their declarations (debtorch.train.settings): TABLES (table -> its fields,
+# in the file's order), TABLE_OF (field -> table) and UNSET (what a setting left out means).
 SCHEDULE_EXTRA = ("total_steps", "epochs")  # run length, beside the settings in [schedule]
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-# What a setting left out of the file (None) means.
-UNSET = {
-    "prefetch_factor": "PyTorch's default, 2 batches per worker",
-    "start_method": "the platform's default",
-    "threads": "PyTorch's default",
-    "backend": "no DDP",
-    "micro_batch": "the training script's own batch size",
-    "max_lr": "the optimizer's learning rate",
-}
 
 
 class ConfigError(Exception):
@@ -54,32 +40,32 @@ class ConfigFile:
     """What a config file holds, checked.  Torch-free."""
 
     settings: Settings
-    env: dict = field(default_factory=dict)
-    fingerprint: dict = field(default_factory=dict)
-    tuned: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    tuned: dict[str, Any] = field(default_factory=dict)
     total_steps: Optional[int] = None
     epochs: Optional[int] = None
     path: Optional[str] = None
     oversubscribe: bool = False   # [limits]: tune was told --oversubscribe (a record: only a loader lifts the bound)
+    # What the settings were tuned on: the simulated accelerator ([tuned] simulated, or, in a config written
+    # before that key existed, a simulation's spec as [tuned] device), else the device (cpu when unsaid).
+    tuned_on: Device = CPU
 
     @property
     def device(self) -> str:
-        """The device training code runs these settings on: "cpu" or "cuda".  A config tuned on a
-        simulated accelerator names the accelerator it stands for, "cuda" (a config written before
-        ``[tuned] simulated`` existed holds the simulation's spec as its device)."""
-        device = self.tuned.get("device", "cpu")
-        return SIMULATED_STANDS_FOR if sim.is_sim(device) else device
+        """The device training code runs these settings on: "cpu" or "cuda" (a config tuned on a
+        simulated accelerator: the GPU it stands for)."""
+        return self.tuned_on.real_kind
 
     @property
     def simulated(self) -> Optional[str]:
         """The simulated accelerator the settings were measured on (its full ``sim:`` spec), or None."""
-        device = self.tuned.get("device")
-        return self.tuned.get("simulated") or (device if sim.is_sim(device) else None)
+        return str(self.tuned_on) if self.tuned_on.simulated else None
 
     @property
     def tuned_for(self) -> str:
-        """What the settings were tuned on: the simulation's spec, else the device."""
-        return self.simulated or self.device
+        """What the settings were tuned on, in words: the simulation's spec, else the device."""
+        return str(self.tuned_on)
 
 
 # ---------------------------------------------------------------------------
@@ -89,7 +75,6 @@ class ConfigFile:
 # command line that loads a file lifts that bound; ``oversubscribe = true`` in [limits] only records it.
 
 BUDGET_MAX_S = WEEK_S
-SIMULATED_STANDS_FOR = "cuda"   # a simulated accelerator (debtorch.train.sim) stands for a GPU
 MACHINE_FACTOR = 4
 MACHINE_FLOOR = 32
 MACHINE_BOUND = ("num_workers", "threads", "nproc")
@@ -109,7 +94,7 @@ def limit_words(cpus: int) -> str:
     return words if product >= MACHINE_FLOOR else f"{words} is {product}, below the floor of {MACHINE_FLOOR}"
 
 
-def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
+def machine_problem(values: dict[str, Any], cpus: Optional[int]) -> Optional[tuple[str, str]]:
     """(key, message) when ``values`` (settings fields) ask more of a machine with ``cpus``
     usable CPUs than :func:`machine_limit`; None when they fit (or ``cpus`` is unknown)."""
     if not cpus:
@@ -118,7 +103,7 @@ def machine_problem(values: dict, cpus: Optional[int]) -> Optional[tuple]:
     why = f"at most {limit} here: {limit_words(cpus)}"
     for key in MACHINE_BOUND:
         v = values.get(key)
-        if schema.is_int(v) and v > limit:
+        if isinstance(v, int) and schema.is_int(v) and v > limit:
             return key, f"{v} is more than this machine can run ({why})"
     nproc, workers = values.get("nproc") or 1, values.get("num_workers") or 0
     if schema.is_int(nproc) and schema.is_int(workers) and nproc * (1 + workers) > limit:
@@ -142,14 +127,19 @@ OVERSUBSCRIBE_HINT = ("load it with debtorch.load(..., oversubscribe=True) or ve
 def _is_sim_spec(v: object) -> bool:
     """A simulated accelerator's full spec, as tune writes it."""
     try:
-        return isinstance(v, str) and bool(sim.parse(v))
-    except (ValueError, TypeError):
+        return isinstance(v, str) and Device.parse(v).simulated
+    except ValueError:
         return False
 
 
 def _is_device(v: object) -> bool:
     """cpu, cuda, or (a config written before ``simulated``) a simulated accelerator's full spec."""
     return v in DEVICES or _is_sim_spec(v)
+
+
+def _tuned_on(tuned: dict[str, Any]) -> Device:
+    """The device a checked ``[tuned]`` table says the settings were tuned on (``ConfigFile.tuned_on``)."""
+    return Device.parse(tuned.get("simulated") or tuned.get("device") or "cpu")
 
 
 DEVICE = schema.Value(('"cpu", "cuda" or a sim:RATE,launch=...,gbps=...,ahead=...,sync=... spec', _is_device))
@@ -210,30 +200,28 @@ def parse_config(text: str, name: str = "debtorch.toml", cpus: Optional[int] = N
         raise fail(f"{TABLE_OF[bad[0]]}.{bad[0]}", f"{bad[1]}; {OVERSUBSCRIBE_HINT}")
     settings = Settings(**values)
     for problem in settings.validate():
-        # Settings.validate names the field first: "prefetch_factor needs num_workers > 0".
-        fname = problem.split()[0]
-        raise fail(f"{TABLE_OF.get(fname, 'loader')}.{fname}", problem[len(fname):].strip())
+        raise fail(f"{TABLE_OF[problem.field]}.{problem.field}", problem.text)
     schedule = doc.get("schedule", {})
+    tuned = doc.get("tuned", {})
     return ConfigFile(settings=settings, env=doc.get("env", {}), fingerprint=doc.get("fingerprint", {}),
-                      tuned=doc.get("tuned", {}), total_steps=schedule.get("total_steps"),
-                      epochs=schedule.get("epochs"), path=name,
-                      oversubscribe=bool(doc.get("limits", {}).get("oversubscribe")))
+                      tuned=tuned, total_steps=schedule.get("total_steps"), epochs=schedule.get("epochs"), path=name,
+                      oversubscribe=bool(doc.get("limits", {}).get("oversubscribe")), tuned_on=_tuned_on(tuned))
 
 
 # ---------------------------------------------------------------------------
 # Writing
 
 
-def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: Optional[float] = None,
-                now: Optional[_dt.datetime] = None) -> dict:
-    """How the settings were chosen, for the ``[tuned]`` table.  Tuned on a simulated accelerator
-    (``device`` a ``sim:`` spec), ``device`` names the accelerator it stands for and ``simulated`` the
-    simulation: training code runs on the real device."""
+def tuned_table(by: str, device: Device, workload: Optional[str] = None, budget_s: Optional[float] = None,
+                now: Optional[_dt.datetime] = None) -> dict[str, Any]:
+    """How the settings were chosen, for the ``[tuned]`` table: ``device`` the kind of device training
+    code runs them on (cpu or cuda; tuned on a simulated accelerator, the GPU it stands for) and
+    ``simulated`` the simulation's spec."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
-    out = {"by": by, "date": now.replace(microsecond=0).isoformat(), "debtorch_version": __version__,
-           "device": device}
-    if sim.is_sim(device):
-        out.update(device=SIMULATED_STANDS_FOR, simulated=device)
+    out: dict[str, Any] = {"by": by, "date": now.replace(microsecond=0).isoformat(), "debtorch_version": __version__,
+                           "device": device.real_kind}
+    if device.simulated:
+        out["simulated"] = str(device)
     if workload:
         out["workload"] = workload
     if budget_s:
@@ -241,15 +229,23 @@ def tuned_table(by: str, device: str, workload: Optional[str] = None, budget_s: 
     return out
 
 
-def render_config(rec, fingerprint: dict, tuned: dict) -> str:
-    """The TOML text for recommendation ``rec`` (a :class:`~debtorch.tune.rules.Recommendation`): each
-    table a list of comments (strings) and (key, value) pairs."""
+def render_config(rec: Recommendation, fingerprint: dict[str, Any], tuned: dict[str, Any]) -> str:
+    """The TOML text for recommendation ``rec``: each table a list of comments (strings) and (key, value)
+    pairs."""
     import tomlkit
 
-    values, tables = rec.settings.to_dict(), {}
+    values = rec.settings.to_dict()
+    tables: dict[str, list[Union[str, tuple[str, Any]]]] = {}
     for table, names in TABLES.items():
-        tables[table] = [x for name in names for x in ([str(rec.reasons[name])] if name in rec.reasons else []) + [
-            f"{name}: not set, meaning {UNSET.get(name, 'the default')}" if values[name] is None else (name, values[name])]]
+        items: list[Union[str, tuple[str, Any]]] = []
+        for name in names:
+            if name in rec.reasons:
+                items.append(str(rec.reasons[name]))
+            if values[name] is None:
+                items.append(f"{name}: not set, meaning {UNSET.get(name, 'the default')}")
+            else:
+                items.append((name, values[name]))
+        tables[table] = items
     if rec.global_batch:
         tables["batch"].append(f"global batch: {rec.global_batch} samples per optimizer step")
     if rec.total_steps:
@@ -261,11 +257,13 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
     if getattr(rec, "oversubscribe", False):
         tables["limits"] = [f"asked (--oversubscribe): beyond what this machine runs well ({MACHINE_FACTOR} x its "
                             "usable CPUs); load with debtorch.load(path, oversubscribe=True)", ("oversubscribe", True)]
-    tables["env"] = ["Environment for job scripts (`debtorch tune --emit env`); never applied by loading."] + [
-        x for name in sorted(rec.env) for x in (str(rec.env_reasons[name]), (name, rec.env[name]))]
-    tables["tuned"] = [f"note: {note}" for note in rec.notes] + list(tuned.items())
-    tables["fingerprint"] = ["The machine these settings were tuned on; the runtime warns when it differs.",
-                             *fingerprint.items()]
+    tables["env"] = ["Environment for job scripts (`debtorch tune --emit env`); never applied by loading."]
+    for name in sorted(rec.env):
+        tables["env"] += [str(rec.env_reasons[name]), (name, rec.env[name])]
+    tables["tuned"] = [f"note: {note}" for note in rec.notes]
+    tables["tuned"] += tuned.items()
+    tables["fingerprint"] = ["The machine these settings were tuned on; the runtime warns when it differs."]
+    tables["fingerprint"] += fingerprint.items()
     doc = tomlkit.document()
     for line in ("debtorch training settings, written by `debtorch tune`.",
                  "Load in training code: cfg = debtorch.load(\"this file\")  (docs/runtime.md).",
@@ -276,7 +274,10 @@ def render_config(rec, fingerprint: dict, tuned: dict) -> str:
     for name, items in tables.items():
         t = tomlkit.table()
         for item in items:
-            t.add(tomlkit.comment(item)) if isinstance(item, str) else t.add(*item)
+            if isinstance(item, str):
+                t.add(tomlkit.comment(item))
+            else:
+                t.add(*item)
         doc.add(name, t)
     return tomlkit.dumps(doc)
 
@@ -297,7 +298,8 @@ def write_atomic(path: str, text: str, force: bool = False) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def write_config(path: str, rec, fingerprint: dict, tuned: dict, force: bool = False) -> str:
+def write_config(path: str, rec: Recommendation, fingerprint: dict[str, Any], tuned: dict[str, Any],
+                 force: bool = False) -> str:
     """Render and write a config atomically; return the text written."""
     text = render_config(rec, fingerprint, tuned)
     # What we write must load, on the machine it was tuned for: a bug here, or a number no

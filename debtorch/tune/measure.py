@@ -6,22 +6,25 @@ into the recommendation's reasons.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from debtorch.budget import Budget, Where, seconds_problem, still_starting, too_small
 from debtorch.host import Host, LiveHost
 from debtorch.machine import Machine, oldest_cc
-from debtorch.train import sim
+from debtorch.train.device import Device
+from debtorch.train.result import LoadedWorkload, TrialResult
 from debtorch.train.runner import TrainingWorker, start_and_load
+from debtorch.train.settings import Settings
 from debtorch.transport.client import WorkerError, bounded, worker_python
 from debtorch.tune import rules
 from debtorch.tune.rules import Reason, Recommendation
-from debtorch.tune.search import Outcome, Result, Search, default_space, key
+from debtorch.tune.search import Outcome, Result, Search, Trial, default_space, key
 
 # Below this no search can run: reading the machine, a worker start (importing torch), loading the
 # workload, a calibration and a handful of trials.  Checked before anything starts.
@@ -60,11 +63,12 @@ class TooSmall(Exception):
 
 class BudgetStop(MeasureError):
     """The budget ended while the worker was busy (a workload that hangs, or one too slow for the
-    budget): the worker was killed; the message says where.  ``hung``: no progress for a while."""
+    budget): the worker was killed; the message says where, and ``at`` alone ('trial 2 (w0 fp32), timed
+    step 2 of 5').  ``hung``: no progress for a while."""
 
-    def __init__(self, message: str, hung: bool = True) -> None:
+    def __init__(self, message: str, hung: bool = True, at: str = "") -> None:
         super().__init__(message)
-        self.hung = hung
+        self.hung, self.at = hung, at
 
 
 @dataclass
@@ -78,12 +82,12 @@ class MeasureOptions:
     search: bool = True               # False: only calibrate the rules on the workload (no --measure)
 
 
-def precisions_for(rec: Recommendation, facts) -> list:
+def precisions_for(rec: Recommendation, facts: Union[Machine, dict[str, Any]]) -> list[str]:
     """The precisions worth measuring on this device (never one the hardware lacks)."""
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
-    if sim.is_sim(rec.device):
+    if rec.device.simulated:
         return ["fp32"]  # no model runs
-    if rec.device == "cuda":
+    if rec.device.is_cuda:
         cc = oldest_cc(m.gpus.compute)
         if cc and cc >= (8, 0):
             return ["fp32", "bf16", "fp16"]
@@ -94,19 +98,20 @@ def precisions_for(rec: Recommendation, facts) -> list:
 def apply_result(rec: Recommendation, result: Result) -> Recommendation:
     """Put the measured settings and their reasons into ``rec`` (in place; returned)."""
     rec.settings = result.best
-    against = f"; measured against a {sim.parse(rec.device).words()}" if sim.is_sim(rec.device) else ""
+    against = f"; measured against a {rec.device.words()}" if rec.device.simulated else ""
     for dim, choice in result.choices.items():
         for name in choice.fields or (dim,):
             if not choice.measured:
                 continue  # the rule's reason stands
             rec.reasons[name] = Reason(choice.rule, choice.text + against)
     close = result.close_call()
-    if close:
+    if close and result.runner_up is not None:
         # Not one winner: say so beside every measured setting in which the two differ.
-        differ = [n for n, v in result.best.to_dict().items() if result.runner_up.to_dict().get(n) != v]
+        runner_up = result.runner_up.to_dict()
+        differ = [n for n, v in result.best.to_dict().items() if runner_up.get(n) != v]
         for name in differ:
             r = rec.reasons.get(name)
-            if r is not None and r.rule.startswith("tune.M"):
+            if r is not None and r.measured:
                 rec.reasons[name] = Reason(r.rule, f"{r.text}; the chosen settings are {close}")
         rec.notes.append(f"measured: {result.best.short()} is {close}, noise {result.noise:.1%} per trial: "
                          "either will do")
@@ -121,13 +126,14 @@ class EngineTrials:
     error, the OOM killer) is restarted for the next one, the trial failed; every wait is within
     ``budget``, and when it ends inside one the worker is killed and :class:`BudgetStop` says where."""
 
-    def __init__(self, workload: str, device: str, python: Optional[str] = None, seed: int = 0,
-                 host: Optional[Host] = None, budget: Optional[Budget] = None, options: Optional[dict] = None):
+    def __init__(self, workload: str, device: Optional[Device], python: Optional[str] = None, seed: int = 0,
+                 host: Optional[Host] = None, budget: Optional[Budget] = None,
+                 options: Optional[dict[str, Any]] = None):
         self.workload, self.device, self.seed, self.options = workload, device, seed, options or {}
         self.budget = budget or Budget(None)
         self.where = Where(self.budget.clock)
         self.count = 0
-        self.worker = None
+        self.worker: Optional[TrainingWorker] = None
         try:
             self.python = worker_python(python, host or LiveHost())
             self.info = self._start()
@@ -136,7 +142,7 @@ class EngineTrials:
                 self.worker.kill()
             raise self._as_error(exc) from None
 
-    def _as_error(self, exc) -> MeasureError:
+    def _as_error(self, exc: WorkerError) -> MeasureError:
         cls = MeasureUsageError if exc.user_input else MeasureError
         return cls(str(exc))
 
@@ -149,25 +155,36 @@ class EngineTrials:
                 raise
             if self.worker is not None:
                 self.worker.kill()
-            raise BudgetStop(exc.message, hung=self.where.hung()) from None
+            raise BudgetStop(exc.message, hung=self.where.hung(), at=self.where.line()) from None
 
-    def _start(self) -> dict:
-        self.worker = TrainingWorker(self.python, cwd=os.getcwd())
-        return self._budget_stop(lambda: start_and_load(self.worker, self.budget, self.where, TRIAL_TIMEOUT,
-                                                        self.workload, device=self.device, options=self.options,
-                                                        seed=self.seed))
+    def _start(self) -> LoadedWorkload:
+        worker = self.worker = TrainingWorker(self.python, cwd=os.getcwd())
 
-    def trial(self, settings, steps: int, warmup: int) -> dict:
+        def start_and_load_it() -> LoadedWorkload:
+            return start_and_load(worker, self.budget, self.where, TRIAL_TIMEOUT, self.workload, device=self.device,
+                                  options=self.options, seed=self.seed)
+
+        return self._budget_stop(start_and_load_it)
+
+    def trial(self, settings: Settings, steps: int, warmup: int) -> TrialResult:
         self.count += 1
         self.where.trial(f"trial {self.count} ({settings.short()})", warmup)
+        worker = self.worker
+        assert worker is not None   # started by __init__
+
+        def run(timeout: float) -> TrialResult:
+            return worker.trial(settings, steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
+                                on_progress=self.where.progress, timeout=timeout)
+
+        def run_in_budget() -> TrialResult:
+            return bounded(self.budget, self.where, run, TRIAL_TIMEOUT)
+
         try:
-            return self._budget_stop(lambda: bounded(self.budget, self.where, lambda timeout: self.worker.trial(
-                settings.to_dict(), steps=steps, warmup=warmup, seed=self.seed, sample_memory=False,
-                on_progress=self.where.progress, timeout=timeout), TRIAL_TIMEOUT))
+            return self._budget_stop(run_in_budget)
         except WorkerError as exc:
             if exc.kind in ("died", "timeout"):
                 try:
-                    self.worker.kill()
+                    worker.kill()
                     self._start()
                 except WorkerError as again:
                     raise MeasureError(f"the worker cannot be restarted: {again}") from None
@@ -185,15 +202,15 @@ class Trialer:
 
     def __init__(self, engine: Any, clock: Callable[[], float] = time.monotonic):
         self.engine, self.clock = engine, clock
-        self.info = getattr(engine, "info", {}) or {}
+        self.info: LoadedWorkload = getattr(engine, "info", None) or LoadedWorkload()
         self.steps = self.max_steps = CALIBRATION_STEPS
         self.step_s = self.overhead = 0.0
         self.batch = 1
-        self.steps_for: dict = {}
+        self.steps_for: dict[tuple, int] = {}
         self.searching = False   # set by calibrate(): from then on, a trial the budget stopped is a failed trial
         self.cut = ""            # where the budget stopped a trial of the search
 
-    def run(self, settings, steps: int) -> Outcome:
+    def run(self, settings: Settings, steps: int) -> Outcome:
         start = self.clock()
         try:
             r = self.engine.trial(settings, steps=steps, warmup=WARMUP_STEPS)
@@ -207,14 +224,14 @@ class Trialer:
         except Exception as exc:  # a failed trial is a finding, not the end of the search
             return Outcome(None, self.clock() - start, error=_one_line(exc))
         cost = self.clock() - start
-        if not isinstance(r, dict) or r.get("error"):
-            return Outcome(None, cost, error=_one_line(r.get("error") if isinstance(r, dict) else r))
-        sps = r.get("samples_per_s")
+        if not isinstance(r, TrialResult):
+            return Outcome(None, cost, error=_one_line(r))
+        sps = r.samples_per_s
         if not isinstance(sps, (int, float)) or sps <= 0:
             return Outcome(None, cost, error="no samples/s in the trial's result")
-        return Outcome(float(sps), cost, r.get("data_wait_share"), None)
+        return Outcome(float(sps), cost, r.data_wait_share, None)
 
-    def calibrate(self, settings, seconds: float) -> float:
+    def calibrate(self, settings: Settings, seconds: float) -> float:
         """Size trials so that about TRIALS_PLANNED fit ``seconds``; the expected cost of one.  The first
         trial in a fresh worker pays one-time costs and only warms up; the second measures the step
         time and what a trial costs beyond its steps."""
@@ -227,10 +244,10 @@ class Trialer:
             # The first trial finished: the workload runs, but too slowly for this budget.  (Its
             # one-time costs make it a poor estimate of the next, so the calibration is tried.)
             raise TooSmall(warm.seconds * (CALIBRATION_STEPS + WARMUP_STEPS) / (2 + WARMUP_STEPS)
-                           * (2 + MIN_TRIALS), str(exc)) from None
+                           * (2 + MIN_TRIALS), exc.at) from None
         if calib.samples_per_s is None:
             raise MeasureError(f"the calibration trial failed: {calib.error}")
-        self.batch = (settings.micro_batch or self.info.get("batch_size") or 1) * settings.accumulation_steps
+        self.batch = (settings.micro_batch or self.info.batch_size or 1) * settings.accumulation_steps
         self.step_s = self.batch / calib.samples_per_s
         self.overhead = max(0.0, calib.seconds - (CALIBRATION_STEPS + WARMUP_STEPS) * self.step_s)
         seconds -= calib.seconds + warm.seconds
@@ -241,7 +258,7 @@ class Trialer:
         self.searching = True
         return self.overhead + (self.steps + WARMUP_STEPS) * self.step_s
 
-    def __call__(self, settings) -> Outcome:
+    def __call__(self, settings: Settings) -> Outcome:
         # Aim every config at the same timed window: one much faster than the rules'
         # would otherwise be timed over a few milliseconds.
         k = key(settings)
@@ -252,9 +269,9 @@ class Trialer:
         return out
 
 
-def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any = None,
-            on_trial: Optional[Callable] = None, clock: Callable[[], float] = time.monotonic,
-            host: Optional[Host] = None) -> Result:
+def measure(rec: Recommendation, facts: dict[str, Any], opts: MeasureOptions, trials: Any = None,
+            on_trial: Optional[Callable[[Trial, float, float], None]] = None,
+            clock: Callable[[], float] = time.monotonic, host: Optional[Host] = None) -> Result:
     """Search around ``rec``'s settings on a real workload (``trials``, an engine as :class:`Trialer`
     takes, by default an :class:`EngineTrials` on ``host``); update ``rec``; return the search's
     result.  The budget counts from ``opts.started``: when it ends inside a trial of the search, the
@@ -281,8 +298,8 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
         left = budget.left()
         if left < MIN_TRIALS * cost:
             raise _too_small(opts, before, budget.spent() - before, budget.spent() - before + MIN_TRIALS * cost)
-        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts),
-                             bool(trialer.info.get("convolutional")) and not sim.is_sim(rec.device),
+        conv = bool(trialer.info.convolutional) and not rec.device.simulated
+        dims = default_space(rec.settings, rec.device, rec.per_process_cpus, precisions_for(rec, facts), conv,
                              max_workers=rec.max_workers)
         search = Search(trialer, budget_s=left, repeats=opts.repeats, on_trial=on_trial, clock=clock)
         try:
@@ -295,9 +312,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
             raise MeasureUsageError(f"--budget {opts.budget_s:g} was spent before any choice could be measured "
                                     f"(trials took {took:.1f} s, calibrated {cost:.1f} s); give at least "
                                     f"{math.ceil(more)}")
-        result.budget = opts.budget_s
-        result.spent = budget.spent()
-        result.steps_per_trial = trialer.steps
+        result = dataclasses.replace(result, budget=opts.budget_s, spent=budget.spent(), steps_per_trial=trialer.steps)
         apply_result(rec, result)
         if trialer.cut:
             rec.notes.append(f"the search decided with what it had: {trialer.cut}")
@@ -313,7 +328,7 @@ def measure(rec: Recommendation, facts: dict, opts: MeasureOptions, trials: Any 
 def _too_small(opts: MeasureOptions, startup: float, calibration: float, need: float,
                where: str = "") -> MeasureUsageError:
     """The budget cannot pay for this workload's calibration and a few trials: what would."""
-    cut = f" (the calibration trial was {where.split(' in ', 1)[-1].split(':')[0]} when it ended)" if where else ""
+    cut = f" (the calibration trial was {where} when it ended)" if where else ""
     return MeasureUsageError(too_small(opts.budget_s, startup, calibration, startup + need, cut))
 
 

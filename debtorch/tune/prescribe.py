@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from debtorch import inputs, schema
+from debtorch.train.device import Device
 
 MAX_WATCH_BYTES = 64 * inputs.MIB   # a watch file: one line a minute for weeks, and the verdicts
 MAX_RECORDS = 1_000_000
@@ -84,7 +85,7 @@ class WatchRecord:
     workers_busy: Optional[float]   # CPUs its DataLoader workers used, together
     machine_busy: Optional[float]   # CPUs the whole machine used (other processes included)
     machine_iowait: Optional[float]  # CPUs of the machine idle while waiting on I/O
-    device: str                     # "cuda" or "cpu"
+    device: Device                  # cuda or cpu
     device_name: Optional[str]
     timing: str
 
@@ -114,8 +115,37 @@ class WatchRecord:
     def fine(self) -> bool:
         return self.data_wait_high is not None and self.data_wait_high < THRESHOLD
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    @classmethod
+    def from_json(cls, path: str, no: int, r: dict[str, Any]) -> "WatchRecord":
+        """The record ``r`` (line ``no`` of ``path``, checked against :data:`SPEC`); WatchError for what a
+        prescription needs and the record lacks."""
+        p, d, loader = r.get("pipeline") or {}, r.get("data_wait") or {}, r.get("loader") or {}
+        fetch, cpus = p.get("fetch_s") or {}, p.get("cpus") or {}
+
+        def need(value: Any, what: str) -> Any:
+            if value is None:
+                raise WatchError(f"{path}:{no}: {what} is unknown: {HOW.get(what, 'a longer run records it')}")
+            return value
+
+        steps = need(r.get("steps"), "steps")
+        if steps < 2 or not r.get("seconds"):
+            raise WatchError(f"{path}:{no}: {steps} counted steps: too few to prescribe anything (a pass of at least "
+                             "20 steps)")
+        samples = p.get("batch_size")
+        if samples is None and r.get("samples_per_s") and r.get("steps_per_s"):
+            samples = max(1, round(r["samples_per_s"] / r["steps_per_s"]))
+        return cls(path=path, steps=steps, seconds=float(r["seconds"]), batch_size=need(samples, "batch_size"),
+                   num_workers=loader.get("num_workers") or 0, prefetch_factor=loader.get("prefetch_factor"),
+                   data_wait=float(need(d.get("share"), "data_wait.share")), data_wait_low=d.get("low"),
+                   data_wait_high=d.get("high"), fetch_median_s=fetch.get("median"), fetch_p10_s=fetch.get("p10"),
+                   fetch_p90_s=fetch.get("p90"), batch_bytes=p.get("batch_bytes"), usable_cpus=cpus.get("usable"),
+                   main_busy=cpus.get("main_busy"), workers_busy=cpus.get("workers_busy"),
+                   machine_busy=cpus.get("machine_busy"), machine_iowait=cpus.get("machine_iowait"),
+                   device=Device.parse(p.get("device") or "cpu"), device_name=p.get("device_name"),
+                   timing=r.get("timing") or "host clock")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "device": str(self.device)}
 
 
 @dataclass(frozen=True)
@@ -132,7 +162,7 @@ class Plan:
     cpu_bound: bool          # more workers cannot help: the CPUs are the limit
     waits_on_reads: bool     # the job's workers were input-bound with CPU to spare
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -169,34 +199,7 @@ def read_watch(path: str) -> WatchRecord:
         schema.check(record, SPEC, open=True)
     except schema.Invalid as exc:
         raise WatchError(f"{path}:{no}: {exc}") from None
-    return _record(path, no, record)
-
-
-def _record(path: str, no: int, r: dict) -> WatchRecord:
-    p, d, loader = r.get("pipeline") or {}, r.get("data_wait") or {}, r.get("loader") or {}
-    fetch, cpus = p.get("fetch_s") or {}, p.get("cpus") or {}
-
-    def need(value: Any, what: str) -> Any:
-        if value is None:
-            raise WatchError(f"{path}:{no}: {what} is unknown: {HOW.get(what, 'a longer run records it')}")
-        return value
-
-    steps = need(r.get("steps"), "steps")
-    if steps < 2 or not r.get("seconds"):
-        raise WatchError(f"{path}:{no}: {steps} counted steps: too few to prescribe anything (a pass of at least "
-                         "20 steps)")
-    samples = p.get("batch_size")
-    if samples is None and r.get("samples_per_s") and r.get("steps_per_s"):
-        samples = max(1, round(r["samples_per_s"] / r["steps_per_s"]))
-    return WatchRecord(path=path, steps=steps, seconds=float(r["seconds"]), batch_size=need(samples, "batch_size"),
-                       num_workers=loader.get("num_workers") or 0, prefetch_factor=loader.get("prefetch_factor"),
-                       data_wait=float(need(d.get("share"), "data_wait.share")), data_wait_low=d.get("low"),
-                       data_wait_high=d.get("high"), fetch_median_s=fetch.get("median"), fetch_p10_s=fetch.get("p10"),
-                       fetch_p90_s=fetch.get("p90"), batch_bytes=p.get("batch_bytes"),
-                       usable_cpus=cpus.get("usable"), main_busy=cpus.get("main_busy"),
-                       workers_busy=cpus.get("workers_busy"), machine_busy=cpus.get("machine_busy"),
-                       machine_iowait=cpus.get("machine_iowait"), device=p.get("device") or "cpu",
-                       device_name=p.get("device_name"), timing=r.get("timing") or "host clock")
+    return WatchRecord.from_json(path, no, record)
 
 
 HOW = {"batch_size": "the batches had no size watch could read; give cfg.watch(loader, batch_size=N)",
@@ -237,7 +240,7 @@ def main_cpus(w: WatchRecord, cpus: int) -> float:
     """CPUs the training process needs of its own beside the workers: what it used, less its own loading
     (unknown: one drives a GPU, half of them compute on a CPU)."""
     if w.main_busy is None:
-        return 1.0 if w.device == "cuda" else float(cpus) / 2
+        return 1.0 if w.device.is_cuda else float(cpus) / 2
     return max(0.0, w.main_busy - (loading_busy(w) or 0.0))
 
 

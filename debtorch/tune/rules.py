@@ -11,11 +11,12 @@ import dataclasses
 import math
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+from debtorch.budget import count_problem
 from debtorch.findings import catalogue
 from debtorch.machine import Machine, oldest_cc
-from debtorch.train import sim
+from debtorch.train.device import CPU, CUDA, Device
 from debtorch.train.settings import COUNT_MAX, PROCESS_MAX, Settings
 from debtorch.tune import prescribe
 from debtorch.tune.calibration import Calibration
@@ -59,12 +60,20 @@ class Reason:
     def __str__(self) -> str:
         return f"{self.rule}: {self.text}"
 
+    @property
+    def measured(self) -> bool:
+        """Measurement chose it (the catalogue's ``tune.Mnnn`` ids), not a rule."""
+        return self.rule.startswith(MEASURED)
+
+
+MEASURED = "tune.M"   # the ids of measured reasons (checks/findings/tune.toml, code M)
+
 
 @dataclass
 class Request:
     """What the user asked for (the CLI's options), beyond the machine's facts."""
 
-    device: Optional[str] = None          # "cpu", "cuda" or "sim:..."; None: cuda when a usable GPU is known
+    device: Optional[Device] = None       # None: cuda when a usable GPU is known
     global_batch: Optional[int] = None    # samples per optimizer step, all processes together
     micro_batch: Optional[int] = None     # samples per forward pass per process
     epochs: Optional[int] = None          # run length, for the schedule
@@ -84,8 +93,9 @@ class Request:
         for name, v, hi in (("--global-batch", self.global_batch, COUNT_MAX), ("--micro-batch", self.micro_batch, COUNT_MAX),
                             ("--epochs", self.epochs, COUNT_MAX), ("--steps", self.steps, COUNT_MAX),
                             ("--nproc", self.nproc, PROCESS_MAX)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= hi):
-                raise RequestError(f"{name} must be an integer from 1 to {hi} (got {v!r})")
+            problem = None if v is None else count_problem(name, v, 1, hi)
+            if problem:
+                raise RequestError(problem)
 
 
 def _known(rule: str) -> None:
@@ -98,11 +108,11 @@ class Recommendation:
     """Settings with a reason for every field, environment hints and notes."""
 
     settings: Settings
-    reasons: dict = field(default_factory=dict)      # field name -> Reason
-    env: dict = field(default_factory=dict)          # NAME -> value (strings)
-    env_reasons: dict = field(default_factory=dict)  # NAME -> Reason
-    notes: list = field(default_factory=list)
-    device: str = "cpu"
+    reasons: dict[str, Reason] = field(default_factory=dict)      # field name -> Reason
+    env: dict[str, str] = field(default_factory=dict)             # NAME -> value
+    env_reasons: dict[str, Reason] = field(default_factory=dict)  # NAME -> Reason
+    notes: list[str] = field(default_factory=list)
+    device: Device = CPU
     total_steps: Optional[int] = None                # optimizer steps of the run, for OneCycleLR
     epochs: Optional[int] = None
     global_batch: Optional[int] = None               # what the settings really give
@@ -149,14 +159,12 @@ def _int(value: Any) -> Optional[int]:
 # The rules
 
 
-def recommend(facts, request: Optional[Request] = None) -> Recommendation:
+def recommend(facts: Union[Machine, dict[str, Any]], request: Optional[Request] = None) -> Recommendation:
     """Settings for training on the machine ``facts`` (a facts document or its
     :class:`~debtorch.machine.Machine`) describes, with reasons."""
     req = request or Request()
     if req.model is not None and req.model not in MODEL_KINDS:
         raise RequestError(f"model must be one of {', '.join(MODEL_KINDS)} (got {req.model!r})")
-    if req.device is not None and req.device not in ("cpu", "cuda") and not sim.is_sim(req.device):
-        raise RequestError(f"device must be cpu, cuda or sim:RATE (got {req.device!r})")
     req.check()
     m = facts if isinstance(facts, Machine) else Machine.from_facts(facts)
     rec = Recommendation(settings=Settings(), oversubscribe=req.oversubscribe, calibration=req.calibration)
@@ -168,7 +176,7 @@ def recommend(facts, request: Optional[Request] = None) -> Recommendation:
     _processes(rec, m, req)
     _workers(rec, m, req)
     _pinned(rec, m)
-    if sim.is_sim(rec.device):
+    if rec.device.simulated:
         _no_model(rec)
     else:
         _precision(rec, m)
@@ -184,13 +192,17 @@ def _device(rec: Recommendation, m: Machine, req: Request) -> None:
     gpus = m.gpus.compute
     if req.device is not None:
         rec.device = req.device
-        if req.device == "cuda" and not gpus:
-            rec.notes.append("--device cuda but the facts list no usable GPU: GPU rules assume what they cannot see")
-        elif sim.is_sim(req.device):
-            rec.notes.append(f"{sim.parse(req.device).words()}: the GPU rules for what feeds it; no model runs")
+        if req.device.is_cuda and not gpus:
+            rec.notes.append(f"--device {req.device} but the facts list no usable GPU: GPU rules assume what they "
+                             "cannot see")
+        elif req.device.simulated:
+            rec.notes.append(f"{req.device.words()}: the GPU rules for what feeds it; no model runs")
         return
     torch_cpu_only = m.get("python.torch.cpu_only")
-    rec.device = "cuda" if gpus and not torch_cpu_only else "cpu"
+    if gpus and not torch_cpu_only:
+        rec.device = CUDA
+    else:
+        rec.device = CPU
     on_bus = _int(m.get("nvidia.pci_gpu_count")) or 0
     if not gpus and on_bus:
         why = m.unknown("nvidia.gpus") or "no GPU answers"
@@ -205,16 +217,18 @@ def _processes(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R020 (and R026's note)."""
     if m.cpus.unknown:
         rec.note("tune.R026", f"usable CPUs unknown ({m.cpus.unknown}); assuming {m.cpus.usable}")
-    if sim.is_sim(rec.device) and (req.nproc or 1) > 1:
+    if rec.device.simulated and (req.nproc or 1) > 1:
         raise RequestError("a simulated accelerator is one device: --nproc 1")
-    if rec.device != "cpu":
+    if rec.device.accelerator:
         nproc = req.nproc or max(1, len(m.gpus.compute))
         if req.nproc:
             text = f"--nproc {nproc} asked ({len(m.gpus.compute)} usable GPUs in nvidia.gpus)"
-        elif m.gpus.compute and rec.device == "cuda":
+        elif m.gpus.compute and rec.device.is_cuda:
             text = f"one DDP process per usable GPU: {len(m.gpus.compute)} x {m.gpus.names} (nvidia.gpus)"
+        elif rec.device.simulated:
+            text = "one simulated accelerator: one process"
         else:
-            text = f"{'one simulated accelerator' if rec.device != 'cuda' else 'no GPU in the facts'}: one process"
+            text = "no GPU in the facts: one process"
         backend, why = "nccl", "nccl, NVIDIA's collective library for GPUs"
     else:
         nproc = req.nproc or 1
@@ -240,17 +254,17 @@ def _workers(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R001-R005 (C001 and C003 when calibrated) and, through worker_companions, R007-R009 (C002)."""
     nproc, per_proc, cpu_note = rec.settings.nproc, rec.per_process_cpus, m.cpus.note
     cal = req.calibration
-    if cal is not None and rec.device == "cpu":
+    if cal is not None and rec.device.is_cpu:
         workers = _calibrated_cpu_split(rec, cal, cpu_note)
     elif cal is not None:
         workers = _calibrated_feed(rec, cal, cpu_note)
     elif req.watch is not None:
         workers = _prescribed(rec, req.watch)
-    elif rec.device == "cpu" and per_proc <= 2:
+    elif rec.device.is_cpu and per_proc <= 2:
         workers = 0
         rec.set("num_workers", 0, "tune.R001",
                 f"CPU training on {cpu_note}: worker processes would take cores from compute")
-    elif rec.device == "cpu":
+    elif rec.device.is_cpu:
         workers = max(1, per_proc // 4)
         rec.set("num_workers", workers, "tune.R002",
                 f"CPU training on {cpu_note} / {nproc} process(es): {workers} worker(s) "
@@ -301,7 +315,7 @@ def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> in
     """tune.C001: an accelerator's loader workers for the rate it consumes, from the calibration."""
     cpus = rec.per_process_cpus
     per_worker, rate = cal.per_worker, cal.device_rate
-    if cal.kind == "cuda":
+    if cal.device.is_cuda:
         main, main_words = min(1.0, cpus / 2), "one drives the GPU" if cpus >= 2 else "it also drives the GPU"
     else:
         main = min(float(cpus), cal.main_batch_s * rate / cal.micro_batch)
@@ -329,15 +343,10 @@ def _calibrated_feed(rec: Recommendation, cal: Calibration, cpu_note: str) -> in
     return workers
 
 
-def _device_rate(rec: Recommendation) -> Optional[float]:
-    """Samples/s the device consumes when the request says (a simulated accelerator), else None."""
-    return sim.parse(rec.device).rate if sim.is_sim(rec.device) else None
-
-
 def _prescribed(rec: Recommendation, w: WatchRecord) -> int:
     """tune.P001 and P005: the loader's workers for the rate the user's loop consumed (docs/tune.md,
     "Prescriptions from your job"), before the /dev/shm and open-file bounds."""
-    cpus, rate = rec.per_process_cpus, _device_rate(rec)
+    cpus, rate = rec.per_process_cpus, rec.device.rate
     consumed = rate or w.consumed
     measured = (f"measured: {w.data_wait:.0%} data wait at {w.num_workers} worker(s), {w.delivered:.0f} samples/s "
                 f"from the loader, {consumed:.0f} consumed")
@@ -366,7 +375,7 @@ def _prescribed_text(w: WatchRecord, p: prescribe.Plan, measured: str) -> str:
 def _prescribed_after_bounds(rec: Recommendation, w: WatchRecord) -> None:
     """The prediction for the workers the bounds left, its notes (tune.P003, P004) and prefetch (tune.P002)."""
     cpus, workers = rec.per_process_cpus, rec.settings.num_workers
-    p = prescribe.plan(w, workers, cpus, _device_rate(rec))
+    p = prescribe.plan(w, workers, cpus, rec.device.rate)
     if w.input_bound:
         rec.prescription = p   # kept settings (tune.P005) predict nothing new: the record is the measurement
     if w.input_bound and rec.reasons["num_workers"].rule != "tune.P001":
@@ -446,7 +455,7 @@ def _prefetch_reason(rec: Recommendation, cal: Calibration, prefetch: int) -> No
 
 def _pinned(rec: Recommendation, m: Machine) -> None:
     """tune.R006."""
-    if rec.device != "cpu":
+    if rec.device.accelerator:
         text = "GPU training: page-locked batches copy to the GPU asynchronously"
         rec.set("pin_memory", True, "tune.R006", text)
         rec.set("non_blocking", True, "tune.R006", text + " (non_blocking=True)")
@@ -463,7 +472,7 @@ def _pinned(rec: Recommendation, m: Machine) -> None:
 def _precision(rec: Recommendation, m: Machine) -> None:
     """tune.R010-R016."""
     cc = oldest_cc(m.gpus.compute)
-    if rec.device == "cuda":
+    if rec.device.is_cuda:
         cc_text = f"{m.gpus.names} compute capability {cc[0]}.{cc[1]} (nvidia.gpus)" if cc else ""
         if cc and cc >= (8, 0):
             rec.set("precision", "bf16", "tune.R010", f"{cc_text}: native bf16, fp32's range, no gradient scaler")
@@ -505,10 +514,10 @@ def _no_model(rec: Recommendation) -> None:
 def _kernels(rec: Recommendation, m: Machine, req: Request) -> None:
     """tune.R017-R019."""
     cc = oldest_cc(m.gpus.compute)
-    if req.model == "conv" and rec.device == "cuda" and cc and cc >= (7, 0):
+    if req.model == "conv" and rec.device.is_cuda and cc and cc >= (7, 0):
         rec.set("channels_last", True, "tune.R017", f"convolutional model on compute capability {cc[0]}.{cc[1]}: "
                 "tensor cores run NHWC convolutions without transposes")
-    elif req.model == "conv" and rec.device == "cuda":
+    elif req.model == "conv" and rec.device.is_cuda:
         rec.set("channels_last", False, "tune.R017", "NHWC pays on tensor cores (compute capability 7.0 and newer)")
     elif req.model == "conv":
         rec.set("channels_last", False, "tune.R017", "on the CPU, NHWC's gain depends on the model: --measure decides")
@@ -518,8 +527,8 @@ def _kernels(rec: Recommendation, m: Machine, req: Request) -> None:
         rec.set("channels_last", False, "tune.R017", f"{req.model} model: no convolutions to reorder")
 
     tv = m.torch.series_tuple
-    need = (2, 0) if rec.device == "cuda" else (2, 4)
-    where = "GPUs" if rec.device == "cuda" else "the CPU"
+    need = (2, 0) if rec.device.is_cuda else (2, 4)
+    where = "GPUs" if rec.device.is_cuda else "the CPU"
     if tv is None:
         rec.set("fused_optimizer", False, "tune.R018", "PyTorch version unknown (python.torch.version)")
     elif tv >= need:
@@ -549,7 +558,7 @@ def _threads(rec: Recommendation, m: Machine) -> None:
 
 def _nccl(rec: Recommendation, m: Machine) -> None:
     """tune.R021: NCCL hints from the topology."""
-    if rec.device != "cuda" or rec.settings.nproc < 2:
+    if not rec.device.is_cuda or rec.settings.nproc < 2:
         return
     bad = m.gpus.p2p_problems
     if bad:
@@ -568,7 +577,8 @@ def worker_companions(rec: Recommendation, prefetch: int = 2) -> None:
     measurement changed num_workers (a measured prefetch factor is kept)."""
     workers = rec.settings.num_workers
     if workers:
-        measured = rec.reasons.get("prefetch_factor", Reason("", "")).rule.startswith("tune.M")
+        reason = rec.reasons.get("prefetch_factor")
+        measured = reason is not None and reason.measured
         if rec.settings.prefetch_factor is None or not measured:
             n = rec.settings.prefetch_factor or prefetch
             rec.set("prefetch_factor", n, "tune.R007", f"{n} batches ahead per worker" + (
@@ -589,7 +599,7 @@ def thread_env(rec: Recommendation) -> None:
     threads, nproc = rec.settings.threads, rec.settings.nproc
     rec.env.pop("OMP_NUM_THREADS", None)
     rec.env_reasons.pop("OMP_NUM_THREADS", None)
-    if threads and (nproc > 1 or rec.device == "cpu"):
+    if threads and (nproc > 1 or rec.device.is_cpu):
         rec.hint("OMP_NUM_THREADS", str(threads), "tune.R025",
                  f"{threads} OpenMP thread(s) per process" + (
                      " (torchrun sets 1 for more than one process unless told)" if nproc > 1 else ""))

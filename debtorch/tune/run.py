@@ -58,8 +58,9 @@ def tune(facts: dict, request: rules.Request, host: Optional[Host] = None,
         what = "--measure" if options.search else "--workload"
         if host is None or not host.live:
             raise measure.MeasureUsageError(f"{what} needs this machine, not a recorded or saved one")
-        if request.device == "cuda" and not Machine.from_facts(facts).gpus.compute:
-            raise measure.MeasureUsageError(f"--device cuda {what} needs a GPU on this machine; the facts list none")
+        if request.device is not None and request.device.is_cuda and not Machine.from_facts(facts).gpus.compute:
+            raise measure.MeasureUsageError(f"--device {request.device} {what} needs a GPU on this machine; the "
+                                            "facts list none")
         before = loadavg.read(host)
         if not options.search:
             tuned.rec = calibrated(facts, request, rec, options, host, on_label)
@@ -83,7 +84,7 @@ def calibrated(facts: dict, request: rules.Request, rec: rules.Recommendation, o
     budget = Budget(options.budget_s, start=options.started)
     engine = measure.EngineTrials(options.workload, rec.device, options.python, options.seed, host, budget=budget)
     try:
-        batch = int(engine.info.get("batch_size") or 1)
+        batch = int(engine.info.batch_size or 1)
         try:
             cal = calibration.calibrate(engine.trial, rec.settings, rec.device, batch, rec.per_process_cpus,
                                         seconds=min(calibration.CALIBRATION_S, budget.left()), on_trial=on_label)

@@ -6,6 +6,7 @@ The only module of debtorch that imports torch, and only when a method needs it.
 from __future__ import annotations
 
 import warnings
+from types import FrameType
 from typing import Any, Optional
 
 from debtorch import fingerprint as fp_mod
@@ -86,13 +87,13 @@ class Config:
         return apply.to_device(torch, self.settings, tensor, device)
 
     # -- precision -------------------------------------------------------
-    def autocast(self, device: Any = None):
+    def autocast(self, device: Any = None) -> Any:
         """A context manager: autocast to bf16 or fp16 as set, nothing for fp32."""
         import torch
 
         return apply.autocast(torch, self.settings, apply.device_type(device or self.device))
 
-    def scaler(self, device: Any = None):
+    def scaler(self, device: Any = None) -> Any:
         """A GradScaler, enabled only for fp16 (otherwise a no-op with the same methods)."""
         import torch
 
@@ -125,7 +126,8 @@ class Config:
         return watch_mod.watch(iterable, **options)
 
     # -- schedule ----------------------------------------------------------
-    def scheduler(self, optimizer: Any, total_steps: Optional[int] = None, steps_per_epoch: Optional[int] = None):
+    def scheduler(self, optimizer: Any, total_steps: Optional[int] = None,
+                  steps_per_epoch: Optional[int] = None) -> Any:
         """OneCycleLR over the run (``total_steps``, else the file's, else its epochs x ``steps_per_epoch``),
         or a constant schedule; call ``.step()`` after each optimizer step."""
         import torch
@@ -148,7 +150,8 @@ def _caller_level() -> int:
     """The stacklevel of the first frame outside debtorch, so the warning names the user's line."""
     import sys
 
-    frame, level = sys._getframe(1), 1
+    frame: Optional[FrameType] = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__", "").startswith("debtorch"):
         frame, level = frame.f_back, level + 1
     return level

@@ -14,13 +14,15 @@ import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Optional
 
 from debtorch import stats
-from debtorch.train.settings import Settings
+from debtorch.train.device import CPU, Device
+from debtorch.train.settings import SETTINGS, Searched, Setting, Settings
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """What one trial returns."""
 
@@ -30,7 +32,7 @@ class Outcome:
     error: Optional[str] = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Trial:
     """One measurement in the search's log."""
 
@@ -41,6 +43,11 @@ class Trial:
     seconds: float
     data_wait: Optional[float] = None
     error: Optional[str] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "phase": self.phase, "settings": self.settings.to_dict(),
+                "label": self.settings.short(), "samples_per_s": self.samples_per_s, "seconds": self.seconds,
+                "data_wait_share": self.data_wait, "error": self.error}
 
 
 TrialFn = Callable[[Settings], Outcome]
@@ -54,12 +61,11 @@ def _apply_workers(s: Settings, v: int) -> Settings:
                      start_method=s.start_method or "fork")
 
 
-def _apply_pin(s: Settings, v: bool) -> Settings:
-    return s.replace(pin_memory=v, non_blocking=v)
-
-
 def _fmt(v: Any) -> str:
-    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+    """A value in a reason: a switch on or off, anything else as it is."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return str(v)
 
 
 @dataclass
@@ -68,18 +74,20 @@ class Dimension:
     values, and its measured-reason id."""
 
     name: str
-    values: list
+    values: list[Any]
     rule: str
     apply: Optional[Callable[[Settings, Any], Settings]] = None
     needs: Optional[Callable[[Settings], bool]] = None   # when the dimension means anything
     read: Optional[Callable[[Settings], Any]] = None     # the value in a Settings (default: the field)
-    fields: tuple = ()                                   # the settings fields it decides (default: its name)
-    first: Optional[list] = None                         # the values of the first race (default: all)
-    refine: Optional[Callable[[set, Any], list]] = None  # coarse-to-fine: more values near the winner, given those tried
+    fields: tuple[str, ...] = ()                         # the settings fields it decides (default: its name)
+    first: Optional[list[Any]] = None                    # the values of the first race (default: all)
+    # coarse-to-fine: more values near the winner, given those tried
+    refine: Optional[Callable[[set[Any], Any], list[Any]]] = None
     show: Optional[Callable[[Any], str]] = None          # a value in words (default: name=value)
     unit: str = ""                                       # "splits of 2 CPUs": the reason counts what was raced
 
-    def set(self, s: Settings, v: Any) -> Settings:
+    def with_value(self, s: Settings, v: Any) -> Settings:
+        """``s`` with this dimension at ``v``."""
         return self.apply(s, v) if self.apply else s.replace(**{self.name: v})
 
     def get(self, s: Settings) -> Any:
@@ -91,13 +99,13 @@ class Dimension:
     def label(self, v: Any) -> str:
         return self.show(v) if self.show else f"{self.name}={_fmt(v)}"
 
-    def decides(self) -> tuple:
+    def decides(self) -> tuple[str, ...]:
         return self.fields or (self.name,)
 
-    def first_values(self) -> list:
+    def first_values(self) -> list[Any]:
         return list(self.first if self.first is not None else self.values)
 
-    def more(self, tried: set, winner: Any) -> list:
+    def more(self, tried: set[Any], winner: Any) -> list[Any]:
         """Values to race next to ``winner`` (coarse-to-fine, the split); none for the others."""
         return [v for v in self.refine(tried, winner) if v not in tried] if self.refine is not None else []
 
@@ -128,13 +136,14 @@ def bisect(values: list, tried: set, v: Any) -> list:
 MAX_SPLITS = 12          # every feasible split up to this many; beyond, the model's lattice
 
 
-def cpu_splits(cpus: int, device: str = "cpu", max_workers: Optional[int] = None) -> tuple:
+def cpu_splits(cpus: int, device: Device = CPU,
+               max_workers: Optional[int] = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(every feasible (threads, workers) split, the first race's) for a process with ``cpus`` CPUs:
     docs/tune.md, "The CPU split" (threads at most 4 on a GPU; workers up to 2 x the CPUs within
     ``max_workers``; beyond ``MAX_SPLITS`` a coarse lattice, the splits nearest to using every CPU once)."""
     cpus = max(1, cpus)
     top_w = 2 * cpus if max_workers is None else max(0, min(2 * cpus, max_workers))
-    top_t = cpus if device == "cpu" else min(cpus, 4)
+    top_t = cpus if device.is_cpu else min(cpus, 4)
     threads, workers = list(range(1, top_t + 1)), list(range(0, top_w + 1))
     every = [(t, w) for t in threads for w in workers]
     if len(every) <= MAX_SPLITS:
@@ -143,10 +152,14 @@ def cpu_splits(cpus: int, device: str = "cpu", max_workers: Optional[int] = None
     return every, lattice[:MAX_SPLITS]
 
 
-def promise(cpus: int) -> Callable[[tuple], tuple]:
+def promise(cpus: int) -> Callable[[tuple[int, int]], tuple[float, int, int]]:
     """The model's order of splits, most promising first: nearest to using every CPU once
     (threads + workers = CPUs), then more compute threads, then fewer workers."""
-    return lambda tw: (abs(math.log((tw[0] + tw[1]) / cpus)), -tw[0], tw[1])
+    def order(split: tuple[int, int]) -> tuple[float, int, int]:
+        threads, workers = split
+        return abs(math.log((threads + workers) / cpus)), -threads, workers
+
+    return order
 
 
 def outward(values: list, tried: set, v: Any) -> list:
@@ -176,7 +189,7 @@ def _split_refine(every: list) -> Callable[[set, Any], list]:
     return refine
 
 
-def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] = None) -> Dimension:
+def split_dimension(cpus: int, device: Device = CPU, max_workers: Optional[int] = None) -> Dimension:
     """The split of a process's CPUs between compute threads and loader workers (tune.M006)."""
     every, first = cpu_splits(cpus, device, max_workers)
     first = sorted(first, key=promise(cpus))   # a small budget races the most promising only
@@ -184,31 +197,66 @@ def split_dimension(cpus: int, device: str = "cpu", max_workers: Optional[int] =
     def apply(s: Settings, v: tuple) -> Settings:
         return _apply_workers(s.replace(threads=v[0]), v[1])
 
-    return Dimension("split", every, "tune.M006", apply=apply,
+    return Dimension(SPLIT, every, "tune.M006", apply=apply,
                      read=lambda s: (s.threads or cpus, s.num_workers), fields=("threads", "num_workers"),
                      first=first, refine=_split_refine(every),
                      show=lambda v: f"threads={v[0]} workers={v[1]}",
                      unit=f"splits of {cpus} CPU{'s' if cpus > 1 else ''}")
 
 
-def default_space(start: Settings, device: str, per_proc_cpus: int, precisions: list, conv: bool,
-                  max_workers: Optional[int] = None) -> list:
-    """The dimensions ``--measure`` explores, in order: precision and memory format (cheap at the
-    rules' split), the CPU split, then prefetch, pinned memory (any accelerator) and persistent
-    workers (a simulated one).  Processes stay as the rules chose them: trials run one process."""
-    dims = []
-    if len(precisions) > 1:
-        dims.append(Dimension("precision", list(precisions), "tune.M003"))
-    if conv:
-        dims.append(Dimension("channels_last", [False, True], "tune.M004"))
-    dims.append(split_dimension(per_proc_cpus, device, max_workers))
-    dims.append(Dimension("prefetch_factor", [2, 4], "tune.M001", needs=lambda s: s.num_workers > 0))
-    if device != "cpu":
-        dims.append(Dimension("pin_memory", [False, True], "tune.M001", apply=_apply_pin,
-                              fields=("pin_memory", "non_blocking")))
-    if device.startswith("sim:"):  # short trials span epochs: worker restarts show (docs/engine.md)
-        dims.append(Dimension("persistent_workers", [True, False], "tune.M001", needs=lambda s: s.num_workers > 0))
+def default_space(start: Settings, device: Device, per_proc_cpus: int, precisions: list[str], conv: bool,
+                  max_workers: Optional[int] = None) -> list[Dimension]:
+    """The dimensions ``--measure`` explores, made from the settings' declarations (their ``search``,
+    :mod:`debtorch.train.settings`), in their order: precision and memory format (cheap at the rules'
+    split), the CPU split, then prefetch, pinned memory (any accelerator) and persistent workers (a
+    simulated one).  Processes stay as the rules chose them: trials run one process."""
+    dims: list[Dimension] = []
+    for declared in sorted((s for s in SETTINGS if s.search is not None), key=_race_order):
+        how = declared.search
+        assert how is not None
+        if not _raced_here(how, device, conv):
+            continue
+        if how.split:
+            if not any(d.name == SPLIT for d in dims):
+                dims.append(split_dimension(per_proc_cpus, device, max_workers))
+            continue
+        values = list(how.values or precisions)
+        if len(values) > 1:
+            dims.append(_dimension(declared.name, values, how))
     return dims
+
+
+SPLIT = "split"   # the CPU split's dimension: threads and loader workers raced as one (tune.M006)
+
+
+def _race_order(declared: Setting) -> int:
+    return declared.search.order if declared.search is not None else 0
+
+
+def _raced_here(how: Searched, device: Device, conv: bool) -> bool:
+    """Whether a setting is raced for ``device`` and this workload (``conv``: a convolutional model)."""
+    if how.when == "accelerator":
+        return device.accelerator
+    if how.when == "simulated":
+        return device.simulated
+    if how.when == "convolutional":
+        return conv
+    return True
+
+
+def _has_workers(s: Settings) -> bool:
+    return s.num_workers > 0
+
+
+def _dimension(name: str, values: list[Any], how: Searched) -> Dimension:
+    """The dimension of a declared setting: its values, the fields set with it, what it needs."""
+    fields = (name, *how.together)
+    apply = None
+    if how.together:
+        def apply(s: Settings, v: Any) -> Settings:
+            return s.replace(**dict.fromkeys(fields, v))
+    return Dimension(name, values, how.rule, apply=apply, needs=_has_workers if how.needs_workers else None,
+                     fields=fields if how.together else ())
 
 
 def dim_value(dim: Dimension, s: Settings) -> Any:
@@ -217,60 +265,107 @@ def dim_value(dim: Dimension, s: Settings) -> Any:
     return dim.get(s) if dim.active(s) and dim.get(s) in dim.values else dim.values[0]
 
 
-def joint(a: Dimension, b: Dimension, values: list) -> Dimension:
+def joint(a: Dimension, b: Dimension, values: list[Any]) -> Dimension:
     """Two dimensions raced together: their values are pairs."""
-    return Dimension(f"{a.name}+{b.name}", values, a.rule, apply=lambda s, v: b.set(a.set(s, v[0]), v[1]),
-                     needs=lambda s: a.active(s) and b.active(s), read=lambda s: (a.get(s), b.get(s)),
-                     fields=a.decides() + b.decides(), show=lambda v: f"{a.label(v[0])} {b.label(v[1])}")
+    def apply(s: Settings, v: tuple[Any, Any]) -> Settings:
+        return b.with_value(a.with_value(s, v[0]), v[1])
+
+    def needs(s: Settings) -> bool:
+        return a.active(s) and b.active(s)
+
+    def read(s: Settings) -> tuple[Any, Any]:
+        return a.get(s), b.get(s)
+
+    def show(v: tuple[Any, Any]) -> str:
+        return f"{a.label(v[0])} {b.label(v[1])}"
+
+    return Dimension(f"{a.name}+{b.name}", values, a.rule, apply=apply, needs=needs, read=read,
+                     fields=a.decides() + b.decides(), show=show)
 
 
-@dataclass
+class Decided(str, Enum):
+    """How the search decided a dimension: the kind of its :class:`Choice`, never read back from its text."""
+
+    LED = "led"                  # a value led the others: beyond noise, or the likelier of two
+    KEPT = "kept"                # the incumbent kept: some values slower, the others as fast within noise
+    SAME = "no difference"       # no measurable difference among the values: the incumbent kept (tune.M005)
+    UNMEASURED = "unmeasured"    # never raced: no effect in this context, or no trial succeeded (tune.M005)
+
+
+@dataclass(frozen=True)
 class Choice:
     """What the search decided for one dimension, and why."""
 
     dimension: str
     value: Any
-    rule: str
+    rule: str                     # the reason's id: the dimension's, or tune.M005 (no difference, unmeasured)
     text: str
     changed: bool
-    settled: bool = False    # beyond noise against every other value tried
-    measured: bool = True    # False: never raced (no effect in this context, or no trial succeeded)
-    fields: tuple = ()       # the settings fields the reason is about (default: the dimension's name)
+    kind: Decided = Decided.LED
+    settled: bool = False         # beyond noise against every other value tried
+    fields: tuple[str, ...] = ()  # the settings fields the reason is about (default: the dimension's name)
+    joint: bool = False           # raced together with a dimension it interacts with
+
+    @property
+    def measured(self) -> bool:
+        """False: never raced (no effect in this context, or no trial succeeded); the rule's reason stands."""
+        return self.kind is not Decided.UNMEASURED
+
+    @property
+    def no_difference(self) -> bool:
+        """The incumbent kept for want of a measured difference (tune.M005): none showed, or none was raced."""
+        return self.kind in (Decided.SAME, Decided.UNMEASURED)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Contribution:
+    """What one changed choice contributes where the search ended: the chosen settings over the same with
+    that choice back at the rules' value (``estimate`` None when that point was not measured)."""
+
+    dimension: str
+    change: str                           # 'num_workers=2 (rules: w0 fp32)'
+    estimate: Optional[stats.Estimate]
+
+    def to_json(self) -> dict[str, Any]:
+        figure = self.estimate.to_dict("ratio") if self.estimate is not None else {"ratio": None}
+        return {"dimension": self.dimension, "change": self.change, **figure}
+
+
+@dataclass(frozen=True)
 class Result:
+    """What a search measured and decided: tune's measurement (its :meth:`to_json` is the JSON's)."""
+
     best: Settings
     start: Settings
-    trials: list = field(default_factory=list)
-    choices: dict = field(default_factory=dict)     # dimension name -> Choice
+    trials: list[Trial] = field(default_factory=list)
+    choices: dict[str, Choice] = field(default_factory=dict)   # dimension name -> Choice
     spent: float = 0.0
     budget: float = 0.0
     stopped: str = ""                               # why the search ended
     runner_up: Optional[Settings] = None            # the fastest other settings measured
     within_noise: bool = False                      # best does not beat runner_up beyond noise
     noise: float = 0.0                              # relative noise of one trial (robust sigma of log samples/s)
-    interactions: list = field(default_factory=list)  # (dimension, dimension) pairs found to interact
+    interactions: list[tuple[str, str]] = field(default_factory=list)  # pairs of dimensions found to interact
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
     looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
 
     def median(self, s: Settings) -> Optional[float]:
-        return statistics.median(vals) if (vals := self.samples(s)) else None
+        vals = self.samples(s)
+        return statistics.median(vals) if vals else None
 
-    def samples(self, s: Settings) -> list:
+    def samples(self, s: Settings) -> list[float]:
         return [t.samples_per_s for t in self.trials if key(t.settings) == key(s) and t.samples_per_s is not None]
 
-    def contributions(self) -> list:
+    def contributions(self) -> list[Contribution]:
         """What each changed choice contributes where the search ended: the chosen settings over the
         same with that choice back at the rules' value, when the search measured that point (no
-        extra trial: the ratio of medians with its interval, unpaired).  (dimension, words, Estimate
-        or None when that point was not measured)."""
+        extra trial: the ratio of medians with its interval, unpaired)."""
         out = []
         for name, choice in self.choices.items():
             fields = choice.fields or (name,)
             if not choice.measured or all(getattr(self.best, f) == getattr(self.start, f) for f in fields):
                 continue
-            back = dict.fromkeys(fields)
+            back: dict[str, None] = dict.fromkeys(fields)
             if "num_workers" in fields and not self.start.num_workers:
                 back.update(dict.fromkeys(("prefetch_factor", "persistent_workers", "start_method")))
             without = self.best.replace(**{f: getattr(self.start, f) for f in back})
@@ -278,7 +373,7 @@ class Result:
                               if getattr(self.best, f) != getattr(self.start, f))
             mine, theirs = self.samples(self.best), self.samples(without)
             est = stats.compare(mine, theirs, paired=False) if mine and theirs else None
-            out.append((name, f"{words} (rules: {without.short()})", est))
+            out.append(Contribution(name, f"{words} (rules: {without.short()})", est))
         return out
 
     def close_call(self) -> str:
@@ -287,6 +382,15 @@ class Result:
             return ""
         med = self.median(self.runner_up)
         return f"within noise of {self.runner_up.short()}" + (f" ({med:.1f} samples/s)" if med else "")
+
+    def to_json(self, load: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        """tune's ``measurement``; ``load``: whether the machine was busy meanwhile (tune read it)."""
+        within = self.runner_up.short() if self.within_noise and self.runner_up else None
+        return {"spent_s": self.spent, "budget_s": self.budget, "stopped": self.stopped, "noise": self.noise,
+                "sequential": self.looks.to_dict() if self.looks else None, "within_noise_of": within,
+                "interactions": [list(p) for p in self.interactions],
+                "contributions": [c.to_json() for c in self.contributions()], "load": load,
+                "trials": [t.to_json() for t in self.trials]}
 
 
 class BudgetSpent(Exception):
@@ -302,8 +406,8 @@ def key(s: Settings) -> tuple:
     return tuple(getattr(s, f) for f in _FIELDS)
 
 
-def unique(items: list) -> list:
-    seen: dict = {}
+def unique(items: list[Settings]) -> list[Settings]:
+    seen: dict[tuple, Settings] = {}
     for s in items:
         seen.setdefault(key(s), s)
     return list(seen.values())
@@ -331,13 +435,13 @@ class Search:
         self.interactions = interactions
         self.top = max(2, top)
         self.trials: list[Trial] = []
-        self.samples: dict = {}   # key(Settings) -> [samples/s]
-        self.errors: dict = {}    # key(Settings) -> error text
-        self.known: dict = {}     # key(Settings) -> Settings
-        self.longest: dict = {}   # key(Settings) -> its longest trial, in seconds
-        self.ranking: dict = {}   # dimension name -> its values, fastest first, where it was last raced
-        self.found: list = []     # interacting pairs of dimension names
-        self.best: Optional[Settings] = None   # the best settings decided so far
+        self.samples: dict[tuple, list[float]] = {}   # key(Settings) -> [samples/s]
+        self.errors: dict[tuple, str] = {}            # key(Settings) -> error text
+        self.known: dict[tuple, Settings] = {}        # key(Settings) -> Settings
+        self.longest: dict[tuple, float] = {}         # key(Settings) -> its longest trial, in seconds
+        self.ranking: dict[str, list[Any]] = {}       # dimension name -> its values, fastest first, where last raced
+        self.found: list[tuple[str, str]] = []        # interacting pairs of dimension names
+        self.best = Settings()    # the best settings decided so far (run() starts from its own)
         self.spent = 0.0          # seconds: by ``clock`` from the start when given, else the trials' own
         self.clock = clock
         self.t0 = clock() if clock is not None else 0.0
@@ -371,7 +475,13 @@ class Search:
         return out.samples_per_s
 
     def med(self, s: Settings) -> Optional[float]:
-        return statistics.median(vals) if (vals := self.samples.get(key(s))) else None
+        """The median samples/s of ``s``; None before a trial of it succeeded."""
+        vals = self.samples.get(key(s))
+        return statistics.median(vals) if vals else None
+
+    def rate(self, s: Settings) -> float:
+        """The median samples/s of ``s``, 0 before a trial of it succeeded (for ordering and cuts)."""
+        return self.med(s) or 0.0
 
     def n(self, s: Settings) -> int:
         return len(self.samples.get(key(s), []))
@@ -381,7 +491,7 @@ class Search:
         configs measured at least twice (MAD x 1.4826); 5% until then; never below 1%."""
         return self._noise()[0]
 
-    def _noise(self) -> tuple:
+    def _noise(self) -> tuple[float, float, int]:
         """(sigma, the pooled standard deviation of log samples/s with every residual clipped at 3 sigma
         (Huber's winsorising: a trial another process slowed counts as a 3-sigma one), its degrees of freedom)."""
         groups = [[math.log(v) for v in vals if v > 0] for vals in self.samples.values()]
@@ -432,7 +542,7 @@ class Search:
         return math.log(ma) - math.log(mb) > need
 
     # -- a race between candidates ----------------------------------------
-    def race(self, cands: list) -> list:
+    def race(self, cands: list[Settings]) -> list[Settings]:
         """Measure ``cands`` round by round in rotating order, dropping the clearly slower;
         return the survivors (the leader first)."""
         alive = [c for c in unique(cands) if key(c) not in self.errors]
@@ -449,30 +559,35 @@ class Search:
             if len(alive) <= 1:
                 break
             lead = self._leader(alive)
+            assert lead is not None   # every one alive has a trial that succeeded
             if rnd == 1:
                 # Only the hopeless after one sample: below half the leader, and further below
                 # than the noise seen so far could explain (a busy machine only ever slows a trial).
-                cut = self.med(lead) * min(0.5, math.exp(-4 * self.sigma()))
-                alive = [c for c in alive if self.med(c) >= cut]
+                cut = self.rate(lead) * min(0.5, math.exp(-4 * self.sigma()))
+                alive = [c for c in alive if self.rate(c) >= cut]
             else:
                 alive = [c for c in alive if c is lead or not self.better(lead, c)]
             if rnd >= self.repeats and len(alive) > 2:
                 # Successive halving: a large field keeps its better half.
-                alive = sorted(alive, key=lambda c: -self.med(c))[:max(2, math.ceil(len(alive) / 2))]
+                alive = sorted(alive, key=lambda c: -self.rate(c))[:max(2, math.ceil(len(alive) / 2))]
             if len(alive) <= 1:
                 break
-            if rnd >= self.repeats and all(
-                    math.log(self.med(lead)) - math.log(self.med(c)) <= math.log1p(self.min_gain)
-                    and self.z * self._se(self.n(lead), self.n(c)) <= math.log1p(2 * self.min_gain) for c in alive):
+            if rnd >= self.repeats and all(self._practically_equal(lead, c) for c in alive):
                 break  # what is left is practically equal, and a difference of twice that would have shown
         lead = self._leader(alive)
         return [lead] + [c for c in alive if c is not lead] if lead is not None else alive
 
+    def _practically_equal(self, lead: Settings, c: Settings) -> bool:
+        """``c`` within ``min_gain`` of ``lead``, and the noise small enough that a difference of twice that
+        would have shown."""
+        return (math.log(self.rate(lead)) - math.log(self.rate(c)) <= math.log1p(self.min_gain)
+                and self.z * self._se(self.n(lead), self.n(c)) <= math.log1p(2 * self.min_gain))
+
     # -- the search ---------------------------------------------------------
-    def run(self, start: Settings, dims: list) -> Result:
+    def run(self, start: Settings, dims: list[Dimension]) -> Result:
         """Each dimension in order, then interactions, then close calls, within the budget."""
         self.best = start
-        choices: dict = {}
+        choices: dict[str, Choice] = {}
         stopped = "no dimension left to improve"
         try:
             self.phase = "start"
@@ -488,14 +603,13 @@ class Search:
         best = self.best
         for dim in dims:
             if dim.name in choices:
-                choices[dim.name].changed = dim.get(best) != dim.get(start)
-        result = Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
-                        budget=self.budget, stopped=stopped, noise=self.sigma(), interactions=list(self.found),
-                        looks=self.looks)
-        result.runner_up, result.within_noise = self._runner_up(best)
-        return result
+                choices[dim.name] = dataclasses.replace(choices[dim.name], changed=dim.get(best) != dim.get(start))
+        runner_up, within_noise = self._runner_up(best)
+        return Result(best=best, start=start, trials=self.trials, choices=choices, spent=self.spent,
+                      budget=self.budget, stopped=stopped, runner_up=runner_up, within_noise=within_noise,
+                      noise=self.sigma(), interactions=list(self.found), looks=self.looks)
 
-    def _small_space(self, start: Settings, dims: list, choices: dict) -> bool:
+    def _small_space(self, start: Settings, dims: list[Dimension], choices: dict[str, Choice]) -> bool:
         """docs/tune.md's "A small space": measured whole when one pass fits half the budget left; its
         ``2 x top`` best race, and the winner races each of its settings back at the rules' value."""
         points = grid_points(start, dims)
@@ -508,26 +622,31 @@ class Search:
                 if not self.n(p):
                     self.measure(p)
             self.phase = "leaders"
-            leaders = self.race(sorted((p for p in points if self.med(p)), key=lambda p: -self.med(p))[: 2 * self.top])
+            measured = sorted((p for p in points if self.med(p)), key=lambda p: -self.rate(p))
+            leaders = self.race(measured[: 2 * self.top])
             best = self._leader(leaders) or start
             while todo:
                 dim, rule = todo[0], dim_value(todo[0], start)
                 if dim.active(best) and dim.get(best) != rule:
                     self.phase = dim.name
-                    self.race([best, dim.set(best, rule)])
+                    self.race([best, dim.with_value(best, rule)])
                     self._rank(dim, best)
-                    best, choices[dim.name] = self._choose(dim, best, dim.set(best, rule), best)
+                    best, choices[dim.name] = self._choose(dim, best, dim.with_value(best, rule), best)
                 todo.pop(0)
         finally:  # the budget may end on the way: what was not raced back is decided on what was measured
-            best = self.best = best if leaders else self._leader([p for p in points if self.med(p)]) or start
+            if not leaders:
+                best = self._leader([p for p in points if self.med(p)]) or start
+            self.best = best
             for dim in dims:
                 if dim.name not in choices or dim in todo:
                     self._rank(dim, best)
-                    measured = dim.active(best) and len(self._tried(dim, best)) > 1
-                    choices[dim.name] = self._choose(dim, best, best, best)[1] if measured else _unmeasured(dim, best)
+                    if dim.active(best) and len(self._tried(dim, best)) > 1:
+                        choices[dim.name] = self._choose(dim, best, best, best)[1]
+                    else:
+                        choices[dim.name] = _unmeasured(dim, best)
         return True
 
-    def _passes(self, dims: list, choices: dict, changed: tuple = ()) -> None:
+    def _passes(self, dims: list[Dimension], choices: dict[str, Choice], changed: tuple = ()) -> None:
         """One dimension at a time from ``self.best``, revisiting one only when another changed after it
         was decided (``changed``: since the earlier choices); a revisit that changes the winner interacts."""
         changes = list(changed)
@@ -564,7 +683,7 @@ class Search:
                 if key(new_best) != key(best):
                     best = self.best = new_best
                     changes.append(dim.name)
-                    if revisit and dim.get(best) != before and self.confirmed(best, dim.set(best, before)):
+                    if revisit and dim.get(best) != before and self.confirmed(best, dim.with_value(best, before)):
                         for other in dict.fromkeys(n for n in since if n != dim.name):
                             self._interacts(dim.name, other)
                 decided_at[dim.name] = len(changes)
@@ -572,7 +691,7 @@ class Search:
                 break
 
     def _interacts(self, a: str, b: str) -> None:
-        pair = tuple(sorted((a, b)))
+        pair = (a, b) if a <= b else (b, a)
         if pair not in self.found:
             self.found.append(pair)
 
@@ -582,15 +701,15 @@ class Search:
         for k, c in self.known.items():
             if k in self.samples:
                 v = dim.get(c)
-                if key(dim.set(context, v)) == k:
+                if key(dim.with_value(context, v)) == k:
                     out[v] = c
         return out
 
     def _rank(self, dim: Dimension, context: Settings) -> None:
         tried = self._tried(dim, context)
-        self.ranking[dim.name] = sorted(tried, key=lambda v: -self.med(tried[v]))
+        self.ranking[dim.name] = sorted(tried, key=lambda v: -self.rate(tried[v]))
 
-    def _dimension(self, best: Settings, dim: Dimension, revisit: bool = False) -> tuple:
+    def _dimension(self, best: Settings, dim: Dimension, revisit: bool = False) -> tuple[Settings, Optional[Choice]]:
         """Race one dimension from ``best``: (new best, Choice); a revisit races the values that were best
         where it was last raced.  When the budget runs out: _Stop with what it could decide, if anything."""
         current = dim.get(best)
@@ -598,8 +717,8 @@ class Search:
         if revisit and self.ranking.get(dim.name):
             first = self.ranking[dim.name][: self.top]
         first = [current] + [v for v in first if v != current][: self._fits(len(first)) - 1]
-        incumbent = dim.set(best, current)
-        cands = [dim.set(best, v) for v in first]
+        incumbent = dim.with_value(best, current)
+        cands = [dim.with_value(best, v) for v in first]
         try:
             alive = self.race(cands)
             winner = self._leader(alive) or incumbent
@@ -609,7 +728,7 @@ class Search:
                 if not more:
                     break
                 tried.update(more)
-                alive = self.race([winner] + [dim.set(best, x) for x in more])
+                alive = self.race([winner] + [dim.with_value(best, x) for x in more])
                 lead = self._leader(alive)
                 if lead is None or not self.ahead(lead, winner):
                     break   # nothing nearby does better: no wandering on a plateau
@@ -638,7 +757,7 @@ class Search:
         current = dim.get(best)
         return next((v for v in self.ranking.get(dim.name, []) if v != current), None)
 
-    def _probe_pairs(self, dims: list, choices: dict) -> None:
+    def _probe_pairs(self, dims: list[Dimension], choices: dict[str, Choice]) -> None:
         """docs/tune.md's "Interactions": every pair's corner of runners-up, measured once and raced when
         it beats the incumbent; a pair that beats both changes alone interacts and is raced together,
         else a change alone that does as well was misjudged and takes its better value."""
@@ -649,18 +768,18 @@ class Search:
             va, vb = self._runner_value(a, best), self._runner_value(b, best)
             if va is None or vb is None:
                 continue
-            cross = b.set(a.set(best, va), vb)
+            cross = b.with_value(a.with_value(best, va), vb)
             if key(cross) == key(best) or key(cross) in self.errors or not (a.active(cross) and b.active(cross)):
                 continue
             self.phase = f"{a.name} x {b.name}"
             if key(cross) not in self.samples:
                 v = self.measure(cross)
-                if v is None or v <= self.med(best):
+                if v is None or v <= self.rate(best):
                     continue  # one trial, and not even above the incumbent's median
             self.race([best, cross])
             if not self.ahead(cross, best):
                 continue
-            alone = [c for c in (a.set(best, va), b.set(best, vb)) if a.active(c) and b.active(c)]
+            alone = [c for c in (a.with_value(best, va), b.with_value(best, vb)) if a.active(c) and b.active(c)]
             self.race([cross] + alone)
             if self.confirmed(cross, best) and all(self.confirmed(cross, c) for c in alone):
                 self._interacts(a.name, b.name)
@@ -672,11 +791,11 @@ class Search:
                 continue
             for d in (a, b):   # a main effect the first race missed: take it, with its reason
                 if d.get(lead) != d.get(best):
-                    choices[d.name] = self._choose(d, lead, d.set(lead, d.get(best)), lead)[1]
+                    choices[d.name] = self._choose(d, lead, d.with_value(lead, d.get(best)), lead)[1]
             self.best = lead
             self._passes(dims, choices, tuple(d.name for d in (a, b) if d.get(lead) != d.get(best)))
 
-    def _together(self, a: Dimension, b: Dimension, choices: dict) -> None:
+    def _together(self, a: Dimension, b: Dimension, choices: dict[str, Choice]) -> None:
         """Race the best values of two interacting dimensions in every combination."""
         best = self.best
 
@@ -686,7 +805,7 @@ class Search:
 
         values = [(x, y) for x in tops(a) for y in tops(b)]
         j = joint(a, b, values)
-        cands = unique([c for c in (j.set(best, v) for v in values) if j.active(c)])
+        cands = unique([c for c in (j.with_value(best, v) for v in values) if j.active(c)])
         self.phase = j.name
         alive = self.race([best] + cands)
         winner = self._leader(alive) or best
@@ -695,8 +814,9 @@ class Search:
         new_best, choice = self._choose(j, best, best, winner)
         text = choice.text + f" ({a.name} and {b.name} interact: raced together)"
         for d in (a, b):
-            choices[d.name] = Choice(d.name, d.get(new_best), d.rule if choice.rule != "tune.M005" else choice.rule,
-                                     text, False, choice.settled, fields=d.decides())
+            rule = choice.rule if choice.no_difference else d.rule
+            choices[d.name] = Choice(d.name, d.get(new_best), rule, text, False, kind=choice.kind,
+                                     settled=choice.settled, fields=d.decides(), joint=True)
         self.best = new_best
 
     # -- close calls ------------------------------------------------------------
@@ -707,7 +827,7 @@ class Search:
         ranked = [v for v in self.ranking.get(dim.name, []) if v != current][:2]
         return list(dict.fromkeys(ranked + dim.more(set(), current)))
 
-    def _refine(self, dims: list, choices: dict) -> None:
+    def _refine(self, dims: list[Dimension], choices: dict[str, Choice]) -> None:
         """With budget left, settle every choice not made beyond noise: its value against the alternatives
         *where the search ended up* (an early choice was made in another context), with more repeats."""
         for dim in dims:
@@ -722,18 +842,19 @@ class Search:
             saved = self.max_repeats
             self.max_repeats = 2 * saved
             try:
-                alive = self.race([best] + [dim.set(best, v) for v in alternatives])
+                alive = self.race([best] + [dim.with_value(best, v) for v in alternatives])
             finally:
                 self.max_repeats = saved
             winner = self._leader(alive) or best
             new_best, settled_choice = self._choose(dim, best, best, winner)
-            kept_joint = key(new_best) == key(best) and "interact" in choice.text
-            if not kept_joint and (key(new_best) != key(best) or settled_choice.rule != "tune.M005"
-                                   or choice.rule == "tune.M005"):
+            kept = key(new_best) == key(best)
+            if kept and choice.joint:
+                pass   # an interacting pair's joint choice stands where the settle race kept its value
+            elif not kept or not settled_choice.no_difference or choice.no_difference:
                 choices[dim.name] = settled_choice
             self.best = new_best
 
-    def _runner_up(self, best: Settings) -> tuple:
+    def _runner_up(self, best: Settings) -> tuple[Optional[Settings], bool]:
         """(the fastest other settings measured, whether ``best`` fails to beat it beyond noise)."""
         others = [c for k, c in self.known.items() if k in self.samples and k != key(best)]
         runner = self._leader(others)
@@ -742,34 +863,47 @@ class Search:
         return runner, not self.better(best, runner)
 
     # -- choosing ----------------------------------------------------------------
-    def _equivalent(self, c: Settings, others: list) -> bool:
+    def _equivalent(self, c: Settings, others: list[Settings]) -> bool:
         """Clearly no difference: every other median within ``min_gain`` of ``c``'s, and the noise small
         enough that a real difference of twice that would have shown."""
-        return bool(others) and all(
-            self.med(c) and self.med(o) and self.n(c) and self.n(o) and abs(math.log(self.med(c) / self.med(o)))
-            + self.z * self._se(self.n(c), self.n(o)) <= math.log1p(2 * self.min_gain) for o in others)
+        if not others:
+            return False
+        for o in others:
+            if not (self.rate(c) and self.rate(o)):
+                return False
+            gap = abs(math.log(self.rate(c) / self.rate(o)))
+            if gap + self.z * self._se(self.n(c), self.n(o)) > math.log1p(2 * self.min_gain):
+                return False
+        return True
 
     def _beats_all(self, c: Settings, dim: Dimension, best: Settings) -> bool:
         others = [o for k, o in self._tried(dim, best).items() if key(o) != key(c)]
         return bool(others) and all(self.better(c, o) for o in others)
 
-    def _leader(self, alive: list) -> Optional[Settings]:
-        scored = [(self.med(c), c) for c in alive if self.med(c) is not None]
-        return max(scored, key=lambda x: x[0])[1] if scored else None
+    def _leader(self, alive: list[Settings]) -> Optional[Settings]:
+        """The fastest of ``alive`` by median (the first of equals), None when none was measured."""
+        measured = [c for c in alive if self.med(c) is not None]
+        return max(measured, key=self.rate) if measured else None
 
-    def _choose(self, dim: Dimension, best: Settings, incumbent: Settings, winner: Settings) -> tuple:
-        n, label = self.n, lambda c: dim.label(dim.get(c))  # noqa: E731
+    def _choose(self, dim: Dimension, best: Settings, incumbent: Settings,
+                winner: Settings) -> tuple[Settings, Choice]:
+        n = self.n
+
+        def label(c: Settings) -> str:
+            return dim.label(dim.get(c))
+
         raced = f"; {len(self._tried(dim, best))} {dim.unit} raced" if dim.unit else ""
         fields = dim.decides()
         if self.med(incumbent) is None:
             return best, _unmeasured(dim, incumbent, "")
 
-        def leads(a: Settings, b: Settings, changed: bool, likelier: str = "") -> tuple:
+        def leads(a: Settings, b: Settings, changed: bool, likelier: str = "") -> tuple[Settings, Choice]:
             text = (f"{label(a)}: {self.med(a):.1f} samples/s vs {self.med(b):.1f} with {label(b)}, "
                     f"median of {min(n(a), n(b))}{raced}")
             if not self.better(a, b):
                 text += f" (within noise {self.sigma():.1%}{likelier})"
-            return a, Choice(dim.name, dim.get(a), dim.rule, text, changed, self._beats_all(a, dim, best), fields=fields)
+            return a, Choice(dim.name, dim.get(a), dim.rule, text, changed, Decided.LED,
+                             self._beats_all(a, dim, best), fields=fields)
 
         if key(winner) != key(incumbent) and self.ahead(winner, incumbent):
             return leads(winner, incumbent, True, ": the likelier of the two")
@@ -782,18 +916,19 @@ class Search:
             close = [c for c in others if c not in slower]
             text = (f"{label(incumbent)}: {self.med(incumbent):.1f} samples/s, median of {n(incumbent)}; "
                     f"{_values(dim, close)} as fast within noise, {_values(dim, slower)} slower{raced}")
-            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False, False, fields=fields)
+            return incumbent, Choice(dim.name, dim.get(incumbent), dim.rule, text, False, Decided.KEPT, False,
+                                     fields=fields)
         tried = _values(dim, others + [incumbent])
         text = (f"{dim.name}: no measurable difference among {tried} "
                 f"(noise {self.sigma():.1%}); {_short(dim, dim.get(incumbent))} kept{raced}")
-        return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False,
+        return incumbent, Choice(dim.name, dim.get(incumbent), "tune.M005", text, False, Decided.SAME,
                                  self._equivalent(incumbent, others), fields=fields)
 
 
 def _unmeasured(dim: Dimension, s: Settings, why: Optional[str] = None) -> Choice:
     """``dim`` never raced: no effect in settings ``s`` (``why`` says otherwise), or no trial succeeded."""
     why = f": no effect with {s.short()}" if why is None else why
-    return Choice(dim.name, dim.get(s), "tune.M005", f"{dim.name} not measured{why}", False, measured=False,
+    return Choice(dim.name, dim.get(s), "tune.M005", f"{dim.name} not measured{why}", False, Decided.UNMEASURED,
                   fields=dim.decides())
 
 
@@ -819,19 +954,19 @@ def _values(dim: Dimension, configs: list, most: int = 4) -> str:
 # The exhaustive grid: the oracle that benchmarks/tune_bench.py compares against.
 
 
-def grid_points(start: Settings, dims: list) -> list:
+def grid_points(start: Settings, dims: list[Dimension]) -> list[Settings]:
     """Every combination of the dimensions' values; a dimension that means nothing
     for a point (prefetch without workers) adds no copies of it."""
     points = [start]
     for dim in dims:
         nxt = []
         for s in points:
-            nxt.extend([dim.set(s, v) for v in dim.values] if dim.active(s) else [s])
+            nxt.extend([dim.with_value(s, v) for v in dim.values] if dim.active(s) else [s])
         points = unique(nxt)
     return points
 
 
-def run_grid(trial: TrialFn, points: list, repeats: int = 3,
+def run_grid(trial: TrialFn, points: list[Settings], repeats: int = 3,
              on_trial: Optional[Callable[[Trial, float, float], None]] = None) -> Result:
     """Measure every point ``repeats`` times, interleaved (each round visits every point)."""
     s = Search(trial, budget_s=float("inf"), repeats=repeats, on_trial=on_trial)
@@ -840,6 +975,6 @@ def run_grid(trial: TrialFn, points: list, repeats: int = 3,
         order = points if rnd % 2 == 0 else list(reversed(points))
         for p in order:
             s.measure(p)
-    best = max((p for p in points if s.med(p) is not None), key=s.med)
+    best = max((p for p in points if s.med(p) is not None), key=s.rate)
     return Result(best=best, start=points[0], trials=s.trials, choices={}, spent=s.spent, budget=s.spent,
                   stopped="grid done", noise=s.sigma())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import dataclasses
 import datetime
 import errno
 import itertools
@@ -27,10 +28,11 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from debtorch import inputs, knowledge, schema, stats
-from debtorch.findings import finding
+from debtorch.findings import Finding, finding
 from debtorch.hostwaits import syncs_reported  # the one import of the sync counter
 from debtorch.textsafe import printable
 from debtorch.tune.jobprobe import JobProbe
@@ -57,7 +59,9 @@ def _every(value: Any) -> Tuple[int, float]:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value, 0.0
     m = re.fullmatch(r"\s*(\d{1,12}(?:\.\d{1,12})?)\s*([sm])\s*", value) if isinstance(value, str) else None
-    seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1) if m else math.nan
+    seconds = math.nan
+    if m:
+        seconds = float(m.group(1)) * (60 if m.group(2) == "m" else 1)
     if not 0 <= seconds <= MAX_EVERY_S:
         raise ValueError(f"watch: every must be a number of steps (0: off) or a duration like '60s' or '5m', "
                          f"at most a year (got {value!r:.80})")
@@ -117,45 +121,143 @@ def _pct(x: Optional[float]) -> str:
     return "?" if x is None else f"{100 * x:.0f}%"
 
 
-def judge(s: dict) -> list:
-    """The findings of one summary (``Watch.summary``): watch.W001, watch.W002, else watch.I001 or watch.I002."""
-    d, out, threshold = s["data_wait"], [], float(knowledge.threshold("dataloader_time_fraction_warn"))
-    ci = f"95%: {_pct(d['low'])}-{_pct(d['high'])} over {d['windows']} windows"
-    if d["low"] is not None and d["low"] > threshold:
-        knobs = ", ".join(f"{k}={v}" for k, v in (s.get("loader") or {}).items())
-        out.append(finding("watch.W001", share=_pct(d["share"]), ci=ci, threshold=_pct(threshold),
+@dataclass(frozen=True)
+class DataWait:
+    """The share of the step time spent waiting for the next batch, with its 95% interval over ``windows``."""
+
+    share: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    windows: int
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "DataWait":
+        return cls(doc["share"], doc["low"], doc["high"], doc["windows"])
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"share": self.share, "low": self.low, "high": self.high, "windows": self.windows}
+
+
+@dataclass(frozen=True)
+class WatchSummary:
+    """What watch measured of a pass so far (the fields of its JSON lines, docs/runtime.md), as a rank
+    sends it to rank 0 too (then without ``pipeline`` and ``schema_version``)."""
+
+    steps: int
+    seconds: float
+    steps_per_s: float
+    samples_per_s: Optional[float]
+    data_wait: DataWait
+    syncs_per_step: Optional[float]          # None: not counted (no CUDA)
+    steps_with_sync: int
+    timing: str                              # "cuda events" or "host clock"
+    loader: Optional[Dict[str, Any]]         # the DataLoader's knobs, as the loop had them
+    pipeline: Optional[Dict[str, Any]] = None   # what tune --from-watch reads (the job probe's record)
+    schema_version: Optional[int] = None
+    left_early: Optional[bool] = None        # said at the end of a pass: the loop was left before its end
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "WatchSummary":
+        """A summary as a rank sent it (checked against :data:`PEER_SCHEMA` first)."""
+        return cls(steps=doc["steps"], seconds=doc["seconds"], steps_per_s=doc["steps_per_s"],
+                   samples_per_s=doc["samples_per_s"], data_wait=DataWait.from_json(doc["data_wait"]),
+                   syncs_per_step=doc["syncs_per_step"], steps_with_sync=doc["steps_with_sync"],
+                   timing=doc["timing"], loader=doc.get("loader"), pipeline=doc.get("pipeline"),
+                   schema_version=doc.get("schema_version"), left_early=doc.get("left_early"))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if self.schema_version is not None:
+            out["schema_version"] = self.schema_version
+        out.update(steps=self.steps, seconds=self.seconds, steps_per_s=self.steps_per_s,
+                   samples_per_s=self.samples_per_s, data_wait=self.data_wait.to_json(),
+                   syncs_per_step=self.syncs_per_step, steps_with_sync=self.steps_with_sync, timing=self.timing)
+        if self.loader is not None:
+            out["loader"] = self.loader
+        if self.pipeline is not None:
+            out["pipeline"] = self.pipeline
+        if self.left_early is not None:
+            out["left_early"] = self.left_early
+        return out
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """One rank's summary and its findings, as rank 0 judged it."""
+
+    rank: int
+    summary: WatchSummary
+    findings: List[Finding]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {**self.summary.to_json(), "rank": self.rank, "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A line watch writes: the summary, its findings (at the end of a pass, the verdict); under
+    torch.distributed, rank 0's with every rank it heard and those it did not."""
+
+    summary: WatchSummary
+    findings: List[Finding]
+    final: bool
+    ranks: Optional[List[RankVerdict]] = None
+    ranks_missing: Optional[List[int]] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {**self.summary.to_json(), "findings": [f.to_json() for f in self.findings]}
+        if self.ranks is not None:
+            out["ranks"] = [r.to_json() for r in self.ranks]
+        if self.ranks_missing:
+            out["ranks_missing"] = self.ranks_missing
+        out["final"] = self.final
+        return out
+
+
+def judge(s: WatchSummary) -> List[Finding]:
+    """The findings of one summary: watch.W001, watch.W002, else watch.I001 or watch.I002."""
+    d, out, threshold = s.data_wait, [], float(knowledge.threshold("dataloader_time_fraction_warn"))
+    ci = f"95%: {_pct(d.low)}-{_pct(d.high)} over {d.windows} windows"
+    if d.low is not None and d.low > threshold:
+        knobs = ", ".join(f"{k}={v}" for k, v in (s.loader or {}).items())
+        out.append(finding("watch.W001", share=_pct(d.share), ci=ci, threshold=_pct(threshold),
                            now=knobs and f" (now {knobs})"))
-    if s["syncs_per_step"] is not None and s["steps"] >= MIN_SYNC_STEPS and s["steps_with_sync"] == s["steps"]:
-        out.append(finding("watch.W002", syncs=s["syncs_per_step"]))
+    if s.syncs_per_step is not None and s.steps >= MIN_SYNC_STEPS and s.steps_with_sync == s.steps:
+        out.append(finding("watch.W002", syncs=s.syncs_per_step))
     if out:
         return out
-    if d["high"] is not None and d["high"] < threshold:
-        syncs = "no host sync every step" if s["syncs_per_step"] is not None else "host syncs not counted (no CUDA)"
-        return [finding("watch.I001", share=_pct(d["share"]), ci=ci, threshold=_pct(threshold), syncs=syncs)]
-    why = (f"data wait {_pct(d['share'])} ({ci}) spans {_pct(threshold)}" if d["low"] is not None
-           else f"{s['steps']} steps make fewer than 2 windows")
+    if d.high is not None and d.high < threshold:
+        syncs = "no host sync every step" if s.syncs_per_step is not None else "host syncs not counted (no CUDA)"
+        return [finding("watch.I001", share=_pct(d.share), ci=ci, threshold=_pct(threshold), syncs=syncs)]
+    if d.low is not None:
+        why = f"data wait {_pct(d.share)} ({ci}) spans {_pct(threshold)}"
+    else:
+        why = f"{s.steps} steps make fewer than 2 windows"
     return [finding("watch.I002", why=why)]
 
 
-def render(s: dict, final: bool) -> str:
+def render(v: Verdict) -> str:
     """The line (and, at the verdict, the findings with their fixes)."""
-    d = s["data_wait"]
-    rate = f", {s['samples_per_s']:.0f} samples/s" if s["samples_per_s"] is not None else ""
-    wait = f"data wait {_pct(d['share'])}" + (f" ({_pct(d['low'])}-{_pct(d['high'])})" if d["low"] is not None else "")
-    syncs = "host syncs not counted" if s["syncs_per_step"] is None else f"{s['syncs_per_step']:.1f} host syncs/step"
-    head = "watch" + (" (left early)" if s.get("left_early") else " (end)" if final else "")
-    lines = [f"{head}: {s['steps']} steps, {s['steps_per_s']:.2f} steps/s{rate}, {wait}, {syncs} [{s['timing']}]"]
-    ranks = s.get("ranks")
-    if ranks:
-        worst = max(ranks, key=lambda r: r["data_wait"]["share"] or 0.0)
-        total = sum(r["samples_per_s"] or 0.0 for r in ranks)
-        lines.append(f"watch ranks: {_heard(len(ranks), s.get('ranks_missing') or [])}, "
-                     f"data wait {_pct(min(r['data_wait']['share'] or 0 for r in ranks))}"
-                     f"-{_pct(worst['data_wait']['share'])} (slowest: rank {worst['rank']})"
+    s, d = v.summary, v.summary.data_wait
+    rate = f", {s.samples_per_s:.0f} samples/s" if s.samples_per_s is not None else ""
+    wait = f"data wait {_pct(d.share)}" + (f" ({_pct(d.low)}-{_pct(d.high)})" if d.low is not None else "")
+    syncs = "host syncs not counted" if s.syncs_per_step is None else f"{s.syncs_per_step:.1f} host syncs/step"
+    head = "watch"
+    if s.left_early:
+        head += " (left early)"
+    elif v.final:
+        head += " (end)"
+    lines = [f"{head}: {s.steps} steps, {s.steps_per_s:.2f} steps/s{rate}, {wait}, {syncs} [{s.timing}]"]
+    if v.ranks:
+        worst = max(v.ranks, key=_share)
+        total = sum(r.summary.samples_per_s or 0.0 for r in v.ranks)
+        lines.append(f"watch ranks: {_heard(len(v.ranks), v.ranks_missing or [])}, "
+                     f"data wait {_pct(min(r.summary.data_wait.share or 0 for r in v.ranks))}"
+                     f"-{_pct(worst.summary.data_wait.share)} (slowest: rank {worst.rank})"
                      + (f", {total:.0f} samples/s in all" if total else ""))
-    if final:
-        for f in s["findings"]:
-            lines.append(f"{f['id']} {f['message']}" + (f"\n  fix: {f['fix']}" if f["fix"] else ""))
+    if v.final:
+        for f in v.findings:
+            lines.append(f"{f.id} {f.message}" + (f"\n  fix: {f.fix}" if f.fix else ""))
     return "\n".join(lines)
 
 
@@ -356,35 +458,49 @@ class Watch:
                 self._wsize *= 2
 
     # -- the verdict -----------------------------------------------------------------------
-    def summary(self) -> dict:
-        """What has been measured so far, as the JSON lines hold it (without ``findings``)."""
-        wins = list(self._wins) + ([tuple(self._cur[:2])] if self._cur[2] else [])
-        share, low, high = stats.ratio_of_sums([w for w, _ in wins], [s for _, s in wins])
-        rate = (lambda n: n / self.busy if self.busy > 0 and n is not None else None)
-        samples = self.steps * self._sized[0] / self._sized[1] if self._sized and self._sized[1] else None
-        loader = {k: getattr(self.iterable, k) for k in LOADER_KNOBS if hasattr(self.iterable, k)}
-        return {"schema_version": 1, "steps": self.steps, "seconds": self.busy, "steps_per_s": rate(self.steps) or 0.0,
-                "samples_per_s": rate(samples),
-                "data_wait": {"share": share, "low": None if low is None else max(0.0, low),
-                              "high": None if high is None else min(1.0, high), "windows": len(wins)},
-                "syncs_per_step": (self._syncs_closed / self.steps if self.steps else 0.0) if self._counting else None,
-                "steps_with_sync": self._synced, "timing": "cuda events" if self._cuda is not None else "host clock",
-                "loader": {k: v for k, v in loader.items() if isinstance(v, (int, bool, type(None)))},
-                "pipeline": self._job.record(self.iterable, self._cuda, self.busy)}
+    def _per_second(self, n: Optional[float]) -> Optional[float]:
+        """``n`` over the counted steps' host time (None before any)."""
+        return n / self.busy if self.busy > 0 and n is not None else None
 
-    def _emit(self, final: bool, s: Optional[dict] = None) -> None:
+    def summary(self, left_early: Optional[bool] = None) -> WatchSummary:
+        """What has been measured so far (``left_early``: said at the end of a pass)."""
+        wins = list(self._wins)
+        if self._cur[2]:
+            wins.append((self._cur[0], self._cur[1]))
+        share, low, high = stats.ratio_of_sums([w for w, _ in wins], [s for _, s in wins])
+        if low is not None:
+            low = max(0.0, low)     # a share's interval ends where a share can
+        if high is not None:
+            high = min(1.0, high)
+        samples = None
+        if self._sized and self._sized[1]:
+            samples = self.steps * self._sized[0] / self._sized[1]
+        syncs = None
+        if self._counting:
+            syncs = self._syncs_closed / self.steps if self.steps else 0.0
+        knobs = {k: getattr(self.iterable, k) for k in LOADER_KNOBS if hasattr(self.iterable, k)}
+        return WatchSummary(
+            schema_version=1, steps=self.steps, seconds=self.busy, steps_per_s=self._per_second(self.steps) or 0.0,
+            samples_per_s=self._per_second(samples),
+            data_wait=DataWait(share, low, high, len(wins)),
+            syncs_per_step=syncs, steps_with_sync=self._synced,
+            timing="cuda events" if self._cuda is not None else "host clock",
+            loader={k: v for k, v in knobs.items() if isinstance(v, (int, bool, type(None)))},
+            pipeline=self._job.record(self.iterable, self._cuda, self.busy), left_early=left_early)
+
+    def _emit(self, final: bool, v: Optional[Verdict] = None) -> None:
         """Write the line (and the JSON record) on rank 0; a failure is a note on stderr, never the loop's."""
         self._last_line = time.perf_counter()
         try:
             if _rank()[0] != 0:
                 return
-            s = s or self.summary()
-            s.setdefault("findings", [f.to_json() for f in judge(s)])
-            s["final"] = final
+            if v is None:
+                s = self.summary()
+                v = Verdict(s, judge(s), final)
             if self.verdict or not final:
-                self._write("file", self.file, render(s, final))
+                self._write("file", self.file, render(v))
             if self.json is not None:
-                self._write("json", self.json, json.dumps(s, sort_keys=True, default=str))
+                self._write("json", self.json, json.dumps(v.to_json(), sort_keys=True, default=str))
         except Exception as exc:  # a report must never stop the training, nor hide its own error
             _note(f"watch: no {'verdict' if final else 'line'} ({type(exc).__name__}: {exc})")
 
@@ -414,9 +530,8 @@ class Watch:
                 self._drain(wait=True)
             if not (self.verdict or self.json is not None):
                 return
-            s = self.summary()
-            s["left_early"] = not ended
-            s["findings"] = [f.to_json() for f in judge(s)]
+            s = self.summary(left_early=not ended)
+            v = Verdict(s, judge(s), True)
             rank, world, dist = _rank()
             if world > 1:
                 if self._peers is None:
@@ -425,11 +540,11 @@ class Watch:
                     self._peers.publish(self._passes, rank, s)
                     return
                 got, missing = self._peers.collect(self._passes, world)
-                _merge(s, got, missing)
+                v = _merge(v, got, missing)
         except Exception as exc:  # CUDA broken by the loop's own error, say: a note, never a traceback
             _note(f"watch: no verdict ({type(exc).__name__}: {exc})")
             return
-        self._emit(final=True, s=s)
+        self._emit(final=True, v=v)
 
     def _tick(self, stop: threading.Event) -> None:
         """The timer's thread: a line every ``every_s`` until the pass ends; never raises."""
@@ -438,21 +553,18 @@ class Watch:
                 self._emit(final=False)
 
 
-def _merge(s: dict, peers: Dict[int, dict], missing: List[int]) -> None:
-    """Rank 0's verdict ``s`` with the other ranks' summaries: the spread, and the findings of the
+def _merge(v: Verdict, peers: Dict[int, WatchSummary], missing: List[int]) -> Verdict:
+    """Rank 0's verdict ``v`` with the other ranks' summaries: the spread, and the findings of the
     rank whose data wait is the largest (judged here, from its figures)."""
-    mine = {k: v for k, v in s.items() if k != "findings"}
-    ranks = [{**mine, "rank": 0, "findings": s["findings"]}]
-    ranks += [{**peer, "rank": r, "findings": [f.to_json() for f in judge(peer)]} for r, peer in sorted(peers.items())]
-    s["ranks"] = ranks
-    if missing:
-        s["ranks_missing"] = missing
+    ranks = [RankVerdict(0, v.summary, v.findings)]
+    ranks += [RankVerdict(r, peer, judge(peer)) for r, peer in sorted(peers.items())]
     worst = max(ranks, key=_share)
-    s["findings"] = [{**f, "message": f"rank {worst['rank']}: {f['message']}"} for f in worst["findings"]]
+    findings = [dataclasses.replace(f, message=f"rank {worst.rank}: {f.message}") for f in worst.findings]
+    return Verdict(v.summary, findings, v.final, ranks, missing)
 
 
-def _share(summary: dict) -> float:
-    return summary["data_wait"]["share"] or 0.0
+def _share(rank: RankVerdict) -> float:
+    return rank.summary.data_wait.share or 0.0
 
 
 _OPT_NUMBER = schema.Value(("a finite number or null", lambda v: v is None or inputs.finite(v)))
@@ -472,7 +584,7 @@ PEER_SCHEMA = schema.Table({
      "left_early"))
 
 
-def peer_summary(raw: Any) -> Optional[dict]:
+def peer_summary(raw: Any) -> Optional[WatchSummary]:
     """A summary another rank sent (bytes of JSON), checked against :data:`PEER_SCHEMA` and reduced to
     the fields rank 0 reads; None when it is not one.  The store is open to whoever reaches it."""
     if not isinstance(raw, (bytes, bytearray)) or len(raw) > MAX_PEER_BYTES:
@@ -482,7 +594,7 @@ def peer_summary(raw: Any) -> Optional[dict]:
         schema.check(value, PEER_SCHEMA)
     except ValueError:  # InputError, schema.Invalid
         return None
-    return {k: value[k] for k in PEER_SCHEMA.fields if k in value and k != "*"}
+    return WatchSummary.from_json({k: value[k] for k in PEER_SCHEMA.fields if k in value and k != "*"})
 
 
 class _Peers:
@@ -508,18 +620,18 @@ class _Peers:
             self.store = self.dist.PrefixStore(f"debtorch.watch/{self.number}", clone)
         return self.store
 
-    def publish(self, passes: int, rank: int, s: dict) -> None:
-        """Send this rank's summary (without its findings: rank 0 judges); wait for it at most
+    def publish(self, passes: int, rank: int, s: WatchSummary) -> None:
+        """Send this rank's summary (without findings: rank 0 judges); wait for it at most
         :data:`PUBLISH_WAIT_S`."""
-        value = json.dumps({k: v for k, v in s.items() if k != "findings"}, default=str)
+        value = json.dumps(s.to_json(), default=str)
         _bounded(self._send, PUBLISH_WAIT_S, f"{passes}/{rank}", value)
 
     def _send(self, key: str, value: str) -> None:
         self._connect().set(key, value)
 
-    def collect(self, passes: int, world: int) -> Tuple[Dict[int, dict], List[int]]:
+    def collect(self, passes: int, world: int) -> Tuple[Dict[int, WatchSummary], List[int]]:
         """({rank: summary} of the other ranks heard within :data:`PEER_WAIT_S`, the ranks not heard)."""
-        got: Dict[int, dict] = {}
+        got: Dict[int, WatchSummary] = {}
         keys = {r: f"{passes}/{r}" for r in range(1, world)}
         _bounded(self._poll, PEER_WAIT_S + 0.5, keys, got, time.monotonic() + PEER_WAIT_S)
         heard = dict(got)                                # (the thread may still be adding to got)

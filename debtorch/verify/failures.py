@@ -7,15 +7,35 @@ out-of-memory, and the exit code.  Torch-free.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from debtorch import fingerprint
 from debtorch.findings import finding
 from debtorch.machine import Machine
+from debtorch.train.device import Device
 from debtorch.transport.client import USER_INPUT_KINDS
 from debtorch.units import human_bytes
+from debtorch.verify.results import NonFinite
 
 SHM_FIX = "sudo mount -o remount,size=8G /dev/shm   (persist it with a tmpfs line in /etc/fstab)"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What fits after an out-of-memory: a smaller micro-batch, and the accumulation that keeps the global batch."""
+
+    micro_batch: int
+    accumulation_steps: int
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Optional["Fit"]:
+        """The worker's (or a document's) suggestion; None when there is none."""
+        if not isinstance(doc, Mapping):
+            return None
+        return cls(int(doc["micro_batch"]), int(doc["accumulation_steps"]))
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
 
 
 @dataclass
@@ -27,8 +47,8 @@ class Failure:
     phase: str = ""                     # which trial failed ("round 2: tuned")
     finding: Optional[str] = None       # the doctor's id, when one applies
     fix: str = ""                       # what to do, when known
-    suggestion: Optional[dict] = None   # settings that fit (after an out-of-memory)
-    detail: dict = field(default_factory=dict)
+    suggestion: Optional[Fit] = None    # what fits (after an out-of-memory)
+    detail: dict[str, Any] = field(default_factory=dict)
 
     @property
     def user_input(self) -> bool:
@@ -39,14 +59,20 @@ class Failure:
         where = f" ({self.phase})" if self.phase else ""
         return f"{self.message}{where}"
 
-    def to_json(self) -> dict:
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "Failure":
+        """A failure as a verify-train document recorded it (its traceback is never recorded)."""
+        return cls(kind=doc["kind"], message=doc["message"], phase=doc.get("phase") or "", finding=doc.get("finding"),
+                   fix=doc.get("fix") or "", suggestion=Fit.from_json(doc.get("suggestion")), detail=dict(doc.get("detail") or {}))
+
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["user_input"] = self.user_input
         out["detail"] = {k: v for k, v in self.detail.items() if k != "traceback"}
         return out
 
 
-def shm_finding(facts: Optional[dict]) -> tuple:
+def shm_finding(facts: Optional[dict[str, Any]]) -> tuple[str, str]:
     """(doctor id, fix) for a DataLoader worker killed by a bus error on this machine, as the doctor
     gives it: ``memory.E002`` in a container with Docker's default 64 MB /dev/shm, else ``memory.E001``."""
     shm = Machine.from_facts(facts).shm if facts else None
@@ -56,7 +82,7 @@ def shm_finding(facts: Optional[dict]) -> tuple:
     return "memory.E001", SHM_FIX
 
 
-def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Failure:
+def from_worker_error(exc: BaseException, phase: str = "", facts: Optional[dict[str, Any]] = None) -> Failure:
     """A :class:`Failure` from a :class:`debtorch.transport.client.WorkerError`."""
     kind = getattr(exc, "kind", "exception")
     detail = dict(getattr(exc, "detail", {}) or {})
@@ -68,18 +94,18 @@ def from_worker_error(exc, phase: str = "", facts: Optional[dict] = None) -> Fai
         fail.finding, fail.fix = fid, fix
         fail.message = message.replace(said, fid) if said in message else f"{message} (debtorch doctor: {fid})"
     elif kind == "oom":
-        fail.suggestion = detail.get("suggestion")
+        fail.suggestion = Fit.from_json(detail.get("suggestion"))
     elif kind == "no_torch":
         fail.fix = "pip install torch in that interpreter's venv, or name another with --python"
     return fail
 
 
-def nonfinite_loss(events: list) -> Failure:
+def nonfinite_loss(events: list[NonFinite]) -> Failure:
     """The failure of a run whose loss became NaN or infinite (``events``: analysis.nonfinite_losses).
 
     Never a healthy result: the speeds were measured on a model that no longer learns."""
     first = events[0]
-    precisions = {e["precision"] for e in events}
+    precisions = {e.precision for e in events}
     if "fp32" not in precisions:  # only the mixed-precision runs diverged
         fix = (f"train in fp32 (precision = \"fp32\" in [compute] of the config), or fp16 with its GradScaler; "
                f"{'/'.join(sorted(precisions))} loses range on this workload")
@@ -87,20 +113,25 @@ def nonfinite_loss(events: list) -> Failure:
         fix = "the loss diverges whatever the settings: lower the learning rate, check the data and the loss function"
     more = f" (and in {len(events) - 1} more run(s))" if len(events) > 1 else ""
     return Failure(kind="nonfinite_loss", message=f"the loss became non-finite (NaN or infinite) at step "
-                   f"{first['step']}{more}", phase=first["run"], fix=fix, detail={"runs": events})
+                   f"{first.step}{more}", phase=first.run, fix=fix, detail={"runs": [e.to_json() for e in events]})
 
 
-def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Optional[dict],
+def oom_message(device: Optional[Device], micro_batch: int, accumulation_steps: int, fit: Optional[Fit],
                 stopped: Optional[str] = None) -> str:
     """One line for an out-of-memory, with what fits when a smaller micro-batch was found (``stopped``:
     why the search for one ended early, when it did)."""
-    where = "the GPU" if device.startswith("cuda") else device
+    if device is None:
+        where = "the device"
+    elif device.is_cuda:
+        where = "the GPU"
+    else:
+        where = str(device)
     glob = micro_batch * accumulation_steps
     msg = f"{where} ran out of memory at micro-batch {micro_batch}"
     if fit:
-        now = fit["micro_batch"] * fit["accumulation_steps"]
+        now = fit.micro_batch * fit.accumulation_steps
         same = "as before" if now == glob else f"was {glob}"
-        msg += (f"; micro-batch {fit['micro_batch']} with accumulation_steps {fit['accumulation_steps']} "
+        msg += (f"; micro-batch {fit.micro_batch} with accumulation_steps {fit.accumulation_steps} "
                 f"fits ({now} samples per optimizer step, {same})")
     elif stopped:
         msg += f"; the search for a micro-batch that fits stopped at {stopped}"
@@ -109,6 +140,6 @@ def oom_message(device: str, micro_batch: int, accumulation_steps: int, fit: Opt
     return msg
 
 
-def stale_config(config_fingerprint: dict, here: dict) -> list:
+def stale_config(config_fingerprint: dict[str, Any], here: dict[str, Any]) -> list[str]:
     """What differs between the machine a config was tuned on and this one (:mod:`debtorch.fingerprint`)."""
     return fingerprint.differences(config_fingerprint or {}, here or {})

@@ -10,15 +10,16 @@ import contextlib
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from debtorch import facts as facts_mod
 from debtorch import fingerprint, inputs
-from debtorch.budget import WEEK_S, seconds_problem, still_starting
+from debtorch.budget import WEEK_S, count_problem, seconds_problem, still_starting
 from debtorch.facts import loadavg
 from debtorch.host import Host
 from debtorch.machine import Machine
-from debtorch.train import sim
+from debtorch.train.device import CPU, Device
+from debtorch.train.result import LoadedWorkload
 from debtorch.train.settings import PROCESS_MAX, Settings
 from debtorch.transport.client import WorkerError, worker_python
 from debtorch.tune import calibration, config, rules
@@ -33,15 +34,21 @@ from debtorch.verify.measure import (
     Measured,
     Plan,
     Progress,
+    Steps,
     Verifier,
 )
+from debtorch.verify.results import Summary
+
+
+def _quiet(text: str) -> None:
+    """No one to warn."""
 
 
 class Refused(Exception):
     """The run cannot go ahead; one line.  ``user_input``: about what the user gave.
     ``failure``: the worker's failure, when it failed before the plan (loading the workload)."""
 
-    def __init__(self, message: str, user_input: bool = True, failure=None):
+    def __init__(self, message: str, user_input: bool = True, failure: Optional[Failure] = None):
         super().__init__(message)
         self.user_input = user_input
         self.failure = failure
@@ -52,7 +59,7 @@ class Options:
     """The command's options, as given (None: the default, which --quick changes)."""
 
     workload: str = "builtin:cnn"
-    device: Optional[str] = None
+    device: Optional[Device] = None
     config: Optional[str] = None
     python: Optional[str] = None
     quick: bool = False
@@ -66,7 +73,7 @@ class Options:
     seed: int = 0
     profile: Optional[str] = None
     nproc: Optional[int] = None
-    launcher_args: list = field(default_factory=list)
+    launcher_args: list[str] = field(default_factory=list)
     timeout: float = 900.0
     force: bool = False
     cwd: Optional[str] = None
@@ -83,13 +90,14 @@ CALIBRATION_SHARE = 0.1   # of the budget, at most, for calibrating the rules' l
 
 
 def launcher_args(nnodes: Optional[int], node_rank: Optional[int], master_addr: Optional[str],
-                  master_port: Optional[int]) -> list:
+                  master_port: Optional[int]) -> list[str]:
     """torch.distributed.run's multi-node options, checked, then passed through as given.
 
     Raises :class:`Refused` for values torchrun would hang on or reject late: a node
     rank outside ``0 .. nnodes - 1``, a port outside 1-65535, an address that is not one word."""
-    if nnodes is not None and not 1 <= nnodes <= PROCESS_MAX:
-        raise Refused(f"--nnodes must be from 1 to {PROCESS_MAX} (got {nnodes})")
+    problem = None if nnodes is None else count_problem("--nnodes", nnodes, 1, PROCESS_MAX)
+    if problem:
+        raise Refused(problem)
     if node_rank is not None and not 0 <= node_rank < (nnodes or 1):
         raise Refused(f"--node-rank {node_rank} is not a rank of {nnodes or 1} node(s): it must be from 0 to "
                       f"{(nnodes or 1) - 1}" + ("" if nnodes else " (give --nnodes)"))
@@ -108,23 +116,34 @@ def _range_problem(o: Options) -> Optional[str]:
         problem = seconds_problem("--budget", o.budget, MIN_BUDGET_QUICK_S if o.quick else MIN_BUDGET_S)
     if problem:
         return problem
-    if not 0 <= o.seed <= SEED_MAX:
-        return f"--seed must be from 0 to {SEED_MAX} (got {o.seed})"
-    if o.repeats > MAX_REPEATS:
-        return f"--repeats must be at most {MAX_REPEATS} (got {o.repeats})"
-    for name, value in (("--steps", o.steps), ("--warmup", o.warmup), ("--max-steps", o.max_steps)):
-        if value is not None and value > MAX_STEPS:
-            return f"{name} must be at most {MAX_STEPS} (got {value})"
-    if o.nproc is not None and not 1 <= o.nproc <= PROCESS_MAX:
-        return f"--nproc must be from 1 to {PROCESS_MAX} (got {o.nproc})"
-    if o.repeats < MIN_REPEATS:
-        return f"--repeats must be at least {MIN_REPEATS} (medians need interleaved repeats)"
-    for name, value, least in (("--steps", o.steps, 2), ("--warmup", o.warmup, 0), ("--max-steps", o.max_steps, 0)):
-        if value is not None and value < least:
-            return f"{name} must be " + (f"at least {least}" if least else ">= 0")
+    counts = [("--seed", o.seed, 0, SEED_MAX, ""),
+              ("--repeats", o.repeats, MIN_REPEATS, MAX_REPEATS, "medians need interleaved repeats"),
+              ("--steps", o.steps, 2, MAX_STEPS, ""), ("--warmup", o.warmup, 0, MAX_STEPS, ""),
+              ("--max-steps", o.max_steps, 0, MAX_STEPS, ""), ("--nproc", o.nproc, 1, PROCESS_MAX, "")]
+    for name, value, least, most, why in counts:
+        problem = None if value is None else count_problem(name, value, least, most, why)
+        if problem:
+            return problem
     if o.target_loss is not None and not inputs.finite(o.target_loss):
         return "--target-loss must be a finite number"
     return None
+
+
+@dataclass(frozen=True)
+class TunedBy:
+    """Where the tuned settings came from (the JSON's ``config``): a config file (``path``), or the rules
+    for this machine and the loaded workload; ``record`` is what the document keeps beside the source."""
+
+    source: str                       # "config" or "rules"
+    record: dict[str, Any]
+    path: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "TunedBy":
+        return cls(doc["source"], {k: v for k, v in doc.items() if k != "source"}, doc.get("path"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, **self.record}
 
 
 @dataclass
@@ -132,16 +151,16 @@ class Outcome:
     """What a run measured, with what the report shows beside it."""
 
     measured: Measured
-    summary: dict
+    summary: Summary
     verdict: str
-    warnings: list
-    config: Optional[dict]  # where the tuned settings came from (the JSON's "config")
-    facts: dict
+    warnings: list[str]
+    config: Optional[TunedBy]   # where the tuned settings came from
+    facts: dict[str, Any]
     load: Optional[loadavg.Busy] = None   # whether the machine was busy while measuring
 
     @property
     def measured_anything(self) -> bool:
-        return bool(self.summary["baseline"]["runs"] or self.summary["tuned"]["runs"])
+        return self.summary.measured_anything
 
 
 def plan_of(o: Options) -> Plan:
@@ -151,11 +170,11 @@ def plan_of(o: Options) -> Plan:
     problem = _range_problem(o)
     if problem:
         raise Refused(problem)
-    if sim.is_sim(o.device) and (o.nproc or 1) > 1:
+    if o.device is not None and o.device.simulated and (o.nproc or 1) > 1:
         raise Refused("--nproc: a simulated accelerator is one device in one process")
-    kw = {"workload": o.workload, "device": o.device, "repeats": o.repeats, "target_loss": o.target_loss,
-          "seed": o.seed, "launcher_args": o.launcher_args, "timeout": o.timeout, "cwd": o.cwd,
-          "profile_dir": o.profile, "started": o.started}
+    kw: dict[str, Any] = {"workload": o.workload, "device": o.device, "repeats": o.repeats,
+                          "target_loss": o.target_loss, "seed": o.seed, "launcher_args": o.launcher_args,
+                          "timeout": o.timeout, "cwd": o.cwd, "profile_dir": o.profile, "started": o.started}
     for name, value in (("steps", o.steps), ("warmup", o.warmup), ("converge_steps", o.max_steps),
                         ("budget_s", o.budget)):
         if value is not None:
@@ -211,14 +230,15 @@ def prepare(o: Options, host: Host) -> "Prepared":
         verifier.close(kill=True)
         raise
     ready = Prepared(o, plan, cfg, facts, verifier=verifier, host=host, load_before=before)
-    if cfg is not None:
+    if cfg is not None and o.config is not None:
         stale = stale_config(cfg.fingerprint, fingerprint.from_facts(ready.facts))
         if stale:
             ready.warnings.append(f"{o.config} was tuned on another machine or environment: {'; '.join(stale)} "
                                   "(re-tune here: debtorch tune --measure --write)")
-        ready.config = {"source": "config", "path": os.path.abspath(o.config), "settings": cfg.settings.to_dict(),
-                        "tuned": cfg.tuned, "fingerprint": cfg.fingerprint, "env": cfg.env,
-                        "total_steps": cfg.total_steps, "epochs": cfg.epochs, "stale": stale}
+        path = os.path.abspath(o.config)
+        ready.config = TunedBy("config", {"path": path, "settings": cfg.settings.to_dict(), "tuned": cfg.tuned,
+                                          "fingerprint": cfg.fingerprint, "env": cfg.env,
+                                          "total_steps": cfg.total_steps, "epochs": cfg.epochs, "stale": stale}, path)
     if o.nproc is not None:
         plan.nproc = o.nproc
     return ready
@@ -231,9 +251,9 @@ class Prepared:
     options: Options
     plan: Plan
     cfg: Optional[ConfigFile]
-    facts: dict
-    config: Optional[dict] = None
-    warnings: list = field(default_factory=list)
+    facts: dict[str, Any]
+    config: Optional[TunedBy] = None
+    warnings: list[str] = field(default_factory=list)
     verifier: Optional[Verifier] = None   # its worker already started by prepare()
     host: Optional[Host] = None           # this machine, for the load after measuring
     load_before: Optional[loadavg.Reading] = None
@@ -243,7 +263,7 @@ class Prepared:
         if self.verifier is not None:
             self.verifier.close(kill=True)
 
-    def run(self, progress: Optional[Progress] = None, warn: Callable[[str], None] = lambda text: None) -> Outcome:
+    def run(self, progress: Optional[Steps] = None, warn: Optional[Callable[[str], None]] = None) -> Outcome:
         """Start the worker and run the plan.  A failure during the plan is in the outcome;
         one before it (the worker cannot start, no settings fit) raises :class:`Refused`.
         Ctrl-C ends the run with what was measured so far (``measured.interrupted``)."""
@@ -263,27 +283,27 @@ class Prepared:
                         failure = Failure("too_small", still_starting(self.plan.budget_s, verifier.budget.spent()))
                     raise Refused(failure.message + (f"; {failure.fix}" if failure.fix else ""),
                                   failure.user_input, failure) from None
-                tuned = self._tuned(info, warn, verifier)
-                if self.options.nproc is None and not sim.is_sim(self.plan.device):
+                tuned = self._tuned(info, warn or _quiet, verifier)
+                if self.options.nproc is None and not self.plan.simulated:
                     self.plan.nproc = tuned.nproc  # the config's (or the rules') processes per machine
-                m.plan = self.plan.to_json()
+                m.plan = self.plan.copy()
                 verifier.run(Settings(), tuned)
         except KeyboardInterrupt:
             m.interrupted = True
         if m.failure is not None and m.failure.kind == "too_small":
             raise Refused(m.failure.message, True, m.failure)   # nothing measured: the budget that would do
         summary = analysis.summary(m)
-        if m.failure is None and summary["nonfinite_loss"]:
+        if m.failure is None and summary.nonfinite_loss:
             # A loss that became NaN is a failed run (exit 1), never "within 10%" of anything.
-            m.failure = nonfinite_loss(summary["nonfinite_loss"])
-            summary["failed"] = m.failure.line()
-        verdict = analysis.verdict(summary, m.plan) if summary["baseline"]["runs"] or summary["tuned"]["runs"] else ""
+            m.failure = nonfinite_loss(summary.nonfinite_loss)
+            summary = dataclasses.replace(summary, failed=m.failure.line())
+        verdict = analysis.verdict(summary, m.plan) if summary.measured_anything else ""
         if m.failure is not None and not verdict:
             verdict = f"failed: {m.failure.line()}"
         load = self._load_check(m)
         if load is not None and load.busy:
             self.warnings.append(load.warning())
-            warn(self.warnings[-1])
+            (warn or _quiet)(self.warnings[-1])
         return Outcome(m, summary, verdict, self.warnings, self.config, self.facts, load)
 
     def _load_check(self, m: Measured) -> Optional[loadavg.Busy]:
@@ -292,22 +312,22 @@ class Prepared:
         if self.host is None or self.load_before is None or not (m.baseline or m.tuned):
             return None
         cpus = Machine.from_facts(self.facts).cpus.usable
-        own = max(trial_tasks(Settings.from_dict(s), cpus) for s in (m.baseline, m.tuned) if s)
+        own = max(trial_tasks(s, cpus) for s in (m.baseline, m.tuned) if s is not None)
         return load_check(self.load_before, loadavg.read(self.host), cpus, own)
 
-    def _tuned(self, info: dict, warn: Callable[[str], None], verifier: Optional[Verifier] = None) -> Settings:
+    def _tuned(self, info: LoadedWorkload, warn: Callable[[str], None], verifier: Optional[Verifier] = None) -> Settings:
         """The config's settings, or the rules' for this machine and the loaded workload, calibrated on it
         through ``verifier``'s worker (docs/tune.md, "Calibrated rules")."""
-        device = info.get("device") or "cpu"
-        device = device if sim.is_sim(device) else device.split(":")[0]
+        trains_on = info.device or CPU
+        device = trains_on.unindexed()
         if self.cfg is not None:
-            if self.cfg.tuned_for != device:
+            if self.cfg.tuned_on != device:
                 self.warnings.append(f"{self.options.config} was tuned for {self.cfg.tuned_for}; "
-                                     f"this run trains on {info.get('device') or 'cpu'}")
+                                     f"this run trains on {trains_on}")
                 warn(self.warnings[-1])
             return self.cfg.settings
-        request = rules.Request(device=device, steps=None if sim.is_sim(device) else self.plan.converge_steps or None,
-                                model="conv" if info.get("convolutional") else "other")
+        steps = None if device.simulated else self.plan.converge_steps or None
+        request = rules.Request(device=device, steps=steps, model="conv" if info.convolutional else "other")
         try:
             rec = rules.recommend(self.facts, request)
         except rules.RequestError as exc:
@@ -316,20 +336,21 @@ class Prepared:
         if cal is not None:
             rec = rules.recommend(self.facts, dataclasses.replace(request, calibration=cal))
             rec.notes.append(calibration.describe(cal))
-        self.config = {"source": "rules", "settings": rec.settings.to_dict(),
-                       "reasons": {k: str(v) for k, v in rec.reasons.items()}, "notes": list(rec.notes),
-                       "env": dict(rec.env), "calibration": cal.to_json() if cal is not None else None}
+        self.config = TunedBy("rules", {"settings": rec.settings.to_dict(),
+                                        "reasons": {k: str(v) for k, v in rec.reasons.items()},
+                                        "notes": list(rec.notes), "env": dict(rec.env),
+                                        "calibration": cal.to_json() if cal is not None else None})
         return rec.settings
 
-    def _calibrate(self, rec: rules.Recommendation, info: dict,
+    def _calibrate(self, rec: rules.Recommendation, info: LoadedWorkload,
                    verifier: Verifier) -> Optional[calibration.Calibration]:
         """The calibration of the rules on the loaded workload, in at most a tenth of the budget (and
         :data:`calibration.CALIBRATION_S`); None, with a note, when its trials give no usable figures.
         The budget's end and a failed worker pass through (the run reports them)."""
         seconds = calibration.CALIBRATION_S
-        if verifier.budget.limited:
+        if verifier.budget.seconds is not None and verifier.budget.limited:
             seconds = min(seconds, CALIBRATION_SHARE * verifier.budget.seconds)
-        batch = int(info.get("batch_size") or 1)
+        batch = int(info.batch_size or 1)
         try:
             return calibration.calibrate(verifier.calibration_trial, rec.settings, rec.device, batch,
                                          rec.per_process_cpus, seconds=seconds, clock=verifier.clock)
