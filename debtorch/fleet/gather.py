@@ -316,15 +316,15 @@ def representatives(arrivals: list[Arrival]) -> list[int]:
     taken: dict[tuple, int] = {}
     out = []
     for a in arrivals:
-        if a.status != OK:
+        if a.status != OK or a.key is None:  # (an arrival with digests always has its key)
             continue
         if a.version != __version__:
             out.append(a.rank)
             continue
-        count = taken.get(a.key, 0)   # type: ignore[arg-type]
+        count = taken.get(a.key, 0)
         if count <= SPARES:
             out.append(a.rank)
-            taken[a.key] = count + 1   # type: ignore[index]
+            taken[a.key] = count + 1
     return out
 
 

@@ -236,6 +236,12 @@ class Decoder:
 _WS = re.compile(r"[ \t\n\r]*")
 
 
+def _after_blanks(text: str, i: int) -> int:
+    """Where the JSON whitespace from ``text[i]`` on ends (``i`` when there is none: _WS always matches)."""
+    m = _WS.match(text, i)
+    return m.end() if m is not None else i
+
+
 def _no_constant(word: str) -> Any:
     raise ValueError(f"{word} is not a number JSON allows")
 
@@ -249,8 +255,8 @@ def _walk(text: str) -> Optional[tuple[dict, dict[str, str]]]:
     ``facts`` object when it has one.  None for anything else (the caller then parses the text the
     usual way, which says what is wrong)."""
     try:
-        doc, raws, end = _object(text, _WS.match(text, 0).end(), "facts")  # type: ignore[union-attr]
-        if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
+        doc, raws, end = _object(text, _after_blanks(text, 0), "facts")
+        if _after_blanks(text, end) != len(text):
             return None
     except (ValueError, RecursionError, IndexError):
         return None
@@ -262,7 +268,7 @@ def _object(text: str, i: int, nested: Optional[str]) -> tuple[dict, dict[str, s
     object under the key ``nested`` is walked the same way, and its keys' texts are returned."""
     if text[i] != "{":
         raise ValueError("not an object")
-    i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+    i = _after_blanks(text, i + 1)
     out: dict = {}
     raws: dict[str, str] = {}
     inner: Optional[dict[str, str]] = None
@@ -272,10 +278,10 @@ def _object(text: str, i: int, nested: Optional[str]) -> tuple[dict, dict[str, s
         key, i = _JSON.raw_decode(text, i)
         if not isinstance(key, str):
             raise ValueError("a key that is not a string")
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _after_blanks(text, i)
         if text[i] != ":":
             raise ValueError("no colon")
-        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        i = _after_blanks(text, i + 1)
         start = i
         if key == nested and text[i] == "{":
             value, inner, i = _object(text, i, None)
@@ -283,9 +289,9 @@ def _object(text: str, i: int, nested: Optional[str]) -> tuple[dict, dict[str, s
             value, i = _JSON.raw_decode(text, i)
         out[key] = value
         raws[key] = text[start:i]
-        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        i = _after_blanks(text, i)
         if text[i] == ",":
-            i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+            i = _after_blanks(text, i + 1)
             continue
         if text[i] != "}":
             raise ValueError("no comma")
