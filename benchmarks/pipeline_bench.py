@@ -220,9 +220,21 @@ def watch_once(args: argparse.Namespace, out: Path, quiet: Quiet, spec: str, fac
                              abs(p["predicted_wait"] - measured["data_wait"]["share"]) <= 0.10),
         "device_idle_predicted": predicted_idle, "device_idle_measured": device.get("idle_share"),
         "samples_per_s": measured.get("samples_per_s"),
+        # the contention term: a queued batch's hand-over on CPUs the workers and other processes keep busy
+        "handover_predicted_s": p.get("handover_s"), "busy_beside_predicted": p.get("busy_beside"),
+        "fetch_s_measured": measured["pipeline"]["fetch_s"], "cpus_measured": measured["pipeline"]["cpus"],
+        "informative": informative(p.get("predicted_wait"), measured["data_wait"]["share"]),
     }
     log(f"{tag}: predicted {p.get('predicted_wait')}, measured {measured['data_wait']['share']:.3f}")
     return result
+
+
+INFORMATIVE = 0.9   # a host clock near 100% agrees with any prediction near 100%: such a start tests little
+
+
+def informative(predicted: Optional[float], measured: float) -> bool:
+    """Whether a start tests the model: its prediction and its measurement not both near 100%."""
+    return predicted is not None and not (predicted >= INFORMATIVE and measured >= INFORMATIVE)
 
 
 def loop(args: argparse.Namespace, spec: str, extra: list, json_path: Path, device_json: Path) -> None:
@@ -394,15 +406,20 @@ def render(machine_text: str, results: dict) -> str:
         lines += ["## watch -> --from-watch -> watch again", "",
                   f"Load average {w['load_before']} before, {w['load_after']} after.", "",
                   "| device | start | data wait before | prescribed | predicted | measured after (95%) | within 10 points | "
-                  "device idle: model, measured |", "|---|---|---:|---|---:|---:|---|---|"]
+                  "device idle: model, measured | CPUs busy beside: model, measured | hand-over: model, median fetch |",
+                  "|---|---|---:|---|---:|---:|---|---|---|---|"]
         for r in w["runs"]:
             m = r["measured_wait"]
             lines.append(f"| {r['factor']:g}x (`{r['device'].split(',')[0]}`) | {r['start_workers']} worker(s) | {r['before']['share']:.0%} | "
                          f"w{r['prescribed']['num_workers']} pf{r['prescribed']['prefetch_factor']} | "
                          f"{(r['predicted_wait'] or 0):.0%} | {m['share']:.0%} ({m['low'] or 0:.0%}-{m['high'] or 0:.0%}) | "
                          f"{'yes' if r['within_10_points'] else 'NO'} | "
-                         f"{(r['device_idle_predicted'] or 0):.0%}, {(r['device_idle_measured'] or 0):.0%} |")
-        lines.append("")
+                         f"{(r['device_idle_predicted'] or 0):.0%}, {(r['device_idle_measured'] or 0):.0%} | "
+                         f"{_busy_beside(r)} | {_handover(r)} |")
+        told = [r for r in w["runs"] if r.get("informative")]
+        lines += ["", f"Informative starts (prediction and measurement not both at {INFORMATIVE:.0%} or more): "
+                  f"{len(told)} of {len(w['runs'])}, within 10 points: {sum(1 for r in told if r['within_10_points'])}.",
+                  ""]
         for r in w["runs"]:
             lines.append(f"- {r['factor']:g}x, from {r['start_workers']} worker(s): {r['reason']['rule']}: "
                          f"{r['reason']['text']}")
@@ -424,6 +441,24 @@ def render(machine_text: str, results: dict) -> str:
                          f"{'; '.join(t['findings']) or 'none'} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _busy_beside(r: dict) -> str:
+    """The CPUs the model expects the workers and other processes to keep busy beside the training process,
+    and what the watch after the prescription measured (the machine's busy CPUs less the training process's)."""
+    model = r.get("busy_beside_predicted")
+    cpus = r.get("cpus_measured") or {}
+    measured = None
+    if cpus.get("machine_busy") is not None:
+        measured = cpus["machine_busy"] - (cpus.get("main_busy") or 0.0)
+    return f"{'-' if model is None else f'{model:.2f}'}, {'-' if measured is None else f'{measured:.2f}'}"
+
+
+def _handover(r: dict) -> str:
+    """The model's hand-over of a queued batch against the median fetch measured after the prescription."""
+    model = r.get("handover_predicted_s")
+    fetch = (r.get("fetch_s_measured") or {}).get("median")
+    return f"{'-' if model is None else f'{1e3 * model:.1f} ms'}, {'-' if fetch is None else f'{1e3 * fetch:.1f} ms'}"
 
 
 def main() -> int:

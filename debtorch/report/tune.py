@@ -104,8 +104,9 @@ def trials_lines(result: Result, verbose: bool = False) -> list[str]:
             r.errors.append(t.error)
     best = result.best.short()
     w = max([len(k) for k in rows] + [8])
+    held = f", {result.reserve:.1f} s of it held for stopping the worker" if result.reserve else ""
     lines = [f"trials: {len(result.trials)} in {result.spent:.1f} s of a {result.budget:.0f} s budget "
-             f"({result.stopped})",
+             f"({result.stopped}{held})",
              f"  {'settings':<{w}}  {'runs':>4}  {'samples/s':>9}  {'spread':>7}  {'data wait':>9}  first raced for"]
     for k in sorted(rows, key=lambda k: -rows[k].median()):
         r = rows[k]
