@@ -10,8 +10,14 @@
   interval above 1.
 * `watch`: a user's loop (benchmarks/pipeline_loop.py) watched at 0 workers and at 1 (too few), `tune
   --from-watch` on each record, the loop again with the prescription, watched: the data wait predicted
-  against the one measured (target: within 10 points), and the simulated device's idle share beside
-  the model's `1 - supplied / consumed`.
+  against the one measured (target: within 10 points), the simulated device's idle share beside
+  the model's `1 - supplied / consumed`, and the CPU contention a queued batch's hand-over meets: the
+  CPUs the model expects the workers to keep busy against those measured (and the other processes'),
+  its hand-over against the median fetch.  A start tests the model only where
+  the prediction and the measurement are not both near 100% (a host clock waits nearly all the time
+  whenever the loop is input-bound): the report counts those starts.  The 1.2x device gives two of them
+  on a quiet 2-CPU machine (two workers feed it); where other processes hold a CPU, two workers cannot,
+  every start reads near 100%, and `--watch-factors` should name devices the CPUs left can feed.
 * `dataread`: a folder of `--files` small files on a disk (created once), `dataread.measure` (what `doctor
   --measure-data` runs) against `fio` reading the same files the same way (whole files, psync, the cache
   dropped first, the same number of readers), interleaved `--rounds` times: MB/s and files/s at 1 and N
@@ -221,7 +227,7 @@ def watch_once(args: argparse.Namespace, out: Path, quiet: Quiet, spec: str, fac
         "device_idle_predicted": predicted_idle, "device_idle_measured": device.get("idle_share"),
         "samples_per_s": measured.get("samples_per_s"),
         # the contention term: a queued batch's hand-over on CPUs the workers and other processes keep busy
-        "handover_predicted_s": p.get("handover_s"), "busy_beside_predicted": p.get("busy_beside"),
+        "handover_predicted_s": p.get("handover_s"), "workers_cpus_predicted": p.get("workers_cpus"),
         "fetch_s_measured": measured["pipeline"]["fetch_s"], "cpus_measured": measured["pipeline"]["cpus"],
         "informative": informative(p.get("predicted_wait"), measured["data_wait"]["share"]),
     }
@@ -406,8 +412,8 @@ def render(machine_text: str, results: dict) -> str:
         lines += ["## watch -> --from-watch -> watch again", "",
                   f"Load average {w['load_before']} before, {w['load_after']} after.", "",
                   "| device | start | data wait before | prescribed | predicted | measured after (95%) | within 10 points | "
-                  "device idle: model, measured | CPUs busy beside: model, measured | hand-over: model, median fetch |",
-                  "|---|---|---:|---|---:|---:|---|---|---|---|"]
+                  "device idle: model, measured | workers' CPUs: model, measured | others' CPUs | hand-over: model, median fetch |",
+                  "|---|---|---:|---|---:|---:|---|---|---|---:|---|"]
         for r in w["runs"]:
             m = r["measured_wait"]
             lines.append(f"| {r['factor']:g}x (`{r['device'].split(',')[0]}`) | {r['start_workers']} worker(s) | {r['before']['share']:.0%} | "
@@ -415,7 +421,7 @@ def render(machine_text: str, results: dict) -> str:
                          f"{(r['predicted_wait'] or 0):.0%} | {m['share']:.0%} ({m['low'] or 0:.0%}-{m['high'] or 0:.0%}) | "
                          f"{'yes' if r['within_10_points'] else 'NO'} | "
                          f"{(r['device_idle_predicted'] or 0):.0%}, {(r['device_idle_measured'] or 0):.0%} | "
-                         f"{_busy_beside(r)} | {_handover(r)} |")
+                         f"{_workers_cpus(r)} | {_others(r)} | {_handover(r)} |")
         told = [r for r in w["runs"] if r.get("informative")]
         lines += ["", f"Informative starts (prediction and measurement not both at {INFORMATIVE:.0%} or more): "
                   f"{len(told)} of {len(w['runs'])}, within 10 points: {sum(1 for r in told if r['within_10_points'])}.",
@@ -443,15 +449,20 @@ def render(machine_text: str, results: dict) -> str:
     return "\n".join(lines)
 
 
-def _busy_beside(r: dict) -> str:
-    """The CPUs the model expects the workers and other processes to keep busy beside the training process,
-    and what the watch after the prescription measured (the machine's busy CPUs less the training process's)."""
-    model = r.get("busy_beside_predicted")
-    cpus = r.get("cpus_measured") or {}
-    measured = None
-    if cpus.get("machine_busy") is not None:
-        measured = cpus["machine_busy"] - (cpus.get("main_busy") or 0.0)
+def _workers_cpus(r: dict) -> str:
+    """The CPUs the model expects the workers to keep busy (decoding at the rate consumed), and what the watch
+    after the prescription measured."""
+    model = r.get("workers_cpus_predicted")
+    measured = (r.get("cpus_measured") or {}).get("workers_busy")
     return f"{'-' if model is None else f'{model:.2f}'}, {'-' if measured is None else f'{measured:.2f}'}"
+
+
+def _others(r: dict) -> str:
+    """The CPUs other processes used during the watch after the prescription (the machine's less the job's)."""
+    cpus = r.get("cpus_measured") or {}
+    if cpus.get("machine_busy") is None:
+        return "-"
+    return f"{cpus['machine_busy'] - (cpus.get('main_busy') or 0.0) - (cpus.get('workers_busy') or 0.0):.2f}"
 
 
 def _handover(r: dict) -> str:

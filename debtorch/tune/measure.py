@@ -303,13 +303,15 @@ def measure(rec: Recommendation, facts: dict[str, Any], opts: MeasureOptions, tr
                 raise
             raise MeasureUsageError(still_starting(opts.budget_s, budget.spent())) from None
     try:
-        budget.hold(getattr(trials, "stop_s", 0.0))
         trialer = Trialer(trials, clock)
         before = budget.spent()
         try:
             cost = trialer.calibrate(rec.settings, budget.left())
         except TooSmall as small:
             raise _too_small(opts, before, budget.spent() - before, small.need, small.where) from None
+        # The search keeps what stopping the worker may cost for the end (a hang before it is stopped at
+        # the budget's end, within the stated slack).
+        budget.hold(getattr(trials, "stop_s", 0.0))
         left = budget.left()
         if left < MIN_TRIALS * cost:
             raise _too_small(opts, before, budget.spent() - before,
