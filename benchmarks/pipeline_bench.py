@@ -10,8 +10,14 @@
   interval above 1.
 * `watch`: a user's loop (benchmarks/pipeline_loop.py) watched at 0 workers and at 1 (too few), `tune
   --from-watch` on each record, the loop again with the prescription, watched: the data wait predicted
-  against the one measured (target: within 10 points), and the simulated device's idle share beside
-  the model's `1 - supplied / consumed`.
+  against the one measured (target: within 10 points), the simulated device's idle share beside
+  the model's `1 - supplied / consumed`, and the CPU contention a queued batch's hand-over meets: the
+  CPUs the model expects the workers to keep busy against those measured (and the other processes'),
+  its hand-over against the median fetch.  A start tests the model only where
+  the prediction and the measurement are not both near 100% (a host clock waits nearly all the time
+  whenever the loop is input-bound): the report counts those starts.  The 1.2x device gives two of them
+  on a quiet 2-CPU machine (two workers feed it); where other processes hold a CPU, two workers cannot,
+  every start reads near 100%, and `--watch-factors` should name devices the CPUs left can feed.
 * `dataread`: a folder of `--files` small files on a disk (created once), `dataread.measure` (what `doctor
   --measure-data` runs) against `fio` reading the same files the same way (whole files, psync, the cache
   dropped first, the same number of readers), interleaved `--rounds` times: MB/s and files/s at 1 and N
@@ -220,9 +226,21 @@ def watch_once(args: argparse.Namespace, out: Path, quiet: Quiet, spec: str, fac
                              abs(p["predicted_wait"] - measured["data_wait"]["share"]) <= 0.10),
         "device_idle_predicted": predicted_idle, "device_idle_measured": device.get("idle_share"),
         "samples_per_s": measured.get("samples_per_s"),
+        # the contention term: a queued batch's hand-over on CPUs the workers and other processes keep busy
+        "handover_predicted_s": p.get("handover_s"), "workers_cpus_predicted": p.get("workers_cpus"),
+        "fetch_s_measured": measured["pipeline"]["fetch_s"], "cpus_measured": measured["pipeline"]["cpus"],
+        "informative": informative(p.get("predicted_wait"), measured["data_wait"]["share"]),
     }
     log(f"{tag}: predicted {p.get('predicted_wait')}, measured {measured['data_wait']['share']:.3f}")
     return result
+
+
+INFORMATIVE = 0.9   # a host clock near 100% agrees with any prediction near 100%: such a start tests little
+
+
+def informative(predicted: Optional[float], measured: float) -> bool:
+    """Whether a start tests the model: its prediction and its measurement not both near 100%."""
+    return predicted is not None and not (predicted >= INFORMATIVE and measured >= INFORMATIVE)
 
 
 def loop(args: argparse.Namespace, spec: str, extra: list, json_path: Path, device_json: Path) -> None:
@@ -394,15 +412,20 @@ def render(machine_text: str, results: dict) -> str:
         lines += ["## watch -> --from-watch -> watch again", "",
                   f"Load average {w['load_before']} before, {w['load_after']} after.", "",
                   "| device | start | data wait before | prescribed | predicted | measured after (95%) | within 10 points | "
-                  "device idle: model, measured |", "|---|---|---:|---|---:|---:|---|---|"]
+                  "device idle: model, measured | workers' CPUs: model, measured | others' CPUs | hand-over: model, median fetch |",
+                  "|---|---|---:|---|---:|---:|---|---|---|---:|---|"]
         for r in w["runs"]:
             m = r["measured_wait"]
             lines.append(f"| {r['factor']:g}x (`{r['device'].split(',')[0]}`) | {r['start_workers']} worker(s) | {r['before']['share']:.0%} | "
                          f"w{r['prescribed']['num_workers']} pf{r['prescribed']['prefetch_factor']} | "
                          f"{(r['predicted_wait'] or 0):.0%} | {m['share']:.0%} ({m['low'] or 0:.0%}-{m['high'] or 0:.0%}) | "
                          f"{'yes' if r['within_10_points'] else 'NO'} | "
-                         f"{(r['device_idle_predicted'] or 0):.0%}, {(r['device_idle_measured'] or 0):.0%} |")
-        lines.append("")
+                         f"{(r['device_idle_predicted'] or 0):.0%}, {(r['device_idle_measured'] or 0):.0%} | "
+                         f"{_workers_cpus(r)} | {_others(r)} | {_handover(r)} |")
+        told = [r for r in w["runs"] if r.get("informative")]
+        lines += ["", f"Informative starts (prediction and measurement not both at {INFORMATIVE:.0%} or more): "
+                  f"{len(told)} of {len(w['runs'])}, within 10 points: {sum(1 for r in told if r['within_10_points'])}.",
+                  ""]
         for r in w["runs"]:
             lines.append(f"- {r['factor']:g}x, from {r['start_workers']} worker(s): {r['reason']['rule']}: "
                          f"{r['reason']['text']}")
@@ -424,6 +447,29 @@ def render(machine_text: str, results: dict) -> str:
                          f"{'; '.join(t['findings']) or 'none'} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _workers_cpus(r: dict) -> str:
+    """The CPUs the model expects the workers to keep busy (decoding at the rate consumed), and what the watch
+    after the prescription measured."""
+    model = r.get("workers_cpus_predicted")
+    measured = (r.get("cpus_measured") or {}).get("workers_busy")
+    return f"{'-' if model is None else f'{model:.2f}'}, {'-' if measured is None else f'{measured:.2f}'}"
+
+
+def _others(r: dict) -> str:
+    """The CPUs other processes used during the watch after the prescription (the machine's less the job's)."""
+    cpus = r.get("cpus_measured") or {}
+    if cpus.get("machine_busy") is None:
+        return "-"
+    return f"{cpus['machine_busy'] - (cpus.get('main_busy') or 0.0) - (cpus.get('workers_busy') or 0.0):.2f}"
+
+
+def _handover(r: dict) -> str:
+    """The model's hand-over of a queued batch against the median fetch measured after the prescription."""
+    model = r.get("handover_predicted_s")
+    fetch = (r.get("fetch_s_measured") or {}).get("median")
+    return f"{'-' if model is None else f'{1e3 * model:.1f} ms'}, {'-' if fetch is None else f'{1e3 * fetch:.1f} ms'}"
 
 
 def main() -> int:

@@ -57,13 +57,20 @@ def still_starting(budget_s: float, spent_s: float) -> str:
 
 
 class Budget:
-    """``seconds`` of wall-clock time from ``start`` (default: now); ``None`` is no limit."""
+    """``seconds`` of wall-clock time from ``start`` (default: now); ``None`` is no limit.  :meth:`hold` keeps
+    the end of it back for finishing (stopping a worker): every wait, and what is left, end that much earlier."""
 
     def __init__(self, seconds: Optional[float], start: Optional[float] = None,
                  clock: Callable[[], float] = time.monotonic):
         self.seconds = None if seconds is None else float(seconds)
         self.clock = clock
         self.start = clock() if start is None else start
+        self.reserve = 0.0   # seconds at the end kept for finishing
+
+    def hold(self, seconds: float) -> None:
+        """Keep ``seconds`` at the end for finishing (the most any caller asked for)."""
+        if math.isfinite(seconds) and seconds > self.reserve:
+            self.reserve = seconds
 
     @property
     def limited(self) -> bool:
@@ -73,10 +80,10 @@ class Budget:
         return max(0.0, self.clock() - self.start)
 
     def left(self) -> float:
-        """Seconds left (infinite without a limit; never negative)."""
+        """Seconds left before what is held for finishing (infinite without a limit; never negative)."""
         if self.seconds is None or not self.limited:
             return math.inf
-        return max(0.0, self.seconds - self.spent())
+        return max(0.0, self.seconds - self.reserve - self.spent())
 
     def fits(self, seconds: float) -> bool:
         """Whether something expected to take ``seconds`` ends within the budget."""

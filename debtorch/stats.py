@@ -44,10 +44,21 @@ class Estimate:
     impossible: bool = False        # the point estimate lies where no real measurement can
     reason: str = ""                # one line: why this verdict
     confidence: float = CONFIDENCE
+    # The interval rests on fewer rounds than any verdict needs (MIN_ROUNDS): with one degree of freedom
+    # Student's t stretches it beyond anything a measurement says (0.00x to 1820361x from 2 rounds), so it is
+    # kept here and never stated: the reports say "inconclusive (N rounds)" and how many more would resolve it.
+    interval_unresolved: bool = False
 
     @property
     def resolved(self) -> bool:
         return self.verdict != INCONCLUSIVE
+
+    @property
+    def interval(self) -> Optional[tuple[float, float]]:
+        """(low, high) when there is an interval worth stating; None with too few rounds for one."""
+        if self.interval_unresolved or self.low is None or self.high is None:
+            return None
+        return self.low, self.high
 
     def to_dict(self, name: str = "estimate") -> dict:
         """JSON-ready, the figure under ``name`` (``ratio``, ``cost``, ``share``)."""
@@ -95,15 +106,17 @@ def t_quantile(p: float, df: int) -> float:
 
 def _t_interval(la: list, lb: list, paired: bool, confidence: float) -> Optional[tuple]:
     """Student's t interval of the mean log-ratio (paired) or of the difference of mean logs (Welch's,
-    unpaired: its degrees of freedom rounded down, a little wider); None with fewer than two values."""
+    unpaired: its degrees of freedom rounded down, a little wider), and its standard error: (low, high, se);
+    None with fewer than two values."""
     arms = [[x - y for x, y in zip(la, lb)]] if paired else [la, lb]
     if min(len(x) for x in arms) < 2:
         return None
     means = [math.fsum(x) / len(x) for x in arms]
     v = [math.fsum((y - m) ** 2 for y in x) / (len(x) - 1) / len(x) for x, m in zip(arms, means)]
     df = len(la) - 1 if paired or not sum(v) else sum(v) ** 2 / sum(w * w / (len(x) - 1) for w, x in zip(v, arms))
-    m, h = means[0] - sum(means[1:]), t_quantile((1 + confidence) / 2, max(1, math.floor(df))) * math.sqrt(sum(v))
-    return m - h, m + h
+    se = math.sqrt(sum(v))
+    m, h = means[0] - sum(means[1:]), t_quantile((1 + confidence) / 2, max(1, math.floor(df))) * se
+    return m - h, m + h, se
 
 
 def ratio_of_sums(part: Sequence[float], whole: Sequence[float]) -> tuple:
@@ -129,6 +142,8 @@ class _LogRatio:
     low: Optional[float] = None
     high: Optional[float] = None
     n: int = 0
+    se: Optional[float] = None          # Student's standard error of the log-ratio (None below two rounds)
+    confidence: float = CONFIDENCE
 
 
 def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, scale: float = 1.0,
@@ -137,7 +152,7 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     percentile bootstrap widened to hold Student's t interval of the log-ratios (``resamples=0``: Student's
     t alone).  Values that are not finite positive numbers (a failed trial's None, 0, NaN) are left out;
     paired, the round is left out for both arms."""
-    out = _LogRatio()
+    out = _LogRatio(confidence=confidence)
     if not _valid(scale):
         return out
     if paired:
@@ -155,7 +170,7 @@ def log_ratio_interval(num: Sequence, den: Sequence, *, paired: bool = True, sca
     t = _t_interval(la, lb, paired, confidence)
     if t is None:
         return out
-    out.low, out.high = min(out.est, t[0] - shift), max(out.est, t[1] - shift)
+    out.low, out.high, out.se = min(out.est, t[0] - shift), max(out.est, t[1] - shift), t[2]
     rng, n, stats = random.Random(seed), len(la), []
     for _ in range(max(0, resamples)):
         if paired:
@@ -185,7 +200,8 @@ def _judge(r: _LogRatio, regions: list[Region],
     if r.est is None:
         return INCONCLUSIVE, MIN_ROUNDS, False, "no round measured both"
     if r.n < MIN_ROUNDS or r.low is None or r.high is None:
-        return INCONCLUSIVE, MIN_ROUNDS - r.n, impossible, f"{r.n} round(s); at least {MIN_ROUNDS} are needed"
+        return (INCONCLUSIVE, _rounds_to_resolve(r, regions), impossible,
+                f"{r.n} round(s); at least {MIN_ROUNDS} are needed")
     for verdict, a, b, why in regions:
         if r.low > a and r.high < b:
             if impossible and verdict != FAILED:
@@ -204,6 +220,27 @@ def _judge(r: _LogRatio, regions: list[Region],
             why = "within noise" + (": the point estimate is impossible" if impossible else "")
             return INCONCLUSIVE, more, impossible, why
     return INCONCLUSIVE, None, impossible, "within noise, and the point estimate sits on the boundary"
+
+
+def _rounds_to_resolve(r: _LogRatio, regions: list[Region]) -> int:
+    """More rounds than ``r.n`` (fewer than MIN_ROUNDS) after which the interval would likely lie inside the
+    region its estimate lies in: the spread of the rounds so far (Student's standard error times the square
+    root of the rounds), at the t quantile of the rounds it would then rest on.  Without a spread (one round)
+    or a region, the rounds that make MIN_ROUNDS; more than 100: 101."""
+    least = MIN_ROUNDS - r.n
+    if r.est is None or r.se is None or r.n < 2:
+        return least
+    distance = None
+    for _verdict, a, b, _ in regions:
+        if a < r.est < b:
+            distance = min(r.est - a, b - r.est)
+    if distance is None:
+        return least
+    spread = r.se * math.sqrt(r.n)
+    for n in range(MIN_ROUNDS, r.n + 101):
+        if t_quantile((1 + r.confidence) / 2, n - 1) * spread / math.sqrt(n) < distance:
+            return max(least, n - r.n)
+    return 101
 
 
 def _margin(m: Any) -> float:
@@ -277,7 +314,8 @@ def _estimate(kind: str, r: _LogRatio, verdict: str, more: Optional[int], imposs
     return Estimate(kind=kind, estimate=None if r.est is None else f(r.est),
                     low=None if r.low is None else f(r.low), high=None if r.high is None else f(r.high),
                     rounds=r.n, verdict=verdict, more_rounds=more if verdict == INCONCLUSIVE else None,
-                    impossible=impossible, reason=why, confidence=confidence)
+                    impossible=impossible, reason=why, confidence=confidence,
+                    interval_unresolved=r.n < MIN_ROUNDS)
 
 
 def resolve_hint(verdict: str, more_rounds: Optional[int]) -> str:

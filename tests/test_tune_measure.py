@@ -324,3 +324,53 @@ def test_the_report_says_what_each_changed_choice_contributes_from_the_trials_it
     assert lines[at + 1].endswith("x)")
     doc = TuneView(Tuned(rec, {}, result)).document()["measurement"]["contributions"]
     assert [(c["dimension"], c["verdict"]) for c in doc] == [("channels_last", "faster")]
+
+
+class Loaded(FakeEngine):
+    """Like EngineTrials on a machine where load may arrive mid-search: from the 12th trial on, every trial
+    takes ``slower`` times what its settings took before; the budget cuts one that runs past what it leaves,
+    and stopping the worker (a kill, at the cut or at the end) costs time of its own, less than starting it."""
+
+    START_S, KILL_S = 1.5, 0.4
+
+    def __init__(self, f, seconds, slower=1.0):
+        from debtorch.budget import Budget
+
+        super().__init__(f)
+        self.slower = slower
+        self.budget = Budget(seconds, start=0.0, clock=self.clock)
+        self.now += self.START_S      # the worker's start, on the command's clock
+        self.stop_s = self.START_S    # what EngineTrials measures: its start, the bound on a stop
+        self.alive = True
+        self.cut = False
+
+    def trial(self, settings, steps, warmup):
+        began, deadline = self.now, self.now + self.budget.left()
+        result = super().trial(settings, steps, warmup)
+        if len(self.calls) >= 12:
+            self.now = began + self.slower * (self.now - began)
+        if self.now > deadline:
+            self.now = deadline + self.KILL_S
+            self.alive, self.cut = False, True
+            raise measure_mod.BudgetStop("stopped at the end of --budget 30 s in trial 12, timed step 9 of 40",
+                                         hung=False, at="trial 12, timed step 9 of 40")
+        return result
+
+    def close(self):
+        if self.alive:
+            self.now += self.KILL_S
+            self.alive = False
+
+
+@pytest.mark.parametrize("slower", [1.0, 8.0])
+def test_the_budget_holds_with_the_last_trial_and_the_workers_stop_in_it(slower):
+    # tune --measure --budget 30 spent 30.04-30.08 s under load: a trial longer than any before it was cut at
+    # the budget's very end and the worker killed after it; and a search that ended on time left the worker's
+    # stop after the budget.
+    rec, facts = vm_rec()
+    engine = Loaded(like_this_vm, 30.0, slower)
+    result = measure(rec, facts, MeasureOptions(budget_s=30), trials=engine, clock=engine.clock,
+                     budget=engine.budget)
+    engine.close()                # what the command does next: stop the worker (gone already after a cut)
+    assert result.spent <= 30 and engine.now <= 30
+    assert engine.cut == (slower > 1) and result.reserve == Loaded.START_S and rec.chosen_by == "measured"

@@ -866,3 +866,20 @@ def test_alike_median_steps_beside_a_throughput_difference_are_explained():
     assert ("step time: the median steps are alike (290 ms vs 290 ms) but samples/s differs by 9%: the difference "
             "lies in the slower steps and between steps (mean step 320 ms vs 294 ms), which a median leaves out (an "
             "epoch's start, where loader workers restart unless persistent)") in text
+
+
+def test_two_rounds_read_inconclusive_with_the_rounds_that_would_resolve_it_never_an_absurd_interval():
+    # verify-train with 2 rounds printed "inconclusive (0.00x to 1820361.66x)".
+    m = _measured([100, 100], [110, 300])
+    summary = analysis.summary(m)
+    sp = summary.speedup
+    row = dict((r[0], r[2]) for r in report.rows(m, summary))["speed-up"]
+    line = analysis.verdict(summary)
+    assert row == "inconclusive (2 rounds)"
+    assert line.startswith(f"speed-up inconclusive (2 rounds; about {sp.more_rounds} more rounds would likely "
+                           "resolve it")
+    assert sp.more_rounds > 1
+    doc = summary.to_json()["speedup"]
+    assert doc["interval_unresolved"] is True and doc["low"] is not None and doc["high"] is not None
+    texts_said = " ".join(texts(report.lines(m, summary)))
+    assert not re.search(r"\d{4,}\.\d\dx|0\.00x", line + row + texts_said)

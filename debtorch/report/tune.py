@@ -68,9 +68,16 @@ def settings_lines(rec: Recommendation, width: int = 100) -> list[str]:
 
 
 def prediction_line(p: prescribe.Plan) -> str:
-    """What the prescribed loader is predicted to do (tune --from-watch)."""
+    """What the prescribed loader is predicted to do (tune --from-watch); when it keeps up, what a queued
+    batch's hand-over takes on the CPUs the workers keep busy."""
+    why = ""
+    if p.supplied >= p.consumed and p.handover_s is None:
+        why = f" (the workers would keep {p.workers_cpus:.1f} CPUs busy decoding, all of them)"
+    elif p.supplied >= p.consumed and p.handover_s is not None:
+        why = (f" (a queued batch's hand-over, about {1e3 * p.handover_s:.1f} ms on CPUs the workers keep "
+               f"{p.workers_cpus:.1f} busy)")
     return (f"prediction: {p.workers} worker(s) at {p.per_worker:.0f} samples/s each supply up to {p.supplied:.0f}; "
-            f"the loop consumes {p.consumed:.0f}: data wait about {p.predicted_wait:.0%} "
+            f"the loop consumes {p.consumed:.0f}: data wait about {p.predicted_wait:.0%}{why} "
             "(check it: run the job again with cfg.watch)")
 
 
@@ -104,8 +111,9 @@ def trials_lines(result: Result, verbose: bool = False) -> list[str]:
             r.errors.append(t.error)
     best = result.best.short()
     w = max([len(k) for k in rows] + [8])
+    held = f", {result.reserve:.1f} s of it held for stopping the worker" if result.reserve else ""
     lines = [f"trials: {len(result.trials)} in {result.spent:.1f} s of a {result.budget:.0f} s budget "
-             f"({result.stopped})",
+             f"({result.stopped}{held})",
              f"  {'settings':<{w}}  {'runs':>4}  {'samples/s':>9}  {'spread':>7}  {'data wait':>9}  first raced for"]
     for k in sorted(rows, key=lambda k: -rows[k].median()):
         r = rows[k]

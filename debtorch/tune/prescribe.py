@@ -9,8 +9,12 @@ rules (:mod:`debtorch.tune.rules`, tune.P001-P005) size the loader from it with 
 * a worker costs the CPU the job's workers used per sample (when recorded), and the CPUs beside the
   training process's measured share bound them all;
 * the data wait predicted is what the step is not spent on the loop's own work (in the record's clock:
-  the GPU's with CUDA events, where that is ``1 - supplied / consumed``; the host's otherwise), or the
-  job's fastest fetches (its hand-over) when the supply keeps up;
+  the GPU's with CUDA events, where that is ``1 - supplied / consumed``; the host's otherwise), or, when
+  the supply keeps up, a queued batch's hand-over (the job's fastest fetches, at most ``READY_S``) on CPUs
+  its workers keep busy: they decode at the rate consumed, each sample at its measured CPU cost, keeping a
+  share ``rho`` of the usable CPUs busy, and in processor sharing a piece of work ``x`` takes
+  ``x / (1 - rho)`` (L. Kleinrock, "Time-shared systems: a theoretical treatment", J. ACM 14(2), 1967):
+  :func:`contention`;
 * on a simulated accelerator (``--device sim:RATE``) the device consumes RATE: a host clock cannot see
   an asynchronous device's rate.
 
@@ -161,6 +165,8 @@ class Plan:
     predicted_wait: float    # share of the step
     cpu_bound: bool          # more workers cannot help: the CPUs are the limit
     waits_on_reads: bool     # the job's workers were input-bound with CPU to spare
+    workers_cpus: float      # CPUs the workers keep busy, decoding at the rate taken from them
+    handover_s: Optional[float]   # a queued batch's hand-over, seconds, on CPUs that busy (None: every CPU taken)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,10 +258,19 @@ def plan(w: WatchRecord, workers: int, cpus: int, rate: Optional[float] = None) 
     loading = max(1.0, cpus - min(main_cpus(w, cpus), cpus - 1.0)) if cpus > 1 else 1.0
     supplied = min(workers * each, loading / cost) if workers else w.delivered
     consumed = rate or w.consumed
+    busy = 0.0
+    if workers:
+        busy = min(supplied, consumed) * cost   # the workers decode at the rate taken from them
+    # A batch already in the queue still takes its hand-over (the job's fastest fetches, at most READY_S),
+    # on CPUs the workers keep busy.
+    stretch = contention(busy, cpus)
+    handover = None
+    if math.isfinite(stretch):
+        handover = min(w.fetch_p10_s or READY_S, READY_S) * stretch
     if supplied >= consumed:
-        # A batch already in the queue still takes its hand-over: the job's fastest fetches, at most READY_S.
-        floor = min(w.fetch_p10_s or READY_S, READY_S)
-        predicted = min(1.0, floor / (w.batch_size / consumed + floor))
+        predicted = 1.0   # the workers take every CPU: the training process waits for one as long as it runs
+        if handover is not None:
+            predicted = min(1.0, handover / (w.batch_size / consumed + handover))
     else:
         # A step lasts a batch at the rate supplied; of it, the loop's own time (what the record measured
         # beside the wait, in its clock) is not waiting.
@@ -265,7 +280,21 @@ def plan(w: WatchRecord, workers: int, cpus: int, rate: Optional[float] = None) 
                           and spare_cpus(w) >= IDLE_WORKER)
     return Plan(workers=workers, per_worker=each, cpu_per_sample=cost, loading_cpus=loading, consumed=consumed,
                 supplied=supplied, predicted_wait=predicted, cpu_bound=consumed * cost > loading,
-                waits_on_reads=waits_on_reads)
+                waits_on_reads=waits_on_reads, workers_cpus=busy, handover_s=handover)
+
+
+def contention(busy: float, cpus: int) -> float:
+    """How many times longer the training process's short pieces of CPU work (a batch's hand-over) take when
+    its workers keep ``busy`` of its ``cpus`` CPUs busy: ``1 / (1 - rho)``, ``rho = busy / cpus``, the mean time
+    of a job in processor sharing over its work (Kleinrock 1967: a woken thread that finds its CPU taken waits
+    its turn there).  Infinite when the workers would take every CPU.  The machine's other processes are left
+    out: measured (benchmarks/results/pipeline.md), a neighbour holding 1.2 of 2 CPUs did not stretch the
+    hand-over as sharing every busy CPU would (its median 2.5-4.8 ms against 4.2-4.4 ms without the
+    neighbour; that model said 147 ms): the hand-over's threads contend with the workers' decoding."""
+    rho = busy / max(1, cpus)
+    if rho >= 1.0:
+        return math.inf
+    return 1.0 / (1.0 - rho)
 
 
 def spare_cpus(w: WatchRecord) -> float:

@@ -83,6 +83,7 @@ def calibrated(facts: dict, request: rules.Request, rec: rules.Recommendation, o
     they measured.  Raises MeasureError (a BudgetStop when the budget ended in a trial)."""
     budget = Budget(options.budget_s, start=options.started)
     engine = measure.EngineTrials(options.workload, rec.device, options.python, options.seed, host, budget=budget)
+    budget.hold(engine.stop_s)   # stopping the worker ends within the budget too (as --measure's)
     try:
         batch = int(engine.info.batch_size or 1)
         try:

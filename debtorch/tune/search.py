@@ -348,6 +348,7 @@ class Result:
     interactions: list[tuple[str, str]] = field(default_factory=list)  # pairs of dimensions found to interact
     steps_per_trial: Optional[int] = None           # set by the caller (tune.measure)
     looks: Optional[stats.Looks] = None             # the sequential design "beyond noise" was judged by
+    reserve: float = 0.0                            # seconds of the budget held for stopping the worker (tune.measure)
 
     def median(self, s: Settings) -> Optional[float]:
         vals = self.samples(s)
@@ -386,7 +387,8 @@ class Result:
     def to_json(self, load: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         """tune's ``measurement``; ``load``: whether the machine was busy meanwhile (tune read it)."""
         within = self.runner_up.short() if self.within_noise and self.runner_up else None
-        return {"spent_s": self.spent, "budget_s": self.budget, "stopped": self.stopped, "noise": self.noise,
+        return {"spent_s": self.spent, "budget_s": self.budget, "reserve_s": self.reserve, "stopped": self.stopped,
+                "noise": self.noise,
                 "sequential": self.looks.to_dict() if self.looks else None, "within_noise_of": within,
                 "interactions": [list(p) for p in self.interactions],
                 "contributions": [c.to_json() for c in self.contributions()], "load": load,

@@ -303,8 +303,9 @@ def simulated(m: Measured, arms: dict[str, ArmSummary]) -> Optional[SimSummary]:
     if predicted is not None and not 0 <= predicted < 1:
         predicted = None   # below 0 the unsynced trials ran slower than the model allows: a disturbed round
     model = None
-    if predicted is not None and cost.low is not None and cost.high is not None:
-        model = "within" if cost.low <= predicted <= cost.high else "outside"
+    if predicted is not None and cost.interval is not None:
+        low, high = cost.interval
+        model = "within" if low <= predicted <= high else "outside"
 
     def share_of_rate(arm: str) -> Comparison:
         runs = m.trials.get(arm) or []
@@ -323,10 +324,13 @@ def simulated(m: Measured, arms: dict[str, ArmSummary]) -> Optional[SimSummary]:
 
 def figure(c: Optional[Comparison], fmt: Callable[[float], str]) -> str:
     """A figure as the report prints it: the value and its interval when it is a result,
-    otherwise 'inconclusive' or 'failed measurement' with the interval (never the value alone)."""
+    otherwise 'inconclusive' or 'failed measurement' with the interval (never the value alone); with too
+    few rounds for an interval, 'inconclusive (N rounds)' (the figures stay in the JSON)."""
     if c is None or c.value is None:
         return "-"
-    rng = f" ({fmt(c.low)} to {fmt(c.high)})" if c.low is not None and c.high is not None else ""
+    rng = ""
+    if c.interval is not None:
+        rng = f" ({fmt(c.interval[0])} to {fmt(c.interval[1])})"
     if c.verdict in RESULTS:
         return fmt(c.value) + rng
     if c.verdict == stats.FAILED:
@@ -459,8 +463,8 @@ def verdict(summary: Summary, plan: Optional[Plan] = None) -> str:
         rng = f" ({sp.low:.2f}-{sp.high:.2f})" if sp.low is not None and sp.high is not None else ""
         parts.append(f"tuned is {sp.value:.2f}x baseline{rng}")
     elif sp.value:
-        if sp.low is not None and sp.high is not None:
-            rng = f"tuned/baseline {sp.low:.2f}-{sp.high:.2f} over {sp.rounds} rounds"
+        if sp.interval is not None:
+            rng = f"tuned/baseline {sp.interval[0]:.2f}-{sp.interval[1]:.2f} over {sp.rounds} rounds"
         else:
             rng = f"{sp.rounds} round" + ("s" if sp.rounds != 1 else "")
         hint = stats.resolve_hint(sp.verdict, sp.more_rounds)

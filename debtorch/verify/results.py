@@ -80,6 +80,11 @@ class Comparison:
     def reason(self) -> str:
         return self.estimate.reason
 
+    @property
+    def interval(self) -> Optional[tuple[float, float]]:
+        """(low, high) when worth stating; None with too few rounds for one (:attr:`stats.Estimate.interval`)."""
+        return self.estimate.interval
+
     def to_json(self) -> dict[str, Any]:
         out = self.estimate.to_dict(self.name)
         if self.pairs is not None:
