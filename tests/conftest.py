@@ -17,6 +17,8 @@ import pytest
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 TIERS = {"fast": [0, 0.0], "slow": [0, 0.0]}   # tier -> [tests, seconds]
+# Folders of data, not tests: pytest need not walk their 600 folders and 1,000 files on every run.
+collect_ignore = ["collect_env", "corpus", "golden", "hosts", "lint_corpus", "real", "verify_workloads", "workloads"]
 
 
 def pytest_configure(config):

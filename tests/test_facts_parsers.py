@@ -210,7 +210,7 @@ DPKG_STANZA = st.builds(
     DPKG_NAME, st.booleans(), st.lists(DPKG_EXTRA, max_size=4))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(stanzas=st.lists(st.tuples(DPKG_STANZA, st.lists(DPKG_BREAK, min_size=3, max_size=3)), max_size=8),
        between=st.sampled_from(["\n", "\n\n", "\n \n", "\r\n\r\n", "\n\x0c\n"]))
 def test_dpkg_status_skips_unwanted_stanzas_without_changing_the_answer(stanzas, between):

@@ -574,7 +574,7 @@ HOST = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,20}", fullmatch=True)
 
 
 @given(st.lists(HOST, max_size=12))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_host_lists_round_trip(names):
     assert set(hostlist.expand(hostlist.compress(names))) == set(names)
 

@@ -363,7 +363,7 @@ def test_url_credentials_and_tokens_never_leave_a_node(server_doc):
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                     max_leaves=30))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_digests_of_any_json_are_read_or_refused_in_one_line(value):
     try:
         digest.Digests.from_json(value)

@@ -224,6 +224,13 @@ class _Accepted(Exception):
     """verify-train took the config and would now start training."""
 
 
+def _accept(prepared, *args, **kwargs) -> None:
+    """Prepared.run for a config verify-train took: stop the worker prepare() started (it would go on
+    importing torch after the test) and start no training."""
+    prepared.close()
+    raise _Accepted()
+
+
 @FUZZ
 @given(doc=CONFIG, junk=st.one_of(st.none(), st.text(max_size=40), st.binary(max_size=40)))
 def test_fuzz_configs(tmp_path_factory, monkeypatch, doc, junk):
@@ -253,7 +260,7 @@ def test_fuzz_configs(tmp_path_factory, monkeypatch, doc, junk):
     # verify-train --config: the same file, refused with one line or taken (training is not started).
     monkeypatch.setattr(run, "worker_python", lambda python, host: sys.executable)
     monkeypatch.setattr(run.facts_mod, "collect", lambda host, options: json.loads(json.dumps(BASE_FACTS)))
-    monkeypatch.setattr(run.Prepared, "run", lambda self, *a, **k: (_ for _ in ()).throw(_Accepted()))
+    monkeypatch.setattr(run.Prepared, "run", _accept)
     res = runner.invoke(app, ["verify-train", "--config", str(path)])
     if not isinstance(res.exception, _Accepted):
         ended_well(res, ["verify-train", "--config"])

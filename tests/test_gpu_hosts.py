@@ -4,7 +4,8 @@ import json
 import threading
 
 import pytest
-from clitools import HOSTS, run_debtorch
+from clitools import HOSTS, cli_runner
+from typer.testing import Result
 
 from debtorch import facts
 from debtorch.facts import nvidia
@@ -210,9 +211,16 @@ def test_live_nvidia_smi_timeout_kills_the_process():
 # ---------------------------------------------------------------- what the user reads
 
 
+def facts_command(*args: str) -> Result:
+    """``debtorch facts ARGS`` run in this process, as the command line runs it."""
+    from debtorch.cli import app
+
+    return cli_runner().invoke(app, ["facts", *args])
+
+
 def test_facts_command_shows_gpus_driver_and_libraries():
-    out = run_debtorch("facts", "--host", str(HOSTS / "debian12-server-8xa100-nvlink"))
-    assert out.returncode == 0, out.stderr
+    out = facts_command("--host", str(HOSTS / "debian12-server-8xa100-nvlink"))
+    assert out.exit_code == 0, out.stderr
     text = out.stdout
     assert "driver                 535.54.03 (via nvml), supports CUDA up to 12.2" in text
     assert "GPU 7                  NVIDIA A100-SXM4-80GB, sm 8.0, 80.0 GiB" in text
@@ -222,8 +230,8 @@ def test_facts_command_shows_gpus_driver_and_libraries():
 
 
 def test_facts_command_on_the_mismatch_machine_names_both_versions():
-    out = run_debtorch("facts", "--host", str(HOSTS / "debian12-driver-mismatch-rtx3090"))
-    assert out.returncode == 0, out.stderr
+    out = facts_command("--host", str(HOSTS / "debian12-driver-mismatch-rtx3090"))
+    assert out.exit_code == 0, out.stderr
     assert "kernel module          525.105.17 (proprietary)" in out.stdout
     assert "user-space driver      525.147.05" in out.stdout
     assert "nvidia-smi             failed: Failed to initialize NVML: Driver/library version mismatch" in out.stdout

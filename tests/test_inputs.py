@@ -218,7 +218,7 @@ def _mutations():
                               value), min_size=1, max_size=4)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(muts=_mutations())
 def test_mutated_facts_never_raise(tmp_path, muts):
     """Any mutation of a real document: the doctor reports or refuses with one line."""

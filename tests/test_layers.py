@@ -55,17 +55,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def function_local_imports(node: ast.AST, inside: bool = False) -> set:
+    """The lines of the imports under ``node`` that lie in a function, at any depth (one walk)."""
+    lines = set()
+    for child in ast.iter_child_nodes(node):
+        if inside and isinstance(child, (ast.Import, ast.ImportFrom)):
+            lines.add(child.lineno)
+        lines |= function_local_imports(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return lines
+
+
 def imports(path: Path):
     """(line, imported module, function-local?) for every debtorch import in a file."""
     tree = ast.parse(path.read_text(), str(path))
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
-    local_lines = set()
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for node in ast.walk(fn):
-                if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    local_lines.add(node.lineno)
+    local_lines = function_local_imports(tree)
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):

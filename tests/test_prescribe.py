@@ -132,7 +132,7 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(all
                                                                                     max_size=4), max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(st.dictionaries(st.sampled_from(["steps", "seconds", "data_wait", "pipeline", "loader", "final",
                                         "schema_version", "samples_per_s", "steps_per_s"]), JSONISH))
 def test_any_json_object_is_a_record_or_one_line(tmp_path_factory, junk):

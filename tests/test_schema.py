@@ -110,7 +110,7 @@ VALUES = st.recursive(LEAF, lambda kids: st.lists(kids, max_size=3)
                                         max_size=3), max_leaves=10)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(VALUES, st.booleans())
 def test_any_value_is_accepted_or_one_line(value, open_):
     try:

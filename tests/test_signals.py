@@ -175,6 +175,20 @@ def test_a_second_signal_during_the_clean_up_changes_nothing(tmp_path):
     assert json.loads((dest / "_host.json").read_text()) if proc.returncode == 0 else not dest.exists()
 
 
+def wait_until_reading_a_pipe(pid: int, most_s: float = 3.0) -> None:
+    """Return once process ``pid`` waits in a read of a pipe, as its kernel stack says
+    (/proc/PID/wchan: pipe_read, anon_pipe_read), or after ``most_s`` where /proc does not say."""
+    end = time.monotonic() + most_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/wchan") as fh:
+                if "pipe_read" in fh.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
 def test_a_read_that_waits_honours_sigterm_and_a_fifo_is_never_waited_on(tmp_path):
     """Issue 23: `doctor --from-collect-env -` waiting on a pipe nobody writes stops on SIGTERM
     (143, one line); a FIFO named as an input or planted in a recording is refused at once."""
@@ -183,7 +197,7 @@ def test_a_read_that_waits_honours_sigterm_and_a_fifo_is_never_waited_on(tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "debtorch", "doctor", "--from-collect-env", "-"], stdin=r,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     os.close(r)
-    time.sleep(3)   # well into the read (the start takes well under a second here)
+    wait_until_reading_a_pipe(proc.pid)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     os.close(w)

@@ -39,7 +39,7 @@ def test_any_input_never_raises_and_the_interval_holds_the_estimate(a, b, margin
         stats.resolve_hint(e.verdict, e.more_rounds)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(good_arm, st.floats(min_value=0, max_value=0.5))
 def test_identical_arms_are_never_faster_or_slower(a, margin):
     e = stats.compare(a, list(a), margin=margin, resamples=200)

@@ -7,6 +7,7 @@ operating system's.
 """
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from clitools import HOSTS, ROOT, cli_runner
+from clitools import HOSTS, ROOT, at_once, cli_runner
 
 from debtorch.cli import app
 
@@ -37,23 +38,49 @@ def run(args, stdout, pass_fds=()):
                           text=True, env=env, timeout=120, pass_fds=pass_fds)
 
 
-@pytest.mark.parametrize("name", COMMANDS)
-def test_a_reader_that_went_away_is_quiet_and_exits_141(name):
+def reader_gone(args):
     r, w = os.pipe()
     os.close(r)  # the reader is gone before the first byte: every write fails with EPIPE
     try:
-        res = run(COMMANDS[name], stdout=w)
+        return run(args, stdout=w)
     finally:
         os.close(w)
+
+
+def disk_full(args):
+    with open("/dev/full", "w") as full:
+        return run(args, stdout=full)
+
+
+def stdout_closed(args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "debtorch", *args],
+                          stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+
+
+OUTPUTS = {"reader gone": reader_gone, "disk full": disk_full, "closed": stdout_closed}
+HELP = {"--help": ["--help"], "--version": ["--version"], "doctor --help": ["doctor", "--help"]}
+
+
+@pytest.fixture(scope="module")
+def ran():
+    """Every command of COMMANDS and HELP with each standard output of OUTPUTS, run at once (each starts an
+    interpreter and waits on it): (output, name) -> the finished process."""
+    return at_once({(output, name): functools.partial(start, args) for output, start in OUTPUTS.items()
+                    for name, args in {**COMMANDS, **HELP}.items()})
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_reader_that_went_away_is_quiet_and_exits_141(name, ran):
+    res = ran["reader gone", name]
     assert res.returncode == 141, (res.returncode, res.stderr)
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr
     assert "cannot write" not in res.stderr   # quiet: a broken pipe is no error of ours
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_a_full_disk_is_one_line_and_exits_74(name):
-    with open("/dev/full", "w") as full:
-        res = run(COMMANDS[name], stdout=full)
+def test_a_full_disk_is_one_line_and_exits_74(name, ran):
+    res = ran["disk full", name]
     assert res.returncode == 74, (res.returncode, res.stderr)
     last = res.stderr.strip().splitlines()[-1]
     assert last.endswith("cannot write to standard output: No space left on device"), res.stderr
@@ -61,10 +88,8 @@ def test_a_full_disk_is_one_line_and_exits_74(name):
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_a_closed_stdout_is_one_line_and_exits_74(name):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "debtorch", *COMMANDS[name]],
-                         stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+def test_a_closed_stdout_is_one_line_and_exits_74(name, ran):
+    res = ran["closed", name]
     assert res.returncode == 74, (res.returncode, res.stderr)
     assert res.stderr.strip().splitlines()[-1].endswith("cannot write to standard output: standard output is closed")
     assert "Traceback" not in res.stderr
@@ -77,22 +102,14 @@ def test_a_closed_stdin_is_bad_input_in_one_line():
     assert res.returncode == 2 and res.stderr == "debtorch: <stdin>: standard input is closed\n", res.stderr
 
 
-@pytest.mark.parametrize("args", [["--help"], ["--version"], ["doctor", "--help"]])
-def test_help_and_version_end_like_every_command(args):
+@pytest.mark.parametrize("name", HELP)
+def test_help_and_version_end_like_every_command(name, ran):
     """Issue 23: click answers a broken pipe with 1 and lets a full disk through as a traceback."""
-    r, w = os.pipe()
-    os.close(r)
-    try:
-        res = run(args, stdout=w)
-    finally:
-        os.close(w)
+    res = ran["reader gone", name]
     assert res.returncode == 141 and res.stderr == "", (res.returncode, res.stderr)
-    with open("/dev/full", "w") as full:
-        res = run(args, stdout=full)
+    res = ran["disk full", name]
     assert res.returncode == 74 and res.stderr == "debtorch: cannot write to standard output: No space left on device\n"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "debtorch", *args],
-                         stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    res = ran["closed", name]
     assert res.returncode == 74, (res.returncode, res.stderr)      # issue 30: --help >&- exited 0
     assert res.stderr == "debtorch: cannot write to standard output: standard output is closed\n"
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from clitools import run_debtorch
+from clitools import cli_runner
 
 from debtorch.host import CommandResult, meaningful_line
 from debtorch.transport.client import Worker, WorkerError
@@ -47,10 +47,12 @@ def test_a_failed_command_is_named_by_its_first_line() -> None:
     assert res.reason == "exit status 127: pyenv: python2: command not found"
 
 
-def test_doctor_names_the_shims_first_line_once(shim: Path) -> None:
-    env = {"PATH": f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    res = run_debtorch("doctor", "--python", "python2", env=env)
-    assert res.returncode == 2
+def test_doctor_names_the_shims_first_line_once(shim: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from debtorch.cli import app
+
+    monkeypatch.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    res = cli_runner().invoke(app, ["doctor", "--python", "python2"])
+    assert res.exit_code == 2
     assert "pyenv: python2: command not found" in res.stderr
     assert res.stderr.count("pyenv: python2") == 1 and "at the same time" not in res.stderr
 

@@ -221,7 +221,7 @@ def _clean(v):
     return v
 
 
-@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(TOML_KEYS, TOML_VALUES, max_size=6), st.booleans())
 def test_arbitrary_toml_documents_give_a_config_or_one_line(doc, versioned):
     doc = _clean(doc)

@@ -6,7 +6,7 @@ import os
 import sys
 
 import pytest
-from clitools import ROOT, at_once
+from clitools import ROOT, at_once, cli_runner
 from tune_facts import make_facts
 
 from debtorch.train.result import LoadedWorkload, TrialResult
@@ -197,11 +197,11 @@ def test_an_interpreter_without_torch_is_bad_input(tmp_path):
     system = shutil.which("python3", path="/usr/bin")
     if system is None or subprocess.run([system, "-c", "import torch"], capture_output=True).returncode == 0:
         pytest.skip("needs a system python3 without torch")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    from debtorch.cli import app
+
     for python, message in ((system, "has no torch"), (str(tmp_path / "nope"), "nope: not an executable file")):
-        r = subprocess.run([sys.executable, "-m", "debtorch", "tune", "--measure", "--budget", "30", "--python",
-                            python], capture_output=True, text=True, env=env, timeout=120)
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+        r = cli_runner().invoke(app, ["tune", "--measure", "--budget", "30", "--python", python])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
 @pytest.mark.torch
