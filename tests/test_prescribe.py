@@ -5,8 +5,8 @@ as untrusted input (the one door and the schema), the model and the rules (tune.
 from __future__ import annotations
 
 import io
-import math
 import json
+import math
 import os
 import time
 from pathlib import Path
