@@ -40,3 +40,8 @@ def at_once(calls: dict, workers: int = 0) -> dict:
     with concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(calls)))) as pool:
         futures = {key: pool.submit(fn) for key, fn in calls.items()}
     return {key: future.result() for key, future in futures.items()}
+
+
+def said(res) -> str:
+    """All a CliRunner result printed, stdout then stderr, on click 8.1 (mix_stderr=False) and 8.2+."""
+    return res.stdout + res.stderr
