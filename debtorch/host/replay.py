@@ -5,6 +5,7 @@ is what :class:`~debtorch.host.recording.RecordingHost` writes."""
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from pathlib import Path
@@ -28,6 +29,16 @@ COMMANDS_DIR = "_commands"
 NVML_FILE = "_nvml.json"
 
 
+def _symlink_loop(path: Union[str, os.PathLike[str]]) -> bool:
+    """Whether ``path`` ends in a loop of symbolic links (stat says ELOOP; Path.resolve() raises on one before
+    Python 3.13, RuntimeError or OSError, and returns the path unresolved from 3.13 on)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 class ReplayHost(Host):
     """A machine replayed from ``folder``: a fake root plus ``_host.json``.
 
@@ -43,10 +54,12 @@ class ReplayHost(Host):
     live = False
 
     def __init__(self, folder: Union[str, os.PathLike[str]], label: Optional[str] = None) -> None:
+        if _symlink_loop(folder):
+            raise Unavailable(f"{folder}: a loop of symbolic links")
         try:
             self.root = Path(folder).resolve()
-        except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before Python 3.13)
-            raise Unavailable(f"{folder}: a loop of symbolic links") from None
+        except (OSError, RuntimeError) as exc:  # what stat did not see (a race): one line all the same
+            raise Unavailable(f"{folder}: cannot read ({exc})") from None
         if not self.root.is_dir():
             raise Unavailable(f"{folder}: not a folder")
         self.label = label or f"replay:{self.root.name}"
