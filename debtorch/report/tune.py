@@ -73,6 +73,9 @@ def prediction_line(p: prescribe.Plan) -> str:
     why = ""
     if p.supplied >= p.consumed and p.handover_s is None:
         why = f" (the workers would keep {p.workers_cpus:.1f} CPUs busy decoding, all of them)"
+    elif p.saturated:
+        why = (f", or more: the workers would keep {p.workers_cpus:.1f} of the {p.cpus} CPUs busy decoding, where "
+               "batches are often not ready in time (docs/tune.md)")
     elif p.supplied >= p.consumed and p.handover_s is not None:
         why = (f" (a queued batch's hand-over, about {1e3 * p.handover_s:.1f} ms on CPUs the workers keep "
                f"{p.workers_cpus:.1f} busy)")

@@ -36,6 +36,11 @@ HANDOVER = 0.85          # a worker's rate over loading in the training process 
 HEADROOM = 1.15          # workers for 15% more than the loop consumes
 IDLE_WORKER = 0.5        # input-bound workers using less CPU each than this wait on reads, not decoding
 READY_S = 0.001          # fetching a batch that is already in the queue, at most (the hand-over)
+# Workers that would keep this share of the CPUs busy or more leave the prediction a lower bound: measured
+# (benchmarks/results/pipeline.md, 2 CPUs), at 0.55 of them the data wait came within 5 points of the
+# prediction, at 0.9 it was 56% (31%-81%) against 21% predicted: near saturation, batches are not ready
+# in time far more often than a mean hand-over says.
+SATURATED = 0.8
 THRESHOLD = 0.05         # watch's input-bound threshold (checks/thresholds.toml dataloader_time_fraction_warn)
 
 _SECONDS = schema.number("a number of seconds, 0 or more, finite", lambda v: 0 <= v <= 1e9)
@@ -167,6 +172,8 @@ class Plan:
     waits_on_reads: bool     # the job's workers were input-bound with CPU to spare
     workers_cpus: float      # CPUs the workers keep busy, decoding at the rate taken from them
     handover_s: Optional[float]   # a queued batch's hand-over, seconds, on CPUs that busy (None: every CPU taken)
+    cpus: int = 0            # the CPUs the training process and its workers may use
+    saturated: bool = False  # the supply keeps up, the workers keeping SATURATED of the CPUs busy or more (not all)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,7 +287,8 @@ def plan(w: WatchRecord, workers: int, cpus: int, rate: Optional[float] = None) 
                           and spare_cpus(w) >= IDLE_WORKER)
     return Plan(workers=workers, per_worker=each, cpu_per_sample=cost, loading_cpus=loading, consumed=consumed,
                 supplied=supplied, predicted_wait=predicted, cpu_bound=consumed * cost > loading,
-                waits_on_reads=waits_on_reads, workers_cpus=busy, handover_s=handover)
+                waits_on_reads=waits_on_reads, workers_cpus=busy, handover_s=handover, cpus=cpus,
+                saturated=supplied >= consumed and handover is not None and busy >= SATURATED * cpus)
 
 
 def contention(busy: float, cpus: int) -> float:

@@ -366,6 +366,8 @@ def _prescribed(rec: Recommendation, w: WatchRecord) -> int:
 
 def _prescribed_text(w: WatchRecord, p: prescribe.Plan, measured: str) -> str:
     wait = f"predicted data wait {p.predicted_wait:.0%}"
+    if p.saturated:
+        wait += f" or more: they would keep {p.workers_cpus:.1f} of the {p.cpus} CPUs busy"
     if p.supplied >= p.consumed and p.handover_s is None:
         return (f"{measured}: {p.workers} worker(s) would feed it, but decoding it they would keep "
                 f"{p.workers_cpus:.1f} CPUs busy, every one the process has: the training process waits for a CPU "

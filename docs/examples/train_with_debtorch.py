@@ -11,6 +11,7 @@ the script needs nothing but torch; swap in your own dataset and model.
 """
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -98,25 +99,29 @@ def main():
             sampler.set_epoch(epoch)
         for x, y in loader:
             x, y = cfg.to_device(x, device), cfg.to_device(y, device)      # debtorch: non_blocking, NHWC
-            with cfg.autocast(device):                                      # debtorch: bf16 / fp16 / fp32
-                loss = F.cross_entropy(model(x), y) / accum
-            scaler.scale(loss).backward()
             micro += 1
+            steps_now = micro % accum == 0
+            # DDP all-reduces the gradients once per optimizer step, not once per micro-batch
+            sync = model.no_sync() if world > 1 and not steps_now else contextlib.nullcontext()
+            with sync:
+                with cfg.autocast(device):                                  # debtorch: bf16 / fp16 / fp32
+                    loss = F.cross_entropy(model(x), y) / accum
+                scaler.scale(loss).backward()
             samples += len(y)
-            if micro % accum:
+            if not steps_now:
                 continue
             scaler.step(opt)
             scaler.update()
             opt.zero_grad(set_to_none=True)
             sched.step()
-            losses.append(loss.item() * accum)
+            losses.append(loss.detach() * accum)                           # on the device: read at the end
             step += 1
             if step >= args.steps:
                 break
         epoch += 1
     seconds = time.perf_counter() - start
     if rank == 0:
-        print(f"trained {step} steps ({cfg.settings.short()}): loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+        print(f"trained {step} steps ({cfg.settings.short()}): loss {losses[0].item():.3f} -> {losses[-1].item():.3f}, "
               f"{samples * world / seconds:.1f} samples/s")
     if world > 1:
         torch.distributed.destroy_process_group()
