@@ -78,3 +78,4 @@ def no_live(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", boom)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     return True
+
