@@ -78,4 +78,3 @@ def no_live(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", boom)
     monkeypatch.setitem(sys.modules, "pynvml", None)
     return True
-
