@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # a type only: script.py imports this module (its definitions), not the other way
     from debtorch.lint.script import Script
 
 

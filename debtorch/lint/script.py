@@ -9,12 +9,10 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeGuard
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeGuard
 
 from debtorch.lint.flow import Definitions, all_children, values_of
-
-if TYPE_CHECKING:
-    from debtorch.lint.project import FunctionSummary, Project
+from debtorch.lint.project import FunctionSummary, Project, imported_function, imported_method
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -231,13 +229,13 @@ class Script:
     """A parsed file and the answers the rules need; built once per file."""
 
     def __init__(self, tree: ast.Module, text: str, path: str = "<string>", assume_training: bool = False,
-                 project: Optional["Project"] = None, room: int = 0):
+                 project: Optional[Project] = None, room: int = 0):
         self.tree, self.text, self.path = tree, text, path
         self.project = project    # the folder tree whose modules an import may name (project.py)
         self.room = room          # bytes of the memory budget left for reading an imported module
         self.definitions_cache: Dict[ast.AST, Definitions] = {}
         self._calls_named: Optional[Dict[str, List[ast.Call]]] = None
-        self._imported: Dict[str, Optional["FunctionSummary"]] = {}
+        self._imported: Dict[str, Optional[FunctionSummary]] = {}
         self.all_functions: List[Function] = []
         self._whole: Dict[ast.AST, bool] = {}
         self._effects: Dict[tuple, Set[str]] = {}
@@ -412,7 +410,7 @@ class Script:
                 best, best_line = f, start
         return best
 
-    def imported(self, call: ast.AST) -> Optional["FunctionSummary"]:
+    def imported(self, call: ast.AST) -> Optional[FunctionSummary]:
         """What a function of another module of the project, called here, gives (project.py); None when
         the call is not to one (or it could not be read)."""
         if self.project is None or not isinstance(call, ast.Call):
@@ -423,7 +421,6 @@ class Script:
         if isinstance(call.func, ast.Name) and call.func.id in self.functions:
             return None
         if name not in self._imported:
-            from debtorch.lint.project import imported_function  # defer: only a run with a project reads one
             self._imported[name] = imported_function(self.project, self.path, name, self.room)
         return self._imported[name]
 
@@ -442,7 +439,6 @@ class Script:
             return False  # (the cheap questions first: most calls are none of these)
         built = self.built_by(recv, scope) if readable and isinstance(recv, ast.Name) else None
         if built is not None and self.project is not None:
-            from debtorch.lint.project import imported_method  # defer: only a run with a project reads one
             found = imported_method(self.project, self.path, built, name, self.room)
             if found is not None:
                 return found.trains

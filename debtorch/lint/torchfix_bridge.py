@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 from debtorch.findings import WARNING, Finding, finding
 from debtorch.lint.result import Located, located
-
-if TYPE_CHECKING:
-    from debtorch.lint.script import Script
+from debtorch.lint.script import Script
 
 AREA = "torchfix"   # TorchFix's findings keep their codes under it: torchfix.TOR101, ...
 

@@ -9,16 +9,14 @@ are listed per finding; ``--json`` lists them all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from debtorch.findings import ERROR, INFO, WARNING
 from debtorch.fleet import probe as fleet_probe
 from debtorch.fleet.compare import SECTIONS, FleetFinding, Summary, compressed
 from debtorch.report import Format, document, plural
 from debtorch.report.console import Line
-
-if TYPE_CHECKING:
-    from debtorch.report.redact import Redactor
+from debtorch.report.redact import Redactor
 
 SCHEMA_VERSION = 1
 MAX_GROUPS = 6
