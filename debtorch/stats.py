@@ -311,8 +311,10 @@ def _at_most_one(kind: str, r: _LogRatio, failed: str, result: Region, within: R
 
 def _estimate(kind: str, r: _LogRatio, verdict: str, more: Optional[int], impossible: bool, why: str,
               f: Callable[[float], float], confidence: float = CONFIDENCE) -> Estimate:
-    return Estimate(kind=kind, estimate=None if r.est is None else f(r.est),
-                    low=None if r.low is None else f(r.low), high=None if r.high is None else f(r.high),
+    def mapped(x: Optional[float]) -> Optional[float]:
+        return None if x is None else f(x)
+
+    return Estimate(kind=kind, estimate=mapped(r.est), low=mapped(r.low), high=mapped(r.high),
                     rounds=r.n, verdict=verdict, more_rounds=more if verdict == INCONCLUSIVE else None,
                     impossible=impossible, reason=why, confidence=confidence,
                     interval_unresolved=r.n < MIN_ROUNDS)

@@ -222,11 +222,14 @@ def check_driver_for_torch(m: Machine, ctx: Context) -> list[Finding]:
         # The alternative is a wheel this driver runs fully, named from the table (never the installed
         # one, nor one of the same CUDA); where none has code for the GPU, only the driver helps.
         row = target_wheel(m)
-        full = row if row and row.get("driver_verdict") == "full" else None
-        out.append(finding("cuda.W001", variant="" if full else "driver_only", driver=driver, cuda=tcuda,
-                           upgrade=driver_upgrade(m), series=full["series"] if full else m.torch.series,
-                           variant_name=full["variant"] if full else "", wheel_cuda=full["cuda"] if full else "",
-                           install=torch_fix(m) if full else "", facts=f))
+        if row and row.get("driver_verdict") == "full":
+            alternative = {"variant": "", "series": row["series"], "variant_name": row["variant"],
+                           "wheel_cuda": row["cuda"], "install": torch_fix(m)}
+        else:
+            alternative = {"variant": "driver_only", "series": m.torch.series, "variant_name": "",
+                           "wheel_cuda": "", "install": ""}
+        out.append(finding("cuda.W001", driver=driver, cuda=tcuda, upgrade=driver_upgrade(m), facts=f,
+                           **alternative))
     dd = m.debian_driver if m.gpus.present else None      # no GPU known: no driver of Debian's to judge
     if dd:
         dverdict, _ = knowledge.driver_supports(dd["version"], tcuda)

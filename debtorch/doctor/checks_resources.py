@@ -131,10 +131,12 @@ def check_memlock(m: Machine, ctx: Context) -> list[Finding]:
     floor = int(limit("memlock_min_bytes"))
     if soft >= floor:
         return []
-    where = m.get("os.container") or ("WSL" if m.get("os.wsl") else None)
-    return [finding("memory.W003" if where else "memory.I001", variant="container" if m.get("os.container") else "",
-                    size=human_bytes(soft), where=where,
-                    facts={"memory.memlock_soft": soft, "os.container": m.get("os.container")})]
+    container = m.get("os.container")
+    where = container or ("WSL" if m.get("os.wsl") else None)
+    fid = "memory.W003" if where else "memory.I001"
+    variant = "container" if container else ""
+    return [finding(fid, variant=variant, size=human_bytes(soft), where=where,
+                    facts={"memory.memlock_soft": soft, "os.container": container})]
 
 
 @check("memory")

@@ -125,7 +125,12 @@ def _wanted_blocks(text: str, wanted: re.Pattern[str]) -> Iterable[str]:
         if i == last:
             continue
         last = i
-        yield text[starts[i - 1] if i else 0:cuts[i][0] if i < len(cuts) else len(text)]
+        begin, end = 0, len(text)      # the block between the blank runs around it
+        if i:
+            begin = starts[i - 1]
+        if i < len(cuts):
+            end = cuts[i][0]
+        yield text[begin:end]
 
 
 def parse_dpkg_status(text: str, wanted: re.Pattern[str] = RELEVANT) -> dict:

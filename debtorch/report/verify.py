@@ -31,7 +31,10 @@ def report_line(result: Optional[HostWaits]) -> Optional[str]:
         return None
     n = result.per_step
     places = [f"{os.path.basename(x.path)}:{x.line}" for x in result.lines]
-    where = f" ({', '.join(places[:6])}{', ...' if len(places) > 6 else ''})" if places else ""
+    where = ""
+    if places:
+        more = ", ..." if len(places) > 6 else ""
+        where = f" ({', '.join(places[:6])}{more})"
     if n is None:
         count = "-"
     elif float(n).is_integer():
