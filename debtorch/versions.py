@@ -14,8 +14,8 @@ CC = Tuple[int, int]
 
 # ---------------------------------------------------------------- compute capability
 
-_CC_DOTTED = re.compile(r"(?:sm_?)?(\d{1,2})\.(\d)")
-_CC_SM = re.compile(r"(?:sm_?|compute_)?(\d{2,3})[af]?")
+_CC_DOTTED = re.compile(r"(?:sm_?)?(\d{1,2})\.(\d)", re.ASCII)
+_CC_SM = re.compile(r"(?:sm_?|compute_)?(\d{2,3})[af]?", re.ASCII)
 
 
 def parse_cc(value: Any) -> Optional[CC]:
@@ -94,8 +94,8 @@ def cudnn_from_int(value: Any) -> Optional[str]:
 
 # ---------------------------------------------------------------- versions in text and file names
 
-_NUMERIC = re.compile(r"^\s*v?(\d{1,12}(?:\.\d{1,12}){0,3})\s*$")   # (bounded: int() of 5,000 digits raises)
-_FIRST_DOTTED = re.compile(r"(?<!\d)\d{1,12}(?:\.\d{1,12})+")
+_NUMERIC = re.compile(r"^\s*v?(\d{1,12}(?:\.\d{1,12}){0,3})\s*$", re.ASCII)   # (bounded: int() of 5,000 digits raises)
+_FIRST_DOTTED = re.compile(r"(?<!\d)\d{1,12}(?:\.\d{1,12})+", re.ASCII)
 
 
 def numeric(text: Any) -> Optional[Version]:
@@ -138,9 +138,9 @@ def major_minor(text: Any) -> Optional[Tuple[int, int]]:
     return rel[0], rel[1]
 
 
-_SONAME = re.compile(r"\.so\.(\d+(?:\.\d+)*)$")
-_DYLIB = re.compile(r"(\d+(?:\.\d+)*)\.dylib$")
-_DLL = re.compile(r"64_(\d+)\.dll$", re.I)
+_SONAME = re.compile(r"\.so\.(\d+(?:\.\d+)*)$", re.ASCII)
+_DYLIB = re.compile(r"(\d+(?:\.\d+)*)\.dylib$", re.ASCII)
+_DLL = re.compile(r"64_(\d+)\.dll$", re.I | re.ASCII)
 
 
 def library_version(path: Any) -> Optional[str]:
@@ -158,8 +158,8 @@ def library_version(path: Any) -> Optional[str]:
 
 # ---------------------------------------------------------------- PyTorch versions
 
-_TORCH = re.compile(r"^\s*v?(\d{1,12})\.(\d{1,12})(?:\.(\d{1,12}))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$")
-_SERIES = re.compile(r"\s*(\d{1,12})\.(\d{1,12})\s*")
+_TORCH = re.compile(r"^\s*v?(\d{1,12})\.(\d{1,12})(?:\.(\d{1,12}))?([A-Za-z0-9.]*?)(?:\+([A-Za-z0-9_.]+))?\s*$", re.ASCII)
+_SERIES = re.compile(r"\s*(\d{1,12})\.(\d{1,12})\s*", re.ASCII)
 
 
 def torch_version(text: Any) -> Optional[dict]:

@@ -48,6 +48,15 @@ def test_torch_versions_and_comparisons():
     assert versions.major_minor("12.6.3") == (12, 6) and versions.cuda_tag("12.6") == "cu126"
 
 
+def test_digits_of_other_scripts_are_not_version_numbers():
+    # "\\d" matches a Mongolian or Arabic-Indic digit, which PEP 440 (packaging's Version) refuses:
+    # found by the property below on Debian 12's hypothesis, as an InvalidVersion out of min_driver.
+    for text in ("\u1810", "\u0661\u0662.\u0664", "12.\u0664", "\u17e1\u17e2"):
+        assert versions.numeric(text) is None and versions.loose(text) is None
+        assert versions.first_dotted(text) is None and versions.torch_version(text) is None
+    assert str(versions.numeric("12.4")) == "12.4" and str(versions.loose("a 12.4 b")) == "12.4"
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.none(), st.text(max_size=30), st.integers(), st.floats(), st.booleans(),
                  st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2)))

@@ -79,7 +79,7 @@ def files_glibc(release: Optional[str], variant: str, platform: str = "linux-x86
         return None
     needs = []
     for tag in files["tag"].split("."):
-        m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag)
+        m = re.fullmatch(r"manylinux_(\d+)_(\d+)_\w+", tag, re.ASCII)
         legacy = re.fullmatch(r"(manylinux\d+)_\w+", tag)
         if m:
             needs.append(f"{m.group(1)}.{m.group(2)}")
